@@ -1,0 +1,128 @@
+/*
+ * common.h — types shared by every part of dynapipe: status codes and the
+ * error record, samples, model shapes, machine descriptions and the shape of
+ * a micro-batch.
+ *
+ * Units, everywhere in the project unless a name says otherwise:
+ *   lengths in tokens, times in milliseconds (ms), memory in MiB ("MB",
+ *   2^20 bytes), rates in the unit their field name gives.
+ *
+ * Error convention: a function that can fail returns dyn_status and takes a
+ * `dyn_error *err` last; on failure it fills err (which may be NULL) with a
+ * one-line message that says what is wrong and where, and leaves its outputs
+ * untouched or freed. Constructors return NULL on failure.
+ */
+#ifndef DYNAPIPE_COMMON_H
+#define DYNAPIPE_COMMON_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dyn_status {
+    DYN_OK = 0,
+    DYN_ERR_INVALID_ARG = 1, /* a bad argument, flag or value */
+    DYN_ERR_IO = 2,          /* a file could not be opened, read or written */
+    DYN_ERR_PARSE = 3,       /* malformed input (file:line in the message) */
+    DYN_ERR_NOMEM = 4,       /* an allocation failed */
+    DYN_ERR_INFEASIBLE = 5,  /* no plan satisfies the memory limit */
+    DYN_ERR_CORRUPT = 6,     /* bad magic, version, checksum or truncation */
+    DYN_ERR_INTERNAL = 7     /* a broken invariant: a bug in dynapipe */
+} dyn_status;
+
+#define DYN_ERROR_MSG_MAX 512
+
+typedef struct dyn_error {
+    dyn_status code;
+    char msg[DYN_ERROR_MSG_MAX];
+} dyn_error;
+
+/* Fill err (if not NULL) with code and a printf-style message; returns code so
+ * that error paths read `return dyn_error_set(err, DYN_ERR_IO, "...")`. */
+dyn_status dyn_error_set(dyn_error *err, dyn_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Reset err to DYN_OK with an empty message. */
+void dyn_error_clear(dyn_error *err);
+/* Short stable name of a status ("ok", "invalid argument", ...). */
+const char *dyn_status_name(dyn_status code);
+
+/* One training sample: its tokens are not needed for planning, only lengths.
+ * For a decoder-only model (GPT) the sequence the model sees is input followed
+ * by target (input_len + target_len tokens); for an encoder-decoder model (T5)
+ * input feeds the encoder and target the decoder. */
+typedef struct dyn_sample {
+    int32_t id;         /* 0-based position in the dataset */
+    int32_t task;       /* task family index (built-in generator) or -1 */
+    int32_t input_len;  /* tokens, > 0 */
+    int32_t target_len; /* tokens, > 0 */
+} dyn_sample;
+
+typedef enum dyn_model_kind {
+    DYN_MODEL_GPT = 0, /* decoder-only, GPT-2 style */
+    DYN_MODEL_T5 = 1   /* encoder-decoder, T5 v1.1 style */
+} dyn_model_kind;
+
+/* Model shape. GPT: n_layers blocks, n_dec_layers = 0, head_dim =
+ * hidden / heads. T5: n_layers encoder blocks and n_dec_layers decoder
+ * blocks; head_dim is d_kv and may differ from hidden / heads. */
+typedef struct dyn_model_config {
+    dyn_model_kind kind;
+    int32_t n_layers;
+    int32_t n_dec_layers;
+    int32_t hidden;     /* d_model */
+    int32_t heads;
+    int32_t head_dim;   /* d_kv */
+    int32_t ffn;        /* d_ff */
+    int32_t vocab;
+    int32_t max_seqlen; /* longest sequence (GPT: input+target; T5: each side) */
+} dyn_model_config;
+
+/* Activation recomputation per micro-batch: none keeps every activation the
+ * backward pass needs; selective recomputes attention internals (scores,
+ * softmax) and keeps the rest; full keeps only each layer's input and runs the
+ * forward again during backward. */
+typedef enum dyn_recompute {
+    DYN_RECOMPUTE_NONE = 0,
+    DYN_RECOMPUTE_SELECTIVE = 1,
+    DYN_RECOMPUTE_FULL = 2
+} dyn_recompute;
+#define DYN_RECOMPUTE_COUNT 3
+
+/* A machine: one device per pipeline stage and the links between them. The
+ * analytic cost model reads the compute fields, the simulator the link ones.*/
+typedef struct dyn_machine {
+    char name[64];
+    double matmul_gflops;    /* sustained dense matrix-product rate, GFLOP/s */
+    double attn_gflops;      /* sustained attention-kernel rate, GFLOP/s */
+    double mem_gbps;         /* device memory bandwidth, GB/s */
+    int32_t bytes_per_elem;  /* activations and parameters: 4 fp32, 2 bf16 */
+    double device_memory_mb; /* usable memory per device, MB */
+    double link_latency_ms;  /* point-to-point message latency between stages */
+    double link_gbps;        /* point-to-point bandwidth between stages, GB/s */
+    double dp_link_gbps;     /* bandwidth for data-parallel gradient allreduce */
+} dyn_machine;
+
+/* Shape of one micro-batch as the cost model and the schedules see it.
+ * rows sequences, each padded to enc_len (GPT: the whole input+target
+ * sequence; T5: the encoder input) and, for T5, dec_len (decoder target).
+ * The *_attn fields count attended (query, key) pairs summed over the
+ * attention segments of every row, ignoring causality (the cost model applies
+ * the causal factor itself); 0 means dense: rows * len * len (cross:
+ * rows * dec_len * enc_len). Packing with document masks sets them to the
+ * sum over the packed samples; padding and plain packing leave them 0. */
+typedef struct dyn_mb_shape {
+    int32_t rows;
+    int32_t enc_len;
+    int32_t dec_len;    /* 0 for GPT */
+    int64_t enc_attn;   /* GPT self-attention, or T5 encoder self-attention */
+    int64_t dec_attn;   /* T5 decoder self-attention */
+    int64_t cross_attn; /* T5 decoder-to-encoder attention */
+} dyn_mb_shape;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DYNAPIPE_COMMON_H */

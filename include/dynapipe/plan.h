@@ -1,0 +1,88 @@
+/*
+ * plan.h — micro-batching: cut one global batch into micro-batches.
+ *
+ * dynapipe's method orders the samples (length sort for GPT, a 2-D ordering
+ * for T5) and splits the order into consecutive runs by dynamic programming,
+ * minimising the predicted pipeline iteration time
+ *     (S - 1) * t_max / v  +  sum over micro-batches of t(mb) / d
+ * under the memory limit; the baselines (padding, packing, packing with
+ * document masks, token budget) fill the same result type. Micro-batches are
+ * then balanced over the d data-parallel replicas.
+ *
+ * Times are of one pipeline stage, fwd + bwd (ms); memory is per device (MB).
+ */
+#ifndef DYNAPIPE_PLAN_H
+#define DYNAPIPE_PLAN_H
+
+#include "dynapipe/common.h"
+#include "dynapipe/cost.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dyn_batching {
+    DYN_BATCH_DYNAPIPE = 0,
+    DYN_BATCH_PADDING = 1,         /* fixed samples per micro-batch, padded to the longest */
+    DYN_BATCH_PACKING = 2,         /* FFD into rows of max length; attention over whole rows */
+    DYN_BATCH_PACKING_DOCMASK = 3, /* same rows; attention only within each sample */
+    DYN_BATCH_TOKEN = 4            /* micro-batches filled up to a token budget */
+} dyn_batching;
+#define DYN_BATCHING_COUNT 5
+
+typedef struct dyn_plan_options {
+    dyn_batching method;
+    int32_t stages;          /* S, pipeline stages (>= 1) */
+    int32_t chunks;          /* v, model chunks per device (interleaving), >= 1 */
+    int32_t dp;              /* d, data-parallel replicas (>= 1) */
+    double memory_limit_mb;  /* per device; <= 0: the cost model's machine memory */
+    int32_t round_to;        /* pad lengths up to a multiple of this (default 8) */
+    int32_t max_seqlen;      /* longest sequence allowed (tokens) */
+    dyn_recompute recompute; /* recompute mode the plan assumes */
+    int32_t mb_samples;      /* padding: samples per micro-batch */
+    int32_t pack_rows;       /* packing: rows per micro-batch */
+    int64_t mb_tokens;       /* token-based: tokens per micro-batch */
+} dyn_plan_options;
+
+/* One micro-batch. Its samples are plan->sample_ids[first .. first+n_samples);
+ * sample k of the plan sits in row plan->sample_row[k] at token offset
+ * plan->sample_offset[k] (0 unless packed). */
+typedef struct dyn_microbatch {
+    int32_t first;
+    int32_t n_samples;
+    int32_t replica;    /* data-parallel replica that runs it, 0..dp-1 */
+    dyn_mb_shape shape; /* padded shape the model runs */
+    double time_ms;     /* predicted fwd+bwd time on one pipeline stage */
+    double stored_mb;   /* activations one stage stores for it */
+    double peak_mb;     /* predicted peak memory of one stage while it runs */
+} dyn_microbatch;
+
+typedef struct dyn_batch_plan {
+    int32_t n_microbatches;
+    dyn_microbatch *mbs; /* in execution order within each replica */
+    int32_t n_samples;
+    int32_t *sample_ids;    /* sample ids, grouped by micro-batch */
+    int32_t *sample_row;    /* parallel to sample_ids */
+    int32_t *sample_offset; /* parallel to sample_ids */
+    double objective_ms;    /* predicted iteration time (the DP objective) */
+    double plan_time_ms;    /* wall time spent planning this batch */
+} dyn_batch_plan;
+
+void dyn_plan_options_default(dyn_plan_options *opt);
+
+/* Plan one global batch of n samples. On DYN_ERR_INFEASIBLE the message names
+ * the sample that cannot fit and the numbers. out is freed with
+ * dyn_batch_plan_free (also safe on a zeroed struct). */
+dyn_status dyn_plan_batch(const dyn_cost_model *cm, const dyn_plan_options *opt,
+                          const dyn_sample *samples, int32_t n, dyn_batch_plan *out,
+                          dyn_error *err);
+void dyn_batch_plan_free(dyn_batch_plan *plan);
+
+const char *dyn_batching_name(dyn_batching m);
+/* Parse "dynapipe", "padding", "packing", "packing-docmask", "token". */
+dyn_status dyn_batching_parse(const char *name, dyn_batching *out, dyn_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DYNAPIPE_PLAN_H */

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Install the Debian packages dynapipe builds against, when any is missing.
+# Needs root (or sudo) the first time; a no-op once everything is present.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libopenblas-dev libcmocka-dev libcjson-dev
+      libopenmpi-dev openmpi-bin python3)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "install-deps: installing ${missing[*]}" >&2
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,72 @@
+/* args.c — checked number parsing and error printing for the subcommands. */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+void cli_errorf(const char *cmd, const char *fmt, ...)
+{
+    fprintf(stderr, "dynapipe %s: ", cmd);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+int cli_parse_i64(const char *cmd, const char *flag, const char *text, int64_t min, int64_t max,
+                  int64_t *out)
+{
+    if (text == NULL) {
+        cli_errorf(cmd, "%s needs a value", flag);
+        return -1;
+    }
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (end == text || *end != '\0' || errno == ERANGE) {
+        cli_errorf(cmd, "%s: '%s' is not an integer", flag, text);
+        return -1;
+    }
+    if (v < min || v > max) {
+        cli_errorf(cmd, "%s: %lld is out of range [%lld, %lld]", flag, v, (long long)min,
+                   (long long)max);
+        return -1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+
+int cli_parse_i32(const char *cmd, const char *flag, const char *text, int32_t min, int32_t max,
+                  int32_t *out)
+{
+    int64_t v;
+    if (cli_parse_i64(cmd, flag, text, min, max, &v) != 0) return -1;
+    *out = (int32_t)v;
+    return 0;
+}
+
+int cli_parse_f64(const char *cmd, const char *flag, const char *text, double min, double max,
+                  double *out)
+{
+    if (text == NULL) {
+        cli_errorf(cmd, "%s needs a value", flag);
+        return -1;
+    }
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || *end != '\0' || errno == ERANGE || !isfinite(v)) {
+        cli_errorf(cmd, "%s: '%s' is not a number", flag, text);
+        return -1;
+    }
+    if (v < min || v > max) {
+        cli_errorf(cmd, "%s: %g is out of range [%g, %g]", flag, v, min, max);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}

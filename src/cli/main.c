@@ -1,0 +1,52 @@
+/* main.c — `dynapipe`: dispatch to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h" /* defines: cli_*_main, CLI_EXIT_* */
+
+typedef struct cli_command {
+    const char *name;
+    int (*main)(int argc, char **argv);
+    const char *summary;
+} cli_command;
+
+/* One line per subcommand; each lives in src/cli/cli_<name>.c. */
+static const cli_command commands[] = {
+    /* planning */
+
+    /* simulation */
+
+    /* model and training */
+
+    {NULL, NULL, NULL}
+};
+
+static void print_usage(FILE *out)
+{
+    fprintf(out, "usage: dynapipe <command> [options]\n\n"
+                 "Multi-task transformer training with dynamic micro-batching and pipelines.\n\n"
+                 "commands:\n");
+    for (const cli_command *c = commands; c->name; c++)
+        fprintf(out, "  %-10s %s\n", c->name, c->summary);
+    fprintf(out, "\n'dynapipe <command> --help' describes a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        print_usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        print_usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("dynapipe 0.1.0\n");
+        return CLI_EXIT_OK;
+    }
+    for (const cli_command *c = commands; c->name; c++)
+        if (strcmp(argv[1], c->name) == 0) return c->main(argc - 1, argv + 1);
+    fprintf(stderr, "dynapipe: unknown command '%s' (try 'dynapipe --help')\n", argv[1]);
+    return CLI_EXIT_USAGE;
+}

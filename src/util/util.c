@@ -1,0 +1,135 @@
+/* util.c — checked allocation, clock, whole-file read, atomic write. */
+#include "util/util.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+void *dyn_calloc(size_t n, size_t size, const char *what, dyn_error *err)
+{
+    if (size != 0 && n > SIZE_MAX / size) {
+        dyn_error_set(err, DYN_ERR_NOMEM, "allocation of %zu x %zu bytes for %s overflows", n, size, what);
+        return NULL;
+    }
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (p == NULL)
+        dyn_error_set(err, DYN_ERR_NOMEM, "out of memory allocating %zu bytes for %s", n * size, what);
+    return p;
+}
+
+double dyn_time_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+dyn_status dyn_file_read_all(const char *path, char **data, size_t *len, dyn_error *err)
+{
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL)
+        return dyn_error_set(err, DYN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    if (buf == NULL) {
+        fclose(fp);
+        return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory reading file", path);
+    }
+    for (;;) {
+        if (n + 1 >= cap) {
+            char *bigger = realloc(buf, cap * 2);
+            if (bigger == NULL) {
+                free(buf);
+                fclose(fp);
+                return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory reading file", path);
+            }
+            buf = bigger;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, fp);
+        n += got;
+        if (got == 0) break;
+    }
+    int failed = ferror(fp);
+    fclose(fp);
+    if (failed) {
+        free(buf);
+        return dyn_error_set(err, DYN_ERR_IO, "%s: read error", path);
+    }
+    buf[n] = '\0';
+    *data = buf;
+    if (len) *len = n;
+    return DYN_OK;
+}
+
+dyn_status dyn_atomic_open(dyn_atomic_file *af, const char *path, dyn_error *err)
+{
+    memset(af, 0, sizeof *af);
+    size_t plen = strlen(path);
+    af->path = malloc(plen + 1);
+    af->tmp_path = malloc(plen + 32);
+    if (af->path == NULL || af->tmp_path == NULL) {
+        free(af->path);
+        free(af->tmp_path);
+        memset(af, 0, sizeof *af);
+        return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory", path);
+    }
+    memcpy(af->path, path, plen + 1);
+    snprintf(af->tmp_path, plen + 32, "%s.tmp.%ld", path, (long)getpid());
+    af->fp = fopen(af->tmp_path, "wb");
+    if (af->fp == NULL) {
+        dyn_status st = dyn_error_set(err, DYN_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+        free(af->path);
+        free(af->tmp_path);
+        memset(af, 0, sizeof *af);
+        return st;
+    }
+    return DYN_OK;
+}
+
+static void atomic_release(dyn_atomic_file *af)
+{
+    free(af->path);
+    free(af->tmp_path);
+    memset(af, 0, sizeof *af);
+}
+
+dyn_status dyn_atomic_commit(dyn_atomic_file *af, dyn_error *err)
+{
+    int bad = ferror(af->fp) || fflush(af->fp) != 0 || fsync(fileno(af->fp)) != 0;
+    int saved = errno;
+    if (fclose(af->fp) != 0) bad = 1;
+    af->fp = NULL;
+    if (bad || rename(af->tmp_path, af->path) != 0) {
+        if (!bad) saved = errno;
+        dyn_status st = dyn_error_set(err, DYN_ERR_IO, "%s: write failed: %s", af->path, strerror(saved));
+        unlink(af->tmp_path);
+        atomic_release(af);
+        return st;
+    }
+    atomic_release(af);
+    return DYN_OK;
+}
+
+void dyn_atomic_abort(dyn_atomic_file *af)
+{
+    if (af->fp) fclose(af->fp);
+    if (af->tmp_path) unlink(af->tmp_path);
+    atomic_release(af);
+}
+
+dyn_status dyn_file_write_atomic(const char *path, const void *data, size_t len, dyn_error *err)
+{
+    dyn_atomic_file af;
+    dyn_status st = dyn_atomic_open(&af, path, err);
+    if (st != DYN_OK) return st;
+    if (len > 0 && fwrite(data, 1, len, af.fp) != len) {
+        int saved = errno;
+        dyn_atomic_abort(&af);
+        return dyn_error_set(err, DYN_ERR_IO, "%s: write failed: %s", path, strerror(saved));
+    }
+    return dyn_atomic_commit(&af, err);
+}

@@ -1,0 +1,119 @@
+/* test_util.c — error records, the RNG's determinism and distribution, and
+ * atomic file writes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/rng.h"  /* defines: dyn_rng_* */
+#include "util/util.h" /* defines: dyn_file_*, dyn_atomic_* */
+
+static void test_error_set_formats_and_returns_code(void **state)
+{
+    (void)state;
+    dyn_error err;
+    dyn_error_clear(&err);
+    dyn_status st = dyn_error_set(&err, DYN_ERR_PARSE, "%s:%d: bad", "f.tsv", 7);
+    assert_int_equal(st, DYN_ERR_PARSE);
+    assert_int_equal(err.code, DYN_ERR_PARSE);
+    assert_string_equal(err.msg, "f.tsv:7: bad");
+    assert_int_equal(dyn_error_set(NULL, DYN_ERR_IO, "x"), DYN_ERR_IO);
+    assert_string_equal(dyn_status_name(DYN_ERR_INFEASIBLE), "infeasible");
+}
+
+static void test_rng_same_seed_same_stream(void **state)
+{
+    (void)state;
+    dyn_rng a, b, c;
+    dyn_rng_seed(&a, 42);
+    dyn_rng_seed(&b, 42);
+    dyn_rng_seed(&c, 43);
+    int differs = 0;
+    for (int i = 0; i < 1000; i++) {
+        uint64_t x = dyn_rng_next_u64(&a);
+        assert_true(x == dyn_rng_next_u64(&b));
+        differs |= x != dyn_rng_next_u64(&c);
+    }
+    assert_true(differs);
+}
+
+static void test_rng_uniform_and_below_are_unbiased(void **state)
+{
+    (void)state;
+    dyn_rng r;
+    dyn_rng_seed(&r, 7);
+    enum { N = 200000, K = 10 };
+    int counts[K] = {0};
+    double sum = 0, sumsq = 0;
+    for (int i = 0; i < N; i++) {
+        double u = dyn_rng_uniform(&r);
+        assert_true(u >= 0.0 && u < 1.0);
+        counts[dyn_rng_below(&r, K)]++;
+        double z = dyn_rng_normal(&r);
+        sum += z;
+        sumsq += z * z;
+    }
+    for (int k = 0; k < K; k++) /* expected 20000, sd ~134 */
+        assert_true(abs(counts[k] - N / K) < 800);
+    assert_true(fabs(sum / N) < 0.02);
+    assert_true(fabs(sumsq / N - 1.0) < 0.03);
+}
+
+static void test_atomic_write_commit_and_abort(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/dyn_test_atomic_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    dyn_error err;
+    assert_int_equal(dyn_file_write_atomic(path, "hello", 5, &err), DYN_OK);
+    char *data = NULL;
+    size_t len = 0;
+    assert_int_equal(dyn_file_read_all(path, &data, &len, &err), DYN_OK);
+    assert_int_equal(len, 5);
+    assert_string_equal(data, "hello");
+    free(data);
+
+    /* An aborted write leaves the old content and no temporary file. */
+    dyn_atomic_file af;
+    assert_int_equal(dyn_atomic_open(&af, path, &err), DYN_OK);
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s", af.tmp_path);
+    fputs("partial", af.fp);
+    dyn_atomic_abort(&af);
+    assert_int_not_equal(access(tmp, F_OK), 0);
+    assert_int_equal(dyn_file_read_all(path, &data, &len, &err), DYN_OK);
+    assert_string_equal(data, "hello");
+    free(data);
+    unlink(path);
+}
+
+static void test_read_missing_file_names_it(void **state)
+{
+    (void)state;
+    dyn_error err;
+    char *data = NULL;
+    assert_int_equal(dyn_file_read_all("/nonexistent/x.tsv", &data, NULL, &err), DYN_ERR_IO);
+    assert_non_null(strstr(err.msg, "/nonexistent/x.tsv"));
+    assert_null(data);
+    assert_int_equal(dyn_file_write_atomic("/nonexistent/dir/out.json", "x", 1, &err), DYN_ERR_IO);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_error_set_formats_and_returns_code),
+        cmocka_unit_test(test_rng_same_seed_same_stream),
+        cmocka_unit_test(test_rng_uniform_and_below_are_unbiased),
+        cmocka_unit_test(test_atomic_write_commit_and_abort),
+        cmocka_unit_test(test_read_missing_file_names_it),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
