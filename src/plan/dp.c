@@ -195,12 +195,16 @@ dyn_status dyn_dp_solve(const dyn_dp_problem *pb, dyn_dp_result *res, dyn_error 
     }
     dyn_status st = work_alloc(&s.w, pb->n, err);
     if (st != DYN_OK) return st;
-    /* Every run containing sample j takes at least as long as j alone (the
-     * cost function is monotone), so no tau below max_j t(j, 1) is feasible;
-     * at that tau, all-singletons is. */
-    double tau0 = 0.0;
-    for (int32_t j = 0; j < pb->n; j++)
-        if (pb->time[j][0] > tau0) tau0 = pb->time[j][0];
+    /* Start from the two ends: the smallest tau that can be feasible and
+     * tau = infinity (the unconstrained optimum). With singles_bound, every
+     * run containing sample j takes at least t(j, 1), so no tau below
+     * max_j t(j, 1) is feasible and at that tau all-singletons is. Otherwise
+     * start at the smallest candidate, min_j t(j, 1) (rows are monotone). */
+    double tau0 = pb->singles_bound ? 0.0 : INFINITY;
+    for (int32_t j = 0; j < pb->n; j++) {
+        double t = pb->time[j][0];
+        if (pb->singles_bound ? t > tau0 : t < tau0) tau0 = t;
+    }
     double a0, b0, a1, b1;
     double F0 = search_eval(&s, tau0, &a0, &b0);
     double Finf = search_eval(&s, INFINITY, &a1, &b1);

@@ -33,6 +33,11 @@ typedef struct dyn_dp_problem {
     int32_t stages;
     int32_t chunks;
     int32_t dp;
+    /* 1 if every run takes at least as long as each of its samples would
+     * alone (true of the planner's problems: costs are monotone in rows and
+     * lengths). Lets the search start at max_j t(j, 1), below which no
+     * partition exists; with 0 it finds that boundary by search. */
+    int singles_bound;
 } dyn_dp_problem;
 
 /* Result: run_len[0..n_runs) (caller allocates n entries) are the run sizes

@@ -336,7 +336,7 @@ static dyn_status solve_order(dyn_planner *p, const dyn_sample *s, int32_t n, co
     dyn_status st = p->kind == DYN_MODEL_GPT ? build_gpt(p, s, n, perm, err)
                                              : build_t5(p, s, n, perm, err);
     if (st != DYN_OK) return st;
-    dyn_dp_problem pb = {n, p->width, p->time, p->opt.stages, p->opt.chunks, p->opt.dp};
+    dyn_dp_problem pb = {n, p->width, p->time, p->opt.stages, p->opt.chunks, p->opt.dp, 1};
     return dyn_dp_solve(&pb, res, err);
 }
 

@@ -116,7 +116,10 @@ dyn_planner *dyn_planner_create(const dyn_cost_model *cm, const dyn_plan_options
                        L->head * dyn_cost_layer_states_mb(cm, DYN_LAYER_LM_HEAD);
         if (st_mb > states) states = st_mb;
     }
-    dyn_planner *p = dyn_planner_create_custom(cfg->kind, stage_cost_fn, c, states, opt, err);
+    /* A limit <= 0 means the memory of the cost model's machine. */
+    dyn_plan_options o = *opt;
+    if (!(o.memory_limit_mb > 0)) o.memory_limit_mb = dyn_cost_model_machine(cm)->device_memory_mb;
+    dyn_planner *p = dyn_planner_create_custom(cfg->kind, stage_cost_fn, c, states, &o, err);
     if (p == NULL) {
         stage_ctx_free(c);
         return NULL;
