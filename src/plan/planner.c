@@ -120,7 +120,7 @@ dyn_planner *dyn_planner_create_custom(dyn_model_kind kind, dyn_mb_cost_fn fn, v
     p->states_mb = states_mb;
     p->opt = *opt;
     p->stored_limit_mb = avail / opt->stages;
-    p->peak_limit_mb = avail - (opt->stages - 1) * p->stored_limit_mb;
+    p->peak_limit_mb = isinf(avail) ? avail : avail - (opt->stages - 1) * p->stored_limit_mb;
     p->n_len = (opt->max_seqlen + opt->round_to - 1) / opt->round_to;
     size_t n_rows = (size_t)p->n_len * (kind == DYN_MODEL_T5 ? (size_t)p->n_len : 1);
     p->rows = dyn_calloc(n_rows, sizeof(dyn_cost_row *), "cost cache", err);
@@ -276,7 +276,7 @@ static int32_t len_index(int32_t len, int32_t r)
     return (len + r - 1) / r - 1;
 }
 
-/* GPT: one row pointer per position. */
+/* GPT: one row pointer per position (perm2 holds the row index). */
 static dyn_status build_gpt(dyn_planner *p, const dyn_sample *s, int32_t n, const int32_t *perm,
                             dyn_error *err)
 {
@@ -289,8 +289,10 @@ static dyn_status build_gpt(dyn_planner *p, const dyn_sample *s, int32_t n, cons
         if (st != DYN_OK) return st;
         if (avail < 1) return infeasible_sample(p, x, err);
         p->width[j] = avail;
-        p->time[j] = row->time;
+        p->perm2[j] = li;
     }
+    /* Pointers only now: a row's array may move while it grows. */
+    for (int32_t j = 0; j < n; j++) p->time[j] = p->rows[p->perm2[j]]->time;
     return DYN_OK;
 }
 
