@@ -296,10 +296,27 @@ static int32_t len_index(int32_t len, int32_t r)
     return (len + r - 1) / r - 1;
 }
 
+/* Cap on useful run times. Every partition's value is at least
+ * (S-1) * t_max / v, and all-singletons is a partition, so no run longer than
+ * tau_cap = value(singletons) * v / (S-1) can be in an optimum: such runs are
+ * left out of the DP (for S = 1 there is no cap). *singles[j] is t(j, 1). */
+static double time_cap(const dyn_planner *p, const double *singles, int32_t n)
+{
+    if (p->opt.stages <= 1) return INFINITY;
+    double mx = 0.0, sum = 0.0;
+    for (int32_t j = 0; j < n; j++) {
+        if (singles[j] > mx) mx = singles[j];
+        sum += singles[j];
+    }
+    double v0 = (double)(p->opt.stages - 1) * mx / p->opt.chunks + sum / p->opt.dp;
+    return v0 * p->opt.chunks / (p->opt.stages - 1);
+}
+
 /* GPT: one row pointer per position (perm2 holds the row index). */
 static dyn_status build_gpt(dyn_planner *p, const dyn_sample *s, int32_t n, const int32_t *perm,
                             dyn_error *err)
 {
+    double cap_sum = 0.0, cap_max = 0.0;
     for (int32_t j = 0; j < n; j++) {
         const dyn_sample *x = &s[perm[j]];
         int32_t li = len_index(x->input_len + x->target_len, p->opt.round_to);
@@ -310,36 +327,76 @@ static dyn_status build_gpt(dyn_planner *p, const dyn_sample *s, int32_t n, cons
         if (avail < 1) return infeasible_sample(p, x, err);
         p->width[j] = avail;
         p->perm2[j] = li;
+        cap_sum += row->time[0];
+        if (row->time[0] > cap_max) cap_max = row->time[0];
     }
-    /* Pointers only now: a row's array may move while it grows. */
-    for (int32_t j = 0; j < n; j++) p->time[j] = p->rows[p->perm2[j]]->time;
+    /* singles: t(j, 1) of row perm2[j]; the cap needs only their max and sum */
+    double tau_cap = INFINITY;
+    if (p->opt.stages > 1)
+        tau_cap = ((double)(p->opt.stages - 1) * cap_max / p->opt.chunks + cap_sum / p->opt.dp) *
+                  p->opt.chunks / (p->opt.stages - 1);
+    /* Pointers only now: a row's array may move while it grows. Widths
+     * shrink to the runs within the cap (rows are sorted: bisect). */
+    for (int32_t j = 0; j < n; j++) {
+        const double *t = p->rows[p->perm2[j]]->time;
+        p->time[j] = t;
+        if (t[p->width[j] - 1] > tau_cap) {
+            int32_t lo = 1, hi = p->width[j]; /* t[lo-1] <= cap < t[hi-1] */
+            while (hi - lo > 1) {
+                int32_t mid = lo + (hi - lo) / 2;
+                if (t[mid - 1] <= tau_cap) lo = mid;
+                else hi = mid;
+            }
+            p->width[j] = lo;
+        }
+    }
     return DYN_OK;
 }
 
 /* T5: a band of run times, grown backwards from each position while the run
- * fits; a run's padded shape is (k, max input, max target). */
+ * fits and stays within the time cap; a run's padded shape is (k, max input,
+ * max target). */
 static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const int32_t *perm,
                            dyn_error *err)
 {
-    int64_t off = 0;
+    const int32_t r = p->opt.round_to;
     dyn_status st;
+    /* Singles first (their row entries), for the cap. */
+    if ((st = band_ensure(p, n, err)) != DYN_OK) return st;
     for (int32_t j = 0; j < n; j++) {
-        int32_t max_in = 0, max_tg = 0;
+        const dyn_sample *x = &s[perm[j]];
+        dyn_cost_row *row;
+        int32_t avail;
+        st = row_ensure(p, len_index(x->input_len, r), len_index(x->target_len, r), 1, &row, &avail, err);
+        if (st != DYN_OK) return st;
+        if (avail < 1) return infeasible_sample(p, x, err);
+        p->band[j] = row->time[0];
+    }
+    double tau_cap = time_cap(p, p->band, n);
+    int64_t off = 0;
+    for (int32_t j = 0; j < n; j++) {
+        int32_t max_in = 0, max_tg = 0, ei = -1, di = -1;
+        dyn_cost_row *row = NULL;
         if ((st = band_ensure(p, off + j + 1, err)) != DYN_OK) return st;
         int32_t k = 1;
         for (; k <= j + 1; k++) {
             const dyn_sample *x = &s[perm[j + 1 - k]];
             if (x->input_len > max_in) max_in = x->input_len;
             if (x->target_len > max_tg) max_tg = x->target_len;
-            dyn_cost_row *row;
-            int32_t avail;
-            st = row_ensure(p, len_index(max_in, p->opt.round_to),
-                            len_index(max_tg, p->opt.round_to), k, &row, &avail, err);
-            if (st != DYN_OK) return st;
-            if (avail < k) break;
-            p->band[off + k - 1] = row->time[k - 1];
+            int32_t e = len_index(max_in, r), d = len_index(max_tg, r);
+            /* Fast path: same padded shape as the previous k, entry cached. */
+            if (e != ei || d != di || row->n < k) {
+                int32_t avail;
+                st = row_ensure(p, e, d, k, &row, &avail, err);
+                if (st != DYN_OK) return st;
+                if (avail < k) break;
+                ei = e;
+                di = d;
+            }
+            double t = row->time[k - 1];
+            if (t > tau_cap && k > 1) break;
+            p->band[off + k - 1] = t;
         }
-        if (k == 1) return infeasible_sample(p, &s[perm[j]], err);
         p->width[j] = k - 1;
         off += k - 1;
     }
@@ -366,7 +423,7 @@ static dyn_status solve_order(dyn_planner *p, const dyn_sample *s, int32_t n, co
 
 /* T5 orderings tried, as serpentine bucket widths in units of round_to;
  * 0 is lexicographic. The best DP optimum wins; ties keep the earlier. */
-static const int32_t t5_buckets[] = {0, 4, 16, 64};
+static const int32_t t5_buckets[] = {0, 16};
 
 static dyn_status plan_dynapipe(dyn_planner *p, const dyn_sample *s, int32_t n, dyn_batch_plan *out,
                                 dyn_error *err)
