@@ -98,6 +98,7 @@ typedef struct dyn_cost_row {
     int32_t cap;   /* largest feasible row count, once known; -1 not yet */
     int32_t alloc;
     double *time;  /* ms */
+    double *amin;  /* amin[k-1] = min over i <= k of time[i-1] / i: cheapest ms per sample */
 } dyn_cost_row;
 
 struct dyn_planner {
@@ -113,7 +114,7 @@ struct dyn_planner {
     int32_t n_len;                /* padded lengths 1..n_len units of round_to */
     dyn_cost_row **rows;          /* [n_len * (T5 ? n_len : 1)], lazily made */
     /* knobs for the benchmark and tests (0 = normal operation) */
-    int use_naive_dp;             /* solve with dyn_dp_solve_naive */
+    int use_naive_dp;             /* solve with dyn_dp_solve_naive, over all runs (no time cap) */
     int t5_lex_only;              /* T5: try only the lexicographic order */
     int64_t dp_evals;             /* DP passes, summed over solves */
     /* scratch, grown as needed */

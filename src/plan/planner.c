@@ -136,7 +136,10 @@ void dyn_planner_free(dyn_planner *p)
     if (p == NULL) return;
     size_t n_rows = (size_t)p->n_len * (p->kind == DYN_MODEL_T5 ? (size_t)p->n_len : 1);
     for (size_t i = 0; i < n_rows; i++) {
-        if (p->rows[i]) free(p->rows[i]->time);
+        if (p->rows[i]) {
+            free(p->rows[i]->time);
+            free(p->rows[i]->amin);
+        }
         free(p->rows[i]);
     }
     free(p->rows);
@@ -201,9 +204,11 @@ static dyn_status row_ensure(dyn_planner *p, int32_t ei, int32_t di, int32_t wan
             int32_t na = row->alloc ? row->alloc : 16;
             while (na < want) na = na > (1 << 29) ? want : na * 2;
             double *t = realloc(row->time, (size_t)na * sizeof(double));
-            if (t == NULL)
+            if (t) row->time = t;
+            double *a = realloc(row->amin, (size_t)na * sizeof(double));
+            if (a) row->amin = a;
+            if (t == NULL || a == NULL)
                 return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory growing the cost cache");
-            row->time = t;
             row->alloc = na;
         }
         dyn_mb_shape sh = {0};
@@ -219,6 +224,8 @@ static dyn_status row_ensure(dyn_planner *p, int32_t ei, int32_t di, int32_t wan
                 row->cap = row->n;
                 break;
             }
+            double per = c.time_ms / sh.rows;
+            row->amin[row->n] = row->n > 0 && row->amin[row->n - 1] < per ? row->amin[row->n - 1] : per;
             row->time[row->n++] = c.time_ms;
         }
     }
@@ -296,20 +303,46 @@ static int32_t len_index(int32_t len, int32_t r)
     return (len + r - 1) / r - 1;
 }
 
-/* Cap on useful run times. Every partition's value is at least
- * (S-1) * t_max / v, and all-singletons is a partition, so no run longer than
- * tau_cap = value(singletons) * v / (S-1) can be in an optimum: such runs are
- * left out of the DP (for S = 1 there is no cap). *singles[j] is t(j, 1). */
-static double time_cap(const dyn_planner *p, const double *singles, int32_t n)
+/* Cap on useful run times (ms). For the optimum P*, (S-1) t_max / v +
+ * sum(P*) / d = OPT <= V0, the value of all-singletons, and sum(P*) >= LB, a
+ * lower bound on the sum of any partition. So no run slower than
+ *     tau_cap = (V0 - LB / d) * v / (S - 1)
+ * can be in an optimum, and such runs are left out of the DP (S = 1: no
+ * cap). LB sums, over the samples, the cheapest time per sample of any
+ * micro-batch that could hold the sample: see lower_bound_row. A tiny
+ * relative slack keeps rounding from cutting a run the optimum needs. */
+static double time_cap(const dyn_planner *p, double single_max, double single_sum, double lb)
 {
     if (p->opt.stages <= 1) return INFINITY;
-    double mx = 0.0, sum = 0.0;
-    for (int32_t j = 0; j < n; j++) {
-        if (singles[j] > mx) mx = singles[j];
-        sum += singles[j];
-    }
-    double v0 = (double)(p->opt.stages - 1) * mx / p->opt.chunks + sum / p->opt.dp;
-    return v0 * p->opt.chunks / (p->opt.stages - 1);
+    double v0 = (double)(p->opt.stages - 1) * single_max / p->opt.chunks + single_sum / p->opt.dp;
+    double cap = (v0 - lb / p->opt.dp) * p->opt.chunks / (p->opt.stages - 1);
+    if (cap < single_max) cap = single_max;
+    return cap * (1.0 + 1e-9);
+}
+
+/* Largest grid value <= u on the grid 1, 2, 3, 4, 6, 8, 12, 16, ... */
+static int32_t grid_floor(int32_t u)
+{
+    int32_t p2 = 1;
+    while (p2 * 2 <= u) p2 *= 2;
+    return p2 >= 2 && u >= p2 + p2 / 2 ? p2 + p2 / 2 : p2;
+}
+
+/* Cheapest ms per sample of any run of at most n samples that contains a
+ * sample padded to (ei, di). A run holding it is padded to at least these
+ * lengths, so (monotone costs) it costs at least t(k rows at (ei, di)) and,
+ * fitting the memory limit, has at most as many rows as that row's cap. Any
+ * (ei', di') <= (ei, di) gives a valid, weaker bound: T5 uses a coarse grid
+ * of lengths so that few rows need filling. */
+static dyn_status lower_bound_row(dyn_planner *p, int32_t ei, int32_t di, int32_t n, double *per,
+                                  dyn_error *err)
+{
+    dyn_cost_row *row;
+    int32_t avail;
+    dyn_status st = row_ensure(p, ei, di, n, &row, &avail, err);
+    if (st != DYN_OK) return st;
+    *per = avail > 0 ? row->amin[avail - 1] : 0.0;
+    return DYN_OK;
 }
 
 /* GPT: one row pointer per position (perm2 holds the row index). */
@@ -330,11 +363,16 @@ static dyn_status build_gpt(dyn_planner *p, const dyn_sample *s, int32_t n, cons
         cap_sum += row->time[0];
         if (row->time[0] > cap_max) cap_max = row->time[0];
     }
-    /* singles: t(j, 1) of row perm2[j]; the cap needs only their max and sum */
-    double tau_cap = INFINITY;
-    if (p->opt.stages > 1)
-        tau_cap = ((double)(p->opt.stages - 1) * cap_max / p->opt.chunks + cap_sum / p->opt.dp) *
-                  p->opt.chunks / (p->opt.stages - 1);
+    double lb = 0.0, tau_cap = INFINITY;
+    if (p->opt.stages > 1 && !p->use_naive_dp) { /* the reference gets the whole band */
+        for (int32_t j = 0; j < n; j++) {
+            double per;
+            dyn_status st = lower_bound_row(p, p->perm2[j], 0, n, &per, err);
+            if (st != DYN_OK) return st;
+            lb += per;
+        }
+        tau_cap = time_cap(p, cap_max, cap_sum, lb);
+    }
     /* Pointers only now: a row's array may move while it grows. Widths
      * shrink to the runs within the cap (rows are sorted: bisect). */
     for (int32_t j = 0; j < n; j++) {
@@ -361,18 +399,26 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
 {
     const int32_t r = p->opt.round_to;
     dyn_status st;
-    /* Singles first (their row entries), for the cap. */
-    if ((st = band_ensure(p, n, err)) != DYN_OK) return st;
+    /* Singles first (their row entries) and the lower bound, for the cap. */
+    double single_max = 0.0, single_sum = 0.0, lb = 0.0;
     for (int32_t j = 0; j < n; j++) {
         const dyn_sample *x = &s[perm[j]];
         dyn_cost_row *row;
         int32_t avail;
-        st = row_ensure(p, len_index(x->input_len, r), len_index(x->target_len, r), 1, &row, &avail, err);
+        int32_t e = len_index(x->input_len, r), d = len_index(x->target_len, r);
+        st = row_ensure(p, e, d, 1, &row, &avail, err);
         if (st != DYN_OK) return st;
         if (avail < 1) return infeasible_sample(p, x, err);
-        p->band[j] = row->time[0];
+        double t = row->time[0], per;
+        if (t > single_max) single_max = t;
+        single_sum += t;
+        if (p->opt.stages > 1 && !p->use_naive_dp) {
+            st = lower_bound_row(p, grid_floor(e + 1) - 1, grid_floor(d + 1) - 1, n, &per, err);
+            if (st != DYN_OK) return st;
+            lb += per;
+        }
     }
-    double tau_cap = time_cap(p, p->band, n);
+    double tau_cap = p->use_naive_dp ? INFINITY : time_cap(p, single_max, single_sum, lb);
     int64_t off = 0;
     for (int32_t j = 0; j < n; j++) {
         int32_t max_in = 0, max_tg = 0, ei = -1, di = -1;
