@@ -249,6 +249,14 @@ static void test_every_method_runs(void **state)
         snprintf(args, sizeof args, BASE " --synthetic flan --batches 2 --method %s --quiet", methods[m]);
         assert_int_equal(run_plan(args), 0);
     }
+    assert_int_equal(run_plan(BASE " --synthetic flan --batches 1 --verbose"), 0);
+    char *out = slurp(out_path);
+    assert_non_null(strstr(out, "stored_mb"));
+    free(out);
+    assert_int_equal(run_plan(BASE " --synthetic flan --batches 1"), 0);
+    out = slurp(out_path);
+    assert_non_null(strstr(out, "shapes (rows x length):"));
+    free(out);
     /* knobs */
     assert_int_equal(run_plan(BASE " --synthetic flan --batches 1 --method padding --mb-samples 4"), 0);
     assert_int_equal(run_plan(BASE " --synthetic flan --batches 1 --method packing --pack-rows 2"), 0);
