@@ -183,6 +183,31 @@ static void test_gpt_block_memory_hand_worked(void **state)
     dyn_cost_model_free(cm);
 }
 
+/* T5 decoder block, t5-tiny (h = a = 64, H = 4, f = 128), fp32, 1 row of 8
+ * input and 4 target tokens: per decoder token 6h + 6a + 4f = 1280 floats,
+ * per encoder token the cross K and V (2a = 128 floats), three RMS-norm
+ * statistics per decoder token, probabilities 4 heads x (16 self + 32 cross). */
+static void test_t5_decoder_memory_hand_worked(void **state)
+{
+    (void)state;
+    dyn_model_config cfg;
+    assert_int_equal(dyn_model_config_preset("t5-tiny", &cfg, NULL), DYN_OK);
+    dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, dyn_machine_builtin("cpu"), NULL);
+    assert_non_null(cm);
+    dyn_mb_shape mb = {.rows = 1, .enc_len = 8, .dec_len = 4};
+    double MB = 1024.0 * 1024.0;
+    double probs = 4.0 * 4 * (16 + 32);                                       /* 768 */
+    double none = 4.0 * 4 * 1280 + 4.0 * 8 * 128 + 4.0 * 4 * 3 + probs;      /* 25392 */
+    assert_close(layer(cm, DYN_LAYER_DECODER, mb, DYN_RECOMPUTE_NONE).stored_mb, none / MB, 1e-12);
+    assert_close(layer(cm, DYN_LAYER_DECODER, mb, DYN_RECOMPUTE_SELECTIVE).stored_mb, (none - probs) / MB, 1e-12);
+    assert_close(layer(cm, DYN_LAYER_DECODER, mb, DYN_RECOMPUTE_FULL).stored_mb, 4.0 * 4 * 64 / MB, 1e-12);
+    /* the decoder stream and the encoder output cross the boundary: 12 x 64 floats */
+    assert_close(layer(cm, DYN_LAYER_DECODER, mb, DYN_RECOMPUTE_NONE).output_mb, 4.0 * 12 * 64 / MB, 1e-12);
+    /* decoder params 3h + 8ha + 3hf = 192 + 32768 + 24576 = 57536 */
+    assert_close(dyn_cost_layer_states_mb(cm, DYN_LAYER_DECODER), 57536.0 * 16 / MB, 1e-12);
+    dyn_cost_model_free(cm);
+}
+
 static void test_param_counts_match_published(void **state)
 {
     (void)state;
@@ -781,6 +806,7 @@ int main(void)
         cmocka_unit_test(test_gpt_block_flops_hand_worked),
         cmocka_unit_test(test_t5_decoder_flops_hand_worked),
         cmocka_unit_test(test_gpt_block_memory_hand_worked),
+        cmocka_unit_test(test_t5_decoder_memory_hand_worked),
         cmocka_unit_test(test_param_counts_match_published),
         cmocka_unit_test(test_analytic_monotone_in_each_dimension),
         cmocka_unit_test(test_recompute_trades_time_for_memory),
