@@ -656,6 +656,45 @@ static void test_table_malformed_files(void **state)
     assert_int_equal(err.code, DYN_ERR_IO);
 }
 
+/* Random byte edits of a valid table: the reader either accepts the file or
+ * returns one parse error naming it; never a crash (run under ASan/UBSan). */
+static void test_table_reader_survives_random_edits(void **state)
+{
+    (void)state;
+    static char good[8192], buf[8192];
+    snprintf(good, sizeof good, "%s", GOOD_TABLE);
+    append_points(good, sizeof good, NULL);
+    size_t n = strlen(good);
+    const char alphabet[] = "0123456789 \t\n#=.-+eExkindpt";
+    unsigned seed = 12345;
+    int rejected = 0;
+    for (int it = 0; it < 300; it++) {
+        memcpy(buf, good, n + 1);
+        for (int e = 0; e < 1 + it % 4; e++) {
+            seed = seed * 1103515245u + 12345u;
+            size_t pos = (seed >> 8) % n;
+            seed = seed * 1103515245u + 12345u;
+            buf[pos] = alphabet[(seed >> 8) % (sizeof alphabet - 1)];
+        }
+        const char *path = write_file("fuzz.table", buf);
+        dyn_error err;
+        dyn_error_clear(&err);
+        dyn_cost_model *cm = dyn_cost_model_load_table(path, &err);
+        if (cm != NULL) {
+            dyn_layer_cost c;
+            dyn_mb_shape mb = {.rows = 3, .enc_len = 100};
+            assert_int_equal(dyn_cost_layer(cm, DYN_LAYER_ENCODER, &mb, DYN_RECOMPUTE_FULL, &c, NULL), DYN_OK);
+            assert_true(c.fwd_ms >= 0 && isfinite(c.fwd_ms));
+            dyn_cost_model_free(cm);
+        } else {
+            rejected++;
+            assert_int_equal(err.code, DYN_ERR_PARSE);
+            assert_int_equal(strncmp(err.msg, path, strlen(path)), 0);
+        }
+    }
+    assert_true(rejected > 100);
+}
+
 static void test_table_write_rejects_bad_input(void **state)
 {
     (void)state;
@@ -816,6 +855,7 @@ int main(void)
         cmocka_unit_test(test_table_extrapolation_rule),
         cmocka_unit_test(test_table_round_trip_from_analytic),
         cmocka_unit_test(test_table_malformed_files),
+        cmocka_unit_test(test_table_reader_survives_random_edits),
         cmocka_unit_test(test_table_write_rejects_bad_input),
         cmocka_unit_test(test_builtin_machines),
         cmocka_unit_test(test_machine_json),

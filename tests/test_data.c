@@ -298,6 +298,44 @@ static void test_tsv_missing_file_is_io_error(void **state)
     assert_non_null(strstr(err.msg, "/nonexistent/x.tsv"));
 }
 
+/* Random byte edits of a valid file: accepted, or one parse error with
+ * path:line; never a crash (run under ASan/UBSan). Accepted files obey the
+ * limit. */
+static void test_tsv_survives_random_edits(void **state)
+{
+    (void)state;
+    const char *good = "# c\nin\tout\n12\t3\n700\t64\n5\t1\n40\t44\n";
+    size_t n = strlen(good);
+    char buf[128];
+    const char alphabet[] = "0123456789 \t\n\r#-+.x";
+    dyn_rng rng;
+    dyn_rng_seed(&rng, 99);
+    int rejected = 0;
+    for (int it = 0; it < 400; it++) {
+        memcpy(buf, good, n + 1);
+        for (int e = 0; e < 1 + it % 3; e++)
+            buf[dyn_rng_below(&rng, n)] = alphabet[dyn_rng_below(&rng, sizeof alphabet - 1)];
+        const char *p = write_file("fuzz.tsv", buf);
+        dyn_dataset ds = {0};
+        dyn_error err;
+        dyn_error_clear(&err);
+        dyn_status st = dyn_dataset_read_tsv(p, 1000, DYN_MODEL_GPT, 0, &ds, &err);
+        if (st == DYN_OK) {
+            for (int32_t i = 0; i < ds.n; i++) {
+                assert_int_equal(ds.samples[i].id, i);
+                assert_true(dyn_lengths_fit(DYN_MODEL_GPT, 1000, ds.samples[i].input_len, ds.samples[i].target_len));
+            }
+            dyn_dataset_free(&ds);
+        } else {
+            rejected++;
+            assert_int_equal(st, DYN_ERR_PARSE);
+            assert_int_equal(strncmp(err.msg, p, strlen(p)), 0);
+            assert_non_null(strchr(err.msg + strlen(p), ':'));
+        }
+    }
+    assert_true(rejected > 50);
+}
+
 /* ---- sampler ---------------------------------------------------------------- */
 
 static void test_sampler_budget_coverage_and_order(void **state)
@@ -379,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_tsv_errors_name_file_and_line),
         cmocka_unit_test(test_tsv_over_limit_clipped_with_flag),
         cmocka_unit_test(test_tsv_missing_file_is_io_error),
+        cmocka_unit_test(test_tsv_survives_random_edits),
         cmocka_unit_test(test_sampler_budget_coverage_and_order),
         cmocka_unit_test(test_sampler_oversized_sample_is_named),
     };
