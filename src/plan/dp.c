@@ -323,7 +323,8 @@ static void search_interval(dp_search *s, double lo, double hi, double F_left, d
     while (lo < hi) {
         if (F_left == F_right) return; /* flat: dominated by the left neighbour */
         double bound = dyn_dp_objective(s->pb, lo, F_right);
-        if (!(bound < s->best->objective_ms)) return;
+        double inc = s->best->objective_ms < s->pb->known_ms ? s->best->objective_ms : s->pb->known_ms;
+        if (!(bound < inc)) return;
         double mid = isfinite(hi) ? lo + (hi - lo) * 0.5 : lo;
         if (!(mid >= lo && mid < hi)) mid = lo; /* rounding when lo, hi are adjacent */
         double a, b;

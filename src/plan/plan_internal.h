@@ -38,6 +38,10 @@ typedef struct dyn_dp_problem {
      * lengths). Lets the search start at max_j t(j, 1), below which no
      * partition exists; with 0 it finds that boundary by search. */
     int singles_bound;
+    /* The caller already holds a solution this good (ms; INFINITY: none):
+     * the fast solver does not explore t_max values that provably cannot
+     * beat it, so its result is exact only when it is below this. */
+    double known_ms;
 } dyn_dp_problem;
 
 /* Result: run_len[0..n_runs) (caller allocates n entries) are the run sizes

@@ -456,12 +456,12 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
 }
 
 static dyn_status solve_order(dyn_planner *p, const dyn_sample *s, int32_t n, const int32_t *perm,
-                              dyn_dp_result *res, dyn_error *err)
+                              double known_ms, dyn_dp_result *res, dyn_error *err)
 {
     dyn_status st = p->kind == DYN_MODEL_GPT ? build_gpt(p, s, n, perm, err)
                                              : build_t5(p, s, n, perm, err);
     if (st != DYN_OK) return st;
-    dyn_dp_problem pb = {n, p->width, p->time, p->opt.stages, p->opt.chunks, p->opt.dp, 1};
+    dyn_dp_problem pb = {n, p->width, p->time, p->opt.stages, p->opt.chunks, p->opt.dp, 1, known_ms};
     st = p->use_naive_dp ? dyn_dp_solve_naive(&pb, res, err) : dyn_dp_solve(&pb, res, err);
     p->dp_evals += res->n_evals;
     return st;
@@ -479,7 +479,7 @@ static dyn_status plan_dynapipe(dyn_planner *p, const dyn_sample *s, int32_t n, 
     dyn_dp_result res = {.run_len = p->run_len};
     if (p->kind == DYN_MODEL_GPT) {
         if ((st = dyn_order_gpt(s, n, p->perm, err)) != DYN_OK) return st;
-        if ((st = solve_order(p, s, n, p->perm, &res, err)) != DYN_OK) return st;
+        if ((st = solve_order(p, s, n, p->perm, INFINITY, &res, err)) != DYN_OK) return st;
     } else {
         /* perm/run_len hold the best so far; perm2/run_len2 the trial. */
         double best = INFINITY;
@@ -491,7 +491,10 @@ static dyn_status plan_dynapipe(dyn_planner *p, const dyn_sample *s, int32_t n, 
                         : dyn_order_t5_serpentine(s, n, t5_buckets[c] * p->opt.round_to, perm, err);
             if (st != DYN_OK) return st;
             dyn_dp_result trial = {.run_len = c == 0 ? p->run_len : p->run_len2};
-            if ((st = solve_order(p, s, n, perm, &trial, err)) != DYN_OK) return st;
+            /* Later orders only need to beat the best so far: the search
+             * skips t_max values that cannot (exact for the better one). */
+            if ((st = solve_order(p, s, n, perm, c == 0 ? INFINITY : best, &trial, err)) != DYN_OK)
+                return st;
             if (c == 0 || trial.objective_ms < best) {
                 best = trial.objective_ms;
                 best_runs = trial.n_runs;
