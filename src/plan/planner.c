@@ -119,6 +119,7 @@ dyn_planner *dyn_planner_create_custom(dyn_model_kind kind, dyn_mb_cost_fn fn, v
     p->ctx = ctx;
     p->states_mb = states_mb;
     p->opt = *opt;
+    p->opt.memory_limit_mb = limit;
     p->stored_limit_mb = avail / opt->stages;
     p->peak_limit_mb = isinf(avail) ? avail : avail - (opt->stages - 1) * p->stored_limit_mb;
     p->n_len = (opt->max_seqlen + opt->round_to - 1) / opt->round_to;
@@ -292,7 +293,7 @@ static dyn_status infeasible_sample(const dyn_planner *p, const dyn_sample *s, d
                          s->id, s->input_len, s->target_len, c.stored_mb, c.peak_mb,
                          p->peak_limit_mb < p->stored_limit_mb ? p->peak_limit_mb
                                                                : p->stored_limit_mb,
-                         p->opt.memory_limit_mb > 0 ? p->opt.memory_limit_mb : INFINITY,
+                         p->opt.memory_limit_mb,
                          p->states_mb, p->opt.stages);
 }
 
