@@ -150,6 +150,7 @@ void dyn_planner_free(dyn_planner *p)
     free(p->perm2);
     free(p->run_len2);
     free(p->shared);
+    free(p->shape_seen);
     free(p->time);
     free(p->band);
     if (p->free_ctx) p->free_ctx(p->owned_ctx);
@@ -532,14 +533,23 @@ static dyn_status plan_dynapipe(dyn_planner *p, const dyn_sample *s, int32_t n, 
         double best = INFINITY;
         int32_t best_runs = 0, tried = 0;
         int use_padded = 0;
-        if (!p->t5_lex_only) {
+        if (!p->t5_lex_only) { /* distinct padded shapes, by batch stamps */
             const int32_t r = p->opt.round_to;
-            if ((st = dyn_order_t5_padded(s, n, r, p->perm2, err)) != DYN_OK) return st;
+            if (p->shape_seen == NULL) {
+                p->shape_seen = dyn_calloc((size_t)p->n_len * (size_t)p->n_len, sizeof(uint32_t),
+                                           "shape stamps", err);
+                if (p->shape_seen == NULL) return DYN_ERR_NOMEM;
+            }
+            if (++p->batch_stamp == 0) { /* wrapped: forget old stamps */
+                memset(p->shape_seen, 0, (size_t)p->n_len * (size_t)p->n_len * sizeof(uint32_t));
+                p->batch_stamp = 1;
+            }
             int32_t shapes = 0;
             for (int32_t i = 0; i < n; i++) {
-                const dyn_sample *x = &s[p->perm2[i]], *y = i ? &s[p->perm2[i - 1]] : NULL;
-                shapes += y == NULL || len_index(x->input_len, r) != len_index(y->input_len, r) ||
-                          len_index(x->target_len, r) != len_index(y->target_len, r);
+                size_t k = (size_t)len_index(s[i].input_len, r) * (size_t)p->n_len +
+                           (size_t)len_index(s[i].target_len, r);
+                shapes += p->shape_seen[k] != p->batch_stamp;
+                p->shape_seen[k] = p->batch_stamp;
             }
             use_padded = n >= T5_SHARED_MIN * shapes;
         }
