@@ -298,6 +298,40 @@ static void test_deterministic(void **state)
     dyn_stage_costs_free(&c);
 }
 
+/* Equal micro-batches, zero communication, worked by hand:
+ *  - interleaved with v chunks of half the work each: the warm-up bubble
+ *    shrinks by v, makespan M (f + b) + (S - 1)(f + b) / v = 24 + 4.5;
+ *  - zero bubble fills the cool-down with W passes: strictly below 1F1B's
+ *    (M + S - 1)(f + b) = 33, and at least the busiest rank's work, 24. */
+static void test_equal_microbatches_closed_forms(void **state)
+{
+    (void)state;
+    dyn_sched_options o;
+    dyn_sched_options_default(&o);
+    o.n_ranks = 4;
+    o.chunks = 2;
+    dyn_stage_costs c;
+    tl_equal_costs(&c, 8, 8, 0.5, 1.0);
+    dyn_exec_plan p;
+    build_ok(DYN_SCHED_INTERLEAVED, &c, &o, &p);
+    double t = tl_simulate(&p, &c, 0);
+    if (fabs(t - 28.5) > 1e-9) fail_msg("interleaved makespan %.4f, want 28.5", t);
+    dyn_exec_plan_free(&p);
+    dyn_stage_costs_free(&c);
+
+    o.chunks = 1;
+    tl_equal_costs(&c, 8, 4, 1.0, 2.0);
+    build_ok(DYN_SCHED_ZB, &c, &o, &p);
+    double zb = tl_simulate(&p, &c, 0);
+    dyn_exec_plan_free(&p);
+    build_ok(DYN_SCHED_1F1B, &c, &o, &p);
+    double f1b = tl_simulate(&p, &c, 0);
+    dyn_exec_plan_free(&p);
+    dyn_stage_costs_free(&c);
+    assert_true(fabs(f1b - 33.0) < 1e-9);
+    if (!(zb < f1b - 0.5 && zb >= 24.0 - 1e-9)) fail_msg("zb makespan %.4f vs 1f1b %.4f", zb, f1b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -310,6 +344,7 @@ int main(void)
         cmocka_unit_test(test_infeasible_names_stage),
         cmocka_unit_test(test_bad_options_rejected),
         cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_equal_microbatches_closed_forms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -151,6 +151,10 @@ dyn_status sched_check_inputs(const dyn_stage_costs *c, const dyn_sched_options 
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                              "schedule: costs have %d stages but S x v = %d x %d", c->n_stages,
                              opt->n_ranks, opt->chunks);
+    if ((int64_t)c->n_microbatches * c->n_stages > 4000000)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "schedule: %d micro-batches x %d stages is more than supported (4e6)",
+                             c->n_microbatches, c->n_stages);
     if (c->fwd_ms == NULL || c->bwd_ms == NULL)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "schedule: forward and backward times are required");
     if (need_split && (c->bwd_input_ms == NULL || c->bwd_weight_ms == NULL))
