@@ -298,6 +298,37 @@ static void test_deterministic(void **state)
     dyn_stage_costs_free(&c);
 }
 
+/* Static memory by hand: 1F1B S=2 M=3, states 100, stored 10, peak 1.
+ * Rank 0 runs F0 F1 B0 F2 B1 B2: at most two micro-batches held, so
+ * 100 + 10 + 10 + 1 = 121 while F1 (or B0, or F2) runs. Rank 1 alternates:
+ * 100 + 10 + 1 = 111. */
+static void test_static_memory_by_hand(void **state)
+{
+    (void)state;
+    dyn_stage_costs c;
+    tl_equal_costs(&c, 3, 2, 1, 2);
+    c.states_mb[0] = c.states_mb[1] = 100;
+    dyn_sched_options o;
+    dyn_sched_options_default(&o);
+    o.n_ranks = 2;
+    dyn_exec_plan p;
+    double peak[2];
+    build_ok(DYN_SCHED_1F1B, &c, &o, &p);
+    assert_int_equal(dyn_exec_plan_memory(&p, &c, peak, NULL), DYN_OK);
+    assert_true(fabs(peak[0] - 121) < 1e-9 && fabs(peak[1] - 111) < 1e-9);
+    dyn_exec_plan_free(&p);
+    /* a 115 MB limit leaves rank 0 one micro-batch in flight: F0 B0 F1 B1 ... */
+    o.memory_limit_mb = 115;
+    build_ok(DYN_SCHED_1F1B, &c, &o, &p);
+    char buf[256];
+    tl_order(&p, 0, buf, sizeof buf);
+    assert_string_equal(buf, "F0 B0 F1 B1 F2 B2");
+    assert_int_equal(dyn_exec_plan_memory(&p, &c, peak, NULL), DYN_OK);
+    assert_true(fabs(peak[0] - 111) < 1e-9);
+    dyn_exec_plan_free(&p);
+    dyn_stage_costs_free(&c);
+}
+
 /* Equal micro-batches, zero communication, worked by hand:
  *  - interleaved with v chunks of half the work each: the warm-up bubble
  *    shrinks by v, makespan M (f + b) + (S - 1)(f + b) / v = 24 + 4.5;
@@ -345,6 +376,7 @@ int main(void)
         cmocka_unit_test(test_bad_options_rejected),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_equal_microbatches_closed_forms),
+        cmocka_unit_test(test_static_memory_by_hand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
