@@ -248,6 +248,8 @@ dyn_status dyn_schedule_build(dyn_schedule kind, const dyn_stage_costs *costs,
 dyn_status dyn_exec_plan_memory(const dyn_exec_plan *plan, const dyn_stage_costs *costs,
                                 double *peak_mb, dyn_error *err)
 {
+    if (plan->ranks == NULL || plan->stage_rank == NULL)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "plan memory: empty plan");
     if (costs->n_microbatches != plan->n_microbatches || costs->n_stages != plan->n_stages)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                              "plan memory: costs are for %d micro-batches x %d stages, plan for "
