@@ -174,6 +174,17 @@ static void test_random_instances_validate(void **state)
                 dyn_exec_plan q;
                 build_ok(DYN_SCHED_WAIT_FREE_CYCLIC, &c, &o, &q);
                 double twf = tl_simulate(&q, &c, 0.05);
+                /* same lists, barriers removed */
+                for (int32_t r = 0; r < S; r++) {
+                    int32_t j = 0;
+                    for (int32_t i = 0; i < p.ranks[r].n_instrs; i++) {
+                        if (p.ranks[r].instrs[i].op == DYN_OP_BARRIER) continue;
+                        assert_true(j < q.ranks[r].n_instrs);
+                        assert_memory_equal(&p.ranks[r].instrs[i], &q.ranks[r].instrs[j], sizeof(dyn_instr));
+                        j++;
+                    }
+                    assert_int_equal(j, q.ranks[r].n_instrs);
+                }
                 if (!(twf <= t + 1e-9)) fail_msg("S=%d M=%d v=%d: wait-free %.4f > cyclic %.4f", S, M, vv, twf, t);
                 dyn_exec_plan_free(&q);
             }
