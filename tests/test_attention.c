@@ -258,7 +258,7 @@ static void fd_check(problem *p, float *x, const float *g, size_t n, int stride_
         x[i] = x0;
         double fd = (lp - lm) / (2.0 * eps);
         double err = fabs(fd - g[i]);
-        if (err > 2e-3 + 2e-2 * fabs(fd)) {
+        if (err > 5e-4 + 5e-3 * fabs(fd)) {
             fprintf(stderr, "fd mismatch at %zu: fd %.6f analytic %.6f\n", i, fd, g[i]);
             fail();
         }
