@@ -7,13 +7,13 @@
  * independently (rows, elements) or splits a column reduction over channel
  * ranges with each thread summing rows in order, so results do not depend on
  * the thread count. Matrix products are OpenBLAS sgemm. */
-#include <assert.h>
+#include "model/fastmath.h" /* defines: dyn_fast_expf, dyn_row_*; must come first */
+
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
-#include "model/fastmath.h" /* defines: dyn_fast_expf, dyn_fast_tanhf */
 #include "model/layers.h"   /* defines: the kernel contracts */
 
 /* The [c0, c1) slice of n channels owned by thread tid of nt. */

@@ -155,8 +155,8 @@ void dyn_lmhead_ce_backward(float *dx, float *dw, const float *x, const float *w
  * parallel regions it sets OpenBLAS to one thread (restored on return), so
  * tile sgemms do not oversubscribe the cores.
  * work: dyn_attention_work_floats(B, Tq, Tk, cfg) floats. */
-#define DYN_ATTN_BQ 64
-#define DYN_ATTN_BK 128
+#define DYN_ATTN_BQ 128
+#define DYN_ATTN_BK 256
 
 typedef struct dyn_attn_cfg {
     int32_t NH, HD;
