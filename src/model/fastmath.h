@@ -20,8 +20,11 @@
  * vectorised loop only when floating-point operations may be assumed not to
  * trap. Nothing in dynapipe reads the FP exception flags, so results are
  * unchanged; this applies to the functions of each file that includes this
- * header (layers.c, attention.c), which include it first. */
+ * header (layers.c, attention.c), which include it first. GCC only: clang
+ * does not know the pragma. */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math")
+#endif
 
 static inline float dyn_fast_expf(float x)
 {
