@@ -151,8 +151,10 @@ void dyn_lmhead_ce_backward(float *dx, float *dw, const float *x, const float *w
  * (causal upper triangle, pad, other segments) are never visited. Parallel
  * over (segment, head) pairs (and query tiles in the forward) with static
  * schedules; the bias gradient is reduced in fixed order, so results are
- * bit-identical for the same inputs whatever the thread count.
- * work: dyn_attention_work_floats(B, Tq, cfg) floats. */
+ * bit-identical for the same inputs whatever the thread count. Inside its
+ * parallel regions it sets OpenBLAS to one thread (restored on return), so
+ * tile sgemms do not oversubscribe the cores.
+ * work: dyn_attention_work_floats(B, Tq, Tk, cfg) floats. */
 #define DYN_ATTN_BQ 64
 #define DYN_ATTN_BK 128
 
@@ -172,9 +174,9 @@ typedef struct dyn_attn_cfg {
  * logarithmic up to max_distance, clamped to the last bucket. */
 int dyn_t5_bucket(int rel, int bidirectional, int num_buckets, int max_distance);
 
-/* Workspace floats for forward and backward with q layouts of up to B rows
- * × Tq positions (covers any layout of that size). */
-size_t dyn_attention_work_floats(int B, int Tq, const dyn_attn_cfg *cfg);
+/* Workspace floats for forward and backward with a q layout of B rows × Tq
+ * positions and a k layout of B rows × Tk positions (covers any segments). */
+size_t dyn_attention_work_floats(int B, int Tq, int Tk, const dyn_attn_cfg *cfg);
 
 /* rel_bias (NH, num_buckets) or NULL. */
 void dyn_attention_forward(float *out, float *lse, const float *q, int ldq, const float *k,
