@@ -97,10 +97,11 @@ size_t gpt_carve(const dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb
     for (int l = first > 1 ? first : 1; l <= (last < L - 1 ? last : L - 1); l++) a->hid[l] = model_take(&b, N * C);
     size_t blk = dyn_gpt_block_act_floats(m->dims, B, T);
     float *shared = NULL;
+    int have_shared = 0; /* recompute: all blocks share one region */
     for (int l = first; l < last; l++) {
         if (l < 1 || l > n) continue;
-        float *r = recompute && shared ? shared : model_take(&b, blk);
-        if (recompute) shared = r;
+        float *r = recompute && have_shared ? shared : model_take(&b, blk);
+        if (recompute) shared = r, have_shared = 1;
         if (base) dyn_gpt_block_acts_layout(&a->blk[l].gpt, r, m->dims, B, T);
     }
     if (last == L) {

@@ -163,14 +163,15 @@ size_t t5_carve(const dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb,
     a->enc_rstd = first <= E && E < last ? model_take(&b, N) : NULL;
     size_t eblk = dyn_t5_enc_act_floats(m->dims, B, T), dblk = dyn_t5_dec_act_floats(m->dims, B, Td, T);
     float *eshared = NULL, *dshared = NULL;
+    int have_e = 0, have_d = 0; /* recompute: one region per stack, shared */
     for (int l = first; l < last; l++) {
         if (l >= 1 && l <= ne) {
-            float *r = recompute && eshared ? eshared : model_take(&b, eblk);
-            if (recompute) eshared = r;
+            float *r = recompute && have_e ? eshared : model_take(&b, eblk);
+            if (recompute) eshared = r, have_e = 1;
             if (base) dyn_t5_enc_acts_layout(&a->blk[l].enc, r, m->dims, B, T);
         } else if (l > D && l < H) {
-            float *r = recompute && dshared ? dshared : model_take(&b, dblk);
-            if (recompute) dshared = r;
+            float *r = recompute && have_d ? dshared : model_take(&b, dblk);
+            if (recompute) dshared = r, have_d = 1;
             if (base) dyn_t5_dec_acts_layout(&a->blk[l].dec, r, m->dims, B, Td, T);
         }
     }
