@@ -251,7 +251,7 @@ dyn_status t5_backward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb
     /* Split the incoming boundary gradient; denc accumulates the encoder
      * output's gradient over every decoder block of the range. */
     if (last <= E) {
-        if (last < H + 1) memcpy(cur, dout, eb);
+        memcpy(cur, dout, eb);
     } else if (last <= H) {
         memcpy(a->denc, dout, eb);
         if (last > D) memcpy(cur, dout + (size_t)N * C, db);
