@@ -280,6 +280,14 @@ static void run_recompute(dyn_model_kind kind)
     double l1 = loss_and_grad(m, b, mb, 0.01f, 1, NULL);
     assert_true(l0 == l1);
     assert_memory_equal(g0, dyn_model_grads(m), np * sizeof(float));
+    /* The arena grows for a bigger micro-batch and is reused (not shrunk)
+     * for a smaller one. */
+    size_t cap = dyn_model_acts_capacity_bytes(a);
+    dyn_microbatch *small = dyn_microbatch_create_padded(kind, s, 1, &err);
+    loss_only(m, a, small);
+    assert_int_equal(dyn_model_acts_capacity_bytes(a), cap);
+    dyn_microbatch_free(small);
+    loss_only(m, a, mb); /* restore its stored-bytes figure for mb */
     size_t keep = dyn_model_acts_stored_bytes(a), rec = dyn_model_acts_stored_bytes(b);
     printf("    %s 4 blocks: stored activations %zu bytes, with recompute %zu bytes (%.0f%%)\n",
            kind == DYN_MODEL_GPT ? "GPT" : "T5", keep, rec, 100.0 * (double)rec / (double)keep);

@@ -36,13 +36,13 @@ static int toy_steps(void)
 }
 
 /* Train for `steps` steps; losses[step] = mean target-token loss. */
-static void train(dyn_model_kind kind, uint64_t seed, int steps, double *losses)
+static void train_threads(dyn_model_kind kind, uint64_t seed, int steps, double *losses, int threads)
 {
     dyn_error err;
     dyn_model_config c = dyn_model_config_tiny(kind, 2, 48, 4, 16);
     dyn_model *m = dyn_model_create(&c, seed, &err);
     assert_non_null(m);
-    dyn_model_set_threads(m, 1);
+    dyn_model_set_threads(m, threads);
     dyn_model_acts *acts[2] = {dyn_model_acts_create(&err), dyn_model_acts_create(&err)};
     dyn_rng data;
     dyn_rng_seed(&data, seed + 1000);
@@ -76,6 +76,11 @@ static void train(dyn_model_kind kind, uint64_t seed, int steps, double *losses)
     dyn_model_acts_free(acts[0]);
     dyn_model_acts_free(acts[1]);
     dyn_model_free(m);
+}
+
+static void train(dyn_model_kind kind, uint64_t seed, int steps, double *losses)
+{
+    train_threads(kind, seed, steps, losses, 1);
 }
 
 static void run_toy(dyn_model_kind kind, const char *name)
@@ -116,6 +121,11 @@ static void test_same_seed_same_losses(void **state)
         train((dyn_model_kind)kind, 6, 12, c);
         assert_memory_equal(a, b, sizeof a); /* bit for bit */
         assert_memory_not_equal(a, c, sizeof a);
+        /* with a fixed count of 2 threads too (few steps: on a loaded
+         * 2-core machine two threads are slow at these tiny shapes) */
+        train_threads((dyn_model_kind)kind, 5, 4, b, 2);
+        train_threads((dyn_model_kind)kind, 5, 4, c, 2);
+        assert_memory_equal(b, c, 4 * sizeof b[0]);
     }
 }
 

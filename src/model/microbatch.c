@@ -121,6 +121,10 @@ dyn_microbatch *dyn_microbatch_create_packed(dyn_model_kind kind, const dyn_toke
                                              int docmask, dyn_error *err)
 {
     if (check_samples(s, n, err) != DYN_OK) return NULL;
+    if (row_counts == NULL || B < 1) {
+        dyn_error_set(err, DYN_ERR_INVALID_ARG, "packed micro-batch needs row counts for B >= 1 rows (B = %d)", B);
+        return NULL;
+    }
     int64_t total = 0;
     for (int32_t b = 0; b < B; b++) {
         if (row_counts[b] < 0) {

@@ -69,8 +69,10 @@
 
 /* A small model for tests and the toy task: kind GPT or T5, n_layers blocks
  * (T5: n_layers encoder and n_layers decoder blocks), hidden C, heads NH
- * (head_dim C/NH), ffn 4C (GPT) or 2C (T5 v1.1 style gated FFN is smaller),
- * vocabulary DYN_VOCAB_BYTES, max_seqlen positions. */
+ * (head_dim C/NH), ffn 4C (GPT, as GPT-2) or 2C (T5: the gated FFN has two
+ * input matrices, so 2C keeps its size near GPT's), vocabulary
+ * DYN_VOCAB_BYTES, max_seqlen positions. Larger shapes: the presets of
+ * dynapipe/model_config.h. */
 dyn_model_config dyn_model_config_tiny(dyn_model_kind kind, int32_t n_layers, int32_t hidden,
                                        int32_t heads, int32_t max_seqlen);
 
