@@ -10,8 +10,8 @@
  * Threshold: the mean target-token loss over the last 10 steps must fall
  * below TOY_LOSS_THRESHOLD nats (chance over the alphabet is ln 8 = 2.08;
  * the untrained models start at ~5.6 (GPT) and ~19 (T5, HF init with N(0,1)
- * embeddings)). DYN_TOY_STEPS overrides the step count (the ASan build runs
- * the same count; the models are tiny). */
+ * embeddings)). DYN_TOY_STEPS overrides the step count. Under the
+ * sanitizers: 150 steps and a 1.5-nat threshold (see below). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,12 +27,21 @@
 
 #define TOY_BATCH 16
 #define TOY_MAX_LEN 5
+#if defined(__SANITIZE_ADDRESS__)
+/* Sanitizer builds are unoptimised and ~10x slower: they check memory
+ * safety over a shorter run, and only that the models learn (well below
+ * chance, ln 8 = 2.08 nats), not that they finish learning. */
+#define TOY_STEPS 150
+#define TOY_LOSS_THRESHOLD 1.5
+#else
+#define TOY_STEPS 400
 #define TOY_LOSS_THRESHOLD 0.15
+#endif
 
 static int toy_steps(void)
 {
     const char *e = getenv("DYN_TOY_STEPS");
-    return e && atoi(e) > 0 ? atoi(e) : 400;
+    return e && atoi(e) > 0 ? atoi(e) : TOY_STEPS;
 }
 
 /* Train for `steps` steps; losses[step] = mean target-token loss. */
@@ -115,17 +124,19 @@ static void test_same_seed_same_losses(void **state)
 {
     (void)state;
     for (int kind = 0; kind < 2; kind++) {
-        double a[12], b[12], c[12];
-        train((dyn_model_kind)kind, 5, 12, a);
-        train((dyn_model_kind)kind, 5, 12, b);
-        train((dyn_model_kind)kind, 6, 12, c);
+        double a[8], b[8], c[8];
+        train((dyn_model_kind)kind, 5, 8, a);
+        train((dyn_model_kind)kind, 5, 8, b);
+        train((dyn_model_kind)kind, 6, 8, c);
         assert_memory_equal(a, b, sizeof a); /* bit for bit */
         assert_memory_not_equal(a, c, sizeof a);
         /* with a fixed count of 2 threads too (few steps: on a loaded
          * 2-core machine two threads are slow at these tiny shapes) */
-        train_threads((dyn_model_kind)kind, 5, 4, b, 2);
-        train_threads((dyn_model_kind)kind, 5, 4, c, 2);
-        assert_memory_equal(b, c, 4 * sizeof b[0]);
+        double t0 = dyn_time_ms();
+        train_threads((dyn_model_kind)kind, 5, 3, b, 2);
+        train_threads((dyn_model_kind)kind, 5, 3, c, 2);
+        assert_memory_equal(b, c, 3 * sizeof b[0]);
+        printf("    2-thread runs: %.1f s\n", (dyn_time_ms() - t0) / 1e3);
     }
 }
 
