@@ -445,6 +445,41 @@ static void test_same_seed_same_parameters(void **state)
     }
 }
 
+/* With zero gradients the Adam term is 0, so one step only applies the
+ * decoupled decay: matrices shrink by (1 - lr*wd), biases and norm gains do
+ * not move. */
+static void test_adamw_decays_matrices_only(void **state)
+{
+    (void)state;
+    for (int kind = 0; kind < 2; kind++) {
+        dyn_model_config c = dyn_model_config_tiny((dyn_model_kind)kind, 1, 16, 2, 16);
+        dyn_model *m = dyn_model_create(&c, 4, NULL);
+        size_t np = dyn_model_num_params(m);
+        float *before = malloc(np * sizeof(float));
+        memcpy(before, dyn_model_params(m), np * sizeof(float));
+        dyn_model_zero_grad(m);
+        dyn_adamw_config ac = {0.9f, 0.999f, 1e-8f, 0.1f};
+        assert_float_equal(dyn_model_adamw_step(m, 0.5f, &ac, 1.0), 0.0, 0);
+        assert_int_equal(dyn_model_step_count(m), 1);
+        int decayed = 0, kept = 0;
+        for (int ti = 0; ti < dyn_model_num_tensors(m); ti++) {
+            const dyn_param_tensor *t = dyn_model_tensor(m, ti);
+            int matrix = t->ndim == 2;
+            assert_int_equal(t->decay, matrix);
+            for (size_t k = 0; k < t->numel; k++) {
+                float b = before[t->offset + k], a = dyn_model_params(m)[t->offset + k];
+                if (matrix) assert_float_equal(a, b * (1.0f - 0.5f * 0.1f), 1e-7);
+                else assert_true(a == b);
+            }
+            decayed += matrix;
+            kept += !matrix;
+        }
+        assert_true(decayed > 0 && kept > 0);
+        free(before);
+        dyn_model_free(m);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -459,6 +494,7 @@ int main(void)
         cmocka_unit_test(test_stages_equal_whole_model),
         cmocka_unit_test(test_bad_input_is_refused),
         cmocka_unit_test(test_same_seed_same_parameters),
+        cmocka_unit_test(test_adamw_decays_matrices_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

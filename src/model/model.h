@@ -147,14 +147,16 @@ typedef struct dyn_param_tensor {
  *          N(0, 1); q N(0, (C*HD)^-1/2); k, v N(0, C^-1/2); o N(0, (NH*HD)^-1/2);
  *          wi_0, wi_1 N(0, C^-1/2); wo N(0, F^-1/2); relative bias tables
  *          N(0, C^-1/2); RMSNorm gains 1.
- * Gradients and moments start at 0, the step counter at 0. Threads: 1
- * (dyn_model_set_threads). */
+ * Gradients and moments start at 0, the step counter at 0. The kernels use
+ * 1 OpenMP thread until dyn_model_set_threads; creation does not touch the
+ * process-wide OpenMP / OpenBLAS settings. */
 dyn_model *dyn_model_create(const dyn_model_config *cfg, uint64_t seed, dyn_error *err);
 void dyn_model_free(dyn_model *m);
 
 const dyn_model_config *dyn_model_cfg(const dyn_model *m);
-/* Threads for the kernels (OpenMP and OpenBLAS); results are bit-identical
- * for a fixed count. */
+/* Threads for the kernels: sets the blocks' thread count and the
+ * process-wide OpenMP and OpenBLAS counts. Results are bit-identical for a
+ * fixed count. */
 void dyn_model_set_threads(dyn_model *m, int nthreads);
 
 /* Flat buffers: n floats each (parameters, gradients, AdamW m and v). */
