@@ -222,6 +222,54 @@ static void test_fast_matches_ref_cross(void **state)
     problem_free(&p);
 }
 
+/* Random layouts of every kind, random causal/bias/cross, against the
+ * reference: lengths straddle tile sizes at random. */
+static void test_fast_matches_ref_random_layouts(void **state)
+{
+    (void)state;
+    dyn_rng rng;
+    dyn_rng_seed(&rng, 2024);
+    for (int trial = 0; trial < 8; trial++) {
+        int B = 1 + (int)dyn_rng_below(&rng, 3), T = 40 + (int)dyn_rng_below(&rng, 300);
+        int kind = (int)dyn_rng_below(&rng, 3), cross = trial % 4 == 3;
+        int32_t lens[64], counts[3], elens[64];
+        int n = 0;
+        for (int b = 0; b < B; b++) {
+            int used = 0, cnt = 0;
+            int want = kind == DYN_LAYOUT_PADDED ? 1 : 1 + (int)dyn_rng_below(&rng, 4);
+            while (cnt < want && used < T) {
+                int len = 1 + (int)dyn_rng_below(&rng, (uint64_t)(T - used));
+                lens[n] = len;
+                elens[n] = 1 + (int)dyn_rng_below(&rng, 150);
+                n++;
+                cnt++;
+                used += len;
+            }
+            counts[b] = cnt;
+        }
+        dyn_layout *ql, *kl = NULL;
+        if (kind == DYN_LAYOUT_PADDED) {
+            ql = padded(lens, B, T);
+            if (cross) kl = padded(elens, B, 150);
+        } else {
+            ql = packed(lens, counts, B, T, kind == DYN_LAYOUT_PACKED_DOCMASK);
+            if (cross) {
+                /* Cross pairs segments by index: give the encoder one
+                 * segment per query segment. */
+                int32_t ecounts[3] = {0, 0, 0};
+                ecounts[0] = ql->n_seg;
+                kl = packed(elens, ecounts, B, 150 * ql->n_seg, 1);
+            }
+        }
+        int causal = cross ? 0 : (int)dyn_rng_below(&rng, 2);
+        int bias = cross ? 0 : (int)dyn_rng_below(&rng, 2);
+        problem p;
+        problem_init(&p, ql, kl, 2, 8, causal, bias, !causal, 1 + trial % 2, 100 + (uint64_t)trial);
+        check_fast_vs_ref(&p);
+        problem_free(&p);
+    }
+}
+
 static void test_fast_matches_ref_long(void **state)
 {
     (void)state;
@@ -376,6 +424,7 @@ int main(void)
         cmocka_unit_test(test_fast_matches_ref_nomask),
         cmocka_unit_test(test_fast_matches_ref_cross),
         cmocka_unit_test(test_fast_matches_ref_long),
+        cmocka_unit_test(test_fast_matches_ref_random_layouts),
         cmocka_unit_test(test_ref_backward_matches_finite_differences),
         cmocka_unit_test(test_deterministic_across_runs_and_threads),
     };

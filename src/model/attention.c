@@ -27,12 +27,13 @@
  * Relative bias lookups: T5's bucket depends only on the distance c - a, so
  * each call first tabulates bias[h][c - a] for every distance in range;
  * the inner loops then read a contiguous run of that table per row. */
+#include "model/fastmath.h" /* defines: dyn_fast_expf, dyn_row_*; must come first */
+
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
-#include "model/fastmath.h" /* defines: dyn_fast_expf */
 #include "model/layers.h"   /* defines: dyn_attn_cfg, attention contracts */
 
 #define BQ DYN_ATTN_BQ
@@ -171,13 +172,9 @@ static void forward_item(float *out, float *lse, const float *q, int ldq, const 
         for (int i = 0; i < nq; i++) {
             float *s = S + (size_t)i * BK;
             int nv = visible_cols(cfg->causal, a0 + i, c0, nk);
-            float mx = m[i];
-            for (int c = 0; c < nv; c++) mx = s[c] > mx ? s[c] : mx;
-            float sum = 0.0f;
-            for (int c = 0; c < nv; c++) {
-                s[c] = dyn_fast_expf(s[c] - mx);
-                sum += s[c];
-            }
+            float mx = dyn_row_max(s, nv, m[i]);
+            dyn_row_exp_sub(s, nv, mx);
+            float sum = dyn_row_sum(s, nv);
             for (int c = nv; c < nk; c++) s[c] = 0.0f;
             if (mx != m[i]) {
                 /* The running max grew: rescale what is accumulated so far. */
@@ -279,9 +276,7 @@ static void backward_item(float *dq, float *dk, float *dv, const float *dout, co
     for (int a = 0; a < Lq; a++) {
         const float *o = out + (qrow + a) * ldo + (size_t)h * HD;
         const float *g = dout + (qrow + a) * ldo + (size_t)h * HD;
-        float d = 0.0f;
-        for (int x = 0; x < HD; x++) d += o[x] * g[x];
-        D[a] = d;
+        D[a] = dyn_row_dot(o, g, HD);
     }
     if (btab) memset(relacc, 0, (size_t)(Tq + Tk) * sizeof(float));
     for (int c0 = 0; c0 < Lk; c0 += BK) {
@@ -303,12 +298,9 @@ static void backward_item(float *dq, float *dk, float *dv, const float *dout, co
             for (int i = 0; i < nq; i++) {
                 float *s = S + (size_t)i * BK, *dp = dP + (size_t)i * BK;
                 int nv = visible_cols(cfg->causal, a0 + i, c0, nk);
-                float li = L[a0 + i], di = D[a0 + i];
-                for (int c = 0; c < nv; c++) {
-                    float p = dyn_fast_expf(s[c] - li);
-                    s[c] = p;
-                    dp[c] = p * (dp[c] - di);
-                }
+                float di = D[a0 + i];
+                dyn_row_exp_sub(s, nv, L[a0 + i]);
+                for (int c = 0; c < nv; c++) dp[c] = s[c] * (dp[c] - di);
                 for (int c = nv; c < nk; c++) {
                     s[c] = 0.0f;
                     dp[c] = 0.0f;

@@ -16,6 +16,13 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The clamps in dyn_fast_expf are selects; GCC if-converts them inside a
+ * vectorised loop only when floating-point operations may be assumed not to
+ * trap. Nothing in dynapipe reads the FP exception flags, so results are
+ * unchanged; this applies to the functions of each file that includes this
+ * header (layers.c, attention.c), which include it first. */
+#pragma GCC optimize("no-trapping-math")
+
 static inline float dyn_fast_expf(float x)
 {
     x = x < -87.0f ? -87.0f : x;
@@ -41,6 +48,57 @@ static inline float dyn_fast_expf(float x)
 static inline float dyn_fast_tanhf(float u)
 {
     return 1.0f - 2.0f / (1.0f + dyn_fast_expf(2.0f * u));
+}
+
+/* Reductions over a row in 8 fixed lanes, combined in a fixed order: GCC
+ * vectorises them without -ffast-math (no reassociation is needed) and the
+ * result does not depend on alignment or threads. */
+#define DYN_LANES 8
+
+static inline float dyn_row_max(const float *x, int n, float init)
+{
+    float acc[DYN_LANES];
+    for (int j = 0; j < DYN_LANES; j++) acc[j] = init;
+    int c = 0;
+    for (; c + DYN_LANES <= n; c += DYN_LANES) {
+#pragma omp simd
+        for (int j = 0; j < DYN_LANES; j++) acc[j] = x[c + j] > acc[j] ? x[c + j] : acc[j];
+    }
+    float m = init;
+    for (int j = 0; j < DYN_LANES; j++) m = acc[j] > m ? acc[j] : m;
+    for (; c < n; c++) m = x[c] > m ? x[c] : m;
+    return m;
+}
+
+static inline float dyn_row_sum(const float *x, int n)
+{
+    float acc[DYN_LANES] = {0};
+    int c = 0;
+    for (; c + DYN_LANES <= n; c += DYN_LANES)
+        for (int j = 0; j < DYN_LANES; j++) acc[j] += x[c + j];
+    float s = 0.0f;
+    for (int j = 0; j < DYN_LANES; j++) s += acc[j];
+    for (; c < n; c++) s += x[c];
+    return s;
+}
+
+static inline float dyn_row_dot(const float *x, const float *y, int n)
+{
+    float acc[DYN_LANES] = {0};
+    int c = 0;
+    for (; c + DYN_LANES <= n; c += DYN_LANES)
+        for (int j = 0; j < DYN_LANES; j++) acc[j] += x[c + j] * y[c + j];
+    float s = 0.0f;
+    for (int j = 0; j < DYN_LANES; j++) s += acc[j];
+    for (; c < n; c++) s += x[c] * y[c];
+    return s;
+}
+
+/* x[c] = exp(x[c] - m) for c < n. */
+static inline void dyn_row_exp_sub(float *x, int n, float m)
+{
+#pragma omp simd
+    for (int c = 0; c < n; c++) x[c] = dyn_fast_expf(x[c] - m);
 }
 
 #endif

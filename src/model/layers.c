@@ -7,13 +7,14 @@
  * independently (rows, elements) or splits a column reduction over channel
  * ranges with each thread summing rows in order, so results do not depend on
  * the thread count. Matrix products are OpenBLAS sgemm. */
+#include "model/fastmath.h" /* defines: dyn_fast_expf, dyn_row_*; must come first */
+
 #include <assert.h>
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
-#include "model/fastmath.h" /* defines: dyn_fast_expf, dyn_fast_tanhf */
 #include "model/layers.h"   /* defines: the kernel contracts */
 
 /* The [c0, c1) slice of n channels owned by thread tid of nt. */
@@ -255,6 +256,7 @@ void dyn_embed_pos_forward(float *out, const int32_t *tokens, const int32_t *pos
 {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
+        assert(tokens[n] >= 0 && pos[n] >= 0);
         const float *te = wte + (size_t)tokens[n] * C;
         const float *pe = wpe + (size_t)pos[n] * C;
         float *o = out + (size_t)n * C;
@@ -286,8 +288,10 @@ void dyn_embed_pos_backward(float *dwte, float *dwpe, const float *dout, const i
 void dyn_embed_forward(float *out, const int32_t *tokens, const float *wte, int N, int C)
 {
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++)
+    for (int n = 0; n < N; n++) {
+        assert(tokens[n] >= 0);
         memcpy(out + (size_t)n * C, wte + (size_t)tokens[n] * C, (size_t)C * sizeof(float));
+    }
 }
 
 void dyn_embed_backward(float *dwte, const float *dout, const int32_t *tokens, int N, int C)

@@ -67,8 +67,8 @@ void dyn_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float
  * out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). out may alias
  * inp. */
 void dyn_gelu_forward(float *out, const float *inp, size_t n);
-/* dinp (n) += gelu'(inp) * dout. dinp may alias dout (then it is
- * overwritten with gelu'(inp) * dout instead: use dyn_gelu_backward_inplace). */
+/* dinp (n) += gelu'(inp) * dout. dinp must not alias dout; to turn dout
+ * into the input gradient in place use dyn_gelu_backward_inplace. */
 void dyn_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 /* d (n) = gelu'(inp) * d, overwritten in place. */
 void dyn_gelu_backward_inplace(float *d, const float *inp, size_t n);
@@ -91,7 +91,7 @@ void dyn_residual_backward(float *da, float *db, const float *dout, size_t n);
 /* ---- embeddings ------------------------------------------------------------
  * GPT-2: out (N,C) = wte[tokens[i]] + wpe[pos[i]]; tokens (N) in [0,V),
  * pos (N) in [0,P) (from dyn_layout_positions), wte (V,C), wpe (P,C).
- * Out of range ids are the caller's bug (asserted in debug builds). */
+ * Ids must be in range (negative ids are asserted in debug builds). */
 void dyn_embed_pos_forward(float *out, const int32_t *tokens, const int32_t *pos,
                            const float *wte, const float *wpe, int N, int C);
 /* dwte (V,C) += and dwpe (P,C) += scattered rows of dout (N,C); dwpe may be
@@ -155,8 +155,8 @@ void dyn_lmhead_ce_backward(float *dx, float *dw, const float *x, const float *w
  * parallel regions it sets OpenBLAS to one thread (restored on return), so
  * tile sgemms do not oversubscribe the cores.
  * work: dyn_attention_work_floats(B, Tq, Tk, cfg) floats. */
-#define DYN_ATTN_BQ 64
-#define DYN_ATTN_BK 128
+#define DYN_ATTN_BQ 128
+#define DYN_ATTN_BK 256
 
 typedef struct dyn_attn_cfg {
     int32_t NH, HD;
