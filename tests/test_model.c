@@ -378,6 +378,27 @@ static void test_stages_equal_whole_model(void **state)
     run_stages(DYN_MODEL_GPT, g2, 3);
     /* T5 (2+2 blocks): L = 8: emb | enc | enc | enc-norm | dec-emb | dec | dec | head */
     const int t1[] = {0, 1, 2, 3, 4, 5, 6, 7, 8}, t2[] = {0, 3, 5, 8}, t3[] = {0, 4, 8};
+    /* Layer parameter slices tile the flat buffer in layer order. */
+    for (int kind = 0; kind < 2; kind++) {
+        dyn_model_config c = dyn_model_config_tiny((dyn_model_kind)kind, 2, 16, 2, 32);
+        dyn_model *m = dyn_model_create(&c, 1, NULL);
+        size_t next = 0, off, cnt;
+        for (int l = 0; l < dyn_model_num_layers(m); l++) {
+            dyn_model_layer_params(m, l, l + 1, &off, &cnt);
+            assert_int_equal(off, next);
+            next = off + cnt;
+            int is_dec_embed = kind == 1 && l == 4; /* T5's decoder embedding owns nothing */
+            assert_int_equal(cnt == 0, is_dec_embed);
+        }
+        assert_int_equal(next, dyn_model_num_params(m));
+        dyn_model_layer_params(m, 1, 3, &off, &cnt);
+        size_t o1, c1, o2, c2;
+        dyn_model_layer_params(m, 1, 2, &o1, &c1);
+        dyn_model_layer_params(m, 2, 3, &o2, &c2);
+        assert_int_equal(off, o1);
+        assert_int_equal(cnt, c1 + c2);
+        dyn_model_free(m);
+    }
     run_stages(DYN_MODEL_T5, t1, 9);
     run_stages(DYN_MODEL_T5, t2, 4);
     run_stages(DYN_MODEL_T5, t3, 3);

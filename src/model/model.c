@@ -178,6 +178,28 @@ int64_t dyn_model_step_count(const dyn_model *m) { return m->step; }
 void dyn_model_set_step_count(dyn_model *m, int64_t step) { m->step = step; }
 int dyn_model_num_layers(const dyn_model *m) { return m->L; }
 
+void dyn_model_layer_params(const dyn_model *m, int first, int last, size_t *offset, size_t *count)
+{
+    size_t lo = m->n_params, hi = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dyn_param_tensor *t = &m->tensors[i];
+        if (t->layer < first || t->layer >= last) continue;
+        if (t->offset < lo) lo = t->offset;
+        if (t->offset + t->numel > hi) hi = t->offset + t->numel;
+    }
+    if (hi == 0) { /* no parameters in the range: an empty slice where it would start */
+        lo = m->n_params;
+        for (int i = 0; i < m->n_tensors; i++)
+            if (m->tensors[i].layer >= first) {
+                lo = m->tensors[i].offset;
+                break;
+            }
+        hi = lo;
+    }
+    *offset = lo;
+    *count = hi - lo;
+}
+
 size_t dyn_model_boundary_floats(const dyn_model *m, int l, const dyn_microbatch *mb)
 {
     if (l <= 0 || l >= m->L) return 0;

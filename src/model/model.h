@@ -178,6 +178,12 @@ void dyn_model_set_step_count(dyn_model *m, int64_t step);
 
 /* Layer list (see the top of this file). */
 int dyn_model_num_layers(const dyn_model *m);
+/* The parameters owned by layers [first, last): one contiguous slice
+ * [*offset, *offset + *count) of the flat buffers (tensors are stored in
+ * layer order), e.g. what a pipeline stage updates and all-reduces. Shared
+ * tensors count for their owner only (see the top of this file). */
+void dyn_model_layer_params(const dyn_model *m, int first, int last, size_t *offset, size_t *count);
+
 /* Floats of the boundary activation entering layer l (0 <= l <= L) for the
  * shape of mb. 0 for l = 0 and l = L. */
 size_t dyn_model_boundary_floats(const dyn_model *m, int l, const dyn_microbatch *mb);
