@@ -148,13 +148,13 @@ static void scores_tile(float *S, const float *Q, int ldq, const float *K, int l
 /* One forward item: query tile [a0, a0+nq) of segment pair s, head h. */
 static void forward_item(float *out, float *lse, const float *q, int ldq, const float *k, int ldk,
                          const float *v, int ldv, const dyn_segment *qs, const dyn_segment *ks,
-                         int h, int a0, int nq, const dyn_layout *ql, const dyn_attn_cfg *cfg,
-                         const attn_work *w, float *tw)
+                         int h, int a0, int nq, const dyn_layout *ql, const dyn_layout *kl,
+                         const dyn_attn_cfg *cfg, const attn_work *w, float *tw)
 {
     const int HD = cfg->HD, ldo = cfg->NH * cfg->HD, Tq = ql->T;
     float *S = tw, *m = tw + 2 * (size_t)BQ * BK, *l = m + BQ;
     size_t qrow = (size_t)qs->row * Tq + qs->start + a0;
-    size_t krow = (size_t)ks->row * (size_t)(w->rel_len - Tq) + ks->start;
+    size_t krow = (size_t)ks->row * kl->T + ks->start;
     const float *Q = q + qrow * ldq + (size_t)h * HD;
     float *O = out + qrow * ldo + (size_t)h * HD;
     const float *btab = w->bias_tab ? w->bias_tab + (size_t)h * w->rel_len : NULL;
@@ -250,7 +250,7 @@ void dyn_attention_forward(float *out, float *lse, const float *q, int ldq, cons
             int h = (int)(rem / ntile), tile = (int)(rem % ntile);
             int a0 = tile * BQ, nq = ql->segs[s].len - a0 < BQ ? ql->segs[s].len - a0 : BQ;
             forward_item(out, lse, q, ldq, k, ldk, v, ldv, &ql->segs[s], &kl->segs[s], h, a0, nq,
-                         ql, cfg, &w, tw);
+                         ql, kl, cfg, &w, tw);
         }
     }
     blas_threads_end(nt, prev);
