@@ -81,6 +81,13 @@ dyn_status sched_emit_timed(const sched_orders *o, const dyn_stage_costs *c,
                             const dyn_mb_shape *shapes, const dyn_sched_options *opt,
                             dyn_schedule kind, dyn_exec_plan *plan, dyn_error *err);
 
+/* The 1F1B order (memory throttling and in-flight cap included, see
+ * sched_1f1b.c) into o (initialised here; freed here on failure). split: each
+ * BACKWARD becomes BACKWARD_INPUT then BACKWARD_WEIGHT of the same
+ * micro-batch, back to back. who names the schedule in error messages. */
+dyn_status sched_order_1f1b(const dyn_stage_costs *c, const dyn_sched_options *opt, int split,
+                            const char *who, sched_orders *o, dyn_error *err);
+
 /* Generators (one file each). */
 dyn_status sched_build_1f1b(const dyn_stage_costs *c, const dyn_mb_shape *shapes,
                             const dyn_sched_options *opt, dyn_exec_plan *out, dyn_error *err);
