@@ -10,7 +10,8 @@
  * schedule) and writes the instructions: a receive is posted on the consumer
  * at the moment, in that global order, its sender starts the send; the
  * receive finishes just before the consumer; a send finishes lazily, before
- * the sender's second compute unit after the producer. Every FINISH thus comes
+ * the sender's second compute unit after the producer (and, in the timed
+ * order, not before the receive was posted). Every FINISH thus comes
  * after its matching START in one global order of all instructions, which is
  * a deadlock-free execution; dyn_exec_plan_validate checks it independently.
  */
