@@ -341,19 +341,36 @@ void sched_emitter_finish(sched_emitter *e)
 
 /* ---- timed global order -------------------------------------------------- */
 
+/* When rank r's next unit can start in the timed order: INFINITY if it has
+ * none left or its input does not exist yet. */
+static double next_start(const sched_orders *o, int32_t r, const int32_t *pos, const double *fdone,
+                         const double *bdone, const double *free_at, int32_t ns)
+{
+    if (pos[r] >= o->n[r]) return INFINITY;
+    const sched_unit *u = &o->u[r][pos[r]];
+    size_t k = (size_t)u->mb * ns + u->stage;
+    double dep;
+    if (u->kind == UNIT_F) dep = u->stage == 0 ? 0 : fdone[k - 1];
+    else if (u->kind == UNIT_BW) dep = bdone[k];
+    else dep = u->stage == ns - 1 ? fdone[k] : bdone[k + 1];
+    if (dep < 0) return INFINITY;
+    return dep > free_at[r] ? dep : free_at[r];
+}
+
 dyn_status sched_emit_timed(const sched_orders *o, const dyn_stage_costs *c,
                             const dyn_mb_shape *shapes, const dyn_sched_options *opt,
                             dyn_schedule kind, dyn_exec_plan *plan, dyn_error *err)
 {
-    int32_t S = o->n_ranks, ns = o->n_stages, M = o->n_mb, last = ns - 1;
+    int32_t S = o->n_ranks, ns = o->n_stages, M = o->n_mb;
     sched_emitter *e = NULL;
     dyn_status st = sched_emitter_create(&e, plan, kind, o, c, shapes, opt, 0, err);
     if (st != DYN_OK) return st;
     double *fdone = dyn_calloc((size_t)M * ns, sizeof(double), "timed order", err);
     double *bdone = dyn_calloc((size_t)M * ns, sizeof(double), "timed order", err);
     double *free_at = dyn_calloc((size_t)S, sizeof(double), "timed order", err);
+    double *start = dyn_calloc((size_t)S, sizeof(double), "timed order", err);
     int32_t *pos = dyn_calloc((size_t)S, sizeof(int32_t), "timed order", err);
-    if (!fdone || !bdone || !free_at || !pos) {
+    if (!fdone || !bdone || !free_at || !start || !pos) {
         st = DYN_ERR_NOMEM;
         goto out;
     }
@@ -361,22 +378,15 @@ dyn_status sched_emit_timed(const sched_orders *o, const dyn_stage_costs *c,
     e->clock = free_at;
     int64_t total = 0;
     for (int32_t r = 0; r < S; r++) total += o->n[r];
+    for (int32_t r = 0; r < S; r++) start[r] = next_start(o, r, pos, fdone, bdone, free_at, ns);
     for (int64_t step = 0; step < total; step++) {
+        /* earliest start, ties to the lower rank */
         int32_t best = -1;
-        double best_start = 0;
+        double best_start = INFINITY;
         for (int32_t r = 0; r < S; r++) {
-            if (pos[r] >= o->n[r]) continue;
-            const sched_unit *u = &o->u[r][pos[r]];
-            size_t k = (size_t)u->mb * ns + u->stage;
-            double dep;
-            if (u->kind == UNIT_F) dep = u->stage == 0 ? 0 : fdone[k - 1];
-            else if (u->kind == UNIT_BW) dep = bdone[k];
-            else dep = u->stage == last ? fdone[k] : bdone[k + 1];
-            if (dep < 0) continue; /* its input does not exist yet */
-            double start = dep > free_at[r] ? dep : free_at[r];
-            if (best < 0 || start < best_start) {
+            if (start[r] < best_start) {
                 best = r;
-                best_start = start;
+                best_start = start[r];
             }
         }
         if (best < 0) {
@@ -397,11 +407,20 @@ dyn_status sched_emit_timed(const sched_orders *o, const dyn_stage_costs *c,
         e->now = best_start;
         sched_emit_unit(e, best, u);
         free_at[best] = end; /* after emitting: a receive posted by it goes after this unit */
+        /* only this rank and the ranks of the neighbouring stages (r +- 1
+         * mod S) read what this unit changed */
+        start[best] = next_start(o, best, pos, fdone, bdone, free_at, ns);
+        if (S > 1) {
+            int32_t up = (best + S - 1) % S, down = (best + 1) % S;
+            start[up] = next_start(o, up, pos, fdone, bdone, free_at, ns);
+            start[down] = next_start(o, down, pos, fdone, bdone, free_at, ns);
+        }
     }
 out:
     free(fdone);
     free(bdone);
     free(free_at);
+    free(start);
     free(pos);
     if (st != DYN_OK) {
         sched_emitter_free(e);

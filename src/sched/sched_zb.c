@@ -178,15 +178,55 @@ typedef struct zb_rank {
     double t;           /* time the rank is free */
     int32_t nf, nb, nw; /* next F, B, W micro-batch (in order) */
     double held, base, maxpeak;
+    /* the rank's next decision (see greedy_decide) */
+    double when;     /* when it can act; INFINITY: waits on a rank that has not produced yet */
+    int32_t kind;    /* what it would run then */
+    double mem_need; /* > 0: the next F alone (nothing held) exceeds the limit by this need */
 } zb_rank;
 
-/* Candidate 2: greedy list scheduling (see the top of the file). Ranks
- * decide in time order, so a decision at time t sees every arrival up to t.
- * O(units * S). */
-static dyn_status order_greedy(const dyn_stage_costs *c, int32_t S, int32_t cap, double limit,
-                               zb_work *w, sched_orders *o, dyn_error *err)
+/* Decide what rank r of the greedy runs next and when (see the top of the
+ * file). It reads only r's own state and what ranks r - 1 (activations) and
+ * r + 1 (gradients) produced, so after a step only those three change. */
+static void greedy_decide(const dyn_stage_costs *c, zb_rank *rk, int32_t r, int32_t S, int32_t M,
+                          int32_t cap, double limit, const double *fdone, const double *bdone)
 {
-    int32_t M = c->n_microbatches, last = S - 1;
+    zb_rank *x = &rk[r];
+    double b_ready = INFINITY, f_ready = INFINITY;
+    x->mem_need = 0;
+    if (x->nb < x->nf) {
+        size_t k = (size_t)x->nb * S + r;
+        double d = r == S - 1 ? fdone[k] : bdone[k + 1];
+        if (d >= 0) b_ready = d;
+    }
+    int f_ok = x->nf < M && x->nf - x->nw < cap;
+    if (f_ok) {
+        double stored = sched_stored(c, x->nf, r), p = sched_peak(c, x->nf, r);
+        double need = x->base + x->held + stored + (p > x->maxpeak ? p : x->maxpeak);
+        if (need > limit) {
+            f_ok = 0;
+            if (x->nf == x->nw) x->mem_need = need;
+        }
+    }
+    if (f_ok) {
+        double d = r == 0 ? 0 : fdone[(size_t)x->nf * S + r - 1];
+        if (d >= 0) f_ready = d;
+    }
+    if (b_ready <= x->t) { x->when = x->t; x->kind = UNIT_BI; }
+    else if (f_ready <= x->t) { x->when = x->t; x->kind = UNIT_F; }
+    else if (x->nw < x->nb) { x->when = x->t; x->kind = UNIT_BW; }
+    else if (b_ready <= f_ready) { x->when = b_ready; x->kind = UNIT_BI; }
+    else { x->when = f_ready; x->kind = UNIT_F; }
+}
+
+/* Candidate 2: greedy list scheduling (see the top of the file). Ranks
+ * decide in time order (the earliest decision first, ties to the lower
+ * rank), so a decision at time t sees every arrival up to t. Each step
+ * re-decides three ranks and scans S cached times: O(units * S) with a
+ * small constant. */
+static dyn_status order_greedy(const dyn_stage_costs *c, int32_t S, int32_t cap, double limit,
+                               zb_work *w, sched_orders *o, double *makespan, dyn_error *err)
+{
+    int32_t M = c->n_microbatches;
     dyn_status st = sched_orders_init(o, S, S, M, 3, err);
     if (st != DYN_OK) return st;
     double *fdone = w->fdone, *bdone = w->bdone;
@@ -201,77 +241,45 @@ static dyn_status order_greedy(const dyn_stage_costs *c, int32_t S, int32_t cap,
         for (int32_t m = 0; m < M; m++)
             if (sched_peak(c, m, r) > rk[r].maxpeak) rk[r].maxpeak = sched_peak(c, m, r);
     }
+    for (int32_t r = 0; r < S; r++) greedy_decide(c, rk, r, S, M, cap, limit, fdone, bdone);
     int64_t remaining = 3 * (int64_t)M * S;
     while (remaining > 0) {
-        /* For each rank: when it can next act (INFINITY: waits on a rank that
-         * has not produced the input yet) and what it would run. */
-        int32_t best = -1, best_kind = -1;
+        int32_t best = -1;
         double best_time = INFINITY;
-        int mem_blocked = -1;
-        double mem_need = 0;
         for (int32_t r = 0; r < S; r++) {
-            zb_rank *x = &rk[r];
-            double b_ready = INFINITY, f_ready = INFINITY;
-            if (x->nb < x->nf) {
-                size_t k = (size_t)x->nb * S + r;
-                double d = r == last ? fdone[k] : bdone[k + 1];
-                if (d >= 0) b_ready = d;
-            }
-            int f_ok = x->nf < M && x->nf - x->nw < cap;
-            if (f_ok) {
-                double stored = sched_stored(c, x->nf, r), p = sched_peak(c, x->nf, r);
-                double need = x->base + x->held + stored + (p > x->maxpeak ? p : x->maxpeak);
-                if (need > limit) {
-                    f_ok = 0;
-                    if (x->nf == x->nw && mem_blocked < 0) {
-                        mem_blocked = r;
-                        mem_need = need;
-                    }
-                }
-            }
-            if (f_ok) {
-                double d = r == 0 ? 0 : fdone[(size_t)x->nf * S + r - 1];
-                if (d >= 0) f_ready = d;
-            }
-            int w_ok = x->nw < x->nb;
-            double when;
-            int kind;
-            if (b_ready <= x->t) { when = x->t; kind = UNIT_BI; }
-            else if (f_ready <= x->t) { when = x->t; kind = UNIT_F; }
-            else if (w_ok) { when = x->t; kind = UNIT_BW; }
-            else if (b_ready <= f_ready) { when = b_ready; kind = UNIT_BI; }
-            else { when = f_ready; kind = UNIT_F; }
-            if (when < best_time) {
-                best_time = when;
+            if (rk[r].when < best_time) {
+                best_time = rk[r].when;
                 best = r;
-                best_kind = kind;
             }
         }
         if (best < 0) {
-            if (mem_blocked >= 0)
+            int32_t mb = -1;
+            for (int32_t r = 0; r < S && mb < 0; r++)
+                if (rk[r].mem_need > 0) mb = r;
+            if (mb >= 0)
                 st = dyn_error_set(err, DYN_ERR_INFEASIBLE,
                                    "zb: stage %d (rank %d) cannot run micro-batch %d even alone: "
                                    "needs %.1f MB (states %.1f, largest peak %.1f) over the %.1f "
                                    "MB limit",
-                                   mem_blocked, mem_blocked, rk[mem_blocked].nf, mem_need,
-                                   rk[mem_blocked].base, rk[mem_blocked].maxpeak, limit);
+                                   mb, mb, rk[mb].nf, rk[mb].mem_need, rk[mb].base,
+                                   rk[mb].maxpeak, limit);
             else
                 st = dyn_error_set(err, DYN_ERR_INTERNAL, "zb: no rank can progress");
             break;
         }
         zb_rank *x = &rk[best];
         sched_unit u;
-        u.kind = best_kind;
+        u.kind = x->kind;
         u.stage = best;
-        u.mb = best_kind == UNIT_F ? x->nf : best_kind == UNIT_BI ? x->nb : x->nw;
+        u.mb = u.kind == UNIT_F ? x->nf : u.kind == UNIT_BI ? x->nb : x->nw;
         size_t k = (size_t)u.mb * S + best;
         double end = best_time + sched_unit_ms(c, &u);
         x->t = end;
-        if (best_kind == UNIT_F) {
+        if (u.kind == UNIT_F) {
             fdone[k] = end;
             x->held += sched_stored(c, u.mb, best);
             x->nf++;
-        } else if (best_kind == UNIT_BI) {
+        } else if (u.kind == UNIT_BI) {
             bdone[k] = end;
             x->nb++;
         } else {
@@ -281,7 +289,14 @@ static dyn_status order_greedy(const dyn_stage_costs *c, int32_t S, int32_t cap,
         st = sched_orders_push(o, best, u.kind, u.mb, u.stage, err);
         if (st != DYN_OK) break;
         remaining--;
+        for (int32_t r = best - 1; r <= best + 1; r++)
+            if (r >= 0 && r < S) greedy_decide(c, rk, r, S, M, cap, limit, fdone, bdone);
     }
+    /* each unit started as early as its order allowed: these are the
+     * order's timed completion times, no need to time it again */
+    *makespan = 0;
+    for (int32_t r = 0; r < S; r++)
+        if (rk[r].t > *makespan) *makespan = rk[r].t;
     free(rk);
     if (st != DYN_OK) sched_orders_free(o);
     return st;
@@ -306,6 +321,7 @@ dyn_status sched_build_zb(const dyn_stage_costs *c, const dyn_mb_shape *shapes,
     if (st != DYN_OK) return st;
     sched_orders cand[N_CAND];
     int have[N_CAND] = {0, 0, 0};
+    double greedy_ms = INFINITY;
     dyn_status first_fail = DYN_OK; /* an infeasible candidate is skipped, not fatal */
     dyn_error fail_err;
     dyn_error_clear(&fail_err);
@@ -313,7 +329,7 @@ dyn_status sched_build_zb(const dyn_stage_costs *c, const dyn_mb_shape *shapes,
         dyn_error e;
         dyn_error_clear(&e);
         if (k == CAND_H1) st = order_h1(c, S, cap, &cand[k], &e);
-        else if (k == CAND_GREEDY) st = order_greedy(c, S, cap, limit, &w, &cand[k], &e);
+        else if (k == CAND_GREEDY) st = order_greedy(c, S, cap, limit, &w, &cand[k], &greedy_ms, &e);
         else st = sched_order_1f1b(c, opt, 1, "zb", &cand[k], &e);
         if (st == DYN_ERR_INFEASIBLE) {
             if (first_fail == DYN_OK) {
@@ -337,7 +353,7 @@ dyn_status sched_build_zb(const dyn_stage_costs *c, const dyn_mb_shape *shapes,
     double best_ms = INFINITY;
     for (int k = 0; k < N_CAND; k++) {
         if (!have[k]) continue;
-        double ms = orders_makespan(&cand[k], c, &w);
+        double ms = k == CAND_GREEDY ? greedy_ms : orders_makespan(&cand[k], c, &w);
         if (best < 0 || ms < best_ms) {
             best = k;
             best_ms = ms;
