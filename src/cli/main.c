@@ -18,6 +18,7 @@ static const cli_command commands[] = {
     /* simulation */
 
     /* model and training */
+    {"bench", cli_bench_main, "benchmark model layers on this CPU (bench layer)"},
 
     {NULL, NULL, NULL}
 };
