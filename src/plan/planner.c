@@ -696,14 +696,21 @@ dyn_status dyn_plan_assemble(const dyn_planner *p, const dyn_sample *s, int32_t 
     }
     double max_load;
     if ((st = dyn_balance_kk(load, n_groups, p->opt.dp, rep, &max_load, err)) != DYN_OK) goto done;
-    /* Micro-batches grouped by replica, each replica's in planning order. */
-    int32_t m = 0, max_per_replica = 0;
-    for (int32_t rr = 0; rr < p->opt.dp; rr++) {
-        int32_t cnt = 0;
-        for (int32_t g = 0; g < n_groups; g++)
-            if (rep[g] == rr) order[m++] = g, cnt++;
-        if (cnt > max_per_replica) max_per_replica = cnt;
+    /* Micro-batches grouped by replica, each replica's in planning order
+     * (a counting sort: dp may be large). */
+    int32_t max_per_replica = 0;
+    int32_t *start = dyn_calloc((size_t)p->opt.dp + 1, sizeof(int32_t), "replica counts", err);
+    if (start == NULL) {
+        st = DYN_ERR_NOMEM;
+        goto done;
     }
+    for (int32_t g = 0; g < n_groups; g++) start[rep[g] + 1]++;
+    for (int32_t rr = 0; rr < p->opt.dp; rr++) {
+        if (start[rr + 1] > max_per_replica) max_per_replica = start[rr + 1];
+        start[rr + 1] += start[rr];
+    }
+    for (int32_t g = 0; g < n_groups; g++) order[start[rep[g]]++] = g;
+    free(start);
     out->n_microbatches = n_groups;
     out->n_samples = n;
     pos = 0;
