@@ -103,6 +103,16 @@ typedef struct dyn_machine {
     double link_latency_ms;  /* point-to-point message latency between stages */
     double link_gbps;        /* point-to-point bandwidth between stages, GB/s */
     double dp_link_gbps;     /* bandwidth for data-parallel gradient allreduce */
+    /* Small-size efficiency (analytic model; docs/cost-model.md). A matrix
+     * product over n token rows runs at matmul_gflops * n / (n + gemm_n_half)
+     * (Hockney's half-performance size n_1/2): it costs the time of
+     * gemm_n_half extra rows. This also covers reading the weights once per
+     * product, which costs the same (bytes of K x N) whatever n is. */
+    double gemm_n_half;       /* rows (tokens of the micro-batch), >= 0 */
+    /* Fixed time per layer per pass -- forward, input-gradient backward and
+     * weight-gradient backward each pay it once -- for kernel launches,
+     * thread fork-join and framework dispatch, whatever the size. */
+    double layer_overhead_ms; /* ms, >= 0 */
 } dyn_machine;
 
 /* Shape of one micro-batch as the cost model and the schedules see it.

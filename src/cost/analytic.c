@@ -1,8 +1,12 @@
 /* analytic.c — the analytic cost model: FLOPs and bytes of each layer kind
  * from the model shape, divided by a machine's rates.
  *
- * Time of a layer = matrix FLOPs / matmul rate + attention FLOPs / attention
- * rate + elementwise bytes / memory bandwidth. Memory = activation bytes,
+ * Time of a layer pass = matrix FLOPs / matmul rate + attention FLOPs /
+ * attention rate + elementwise bytes / memory bandwidth, plus two small-size
+ * terms: every matrix product costs gemm_n_half extra token rows (Hockney's
+ * half-performance size), and every pass pays a fixed per-layer overhead.
+ * Without them a micro-batch's time would be linear in its tokens and one
+ * sample per micro-batch would always look optimal. Memory = activation bytes,
  * tensor by tensor. Every count is written out below with the tensor it
  * belongs to; docs/cost-model.md has the same list with the reasoning.
  *
@@ -32,6 +36,8 @@
 typedef struct layer_counts {
     double mm_flops;        /* forward matrix products */
     double mm_wgrad_flops;  /* backward weight-gradient products */
+    double mm_kn_flops;     /* sum over the products of 2 K N: FLOPs per token row,
+                             * what gemm_n_half extra rows cost in each pass */
     double attn_flops;      /* forward attention (QK^T and PV), causal factor applied */
     double ew_bytes;        /* forward elementwise traffic, attention softmax excluded */
     double softmax_bytes;   /* forward softmax traffic */
@@ -95,6 +101,7 @@ static void count_self_block(const dyn_model_config *c, double B, const dyn_mb_s
 
     k->mm_flops = 2.0 * n * (3.0 * h * a + a * h + ffn_mats * h * f);
     k->mm_wgrad_flops = k->mm_flops;
+    k->mm_kn_flops = 2.0 * (3.0 * h * a + a * h + ffn_mats * h * f);
     k->attn_flops = 4.0 * a * pairs * causal;
     /* two norms (read h, write h), two residual adds (read 2h, write h), the
      * activation: GELU (read f, write f) or gated GELU (GELU on one branch,
@@ -131,6 +138,8 @@ static void count_dec_block(const dyn_model_config *c, double B, const dyn_mb_sh
     k->mm_flops = 2.0 * nt * (4.0 * h * a) + 2.0 * nt * (2.0 * h * a) + 2.0 * ns * (2.0 * h * a) +
                   2.0 * nt * (3.0 * h * f);
     k->mm_wgrad_flops = k->mm_flops;
+    /* self QKV + out, cross Q + out, cross K V, gated FFN: one n_half each */
+    k->mm_kn_flops = 2.0 * (4.0 * h * a + 2.0 * h * a + 2.0 * h * a + 3.0 * h * f);
     k->attn_flops = 4.0 * a * (self_pairs * CAUSAL + cross_pairs);
     /* three norms, three residual adds, gated GELU */
     k->ew_bytes = B * nt * (3 * 2 * h + 3 * 3 * h + 5 * f);
@@ -177,6 +186,7 @@ static void count_lm_head(const dyn_model_config *c, double B, const dyn_mb_shap
     double h = c->hidden, V = c->vocab;
     k->mm_flops = 2.0 * n * h * V;
     k->mm_wgrad_flops = k->mm_flops;
+    k->mm_kn_flops = 2.0 * h * V;
     /* norm (read h, write h); cross-entropy: max and sum-exp passes over the
      * logits, then the probabilities written (3 x V) */
     k->ew_bytes = B * n * (2 * h + 3 * V);
@@ -212,14 +222,20 @@ void dyn_analytic_layer(const struct dyn_cost_model *cm, dyn_layer_kind kind, co
     double attn_per_ms = m->attn_gflops * 1e6;
     double bw_per_ms = m->mem_gbps * 1e6;      /* bytes per ms */
 
+    /* Every product of a pass pays for gemm_n_half extra rows (Hockney):
+     * time = 2KN (n + n_half) / rate. Each pass -- forward, input gradient,
+     * weight gradient -- pays the fixed per-layer overhead once. */
+    double n_half_ms = ms_of(k.mm_kn_flops * m->gemm_n_half, mm_per_ms);
+    double ovh = m->layer_overhead_ms;
     double attn_fwd = ms_of(k.attn_flops, attn_per_ms) + ms_of(k.softmax_bytes, bw_per_ms);
-    double fwd = ms_of(k.mm_flops, mm_per_ms) + attn_fwd + ms_of(k.ew_bytes, bw_per_ms);
-    double bwd_in = ms_of(k.mm_flops, mm_per_ms) + 2.0 * attn_fwd + 2.0 * ms_of(k.ew_bytes, bw_per_ms);
-    double bwd_w = ms_of(k.mm_wgrad_flops, mm_per_ms);
+    double fwd = ms_of(k.mm_flops, mm_per_ms) + n_half_ms + attn_fwd + ms_of(k.ew_bytes, bw_per_ms) + ovh;
+    double bwd_in = ms_of(k.mm_flops, mm_per_ms) + n_half_ms + 2.0 * attn_fwd +
+                    2.0 * ms_of(k.ew_bytes, bw_per_ms) + ovh;
+    double bwd_w = ms_of(k.mm_wgrad_flops, mm_per_ms) + n_half_ms + ovh;
     if (kind == DYN_LAYER_EMBED) {
         /* no input gradient (token ids); the weight gradient is a scatter-add */
         bwd_in = 0.0;
-        bwd_w = ms_of(k.wgrad_bytes, bw_per_ms);
+        bwd_w = ms_of(k.wgrad_bytes, bw_per_ms) + ovh;
         rc = DYN_RECOMPUTE_NONE; /* it keeps only token ids: nothing to recompute */
     }
 

@@ -17,8 +17,10 @@ static const dyn_machine MACHINES[] = {
     {
         .name = "cpu",
         /* One core of this AMD EPYC (Zen 3, AVX2 + FMA), fp32: OpenBLAS sgemm
-         * sustains ~88 GFLOP/s on one core for transformer-sized products. */
-        .matmul_gflops = 88.0,
+         * on GPT-2-sized products, fitted over n = 8..4096 rows by
+         * bench/bench_calibrate (82 and 78 GFLOP/s in two runs under load
+         * 3-4; 88-91 at quiet moments). */
+        .matmul_gflops = 80.0,
         /* Attention runs as many small per-head products (head_dim 64) plus
          * masking; such products reach about half the large-gemm rate. */
         .attn_gflops = 40.0,
@@ -33,6 +35,14 @@ static const dyn_machine MACHINES[] = {
         .link_latency_ms = 0.005,
         .link_gbps = 4.0,
         .dp_link_gbps = 4.0,
+        /* Fitted by bench/bench_calibrate on the repo's GPT blocks (widths
+         * 256, 768, 1024; docs/performance.md, "Cost model calibration"):
+         * inside a block every product costs ~14 extra rows -- streaming the
+         * weights and, in the weight-gradient pass, the gradients from DRAM
+         * (an sgemm alone, weights hot in cache, gives n_half ~7). The
+         * fixed part fits to <= 0: one thread, no fork-join, no launches. */
+        .gemm_n_half = 14.0,
+        .layer_overhead_ms = 0.0,
     },
     {
         .name = "a100",
@@ -52,6 +62,13 @@ static const dyn_machine MACHINES[] = {
         .link_gbps = 150.0,
         /* Ring allreduce bus bandwidth over NVLink (8 GPUs). */
         .dp_link_gbps = 100.0,
+        /* Not measured here (no GPU): from public figures, argued in
+         * docs/cost-model.md. Below ~64 token rows a bf16 product is bound
+         * by reading its weights (2 K N bytes at ~1.3 TB/s = the time of
+         * ~120 rows at 156 TFLOP/s; tiles keep part of it hidden), so
+         * n_half = 64; a layer pass launches ~10 kernels at ~4 us each. */
+        .gemm_n_half = 64.0,
+        .layer_overhead_ms = 0.04,
     },
 };
 #define N_MACHINES ((int)(sizeof MACHINES / sizeof MACHINES[0]))
@@ -80,9 +97,15 @@ dyn_status dyn_machine_validate(const dyn_machine *m, dyn_error *err)
         if (!(pos[i].v > 0) || !isfinite(pos[i].v))
             return dyn_error_set(err, DYN_ERR_INVALID_ARG, "machine %s: %s = %g must be positive",
                                  m->name, pos[i].name, pos[i].v);
-    if (!(m->link_latency_ms >= 0) || !isfinite(m->link_latency_ms))
-        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "machine %s: link_latency_ms = %g must be >= 0",
-                             m->name, m->link_latency_ms);
+    struct { const char *name; double v; } nonneg[] = {
+        {"link_latency_ms", m->link_latency_ms},
+        {"gemm_n_half", m->gemm_n_half},
+        {"layer_overhead_ms", m->layer_overhead_ms},
+    };
+    for (size_t i = 0; i < sizeof nonneg / sizeof nonneg[0]; i++)
+        if (!(nonneg[i].v >= 0) || !isfinite(nonneg[i].v))
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "machine %s: %s = %g must be >= 0", m->name,
+                                 nonneg[i].name, nonneg[i].v);
     if (m->bytes_per_elem != 2 && m->bytes_per_elem != 4)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "machine %s: bytes_per_elem = %d must be 2 or 4",
                              m->name, m->bytes_per_elem);
@@ -93,7 +116,8 @@ dyn_status dyn_machine_parse(const char *text, const char *where, dyn_machine *o
 {
     static const char *const KEYS[] = {"base", "name", "matmul_gflops", "attn_gflops", "mem_gbps",
                                        "bytes_per_elem", "device_memory_mb", "link_latency_ms",
-                                       "link_gbps", "dp_link_gbps", NULL};
+                                       "link_gbps", "dp_link_gbps", "gemm_n_half", "layer_overhead_ms",
+                                       NULL};
     cJSON *root = cJSON_Parse(text);
     if (root == NULL) return dyn_error_set(err, DYN_ERR_PARSE, "%s: not valid JSON", where);
     dyn_status st = DYN_OK;
@@ -135,16 +159,20 @@ dyn_status dyn_machine_parse(const char *text, const char *where, dyn_machine *o
         st = dyn_error_set(err, DYN_ERR_PARSE, "%s: missing field \"name\"", where);
         goto done;
     }
-    struct { const char *key; double *dst; } f[] = {
-        {"matmul_gflops", &m.matmul_gflops},       {"attn_gflops", &m.attn_gflops},
-        {"mem_gbps", &m.mem_gbps},                 {"device_memory_mb", &m.device_memory_mb},
-        {"link_latency_ms", &m.link_latency_ms},   {"link_gbps", &m.link_gbps},
-        {"dp_link_gbps", &m.dp_link_gbps},
+    /* The small-size terms are optional: absent (and no base) means 0, the
+     * pure-rate model, so machine files written before they existed still
+     * load. */
+    struct { const char *key; double *dst; int optional; } f[] = {
+        {"matmul_gflops", &m.matmul_gflops, 0},       {"attn_gflops", &m.attn_gflops, 0},
+        {"mem_gbps", &m.mem_gbps, 0},                 {"device_memory_mb", &m.device_memory_mb, 0},
+        {"link_latency_ms", &m.link_latency_ms, 0},   {"link_gbps", &m.link_gbps, 0},
+        {"dp_link_gbps", &m.dp_link_gbps, 0},         {"gemm_n_half", &m.gemm_n_half, 1},
+        {"layer_overhead_ms", &m.layer_overhead_ms, 1},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, f[i].key);
         if (it == NULL) {
-            if (have_base) continue;
+            if (have_base || f[i].optional) continue;
             st = dyn_error_set(err, DYN_ERR_PARSE, "%s: missing field \"%s\"", where, f[i].key);
             goto done;
         }

@@ -182,9 +182,10 @@ dyn_status dyn_cost_table_write(const char *path, const dyn_model_config *cfg, c
             dyn_model_kind_name(cfg->kind), cfg->n_layers, cfg->n_dec_layers, cfg->hidden, cfg->heads,
             cfg->head_dim, cfg->ffn, cfg->vocab, cfg->max_seqlen);
     fprintf(fp, "machine name=%s matmul_gflops=%.17g attn_gflops=%.17g mem_gbps=%.17g bytes_per_elem=%d "
-                "device_memory_mb=%.17g link_latency_ms=%.17g link_gbps=%.17g dp_link_gbps=%.17g\n",
+                "device_memory_mb=%.17g link_latency_ms=%.17g link_gbps=%.17g dp_link_gbps=%.17g "
+                "gemm_n_half=%.17g layer_overhead_ms=%.17g\n",
             m->name, m->matmul_gflops, m->attn_gflops, m->mem_gbps, m->bytes_per_elem, m->device_memory_mb,
-            m->link_latency_ms, m->link_gbps, m->dp_link_gbps);
+            m->link_latency_ms, m->link_gbps, m->dp_link_gbps, m->gemm_n_half, m->layer_overhead_ms);
     fprintf(fp, "states_mb embed=%.17g encoder=%.17g decoder=%.17g lm_head=%.17g\n", states_mb[0],
             states_mb[1], states_mb[2], states_mb[3]);
     write_axis(fp, "rows", grid->rows, grid->n_rows);
@@ -290,7 +291,8 @@ static int tokenize(char *line, char **tok, int max)
 /* One key=value field description for the model and machine lines. */
 typedef struct kv_field {
     const char *key;
-    char type; /* 'i' int32, 'd' double, 's' name (string into char[64]), 'k' model kind */
+    char type; /* 'i' int32, 'd' double, 's' name (string into char[64]), 'k' model kind,
+                * 'o' optional double (left as it is when absent) */
     void *dst;
 } kv_field;
 
@@ -309,7 +311,8 @@ static dyn_status parse_kv(reader *r, char **tok, int ntok, kv_field *f, int nf,
         int bad = 0;
         switch (f[j].type) {
         case 'i': bad = parse_int(val, f[j].dst) != 0; break;
-        case 'd': bad = parse_double(val, f[j].dst) != 0; break;
+        case 'd':
+        case 'o': bad = parse_double(val, f[j].dst) != 0; break;
         case 's':
             bad = strlen(val) == 0 || strlen(val) >= 64;
             if (!bad) snprintf(f[j].dst, 64, "%s", val);
@@ -319,7 +322,7 @@ static dyn_status parse_kv(reader *r, char **tok, int ntok, kv_field *f, int nf,
         if (bad) return rd_fail(r, "bad value for key", f[j].key);
     }
     for (int j = 0; j < nf; j++)
-        if (!seen[j]) {
+        if (!seen[j] && f[j].type != 'o') {
             char msg[128];
             snprintf(msg, sizeof msg, "%s line is missing key", line_name);
             return rd_fail(r, msg, f[j].key);
@@ -402,8 +405,13 @@ static dyn_status parse_table(dyn_cost_model *cm, char *text, reader *r)
                             {"device_memory_mb", 'd', &m->device_memory_mb},
                             {"link_latency_ms", 'd', &m->link_latency_ms},
                             {"link_gbps", 'd', &m->link_gbps},
-                            {"dp_link_gbps", 'd', &m->dp_link_gbps}};
-            if ((st = parse_kv(r, tok + 1, ntok - 1, f, 9, "machine")) != DYN_OK) goto out;
+                            {"dp_link_gbps", 'd', &m->dp_link_gbps},
+                            /* optional: tables written before these existed
+                             * load with 0 (a table's times are measured, so
+                             * the table model never reads them) */
+                            {"gemm_n_half", 'o', &m->gemm_n_half},
+                            {"layer_overhead_ms", 'o', &m->layer_overhead_ms}};
+            if ((st = parse_kv(r, tok + 1, ntok - 1, f, 11, "machine")) != DYN_OK) goto out;
             dyn_error e2;
             if (dyn_machine_validate(m, &e2) != DYN_OK) { st = rd_fail(r, e2.msg, NULL); goto out; }
         } else if (strcmp(tok[0], "states_mb") == 0) {
