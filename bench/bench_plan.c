@@ -115,11 +115,11 @@ static run_stats time_batches(dyn_planner *p, const batch *b, int nb, int reps)
     return r;
 }
 
-/* The analytic model has no fixed cost per micro-batch, so splitting into
- * single samples is always optimal and the DP's job is easy. Real kernels
- * have one (launches, reading the weights once per micro-batch); the
- * "overhead" rows add OVERHEAD_MS per micro-batch per stage to make merging
- * pay and the DP work for its answer. */
+/* The analytic model's own fixed costs per micro-batch (the machine's
+ * gemm_n_half and layer_overhead_ms; docs/cost-model.md) are small on the
+ * a100 for these lengths; the "overhead" rows add a further OVERHEAD_MS per
+ * micro-batch per stage to make merging pay more and the DP work harder for
+ * its answer. */
 #define OVERHEAD_MS 0.5
 typedef struct overhead_ctx {
     dyn_planner *base; /* owns the analytic stage-cost function */

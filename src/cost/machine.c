@@ -18,9 +18,9 @@ static const dyn_machine MACHINES[] = {
         .name = "cpu",
         /* One core of this AMD EPYC (Zen 3, AVX2 + FMA), fp32: OpenBLAS sgemm
          * on GPT-2-sized products, fitted over n = 8..4096 rows by
-         * bench/bench_calibrate: median of the fits of four runs under load
-         * 2-4 (82.1, 77.5, 78.0, 72.9 GFLOP/s; single products reach 88-91
-         * at quiet moments). */
+         * bench/bench_calibrate: median of the fits of six runs under load
+         * 2-4 (82.1, 77.5, 78.0, 72.9, 84.7, 74.3 GFLOP/s; single products
+         * reach 88-92 at quiet moments). */
         .matmul_gflops = 78.0,
         /* Attention runs as many small per-head products (head_dim 64) plus
          * masking; such products reach about half the large-gemm rate. */
@@ -39,10 +39,10 @@ static const dyn_machine MACHINES[] = {
         /* Fitted by bench/bench_calibrate on the repo's GPT blocks (widths
          * 256, 768, 1024; docs/performance.md, "Cost model calibration"):
          * inside a block every product costs ~14 extra rows (median of the
-         * fits of three runs: 14.1, 22.5, 12.2) -- streaming the weights
-         * and, in the weight-gradient pass, the gradients from DRAM (an
-         * sgemm alone, weights hot in cache, gives n_half ~7). The fixed
-         * part fits to <= 0: one thread, no fork-join, no launches. */
+         * fits of five runs: 14.1, 22.5, 12.2, 23.6, 12.9) -- streaming the
+         * weights and, in the weight-gradient pass, the gradients from DRAM
+         * (an sgemm alone, weights hot in cache, gives n_half ~8). The
+         * fixed part fits to <= 0: one thread, no fork-join, no launches. */
         .gemm_n_half = 14.0,
         .layer_overhead_ms = 0.0,
     },
