@@ -262,7 +262,7 @@ static void bench_grid(void)
 static void bench_scaling(void)
 {
     printf("== scaling: one global batch of n short GPT samples (8..64 tokens), S = 4, gpt2-124m, a100,\n"
-           "   A: analytic costs as they are (no fixed cost per micro-batch), the grid's tight memory;\n"
+           "   A: analytic costs as they are (the machine's n_half and launch overhead), the grid's tight memory;\n"
            "   B: analytic + %.1f ms per micro-batch, memory for 64 rows of 64 tokens per micro-batch\n",
            OVERHEAD_MS);
     printf("%6s | %9s %9s %6s %6s %9s | %9s %9s %6s %6s %9s\n", "n", "A fast_ms", "us/sample", "mbs",
@@ -417,8 +417,7 @@ static void bench_t5_order(void)
         dyn_cost_model_free(cm);
     }
     printf("objective: mean DP objective (predicted iteration ms) per global batch; padded: mean\n"
-           "padded tokens per global batch; costs: analytic + %.1f ms per micro-batch (without it\n"
-           "every sample is its own micro-batch and the order does not matter).\n", OVERHEAD_MS);
+           "padded tokens per global batch; costs: analytic + %.1f ms per micro-batch.\n", OVERHEAD_MS);
 }
 
 int main(int argc, char **argv)
