@@ -1,0 +1,129 @@
+/*
+ * sim.h — event-driven simulator of an execution plan, its trace and SVG
+ * outputs, and the "what-if" micro-batch file.
+ *
+ * The simulator runs the very plan the runtime would run (dyn_exec_plan):
+ * every rank executes its instructions in order; compute instructions take
+ * the time dyn_stage_costs gives; a message takes latency + bytes / bandwidth
+ * of the link model once both its send and its receive are posted; FINISH
+ * instructions wait for their message. It reports makespan, busy time and
+ * peak memory per rank, the bubble fraction, throughput and the start/end of
+ * every instruction. A plan that cannot make progress is reported as a
+ * deadlock (DYN_ERR_INVALID_ARG naming the blocked ranks), never a hang.
+ *
+ * Semantics in detail (docs/simulator.md has the long form):
+ *   - FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT of (mb, stage) take
+ *     fwd_ms / bwd_ms / bwd_input_ms / bwd_weight_ms[mb * n_stages + stage].
+ *     The costs are those of one recompute mode; an instruction's recompute
+ *     field is not consulted (build the costs for the mode the plan uses).
+ *   - LOAD_INPUT, *_START and FREE_BUFFER take no rank time.
+ *   - Messages are matched per (kind act|grad, sender, receiver, micro-batch)
+ *     in program order. A transfer starts when both sides are posted and the
+ *     directed link sender->receiver is free (one transfer at a time per
+ *     directed link, in order of start); it occupies the link for
+ *     bytes / bandwidth and arrives latency later.
+ *   - SEND_*_FINISH ends when the transfer has arrived (rendezvous, like a
+ *     large MPI message); RECV_*_FINISH ends when the data has arrived.
+ *   - Memory of a rank (MB): model states of its stages (states_mb) + live
+ *     buffer slots (instr.bytes, from the writing instruction until
+ *     FREE_BUFFER) + stored activations (stored_mb, from the start of FORWARD
+ *     until the end of BACKWARD or BACKWARD_WEIGHT) + peak_mb on top while a
+ *     compute instruction runs.
+ *
+ * A dyn_sim is a reusable workspace: it grows to the largest plan it has
+ * seen and then runs without allocating, so an order search can simulate
+ * hundreds of candidates cheaply. Single-threaded per handle.
+ */
+#ifndef DYNAPIPE_SIM_H
+#define DYNAPIPE_SIM_H
+
+#include <stdio.h>
+
+#include "dynapipe/common.h"
+#include "dynapipe/sched.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dyn_sim_options {
+    double link_latency_ms; /* per message, ms (>= 0) */
+    double link_gbps;       /* GB/s (1e9 bytes/s) per directed link; <= 0: infinite */
+    int64_t real_tokens;    /* real (unpadded) tokens of the batch, for tokens_per_s */
+} dyn_sim_options;
+
+/* Options from a machine description (its link fields) and a token count. */
+void dyn_sim_options_from_machine(dyn_sim_options *opt, const dyn_machine *m, int64_t real_tokens);
+
+/* Results of the last run. Arrays are owned by the dyn_sim and valid until
+ * its next run or free. Instruction (rank r, index i) is at flat index
+ * rank_offset[r] + i. */
+typedef struct dyn_sim_result {
+    int32_t n_ranks;
+    int32_t n_instrs;        /* total over ranks */
+    double makespan_ms;      /* end of the last instruction on any rank */
+    double bubble_fraction;  /* 1 - sum(busy) / (n_ranks * makespan) */
+    double tokens_per_s;     /* real_tokens / makespan (0 if makespan is 0) */
+    double max_peak_mb;      /* max over ranks of peak_mb */
+    const double *busy_ms;   /* [n_ranks] time spent in compute instructions */
+    const double *peak_mb;   /* [n_ranks] peak memory, MB */
+    const int32_t *rank_offset; /* [n_ranks + 1] */
+    const double *start_ms;  /* [n_instrs] */
+    const double *end_ms;    /* [n_instrs] */
+    const double *mem_mb;    /* [n_instrs] memory of the rank after the instruction, MB */
+    const double *mem_peak_mb; /* [n_instrs] highest memory while it ran, MB */
+} dyn_sim_result;
+
+typedef struct dyn_sim dyn_sim;
+
+dyn_sim *dyn_sim_create(dyn_error *err);
+void dyn_sim_free(dyn_sim *sim);
+
+/* Simulate plan with costs (which must have the plan's n_microbatches and
+ * n_stages). On success *res (if not NULL) points at the results. Errors:
+ * DYN_ERR_INVALID_ARG for an inconsistent plan (out-of-range fields, a send
+ * without its receive, a FINISH without its START) or a deadlock (message
+ * names each blocked rank, its instruction and what it waits for);
+ * DYN_ERR_NOMEM. */
+dyn_status dyn_sim_run(dyn_sim *sim, const dyn_exec_plan *plan, const dyn_stage_costs *costs,
+                       const dyn_sim_options *opt, const dyn_sim_result **res, dyn_error *err);
+
+/* Chrome / Perfetto trace JSON of the last run of sim on plan (the same
+ * plan): one track per rank, one complete ("X") event per instruction with
+ * micro-batch, stage and op in its args, and one memory counter track per
+ * rank. Times in microseconds as the format wants. Written atomically. */
+dyn_status dyn_sim_write_trace(const dyn_sim *sim, const dyn_exec_plan *plan, const char *path,
+                               dyn_error *err);
+
+/* SVG timeline of the last run: one row per rank, one box per compute
+ * instruction (FORWARD light, BACKWARD dark, BACKWARD_INPUT dark,
+ * BACKWARD_WEIGHT hatched), coloured by micro-batch and labelled with its
+ * number, a time axis in ms and a legend. title may be NULL. Atomic. */
+dyn_status dyn_sim_write_svg(const dyn_sim *sim, const dyn_exec_plan *plan, const char *title,
+                             const char *path, dyn_error *err);
+/* The same SVG to an open stream (for tests and composition). */
+dyn_status dyn_sim_svg_to_stream(const dyn_sim *sim, const dyn_exec_plan *plan, const char *title,
+                                 FILE *out, dyn_error *err);
+
+/* Allocate / free the arrays of a dyn_stage_costs for M micro-batches and S
+ * stages, all zero. dyn_sim_costs_free is safe on a zeroed struct. */
+dyn_status dyn_sim_costs_alloc(dyn_stage_costs *c, int32_t n_microbatches, int32_t n_stages,
+                                 dyn_error *err);
+void dyn_sim_costs_free(dyn_stage_costs *c);
+
+/* Read a what-if micro-batch file (format in docs/simulator.md): a header
+ * line naming columns (mb, stage, fwd_ms, bwd_ms required; bwd_input_ms,
+ * bwd_weight_ms, stored_mb, peak_mb, send_mb, states_mb, tokens optional),
+ * then one line per (micro-batch, stage). Fills *out (allocated; free with
+ * dyn_sim_costs_free) and *real_tokens (sum of the tokens column over
+ * micro-batches, 0 without it). Errors name path:line. */
+dyn_status dyn_whatif_load(const char *path, dyn_stage_costs *out, int64_t *real_tokens,
+                           dyn_error *err);
+/* The same from text already in memory; name is used in messages. */
+dyn_status dyn_whatif_parse(const char *name, const char *text, dyn_stage_costs *out,
+                            int64_t *real_tokens, dyn_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DYNAPIPE_SIM_H */
