@@ -123,6 +123,57 @@ dyn_status dyn_whatif_load(const char *path, dyn_stage_costs *out, int64_t *real
 dyn_status dyn_whatif_parse(const char *name, const char *text, dyn_stage_costs *out,
                             int64_t *real_tokens, dyn_error *err);
 
+/* ---- micro-batch order search (order_search.c) -----------------------------
+ * The order micro-batches enter the pipeline changes the makespan when they
+ * differ in size. The search groups the M micro-batches by predicted cost
+ * (sum over stages of fwd + bwd): sorted by cost and cut into k = min(M,
+ * max_groups) groups of near-equal count. Candidates, in this fixed order:
+ *   0      the given order;
+ *   1..k!  every permutation of the groups, concatenated, each group keeping
+ *          the given relative order of its micro-batches;
+ *   then   the groups dealt round-robin, costliest group first, and cheapest
+ *          group first.
+ * At most 1 + 4! + 2 = 27 candidates. Each is scheduled by the caller's
+ * generator and simulated; the smallest makespan whose peak memory is within
+ * the limit wins (ties: the earlier candidate). */
+
+/* A schedule generator the search calls: build fills *out for costs whose
+ * micro-batch i is the i-th in the candidate order; free_plan releases it. */
+typedef struct dyn_sched_gen {
+    dyn_status (*build)(void *ctx, const dyn_stage_costs *costs, dyn_exec_plan *out,
+                        dyn_error *err);
+    void (*free_plan)(void *ctx, dyn_exec_plan *plan);
+    void *ctx;
+} dyn_sched_gen;
+
+typedef struct dyn_order_result {
+    int32_t *order;        /* [M], caller's array: position -> given micro-batch index */
+    double makespan_ms;    /* of the winner */
+    double max_peak_mb;    /* of the winner, MB */
+    int32_t candidate;     /* index of the winner in the list above */
+    int32_t n_candidates;  /* tried */
+    int32_t n_feasible;    /* within the memory limit */
+} dyn_order_result;
+
+#define DYN_ORDER_MAX_GROUPS 4
+
+/* Search orders of costs' micro-batches (above). max_groups in 1..4;
+ * memory_limit_mb <= 0: no limit. On success *best_plan (if not NULL) holds
+ * the winner's plan (free with gen->free_plan) and *best_costs (if not NULL)
+ * its reordered costs (free with dyn_sim_costs_free). DYN_ERR_INFEASIBLE
+ * when no candidate fits the limit (message: the smallest peak seen). A
+ * generator error other than DYN_ERR_INFEASIBLE is returned as is. */
+dyn_status dyn_order_search(dyn_sim *sim, const dyn_sched_gen *gen, const dyn_stage_costs *costs,
+                            const dyn_sim_options *opt, int32_t max_groups,
+                            double memory_limit_mb, dyn_order_result *res,
+                            dyn_exec_plan *best_plan, dyn_stage_costs *best_costs,
+                            dyn_error *err);
+
+/* costs with micro-batches in order (out[i] = in[order[i]]); out is
+ * allocated (dyn_sim_costs_free). */
+dyn_status dyn_stage_costs_permute(const dyn_stage_costs *in, const int32_t *order,
+                                   dyn_stage_costs *out, dyn_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -178,7 +178,7 @@ dyn_status dyn_sim_svg_to_stream(const dyn_sim *sim, const dyn_exec_plan *plan, 
     double span = res->makespan_ms > 0 ? res->makespan_ms : 1.0;
     double scale = SVG_PLOT_W / span; /* px per ms */
     double plot_h = R * (SVG_ROW + SVG_ROW_GAP);
-    double width = SVG_LEFT + SVG_PLOT_W + SVG_RIGHT, height = SVG_TOP + plot_h + 80;
+    double width = SVG_LEFT + SVG_PLOT_W + SVG_RIGHT, height = SVG_TOP + plot_h + 100;
 
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
                "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n",
@@ -260,7 +260,7 @@ dyn_status dyn_sim_svg_to_stream(const dyn_sim *sim, const dyn_exec_plan *plan, 
             SVG_LEFT + 520, ly, darkc, SVG_LEFT + 520, ly, SVG_LEFT + 544, ly + 11);
     fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\" fill=\"#444\">colour = micro-batch; "
                "number = micro-batch index; gaps = idle (bubbles)</text>\n",
-            SVG_LEFT + 820, ly + 11);
+            SVG_LEFT, ly + 32);
     fprintf(f, "</svg>\n");
     if (ferror(f)) return dyn_error_set(err, DYN_ERR_IO, "SVG: write error");
     return DYN_OK;
