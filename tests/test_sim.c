@@ -16,7 +16,8 @@
 #include "sim_testlib.h"  /* defines: tplan_*, tcosts_uniform */
 #include "util/rng.h"     /* defines: dyn_rng_* */
 
-static const dyn_sim_options no_comm = {0.0, 0.0, 0};
+static const dyn_sim_options no_comm = {0.0, 0.0, 0, 0};
+static const dyn_sim_options no_comm_slots = {0.0, 0.0, 0, 1};
 
 static double run_makespan(const tplan *t, const dyn_stage_costs *c, const dyn_sim_options *o)
 {
@@ -72,9 +73,9 @@ static void test_1f1b_latency_and_bandwidth_by_hand(void **state)
     tplan_1f1b(&t, 2, 2, 250000);
     dyn_stage_costs c;
     tcosts_uniform(&c, 2, 2, 1.0, 2.0);
-    dyn_sim_options lat = {0.5, 0.0, 1000};
+    dyn_sim_options lat = {0.5, 0.0, 1000, 0};
     assert_true(fabs(run_makespan(&t, &c, &lat) - 10.0) < 1e-9);
-    dyn_sim_options bw = {0.5, 1.0, 1000};
+    dyn_sim_options bw = {0.5, 1.0, 1000, 0};
     assert_true(fabs(run_makespan(&t, &c, &bw) - 10.5) < 1e-9);
 
     dyn_error err;
@@ -122,7 +123,7 @@ static void test_link_carries_one_transfer_at_a_time(void **state)
     tcosts_uniform(&c, 2, 2, 0.5, 0.0);
     c.fwd_ms[0 * 2 + 0] = 2.0;
     c.fwd_ms[1 * 2 + 0] = 0.0;
-    dyn_sim_options o = {0.0, 1.0, 0};
+    dyn_sim_options o = {0.0, 1.0, 0, 0};
     dyn_error err;
     dyn_sim *sim = dyn_sim_create(&err);
     const dyn_sim_result *res;
@@ -173,7 +174,7 @@ static void test_memory_accounting_by_hand(void **state)
     dyn_error err;
     dyn_sim *sim = dyn_sim_create(&err);
     const dyn_sim_result *res;
-    assert_int_equal(dyn_sim_run(sim, &t.p, &c, &no_comm, &res, &err), DYN_OK);
+    assert_int_equal(dyn_sim_run(sim, &t.p, &c, &no_comm_slots, &res, &err), DYN_OK);
     const double after[8] = {101, 111, 112, 132, 122, 121, 101, 100};
     const double top[8] = {101, 116, 112, 135, 137, 121, 124, 100};
     for (int i = 0; i < 8; i++) {
@@ -182,6 +183,9 @@ static void test_memory_accounting_by_hand(void **state)
     }
     assert_true(fabs(res->peak_mb[0] - 137) < 1e-9);
     assert_true(fabs(res->max_peak_mb - 137) < 1e-9);
+    /* Without slot memory the two 1 MB inputs do not count: peak 135. */
+    assert_int_equal(dyn_sim_run(sim, &t.p, &c, &no_comm, &res, &err), DYN_OK);
+    assert_true(fabs(res->max_peak_mb - 135) < 1e-9);
     dyn_sim_free(sim);
     dyn_sim_costs_free(&c);
     tplan_free(&t);
@@ -257,8 +261,35 @@ static void test_malformed_plans_are_rejected(void **state)
     assert_int_equal(saved.op, DYN_OP_RECV_ACT_START);
     r1->instrs[0].op = DYN_OP_LOAD_INPUT;
     assert_int_equal(dyn_sim_run(sim, &t.p, &c, &no_comm, NULL, &err), DYN_ERR_INVALID_ARG);
-    assert_non_null(strstr(err.msg, "no matching receive"));
+    assert_non_null(strstr(err.msg, "messages are matched in posting order"));
     r1->instrs[0] = saved;
+    /* drop the last activation receive: the last send has no receive */
+    for (int32_t i = r1->n_instrs - 1; i >= 0; i--)
+        if (r1->instrs[i].op == DYN_OP_RECV_ACT_START) {
+            saved = r1->instrs[i];
+            r1->instrs[i].op = DYN_OP_LOAD_INPUT;
+            assert_int_equal(dyn_sim_run(sim, &t.p, &c, &no_comm, NULL, &err), DYN_ERR_INVALID_ARG);
+            assert_non_null(strstr(err.msg, "rank 0 instruction"));
+            assert_non_null(strstr(err.msg, "micro-batch 2 to rank 1): no matching receive"));
+            r1->instrs[i] = saved;
+            break;
+        }
+    /* swap the order of two activation sends on rank 0 */
+    dyn_rank_plan *r0 = &t.p.ranks[0];
+    int32_t first = -1, second = -1;
+    for (int32_t i = 0; i < r0->n_instrs; i++)
+        if (r0->instrs[i].op == DYN_OP_SEND_ACT_START) {
+            if (first < 0) first = i;
+            else if (second < 0) second = i;
+        }
+    int32_t mb_a = r0->instrs[first].microbatch;
+    r0->instrs[first].microbatch = r0->instrs[second].microbatch;
+    r0->instrs[second].microbatch = mb_a;
+    assert_int_equal(dyn_sim_run(sim, &t.p, &c, &no_comm, NULL, &err), DYN_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "rank 0 instruction"));
+    assert_non_null(strstr(err.msg, "matched in posting order"));
+    r0->instrs[second].microbatch = r0->instrs[first].microbatch;
+    r0->instrs[first].microbatch = mb_a;
     assert_int_equal(dyn_sim_run(sim, &t.p, &c, &no_comm, NULL, &err), DYN_OK);
 
     /* stage on the wrong rank */
@@ -316,7 +347,7 @@ static void test_matches_fixed_point_on_random_instances(void **state)
             c.fwd_ms[i] = 0.1 + dyn_rng_uniform(&rng);
             c.bwd_ms[i] = 0.1 + 2 * dyn_rng_uniform(&rng);
         }
-        dyn_sim_options o = {dyn_rng_uniform(&rng) * 0.3, 0.0, 0};
+        dyn_sim_options o = {dyn_rng_uniform(&rng) * 0.3, 0.0, 0, 0};
         const dyn_sim_result *res;
         assert_int_equal(dyn_sim_run(sim, &t.p, &c, &o, &res, &err), DYN_OK);
 
@@ -389,7 +420,7 @@ static void test_workspace_reuse_is_bit_identical(void **state)
         dyn_stage_costs c;
         tcosts_uniform(&c, M, S, 0.7, 1.9);
         for (int32_t i = 0; i < M * S; i++) c.fwd_ms[i] += 0.01 * (i % 7);
-        dyn_sim_options o = {0.05, 10.0, 0};
+        dyn_sim_options o = {0.05, 10.0, 0, 1};
         dyn_sim *fresh = dyn_sim_create(&err);
         const dyn_sim_result *a, *b;
         assert_int_equal(dyn_sim_run(shared, &t.p, &c, &o, &a, &err), DYN_OK);

@@ -17,18 +17,22 @@
  *     The costs are those of one recompute mode; an instruction's recompute
  *     field is not consulted (build the costs for the mode the plan uses).
  *   - LOAD_INPUT, *_START and FREE_BUFFER take no rank time.
- *   - Messages are matched per (kind act|grad, sender, receiver, micro-batch)
- *     in program order. A transfer starts when both sides are posted and the
+ *   - Messages are matched per (kind act|grad, sender, receiver) in posting
+ *     order, like MPI with one tag per kind (the contract of sched.h); a
+ *     pair naming different micro-batches is an error. A transfer starts when both sides are posted and the
  *     directed link sender->receiver is free (one transfer at a time per
  *     directed link, in order of start); it occupies the link for
  *     bytes / bandwidth and arrives latency later.
  *   - SEND_*_FINISH ends when the transfer has arrived (rendezvous, like a
  *     large MPI message); RECV_*_FINISH ends when the data has arrived.
- *   - Memory of a rank (MB): model states of its stages (states_mb) + live
- *     buffer slots (instr.bytes, from the writing instruction until
- *     FREE_BUFFER) + stored activations (stored_mb, from the start of FORWARD
- *     until the end of BACKWARD or BACKWARD_WEIGHT) + peak_mb on top while a
- *     compute instruction runs.
+ *   - Memory of a rank (MB): model states of its stages (states_mb) + stored
+ *     activations (stored_mb, from the start of FORWARD until the end of
+ *     BACKWARD or BACKWARD_WEIGHT) + peak_mb on top while a compute
+ *     instruction runs + with slot_memory, live buffer slots (instr.bytes,
+ *     from the writing instruction until FREE_BUFFER). The cost model of
+ *     src/cost already counts stage-boundary tensors in stored_mb / peak_mb
+ *     (sched.h "Memory model"), so plans built from it are simulated without
+ *     slot_memory; hand-written costs that leave them out can turn it on.
  *
  * A dyn_sim is a reusable workspace: it grows to the largest plan it has
  * seen and then runs without allocating, so an order search can simulate
@@ -50,9 +54,11 @@ typedef struct dyn_sim_options {
     double link_latency_ms; /* per message, ms (>= 0) */
     double link_gbps;       /* GB/s (1e9 bytes/s) per directed link; <= 0: infinite */
     int64_t real_tokens;    /* real (unpadded) tokens of the batch, for tokens_per_s */
+    int32_t slot_memory;    /* 1: count buffer slots (instr.bytes) in memory; 0: not */
 } dyn_sim_options;
 
-/* Options from a machine description (its link fields) and a token count. */
+/* Options from a machine description (its link fields) and a token count;
+ * slot_memory 0. */
 void dyn_sim_options_from_machine(dyn_sim_options *opt, const dyn_machine *m, int64_t real_tokens);
 
 /* Results of the last run. Arrays are owned by the dyn_sim and valid until

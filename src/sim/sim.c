@@ -3,8 +3,8 @@
  * semantics it models).
  *
  * How it runs. Before simulating, one linear pass pairs every SEND_*_START
- * with its RECV_*_START (per (kind, sender, receiver, micro-batch), in
- * program order, by bucketing on (kind, sender, micro-batch)) and every
+ * with its RECV_*_START (per (kind, sender, receiver), in posting order, by
+ * bucketing) and every
  * FINISH with its START (through the slot it names). Then ranks are
  * processes and a binary min-heap keyed by (time, rank) orders them: the
  * earliest rank executes instructions while its clock does not pass the next
@@ -15,7 +15,7 @@
  * An empty heap with unfinished ranks is a deadlock.
  *
  * Cost: O(N log R) for N instructions over R ranks, plus O(N + R*M) for the
- * matching pass. All arrays live in the dyn_sim workspace and grow only when
+ * matching pass (R^2 buckets). All arrays live in the dyn_sim workspace and grow only when
  * a bigger plan arrives, so repeated runs (the order search) do not allocate.
  *
  * Memory is a property of one rank's own instruction stream (every change
@@ -71,7 +71,6 @@ struct dyn_sim {
     int32_t n_msgs;
     int32_t *bucket_send, *bucket_recv; /* [buckets + 1] counts, then offsets */
     int32_t *order_send, *order_recv;   /* [instrs] instruction indices by bucket */
-    int32_t *used;                      /* [instrs] a receive already matched */
     /* per slot (all ranks), for the pairing of FINISH with START and memory */
     int32_t *pend_send, *pend_recv;
     double *slot_mb;
@@ -103,7 +102,7 @@ static void free_arrays(dyn_sim *s)
     free(s->ins); free(s->msg_of); free(s->start); free(s->end); free(s->mem_after);
     free(s->mem_top);
     free(s->msgs); free(s->bucket_send); free(s->bucket_recv); free(s->order_send);
-    free(s->order_recv); free(s->used);
+    free(s->order_recv);
     free(s->pend_send); free(s->pend_recv); free(s->slot_mb); free(s->slot_live);
 }
 
@@ -152,7 +151,6 @@ static dyn_status reserve(dyn_sim *s, int32_t R, int32_t N, int32_t B, int32_t K
         GROW(s->mem_top, c, "simulator instructions");
         GROW(s->order_send, c, "simulator matching");
         GROW(s->order_recv, c, "simulator matching");
-        GROW(s->used, c, "simulator matching");
         GROW(s->msgs, c, "simulator messages");
         s->cap_instrs = c;
     }
@@ -248,71 +246,82 @@ static dyn_status check_plan(dyn_sim *s, const dyn_exec_plan *p, dyn_error *err)
     return DYN_OK;
 }
 
-/* Pair sends with receives (bucket by (kind, sender, mb); inside a bucket the
- * k-th send to receiver q matches the k-th receive from the sender on q) and
- * FINISHes with STARTs (through the slot). Fills msgs and msg_of. */
+/* Pair sends with receives. Like MPI with one tag per kind, messages from
+ * one rank to another are matched per kind (activation, gradient) in posting
+ * order: the k-th SEND_ACT_START from a to b meets the k-th RECV_ACT_START
+ * from a on b. Bucketing by (kind, sender, receiver) makes this linear; a
+ * pair that names different micro-batches is an inconsistent plan (the
+ * runtime would deliver one micro-batch's tensor as another's). FINISHes
+ * are then paired with their STARTs through the slot. Fills msgs, msg_of. */
+static int32_t msg_bucket(int32_t R, int grad, int32_t src, int32_t dst)
+{
+    return (grad * R + src) * R + dst;
+}
+
 static dyn_status match_messages(dyn_sim *s, const dyn_exec_plan *p, dyn_error *err)
 {
-    int32_t R = p->n_ranks, M = p->n_microbatches, N = s->rank_off[R];
-    int32_t B = 2 * R * M;
+    int32_t R = p->n_ranks;
+    int32_t B = 2 * R * R;
     memset(s->bucket_send, 0, sizeof(int32_t) * (size_t)(B + 1));
     memset(s->bucket_recv, 0, sizeof(int32_t) * (size_t)(B + 1));
-    for (int32_t k = 0; k < N; k++) {
-        const dyn_instr *in = s->ins[k];
-        s->msg_of[k] = -1;
-        s->used[k] = 0;
-        int32_t r = rank_of(s, R, k);
-        if (is_send_start(in->op))
-            s->bucket_send[((int32_t)is_grad(in->op) * R + r) * M + in->microbatch + 1]++;
-        else if (is_recv_start(in->op))
-            s->bucket_recv[((int32_t)is_grad(in->op) * R + in->peer) * M + in->microbatch + 1]++;
+    for (int32_t r = 0; r < R; r++) {
+        for (int32_t k = s->rank_off[r]; k < s->rank_off[r + 1]; k++) {
+            const dyn_instr *in = s->ins[k];
+            s->msg_of[k] = -1;
+            if (is_send_start(in->op))
+                s->bucket_send[msg_bucket(R, is_grad(in->op), r, in->peer) + 1]++;
+            else if (is_recv_start(in->op))
+                s->bucket_recv[msg_bucket(R, is_grad(in->op), in->peer, r) + 1]++;
+        }
     }
     for (int32_t b = 0; b < B; b++) {
         s->bucket_send[b + 1] += s->bucket_send[b];
         s->bucket_recv[b + 1] += s->bucket_recv[b];
     }
-    /* Fill in flat order (ranks in order, program order inside a rank): the
-     * sends of one bucket all come from one rank, so their order is program
-     * order; the receives of a bucket come from several ranks, grouped. The
-     * bucket_* entries are used as cursors and end one bucket later. */
-    for (int32_t k = 0; k < N; k++) {
-        const dyn_instr *in = s->ins[k];
-        int32_t r = rank_of(s, R, k);
-        if (is_send_start(in->op))
-            s->order_send[s->bucket_send[((int32_t)is_grad(in->op) * R + r) * M + in->microbatch]++] = k;
-        else if (is_recv_start(in->op))
-            s->order_recv[s->bucket_recv[((int32_t)is_grad(in->op) * R + in->peer) * M + in->microbatch]++] = k;
+    /* Fill in program order; all sends (receives) of a bucket are on one
+     * rank, so each bucket lists them in posting order. The bucket_* entries
+     * serve as cursors and end up one bucket later: afterwards bucket b
+     * spans [bucket[b-1], bucket[b]) with bucket[-1] = 0. */
+    for (int32_t r = 0; r < R; r++) {
+        for (int32_t k = s->rank_off[r]; k < s->rank_off[r + 1]; k++) {
+            const dyn_instr *in = s->ins[k];
+            if (is_send_start(in->op))
+                s->order_send[s->bucket_send[msg_bucket(R, is_grad(in->op), r, in->peer)]++] = k;
+            else if (is_recv_start(in->op))
+                s->order_recv[s->bucket_recv[msg_bucket(R, is_grad(in->op), in->peer, r)]++] = k;
+        }
     }
-    /* After the fill, bucket b spans [bucket[b-1], bucket[b]) (bucket[-1] = 0). */
     s->n_msgs = 0;
     for (int32_t b = 0; b < B; b++) {
         int32_t s0 = b ? s->bucket_send[b - 1] : 0, s1 = s->bucket_send[b];
         int32_t r0 = b ? s->bucket_recv[b - 1] : 0, r1 = s->bucket_recv[b];
-        for (int32_t a = s0; a < s1; a++) {
-            int32_t ks = s->order_send[a];
-            int32_t dst = s->ins[ks]->peer, found = -1;
-            for (int32_t q = r0; q < r1 && found < 0; q++) {
-                int32_t kr = s->order_recv[q];
-                if (!s->used[q] && rank_of(s, R, kr) == dst) found = q;
-            }
-            if (found < 0) {
-                int32_t r = rank_of(s, R, ks);
+        int32_t n = s1 - s0 < r1 - r0 ? s1 - s0 : r1 - r0;
+        for (int32_t a = 0; a < n; a++) {
+            int32_t ks = s->order_send[s0 + a], kr = s->order_recv[r0 + a];
+            if (s->ins[ks]->microbatch != s->ins[kr]->microbatch) {
+                int32_t rs = rank_of(s, R, ks), rr = rank_of(s, R, kr);
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                     "plan rank %d instruction %d (%s micro-batch %d to rank %d): no matching receive",
-                                     r, ks - s->rank_off[r], op_label(s->ins[ks]->op),
-                                     s->ins[ks]->microbatch, dst);
+                                     "plan rank %d instruction %d (%s micro-batch %d to rank %d) meets rank %d instruction %d (%s micro-batch %d): messages are matched in posting order",
+                                     rs, ks - s->rank_off[rs], op_label(s->ins[ks]->op),
+                                     s->ins[ks]->microbatch, rr, rr, kr - s->rank_off[rr],
+                                     op_label(s->ins[kr]->op), s->ins[kr]->microbatch);
             }
-            s->used[found] = 1;
             sim_msg *m = &s->msgs[s->n_msgs];
             memset(m, 0, sizeof *m);
             m->send_idx = ks;
-            m->recv_idx = s->order_recv[found];
+            m->recv_idx = kr;
             m->send_waiter = m->recv_waiter = -1;
-            s->msg_of[ks] = s->msg_of[m->recv_idx] = s->n_msgs++;
+            s->msg_of[ks] = s->msg_of[kr] = s->n_msgs++;
         }
-        for (int32_t q = r0; q < r1; q++) {
-            if (s->used[q]) continue;
-            int32_t kr = s->order_recv[q], r = rank_of(s, R, kr);
+        if (s1 - s0 > n) {
+            int32_t ks = s->order_send[s0 + n], r = rank_of(s, R, ks);
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "plan rank %d instruction %d (%s micro-batch %d to rank %d): no matching receive",
+                                 r, ks - s->rank_off[r], op_label(s->ins[ks]->op),
+                                 s->ins[ks]->microbatch, s->ins[ks]->peer);
+        }
+        if (r1 - r0 > n) {
+            int32_t kr = s->order_recv[r0 + n], r = rank_of(s, R, kr);
             return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                  "plan rank %d instruction %d (%s micro-batch %d from rank %d): no matching send",
                                  r, kr - s->rank_off[r], op_label(s->ins[kr]->op),
@@ -442,6 +451,17 @@ static void start_transfer(dyn_sim *s, const dyn_exec_plan *p, const dyn_sim_opt
 
 static double cost_at(const double *a, int32_t i) { return a ? a[i] : 0.0; }
 
+/* A slot becomes live holding `bytes`; it counts towards the rank's memory
+ * only with opt->slot_memory (see sim.h). A slot written while live is
+ * overwritten: its old size leaves first. */
+static void slot_write(dyn_sim *s, int32_t r, int32_t slot, int64_t bytes, const dyn_sim_options *opt)
+{
+    if (s->slot_live[slot]) s->mem[r] -= s->slot_mb[slot];
+    s->slot_mb[slot] = opt->slot_memory ? (double)bytes / MB_BYTES : 0.0;
+    s->slot_live[slot] = 1;
+    s->mem[r] += s->slot_mb[slot];
+}
+
 /* Execute instructions of rank r until it blocks, finishes, or its clock
  * passes the earliest other rank's time (the heap top), keeping global time
  * order; the heap top is re-read because waking a rank can lower it. */
@@ -459,11 +479,7 @@ static void run_rank(dyn_sim *s, const dyn_exec_plan *p, const dyn_stage_costs *
         int32_t ci = is_compute(in->op) ? in->microbatch * S + in->stage : 0;
         switch (in->op) {
         case DYN_OP_LOAD_INPUT:
-            if (in->buf_out >= 0) {
-                s->slot_mb[base + in->buf_out] = (double)in->bytes / MB_BYTES;
-                s->slot_live[base + in->buf_out] = 1;
-                s->mem[r] += s->slot_mb[base + in->buf_out];
-            }
+            if (in->buf_out >= 0) slot_write(s, r, base + in->buf_out, in->bytes, opt);
             break;
         case DYN_OP_FORWARD:
         case DYN_OP_BACKWARD:
@@ -475,11 +491,7 @@ static void run_rank(dyn_sim *s, const dyn_exec_plan *p, const dyn_stage_costs *
                                                                 : c->bwd_weight_ms;
             dur = cost_at(t, ci);
             if (in->op == DYN_OP_FORWARD) s->mem[r] += cost_at(c->stored_mb, ci);
-            if (in->buf_out >= 0) {
-                s->slot_mb[base + in->buf_out] = (double)in->bytes / MB_BYTES;
-                s->slot_live[base + in->buf_out] = 1;
-                s->mem[r] += s->slot_mb[base + in->buf_out];
-            }
+            if (in->buf_out >= 0) slot_write(s, r, base + in->buf_out, in->bytes, opt);
             extra = cost_at(c->peak_mb, ci);
             break;
         }
@@ -494,9 +506,7 @@ static void run_rank(dyn_sim *s, const dyn_exec_plan *p, const dyn_stage_costs *
             } else {
                 m->flags |= MSG_RECV_POSTED;
                 m->recv_post = now;
-                s->slot_mb[base + in->buf_out] = (double)in->bytes / MB_BYTES;
-                s->slot_live[base + in->buf_out] = 1;
-                s->mem[r] += s->slot_mb[base + in->buf_out];
+                slot_write(s, r, base + in->buf_out, in->bytes, opt);
             }
             s->start[k] = s->end[k] = now;
             s->mem_after[k] = s->mem_top[k] = s->mem[r];
@@ -602,9 +612,10 @@ dyn_status dyn_sim_run(dyn_sim *sim, const dyn_exec_plan *plan, const dyn_stage_
         N += plan->ranks[r].n_instrs;
         K += plan->ranks[r].n_buffers;
     }
-    if (N > INT32_MAX / 2 || K > INT32_MAX / 2 || (int64_t)R * M > INT32_MAX / 4)
-        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "simulate: plan too large");
-    dyn_status st = reserve(sim, R, (int32_t)N, 2 * R * M, (int32_t)K, err);
+    if (N > INT32_MAX / 2 || K > INT32_MAX / 2 || R > 4096)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "simulate: plan too large (%d ranks, %lld instructions)",
+                             R, (long long)N);
+    dyn_status st = reserve(sim, R, (int32_t)N, 2 * R * R, (int32_t)K, err);
     if (st != DYN_OK) return st;
 
     sim->rank_off[0] = sim->slot_off[0] = 0;
