@@ -70,6 +70,58 @@ double dyn_cost_layer_states_mb(const dyn_cost_model *cm, dyn_layer_kind kind);
  * machine, fp32; "a100": 8 x A100 40 GB with NVLink, bf16). NULL if unknown.*/
 const dyn_machine *dyn_machine_builtin(const char *name);
 
+
+/* ---- additions (data-cost branch) ---------------------------------------- */
+
+/* The machine the model's costs are for: the analytic model's machine, or the
+ * `machine` line of a table file. Never NULL for a valid handle. */
+const dyn_machine *dyn_cost_model_machine(const dyn_cost_model *cm);
+
+/* Model states of every layer of the model on one device if it held them all,
+ * MB (sum of dyn_cost_layer_states_mb over the model's layers). */
+double dyn_cost_model_states_mb(const dyn_cost_model *cm);
+
+/* Names: "embed" "encoder" "decoder" "lm_head"; "none" "selective" "full". */
+const char *dyn_layer_kind_name(dyn_layer_kind kind);
+const char *dyn_recompute_name(dyn_recompute rc);
+dyn_status dyn_layer_kind_parse(const char *name, dyn_layer_kind *out, dyn_error *err);
+dyn_status dyn_recompute_parse(const char *name, dyn_recompute *out, dyn_error *err);
+
+/* Grid of a cost table: measured micro-batch sizes (rows), input lengths
+ * (enc_len, tokens) and target lengths (dec_len, tokens; GPT: the single value
+ * 0). Each axis strictly increasing, rows and enc_len >= 1, dec_len >= 1 for
+ * T5. */
+typedef struct dyn_cost_grid {
+    int32_t n_rows, n_enc, n_dec;
+    const int32_t *rows;
+    const int32_t *enc_len;
+    const int32_t *dec_len;
+} dyn_cost_grid;
+
+/* Number of points of one (kind, recompute) slice: n_rows * n_enc * n_dec. */
+int64_t dyn_cost_grid_size(const dyn_cost_grid *g);
+/* Index of a point in a table's points array:
+ *   ((((kind * DYN_RECOMPUTE_COUNT + rc) * n_rows + i_rows) * n_enc + i_enc) * n_dec + i_dec)
+ * The array has DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT * grid-size entries;
+ * for GPT the DECODER slice is ignored. */
+int64_t dyn_cost_grid_index(const dyn_cost_grid *g, dyn_layer_kind kind, dyn_recompute rc,
+                            int32_t i_rows, int32_t i_enc, int32_t i_dec);
+
+/* Write a cost table file atomically (format in docs/cost-model.md): the
+ * model it was measured for, the machine, per-layer model states (MB, indexed
+ * by dyn_layer_kind), the grid and every point. This is what the profiler
+ * calls; dyn_cost_model_load_table reads it back exactly (values are written
+ * with 17 significant digits). */
+dyn_status dyn_cost_table_write(const char *path, const dyn_model_config *cfg,
+                                const dyn_machine *m, const double states_mb[DYN_LAYER_KIND_COUNT],
+                                const dyn_cost_grid *grid, const dyn_layer_cost *points,
+                                dyn_error *err);
+
+/* Sample any cost model on a grid and write the table (e.g. an analytic model
+ * turned into a table for tests, or a calibrated one). Shapes are dense. */
+dyn_status dyn_cost_table_write_from_model(const char *path, const dyn_cost_model *cm,
+                                           const dyn_cost_grid *grid, dyn_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -66,9 +66,55 @@ typedef struct dyn_batch_plan {
     int32_t *sample_offset; /* parallel to sample_ids */
     double objective_ms;    /* predicted iteration time (the DP objective) */
     double plan_time_ms;    /* wall time spent planning this batch */
+    /* Added by the planner (additive): */
+    int32_t *sample_dec_offset; /* T5 packing: token offset in the decoder row; else 0 */
+    double balanced_ms;     /* (S-1)*t_max/v + max over replicas of its sum of t(mb) */
+    double device_peak_mb;  /* model states + (in flight - 1) * max stored + max peak */
+    int64_t real_tokens;    /* input + target tokens of the samples */
+    int64_t padded_tokens;  /* tokens the model runs: rows * (enc_len + dec_len) summed */
 } dyn_batch_plan;
 
 void dyn_plan_options_default(dyn_plan_options *opt);
+
+/* ---- Planner handle (added by the planner, additive) ----------------------
+ * A planner caches the cost of every (padded length, rows) micro-batch shape
+ * it has evaluated, so planning a stream of global batches costs a few table
+ * lookups per DP step instead of cost-model calls. dyn_plan_batch is
+ * create + plan + free. */
+
+/* Cost of one micro-batch on the bottleneck pipeline stage. */
+typedef struct dyn_mb_cost {
+    double time_ms;   /* fwd + bwd of the slowest stage */
+    double stored_mb; /* activations that stage stores until backward */
+    double peak_mb;   /* stored + transient working memory while it runs */
+} dyn_mb_cost;
+
+/* A micro-batch cost function: fills out for shape mb (rows, lengths in
+ * tokens, already padded). Must be pure, and non-decreasing in rows and in
+ * every length (time and memory) -- the planner relies on that to stop
+ * growing a micro-batch at the first one that does not fit. */
+typedef dyn_status (*dyn_mb_cost_fn)(void *ctx, const dyn_mb_shape *mb, dyn_mb_cost *out,
+                                     dyn_error *err);
+
+typedef struct dyn_planner dyn_planner;
+
+/* Planner over cost model cm (kept by reference; must outlive the planner).
+ * Stage costs derive from per-layer costs as docs/architecture.md "Planner"
+ * says: transformer layers split evenly over S stages (earlier stages take
+ * the remainder), embedding on the first, LM head on the last; t(mb) is the
+ * slowest stage. Model states of the fullest stage are subtracted from the
+ * memory limit. */
+dyn_planner *dyn_planner_create(const dyn_cost_model *cm, const dyn_plan_options *opt,
+                                dyn_error *err);
+/* Planner over a custom cost function (tests, other cost sources).
+ * states_mb: model states per device, MB. */
+dyn_planner *dyn_planner_create_custom(dyn_model_kind kind, dyn_mb_cost_fn fn, void *ctx,
+                                       double states_mb, const dyn_plan_options *opt,
+                                       dyn_error *err);
+/* Plan one global batch (see dyn_plan_batch). */
+dyn_status dyn_planner_plan(dyn_planner *p, const dyn_sample *samples, int32_t n,
+                            dyn_batch_plan *out, dyn_error *err);
+void dyn_planner_free(dyn_planner *p);
 
 /* Plan one global batch of n samples. On DYN_ERR_INFEASIBLE the message names
  * the sample that cannot fit and the numbers. out is freed with

@@ -1,0 +1,104 @@
+/*
+ * data.h — where sample lengths come from and how they are cut into global
+ * batches: the built-in FLAN-like multi-task length generator, a reader for
+ * TSV length files, and the token-budget global-batch sampler.
+ *
+ * Only lengths matter to planning, so a dataset is an array of dyn_sample
+ * (id, task, input_len, target_len). Lengths are in tokens.
+ *
+ * Length limit (max_seqlen), the one rule used everywhere in this header:
+ *   GPT (decoder-only): the sequence is input followed by target, so the
+ *       limit applies to input_len + target_len.
+ *   T5 (encoder-decoder): input and target are separate sequences, so the
+ *       limit applies to input_len and to target_len separately.
+ * Clipping (synthetic data always; TSV only with clip != 0):
+ *   T5: each side is cut to max_seqlen.
+ *   GPT: the input is shortened first, because target tokens carry the loss:
+ *       target = min(target, max_seqlen - 1), then
+ *       input  = min(input,  max_seqlen - target)   (so input >= 1).
+ */
+#ifndef DYNAPIPE_DATA_H
+#define DYNAPIPE_DATA_H
+
+#include "dynapipe/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* An owned array of samples; samples[i].id == i. Free with dyn_dataset_free
+ * (also safe on a zeroed struct). */
+typedef struct dyn_dataset {
+    int32_t n;
+    dyn_sample *samples;
+} dyn_dataset;
+
+void dyn_dataset_free(dyn_dataset *ds);
+
+/* 1 if (input_len, target_len) fits max_seqlen under the rule above for kind,
+ * else 0. Lengths <= 0 never fit. */
+int dyn_lengths_fit(dyn_model_kind kind, int32_t max_seqlen, int32_t input_len, int32_t target_len);
+/* Clip *input_len and *target_len (both >= 1) to max_seqlen (>= 2 for GPT,
+ * >= 1 for T5) by the clipping rule above. */
+void dyn_lengths_clip(dyn_model_kind kind, int32_t max_seqlen, int32_t *input_len,
+                      int32_t *target_len);
+
+/* ---- built-in FLAN-like generator (docs/workload.md) ---------------------
+ * A mixture of task families. A sample draws its family with probability
+ * `weight` (weights sum to 1), then input and target lengths independently
+ * from log-normal distributions: len = round(exp(mu + sigma * z)), z ~ N(0,1),
+ * at least min_*; then the pair is clipped to max_seqlen. */
+typedef struct dyn_task_family {
+    const char *name;
+    double weight;        /* mixture probability */
+    double input_mu;      /* log-normal parameters of input length (natural log of tokens) */
+    double input_sigma;
+    int32_t input_min;    /* tokens */
+    double target_mu;     /* log-normal parameters of target length */
+    double target_sigma;
+    int32_t target_min;   /* tokens */
+} dyn_task_family;
+
+/* The built-in families (static table); *n receives their count. A sample's
+ * `task` field indexes this table. */
+const dyn_task_family *dyn_flan_families(int32_t *n);
+
+/* n_samples samples drawn from the mixture with dyn_rng seeded by seed, clipped
+ * to max_seqlen for kind. Same arguments -> same samples, bit for bit.
+ * DYN_ERR_INVALID_ARG for n_samples < 0 or max_seqlen too small (< 2). */
+dyn_status dyn_dataset_synthetic_flan(uint64_t seed, int32_t n_samples, int32_t max_seqlen,
+                                      dyn_model_kind kind, dyn_dataset *out, dyn_error *err);
+
+/* ---- TSV length files ----------------------------------------------------
+ * One sample per line: `input_len<TAB>target_len` (positive integers, tokens).
+ * Lines starting with '#' are comments; blank lines are skipped; the first
+ * non-comment line may be a header (its first field not a number). Sample ids
+ * are 0-based in file order (header and comments excluded); task = -1.
+ * Errors (DYN_ERR_PARSE, message "path:line: what"): a wrong number of fields,
+ * a non-integer, a length <= 0, a length over max_seqlen (per the rule above)
+ * unless clip != 0, in which case it is clipped. DYN_ERR_IO if unreadable. */
+dyn_status dyn_dataset_read_tsv(const char *path, int32_t max_seqlen, dyn_model_kind kind,
+                                int clip, dyn_dataset *out, dyn_error *err);
+
+/* ---- global-batch sampler --------------------------------------------------
+ * Walks a dataset once, in order, and returns global batches of consecutive
+ * samples: a batch takes samples while the running total of input_len +
+ * target_len stays <= budget_tokens. The sampler borrows the dataset (it must
+ * outlive the sampler). */
+typedef struct dyn_sampler dyn_sampler;
+
+/* budget_tokens > 0 (tokens per global batch). NULL + err on bad arguments. */
+dyn_sampler *dyn_sampler_create(const dyn_dataset *ds, int64_t budget_tokens, dyn_error *err);
+/* Next global batch: *batch points into the dataset, *n its sample count.
+ * At the end of the dataset returns DYN_OK with *n == 0 and *batch == NULL.
+ * DYN_ERR_INFEASIBLE, naming the sample id and its tokens, when the next
+ * sample alone exceeds the budget (the sampler then stays at that sample). */
+dyn_status dyn_sampler_next(dyn_sampler *s, const dyn_sample **batch, int32_t *n, dyn_error *err);
+/* Start again from the first sample. */
+void dyn_sampler_reset(dyn_sampler *s);
+void dyn_sampler_free(dyn_sampler *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DYNAPIPE_DATA_H */

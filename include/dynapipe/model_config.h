@@ -1,0 +1,63 @@
+/*
+ * model_config.h — model shapes (dyn_model_config) and machine descriptions
+ * (dyn_machine): built-in presets, JSON files and validation.
+ *
+ * Model JSON (docs/cost-model.md): an object with "kind" ("gpt" | "t5"),
+ * "n_layers", "hidden", "heads", "ffn", "vocab", "max_seqlen" and, for T5,
+ * "n_dec_layers" and optionally "head_dim" (default hidden / heads), e.g.
+ *   {"kind": "gpt", "n_layers": 12, "hidden": 768, "heads": 12,
+ *    "ffn": 3072, "vocab": 50257, "max_seqlen": 1024}
+ * or {"preset": "gpt2-124m"} optionally overriding fields of the preset.
+ *
+ * Machine JSON: an object with every field of dyn_machine by its C name
+ * ("name", "matmul_gflops", "attn_gflops", "mem_gbps", "bytes_per_elem",
+ * "device_memory_mb", "link_latency_ms", "link_gbps", "dp_link_gbps"), or
+ * {"base": "a100", ...} taking the missing fields from a built-in machine.
+ */
+#ifndef DYNAPIPE_MODEL_CONFIG_H
+#define DYNAPIPE_MODEL_CONFIG_H
+
+#include "dynapipe/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Built-in shapes by name: "gpt-tiny", "gpt2-124m", "gpt-6.7b", "t5-tiny",
+ * "t5-base", "t5-11b". DYN_ERR_INVALID_ARG (listing the names) if unknown. */
+dyn_status dyn_model_config_preset(const char *name, dyn_model_config *out, dyn_error *err);
+/* Name of preset i (0-based) or NULL past the last one. */
+const char *dyn_model_config_preset_name(int32_t i);
+
+/* Read a model JSON file (format above). Errors name the file and the field. */
+dyn_status dyn_model_config_load(const char *path, dyn_model_config *out, dyn_error *err);
+/* Parse model JSON from text; `where` names the source in messages. */
+dyn_status dyn_model_config_parse(const char *text, const char *where, dyn_model_config *out,
+                                  dyn_error *err);
+
+/* Check a shape: positive sizes; GPT: n_dec_layers == 0 and heads * head_dim ==
+ * hidden; T5: n_dec_layers >= 1; max_seqlen >= 2. The message names the field. */
+dyn_status dyn_model_config_validate(const dyn_model_config *cfg, dyn_error *err);
+
+/* "gpt" or "t5"; and the reverse (DYN_ERR_INVALID_ARG if neither). */
+const char *dyn_model_kind_name(dyn_model_kind kind);
+dyn_status dyn_model_kind_parse(const char *name, dyn_model_kind *out, dyn_error *err);
+
+/* Parameter count (elements) of the whole model, embedding and LM head
+ * included; the same counts the analytic cost model uses. */
+int64_t dyn_model_config_params(const dyn_model_config *cfg);
+
+/* Read a machine JSON file (format above). Errors name the file and field. */
+dyn_status dyn_machine_load(const char *path, dyn_machine *out, dyn_error *err);
+dyn_status dyn_machine_parse(const char *text, const char *where, dyn_machine *out,
+                             dyn_error *err);
+/* Check a machine: positive rates, bytes_per_elem 2 or 4, memory > 0,
+ * latency >= 0. The message names the field. */
+dyn_status dyn_machine_validate(const dyn_machine *m, dyn_error *err);
+/* A built-in name ("cpu", "a100") or else a JSON file path. */
+dyn_status dyn_machine_resolve(const char *name_or_path, dyn_machine *out, dyn_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DYNAPIPE_MODEL_CONFIG_H */

@@ -1,0 +1,127 @@
+/* cost_model.c — the cost-model handle: creating the analytic model, checking
+ * queries once for both sources, model states, and the names of layer kinds
+ * and recompute modes. The two sources live in analytic.c and table.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cost/cost_internal.h"
+#include "dynapipe/model_config.h" /* defines: dyn_model_config_validate, dyn_machine_validate */
+#include "util/util.h"             /* defines: dyn_calloc */
+
+static void fill_states(dyn_cost_model *cm)
+{
+    double bpp = dyn_state_bytes_per_param(cm->machine.bytes_per_elem);
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
+        cm->states_mb[k] = (double)dyn_layer_params(&cm->cfg, (dyn_layer_kind)k) * bpp / DYN_MB;
+}
+
+dyn_cost_model *dyn_cost_model_create_analytic(const dyn_model_config *cfg, const dyn_machine *m,
+                                               dyn_error *err)
+{
+    if (cfg == NULL || m == NULL) {
+        dyn_error_set(err, DYN_ERR_INVALID_ARG, "analytic cost model: no model or machine given");
+        return NULL;
+    }
+    if (dyn_model_config_validate(cfg, err) != DYN_OK) return NULL;
+    if (dyn_machine_validate(m, err) != DYN_OK) return NULL;
+    dyn_cost_model *cm = dyn_calloc(1, sizeof *cm, "cost model", err);
+    if (cm == NULL) return NULL;
+    cm->cfg = *cfg;
+    cm->machine = *m;
+    fill_states(cm);
+    return cm;
+}
+
+void dyn_cost_model_free(dyn_cost_model *cm)
+{
+    if (cm == NULL) return;
+    free(cm->rows);
+    free(cm->enc_len);
+    free(cm->dec_len);
+    free(cm->points);
+    free(cm);
+}
+
+const dyn_model_config *dyn_cost_model_config(const dyn_cost_model *cm)
+{
+    return &cm->cfg;
+}
+
+const dyn_machine *dyn_cost_model_machine(const dyn_cost_model *cm)
+{
+    return &cm->machine;
+}
+
+dyn_status dyn_cost_layer(const dyn_cost_model *cm, dyn_layer_kind kind, const dyn_mb_shape *mb,
+                          dyn_recompute rc, dyn_layer_cost *out, dyn_error *err)
+{
+    int t5 = cm->cfg.kind == DYN_MODEL_T5;
+    if ((unsigned)kind >= DYN_LAYER_KIND_COUNT)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "cost: unknown layer kind %d", (int)kind);
+    if (kind == DYN_LAYER_DECODER && !t5)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "cost: a gpt model has no decoder layer");
+    if ((unsigned)rc >= DYN_RECOMPUTE_COUNT)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "cost: unknown recompute mode %d", (int)rc);
+    if (mb->rows <= 0 || mb->enc_len <= 0)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "cost: micro-batch rows %d x enc_len %d must be positive",
+                             mb->rows, mb->enc_len);
+    if (t5 && mb->dec_len <= 0)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "cost: t5 micro-batch needs dec_len > 0 (got %d)",
+                             mb->dec_len);
+    if (mb->enc_attn < 0 || mb->dec_attn < 0 || mb->cross_attn < 0)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "cost: negative attention pair count");
+    if (cm->is_table)
+        dyn_table_layer(cm, kind, mb, rc, out);
+    else
+        dyn_analytic_layer(cm, kind, mb, rc, out);
+    return DYN_OK;
+}
+
+double dyn_cost_layer_states_mb(const dyn_cost_model *cm, dyn_layer_kind kind)
+{
+    if ((unsigned)kind >= DYN_LAYER_KIND_COUNT) return 0.0;
+    if (kind == DYN_LAYER_DECODER && cm->cfg.kind != DYN_MODEL_T5) return 0.0;
+    return cm->states_mb[kind];
+}
+
+double dyn_cost_model_states_mb(const dyn_cost_model *cm)
+{
+    return cm->states_mb[DYN_LAYER_EMBED] + cm->cfg.n_layers * cm->states_mb[DYN_LAYER_ENCODER] +
+           cm->cfg.n_dec_layers * dyn_cost_layer_states_mb(cm, DYN_LAYER_DECODER) +
+           cm->states_mb[DYN_LAYER_LM_HEAD];
+}
+
+static const char *const KIND_NAMES[DYN_LAYER_KIND_COUNT] = {"embed", "encoder", "decoder", "lm_head"};
+static const char *const RC_NAMES[DYN_RECOMPUTE_COUNT] = {"none", "selective", "full"};
+
+const char *dyn_layer_kind_name(dyn_layer_kind kind)
+{
+    return (unsigned)kind < DYN_LAYER_KIND_COUNT ? KIND_NAMES[kind] : "?";
+}
+
+const char *dyn_recompute_name(dyn_recompute rc)
+{
+    return (unsigned)rc < DYN_RECOMPUTE_COUNT ? RC_NAMES[rc] : "?";
+}
+
+dyn_status dyn_layer_kind_parse(const char *name, dyn_layer_kind *out, dyn_error *err)
+{
+    for (int k = 0; name && k < DYN_LAYER_KIND_COUNT; k++)
+        if (strcmp(name, KIND_NAMES[k]) == 0) {
+            *out = (dyn_layer_kind)k;
+            return DYN_OK;
+        }
+    return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                         "unknown layer kind '%s' (embed, encoder, decoder, lm_head)", name ? name : "(null)");
+}
+
+dyn_status dyn_recompute_parse(const char *name, dyn_recompute *out, dyn_error *err)
+{
+    for (int k = 0; name && k < DYN_RECOMPUTE_COUNT; k++)
+        if (strcmp(name, RC_NAMES[k]) == 0) {
+            *out = (dyn_recompute)k;
+            return DYN_OK;
+        }
+    return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                         "unknown recompute mode '%s' (none, selective, full)", name ? name : "(null)");
+}

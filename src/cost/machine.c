@@ -1,0 +1,202 @@
+/* machine.c — machine descriptions: the two built-in machines and JSON
+ * machine files. The numbers of the built-ins are argued in
+ * docs/cost-model.md; the short version sits next to each field. */
+#include "dynapipe/cost.h"
+#include "dynapipe/model_config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "util/util.h" /* defines: dyn_file_read_all */
+
+static const dyn_machine MACHINES[] = {
+    {
+        .name = "cpu",
+        /* One core of this AMD EPYC (Zen 3, AVX2 + FMA), fp32: OpenBLAS sgemm
+         * sustains ~88 GFLOP/s on one core for transformer-sized products. */
+        .matmul_gflops = 88.0,
+        /* Attention runs as many small per-head products (head_dim 64) plus
+         * masking; such products reach about half the large-gemm rate. */
+        .attn_gflops = 40.0,
+        /* One core streams ~12 GB/s from DRAM (a single core cannot saturate
+         * the socket's channels). */
+        .mem_gbps = 12.0,
+        .bytes_per_elem = 4,
+        /* 23 GiB of RAM shared by the ranks of one host; 8 GiB per stage
+         * leaves room for the OS and a second replica. */
+        .device_memory_mb = 8192.0,
+        /* Ranks on one host talk through MPI shared memory. */
+        .link_latency_ms = 0.005,
+        .link_gbps = 4.0,
+        .dp_link_gbps = 4.0,
+    },
+    {
+        .name = "a100",
+        /* A100 40 GB, bf16: 312 TFLOP/s peak dense tensor-core rate; large
+         * Megatron-style GEMMs sustain about half of it. */
+        .matmul_gflops = 156000.0,
+        /* Fused attention kernels reach ~35% of peak at these head sizes. */
+        .attn_gflops = 110000.0,
+        /* 1555 GB/s HBM2 peak; elementwise kernels reach ~85%. */
+        .mem_gbps = 1300.0,
+        .bytes_per_elem = 2,
+        /* 40 GiB minus ~2 GiB for the CUDA context, workspaces and
+         * allocator fragmentation. */
+        .device_memory_mb = 38912.0,
+        /* NVLink 3 inside a node: ~150 GB/s achieved point to point. */
+        .link_latency_ms = 0.01,
+        .link_gbps = 150.0,
+        /* Ring allreduce bus bandwidth over NVLink (8 GPUs). */
+        .dp_link_gbps = 100.0,
+    },
+};
+#define N_MACHINES ((int)(sizeof MACHINES / sizeof MACHINES[0]))
+
+const dyn_machine *dyn_machine_builtin(const char *name)
+{
+    for (int i = 0; name != NULL && i < N_MACHINES; i++)
+        if (strcmp(name, MACHINES[i].name) == 0) return &MACHINES[i];
+    return NULL;
+}
+
+dyn_status dyn_machine_validate(const dyn_machine *m, dyn_error *err)
+{
+    if (memchr(m->name, '\0', sizeof m->name) == NULL || m->name[0] == '\0')
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "machine: name must be 1..63 characters");
+    for (const char *c = m->name; *c; c++)
+        if (*c == ' ' || *c == '\t' || *c == '\n' || *c == '=' || *c == '"')
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "machine: name '%s' must not contain spaces, '=' or quotes", m->name);
+    struct { const char *name; double v; } pos[] = {
+        {"matmul_gflops", m->matmul_gflops}, {"attn_gflops", m->attn_gflops},
+        {"mem_gbps", m->mem_gbps},           {"device_memory_mb", m->device_memory_mb},
+        {"link_gbps", m->link_gbps},         {"dp_link_gbps", m->dp_link_gbps},
+    };
+    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+        if (!(pos[i].v > 0) || !isfinite(pos[i].v))
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "machine %s: %s = %g must be positive",
+                                 m->name, pos[i].name, pos[i].v);
+    if (!(m->link_latency_ms >= 0) || !isfinite(m->link_latency_ms))
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "machine %s: link_latency_ms = %g must be >= 0",
+                             m->name, m->link_latency_ms);
+    if (m->bytes_per_elem != 2 && m->bytes_per_elem != 4)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "machine %s: bytes_per_elem = %d must be 2 or 4",
+                             m->name, m->bytes_per_elem);
+    return DYN_OK;
+}
+
+dyn_status dyn_machine_parse(const char *text, const char *where, dyn_machine *out, dyn_error *err)
+{
+    static const char *const KEYS[] = {"base", "name", "matmul_gflops", "attn_gflops", "mem_gbps",
+                                       "bytes_per_elem", "device_memory_mb", "link_latency_ms",
+                                       "link_gbps", "dp_link_gbps", NULL};
+    cJSON *root = cJSON_Parse(text);
+    if (root == NULL) return dyn_error_set(err, DYN_ERR_PARSE, "%s: not valid JSON", where);
+    dyn_status st = DYN_OK;
+    dyn_machine m;
+    memset(&m, 0, sizeof m);
+    int have_base = 0;
+    if (!cJSON_IsObject(root)) {
+        st = dyn_error_set(err, DYN_ERR_PARSE, "%s: expected a JSON object", where);
+        goto done;
+    }
+    for (const cJSON *it = root->child; it; it = it->next) {
+        int known = 0;
+        for (int k = 0; KEYS[k]; k++) known |= strcmp(it->string, KEYS[k]) == 0;
+        if (!known) {
+            st = dyn_error_set(err, DYN_ERR_PARSE, "%s: unknown field \"%s\"", where, it->string);
+            goto done;
+        }
+    }
+    const cJSON *base = cJSON_GetObjectItemCaseSensitive(root, "base");
+    if (base != NULL) {
+        const dyn_machine *b = cJSON_IsString(base) ? dyn_machine_builtin(base->valuestring) : NULL;
+        if (b == NULL) {
+            st = dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"base\" must name a built-in machine (cpu, a100)",
+                               where);
+            goto done;
+        }
+        m = *b;
+        have_base = 1;
+    }
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name");
+    if (name != NULL) {
+        if (!cJSON_IsString(name) || strlen(name->valuestring) >= sizeof m.name) {
+            st = dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"name\" must be a string of 1..63 characters",
+                               where);
+            goto done;
+        }
+        snprintf(m.name, sizeof m.name, "%s", name->valuestring);
+    } else if (!have_base) {
+        st = dyn_error_set(err, DYN_ERR_PARSE, "%s: missing field \"name\"", where);
+        goto done;
+    }
+    struct { const char *key; double *dst; } f[] = {
+        {"matmul_gflops", &m.matmul_gflops},       {"attn_gflops", &m.attn_gflops},
+        {"mem_gbps", &m.mem_gbps},                 {"device_memory_mb", &m.device_memory_mb},
+        {"link_latency_ms", &m.link_latency_ms},   {"link_gbps", &m.link_gbps},
+        {"dp_link_gbps", &m.dp_link_gbps},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, f[i].key);
+        if (it == NULL) {
+            if (have_base) continue;
+            st = dyn_error_set(err, DYN_ERR_PARSE, "%s: missing field \"%s\"", where, f[i].key);
+            goto done;
+        }
+        if (!cJSON_IsNumber(it)) {
+            st = dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"%s\" must be a number", where, f[i].key);
+            goto done;
+        }
+        *f[i].dst = it->valuedouble;
+    }
+    const cJSON *bpe = cJSON_GetObjectItemCaseSensitive(root, "bytes_per_elem");
+    if (bpe == NULL && !have_base) {
+        st = dyn_error_set(err, DYN_ERR_PARSE, "%s: missing field \"bytes_per_elem\"", where);
+        goto done;
+    }
+    if (bpe != NULL) {
+        if (!cJSON_IsNumber(bpe) || (bpe->valuedouble != 2 && bpe->valuedouble != 4)) {
+            st = dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"bytes_per_elem\" must be 2 or 4", where);
+            goto done;
+        }
+        m.bytes_per_elem = (int32_t)bpe->valuedouble;
+    }
+    if (dyn_machine_validate(&m, err) != DYN_OK) {
+        if (err != NULL) {
+            char msg[DYN_ERROR_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            dyn_error_set(err, DYN_ERR_PARSE, "%s: %s", where, msg);
+        }
+        st = DYN_ERR_PARSE;
+        goto done;
+    }
+    *out = m;
+done:
+    cJSON_Delete(root);
+    return st;
+}
+
+dyn_status dyn_machine_load(const char *path, dyn_machine *out, dyn_error *err)
+{
+    char *text = NULL;
+    dyn_status st = dyn_file_read_all(path, &text, NULL, err);
+    if (st != DYN_OK) return st;
+    st = dyn_machine_parse(text, path, out, err);
+    free(text);
+    return st;
+}
+
+dyn_status dyn_machine_resolve(const char *name_or_path, dyn_machine *out, dyn_error *err)
+{
+    const dyn_machine *b = dyn_machine_builtin(name_or_path);
+    if (b != NULL) {
+        *out = *b;
+        return DYN_OK;
+    }
+    return dyn_machine_load(name_or_path, out, err);
+}

@@ -1,0 +1,524 @@
+/* table.c — the profile-table cost model: measured points over a grid
+ * (micro-batch rows x input length x target length, per layer kind and
+ * recompute mode), read from a text file and interpolated multilinearly.
+ *
+ * Interpolation: along each axis find the grid interval holding the query
+ * (binary search) and its fractional position t; the value is the usual
+ * multilinear blend of the 2^k corners. Outside the grid the end interval is
+ * used with t < 0 or t > 1, i.e. linear extrapolation from the two nearest
+ * grid points, and every result is clamped at 0 (times and sizes cannot be
+ * negative). An axis with a single point (GPT's dec_len axis, {0}) is
+ * constant. A multilinear function sampled on the grid is therefore
+ * reproduced exactly everywhere, inside or outside the grid.
+ *
+ * The table ignores the *_attn fields of a shape (document-masked attention):
+ * it was measured on dense rows, so it answers for dense rows. The file
+ * format is in docs/cost-model.md; dyn_cost_table_write writes it. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cost/cost_internal.h"
+#include "dynapipe/model_config.h" /* defines: dyn_model_config_validate, dyn_machine_validate */
+#include "util/util.h"             /* defines: dyn_calloc, dyn_file_read_all, dyn_atomic_* */
+
+#define TABLE_MAGIC "dynapipe-cost-table"
+#define TABLE_VERSION 1
+#define N_VALUES 7 /* fwd bwd bwd_input bwd_weight stored peak output */
+
+int64_t dyn_cost_grid_size(const dyn_cost_grid *g)
+{
+    return (int64_t)g->n_rows * g->n_enc * g->n_dec;
+}
+
+int64_t dyn_cost_grid_index(const dyn_cost_grid *g, dyn_layer_kind kind, dyn_recompute rc,
+                            int32_t i_rows, int32_t i_enc, int32_t i_dec)
+{
+    return ((((int64_t)kind * DYN_RECOMPUTE_COUNT + rc) * g->n_rows + i_rows) * g->n_enc + i_enc) *
+               g->n_dec + i_dec;
+}
+
+static void cost_to_values(const dyn_layer_cost *c, double v[N_VALUES])
+{
+    v[0] = c->fwd_ms, v[1] = c->bwd_ms, v[2] = c->bwd_input_ms, v[3] = c->bwd_weight_ms;
+    v[4] = c->stored_mb, v[5] = c->peak_mb, v[6] = c->output_mb;
+}
+
+static void values_to_cost(const double v[N_VALUES], dyn_layer_cost *c)
+{
+    c->fwd_ms = v[0], c->bwd_ms = v[1], c->bwd_input_ms = v[2], c->bwd_weight_ms = v[3];
+    c->stored_mb = v[4], c->peak_mb = v[5], c->output_mb = v[6];
+}
+
+/* ---- lookup ---------------------------------------------------------------- */
+
+/* Interval [i0, i0+1] of axis ax (n points, increasing) for x and the
+ * position t of x in it (t < 0 or > 1 outside the grid). */
+static void axis_locate(const int32_t *ax, int32_t n, double x, int32_t *i0, double *t)
+{
+    if (n == 1) {
+        *i0 = 0;
+        *t = 0.0;
+        return;
+    }
+    int32_t lo = 0, hi = n - 1;
+    while (hi - lo > 1) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (ax[mid] <= x) lo = mid;
+        else hi = mid;
+    }
+    *i0 = lo;
+    *t = (x - ax[lo]) / (double)(ax[lo + 1] - ax[lo]);
+}
+
+void dyn_table_layer(const struct dyn_cost_model *cm, dyn_layer_kind kind, const dyn_mb_shape *mb,
+                     dyn_recompute rc, dyn_layer_cost *out)
+{
+    dyn_cost_grid g = {cm->n_rows, cm->n_enc, cm->n_dec, cm->rows, cm->enc_len, cm->dec_len};
+    int32_t i[3];
+    double t[3];
+    axis_locate(cm->rows, cm->n_rows, mb->rows, &i[0], &t[0]);
+    axis_locate(cm->enc_len, cm->n_enc, mb->enc_len, &i[1], &t[1]);
+    axis_locate(cm->dec_len, cm->n_dec, cm->cfg.kind == DYN_MODEL_T5 ? mb->dec_len : 0, &i[2], &t[2]);
+    int32_t n_ax[3] = {cm->n_rows, cm->n_enc, cm->n_dec};
+    double acc[N_VALUES] = {0};
+    for (int corner = 0; corner < 8; corner++) {
+        double w = 1.0;
+        int32_t j[3];
+        int skip = 0;
+        for (int a = 0; a < 3; a++) {
+            int hi = (corner >> a) & 1;
+            if (n_ax[a] == 1 && hi) skip = 1; /* a constant axis has one corner */
+            j[a] = i[a] + hi;
+            w *= n_ax[a] == 1 ? 1.0 : (hi ? t[a] : 1.0 - t[a]);
+        }
+        if (skip) continue;
+        double v[N_VALUES];
+        cost_to_values(&cm->points[dyn_cost_grid_index(&g, kind, rc, j[0], j[1], j[2])], v);
+        for (int k = 0; k < N_VALUES; k++) acc[k] += w * v[k];
+    }
+    for (int k = 0; k < N_VALUES; k++)
+        if (acc[k] < 0.0) acc[k] = 0.0;
+    values_to_cost(acc, out);
+}
+
+/* ---- checks shared by reader and writer ------------------------------------ */
+
+static dyn_status check_axis(const char *what, const int32_t *ax, int32_t n, int32_t min,
+                             dyn_error *err)
+{
+    if (n < 1) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s axis is empty", what);
+    for (int32_t i = 0; i < n; i++) {
+        if (ax[i] < min)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s axis value %d is below %d", what, ax[i], min);
+        if (i > 0 && ax[i] <= ax[i - 1])
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s axis is not strictly increasing (%d after %d)",
+                                 what, ax[i], ax[i - 1]);
+    }
+    return DYN_OK;
+}
+
+/* GPT: dec_len axis exactly {0}; T5: values >= 1. */
+static dyn_status check_grid(const dyn_model_config *cfg, const dyn_cost_grid *g, dyn_error *err)
+{
+    dyn_status st;
+    if ((st = check_axis("rows", g->rows, g->n_rows, 1, err)) != DYN_OK) return st;
+    if ((st = check_axis("enc_len", g->enc_len, g->n_enc, 1, err)) != DYN_OK) return st;
+    if (cfg->kind == DYN_MODEL_GPT) {
+        if (g->n_dec != 1 || g->dec_len[0] != 0)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "dec_len axis of a gpt table must be the single value 0");
+        return DYN_OK;
+    }
+    return check_axis("dec_len", g->dec_len, g->n_dec, 1, err);
+}
+
+static int kind_present(const dyn_model_config *cfg, int kind)
+{
+    return kind != DYN_LAYER_DECODER || cfg->kind == DYN_MODEL_T5;
+}
+
+/* ---- writer ---------------------------------------------------------------- */
+
+static void write_axis(FILE *fp, const char *name, const int32_t *ax, int32_t n)
+{
+    fprintf(fp, "%s", name);
+    for (int32_t i = 0; i < n; i++) fprintf(fp, " %d", ax[i]);
+    fprintf(fp, "\n");
+}
+
+dyn_status dyn_cost_table_write(const char *path, const dyn_model_config *cfg, const dyn_machine *m,
+                                const double states_mb[DYN_LAYER_KIND_COUNT], const dyn_cost_grid *grid,
+                                const dyn_layer_cost *points, dyn_error *err)
+{
+    dyn_status st;
+    if ((st = dyn_model_config_validate(cfg, err)) != DYN_OK) return st;
+    if ((st = dyn_machine_validate(m, err)) != DYN_OK) return st;
+    if ((st = check_grid(cfg, grid, err)) != DYN_OK) return st;
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
+        if (!(states_mb[k] >= 0) || !isfinite(states_mb[k]))
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "cost table: states_mb of %s is %g",
+                                 dyn_layer_kind_name((dyn_layer_kind)k), states_mb[k]);
+    int64_t gs = dyn_cost_grid_size(grid);
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
+        if (!kind_present(cfg, k)) continue;
+        for (int64_t p = (int64_t)k * DYN_RECOMPUTE_COUNT * gs; p < (int64_t)(k + 1) * DYN_RECOMPUTE_COUNT * gs; p++) {
+            double v[N_VALUES];
+            cost_to_values(&points[p], v);
+            for (int j = 0; j < N_VALUES; j++)
+                if (!(v[j] >= 0) || !isfinite(v[j]))
+                    return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                         "cost table: point %lld of %s has a negative or non-finite value %g",
+                                         (long long)p, dyn_layer_kind_name((dyn_layer_kind)k), v[j]);
+        }
+    }
+    dyn_atomic_file af;
+    if ((st = dyn_atomic_open(&af, path, err)) != DYN_OK) return st;
+    FILE *fp = af.fp;
+    fprintf(fp, "%s %d\n", TABLE_MAGIC, TABLE_VERSION);
+    fprintf(fp, "# written by dynapipe; format: docs/cost-model.md\n");
+    fprintf(fp, "model kind=%s n_layers=%d n_dec_layers=%d hidden=%d heads=%d head_dim=%d ffn=%d vocab=%d max_seqlen=%d\n",
+            dyn_model_kind_name(cfg->kind), cfg->n_layers, cfg->n_dec_layers, cfg->hidden, cfg->heads,
+            cfg->head_dim, cfg->ffn, cfg->vocab, cfg->max_seqlen);
+    fprintf(fp, "machine name=%s matmul_gflops=%.17g attn_gflops=%.17g mem_gbps=%.17g bytes_per_elem=%d "
+                "device_memory_mb=%.17g link_latency_ms=%.17g link_gbps=%.17g dp_link_gbps=%.17g\n",
+            m->name, m->matmul_gflops, m->attn_gflops, m->mem_gbps, m->bytes_per_elem, m->device_memory_mb,
+            m->link_latency_ms, m->link_gbps, m->dp_link_gbps);
+    fprintf(fp, "states_mb embed=%.17g encoder=%.17g decoder=%.17g lm_head=%.17g\n", states_mb[0],
+            states_mb[1], states_mb[2], states_mb[3]);
+    write_axis(fp, "rows", grid->rows, grid->n_rows);
+    write_axis(fp, "enc_len", grid->enc_len, grid->n_enc);
+    write_axis(fp, "dec_len", grid->dec_len, grid->n_dec);
+    fprintf(fp, "# point kind recompute rows enc_len dec_len fwd_ms bwd_ms bwd_input_ms bwd_weight_ms "
+                "stored_mb peak_mb output_mb\n");
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
+        if (!kind_present(cfg, k)) continue;
+        for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++)
+            for (int32_t a = 0; a < grid->n_rows; a++)
+                for (int32_t b = 0; b < grid->n_enc; b++)
+                    for (int32_t c = 0; c < grid->n_dec; c++) {
+                        double v[N_VALUES];
+                        cost_to_values(&points[dyn_cost_grid_index(grid, (dyn_layer_kind)k, (dyn_recompute)rc, a, b, c)], v);
+                        fprintf(fp, "point %s %s %d %d %d", dyn_layer_kind_name((dyn_layer_kind)k),
+                                dyn_recompute_name((dyn_recompute)rc), grid->rows[a], grid->enc_len[b],
+                                grid->dec_len[c]);
+                        for (int j = 0; j < N_VALUES; j++) fprintf(fp, " %.17g", v[j]);
+                        fprintf(fp, "\n");
+                    }
+    }
+    if (ferror(fp)) {
+        dyn_atomic_abort(&af);
+        return dyn_error_set(err, DYN_ERR_IO, "%s: write error", path);
+    }
+    return dyn_atomic_commit(&af, err);
+}
+
+dyn_status dyn_cost_table_write_from_model(const char *path, const dyn_cost_model *cm,
+                                           const dyn_cost_grid *grid, dyn_error *err)
+{
+    dyn_status st = check_grid(&cm->cfg, grid, err);
+    if (st != DYN_OK) return st;
+    int64_t gs = dyn_cost_grid_size(grid);
+    dyn_layer_cost *pts = dyn_calloc((size_t)(gs * DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT), sizeof *pts,
+                                     "cost table points", err);
+    if (pts == NULL) return DYN_ERR_NOMEM;
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT && st == DYN_OK; k++) {
+        if (!kind_present(&cm->cfg, k)) continue;
+        for (int rc = 0; rc < DYN_RECOMPUTE_COUNT && st == DYN_OK; rc++)
+            for (int32_t a = 0; a < grid->n_rows && st == DYN_OK; a++)
+                for (int32_t b = 0; b < grid->n_enc && st == DYN_OK; b++)
+                    for (int32_t c = 0; c < grid->n_dec && st == DYN_OK; c++) {
+                        dyn_mb_shape mb = {.rows = grid->rows[a], .enc_len = grid->enc_len[b],
+                                           .dec_len = grid->dec_len[c]};
+                        st = dyn_cost_layer(cm, (dyn_layer_kind)k, &mb, (dyn_recompute)rc,
+                                            &pts[dyn_cost_grid_index(grid, (dyn_layer_kind)k, (dyn_recompute)rc, a, b, c)],
+                                            err);
+                    }
+    }
+    if (st == DYN_OK) st = dyn_cost_table_write(path, &cm->cfg, &cm->machine, cm->states_mb, grid, pts, err);
+    free(pts);
+    return st;
+}
+
+/* ---- reader ---------------------------------------------------------------- */
+
+typedef struct reader {
+    const char *path;
+    int line;
+    dyn_error *err;
+} reader;
+
+static dyn_status rd_fail(reader *r, const char *what, const char *detail)
+{
+    return dyn_error_set(r->err, DYN_ERR_PARSE, "%s:%d: %s%s%s", r->path, r->line, what,
+                         detail ? ": " : "", detail ? detail : "");
+}
+
+static int parse_double(const char *s, double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_int(const char *s, int32_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || errno == ERANGE || v < INT32_MIN || v > INT32_MAX) return -1;
+    *out = (int32_t)v;
+    return 0;
+}
+
+/* Split a line in place into whitespace-separated tokens; returns count. */
+static int tokenize(char *line, char **tok, int max)
+{
+    int n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(line, " \t\r", &save); t; t = strtok_r(NULL, " \t\r", &save)) {
+        if (n < max) tok[n] = t;
+        n++;
+    }
+    return n;
+}
+
+/* One key=value field description for the model and machine lines. */
+typedef struct kv_field {
+    const char *key;
+    char type; /* 'i' int32, 'd' double, 's' name (string into char[64]), 'k' model kind */
+    void *dst;
+} kv_field;
+
+static dyn_status parse_kv(reader *r, char **tok, int ntok, kv_field *f, int nf, const char *line_name)
+{
+    int seen[16] = {0};
+    for (int i = 0; i < ntok; i++) {
+        char *eq = strchr(tok[i], '=');
+        if (eq == NULL) return rd_fail(r, "expected key=value", tok[i]);
+        *eq = '\0';
+        const char *val = eq + 1;
+        int j = 0;
+        while (j < nf && strcmp(f[j].key, tok[i]) != 0) j++;
+        if (j == nf) return rd_fail(r, "unknown key", tok[i]);
+        if (seen[j]++) return rd_fail(r, "duplicate key", tok[i]);
+        int bad = 0;
+        switch (f[j].type) {
+        case 'i': bad = parse_int(val, f[j].dst) != 0; break;
+        case 'd': bad = parse_double(val, f[j].dst) != 0; break;
+        case 's':
+            bad = strlen(val) == 0 || strlen(val) >= 64;
+            if (!bad) snprintf(f[j].dst, 64, "%s", val);
+            break;
+        case 'k': bad = dyn_model_kind_parse(val, f[j].dst, NULL) != DYN_OK; break;
+        }
+        if (bad) return rd_fail(r, "bad value for key", f[j].key);
+    }
+    for (int j = 0; j < nf; j++)
+        if (!seen[j]) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "%s line is missing key", line_name);
+            return rd_fail(r, msg, f[j].key);
+        }
+    return DYN_OK;
+}
+
+static dyn_status parse_axis(reader *r, char **tok, int ntok, int32_t **ax, int32_t *n)
+{
+    if (*ax != NULL) return rd_fail(r, "axis given twice", NULL);
+    if (ntok < 1) return rd_fail(r, "axis has no values", NULL);
+    *ax = dyn_calloc((size_t)ntok, sizeof **ax, "cost table axis", r->err);
+    if (*ax == NULL) return DYN_ERR_NOMEM;
+    for (int i = 0; i < ntok; i++)
+        if (parse_int(tok[i], &(*ax)[i]) != 0) return rd_fail(r, "axis value is not an integer", tok[i]);
+    *n = ntok;
+    return DYN_OK;
+}
+
+/* Index of v in axis ax, or -1. */
+static int32_t axis_find(const int32_t *ax, int32_t n, int32_t v)
+{
+    for (int32_t i = 0; i < n; i++)
+        if (ax[i] == v) return i;
+    return -1;
+}
+
+#define MAX_TOKENS 24
+
+static dyn_status parse_table(dyn_cost_model *cm, char *text, reader *r)
+{
+    dyn_status st;
+    int have_magic = 0, have_model = 0, have_machine = 0, have_states = 0;
+    unsigned char *seen = NULL;
+    int64_t gs = 0;
+    dyn_cost_grid g = {0};
+    int model_line = 0;
+    char *line = text;
+    while (*line) {
+        char *nl = strchr(line, '\n');
+        char *next = nl ? nl + 1 : line + strlen(line);
+        if (nl) *nl = '\0';
+        r->line++;
+        char *tok[MAX_TOKENS];
+        int ntok = tokenize(line, tok, MAX_TOKENS);
+        line = next;
+        if (ntok == 0 || tok[0][0] == '#') continue;
+        if (ntok > MAX_TOKENS) {
+            st = rd_fail(r, "too many fields", NULL);
+            goto out;
+        }
+        if (!have_magic) {
+            int32_t ver;
+            if (ntok != 2 || strcmp(tok[0], TABLE_MAGIC) != 0) {
+                st = rd_fail(r, "not a cost table (expected '" TABLE_MAGIC " 1')", NULL);
+                goto out;
+            }
+            if (parse_int(tok[1], &ver) != 0 || ver != TABLE_VERSION) {
+                st = rd_fail(r, "unsupported cost table version", tok[1]);
+                goto out;
+            }
+            have_magic = 1;
+        } else if (strcmp(tok[0], "model") == 0) {
+            if (have_model++) { st = rd_fail(r, "model line given twice", NULL); goto out; }
+            kv_field f[] = {{"kind", 'k', &cm->cfg.kind},         {"n_layers", 'i', &cm->cfg.n_layers},
+                            {"n_dec_layers", 'i', &cm->cfg.n_dec_layers}, {"hidden", 'i', &cm->cfg.hidden},
+                            {"heads", 'i', &cm->cfg.heads},       {"head_dim", 'i', &cm->cfg.head_dim},
+                            {"ffn", 'i', &cm->cfg.ffn},           {"vocab", 'i', &cm->cfg.vocab},
+                            {"max_seqlen", 'i', &cm->cfg.max_seqlen}};
+            if ((st = parse_kv(r, tok + 1, ntok - 1, f, 9, "model")) != DYN_OK) goto out;
+            dyn_error e2;
+            if (dyn_model_config_validate(&cm->cfg, &e2) != DYN_OK) { st = rd_fail(r, e2.msg, NULL); goto out; }
+            model_line = r->line;
+        } else if (strcmp(tok[0], "machine") == 0) {
+            if (have_machine++) { st = rd_fail(r, "machine line given twice", NULL); goto out; }
+            dyn_machine *m = &cm->machine;
+            kv_field f[] = {{"name", 's', m->name},
+                            {"matmul_gflops", 'd', &m->matmul_gflops},
+                            {"attn_gflops", 'd', &m->attn_gflops},
+                            {"mem_gbps", 'd', &m->mem_gbps},
+                            {"bytes_per_elem", 'i', &m->bytes_per_elem},
+                            {"device_memory_mb", 'd', &m->device_memory_mb},
+                            {"link_latency_ms", 'd', &m->link_latency_ms},
+                            {"link_gbps", 'd', &m->link_gbps},
+                            {"dp_link_gbps", 'd', &m->dp_link_gbps}};
+            if ((st = parse_kv(r, tok + 1, ntok - 1, f, 9, "machine")) != DYN_OK) goto out;
+            dyn_error e2;
+            if (dyn_machine_validate(m, &e2) != DYN_OK) { st = rd_fail(r, e2.msg, NULL); goto out; }
+        } else if (strcmp(tok[0], "states_mb") == 0) {
+            if (have_states++) { st = rd_fail(r, "states_mb line given twice", NULL); goto out; }
+            double *s = cm->states_mb;
+            kv_field f[] = {{"embed", 'd', &s[0]}, {"encoder", 'd', &s[1]}, {"decoder", 'd', &s[2]},
+                            {"lm_head", 'd', &s[3]}};
+            if ((st = parse_kv(r, tok + 1, ntok - 1, f, 4, "states_mb")) != DYN_OK) goto out;
+            for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
+                if (s[k] < 0) { st = rd_fail(r, "states_mb must be >= 0", NULL); goto out; }
+        } else if (strcmp(tok[0], "rows") == 0 || strcmp(tok[0], "enc_len") == 0 ||
+                   strcmp(tok[0], "dec_len") == 0) {
+            if (seen != NULL) { st = rd_fail(r, "axis after the first point", NULL); goto out; }
+            int32_t **ax = tok[0][0] == 'r' ? &cm->rows : tok[0][0] == 'e' ? &cm->enc_len : &cm->dec_len;
+            int32_t *n = tok[0][0] == 'r' ? &cm->n_rows : tok[0][0] == 'e' ? &cm->n_enc : &cm->n_dec;
+            if ((st = parse_axis(r, tok + 1, ntok - 1, ax, n)) != DYN_OK) goto out;
+        } else if (strcmp(tok[0], "point") == 0) {
+            if (seen == NULL) {
+                /* First point: the header must be complete and the grid valid. */
+                if (!have_model || !have_machine || !have_states || !cm->rows || !cm->enc_len || !cm->dec_len) {
+                    st = rd_fail(r, "point before the model, machine, states_mb, rows, enc_len and dec_len lines", NULL);
+                    goto out;
+                }
+                g = (dyn_cost_grid){cm->n_rows, cm->n_enc, cm->n_dec, cm->rows, cm->enc_len, cm->dec_len};
+                dyn_error e2;
+                if (check_grid(&cm->cfg, &g, &e2) != DYN_OK) { st = rd_fail(r, e2.msg, NULL); goto out; }
+                gs = dyn_cost_grid_size(&g);
+                size_t total = (size_t)(gs * DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT);
+                seen = dyn_calloc(total, 1, "cost table", r->err);
+                cm->points = dyn_calloc(total, sizeof *cm->points, "cost table points", r->err);
+                if (seen == NULL || cm->points == NULL) { st = DYN_ERR_NOMEM; goto out; }
+            }
+            if (ntok != 6 + N_VALUES) {
+                char msg[64];
+                snprintf(msg, sizeof msg, "got %d fields", ntok);
+                st = rd_fail(r, "a point needs 13 fields: point kind recompute rows enc_len dec_len + 7 values", msg);
+                goto out;
+            }
+            dyn_layer_kind kind;
+            dyn_recompute rc;
+            if (dyn_layer_kind_parse(tok[1], &kind, NULL) != DYN_OK || !kind_present(&cm->cfg, kind)) {
+                st = rd_fail(r, "unknown layer kind for this model", tok[1]);
+                goto out;
+            }
+            if (dyn_recompute_parse(tok[2], &rc, NULL) != DYN_OK) { st = rd_fail(r, "unknown recompute mode", tok[2]); goto out; }
+            int32_t c[3], idx[3];
+            const int32_t *axes[3] = {cm->rows, cm->enc_len, cm->dec_len};
+            int32_t ns[3] = {cm->n_rows, cm->n_enc, cm->n_dec};
+            for (int a = 0; a < 3; a++) {
+                if (parse_int(tok[3 + a], &c[a]) != 0) { st = rd_fail(r, "coordinate is not an integer", tok[3 + a]); goto out; }
+                idx[a] = axis_find(axes[a], ns[a], c[a]);
+                if (idx[a] < 0) { st = rd_fail(r, "coordinate is not on the grid", tok[3 + a]); goto out; }
+            }
+            double v[N_VALUES];
+            for (int j = 0; j < N_VALUES; j++)
+                if (parse_double(tok[6 + j], &v[j]) != 0 || v[j] < 0) {
+                    st = rd_fail(r, "value must be a finite number >= 0", tok[6 + j]);
+                    goto out;
+                }
+            int64_t p = dyn_cost_grid_index(&g, kind, rc, idx[0], idx[1], idx[2]);
+            if (seen[p]++) { st = rd_fail(r, "duplicate point", NULL); goto out; }
+            values_to_cost(v, &cm->points[p]);
+        } else {
+            st = rd_fail(r, "unknown line", tok[0]);
+            goto out;
+        }
+    }
+    if (!have_magic) { st = dyn_error_set(r->err, DYN_ERR_PARSE, "%s: empty cost table", r->path); goto out; }
+    if (seen == NULL) { st = dyn_error_set(r->err, DYN_ERR_PARSE, "%s: cost table has no points", r->path); goto out; }
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
+        if (!kind_present(&cm->cfg, k)) continue;
+        for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++)
+            for (int32_t a = 0; a < g.n_rows; a++)
+                for (int32_t b = 0; b < g.n_enc; b++)
+                    for (int32_t c = 0; c < g.n_dec; c++)
+                        if (!seen[dyn_cost_grid_index(&g, (dyn_layer_kind)k, (dyn_recompute)rc, a, b, c)]) {
+                            st = dyn_error_set(r->err, DYN_ERR_PARSE,
+                                               "%s: missing point %s %s rows=%d enc_len=%d dec_len=%d",
+                                               r->path, dyn_layer_kind_name((dyn_layer_kind)k),
+                                               dyn_recompute_name((dyn_recompute)rc), g.rows[a], g.enc_len[b],
+                                               g.dec_len[c]);
+                            goto out;
+                        }
+    }
+    (void)model_line;
+    st = DYN_OK;
+out:
+    free(seen);
+    return st;
+}
+
+dyn_cost_model *dyn_cost_model_load_table(const char *path, dyn_error *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    if (dyn_file_read_all(path, &text, &len, err) != DYN_OK) return NULL;
+    if (memchr(text, '\0', len) != NULL) {
+        free(text);
+        dyn_error_set(err, DYN_ERR_PARSE, "%s: binary file (contains NUL bytes)", path);
+        return NULL;
+    }
+    dyn_cost_model *cm = dyn_calloc(1, sizeof *cm, "cost model", err);
+    if (cm == NULL) {
+        free(text);
+        return NULL;
+    }
+    cm->is_table = 1;
+    reader r = {path, 0, err};
+    dyn_status st = parse_table(cm, text, &r);
+    free(text);
+    if (st != DYN_OK) {
+        dyn_cost_model_free(cm);
+        return NULL;
+    }
+    return cm;
+}

@@ -1,0 +1,172 @@
+/* tsv.c — reading sample lengths from a TSV file: `input_len<TAB>target_len`
+ * per line, '#' comments, blank lines, one optional header line. Every error
+ * names path:line, so a user can fix a million-line file in one go. */
+#include "dynapipe/data.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/util.h" /* defines: dyn_file_read_all */
+
+/* Trim spaces (not tabs: they separate fields) and a trailing '\r'. */
+static char *trim(char *s, char **end)
+{
+    char *e = *end;
+    while (s < e && (*s == ' ' || *s == '\r')) s++;
+    while (e > s && (e[-1] == ' ' || e[-1] == '\r')) e--;
+    *e = '\0';
+    *end = e;
+    return s;
+}
+
+static int is_blank(const char *s)
+{
+    for (; *s; s++)
+        if (!isspace((unsigned char)*s)) return 0;
+    return 1;
+}
+
+/* A header's first field does not look like a number at all (no leading
+ * digit or sign); "12x" or "3.5" are malformed numbers, not headers. */
+static int looks_like_header(const char *line)
+{
+    while (*line == ' ') line++;
+    return !(isdigit((unsigned char)*line) || *line == '-' || *line == '+' || *line == '.');
+}
+
+/* Parse one length field. Returns 0 and sets *v, or -1 with *why set. */
+static int parse_len(const char *field, long *v, const char **why)
+{
+    if (*field == '\0') {
+        *why = "empty field";
+        return -1;
+    }
+    char *end = NULL;
+    errno = 0;
+    long x = strtol(field, &end, 10);
+    if (end == field || *end != '\0') {
+        *why = "not an integer";
+        return -1;
+    }
+    if (errno == ERANGE || x > INT32_MAX || x < INT32_MIN) {
+        *why = "out of range";
+        return -1;
+    }
+    *v = x;
+    return 0;
+}
+
+/* Parse the two fields of a data line into *in / *tgt; 0 or -1 with err set. */
+static int parse_line(char *line, const char *path, int lineno, long *in, long *tgt, dyn_error *err)
+{
+    char *fields[3] = {NULL, NULL, NULL};
+    int nf = 0;
+    char *p = line;
+    for (;;) {
+        char *tab = strchr(p, '\t');
+        if (nf < 3) fields[nf] = p;
+        nf++;
+        if (tab == NULL) break;
+        *tab = '\0';
+        p = tab + 1;
+    }
+    if (nf != 2) {
+        dyn_error_set(err, DYN_ERR_PARSE,
+                      "%s:%d: expected 2 tab-separated fields (input_len, target_len), got %d", path,
+                      lineno, nf);
+        return -1;
+    }
+    const char *names[2] = {"input_len", "target_len"};
+    long vals[2];
+    for (int k = 0; k < 2; k++) {
+        char *end = fields[k] + strlen(fields[k]);
+        char *f = trim(fields[k], &end);
+        const char *why = NULL;
+        if (parse_len(f, &vals[k], &why) != 0) {
+            dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: %s '%s': %s", path, lineno, names[k], f, why);
+            return -1;
+        }
+        if (vals[k] <= 0) {
+            dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: %s %ld must be positive", path, lineno,
+                          names[k], vals[k]);
+            return -1;
+        }
+    }
+    *in = vals[0];
+    *tgt = vals[1];
+    return 0;
+}
+
+dyn_status dyn_dataset_read_tsv(const char *path, int32_t max_seqlen, dyn_model_kind kind,
+                                int clip, dyn_dataset *out, dyn_error *err)
+{
+    if (max_seqlen < 2)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: max_seqlen %d < 2", path, max_seqlen);
+    char *text = NULL;
+    size_t len = 0;
+    dyn_status st = dyn_file_read_all(path, &text, &len, err);
+    if (st != DYN_OK) return st;
+    if (memchr(text, '\0', len) != NULL) {
+        free(text);
+        return dyn_error_set(err, DYN_ERR_PARSE, "%s: binary file (contains NUL bytes)", path);
+    }
+    /* Upper bound on samples: number of lines. */
+    size_t cap = 1;
+    for (size_t i = 0; i < len; i++) cap += text[i] == '\n';
+    dyn_sample *s = dyn_calloc(cap, sizeof *s, "TSV samples", err);
+    if (s == NULL) {
+        free(text);
+        return DYN_ERR_NOMEM;
+    }
+    int32_t n = 0;
+    int seen_content = 0;
+    int lineno = 0;
+    char *line = text;
+    while (line < text + len) {
+        char *nl = strchr(line, '\n');
+        char *end = nl ? nl : text + len;
+        char *next = nl ? nl + 1 : text + len;
+        lineno++;
+        *end = '\0';
+        char *l = trim(line, &end);
+        line = next;
+        if (is_blank(l) || l[0] == '#') continue;
+        if (!seen_content) {
+            seen_content = 1;
+            if (looks_like_header(l)) continue;
+        }
+        long in, tgt;
+        if (parse_line(l, path, lineno, &in, &tgt, err) != 0) goto fail;
+        int32_t i32 = (int32_t)in, t32 = (int32_t)tgt;
+        if (!dyn_lengths_fit(kind, max_seqlen, i32, t32)) {
+            if (!clip) {
+                if (kind == DYN_MODEL_GPT)
+                    dyn_error_set(err, DYN_ERR_PARSE,
+                                  "%s:%d: sample %d: input_len + target_len = %ld tokens exceeds "
+                                  "max_seqlen %d (GPT: the limit is on input+target; clip to cut it)",
+                                  path, lineno, n, in + tgt, max_seqlen);
+                else
+                    dyn_error_set(err, DYN_ERR_PARSE,
+                                  "%s:%d: sample %d: %s = %ld tokens exceeds max_seqlen %d (T5: the "
+                                  "limit is on each side; clip to cut it)",
+                                  path, lineno, n, in > max_seqlen ? "input_len" : "target_len",
+                                  in > max_seqlen ? in : tgt, max_seqlen);
+                goto fail;
+            }
+            dyn_lengths_clip(kind, max_seqlen, &i32, &t32);
+        }
+        s[n] = (dyn_sample){.id = n, .task = -1, .input_len = i32, .target_len = t32};
+        n++;
+    }
+    free(text);
+    out->n = n;
+    out->samples = s;
+    return DYN_OK;
+fail:
+    free(text);
+    free(s);
+    return err ? err->code : DYN_ERR_PARSE;
+}

@@ -1,0 +1,268 @@
+/* dp.c — the micro-batching DP: split an ordered list of samples into
+ * consecutive runs (micro-batches) minimising
+ *
+ *     value(P) = (S - 1) * max_{mb in P} t(mb) / v  +  sum_{mb in P} t(mb) / d
+ *
+ * subject to the memory limit (encoded in width[]: only runs of at most
+ * width[j] samples may end at position j).
+ *
+ * For a fixed bound tau on t_max the problem is a shortest path:
+ *     F_tau(0) = 0,  F_tau(j+1) = min_{k <= width[j], t(j,k) <= tau} F_tau(j+1-k) + t(j,k)
+ * and  OPT = min over candidates tau in T of  (S-1) tau / v + F_tau(n) / d,
+ * where T is every achievable run time. (For the optimal partition P*, tau =
+ * max t(P*) is in T and F_tau(n) <= sum t(P*); conversely the partition found
+ * for any tau has t_max <= tau, so its value is at most the formula's.)
+ *
+ * The naive method runs one O(n w) pass for each of the |T| = O(n w)
+ * candidates. The fast method is exact over the same T and needs a handful of
+ * passes, because F_tau is a step function of tau that is known on whole
+ * intervals after one pass:
+ *   - a pass at tau returns the partition's real maximum tau' <= tau and the
+ *     smallest candidate tau+ > tau (the first run time that the pass had to
+ *     skip); F is constant on [tau', tau+), and on that interval the value is
+ *     smallest at tau', whose value the pass has just scored;
+ *   - F is non-increasing in tau, so every candidate in an unexplored interval
+ *     [lo, hi) has value >= (S-1) lo / v + F(hi) / d; an interval whose bound
+ *     cannot beat the best value found so far is dropped, as is one whose
+ *     neighbours on both sides have the same F (it is flat, and its left
+ *     neighbour already scored a smaller tau);
+ *   - otherwise the pass at the interval's midpoint discovers the flat
+ *     interval around it and splits the rest in two.
+ * Every pass discovers a new maximal flat interval, so the search ends after
+ * at most as many passes as F has distinct values, and nothing is dropped
+ * unless it provably cannot be better: the result is the optimum over T (up
+ * to the order of floating-point additions, which both methods share).
+ * Unlike the reference implementation, no candidate is ever merged with a
+ * near neighbour.
+ *
+ * Within a pass, rows are non-decreasing in k, so the scan over k stops at
+ * the first run longer than tau; its time is the row's next candidate.
+ */
+#include "plan/plan_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "util/util.h" /* defines: dyn_calloc */
+
+double dyn_dp_objective(const dyn_dp_problem *pb, double t_max, double t_sum)
+{
+    return (double)(pb->stages - 1) * t_max / (double)pb->chunks + t_sum / (double)pb->dp;
+}
+
+/* Scratch of one solve: F[0..n], choice[1..n]. */
+typedef struct dp_work {
+    double *F;
+    int32_t *choice;
+} dp_work;
+
+/* One DP pass at bound tau. Returns F(n) (INFINITY if no partition has all
+ * runs <= tau); *next (if not NULL) receives the smallest run time > tau met
+ * (INFINITY if none). `stop_early` lets the scan over k stop at the first run
+ * over tau (rows are non-decreasing); the naive reference scans all. */
+static double dp_pass(const dyn_dp_problem *pb, double tau, dp_work *w, double *next, int stop_early)
+{
+    double nxt = INFINITY;
+    w->F[0] = 0.0;
+    for (int32_t j = 0; j < pb->n; j++) {
+        const double *row = pb->time[j];
+        int32_t wj = pb->width[j] < j + 1 ? pb->width[j] : j + 1;
+        double best = INFINITY;
+        int32_t arg = 0;
+        for (int32_t k = 1; k <= wj; k++) {
+            double t = row[k - 1];
+            if (t > tau) {
+                if (t < nxt) nxt = t;
+                if (stop_early) break;
+                continue;
+            }
+            double v = w->F[j + 1 - k] + t;
+            if (v < best) {
+                best = v;
+                arg = k;
+            }
+        }
+        w->F[j + 1] = best;
+        w->choice[j + 1] = arg;
+    }
+    if (next) *next = nxt;
+    return w->F[pb->n];
+}
+
+/* Walk the choices back from n: run sizes into res (in order), its max and
+ * sum of times. Requires F(n) finite. */
+static void dp_traceback(const dyn_dp_problem *pb, const dp_work *w, dyn_dp_result *res)
+{
+    int32_t m = 0;
+    double tmax = 0.0;
+    for (int32_t j = pb->n; j > 0; j -= w->choice[j]) {
+        int32_t k = w->choice[j];
+        double t = pb->time[j - 1][k - 1];
+        if (t > tmax) tmax = t;
+        res->run_len[m++] = k;
+    }
+    for (int32_t a = 0, b = m - 1; a < b; a++, b--) { /* reverse into order */
+        int32_t tmp = res->run_len[a];
+        res->run_len[a] = res->run_len[b];
+        res->run_len[b] = tmp;
+    }
+    res->n_runs = m;
+    res->t_max_ms = tmax;
+    res->t_sum_ms = w->F[pb->n];
+    res->objective_ms = dyn_dp_objective(pb, tmax, w->F[pb->n]);
+}
+
+static dyn_status work_alloc(dp_work *w, int32_t n, dyn_error *err)
+{
+    w->F = dyn_calloc((size_t)n + 1, sizeof(double), "DP table", err);
+    w->choice = dyn_calloc((size_t)n + 1, sizeof(int32_t), "DP choices", err);
+    if (w->F == NULL || w->choice == NULL) {
+        free(w->F);
+        free(w->choice);
+        return err ? err->code : DYN_ERR_NOMEM;
+    }
+    return DYN_OK;
+}
+
+static void work_free(dp_work *w)
+{
+    free(w->F);
+    free(w->choice);
+}
+
+/* The search state of the fast solver. The best partition is kept as run
+ * sizes in best->run_len (best is the caller's result). */
+typedef struct dp_search {
+    const dyn_dp_problem *pb;
+    dp_work w;
+    dyn_dp_result *best;
+    int32_t evals;
+} dp_search;
+
+/* One pass at tau: score its partition against the incumbent. Returns F(n);
+ * *lo_flat / *hi_flat receive the flat interval [tau', tau+) around tau. */
+static double search_eval(dp_search *s, double tau, double *lo_flat, double *hi_flat)
+{
+    double next;
+    double F = dp_pass(s->pb, tau, &s->w, &next, 1);
+    s->evals++;
+    *hi_flat = next;
+    if (!isfinite(F)) {
+        *lo_flat = -INFINITY; /* infeasible below tau too */
+        return F;
+    }
+    /* Score the partition: its real t_max may be below tau. */
+    double tmax = 0.0;
+    for (int32_t j = s->pb->n; j > 0; j -= s->w.choice[j]) {
+        double t = s->pb->time[j - 1][s->w.choice[j] - 1];
+        if (t > tmax) tmax = t;
+    }
+    *lo_flat = tmax;
+    double obj = dyn_dp_objective(s->pb, tmax, F);
+    if (obj < s->best->objective_ms) dp_traceback(s->pb, &s->w, s->best);
+    return F;
+}
+
+/* Explore candidates in [lo, hi): F_left is F just below lo, F_right is F
+ * at hi (the next known point). */
+static void search_interval(dp_search *s, double lo, double hi, double F_left, double F_right)
+{
+    while (lo < hi) {
+        if (F_left == F_right) return; /* flat: dominated by the left neighbour */
+        double bound = dyn_dp_objective(s->pb, lo, F_right);
+        if (!(bound < s->best->objective_ms)) return;
+        double mid = isfinite(hi) ? lo + (hi - lo) * 0.5 : lo;
+        if (!(mid >= lo && mid < hi)) mid = lo; /* rounding when lo, hi are adjacent */
+        double a, b;
+        double F = search_eval(s, mid, &a, &b);
+        /* Left part [lo, a) lies below the flat interval, right part [b, hi)
+         * above it. Recurse into the left, loop on the right. */
+        if (a > lo) search_interval(s, lo, a, F_left, F);
+        lo = b;
+        F_left = F;
+    }
+}
+
+dyn_status dyn_dp_solve(const dyn_dp_problem *pb, dyn_dp_result *res, dyn_error *err)
+{
+    dp_search s = {.pb = pb, .best = res, .evals = 0};
+    res->objective_ms = INFINITY;
+    res->n_runs = 0;
+    if (pb->n <= 0) {
+        res->objective_ms = res->t_max_ms = res->t_sum_ms = 0.0;
+        res->n_evals = 0;
+        return DYN_OK;
+    }
+    dyn_status st = work_alloc(&s.w, pb->n, err);
+    if (st != DYN_OK) return st;
+    /* Start from the two ends: the smallest tau that can be feasible and
+     * tau = infinity (the unconstrained optimum). With singles_bound, every
+     * run containing sample j takes at least t(j, 1), so no tau below
+     * max_j t(j, 1) is feasible and at that tau all-singletons is. Otherwise
+     * start at the smallest candidate, min_j t(j, 1) (rows are monotone). */
+    double tau0 = pb->singles_bound ? 0.0 : INFINITY;
+    for (int32_t j = 0; j < pb->n; j++) {
+        double t = pb->time[j][0];
+        if (pb->singles_bound ? t > tau0 : t < tau0) tau0 = t;
+    }
+    double a0, b0, a1, b1;
+    double F0 = search_eval(&s, tau0, &a0, &b0);
+    double Finf = search_eval(&s, INFINITY, &a1, &b1);
+    /* Unexplored: [b0, a1), between the two flat intervals. */
+    if (b0 < a1) search_interval(&s, b0, a1, F0, Finf);
+    res->n_evals = s.evals;
+    work_free(&s.w);
+    if (!isfinite(res->objective_ms))
+        return dyn_error_set(err, DYN_ERR_INTERNAL, "DP found no partition (width or times invalid)");
+    return DYN_OK;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+dyn_status dyn_dp_solve_naive(const dyn_dp_problem *pb, dyn_dp_result *res, dyn_error *err)
+{
+    res->objective_ms = INFINITY;
+    res->n_runs = 0;
+    res->n_evals = 0;
+    if (pb->n <= 0) {
+        res->objective_ms = res->t_max_ms = res->t_sum_ms = 0.0;
+        return DYN_OK;
+    }
+    size_t m = 0;
+    for (int32_t j = 0; j < pb->n; j++) m += (size_t)(pb->width[j] < j + 1 ? pb->width[j] : j + 1);
+    double *cand = dyn_calloc(m, sizeof(double), "DP candidates", err);
+    if (cand == NULL) return DYN_ERR_NOMEM;
+    size_t c = 0;
+    for (int32_t j = 0; j < pb->n; j++) {
+        int32_t wj = pb->width[j] < j + 1 ? pb->width[j] : j + 1;
+        for (int32_t k = 1; k <= wj; k++) cand[c++] = pb->time[j][k - 1];
+    }
+    qsort(cand, m, sizeof(double), cmp_double);
+    dp_work w;
+    dyn_status st = work_alloc(&w, pb->n, err);
+    if (st != DYN_OK) {
+        free(cand);
+        return st;
+    }
+    double best_value = INFINITY;
+    for (size_t i = 0; i < m; i++) {
+        if (i > 0 && cand[i] == cand[i - 1]) continue;
+        double F = dp_pass(pb, cand[i], &w, NULL, 0);
+        res->n_evals++;
+        if (!isfinite(F)) continue;
+        double value = dyn_dp_objective(pb, cand[i], F);
+        if (value < best_value) {
+            best_value = value;
+            dp_traceback(pb, &w, res);
+        }
+    }
+    work_free(&w);
+    free(cand);
+    if (!isfinite(res->objective_ms))
+        return dyn_error_set(err, DYN_ERR_INTERNAL, "DP found no partition (width or times invalid)");
+    return DYN_OK;
+}

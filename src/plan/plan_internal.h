@@ -1,0 +1,142 @@
+/* plan_internal.h — the pieces of the micro-batch planner, shared by the
+ * files of src/plan, its tests and its benchmark (not a public API):
+ *
+ *   dp.c        the DP over t_max (fast, exact) and the naive reference DP
+ *   order.c     sample orderings (length sort; 2-D orderings for T5)
+ *   planner.c   the planner handle: shape-cost cache, dynapipe method,
+ *               result assembly, options and names
+ *   baselines.c padding, packing, packing with document masks, token budget
+ *   balance.c   micro-batches over data-parallel replicas (KK, round-robin)
+ *   stage_cost.c per-layer cost model -> cost of a micro-batch on a stage
+ *
+ * Names: n samples; a "run" is a consecutive range of the ordered samples
+ * that becomes one micro-batch; run (j, k) is the k samples ending at
+ * position j (inclusive), i.e. positions j-k+1 .. j. */
+#ifndef DYN_PLAN_INTERNAL_H
+#define DYN_PLAN_INTERNAL_H
+
+#include "dynapipe/plan.h"
+
+/* ---- dp.c ---------------------------------------------------------------- */
+
+/* One DP instance over an ordered list of n samples.
+ * width[j] (>= 1): the longest feasible run ending at j (memory limit);
+ * time[j][k-1], k = 1..width[j]: predicted time (ms) of run (j, k), which
+ * must be non-decreasing in k (it is, when the cost function honours the
+ * dyn_mb_cost_fn contract: a longer run has more rows and no shorter
+ * lengths). Objective of a partition into runs:
+ *     (stages - 1) * max t / chunks + sum t / dp. */
+typedef struct dyn_dp_problem {
+    int32_t n;
+    const int32_t *width;
+    const double *const *time;
+    int32_t stages;
+    int32_t chunks;
+    int32_t dp;
+    /* 1 if every run takes at least as long as each of its samples would
+     * alone (true of the planner's problems: costs are monotone in rows and
+     * lengths). Lets the search start at max_j t(j, 1), below which no
+     * partition exists; with 0 it finds that boundary by search. */
+    int singles_bound;
+} dyn_dp_problem;
+
+/* Result: run_len[0..n_runs) (caller allocates n entries) are the run sizes
+ * in order; objective/t_max/t_sum in ms; n_evals counts DP passes. */
+typedef struct dyn_dp_result {
+    int32_t n_runs;
+    int32_t *run_len;
+    double objective_ms;
+    double t_max_ms;
+    double t_sum_ms;
+    int32_t n_evals;
+} dyn_dp_result;
+
+/* Exact optimum over the candidate set T = { time[j][k-1] : all j, k <=
+ * width[j] } (every achievable micro-batch time) by branch and bound over
+ * t_max; see dp.c. DYN_ERR_NOMEM only. */
+dyn_status dyn_dp_solve(const dyn_dp_problem *pb, dyn_dp_result *res, dyn_error *err);
+/* Reference: one full DP pass for every candidate in T, O(n * w * |T|). */
+dyn_status dyn_dp_solve_naive(const dyn_dp_problem *pb, dyn_dp_result *res, dyn_error *err);
+/* Objective of a partition with the given t_max and sum (ms). */
+double dyn_dp_objective(const dyn_dp_problem *pb, double t_max, double t_sum);
+
+/* ---- order.c ------------------------------------------------------------- */
+
+/* Padded length of a sample side: len rounded up to a multiple of r. */
+static inline int32_t dyn_round_up(int32_t len, int32_t r)
+{
+    return r > 1 ? (len + r - 1) / r * r : len;
+}
+
+/* GPT: perm[0..n) = indices of samples sorted by input+target (ties: index). */
+dyn_status dyn_order_gpt(const dyn_sample *s, int32_t n, int32_t *perm, dyn_error *err);
+/* T5, lexicographic: by input, then target, then index. */
+dyn_status dyn_order_t5_lex(const dyn_sample *s, int32_t n, int32_t *perm, dyn_error *err);
+/* T5, serpentine: inputs cut into buckets of `bucket` tokens (rounded input /
+ * bucket); buckets in increasing input; within a bucket sorted by target,
+ * alternately increasing and decreasing, so that consecutive buckets meet at
+ * similar targets. */
+dyn_status dyn_order_t5_serpentine(const dyn_sample *s, int32_t n, int32_t bucket, int32_t *perm,
+                                   dyn_error *err);
+
+/* ---- balance.c ----------------------------------------------------------- */
+
+/* Assign m items with loads w[0..m) (ms) to d bins; replica[i] receives the
+ * bin. Karmarkar-Karp multi-way differencing. Returns the largest bin load. */
+dyn_status dyn_balance_kk(const double *w, int32_t m, int32_t d, int32_t *replica, double *max_load,
+                          dyn_error *err);
+/* Round-robin in the given order (the comparison baseline). */
+double dyn_balance_round_robin(const double *w, int32_t m, int32_t d, int32_t *replica);
+
+/* ---- planner.c / baselines.c --------------------------------------------- */
+
+/* What a planner holds. Costs of micro-batch shapes are cached by
+ * (padded input or sequence length, padded target length) in rows indexed
+ * by the number of samples: see struct dyn_cost_row. */
+typedef struct dyn_cost_row {
+    int32_t n;     /* entries 1..n evaluated (index k-1) */
+    int32_t cap;   /* largest feasible row count, once known; -1 not yet */
+    int32_t alloc;
+    double *time;  /* ms */
+} dyn_cost_row;
+
+struct dyn_planner {
+    dyn_model_kind kind;
+    dyn_mb_cost_fn fn;
+    void *ctx;
+    void *owned_ctx;              /* freed with the planner (cost-model adapter) */
+    void (*free_ctx)(void *);
+    double states_mb;
+    dyn_plan_options opt;
+    double stored_limit_mb;       /* per micro-batch, per stage */
+    double peak_limit_mb;
+    int32_t n_len;                /* padded lengths 1..n_len units of round_to */
+    dyn_cost_row **rows;          /* [n_len * (T5 ? n_len : 1)], lazily made */
+    /* scratch, grown as needed */
+    int32_t scratch_n;
+    int32_t *perm, *width, *run_len, *perm2, *run_len2;
+    const double **time;
+    double *band;
+    int64_t band_alloc;
+};
+
+/* Cost of a micro-batch shape through the planner's function, with the
+ * memory check: *fits = 0 when stored or peak exceed the limits. */
+dyn_status dyn_planner_mb_cost(const dyn_planner *p, const dyn_mb_shape *shape, dyn_mb_cost *out,
+                               int *fits, dyn_error *err);
+/* Fill plan from micro-batch groups: ids in final order (perm over samples),
+ * group sizes, shapes; computes costs, checks memory, balances, objective.
+ * rows/offsets may be NULL (one sample per row, offset 0). */
+dyn_status dyn_plan_assemble(const dyn_planner *p, const dyn_sample *s, int32_t n,
+                             const int32_t *perm, const int32_t *group_len, int32_t n_groups,
+                             const dyn_mb_shape *shapes, const int32_t *rows,
+                             const int32_t *enc_off, const int32_t *dec_off, dyn_batch_plan *out,
+                             dyn_error *err);
+/* Baselines (baselines.c): fill out for method p->opt.method. */
+dyn_status dyn_plan_baseline(dyn_planner *p, const dyn_sample *s, int32_t n, dyn_batch_plan *out,
+                             dyn_error *err);
+/* Largest number of rows of max_seqlen-long sequences that fits the memory
+ * limit (at least 1 when a single row fits; 0 if none does), capped at cap. */
+dyn_status dyn_planner_max_rows(const dyn_planner *p, int32_t cap, int32_t *rows, dyn_error *err);
+
+#endif

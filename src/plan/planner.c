@@ -1,0 +1,544 @@
+/* planner.c — the planner handle and the dynapipe method: order the samples,
+ * build the DP instance from cached micro-batch costs, solve it, and turn
+ * the runs into a dyn_batch_plan (shapes, costs, memory, replicas).
+ *
+ * Cost cache. A micro-batch of k samples padded to length L (GPT) or to
+ * (input L, target M) (T5) has one cost, whatever samples it holds. The
+ * planner keeps one row per padded length (pair) holding t(k) for k = 1, 2,
+ * ... up to the largest k that fits the memory limit, filled lazily and kept
+ * across global batches, so that after the first few batches a DP step is a
+ * table lookup. Lengths are padded up to a multiple of round_to (default 8),
+ * so there are at most max_seqlen / round_to rows (their square for T5).
+ *
+ * Memory limit. A = memory limit - model states of the fullest stage. Under
+ * 1F1B the first stage holds the stored activations of up to S micro-batches
+ * at once, so each micro-batch may store at most A / S (stored limit), and
+ * while one runs with its transient memory on top of S - 1 others' stored
+ * activations, its peak may be at most A - (S - 1) * A / S (peak limit).
+ */
+#include "plan/plan_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/util.h" /* defines: dyn_calloc, dyn_time_ms */
+
+static const char *const batching_names[DYN_BATCHING_COUNT] = {
+    "dynapipe", "padding", "packing", "packing-docmask", "token"};
+
+const char *dyn_batching_name(dyn_batching m)
+{
+    return (unsigned)m < DYN_BATCHING_COUNT ? batching_names[m] : "unknown";
+}
+
+dyn_status dyn_batching_parse(const char *name, dyn_batching *out, dyn_error *err)
+{
+    for (int i = 0; i < DYN_BATCHING_COUNT; i++)
+        if (name && strcmp(name, batching_names[i]) == 0) {
+            *out = (dyn_batching)i;
+            return DYN_OK;
+        }
+    return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                         "unknown batching method '%s' (dynapipe, padding, packing, "
+                         "packing-docmask, token)",
+                         name ? name : "(null)");
+}
+
+void dyn_plan_options_default(dyn_plan_options *opt)
+{
+    memset(opt, 0, sizeof *opt);
+    opt->method = DYN_BATCH_DYNAPIPE;
+    opt->stages = 1;
+    opt->chunks = 1;
+    opt->dp = 1;
+    opt->memory_limit_mb = 0.0; /* the machine's memory */
+    opt->round_to = 8;
+    opt->max_seqlen = 2048;
+    opt->recompute = DYN_RECOMPUTE_NONE;
+    opt->mb_samples = 0; /* 0: auto, see baselines.c */
+    opt->pack_rows = 0;
+    opt->mb_tokens = 0;
+}
+
+void dyn_batch_plan_free(dyn_batch_plan *plan)
+{
+    if (plan == NULL) return;
+    free(plan->mbs);
+    free(plan->sample_ids);
+    free(plan->sample_row);
+    free(plan->sample_offset);
+    free(plan->sample_dec_offset);
+    memset(plan, 0, sizeof *plan);
+}
+
+/* ---- creation ------------------------------------------------------------ */
+
+static dyn_status options_check(const dyn_plan_options *o, dyn_error *err)
+{
+    if (o->stages < 1 || o->chunks < 1 || o->dp < 1)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "stages (%d), chunks (%d) and dp (%d) must be >= 1", o->stages,
+                             o->chunks, o->dp);
+    if (o->round_to < 1 || o->round_to > 4096)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "round_to %d out of range [1, 4096]",
+                             o->round_to);
+    if (o->max_seqlen < 1 || o->max_seqlen > (1 << 20))
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "max_seqlen %d out of range [1, 1048576]",
+                             o->max_seqlen);
+    if ((unsigned)o->method >= DYN_BATCHING_COUNT)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "unknown batching method %d", o->method);
+    if ((unsigned)o->recompute >= DYN_RECOMPUTE_COUNT)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "unknown recompute mode %d", o->recompute);
+    if (o->mb_samples < 0 || o->pack_rows < 0 || o->mb_tokens < 0 || !(o->memory_limit_mb == o->memory_limit_mb))
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "negative baseline knob or NaN memory limit");
+    return DYN_OK;
+}
+
+dyn_planner *dyn_planner_create_custom(dyn_model_kind kind, dyn_mb_cost_fn fn, void *ctx,
+                                       double states_mb, const dyn_plan_options *opt,
+                                       dyn_error *err)
+{
+    if (fn == NULL || opt == NULL || (kind != DYN_MODEL_GPT && kind != DYN_MODEL_T5)) {
+        dyn_error_set(err, DYN_ERR_INVALID_ARG, "planner: missing cost function or options");
+        return NULL;
+    }
+    if (options_check(opt, err) != DYN_OK) return NULL;
+    double limit = opt->memory_limit_mb > 0 ? opt->memory_limit_mb : INFINITY;
+    double avail = limit - states_mb;
+    if (!(avail > 0)) {
+        dyn_error_set(err, DYN_ERR_INFEASIBLE,
+                      "model states need %.1f MB per device, at or over the memory limit %.1f MB",
+                      states_mb, limit);
+        return NULL;
+    }
+    dyn_planner *p = dyn_calloc(1, sizeof *p, "planner", err);
+    if (p == NULL) return NULL;
+    p->kind = kind;
+    p->fn = fn;
+    p->ctx = ctx;
+    p->states_mb = states_mb;
+    p->opt = *opt;
+    p->stored_limit_mb = avail / opt->stages;
+    p->peak_limit_mb = isinf(avail) ? avail : avail - (opt->stages - 1) * p->stored_limit_mb;
+    p->n_len = (opt->max_seqlen + opt->round_to - 1) / opt->round_to;
+    size_t n_rows = (size_t)p->n_len * (kind == DYN_MODEL_T5 ? (size_t)p->n_len : 1);
+    p->rows = dyn_calloc(n_rows, sizeof(dyn_cost_row *), "cost cache", err);
+    if (p->rows == NULL) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+void dyn_planner_free(dyn_planner *p)
+{
+    if (p == NULL) return;
+    size_t n_rows = (size_t)p->n_len * (p->kind == DYN_MODEL_T5 ? (size_t)p->n_len : 1);
+    for (size_t i = 0; i < n_rows; i++) {
+        if (p->rows[i]) free(p->rows[i]->time);
+        free(p->rows[i]);
+    }
+    free(p->rows);
+    free(p->perm);
+    free(p->width);
+    free(p->run_len);
+    free(p->perm2);
+    free(p->run_len2);
+    free(p->time);
+    free(p->band);
+    if (p->free_ctx) p->free_ctx(p->owned_ctx);
+    free(p);
+}
+
+/* ---- micro-batch costs ------------------------------------------------- */
+
+dyn_status dyn_planner_mb_cost(const dyn_planner *p, const dyn_mb_shape *shape, dyn_mb_cost *out,
+                               int *fits, dyn_error *err)
+{
+    dyn_status st = p->fn(p->ctx, shape, out, err);
+    if (st != DYN_OK) return st;
+    *fits = out->stored_mb <= p->stored_limit_mb && out->peak_mb <= p->peak_limit_mb;
+    return DYN_OK;
+}
+
+/* Make sure row (ei, di) -- padded lengths (ei+1)*r, (di+1)*r -- holds t(k)
+ * for k = 1..want, or up to its memory cap. *avail receives how many entries
+ * are usable (<= want). */
+static dyn_status row_ensure(dyn_planner *p, int32_t ei, int32_t di, int32_t want,
+                             dyn_cost_row **rowp, int32_t *avail, dyn_error *err)
+{
+    size_t idx = (size_t)ei * (p->kind == DYN_MODEL_T5 ? (size_t)p->n_len : 1) + (size_t)di;
+    dyn_cost_row *row = p->rows[idx];
+    if (row == NULL) {
+        row = dyn_calloc(1, sizeof *row, "cost cache row", err);
+        if (row == NULL) return DYN_ERR_NOMEM;
+        row->cap = -1;
+        p->rows[idx] = row;
+    }
+    if (row->n < want && row->cap < 0) {
+        if (want > row->alloc) {
+            int32_t na = row->alloc ? row->alloc : 16;
+            while (na < want) na = na > (1 << 29) ? want : na * 2;
+            double *t = realloc(row->time, (size_t)na * sizeof(double));
+            if (t == NULL)
+                return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory growing the cost cache");
+            row->time = t;
+            row->alloc = na;
+        }
+        dyn_mb_shape sh = {0};
+        sh.enc_len = (ei + 1) * p->opt.round_to;
+        sh.dec_len = p->kind == DYN_MODEL_T5 ? (di + 1) * p->opt.round_to : 0;
+        while (row->n < want) {
+            sh.rows = row->n + 1;
+            dyn_mb_cost c;
+            int fits;
+            dyn_status st = dyn_planner_mb_cost(p, &sh, &c, &fits, err);
+            if (st != DYN_OK) return st;
+            if (!fits) {
+                row->cap = row->n;
+                break;
+            }
+            row->time[row->n++] = c.time_ms;
+        }
+    }
+    *rowp = row;
+    *avail = row->n < want ? row->n : want;
+    return DYN_OK;
+}
+
+/* ---- scratch ------------------------------------------------------------- */
+
+static dyn_status scratch_ensure(dyn_planner *p, int32_t n, dyn_error *err)
+{
+    if (n <= p->scratch_n) return DYN_OK;
+    int32_t na = n < 64 ? 64 : n;
+    int32_t *a = realloc(p->perm, (size_t)na * sizeof(int32_t));
+    if (a) p->perm = a;
+    int32_t *b = realloc(p->width, (size_t)na * sizeof(int32_t));
+    if (b) p->width = b;
+    int32_t *c = realloc(p->run_len, (size_t)na * sizeof(int32_t));
+    if (c) p->run_len = c;
+    int32_t *d = realloc(p->perm2, (size_t)na * sizeof(int32_t));
+    if (d) p->perm2 = d;
+    int32_t *e = realloc(p->run_len2, (size_t)na * sizeof(int32_t));
+    if (e) p->run_len2 = e;
+    const double **f = realloc(p->time, (size_t)na * sizeof(double *));
+    if (f) p->time = f;
+    if (!a || !b || !c || !d || !e || !f)
+        return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for planner scratch (%d samples)", n);
+    p->scratch_n = na;
+    return DYN_OK;
+}
+
+static dyn_status band_ensure(dyn_planner *p, int64_t need, dyn_error *err)
+{
+    if (need <= p->band_alloc) return DYN_OK;
+    int64_t na = p->band_alloc ? p->band_alloc : 4096;
+    while (na < need) na *= 2;
+    double *b = realloc(p->band, (size_t)na * sizeof(double));
+    if (b == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the DP band");
+    p->band = b;
+    p->band_alloc = na;
+    return DYN_OK;
+}
+
+/* The message for a sample that does not fit even alone. */
+static dyn_status infeasible_sample(const dyn_planner *p, const dyn_sample *s, dyn_error *err)
+{
+    dyn_mb_shape sh = {0};
+    sh.rows = 1;
+    if (p->kind == DYN_MODEL_GPT) {
+        sh.enc_len = dyn_round_up(s->input_len + s->target_len, p->opt.round_to);
+    } else {
+        sh.enc_len = dyn_round_up(s->input_len, p->opt.round_to);
+        sh.dec_len = dyn_round_up(s->target_len, p->opt.round_to);
+    }
+    dyn_mb_cost c = {0};
+    int fits = 0;
+    dyn_status st = dyn_planner_mb_cost(p, &sh, &c, &fits, err);
+    if (st != DYN_OK) return st;
+    return dyn_error_set(err, DYN_ERR_INFEASIBLE,
+                         "sample %d (input %d + target %d tokens) cannot fit alone: it needs "
+                         "%.1f MB stored / %.1f MB peak activations per stage, limit %.1f MB "
+                         "(memory limit %.1f MB minus model states %.1f MB, over %d stages)",
+                         s->id, s->input_len, s->target_len, c.stored_mb, c.peak_mb,
+                         p->peak_limit_mb < p->stored_limit_mb ? p->peak_limit_mb
+                                                               : p->stored_limit_mb,
+                         p->opt.memory_limit_mb > 0 ? p->opt.memory_limit_mb : INFINITY,
+                         p->states_mb, p->opt.stages);
+}
+
+/* ---- the dynapipe method ------------------------------------------------- */
+
+static int32_t len_index(int32_t len, int32_t r)
+{
+    return (len + r - 1) / r - 1;
+}
+
+/* GPT: one row pointer per position (perm2 holds the row index). */
+static dyn_status build_gpt(dyn_planner *p, const dyn_sample *s, int32_t n, const int32_t *perm,
+                            dyn_error *err)
+{
+    for (int32_t j = 0; j < n; j++) {
+        const dyn_sample *x = &s[perm[j]];
+        int32_t li = len_index(x->input_len + x->target_len, p->opt.round_to);
+        dyn_cost_row *row;
+        int32_t avail;
+        dyn_status st = row_ensure(p, li, 0, j + 1, &row, &avail, err);
+        if (st != DYN_OK) return st;
+        if (avail < 1) return infeasible_sample(p, x, err);
+        p->width[j] = avail;
+        p->perm2[j] = li;
+    }
+    /* Pointers only now: a row's array may move while it grows. */
+    for (int32_t j = 0; j < n; j++) p->time[j] = p->rows[p->perm2[j]]->time;
+    return DYN_OK;
+}
+
+/* T5: a band of run times, grown backwards from each position while the run
+ * fits; a run's padded shape is (k, max input, max target). */
+static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const int32_t *perm,
+                           dyn_error *err)
+{
+    int64_t off = 0;
+    dyn_status st;
+    for (int32_t j = 0; j < n; j++) {
+        int32_t max_in = 0, max_tg = 0;
+        if ((st = band_ensure(p, off + j + 1, err)) != DYN_OK) return st;
+        int32_t k = 1;
+        for (; k <= j + 1; k++) {
+            const dyn_sample *x = &s[perm[j + 1 - k]];
+            if (x->input_len > max_in) max_in = x->input_len;
+            if (x->target_len > max_tg) max_tg = x->target_len;
+            dyn_cost_row *row;
+            int32_t avail;
+            st = row_ensure(p, len_index(max_in, p->opt.round_to),
+                            len_index(max_tg, p->opt.round_to), k, &row, &avail, err);
+            if (st != DYN_OK) return st;
+            if (avail < k) break;
+            p->band[off + k - 1] = row->time[k - 1];
+        }
+        if (k == 1) return infeasible_sample(p, &s[perm[j]], err);
+        p->width[j] = k - 1;
+        off += k - 1;
+    }
+    /* Pointers only now: the band may have moved while growing. */
+    off = 0;
+    for (int32_t j = 0; j < n; j++) {
+        p->time[j] = p->band + off;
+        off += p->width[j];
+    }
+    return DYN_OK;
+}
+
+static dyn_status solve_order(dyn_planner *p, const dyn_sample *s, int32_t n, const int32_t *perm,
+                              dyn_dp_result *res, dyn_error *err)
+{
+    dyn_status st = p->kind == DYN_MODEL_GPT ? build_gpt(p, s, n, perm, err)
+                                             : build_t5(p, s, n, perm, err);
+    if (st != DYN_OK) return st;
+    dyn_dp_problem pb = {n, p->width, p->time, p->opt.stages, p->opt.chunks, p->opt.dp, 1};
+    return dyn_dp_solve(&pb, res, err);
+}
+
+/* T5 orderings tried, as serpentine bucket widths in units of round_to;
+ * 0 is lexicographic. The best DP optimum wins; ties keep the earlier. */
+static const int32_t t5_buckets[] = {0, 4, 16, 64};
+
+static dyn_status plan_dynapipe(dyn_planner *p, const dyn_sample *s, int32_t n, dyn_batch_plan *out,
+                                dyn_error *err)
+{
+    dyn_status st = scratch_ensure(p, n, err);
+    if (st != DYN_OK) return st;
+    dyn_dp_result res = {.run_len = p->run_len};
+    if (p->kind == DYN_MODEL_GPT) {
+        if ((st = dyn_order_gpt(s, n, p->perm, err)) != DYN_OK) return st;
+        if ((st = solve_order(p, s, n, p->perm, &res, err)) != DYN_OK) return st;
+    } else {
+        /* perm/run_len hold the best so far; perm2/run_len2 the trial. */
+        double best = INFINITY;
+        int32_t best_runs = 0;
+        for (size_t c = 0; c < sizeof t5_buckets / sizeof t5_buckets[0]; c++) {
+            int32_t *perm = c == 0 ? p->perm : p->perm2;
+            st = c == 0 ? dyn_order_t5_lex(s, n, perm, err)
+                        : dyn_order_t5_serpentine(s, n, t5_buckets[c] * p->opt.round_to, perm, err);
+            if (st != DYN_OK) return st;
+            dyn_dp_result trial = {.run_len = c == 0 ? p->run_len : p->run_len2};
+            if ((st = solve_order(p, s, n, perm, &trial, err)) != DYN_OK) return st;
+            if (c == 0 || trial.objective_ms < best) {
+                best = trial.objective_ms;
+                best_runs = trial.n_runs;
+                if (c != 0) {
+                    memcpy(p->perm, p->perm2, (size_t)n * sizeof(int32_t));
+                    memcpy(p->run_len, p->run_len2, (size_t)trial.n_runs * sizeof(int32_t));
+                }
+            }
+        }
+        res.n_runs = best_runs;
+    }
+    return dyn_plan_assemble(p, s, n, p->perm, p->run_len, res.n_runs, NULL, NULL, NULL, NULL, out,
+                             err);
+}
+
+static dyn_status check_samples(const dyn_planner *p, const dyn_sample *s, int32_t n, dyn_error *err)
+{
+    for (int32_t i = 0; i < n; i++) {
+        if (s[i].input_len <= 0 || s[i].target_len <= 0)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "sample %d: lengths must be > 0 (input %d, target %d)", s[i].id,
+                                 s[i].input_len, s[i].target_len);
+        int64_t longest = p->kind == DYN_MODEL_GPT ? (int64_t)s[i].input_len + s[i].target_len
+                          : s[i].input_len > s[i].target_len ? s[i].input_len
+                                                             : s[i].target_len;
+        if (longest > p->opt.max_seqlen)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "sample %d: %s %lld tokens exceeds max_seqlen %d", s[i].id,
+                                 p->kind == DYN_MODEL_GPT ? "sequence" : "side", (long long)longest,
+                                 p->opt.max_seqlen);
+    }
+    return DYN_OK;
+}
+
+dyn_status dyn_planner_plan(dyn_planner *p, const dyn_sample *samples, int32_t n,
+                            dyn_batch_plan *out, dyn_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (p == NULL || (n > 0 && samples == NULL) || n < 0)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "plan: bad arguments");
+    if (n == 0) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "plan: empty global batch");
+    double t0 = dyn_time_ms();
+    dyn_status st = check_samples(p, samples, n, err);
+    if (st == DYN_OK)
+        st = p->opt.method == DYN_BATCH_DYNAPIPE ? plan_dynapipe(p, samples, n, out, err)
+                                                 : dyn_plan_baseline(p, samples, n, out, err);
+    if (st != DYN_OK) {
+        dyn_batch_plan_free(out);
+        return st;
+    }
+    out->plan_time_ms = dyn_time_ms() - t0;
+    return DYN_OK;
+}
+
+/* ---- assembling a plan --------------------------------------------------- */
+
+dyn_status dyn_plan_assemble(const dyn_planner *p, const dyn_sample *s, int32_t n,
+                             const int32_t *perm, const int32_t *group_len, int32_t n_groups,
+                             const dyn_mb_shape *shapes, const int32_t *rows,
+                             const int32_t *enc_off, const int32_t *dec_off, dyn_batch_plan *out,
+                             dyn_error *err)
+{
+    const int32_t r = p->opt.round_to;
+    dyn_microbatch *mbs = dyn_calloc((size_t)n_groups, sizeof *mbs, "micro-batches", err);
+    int32_t *first = dyn_calloc((size_t)n_groups, sizeof(int32_t), "micro-batch offsets", err);
+    int32_t *rep = dyn_calloc((size_t)n_groups, sizeof(int32_t), "replica assignment", err);
+    int32_t *order = dyn_calloc((size_t)n_groups, sizeof(int32_t), "micro-batch order", err);
+    double *load = dyn_calloc((size_t)n_groups, sizeof(double), "micro-batch times", err);
+    out->sample_ids = dyn_calloc((size_t)n, sizeof(int32_t), "plan sample ids", err);
+    out->sample_row = dyn_calloc((size_t)n, sizeof(int32_t), "plan sample rows", err);
+    out->sample_offset = dyn_calloc((size_t)n, sizeof(int32_t), "plan sample offsets", err);
+    out->sample_dec_offset = dyn_calloc((size_t)n, sizeof(int32_t), "plan sample offsets", err);
+    dyn_status st = DYN_OK;
+    if (!mbs || !first || !rep || !order || !load || !out->sample_ids || !out->sample_row ||
+        !out->sample_offset || !out->sample_dec_offset) {
+        st = DYN_ERR_NOMEM;
+        goto done;
+    }
+    double tmax = 0.0, tsum = 0.0, max_stored = 0.0, max_peak = 0.0;
+    int64_t real = 0, padded = 0;
+    int32_t pos = 0;
+    for (int32_t g = 0; g < n_groups; g++) {
+        first[g] = pos;
+        dyn_mb_shape sh = {0};
+        if (shapes) {
+            sh = shapes[g];
+        } else {
+            sh.rows = group_len[g];
+            for (int32_t i = pos; i < pos + group_len[g]; i++) {
+                const dyn_sample *x = &s[perm[i]];
+                int32_t a = p->kind == DYN_MODEL_GPT ? x->input_len + x->target_len : x->input_len;
+                if (a > sh.enc_len) sh.enc_len = a;
+                if (p->kind == DYN_MODEL_T5 && x->target_len > sh.dec_len) sh.dec_len = x->target_len;
+            }
+            sh.enc_len = dyn_round_up(sh.enc_len, r);
+            sh.dec_len = dyn_round_up(sh.dec_len, r);
+        }
+        for (int32_t i = pos; i < pos + group_len[g]; i++)
+            real += (int64_t)s[perm[i]].input_len + s[perm[i]].target_len;
+        padded += (int64_t)sh.rows * (sh.enc_len + sh.dec_len);
+        dyn_mb_cost c;
+        int fits;
+        if ((st = dyn_planner_mb_cost(p, &sh, &c, &fits, err)) != DYN_OK) goto done;
+        if (!fits) {
+            st = dyn_error_set(err, DYN_ERR_INFEASIBLE,
+                               "%s: micro-batch %d (%d rows x %d%s%d tokens) needs %.1f MB stored / "
+                               "%.1f MB peak per stage, over the limit %.1f / %.1f MB",
+                               dyn_batching_name(p->opt.method), g, sh.rows, sh.enc_len,
+                               sh.dec_len ? "+" : "", sh.dec_len ? sh.dec_len : 0, c.stored_mb,
+                               c.peak_mb, p->stored_limit_mb, p->peak_limit_mb);
+            goto done;
+        }
+        mbs[g].n_samples = group_len[g];
+        mbs[g].shape = sh;
+        mbs[g].time_ms = c.time_ms;
+        mbs[g].stored_mb = c.stored_mb;
+        mbs[g].peak_mb = c.peak_mb;
+        load[g] = c.time_ms;
+        if (c.time_ms > tmax) tmax = c.time_ms;
+        if (c.stored_mb > max_stored) max_stored = c.stored_mb;
+        if (c.peak_mb > max_peak) max_peak = c.peak_mb;
+        tsum += c.time_ms;
+        pos += group_len[g];
+    }
+    if (pos != n) {
+        st = dyn_error_set(err, DYN_ERR_INTERNAL, "plan covers %d of %d samples", pos, n);
+        goto done;
+    }
+    double max_load;
+    if ((st = dyn_balance_kk(load, n_groups, p->opt.dp, rep, &max_load, err)) != DYN_OK) goto done;
+    /* Micro-batches grouped by replica, each replica's in planning order. */
+    int32_t m = 0, max_per_replica = 0;
+    for (int32_t rr = 0; rr < p->opt.dp; rr++) {
+        int32_t cnt = 0;
+        for (int32_t g = 0; g < n_groups; g++)
+            if (rep[g] == rr) order[m++] = g, cnt++;
+        if (cnt > max_per_replica) max_per_replica = cnt;
+    }
+    out->n_microbatches = n_groups;
+    out->n_samples = n;
+    pos = 0;
+    dyn_microbatch *sorted = dyn_calloc((size_t)n_groups, sizeof *sorted, "micro-batches", err);
+    if (sorted == NULL) {
+        st = DYN_ERR_NOMEM;
+        goto done;
+    }
+    for (int32_t i = 0; i < n_groups; i++) {
+        int32_t g = order[i];
+        sorted[i] = mbs[g];
+        sorted[i].first = pos;
+        sorted[i].replica = rep[g];
+        for (int32_t k = 0; k < group_len[g]; k++) {
+            int32_t src = first[g] + k;
+            out->sample_ids[pos] = s[perm[src]].id;
+            out->sample_row[pos] = rows ? rows[src] : k;
+            out->sample_offset[pos] = enc_off ? enc_off[src] : 0;
+            out->sample_dec_offset[pos] = dec_off ? dec_off[src] : 0;
+            pos++;
+        }
+    }
+    out->mbs = sorted;
+    int32_t in_flight = max_per_replica < p->opt.stages ? max_per_replica : p->opt.stages;
+    out->objective_ms = (double)(p->opt.stages - 1) * tmax / p->opt.chunks + tsum / p->opt.dp;
+    out->balanced_ms = (double)(p->opt.stages - 1) * tmax / p->opt.chunks + max_load;
+    out->device_peak_mb = p->states_mb + (in_flight > 0 ? in_flight - 1 : 0) * max_stored + max_peak;
+    out->real_tokens = real;
+    out->padded_tokens = padded;
+done:
+    free(mbs);
+    free(first);
+    free(rep);
+    free(order);
+    free(load);
+    if (st != DYN_OK) dyn_batch_plan_free(out);
+    return st;
+}
