@@ -17,9 +17,11 @@
 #include "sim_testlib.h"  /* defines: tplan_*, tcosts_uniform */
 #include "util/rng.h"     /* defines: dyn_rng_* */
 
-static dyn_status gen_1f1b(void *ctx, const dyn_stage_costs *c, dyn_exec_plan *out, dyn_error *err)
+static dyn_status gen_1f1b(void *ctx, const dyn_stage_costs *c, const int32_t *order,
+                           dyn_exec_plan *out, dyn_error *err)
 {
     (void)ctx;
+    (void)order;
     (void)err;
     tplan t;
     tplan_1f1b(&t, c->n_stages, c->n_microbatches, 4096);
@@ -46,7 +48,7 @@ static double simulate_order(dyn_sim *sim, const dyn_stage_costs *c, const int32
     dyn_stage_costs p;
     assert_int_equal(dyn_stage_costs_permute(c, order, &p, &err), DYN_OK);
     dyn_exec_plan plan;
-    assert_int_equal(gen_1f1b(NULL, &p, &plan, &err), DYN_OK);
+    assert_int_equal(gen_1f1b(NULL, &p, order, &plan, &err), DYN_OK);
     const dyn_sim_result *res;
     assert_int_equal(dyn_sim_run(sim, &plan, &p, &opt, &res, &err), DYN_OK);
     double m = res->makespan_ms;

@@ -144,10 +144,11 @@ dyn_status dyn_whatif_parse(const char *name, const char *text, dyn_stage_costs 
  * the limit wins (ties: the earlier candidate). */
 
 /* A schedule generator the search calls: build fills *out for costs whose
- * micro-batch i is the i-th in the candidate order; free_plan releases it. */
+ * micro-batch i is micro-batch order[i] of the given order (so it can carry
+ * the right shapes); free_plan releases it. */
 typedef struct dyn_sched_gen {
-    dyn_status (*build)(void *ctx, const dyn_stage_costs *costs, dyn_exec_plan *out,
-                        dyn_error *err);
+    dyn_status (*build)(void *ctx, const dyn_stage_costs *costs, const int32_t *order,
+                        dyn_exec_plan *out, dyn_error *err);
     void (*free_plan)(void *ctx, dyn_exec_plan *plan);
     void *ctx;
 } dyn_sched_gen;

@@ -121,7 +121,7 @@ static dyn_status try_order(search_state *ss, const int32_t *order, dyn_error *e
     dyn_exec_plan plan;
     memset(&plan, 0, sizeof plan);
     dyn_error gerr;
-    dyn_status st = ss->gen->build(ss->gen->ctx, &ss->perm, &plan, &gerr);
+    dyn_status st = ss->gen->build(ss->gen->ctx, &ss->perm, order, &plan, &gerr);
     if (st == DYN_ERR_INFEASIBLE) return DYN_OK; /* this order cannot fit: skip */
     if (st != DYN_OK) {
         if (err) *err = gerr;
