@@ -244,6 +244,42 @@ static void test_deadlock_is_reported(void **state)
     tplan_free(&t);
 }
 
+/* Cycle barriers (op 14, DYN_OP_BARRIER of sched.h): the k-th barrier of
+ * every rank ends when the last rank reaches it. rank 0: F0 (1 ms), BARRIER,
+ * F1 (1 ms); rank 1: F0 (3 ms), BARRIER, F1 (1 ms). The barrier ends at 3,
+ * both F1 run [3, 4]. An unequal number of barriers is a deadlock. */
+static void test_barrier(void **state)
+{
+    (void)state;
+    tplan t;
+    tplan_init(&t, 2, 2, 2, 8);
+    tplan_add(&t, 0, DYN_OP_FORWARD, 0, 0, -1, -1, -1, 0);
+    tplan_add(&t, 0, 14, -1, -1, -1, -1, -1, 0);
+    tplan_add(&t, 0, DYN_OP_FORWARD, 1, 0, -1, -1, -1, 0);
+    tplan_add(&t, 1, DYN_OP_FORWARD, 0, 1, -1, -1, -1, 0);
+    tplan_add(&t, 1, 14, -1, -1, -1, -1, -1, 0);
+    tplan_add(&t, 1, DYN_OP_FORWARD, 1, 1, -1, -1, -1, 0);
+    dyn_stage_costs c;
+    tcosts_uniform(&c, 2, 2, 1.0, 1.0);
+    c.fwd_ms[0 * 2 + 1] = 3.0;
+    dyn_error err;
+    dyn_sim *sim = dyn_sim_create(&err);
+    const dyn_sim_result *res;
+    assert_int_equal(dyn_sim_run(sim, &t.p, &c, &no_comm, &res, &err), DYN_OK);
+    assert_true(res->start_ms[1] == 1.0 && res->end_ms[1] == 3.0); /* rank 0 waits */
+    assert_true(res->start_ms[2] == 3.0 && res->end_ms[2] == 4.0);
+    assert_true(res->start_ms[4] == 3.0 && res->end_ms[4] == 3.0);
+    assert_true(res->start_ms[5] == 3.0 && res->makespan_ms == 4.0);
+    assert_true(fabs(res->bubble_fraction - (1.0 - 6.0 / 8.0)) < 1e-12);
+    /* rank 1 without its barrier: rank 0 waits forever */
+    t.p.ranks[1].instrs[1].op = DYN_OP_FREE_BUFFER;
+    assert_int_equal(dyn_sim_run(sim, &t.p, &c, &no_comm, NULL, &err), DYN_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "deadlock: rank 0 blocked at instruction 1 (BARRIER"));
+    dyn_sim_free(sim);
+    dyn_sim_costs_free(&c);
+    tplan_free(&t);
+}
+
 /* Malformed plans: a dropped receive, a FINISH without START, bad fields. */
 static void test_malformed_plans_are_rejected(void **state)
 {
@@ -444,6 +480,7 @@ int main(void)
         cmocka_unit_test(test_link_carries_one_transfer_at_a_time),
         cmocka_unit_test(test_memory_accounting_by_hand),
         cmocka_unit_test(test_deadlock_is_reported),
+        cmocka_unit_test(test_barrier),
         cmocka_unit_test(test_malformed_plans_are_rejected),
         cmocka_unit_test(test_matches_fixed_point_on_random_instances),
         cmocka_unit_test(test_workspace_reuse_is_bit_identical),

@@ -34,6 +34,13 @@
 #define MB_BYTES 1048576.0
 
 enum { RANK_READY = 0, RANK_BLOCKED = 1, RANK_DONE = 2 };
+
+/* The cycle barrier of the cyclic schedule (sched.h: the k-th BARRIER of a
+ * rank waits until every rank has reached its k-th BARRIER). Spelled as its
+ * value until the sched branch's enum is merged. */
+#define SIM_OP_BARRIER 14
+#define SIM_OP_LAST SIM_OP_BARRIER
+#define WAIT_BARRIER (-2) /* wait_msg value of a rank parked at a barrier */
 enum { MSG_SEND_POSTED = 1, MSG_RECV_POSTED = 2, MSG_STARTED = 4 };
 
 /* One message: a SEND_*_START on one rank and its RECV_*_START on another. */
@@ -75,6 +82,9 @@ struct dyn_sim {
     int32_t *pend_send, *pend_recv;
     double *slot_mb;
     uint8_t *slot_live;
+    /* the open barrier: ranks arrived and the latest arrival time */
+    int32_t barrier_arrived;
+    double barrier_time;
     /* result view */
     dyn_sim_result res;
 };
@@ -186,12 +196,12 @@ static int is_compute(int op)
 
 static const char *op_label(int op)
 {
-    static const char *names[DYN_OP_COUNT] = {
+    static const char *names[SIM_OP_LAST + 1] = {
         "LOAD_INPUT", "FORWARD", "BACKWARD", "BACKWARD_INPUT", "BACKWARD_WEIGHT",
         "SEND_ACT_START", "SEND_ACT_FINISH", "RECV_ACT_START", "RECV_ACT_FINISH",
         "SEND_GRAD_START", "SEND_GRAD_FINISH", "RECV_GRAD_START", "RECV_GRAD_FINISH",
-        "FREE_BUFFER"};
-    return op >= 0 && op < DYN_OP_COUNT ? names[op] : "?";
+        "FREE_BUFFER", "BARRIER"};
+    return op >= 0 && op <= SIM_OP_LAST ? names[op] : "?";
 }
 
 /* Rank of flat instruction index i (binary search over rank_off). */
@@ -215,11 +225,11 @@ static dyn_status check_plan(dyn_sim *s, const dyn_exec_plan *p, dyn_error *err)
             const dyn_instr *in = &rp->instrs[i];
             int32_t k = s->rank_off[r] + i;
             s->ins[k] = in;
-            if (in->op >= DYN_OP_COUNT)
+            if (in->op > SIM_OP_LAST)
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan rank %d instruction %d: unknown op %d", r, i, in->op);
             int op = in->op;
-            if (op != DYN_OP_FREE_BUFFER && (in->microbatch < 0 || in->microbatch >= M))
+            if (op != DYN_OP_FREE_BUFFER && op != SIM_OP_BARRIER && (in->microbatch < 0 || in->microbatch >= M))
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan rank %d instruction %d (%s): micro-batch %d out of range 0..%d",
                                      r, i, op_label(op), in->microbatch, M - 1);
@@ -451,6 +461,33 @@ static void start_transfer(dyn_sim *s, const dyn_exec_plan *p, const dyn_sim_opt
 
 static double cost_at(const double *a, int32_t i) { return a ? a[i] : 0.0; }
 
+/* Rank r reaches a BARRIER. Returns 0 when it must park (others still to
+ * come); 1 when it is the last: every parked rank is released at the latest
+ * arrival time (which is r's clock, as ranks advance in time order) and r
+ * goes on. */
+static int barrier_arrive(dyn_sim *s, const dyn_exec_plan *p, int32_t r)
+{
+    if (s->barrier_arrived == 0 || s->clock[r] > s->barrier_time) s->barrier_time = s->clock[r];
+    if (++s->barrier_arrived < p->n_ranks) {
+        s->state[r] = RANK_BLOCKED;
+        s->wait_msg[r] = WAIT_BARRIER;
+        return 0;
+    }
+    for (int32_t q = 0; q < p->n_ranks; q++) {
+        if (q == r || s->state[q] != RANK_BLOCKED || s->wait_msg[q] != WAIT_BARRIER) continue;
+        int32_t k = s->rank_off[q] + s->pc[q];
+        s->start[k] = s->clock[q];
+        s->end[k] = s->barrier_time;
+        s->mem_after[k] = s->mem_top[k] = s->mem[q];
+        s->clock[q] = s->barrier_time;
+        s->pc[q]++;
+        s->state[q] = RANK_READY;
+        s->wait_msg[q] = -1;
+        heap_push(s, s->clock[q], q);
+    }
+    return 1;
+}
+
 /* A slot becomes live holding `bytes`; it counts towards the rank's memory
  * only with opt->slot_memory (see sim.h). A slot written while live is
  * overwritten: its old size leaves first. */
@@ -538,6 +575,11 @@ static void run_rank(dyn_sim *s, const dyn_exec_plan *p, const dyn_stage_costs *
                 s->mem[r] -= s->slot_mb[base + in->buf_in];
                 s->slot_live[base + in->buf_in] = 0;
             }
+            break;
+        case SIM_OP_BARRIER:
+            if (!barrier_arrive(s, p, r)) return; /* parked until the last rank arrives */
+            dur = s->barrier_time - now;
+            s->barrier_arrived = 0;
             break;
         default:
             break;
@@ -640,6 +682,8 @@ dyn_status dyn_sim_run(dyn_sim *sim, const dyn_exec_plan *plan, const dyn_stage_
     memset(sim->slot_live, 0, (size_t)K);
 
     sim->heap_n = 0;
+    sim->barrier_arrived = 0;
+    sim->barrier_time = 0.0;
     for (int32_t r = 0; r < R; r++) heap_push(sim, 0.0, r);
     while (sim->heap_n > 0) {
         heap_item it = heap_pop(sim);
