@@ -33,12 +33,51 @@
  *   RECV_*_START      start receiving from rank peer into buf_out;
  *                     RECV_*_FINISH waits until buf_out holds the data.
  *   FREE_BUFFER       release slot buf_in.
+ *   BARRIER           (added for the cyclic schedule) the k-th BARRIER of a
+ *                     rank waits until every rank has reached its k-th
+ *                     BARRIER; all ranks have the same number. microbatch,
+ *                     stage, peer, slots are -1. See "Cycle barriers" below.
+ *
+ * Conventions the generators in src/sched follow (and the validator checks):
+ *   - SEND_* and RECV_* name the stage that this rank serves: SEND_ACT_START
+ *     of (mb, s) carries the output of FORWARD (mb, s) to the rank of stage
+ *     s+1, whose RECV_ACT_* name (mb, s+1); SEND_GRAD of (mb, s) carries the
+ *     input gradient of BACKWARD (mb, s) to the rank of s-1, whose RECV_GRAD
+ *     name (mb, s-1). Messages between a pair of ranks are matched per
+ *     direction and kind (activation / gradient) in posting order, like MPI
+ *     with one tag per kind.
+ *   - LOAD_INPUT without flags loads the tokens into the input slot of stage
+ *     0; with DYN_INSTR_FLAG_TARGETS it loads the targets on the last stage,
+ *     and the last stage's FORWARD (which computes the loss) reads that slot
+ *     implicitly; it is freed right after that FORWARD.
+ *   - A slot that feeds a FORWARD or BACKWARD is freed right after it (what
+ *     backward needs is kept in the stored activations, not in slots); a slot
+ *     being sent is freed after its SEND_*_FINISH.
+ *   - When two consecutive stages sit on the same rank (S = 1 with chunks),
+ *     the producer's buf_out is the consumer's buf_in, with no SEND/RECV.
+ *
+ * Cycle barriers. DynaPipe's cyclic schedule runs in cycles: in each cycle
+ * each rank does at most one backward and one forward per stage it holds, and
+ * no rank starts cycle c+1 before every rank finished cycle c's compute. The
+ * plan represents this with one BARRIER per rank between consecutive cycles
+ * (a rank idle in a cycle still has its BARRIER). The wait-free cyclic plan is
+ * the identical instruction list without the BARRIERs.
+ *
+ * Memory model (dyn_exec_plan_memory, the generators' throttling): a rank
+ * holds the states_mb of its stages, plus stored_mb of every (mb, stage) it
+ * has run FORWARD on and not yet BACKWARD (or BACKWARD_WEIGHT), plus, while a
+ * FORWARD or BACKWARD* of (mb, stage) runs, that pair's peak_mb (a FORWARD
+ * already counts its own stored_mb). Boundary tensors in slots are part of
+ * stored_mb / peak_mb in the cost model and are not counted again.
  */
 #ifndef DYNAPIPE_SCHED_H
 #define DYNAPIPE_SCHED_H
 
+#include <stdio.h>
+
 #include "dynapipe/common.h"
 #include "dynapipe/cost.h"
+#include "dynapipe/plan.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -58,16 +97,20 @@ typedef enum dyn_op {
     DYN_OP_SEND_GRAD_FINISH = 10,
     DYN_OP_RECV_GRAD_START = 11,
     DYN_OP_RECV_GRAD_FINISH = 12,
-    DYN_OP_FREE_BUFFER = 13
+    DYN_OP_FREE_BUFFER = 13,
+    DYN_OP_BARRIER = 14 /* cycle barrier of the cyclic schedule (see above) */
 } dyn_op;
-#define DYN_OP_COUNT 14
+#define DYN_OP_COUNT 15
+
+/* dyn_instr.flags bits. */
+#define DYN_INSTR_FLAG_TARGETS 0x1u /* LOAD_INPUT: targets of the last stage, not tokens */
 
 /* One instruction. Fixed size and layout so that serialisation is a plain
  * little-endian field-by-field copy. */
 typedef struct dyn_instr {
     uint8_t op;         /* dyn_op */
     uint8_t recompute;  /* dyn_recompute, for FORWARD and BACKWARD* */
-    uint16_t flags;     /* reserved, 0 */
+    uint16_t flags;     /* DYN_INSTR_FLAG_* bits, else 0 */
     int32_t microbatch; /* 0..M-1 */
     int32_t stage;      /* pipeline stage 0..n_stages-1 this instruction serves */
     int32_t peer;       /* peer rank for SEND/RECV, else -1 */
@@ -118,6 +161,101 @@ typedef struct dyn_stage_costs {
     double *send_mb;       /* activation sent from stage to stage+1 (its gradient comes back) */
     double *states_mb;     /* [n_stages]: parameters + gradients + optimizer moments */
 } dyn_stage_costs;
+
+/* ---- Building plans ---------------------------------------------------- */
+
+typedef struct dyn_sched_options {
+    int32_t n_ranks;         /* S, pipeline ranks (devices), >= 1 */
+    int32_t chunks;          /* v, model chunks per rank (interleaved, cyclic); stage s
+                                runs on rank s % S; costs->n_stages must be S * v */
+    double memory_limit_mb;  /* per rank (device), MB; <= 0: unlimited */
+    int32_t max_in_flight;   /* per rank: micro-batches forwarded and not yet backwarded
+                                (per chunk-stage for interleaved); <= 0: schedule default */
+    dyn_recompute recompute; /* recorded on compute instructions */
+    int32_t replica;         /* recorded in the plan */
+} dyn_sched_options;
+
+/* S = 1, v = 1, no memory limit, no in-flight cap, no recompute, replica 0. */
+void dyn_sched_options_default(dyn_sched_options *opt);
+
+/* Build the execution plan of schedule `kind` for the M = costs->n_microbatches
+ * micro-batches in their given order. shapes: [M] padded shapes copied into
+ * the plan (NULL: zero shapes). Costs (ms, MB) drive W placement (zero
+ * bubble), throttling and the order the generator emits instructions in.
+ * Under opt->memory_limit_mb a schedule delays forwards (fewer micro-batches
+ * in flight) so that dyn_exec_plan_memory stays within the limit, or fails
+ * with DYN_ERR_INFEASIBLE naming the stage and the numbers. out is freed with
+ * dyn_exec_plan_free (also safe on a zeroed struct). O(instructions * S). */
+dyn_status dyn_schedule_build(dyn_schedule kind, const dyn_stage_costs *costs,
+                              const dyn_mb_shape *shapes, const dyn_sched_options *opt,
+                              dyn_exec_plan *out, dyn_error *err);
+
+/* Parse "1f1b", "cyclic", "wait-free-cyclic", "interleaved", "zb". */
+dyn_status dyn_schedule_parse(const char *name, dyn_schedule *out, dyn_error *err);
+
+/* Static peak memory per rank (MB) of a plan under the memory model above:
+ * peak_mb[r] for r in 0..n_ranks-1. costs must match the plan's M and
+ * n_stages. Independent of timing: it follows each rank's own order. */
+dyn_status dyn_exec_plan_memory(const dyn_exec_plan *plan, const dyn_stage_costs *costs,
+                                double *peak_mb, dyn_error *err);
+
+/* Readable dump: one line per instruction (rank, index, op, mb, stage, peer,
+ * slots, shape, bytes) after a one-line header. */
+void dyn_exec_plan_dump(FILE *fp, const dyn_exec_plan *plan);
+
+/* ---- Stage costs and layer-to-stage assignment -------------------------- */
+
+/* Allocate every array of c for M micro-batches and n_stages stages, zeroed. */
+dyn_status dyn_stage_costs_alloc(dyn_stage_costs *c, int32_t n_microbatches, int32_t n_stages,
+                                 dyn_error *err);
+void dyn_stage_costs_free(dyn_stage_costs *c);
+
+/* Layers of a model flattened in execution order: GPT [EMBED, ENCODER x
+ * n_layers, LM_HEAD]; T5 [EMBED, ENCODER x n_layers, DECODER x n_dec_layers,
+ * LM_HEAD]. Stage s holds layers stage_first[s] .. stage_first[s+1]-1; the
+ * embedding is always on stage 0 and the LM head on the last stage, and every
+ * stage holds at least one ENCODER/DECODER block. */
+typedef struct dyn_stage_assignment {
+    int32_t n_stages;
+    int32_t n_layers;     /* flattened layers */
+    int32_t *layer_kind;  /* [n_layers] dyn_layer_kind */
+    int32_t *stage_first; /* [n_stages + 1] */
+    double max_stage_ms;  /* the balanced objective: slowest stage, fwd + bwd, on ref */
+} dyn_stage_assignment;
+
+/* Balanced contiguous split of n blocks with costs block_ms[n] (ms) into
+ * n_stages stages, where stage 0 also pays first_extra_ms and the last stage
+ * last_extra_ms: minimises the slowest stage; ties go to the split whose
+ * boundaries are lexicographically smallest. first[n_stages+1] receives block
+ * boundaries (first[0] = 0, first[n_stages] = n). DYN_ERR_INVALID_ARG when
+ * n_stages > n ("stages more than layers"). O(n_stages * n^2). */
+dyn_status dyn_stage_split(const double *block_ms, int32_t n, int32_t n_stages, double first_extra_ms,
+                           double last_extra_ms, int32_t *first, double *max_stage_ms,
+                           dyn_error *err);
+
+/* Assign cm's layers to n_stages stages balancing fwd + bwd time of the
+ * reference micro-batch shape ref under recompute mode rc. */
+dyn_status dyn_stage_assign(const dyn_cost_model *cm, int32_t n_stages, const dyn_mb_shape *ref,
+                            dyn_recompute rc, dyn_stage_assignment *out, dyn_error *err);
+void dyn_stage_assignment_free(dyn_stage_assignment *a);
+
+/* Per-micro-batch, per-stage costs of the M shapes under assignment a: times
+ * and stored memory are sums over the stage's layers, peak_mb the largest
+ * layer peak, send_mb the boundary tensor (T5 decoder stages also forward the
+ * encoder output), states_mb the sum of layer states. */
+dyn_status dyn_stage_costs_build(const dyn_cost_model *cm, const dyn_stage_assignment *a,
+                                 const dyn_mb_shape *shapes, int32_t n_microbatches,
+                                 dyn_recompute rc, dyn_stage_costs *out, dyn_error *err);
+
+/* The same for the micro-batches of bp that replica `replica` runs, in plan
+ * order; *shapes_out (may be NULL) receives a malloc'ed [M] copy of their
+ * shapes for dyn_schedule_build. */
+dyn_status dyn_stage_costs_from_batch(const dyn_cost_model *cm, const dyn_stage_assignment *a,
+                                      const dyn_batch_plan *bp, int32_t replica, dyn_recompute rc,
+                                      dyn_stage_costs *out, dyn_mb_shape **shapes_out,
+                                      dyn_error *err);
+
+/* ---- Validation and serialisation --------------------------------------- */
 
 /* Validate a plan: matching sends and receives between every pair of ranks in
  * a compatible order (so it cannot deadlock), every slot written before read

@@ -1,0 +1,371 @@
+/* emit.c — instruction generation: from per-rank compute orders to a full
+ * execution plan (loads, sends, receives, slots, frees), and the timed
+ * global order that non-cyclic schedules are emitted in.
+ *
+ * Placement rules (why they cannot deadlock: see sched_internal.h):
+ *   - LOAD_INPUT just before the FORWARD that reads it;
+ *   - RECV_*_START on the consumer at the global moment the producer's
+ *     SEND_*_START is emitted (posted early, so the slot exists when data
+ *     arrives), RECV_*_FINISH just before the consuming compute;
+ *   - SEND_*_START right after the producing compute, SEND_*_FINISH and the
+ *     FREE_BUFFER of the sent slot lazily, just before the sender's second
+ *     compute unit after the producer (or at the end), so the transfer
+ *     overlaps one full compute unit;
+ *   - input slots freed right after the compute that reads them.
+ * Slots are taken from a per-rank LIFO free list, so a freed slot is reused
+ * first and n_buffers stays small. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched/sched_internal.h" /* defines: sched_emitter, sched_orders, sched_unit_ms */
+#include "util/util.h"            /* defines: dyn_calloc */
+
+typedef struct pending_send {
+    int32_t op; /* SEND_ACT_FINISH or SEND_GRAD_FINISH */
+    int32_t mb, stage, peer, slot, due;
+    int64_t bytes;
+} pending_send;
+
+struct sched_emitter {
+    dyn_exec_plan *plan;
+    const dyn_stage_costs *c;
+    int32_t S, ns, M;
+    dyn_recompute rc;
+    int32_t *cap;         /* [S] instruction capacity */
+    int32_t **free_stack; /* [S][cap] free slots, LIFO */
+    int32_t *n_free;      /* [S] */
+    int32_t *act_slot;    /* [M*ns] slot on rank(s) holding the input activation of (mb, s) */
+    int32_t *grad_slot;   /* [M*ns] slot on rank(s) holding the output gradient of (mb, s) */
+    pending_send **pend;  /* [S][units] FIFO of sends not yet finished */
+    int32_t *p_head, *p_tail;
+    int32_t *n_compute;   /* [S] compute units emitted */
+};
+
+static int32_t rank_of(const sched_emitter *e, int32_t s) { return s % e->S; }
+
+static int64_t mb_to_bytes(double mb) { return (int64_t)llround(mb * 1048576.0); }
+
+static int64_t boundary_bytes(const sched_emitter *e, int32_t mb, int32_t s)
+{
+    return e->c->send_mb ? mb_to_bytes(e->c->send_mb[(size_t)mb * e->ns + s]) : 0;
+}
+
+void sched_emitter_free(sched_emitter *e)
+{
+    if (e == NULL) return;
+    for (int32_t r = 0; r < e->S; r++) {
+        if (e->free_stack) free(e->free_stack[r]);
+        if (e->pend) free(e->pend[r]);
+    }
+    free(e->free_stack);
+    free(e->pend);
+    free(e->cap);
+    free(e->n_free);
+    free(e->act_slot);
+    free(e->grad_slot);
+    free(e->p_head);
+    free(e->p_tail);
+    free(e->n_compute);
+    free(e);
+}
+
+dyn_status sched_emitter_create(sched_emitter **out, dyn_exec_plan *plan, dyn_schedule kind,
+                                const sched_orders *o, const dyn_stage_costs *c,
+                                const dyn_mb_shape *shapes, const dyn_sched_options *opt,
+                                int32_t n_barriers, dyn_error *err)
+{
+    *out = NULL;
+    dyn_status st = DYN_ERR_NOMEM; /* what a failure below means, unless set otherwise */
+    int32_t S = o->n_ranks, ns = o->n_stages, M = o->n_mb;
+    memset(plan, 0, sizeof *plan);
+    plan->schedule = kind;
+    plan->replica = opt->replica;
+    plan->n_ranks = S;
+    plan->n_stages = ns;
+    plan->n_microbatches = M;
+    plan->stage_rank = dyn_calloc((size_t)ns, sizeof(int32_t), "plan stages", err);
+    plan->mb_shape = dyn_calloc((size_t)M, sizeof(dyn_mb_shape), "plan shapes", err);
+    plan->ranks = dyn_calloc((size_t)S, sizeof(dyn_rank_plan), "plan ranks", err);
+    sched_emitter *e = dyn_calloc(1, sizeof *e, "emitter", err);
+    if (!plan->stage_rank || !plan->mb_shape || !plan->ranks || !e) goto nomem;
+    for (int32_t s = 0; s < ns; s++) plan->stage_rank[s] = s % S;
+    if (shapes) memcpy(plan->mb_shape, shapes, (size_t)M * sizeof(dyn_mb_shape));
+    e->plan = plan;
+    e->c = c;
+    e->S = S;
+    e->ns = ns;
+    e->M = M;
+    e->rc = opt->recompute;
+    e->cap = dyn_calloc((size_t)S, sizeof(int32_t), "emitter", err);
+    e->free_stack = dyn_calloc((size_t)S, sizeof(int32_t *), "emitter", err);
+    e->n_free = dyn_calloc((size_t)S, sizeof(int32_t), "emitter", err);
+    e->pend = dyn_calloc((size_t)S, sizeof(pending_send *), "emitter", err);
+    e->p_head = dyn_calloc((size_t)S, sizeof(int32_t), "emitter", err);
+    e->p_tail = dyn_calloc((size_t)S, sizeof(int32_t), "emitter", err);
+    e->n_compute = dyn_calloc((size_t)S, sizeof(int32_t), "emitter", err);
+    e->act_slot = dyn_calloc((size_t)M * ns, sizeof(int32_t), "emitter", err);
+    e->grad_slot = dyn_calloc((size_t)M * ns, sizeof(int32_t), "emitter", err);
+    if (!e->cap || !e->free_stack || !e->n_free || !e->pend || !e->p_head || !e->p_tail ||
+        !e->n_compute || !e->act_slot || !e->grad_slot)
+        goto nomem;
+    for (size_t i = 0; i < (size_t)M * ns; i++) e->act_slot[i] = e->grad_slot[i] = -1;
+    for (int32_t r = 0; r < S; r++) {
+        /* At most 10 instructions per unit: for a FORWARD two loads, a
+         * receive finish, itself, two frees, send start/finish, the free of
+         * the sent slot, and the receive start posted on this rank for it. */
+        int64_t cap = 10 * (int64_t)o->cap[r] + n_barriers + 4;
+        if (cap > INT32_MAX) {
+            st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "schedule: rank %d would need %lld instructions",
+                          r, (long long)cap);
+            goto fail;
+        }
+        e->cap[r] = (int32_t)cap;
+        plan->ranks[r].instrs = dyn_calloc((size_t)cap, sizeof(dyn_instr), "plan instructions", err);
+        e->free_stack[r] = dyn_calloc((size_t)cap, sizeof(int32_t), "emitter", err);
+        e->pend[r] = dyn_calloc((size_t)o->cap[r] + 1, sizeof(pending_send), "emitter", err);
+        if (!plan->ranks[r].instrs || !e->free_stack[r] || !e->pend[r]) goto nomem;
+    }
+    *out = e;
+    return DYN_OK;
+nomem: /* dyn_calloc has set err */
+fail:
+    sched_emitter_free(e);
+    dyn_exec_plan_free(plan);
+    return st;
+}
+
+/* Append an instruction to rank r with defaults filled; capacity is a proven
+ * bound (see sched_emitter_create), so overflowing it is a bug. */
+static dyn_instr *put(sched_emitter *e, int32_t r, int32_t op, int32_t mb, int32_t stage)
+{
+    dyn_rank_plan *rp = &e->plan->ranks[r];
+    if (rp->n_instrs >= e->cap[r]) abort();
+    dyn_instr *in = &rp->instrs[rp->n_instrs++];
+    memset(in, 0, sizeof *in);
+    in->op = (uint8_t)op;
+    in->microbatch = mb;
+    in->stage = stage;
+    in->peer = -1;
+    in->buf_in = -1;
+    in->buf_out = -1;
+    if (mb >= 0) in->shape = e->plan->mb_shape[mb];
+    return in;
+}
+
+static int32_t slot_alloc(sched_emitter *e, int32_t r)
+{
+    if (e->n_free[r] > 0) return e->free_stack[r][--e->n_free[r]];
+    return e->plan->ranks[r].n_buffers++;
+}
+
+static void slot_free(sched_emitter *e, int32_t r, int32_t slot, int32_t mb, int32_t stage)
+{
+    dyn_instr *in = put(e, r, DYN_OP_FREE_BUFFER, mb, stage);
+    in->buf_in = slot;
+    e->free_stack[r][e->n_free[r]++] = slot;
+}
+
+/* Finish sends on rank r whose due compute index has come (all if force). */
+static void flush_sends(sched_emitter *e, int32_t r, int force)
+{
+    while (e->p_head[r] < e->p_tail[r]) {
+        pending_send *p = &e->pend[r][e->p_head[r]];
+        if (!force && p->due > e->n_compute[r]) break;
+        dyn_instr *in = put(e, r, p->op, p->mb, p->stage);
+        in->peer = p->peer;
+        in->buf_in = p->slot;
+        in->bytes = p->bytes;
+        slot_free(e, r, p->slot, p->mb, p->stage);
+        e->p_head[r]++;
+    }
+}
+
+/* Start sending slot (holding the boundary tensor of (mb, stage) on rank r)
+ * to the rank of to_stage, and post the matching receive there now. */
+static void send_and_post(sched_emitter *e, int32_t r, int grad, int32_t mb, int32_t stage,
+                          int32_t to_stage, int32_t slot, int64_t bytes)
+{
+    int32_t peer = rank_of(e, to_stage);
+    dyn_instr *in = put(e, r, grad ? DYN_OP_SEND_GRAD_START : DYN_OP_SEND_ACT_START, mb, stage);
+    in->peer = peer;
+    in->buf_in = slot;
+    in->bytes = bytes;
+    pending_send *p = &e->pend[r][e->p_tail[r]++];
+    p->op = grad ? DYN_OP_SEND_GRAD_FINISH : DYN_OP_SEND_ACT_FINISH;
+    p->mb = mb;
+    p->stage = stage;
+    p->peer = peer;
+    p->slot = slot;
+    p->bytes = bytes;
+    p->due = e->n_compute[r] + 2; /* n_compute[r] already counts the producer */
+
+    int32_t rs = slot_alloc(e, peer);
+    dyn_instr *rv = put(e, peer, grad ? DYN_OP_RECV_GRAD_START : DYN_OP_RECV_ACT_START, mb, to_stage);
+    rv->peer = r;
+    rv->buf_out = rs;
+    rv->bytes = bytes;
+    size_t k = (size_t)mb * e->ns + to_stage;
+    if (grad) e->grad_slot[k] = rs;
+    else e->act_slot[k] = rs;
+}
+
+/* Finish the receive feeding (mb, s) on rank r if it came from another rank. */
+static void recv_finish(sched_emitter *e, int32_t r, int grad, int32_t mb, int32_t s, int32_t from,
+                        int32_t slot)
+{
+    if (rank_of(e, from) == r) return;
+    dyn_instr *in = put(e, r, grad ? DYN_OP_RECV_GRAD_FINISH : DYN_OP_RECV_ACT_FINISH, mb, s);
+    in->peer = rank_of(e, from);
+    in->buf_out = slot;
+    in->bytes = grad ? boundary_bytes(e, mb, s) : boundary_bytes(e, mb, from);
+}
+
+void sched_emit_unit(sched_emitter *e, int32_t r, const sched_unit *u)
+{
+    int32_t mb = u->mb, s = u->stage, last = e->ns - 1;
+    size_t k = (size_t)mb * e->ns + s;
+    const dyn_mb_shape *sh = &e->plan->mb_shape[mb];
+    flush_sends(e, r, 0);
+    if (u->kind == UNIT_F) {
+        int32_t in_slot, tgt = -1;
+        if (s == 0) {
+            in_slot = slot_alloc(e, r);
+            dyn_instr *ld = put(e, r, DYN_OP_LOAD_INPUT, mb, s);
+            ld->buf_out = in_slot;
+            ld->bytes = 4 * (int64_t)sh->rows * ((int64_t)sh->enc_len + sh->dec_len);
+        } else {
+            in_slot = e->act_slot[k];
+            recv_finish(e, r, 0, mb, s, s - 1, in_slot);
+        }
+        if (s == last) {
+            tgt = slot_alloc(e, r);
+            dyn_instr *ld = put(e, r, DYN_OP_LOAD_INPUT, mb, s);
+            ld->flags = DYN_INSTR_FLAG_TARGETS;
+            ld->buf_out = tgt;
+            ld->bytes = 4 * (int64_t)sh->rows * (sh->dec_len > 0 ? sh->dec_len : sh->enc_len);
+        }
+        int32_t out_slot = s < last ? slot_alloc(e, r) : -1;
+        dyn_instr *f = put(e, r, DYN_OP_FORWARD, mb, s);
+        f->recompute = (uint8_t)e->rc;
+        f->buf_in = in_slot;
+        f->buf_out = out_slot;
+        f->bytes = out_slot >= 0 ? boundary_bytes(e, mb, s) : 0;
+        e->n_compute[r]++;
+        slot_free(e, r, in_slot, mb, s);
+        if (tgt >= 0) slot_free(e, r, tgt, mb, s);
+        if (out_slot >= 0) {
+            if (rank_of(e, s + 1) == r) e->act_slot[k + 1] = out_slot;
+            else send_and_post(e, r, 0, mb, s, s + 1, out_slot, boundary_bytes(e, mb, s));
+        }
+        return;
+    }
+    if (u->kind == UNIT_BW) {
+        dyn_instr *w = put(e, r, DYN_OP_BACKWARD_WEIGHT, mb, s);
+        w->recompute = (uint8_t)e->rc;
+        e->n_compute[r]++;
+        return;
+    }
+    int32_t in_slot = -1;
+    if (s < last) {
+        in_slot = e->grad_slot[k];
+        recv_finish(e, r, 1, mb, s, s + 1, in_slot);
+    }
+    int32_t out_slot = s > 0 ? slot_alloc(e, r) : -1;
+    dyn_instr *b = put(e, r, u->kind == UNIT_B ? DYN_OP_BACKWARD : DYN_OP_BACKWARD_INPUT, mb, s);
+    b->recompute = (uint8_t)e->rc;
+    b->buf_in = in_slot;
+    b->buf_out = out_slot;
+    b->bytes = out_slot >= 0 ? boundary_bytes(e, mb, s - 1) : 0;
+    e->n_compute[r]++;
+    if (in_slot >= 0) slot_free(e, r, in_slot, mb, s);
+    if (out_slot >= 0) {
+        if (rank_of(e, s - 1) == r) e->grad_slot[k - 1] = out_slot;
+        else send_and_post(e, r, 1, mb, s, s - 1, out_slot, boundary_bytes(e, mb, s - 1));
+    }
+}
+
+void sched_emit_barrier(sched_emitter *e)
+{
+    for (int32_t r = 0; r < e->S; r++) {
+        dyn_instr *in = put(e, r, DYN_OP_BARRIER, -1, -1);
+        (void)in;
+    }
+}
+
+void sched_emitter_finish(sched_emitter *e)
+{
+    for (int32_t r = 0; r < e->S; r++) flush_sends(e, r, 1);
+    sched_emitter_free(e);
+}
+
+/* ---- timed global order -------------------------------------------------- */
+
+dyn_status sched_emit_timed(const sched_orders *o, const dyn_stage_costs *c,
+                            const dyn_mb_shape *shapes, const dyn_sched_options *opt,
+                            dyn_schedule kind, dyn_exec_plan *plan, dyn_error *err)
+{
+    int32_t S = o->n_ranks, ns = o->n_stages, M = o->n_mb, last = ns - 1;
+    sched_emitter *e = NULL;
+    dyn_status st = sched_emitter_create(&e, plan, kind, o, c, shapes, opt, 0, err);
+    if (st != DYN_OK) return st;
+    double *fdone = dyn_calloc((size_t)M * ns, sizeof(double), "timed order", err);
+    double *bdone = dyn_calloc((size_t)M * ns, sizeof(double), "timed order", err);
+    double *free_at = dyn_calloc((size_t)S, sizeof(double), "timed order", err);
+    int32_t *pos = dyn_calloc((size_t)S, sizeof(int32_t), "timed order", err);
+    if (!fdone || !bdone || !free_at || !pos) {
+        st = DYN_ERR_NOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < (size_t)M * ns; i++) fdone[i] = bdone[i] = -1;
+    int64_t total = 0;
+    for (int32_t r = 0; r < S; r++) total += o->n[r];
+    for (int64_t step = 0; step < total; step++) {
+        int32_t best = -1;
+        double best_start = 0;
+        for (int32_t r = 0; r < S; r++) {
+            if (pos[r] >= o->n[r]) continue;
+            const sched_unit *u = &o->u[r][pos[r]];
+            size_t k = (size_t)u->mb * ns + u->stage;
+            double dep;
+            if (u->kind == UNIT_F) dep = u->stage == 0 ? 0 : fdone[k - 1];
+            else if (u->kind == UNIT_BW) dep = bdone[k];
+            else dep = u->stage == last ? fdone[k] : bdone[k + 1];
+            if (dep < 0) continue; /* its input does not exist yet */
+            double start = dep > free_at[r] ? dep : free_at[r];
+            if (best < 0 || start < best_start) {
+                best = r;
+                best_start = start;
+            }
+        }
+        if (best < 0) {
+            int32_t r0 = 0;
+            while (pos[r0] >= o->n[r0]) r0++;
+            const sched_unit *u = &o->u[r0][pos[r0]];
+            st = dyn_error_set(err, DYN_ERR_INTERNAL,
+                               "schedule %s: order cannot complete: rank %d waits forever at "
+                               "unit %d (kind %d, micro-batch %d, stage %d)",
+                               dyn_schedule_name(kind), r0, pos[r0], u->kind, u->mb, u->stage);
+            goto out;
+        }
+        const sched_unit *u = &o->u[best][pos[best]++];
+        size_t k = (size_t)u->mb * ns + u->stage;
+        double end = best_start + sched_unit_ms(c, u);
+        free_at[best] = end;
+        if (u->kind == UNIT_F) fdone[k] = end;
+        else if (u->kind != UNIT_BW) bdone[k] = end;
+        sched_emit_unit(e, best, u);
+    }
+out:
+    free(fdone);
+    free(bdone);
+    free(free_at);
+    free(pos);
+    if (st != DYN_OK) {
+        sched_emitter_free(e);
+        dyn_exec_plan_free(plan);
+        return st;
+    }
+    sched_emitter_finish(e);
+    return DYN_OK;
+}

@@ -1,0 +1,85 @@
+/* sched_1f1b.c — 1F1B (PipeDream-flush): rank r runs S-1-r warm-up
+ * forwards, then alternates one forward and one backward, then drains the
+ * remaining backwards. One stage per rank (chunks = 1).
+ *
+ * Written as "before BACKWARD j, rank r has run f_r(j) forwards": plain 1F1B
+ * is f_r(j) = min(M, j + S - r). Memory throttling lowers f_r(j) (fewer
+ * micro-batches in flight) while a forward would push the rank over the
+ * limit; f_r(j) >= j + 1 always (forward j precedes backward j), and if even
+ * that does not fit the schedule is infeasible. Deadlock freedom needs
+ * f_r(j) <= f_{r-1}(j): rank r must never wait for a forward its upstream
+ * rank only runs after waiting for rank r's backward. Plain 1F1B has it
+ * (S - r decreases with r); throttling keeps it by capping each rank at its
+ * upstream rank's counts. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "sched/sched_internal.h" /* defines: sched_orders_*, sched_emit_timed */
+#include "util/util.h"            /* defines: dyn_calloc */
+
+dyn_status sched_build_1f1b(const dyn_stage_costs *c, const dyn_mb_shape *shapes,
+                            const dyn_sched_options *opt, dyn_exec_plan *out, dyn_error *err)
+{
+    dyn_status st = sched_check_inputs(c, opt, 0, err);
+    if (st != DYN_OK) return st;
+    if (opt->chunks != 1)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "1f1b runs one stage per rank (chunks = 1, got %d); use interleaved",
+                             opt->chunks);
+    int32_t S = opt->n_ranks, M = c->n_microbatches;
+    double limit = opt->memory_limit_mb > 0 ? opt->memory_limit_mb : INFINITY;
+    sched_orders o;
+    st = sched_orders_init(&o, S, S, M, 2, err);
+    if (st != DYN_OK) return st;
+    int32_t *fprev = dyn_calloc((size_t)M, sizeof(int32_t), "1f1b counts", err);
+    int32_t *fcur = dyn_calloc((size_t)M, sizeof(int32_t), "1f1b counts", err);
+    if (fprev == NULL || fcur == NULL) {
+        st = DYN_ERR_NOMEM;
+        goto out;
+    }
+    for (int32_t r = 0; r < S && st == DYN_OK; r++) {
+        double base = sched_rank_states(c, r, S), held = 0;
+        int32_t f = 0;
+        for (int32_t j = 0; j < M && st == DYN_OK; j++) {
+            int64_t target = (int64_t)j + S - r;
+            if (opt->max_in_flight > 0 && target > (int64_t)j + opt->max_in_flight)
+                target = (int64_t)j + opt->max_in_flight;
+            if (r > 0 && target > fprev[j]) target = fprev[j];
+            if (target > M) target = M;
+            if (target < j + 1) target = j + 1;
+            while (f < target) {
+                double stored = sched_stored(c, f, r);
+                double need_f = base + held + stored + sched_peak(c, f, r);
+                double need_b = base + held + stored + sched_peak(c, j, r);
+                double need = need_f > need_b ? need_f : need_b;
+                if (need > limit) {
+                    if (f > j) break; /* throttle: backward j first */
+                    st = dyn_error_set(err, DYN_ERR_INFEASIBLE,
+                                       "1f1b: stage %d (rank %d) cannot run micro-batch %d even "
+                                       "alone: needs %.1f MB (states %.1f + stored %.1f + peak "
+                                       "%.1f) over the %.1f MB limit",
+                                       r, r, j, need, base, stored,
+                                       need - base - stored, limit);
+                    break;
+                }
+                st = sched_orders_push(&o, r, UNIT_F, f, r, err);
+                if (st != DYN_OK) break;
+                held += stored;
+                f++;
+            }
+            if (st != DYN_OK) break;
+            fcur[j] = f;
+            st = sched_orders_push(&o, r, UNIT_B, j, r, err);
+            held -= sched_stored(c, j, r);
+        }
+        int32_t *t = fprev;
+        fprev = fcur;
+        fcur = t;
+    }
+    if (st == DYN_OK) st = sched_emit_timed(&o, c, shapes, opt, DYN_SCHED_1F1B, out, err);
+out:
+    free(fprev);
+    free(fcur);
+    sched_orders_free(&o);
+    return st;
+}

@@ -1,0 +1,318 @@
+/* serialize.c — the execution plan's binary form and its readable dump.
+ *
+ * Binary layout (all integers little-endian, written field by field, never
+ * as struct memory):
+ *   offset  size  field
+ *        0     8  magic "DYNPLAN\0"
+ *        8     4  u32 version (DYN_PLAN_VERSION)
+ *       12     8  u64 total length of the buffer in bytes, header included
+ *       20     4  u32 CRC-32 (IEEE 802.3, reflected, poly 0xEDB88320) of
+ *                 bytes 24 .. length-1
+ *       24        payload:
+ *                 i32 schedule, replica, n_ranks, n_stages, n_microbatches
+ *                 i32 stage_rank[n_stages]
+ *                 n_microbatches shapes of 36 bytes: i32 rows, enc_len,
+ *                   dec_len; i64 enc_attn, dec_attn, cross_attn
+ *                 per rank: i32 n_instrs, n_buffers, then n_instrs
+ *                   instructions of 68 bytes: u8 op, u8 recompute, u16 flags,
+ *                   i32 microbatch, stage, peer, buf_in, buf_out, a 36-byte
+ *                   shape, i64 bytes
+ * The reader checks magic, version, length, checksum, then reads every field
+ * through a bounds-checked cursor, checking counts against the bytes left
+ * before allocating and enum values against their ranges. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dynapipe/sched.h"
+#include "util/util.h" /* defines: dyn_calloc */
+
+#define DYN_PLAN_VERSION 1u
+#define HEADER_BYTES 24
+#define SHAPE_BYTES 36
+#define INSTR_BYTES 68
+
+static uint32_t crc32_ieee(const uint8_t *p, size_t n)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+    }
+    return c ^ 0xFFFFFFFFu;
+}
+
+/* ---- writer ------------------------------------------------------------ */
+
+static uint8_t *put_u8(uint8_t *p, uint8_t x)
+{
+    *p = x;
+    return p + 1;
+}
+
+static uint8_t *put_u16(uint8_t *p, uint16_t x)
+{
+    p[0] = (uint8_t)x;
+    p[1] = (uint8_t)(x >> 8);
+    return p + 2;
+}
+
+static uint8_t *put_u32(uint8_t *p, uint32_t x)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(x >> (8 * i));
+    return p + 4;
+}
+
+static uint8_t *put_u64(uint8_t *p, uint64_t x)
+{
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(x >> (8 * i));
+    return p + 8;
+}
+
+static uint8_t *put_shape(uint8_t *p, const dyn_mb_shape *s)
+{
+    p = put_u32(p, (uint32_t)s->rows);
+    p = put_u32(p, (uint32_t)s->enc_len);
+    p = put_u32(p, (uint32_t)s->dec_len);
+    p = put_u64(p, (uint64_t)s->enc_attn);
+    p = put_u64(p, (uint64_t)s->dec_attn);
+    return put_u64(p, (uint64_t)s->cross_attn);
+}
+
+dyn_status dyn_exec_plan_serialize(const dyn_exec_plan *plan, uint8_t **buf, size_t *len,
+                                   dyn_error *err)
+{
+    *buf = NULL;
+    *len = 0;
+    if (plan == NULL || plan->n_ranks < 1 || plan->n_stages < 1 || plan->n_microbatches < 1 ||
+        !plan->stage_rank || !plan->mb_shape || !plan->ranks)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "plan serialize: empty or incomplete plan");
+    uint64_t size = HEADER_BYTES + 20 + 4 * (uint64_t)plan->n_stages +
+                    SHAPE_BYTES * (uint64_t)plan->n_microbatches;
+    for (int32_t r = 0; r < plan->n_ranks; r++) {
+        if (plan->ranks[r].n_instrs < 0 || (plan->ranks[r].n_instrs > 0 && !plan->ranks[r].instrs))
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "plan serialize: rank %d has no instructions array", r);
+        size += 8 + INSTR_BYTES * (uint64_t)plan->ranks[r].n_instrs;
+    }
+    if (size > SIZE_MAX)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "plan serialize: %" PRIu64 " bytes is too large", size);
+    uint8_t *out = dyn_calloc((size_t)size, 1, "serialized plan", err);
+    if (out == NULL) return DYN_ERR_NOMEM;
+    uint8_t *p = out;
+    memcpy(p, "DYNPLAN", 8); /* the 8th byte is the NUL */
+    p = put_u32(p + 8, DYN_PLAN_VERSION);
+    p = put_u64(p, size);
+    p += 4; /* CRC, filled below */
+    p = put_u32(p, (uint32_t)plan->schedule);
+    p = put_u32(p, (uint32_t)plan->replica);
+    p = put_u32(p, (uint32_t)plan->n_ranks);
+    p = put_u32(p, (uint32_t)plan->n_stages);
+    p = put_u32(p, (uint32_t)plan->n_microbatches);
+    for (int32_t s = 0; s < plan->n_stages; s++) p = put_u32(p, (uint32_t)plan->stage_rank[s]);
+    for (int32_t m = 0; m < plan->n_microbatches; m++) p = put_shape(p, &plan->mb_shape[m]);
+    for (int32_t r = 0; r < plan->n_ranks; r++) {
+        const dyn_rank_plan *rp = &plan->ranks[r];
+        p = put_u32(p, (uint32_t)rp->n_instrs);
+        p = put_u32(p, (uint32_t)rp->n_buffers);
+        for (int32_t i = 0; i < rp->n_instrs; i++) {
+            const dyn_instr *in = &rp->instrs[i];
+            p = put_u8(p, in->op);
+            p = put_u8(p, in->recompute);
+            p = put_u16(p, in->flags);
+            p = put_u32(p, (uint32_t)in->microbatch);
+            p = put_u32(p, (uint32_t)in->stage);
+            p = put_u32(p, (uint32_t)in->peer);
+            p = put_u32(p, (uint32_t)in->buf_in);
+            p = put_u32(p, (uint32_t)in->buf_out);
+            p = put_shape(p, &in->shape);
+            p = put_u64(p, (uint64_t)in->bytes);
+        }
+    }
+    put_u32(out + 20, crc32_ieee(out + HEADER_BYTES, (size_t)size - HEADER_BYTES));
+    *buf = out;
+    *len = (size_t)size;
+    return DYN_OK;
+}
+
+/* ---- reader ------------------------------------------------------------ */
+
+typedef struct cursor {
+    const uint8_t *p;
+    size_t len, off;
+    int failed;
+    const char *what; /* the field being read when bytes ran out */
+    size_t fail_off;
+} cursor;
+
+static int need(cursor *c, size_t n, const char *what)
+{
+    if (c->failed) return 0;
+    if (c->len - c->off < n) {
+        c->failed = 1;
+        c->what = what;
+        c->fail_off = c->off;
+        return 0;
+    }
+    return 1;
+}
+
+static uint64_t get_le(cursor *c, int bytes, const char *what)
+{
+    if (!need(c, (size_t)bytes, what)) return 0;
+    uint64_t x = 0;
+    for (int i = 0; i < bytes; i++) x |= (uint64_t)c->p[c->off + i] << (8 * i);
+    c->off += (size_t)bytes;
+    return x;
+}
+
+static int32_t get_i32(cursor *c, const char *what) { return (int32_t)(uint32_t)get_le(c, 4, what); }
+static int64_t get_i64(cursor *c, const char *what) { return (int64_t)get_le(c, 8, what); }
+
+static void get_shape(cursor *c, dyn_mb_shape *s)
+{
+    s->rows = get_i32(c, "shape");
+    s->enc_len = get_i32(c, "shape");
+    s->dec_len = get_i32(c, "shape");
+    s->enc_attn = get_i64(c, "shape");
+    s->dec_attn = get_i64(c, "shape");
+    s->cross_attn = get_i64(c, "shape");
+}
+
+static dyn_status truncated(const cursor *c, dyn_error *err)
+{
+    return dyn_error_set(err, DYN_ERR_CORRUPT, "plan: truncated at byte %zu reading %s", c->fail_off,
+                         c->what);
+}
+
+dyn_status dyn_exec_plan_deserialize(const uint8_t *buf, size_t len, dyn_exec_plan *out,
+                                     dyn_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (buf == NULL || len < HEADER_BYTES)
+        return dyn_error_set(err, DYN_ERR_CORRUPT, "plan: truncated: %zu bytes, the header alone is %d", len,
+                             HEADER_BYTES);
+    if (memcmp(buf, "DYNPLAN\0", 8) != 0)
+        return dyn_error_set(err, DYN_ERR_CORRUPT, "plan: bad magic (not a dynapipe plan)");
+    cursor c = {buf, len, 8, 0, NULL, 0};
+    uint32_t version = (uint32_t)get_le(&c, 4, "version");
+    uint64_t total = get_le(&c, 8, "length");
+    uint32_t crc = (uint32_t)get_le(&c, 4, "checksum");
+    if (version != DYN_PLAN_VERSION)
+        return dyn_error_set(err, DYN_ERR_CORRUPT, "plan: version %u, this build reads version %u", version,
+                             DYN_PLAN_VERSION);
+    if (total != len)
+        return dyn_error_set(err, DYN_ERR_CORRUPT, "plan: header says %" PRIu64 " bytes but %zu are present (%s)",
+                             total, len, total > len ? "truncated" : "trailing bytes");
+    uint32_t actual = crc32_ieee(buf + HEADER_BYTES, len - HEADER_BYTES);
+    if (actual != crc)
+        return dyn_error_set(err, DYN_ERR_CORRUPT, "plan: checksum mismatch (stored %08x, computed %08x)", crc,
+                             actual);
+    dyn_status st = DYN_OK;
+    out->schedule = get_i32(&c, "schedule");
+    out->replica = get_i32(&c, "replica");
+    out->n_ranks = get_i32(&c, "n_ranks");
+    out->n_stages = get_i32(&c, "n_stages");
+    out->n_microbatches = get_i32(&c, "n_microbatches");
+    if (c.failed) {
+        st = truncated(&c, err);
+        goto fail;
+    }
+    size_t left = len - c.off;
+    if (out->schedule < 0 || out->schedule >= DYN_SCHEDULE_COUNT || out->n_ranks < 1 ||
+        out->n_ranks > 4096 || out->n_stages < 1 || (size_t)out->n_stages > left / 4 ||
+        out->n_microbatches < 1 || (size_t)out->n_microbatches > left / SHAPE_BYTES) {
+        st = dyn_error_set(err, DYN_ERR_CORRUPT,
+                           "plan: header values out of range (schedule %d, ranks %d, stages %d, "
+                           "micro-batches %d, %zu payload bytes)",
+                           out->schedule, out->n_ranks, out->n_stages, out->n_microbatches, left);
+        goto fail;
+    }
+    int32_t S = out->n_ranks;
+    out->stage_rank = dyn_calloc((size_t)out->n_stages, sizeof(int32_t), "plan stages", err);
+    out->mb_shape = dyn_calloc((size_t)out->n_microbatches, sizeof(dyn_mb_shape), "plan shapes", err);
+    out->ranks = dyn_calloc((size_t)S, sizeof(dyn_rank_plan), "plan ranks", err);
+    if (!out->stage_rank || !out->mb_shape || !out->ranks) {
+        st = DYN_ERR_NOMEM;
+        goto fail;
+    }
+    for (int32_t s = 0; s < out->n_stages; s++) {
+        out->stage_rank[s] = get_i32(&c, "stage_rank");
+        if (!c.failed && (out->stage_rank[s] < 0 || out->stage_rank[s] >= S)) {
+            st = dyn_error_set(err, DYN_ERR_CORRUPT, "plan: stage %d mapped to rank %d of %d", s,
+                               out->stage_rank[s], S);
+            goto fail;
+        }
+    }
+    for (int32_t m = 0; m < out->n_microbatches; m++) get_shape(&c, &out->mb_shape[m]);
+    for (int32_t r = 0; r < S && !c.failed; r++) {
+        dyn_rank_plan *rp = &out->ranks[r];
+        int32_t n = get_i32(&c, "n_instrs");
+        rp->n_buffers = get_i32(&c, "n_buffers");
+        if (c.failed) break;
+        if (n < 0 || (size_t)n > (len - c.off) / INSTR_BYTES || rp->n_buffers < 0) {
+            st = dyn_error_set(err, DYN_ERR_CORRUPT,
+                               "plan: rank %d claims %d instructions and %d slots, %zu bytes remain", r,
+                               n, rp->n_buffers, len - c.off);
+            goto fail;
+        }
+        rp->instrs = dyn_calloc((size_t)n, sizeof(dyn_instr), "plan instructions", err);
+        if (rp->instrs == NULL) {
+            st = DYN_ERR_NOMEM;
+            goto fail;
+        }
+        rp->n_instrs = n;
+        for (int32_t i = 0; i < n; i++) {
+            dyn_instr *in = &rp->instrs[i];
+            in->op = (uint8_t)get_le(&c, 1, "op");
+            in->recompute = (uint8_t)get_le(&c, 1, "recompute");
+            in->flags = (uint16_t)get_le(&c, 2, "flags");
+            in->microbatch = get_i32(&c, "microbatch");
+            in->stage = get_i32(&c, "stage");
+            in->peer = get_i32(&c, "peer");
+            in->buf_in = get_i32(&c, "buf_in");
+            in->buf_out = get_i32(&c, "buf_out");
+            get_shape(&c, &in->shape);
+            in->bytes = get_i64(&c, "bytes");
+            if (c.failed) break;
+            if (in->op >= DYN_OP_COUNT || in->recompute >= DYN_RECOMPUTE_COUNT) {
+                st = dyn_error_set(err, DYN_ERR_CORRUPT, "plan: rank %d instr %d has op %u / recompute %u out of range",
+                                   r, i, in->op, in->recompute);
+                goto fail;
+            }
+        }
+    }
+    if (c.failed) {
+        st = truncated(&c, err);
+        goto fail;
+    }
+    if (c.off != len) {
+        st = dyn_error_set(err, DYN_ERR_CORRUPT, "plan: %zu trailing bytes after the last rank", len - c.off);
+        goto fail;
+    }
+    return DYN_OK;
+fail:
+    dyn_exec_plan_free(out);
+    return st;
+}
+
+/* ---- dump -------------------------------------------------------------- */
+
+void dyn_exec_plan_dump(FILE *fp, const dyn_exec_plan *plan)
+{
+    fprintf(fp, "plan schedule=%s replica=%d ranks=%d stages=%d microbatches=%d\n",
+            dyn_schedule_name((dyn_schedule)plan->schedule), plan->replica, plan->n_ranks,
+            plan->n_stages, plan->n_microbatches);
+    for (int32_t r = 0; r < plan->n_ranks; r++) {
+        const dyn_rank_plan *rp = &plan->ranks[r];
+        fprintf(fp, "rank %d: %d instructions, %d slots\n", r, rp->n_instrs, rp->n_buffers);
+        for (int32_t i = 0; i < rp->n_instrs; i++) {
+            const dyn_instr *in = &rp->instrs[i];
+            fprintf(fp,
+                    "  r%d %5d %-16s mb %3d stage %2d peer %2d in %3d out %3d shape %dx%d+%d bytes "
+                    "%" PRId64 "%s\n",
+                    r, i, dyn_op_name((dyn_op)in->op), in->microbatch, in->stage, in->peer, in->buf_in,
+                    in->buf_out, in->shape.rows, in->shape.enc_len, in->shape.dec_len, in->bytes,
+                    (in->flags & DYN_INSTR_FLAG_TARGETS) ? " targets" : "");
+        }
+    }
+}
