@@ -115,6 +115,15 @@ dyn_planner *dyn_planner_create_custom(dyn_model_kind kind, dyn_mb_cost_fn fn, v
 dyn_status dyn_planner_plan(dyn_planner *p, const dyn_sample *samples, int32_t n,
                             dyn_batch_plan *out, dyn_error *err);
 void dyn_planner_free(dyn_planner *p);
+/* The options the planner runs with (memory_limit_mb resolved: the
+ * machine's memory when the caller gave <= 0; +inf for a custom planner
+ * without a limit). */
+const dyn_plan_options *dyn_planner_options(const dyn_planner *p);
+/* Model states per device (MB) and the per-micro-batch limits derived from
+ * the memory limit: stored activations and peak, MB per stage. */
+double dyn_planner_states_mb(const dyn_planner *p);
+double dyn_planner_stored_limit_mb(const dyn_planner *p);
+double dyn_planner_peak_limit_mb(const dyn_planner *p);
 
 /* Plan one global batch of n samples. On DYN_ERR_INFEASIBLE the message names
  * the sample that cannot fit and the numbers. out is freed with

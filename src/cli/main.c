@@ -13,6 +13,7 @@ typedef struct cli_command {
 /* One line per subcommand; each lives in src/cli/cli_<name>.c. */
 static const cli_command commands[] = {
     /* planning */
+    {"plan", cli_plan_main, "cut global batches into micro-batches (the DP) and print the plan"},
 
     /* simulation */
 

@@ -112,6 +112,10 @@ struct dyn_planner {
     double peak_limit_mb;
     int32_t n_len;                /* padded lengths 1..n_len units of round_to */
     dyn_cost_row **rows;          /* [n_len * (T5 ? n_len : 1)], lazily made */
+    /* knobs for the benchmark and tests (0 = normal operation) */
+    int use_naive_dp;             /* solve with dyn_dp_solve_naive */
+    int t5_lex_only;              /* T5: try only the lexicographic order */
+    int64_t dp_evals;             /* DP passes, summed over solves */
     /* scratch, grown as needed */
     int32_t scratch_n;
     int32_t *perm, *width, *run_len, *perm2, *run_len2;

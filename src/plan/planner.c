@@ -151,6 +151,26 @@ void dyn_planner_free(dyn_planner *p)
     free(p);
 }
 
+const dyn_plan_options *dyn_planner_options(const dyn_planner *p)
+{
+    return &p->opt;
+}
+
+double dyn_planner_states_mb(const dyn_planner *p)
+{
+    return p->states_mb;
+}
+
+double dyn_planner_stored_limit_mb(const dyn_planner *p)
+{
+    return p->stored_limit_mb;
+}
+
+double dyn_planner_peak_limit_mb(const dyn_planner *p)
+{
+    return p->peak_limit_mb;
+}
+
 /* ---- micro-batch costs ------------------------------------------------- */
 
 dyn_status dyn_planner_mb_cost(const dyn_planner *p, const dyn_mb_shape *shape, dyn_mb_cost *out,
@@ -339,7 +359,9 @@ static dyn_status solve_order(dyn_planner *p, const dyn_sample *s, int32_t n, co
                                              : build_t5(p, s, n, perm, err);
     if (st != DYN_OK) return st;
     dyn_dp_problem pb = {n, p->width, p->time, p->opt.stages, p->opt.chunks, p->opt.dp, 1};
-    return dyn_dp_solve(&pb, res, err);
+    st = p->use_naive_dp ? dyn_dp_solve_naive(&pb, res, err) : dyn_dp_solve(&pb, res, err);
+    p->dp_evals += res->n_evals;
+    return st;
 }
 
 /* T5 orderings tried, as serpentine bucket widths in units of round_to;
@@ -359,7 +381,8 @@ static dyn_status plan_dynapipe(dyn_planner *p, const dyn_sample *s, int32_t n, 
         /* perm/run_len hold the best so far; perm2/run_len2 the trial. */
         double best = INFINITY;
         int32_t best_runs = 0;
-        for (size_t c = 0; c < sizeof t5_buckets / sizeof t5_buckets[0]; c++) {
+        size_t n_orders = p->t5_lex_only ? 1 : sizeof t5_buckets / sizeof t5_buckets[0];
+        for (size_t c = 0; c < n_orders; c++) {
             int32_t *perm = c == 0 ? p->perm : p->perm2;
             st = c == 0 ? dyn_order_t5_lex(s, n, perm, err)
                         : dyn_order_t5_serpentine(s, n, t5_buckets[c] * p->opt.round_to, perm, err);

@@ -1,0 +1,228 @@
+/* cli_plan.c — `dynapipe plan`: cut global batches into micro-batches and
+ * print what the planner chose, per global batch and in total; optionally
+ * write the plans as JSON (atomically, so a failed run leaves no file).
+ *
+ * JSON: {"model": "gpt"|"t5", "method": ..., "stages": S, "dp": D,
+ *        "chunks": V, "memory_limit_mb": ..., "global_batches": [
+ *          {"index": i, "n_samples": n, "objective_ms": ..., "balanced_ms": ...,
+ *           "plan_time_ms": ..., "peak_mb": ..., "real_tokens": ...,
+ *           "padded_tokens": ..., "padding_efficiency": ...,
+ *           "microbatches": [{"samples": [ids], "input_len": L, "target_len": M,
+ *                             "rows": r, "replica": d, "time_ms": ...,
+ *                             "stored_mb": ..., "peak_mb": ...}, ...]}, ...]}
+ * input_len / target_len are the micro-batch's padded lengths: for GPT
+ * input_len is the padded whole sequence (input + target) and target_len is
+ * 0; for T5 they are the padded encoder and decoder lengths. Sample ids are
+ * dataset ids (0-based in file or generation order). plan_time_ms is a
+ * measured wall time, the only field that differs between identical runs.
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"                /* defines: cli_errorf, CLI_EXIT_* */
+#include "cli/plan_args.h"         /* defines: plan_args_*, plan_inputs_* */
+#include "dynapipe/model_config.h" /* defines: dyn_model_kind_name */
+#include "util/util.h"              /* defines: dyn_atomic_* */
+
+static const char *CMD = "plan";
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: dynapipe plan --model gpt|t5 (--lengths FILE.tsv | --synthetic flan[:SEED])\n"
+                 "         --global-batch-tokens N --max-seqlen L --stages S [options]\n\n"
+                 "Cut each global batch into micro-batches that minimise the predicted pipeline\n"
+                 "iteration time under the memory limit, and print the plan.\n\n");
+    plan_args_usage(out);
+    fprintf(out, "output:\n"
+                 "  --json OUT                write the plans as JSON (key global_batches)\n"
+                 "  --quiet                   print only the per-batch and total lines\n"
+                 "  --help                    this text\n");
+}
+
+/* One global batch as a JSON object; NULL on allocation failure. */
+static cJSON *batch_json(int32_t index, const dyn_batch_plan *pl, int t5)
+{
+    cJSON *b = cJSON_CreateObject();
+    if (b == NULL) return NULL;
+    cJSON *mbs = cJSON_AddArrayToObject(b, "microbatches");
+    int ok = mbs != NULL && cJSON_AddNumberToObject(b, "index", index) &&
+             cJSON_AddNumberToObject(b, "n_samples", pl->n_samples) &&
+             cJSON_AddNumberToObject(b, "objective_ms", pl->objective_ms) &&
+             cJSON_AddNumberToObject(b, "balanced_ms", pl->balanced_ms) &&
+             cJSON_AddNumberToObject(b, "plan_time_ms", pl->plan_time_ms) &&
+             cJSON_AddNumberToObject(b, "peak_mb", pl->device_peak_mb) &&
+             cJSON_AddNumberToObject(b, "real_tokens", (double)pl->real_tokens) &&
+             cJSON_AddNumberToObject(b, "padded_tokens", (double)pl->padded_tokens) &&
+             cJSON_AddNumberToObject(b, "padding_efficiency",
+                                     pl->padded_tokens ? (double)pl->real_tokens / pl->padded_tokens : 0);
+    for (int32_t m = 0; ok && m < pl->n_microbatches; m++) {
+        const dyn_microbatch *mb = &pl->mbs[m];
+        cJSON *o = cJSON_CreateObject();
+        cJSON *ids = cJSON_CreateIntArray(pl->sample_ids + mb->first, mb->n_samples);
+        if (o == NULL || ids == NULL) {
+            cJSON_Delete(o);
+            cJSON_Delete(ids);
+            ok = 0;
+            break;
+        }
+        cJSON_AddItemToArray(mbs, o);
+        cJSON_AddItemToObject(o, "samples", ids);
+        ok = cJSON_AddNumberToObject(o, "input_len", mb->shape.enc_len) &&
+             cJSON_AddNumberToObject(o, "target_len", t5 ? mb->shape.dec_len : 0) &&
+             cJSON_AddNumberToObject(o, "rows", mb->shape.rows) &&
+             cJSON_AddNumberToObject(o, "replica", mb->replica) &&
+             cJSON_AddNumberToObject(o, "time_ms", mb->time_ms) &&
+             cJSON_AddNumberToObject(o, "stored_mb", mb->stored_mb) &&
+             cJSON_AddNumberToObject(o, "peak_mb", mb->peak_mb);
+    }
+    if (!ok) {
+        cJSON_Delete(b);
+        return NULL;
+    }
+    return b;
+}
+
+static void print_batch(int32_t index, const dyn_batch_plan *pl, int t5, int quiet)
+{
+    double eff = pl->padded_tokens ? 100.0 * (double)pl->real_tokens / pl->padded_tokens : 0;
+    printf("global batch %d: %d samples, %lld tokens -> %d micro-batches; iteration %.2f ms "
+           "(balanced %.2f ms), padding efficiency %.1f%%, peak %.1f MB, planned in %.3f ms\n",
+           index, pl->n_samples, (long long)pl->real_tokens, pl->n_microbatches, pl->objective_ms,
+           pl->balanced_ms, eff, pl->device_peak_mb, pl->plan_time_ms);
+    if (quiet) return;
+    printf("  %4s %7s %7s %14s %10s %10s %10s\n", "mb", "replica", "samples", "rows x len", "time_ms",
+           "stored_mb", "peak_mb");
+    for (int32_t m = 0; m < pl->n_microbatches; m++) {
+        const dyn_microbatch *mb = &pl->mbs[m];
+        char shape[48];
+        if (t5)
+            snprintf(shape, sizeof shape, "%d x %d+%d", mb->shape.rows, mb->shape.enc_len, mb->shape.dec_len);
+        else
+            snprintf(shape, sizeof shape, "%d x %d", mb->shape.rows, mb->shape.enc_len);
+        printf("  %4d %7d %7d %14s %10.3f %10.2f %10.2f\n", m, mb->replica, mb->n_samples, shape,
+               mb->time_ms, mb->stored_mb, mb->peak_mb);
+    }
+}
+
+/* Write root to path atomically; prints the error. */
+static int write_json(const char *path, const cJSON *root)
+{
+    char *text = cJSON_Print(root);
+    if (text == NULL) {
+        cli_errorf(CMD, "%s: out of memory formatting JSON", path);
+        return CLI_EXIT_FAIL;
+    }
+    dyn_error err;
+    size_t len = strlen(text);
+    dyn_status st = dyn_file_write_atomic(path, text, len, &err);
+    free(text);
+    if (st != DYN_OK) {
+        cli_errorf(CMD, "%s", err.msg);
+        return CLI_EXIT_FAIL;
+    }
+    return CLI_EXIT_OK;
+}
+
+int cli_plan_main(int argc, char **argv)
+{
+    plan_args a;
+    plan_args_init(&a);
+    const char *json_path = NULL;
+    int quiet = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return CLI_EXIT_OK;
+        }
+        int r = plan_args_parse_one(CMD, &a, argc, argv, &i);
+        if (r < 0) return CLI_EXIT_USAGE;
+        if (r == 1) continue;
+        if (strcmp(argv[i], "--json") == 0) {
+            if (i + 1 >= argc) {
+                cli_errorf(CMD, "--json needs a value");
+                return CLI_EXIT_USAGE;
+            }
+            json_path = argv[++i];
+        } else if (strcmp(argv[i], "--quiet") == 0) {
+            quiet = 1;
+        } else {
+            cli_errorf(CMD, "unknown option '%s' (try 'dynapipe plan --help')", argv[i]);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (plan_args_finish(CMD, &a) != 0) return CLI_EXIT_USAGE;
+
+    plan_inputs in;
+    int rc = plan_inputs_open(CMD, &a, &in);
+    if (rc != 0) return rc;
+    const int t5 = a.kind == DYN_MODEL_T5;
+    cJSON *root = NULL, *batches = NULL;
+    if (json_path) {
+        root = cJSON_CreateObject();
+        batches = root ? cJSON_AddArrayToObject(root, "global_batches") : NULL;
+        if (batches == NULL || !cJSON_AddStringToObject(root, "model", dyn_model_kind_name(a.kind)) ||
+            !cJSON_AddStringToObject(root, "method", dyn_batching_name(a.opt.method)) ||
+            !cJSON_AddNumberToObject(root, "stages", a.opt.stages) ||
+            !cJSON_AddNumberToObject(root, "dp", a.opt.dp) ||
+            !cJSON_AddNumberToObject(root, "chunks", a.opt.chunks) ||
+            !cJSON_AddNumberToObject(root, "memory_limit_mb", dyn_planner_options(in.planner)->memory_limit_mb)) {
+            cli_errorf(CMD, "out of memory building JSON");
+            cJSON_Delete(root);
+            plan_inputs_close(&in);
+            return CLI_EXIT_FAIL;
+        }
+    }
+    printf("dynapipe plan: %s model (%d%s layers, hidden %d), method %s, S=%d dp=%d v=%d, memory "
+           "limit %.0f MB (model states %.1f MB/device), machine %s\n",
+           dyn_model_kind_name(a.kind), in.model.n_layers + in.model.n_dec_layers, t5 ? " enc+dec" : "",
+           in.model.hidden, dyn_batching_name(a.opt.method), a.opt.stages, a.opt.dp, a.opt.chunks,
+           dyn_planner_options(in.planner)->memory_limit_mb, dyn_planner_states_mb(in.planner), in.machine.name);
+    int32_t index = 0, total_mbs = 0, total_samples = 0;
+    int64_t real = 0, padded = 0;
+    double total_obj = 0, total_plan = 0, max_peak = 0;
+    for (;;) {
+        const dyn_sample *batch;
+        int32_t n;
+        if ((rc = plan_inputs_next(CMD, &in, &batch, &n)) != 0) break;
+        if (n == 0) break;
+        dyn_batch_plan pl;
+        dyn_error err;
+        if (dyn_planner_plan(in.planner, batch, n, &pl, &err) != DYN_OK) {
+            cli_errorf(CMD, "global batch %d: %s", index, err.msg);
+            rc = CLI_EXIT_FAIL;
+            break;
+        }
+        print_batch(index, &pl, t5, quiet);
+        if (batches) {
+            cJSON *b = batch_json(index, &pl, t5);
+            if (b == NULL) {
+                cli_errorf(CMD, "out of memory building JSON");
+                dyn_batch_plan_free(&pl);
+                rc = CLI_EXIT_FAIL;
+                break;
+            }
+            cJSON_AddItemToArray(batches, b);
+        }
+        total_mbs += pl.n_microbatches;
+        total_samples += pl.n_samples;
+        real += pl.real_tokens;
+        padded += pl.padded_tokens;
+        total_obj += pl.objective_ms;
+        total_plan += pl.plan_time_ms;
+        if (pl.device_peak_mb > max_peak) max_peak = pl.device_peak_mb;
+        dyn_batch_plan_free(&pl);
+        index++;
+    }
+    if (rc == 0) {
+        printf("total: %d global batches, %d samples, %d micro-batches, predicted %.2f ms, padding "
+               "efficiency %.1f%%, peak %.1f MB, mean plan time %.3f ms/batch\n",
+               index, total_samples, total_mbs, total_obj, padded ? 100.0 * (double)real / padded : 0,
+               max_peak, index ? total_plan / index : 0);
+        if (json_path) rc = write_json(json_path, root);
+    }
+    cJSON_Delete(root);
+    plan_inputs_close(&in);
+    return rc;
+}

@@ -1,0 +1,353 @@
+/* plan_args.c — the planning flags (see plan_args.h): parsing, usage text,
+ * and building the model, machine, cost model, samples and planner from
+ * them. Shared by `dynapipe plan` and `dynapipe simulate`.
+ *
+ * Defaults, chosen so that the README's one-line invocation works:
+ *   model shape  gpt -> preset gpt2-124m, t5 -> preset t5-base (shape flags
+ *                override single fields; max_seqlen is set from --max-seqlen)
+ *   machine      "cpu" (built-in); memory limit = its device memory
+ *   cost model   analytic on that machine
+ *   method       dynapipe; stages 1, dp 1, chunks 1; recompute none
+ *   batches      synthetic: 4 global batches; file: all of them
+ */
+#include "cli/plan_args.h"
+
+#include <string.h>
+
+#include "cli/cli.h"                /* defines: cli_errorf, cli_parse_*, CLI_EXIT_* */
+#include "dynapipe/model_config.h" /* defines: dyn_model_config_*, dyn_machine_resolve */
+
+#define DEFAULT_SYNTHETIC_BATCHES 4
+
+void plan_args_init(plan_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->seed = 1;
+    a->cost_model = "analytic";
+    a->machine = "cpu";
+    dyn_plan_options_default(&a->opt);
+}
+
+void plan_args_usage(FILE *out)
+{
+    fprintf(out,
+            "model:\n"
+            "  --model gpt|t5            model kind (required)\n"
+            "  --model-config NAME|FILE  preset (gpt-tiny, gpt2-124m, gpt-6.7b, t5-tiny, t5-base,\n"
+            "                            t5-11b) or model JSON; default gpt2-124m / t5-base\n"
+            "  --layers N --dec-layers N --hidden N --heads N --head-dim N --ffn N --vocab N\n"
+            "                            override single fields of the shape\n"
+            "data:\n"
+            "  --lengths FILE.tsv        sample lengths, 'input<TAB>target' per line\n"
+            "  --synthetic flan[:SEED]   built-in FLAN-like generator (seed default 1)\n"
+            "  --global-batch-tokens N   tokens (input + target) per global batch (required)\n"
+            "  --max-seqlen L            longest sequence, tokens (required; GPT: input+target,\n"
+            "                            T5: each side)\n"
+            "  --clip                    clip over-long samples of a file instead of failing\n"
+            "  --batches K               global batches to plan (default %d synthetic, all of a file)\n"
+            "pipeline and costs:\n"
+            "  --stages S                pipeline stages (required)\n"
+            "  --dp D                    data-parallel replicas (default 1)\n"
+            "  --chunks V                model chunks per device (default 1)\n"
+            "  --cost-model analytic|FILE  analytic (default) or a cost table file\n"
+            "  --machine NAME|FILE       cpu (default), a100, or machine JSON\n"
+            "  --memory-limit MB         per device (default: the machine's memory)\n"
+            "  --recompute none|selective|full  (default none)\n"
+            "micro-batching:\n"
+            "  --method dynapipe|padding|packing|packing-docmask|token  (default dynapipe)\n"
+            "  --round-to N              pad lengths to a multiple of N (default 8)\n"
+            "  --mb-samples N            padding: samples per micro-batch (default: most that fit)\n"
+            "  --pack-rows N             packing: rows per micro-batch (default: most that fit)\n"
+            "  --mb-tokens N             token: tokens per micro-batch (default: most that fit)\n",
+            DEFAULT_SYNTHETIC_BATCHES);
+}
+
+/* The value of flag argv[*i], advancing *i; NULL (printed) if missing. */
+static const char *flag_value(const char *cmd, int argc, char **argv, int *i)
+{
+    if (*i + 1 >= argc) {
+        cli_errorf(cmd, "%s needs a value", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+static int parse_synthetic(const char *cmd, const char *v, plan_args *a)
+{
+    if (strncmp(v, "flan", 4) != 0 || (v[4] != '\0' && v[4] != ':')) {
+        cli_errorf(cmd, "--synthetic: unknown generator '%s' (use flan or flan:SEED)", v);
+        return -1;
+    }
+    a->synthetic = 1;
+    a->seed = 1;
+    if (v[4] == ':') {
+        int64_t seed;
+        if (cli_parse_i64(cmd, "--synthetic seed", v + 5, 0, INT64_MAX, &seed) != 0) return -1;
+        a->seed = (uint64_t)seed;
+    }
+    return 0;
+}
+
+int plan_args_parse_one(const char *cmd, plan_args *a, int argc, char **argv, int *i)
+{
+    const char *f = argv[*i];
+    const char *v;
+    /* Integer flags into their fields: one table, one loop. */
+    struct {
+        const char *name;
+        int32_t *dst;
+        int32_t min, max;
+    } ints[] = {
+        {"--layers", &a->layers, 1, 100000},         {"--dec-layers", &a->dec_layers, 1, 100000},
+        {"--hidden", &a->hidden, 1, 1 << 20},        {"--heads", &a->heads, 1, 1 << 16},
+        {"--head-dim", &a->head_dim, 1, 1 << 16},    {"--ffn", &a->ffn, 1, 1 << 24},
+        {"--vocab", &a->vocab, 1, 1 << 24},          {"--stages", &a->opt.stages, 1, 4096},
+        {"--dp", &a->opt.dp, 1, 1 << 16},            {"--chunks", &a->opt.chunks, 1, 1024},
+        {"--round-to", &a->opt.round_to, 1, 4096},   {"--mb-samples", &a->opt.mb_samples, 1, 1 << 24},
+        {"--pack-rows", &a->opt.pack_rows, 1, 1 << 24}, {"--batches", &a->batches, 1, 1 << 24},
+        {"--max-seqlen", &a->opt.max_seqlen, 2, 1 << 20},
+    };
+    for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
+        if (strcmp(f, ints[k].name) != 0) continue;
+        if ((v = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if (cli_parse_i32(cmd, f, v, ints[k].min, ints[k].max, ints[k].dst) != 0) return -1;
+        if (ints[k].dst == &a->opt.max_seqlen) a->have_max_seqlen = 1;
+        if (ints[k].dst == &a->opt.stages) a->have_stages = 1;
+        return 1;
+    }
+    dyn_error err;
+    if (strcmp(f, "--model") == 0) {
+        if ((v = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if (dyn_model_kind_parse(v, &a->kind, &err) != DYN_OK) {
+            cli_errorf(cmd, "--model: %s", err.msg);
+            return -1;
+        }
+        a->have_kind = 1;
+    } else if (strcmp(f, "--model-config") == 0) {
+        if ((a->model_config = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+    } else if (strcmp(f, "--lengths") == 0) {
+        if ((a->lengths_path = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+    } else if (strcmp(f, "--synthetic") == 0) {
+        if ((v = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if (parse_synthetic(cmd, v, a) != 0) return -1;
+    } else if (strcmp(f, "--clip") == 0) {
+        a->clip = 1;
+    } else if (strcmp(f, "--global-batch-tokens") == 0) {
+        if ((v = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if (cli_parse_i64(cmd, f, v, 1, INT64_C(1) << 40, &a->global_batch_tokens) != 0) return -1;
+    } else if (strcmp(f, "--mb-tokens") == 0) {
+        if ((v = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if (cli_parse_i64(cmd, f, v, 1, INT64_C(1) << 40, &a->opt.mb_tokens) != 0) return -1;
+    } else if (strcmp(f, "--cost-model") == 0) {
+        if ((a->cost_model = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+    } else if (strcmp(f, "--machine") == 0) {
+        if ((a->machine = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+    } else if (strcmp(f, "--memory-limit") == 0) {
+        if ((v = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if (cli_parse_f64(cmd, f, v, 1e-6, 1e12, &a->opt.memory_limit_mb) != 0) return -1;
+    } else if (strcmp(f, "--recompute") == 0) {
+        if ((v = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if (dyn_recompute_parse(v, &a->opt.recompute, &err) != DYN_OK) {
+            cli_errorf(cmd, "--recompute: %s", err.msg);
+            return -1;
+        }
+    } else if (strcmp(f, "--method") == 0) {
+        if ((v = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if (dyn_batching_parse(v, &a->opt.method, &err) != DYN_OK) {
+            cli_errorf(cmd, "--method: %s", err.msg);
+            return -1;
+        }
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+int plan_args_finish(const char *cmd, plan_args *a)
+{
+    if (!a->have_kind) {
+        cli_errorf(cmd, "--model gpt|t5 is required");
+        return -1;
+    }
+    if ((a->lengths_path != NULL) == (a->synthetic != 0)) {
+        cli_errorf(cmd, "give exactly one of --lengths FILE.tsv and --synthetic flan[:SEED]");
+        return -1;
+    }
+    if (a->global_batch_tokens <= 0) {
+        cli_errorf(cmd, "--global-batch-tokens N is required");
+        return -1;
+    }
+    if (!a->have_max_seqlen) {
+        cli_errorf(cmd, "--max-seqlen L is required");
+        return -1;
+    }
+    if (!a->have_stages) {
+        cli_errorf(cmd, "--stages S is required");
+        return -1;
+    }
+    if (a->kind == DYN_MODEL_GPT && a->dec_layers > 0) {
+        cli_errorf(cmd, "--dec-layers applies to t5 only");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- inputs -------------------------------------------------------------- */
+
+/* Model shape: preset or file, then overrides; max_seqlen from the flag. */
+static int resolve_model(const char *cmd, const plan_args *a, dyn_model_config *cfg)
+{
+    dyn_error err;
+    const char *src = a->model_config ? a->model_config
+                      : a->kind == DYN_MODEL_GPT ? "gpt2-124m" : "t5-base";
+    dyn_status st = dyn_model_config_preset(src, cfg, &err);
+    if (st != DYN_OK) {
+        if (a->model_config == NULL) { /* our own default must exist */
+            cli_errorf(cmd, "%s", err.msg);
+            return CLI_EXIT_FAIL;
+        }
+        FILE *fp = fopen(src, "rb"); /* a file? else report the unknown preset */
+        if (fp == NULL) {
+            cli_errorf(cmd, "--model-config: '%s' is neither a preset nor a readable file", src);
+            return CLI_EXIT_FAIL;
+        }
+        fclose(fp);
+        if (dyn_model_config_load(src, cfg, &err) != DYN_OK) {
+            cli_errorf(cmd, "%s", err.msg);
+            return CLI_EXIT_FAIL;
+        }
+    }
+    if (cfg->kind != a->kind) {
+        cli_errorf(cmd, "--model %s does not match the model config '%s' (%s)",
+                   dyn_model_kind_name(a->kind), src, dyn_model_kind_name(cfg->kind));
+        return CLI_EXIT_USAGE;
+    }
+    if (a->layers) cfg->n_layers = a->layers;
+    if (a->dec_layers) cfg->n_dec_layers = a->dec_layers;
+    if (a->hidden) cfg->hidden = a->hidden;
+    if (a->heads) cfg->heads = a->heads;
+    if (a->ffn) cfg->ffn = a->ffn;
+    if (a->vocab) cfg->vocab = a->vocab;
+    if (a->head_dim) cfg->head_dim = a->head_dim;
+    else if ((a->hidden || a->heads) && cfg->kind == DYN_MODEL_GPT) cfg->head_dim = cfg->hidden / cfg->heads;
+    cfg->max_seqlen = a->opt.max_seqlen;
+    if (dyn_model_config_validate(cfg, &err) != DYN_OK) {
+        cli_errorf(cmd, "model shape: %s", err.msg);
+        return CLI_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* Synthetic samples: enough for the requested number of full batches. The
+ * generator is prefix-stable (sample i does not depend on how many are
+ * drawn), so doubling until there is one batch more than needed changes
+ * nothing but the count. */
+static int make_synthetic(const char *cmd, const plan_args *a, int32_t batches, plan_inputs *in)
+{
+    dyn_error err;
+    int64_t n = (int64_t)batches * (a->global_batch_tokens / 256 + 1) + 64;
+    for (;;) {
+        if (n > (INT64_C(1) << 28)) {
+            cli_errorf(cmd, "--synthetic: too many samples needed for %d batches", batches);
+            return CLI_EXIT_FAIL;
+        }
+        dyn_dataset_free(&in->ds);
+        if (dyn_dataset_synthetic_flan(a->seed, (int32_t)n, a->opt.max_seqlen, a->kind, &in->ds, &err) !=
+            DYN_OK) {
+            cli_errorf(cmd, "%s", err.msg);
+            return CLI_EXIT_FAIL;
+        }
+        int64_t tokens = 0;
+        for (int32_t i = 0; i < in->ds.n; i++)
+            tokens += (int64_t)in->ds.samples[i].input_len + in->ds.samples[i].target_len;
+        if (tokens >= (int64_t)(batches + 1) * a->global_batch_tokens) return 0;
+        n *= 2;
+    }
+}
+
+int plan_inputs_open(const char *cmd, const plan_args *a, plan_inputs *in)
+{
+    memset(in, 0, sizeof *in);
+    dyn_error err;
+    int rc;
+    if (strcmp(a->cost_model, "analytic") == 0) {
+        if ((rc = resolve_model(cmd, a, &in->model)) != 0) return rc;
+        if (dyn_machine_resolve(a->machine, &in->machine, &err) != DYN_OK) {
+            cli_errorf(cmd, "--machine: %s", err.msg);
+            return CLI_EXIT_FAIL;
+        }
+        in->cm = dyn_cost_model_create_analytic(&in->model, &in->machine, &err);
+    } else {
+        in->cm = dyn_cost_model_load_table(a->cost_model, &err);
+        if (in->cm) {
+            in->model = *dyn_cost_model_config(in->cm);
+            in->machine = *dyn_cost_model_machine(in->cm);
+            if (in->model.kind != a->kind) {
+                cli_errorf(cmd, "--model %s does not match the cost table %s (%s)",
+                           dyn_model_kind_name(a->kind), a->cost_model,
+                           dyn_model_kind_name(in->model.kind));
+                plan_inputs_close(in);
+                return CLI_EXIT_USAGE;
+            }
+        }
+    }
+    if (in->cm == NULL) {
+        cli_errorf(cmd, "%s", err.msg);
+        return CLI_EXIT_FAIL;
+    }
+    int32_t batches = a->batches;
+    if (a->synthetic) {
+        if (batches == 0) batches = DEFAULT_SYNTHETIC_BATCHES;
+        rc = make_synthetic(cmd, a, batches, in);
+    } else {
+        rc = 0;
+        if (dyn_dataset_read_tsv(a->lengths_path, a->opt.max_seqlen, a->kind, a->clip, &in->ds, &err) !=
+            DYN_OK) {
+            cli_errorf(cmd, "%s", err.msg);
+            rc = CLI_EXIT_FAIL;
+        } else if (in->ds.n == 0) {
+            cli_errorf(cmd, "%s: no samples", a->lengths_path);
+            rc = CLI_EXIT_FAIL;
+        }
+    }
+    if (rc == 0) {
+        in->batches_left = batches > 0 ? batches : -1;
+        in->sampler = dyn_sampler_create(&in->ds, a->global_batch_tokens, &err);
+        if (in->sampler == NULL) {
+            cli_errorf(cmd, "%s", err.msg);
+            rc = CLI_EXIT_FAIL;
+        }
+    }
+    if (rc == 0) {
+        in->planner = dyn_planner_create(in->cm, &a->opt, &err);
+        if (in->planner == NULL) {
+            cli_errorf(cmd, "%s", err.msg);
+            rc = err.code == DYN_ERR_INVALID_ARG ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+        }
+    }
+    if (rc != 0) plan_inputs_close(in);
+    return rc;
+}
+
+int plan_inputs_next(const char *cmd, plan_inputs *in, const dyn_sample **batch, int32_t *n)
+{
+    *batch = NULL;
+    *n = 0;
+    if (in->batches_left == 0) return 0;
+    dyn_error err;
+    if (dyn_sampler_next(in->sampler, batch, n, &err) != DYN_OK) {
+        cli_errorf(cmd, "%s", err.msg);
+        return CLI_EXIT_FAIL;
+    }
+    if (in->batches_left > 0 && *n > 0) in->batches_left--;
+    return 0;
+}
+
+void plan_inputs_close(plan_inputs *in)
+{
+    dyn_planner_free(in->planner);
+    dyn_sampler_free(in->sampler);
+    dyn_dataset_free(&in->ds);
+    dyn_cost_model_free(in->cm);
+    memset(in, 0, sizeof *in);
+}

@@ -1,0 +1,76 @@
+/* plan_args.h — the planning flags shared by `dynapipe plan` and
+ * `dynapipe simulate`: parse them, print their usage, and turn them into the
+ * inputs of planning (model shape, machine, cost model, samples, sampler,
+ * planner).
+ *
+ * Use:
+ *   plan_args a;  plan_args_init(&a);
+ *   for (i = 1; i < argc; i++) {
+ *       int r = plan_args_parse_one(cmd, &a, argc, argv, &i);
+ *       if (r < 0) return CLI_EXIT_USAGE;      // message printed
+ *       if (r == 0) ... the caller's own flag, or unknown ...
+ *   }
+ *   if (plan_args_finish(cmd, &a) != 0) return CLI_EXIT_USAGE;
+ *   plan_inputs in;  int rc = plan_inputs_open(cmd, &a, &in);  // 0 or exit code
+ *   while ((rc = plan_inputs_next(cmd, &in, &batch, &n)) == 0 && n > 0) ...
+ *   plan_inputs_close(&in);
+ * Errors are printed as one line "dynapipe <cmd>: ...". */
+#ifndef DYN_CLI_PLAN_ARGS_H
+#define DYN_CLI_PLAN_ARGS_H
+
+#include <stdio.h>
+
+#include "dynapipe/cost.h"
+#include "dynapipe/data.h"
+#include "dynapipe/plan.h"
+
+typedef struct plan_args {
+    /* model */
+    int have_kind;              /* --model given */
+    dyn_model_kind kind;
+    const char *model_config;   /* --model-config: preset name or JSON file; NULL: default preset */
+    int32_t layers, dec_layers, hidden, heads, head_dim, ffn, vocab; /* overrides; 0 = keep */
+    /* data */
+    const char *lengths_path;   /* --lengths FILE.tsv */
+    int synthetic;              /* --synthetic flan[:SEED] */
+    uint64_t seed;
+    int clip;                   /* --clip: clip over-long TSV samples instead of failing */
+    int64_t global_batch_tokens; /* --global-batch-tokens, tokens (input + target) per global batch */
+    int32_t batches;            /* --batches: global batches to plan; 0 = default */
+    /* costs */
+    const char *cost_model;     /* "analytic" or a table file */
+    const char *machine;        /* built-in name or JSON file */
+    /* planning options (stages, dp, chunks, method, memory, recompute, knobs) */
+    dyn_plan_options opt;
+    int have_max_seqlen, have_stages;
+} plan_args;
+
+void plan_args_init(plan_args *a);
+/* Try argv[*i] as a planning flag. Returns 1 if it was one (its value
+ * consumed, *i advanced past it), 0 if it is not a planning flag, -1 on a bad
+ * value (message printed). */
+int plan_args_parse_one(const char *cmd, plan_args *a, int argc, char **argv, int *i);
+/* Check required flags and combinations after parsing; -1 (printed) on error. */
+int plan_args_finish(const char *cmd, plan_args *a);
+/* The planning flags' usage text. */
+void plan_args_usage(FILE *out);
+
+/* Everything planning needs, built from plan_args. */
+typedef struct plan_inputs {
+    dyn_model_config model;
+    dyn_machine machine;
+    dyn_cost_model *cm;
+    dyn_dataset ds;
+    dyn_sampler *sampler;
+    dyn_planner *planner;
+    int32_t batches_left;       /* global batches still to hand out; < 0: all */
+} plan_inputs;
+
+/* Build the inputs: returns 0, or CLI_EXIT_FAIL / CLI_EXIT_USAGE (printed). */
+int plan_inputs_open(const char *cmd, const plan_args *a, plan_inputs *in);
+/* Next global batch (pointer into in->ds): 0 with *n > 0, 0 with *n == 0 at
+ * the end, or CLI_EXIT_FAIL (printed). */
+int plan_inputs_next(const char *cmd, plan_inputs *in, const dyn_sample **batch, int32_t *n);
+void plan_inputs_close(plan_inputs *in);
+
+#endif

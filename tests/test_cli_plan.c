@@ -1,0 +1,269 @@
+/* test_cli_plan.c — `dynapipe plan` as a user runs it: the built binary
+ * (env DYN_CLI) on good and bad input. Bad input must give exit 1 (runtime)
+ * or 2 (usage), exactly one line "dynapipe plan: ..." on stderr, and leave
+ * no JSON file (nor a temporary one) behind. A good run's JSON is parsed
+ * with cJSON and checked against its documented structure. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "util/util.h" /* defines: dyn_file_read_all */
+
+static char dir[] = "/tmp/dyn_cli_plan_XXXXXX";
+static char out_path[600], err_path[600], json_path[600];
+
+static int setup(void **state)
+{
+    (void)state;
+    if (mkdtemp(dir) == NULL) return -1;
+    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
+    snprintf(json_path, sizeof json_path, "%s/plan.json", dir);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Run `$DYN_CLI plan <args>`; returns its exit status. */
+static int run_plan(const char *args)
+{
+    const char *cli = getenv("DYN_CLI");
+    assert_non_null(cli);
+    char cmd[8192];
+    int w = snprintf(cmd, sizeof cmd, "'%s' plan %s >'%s' 2>'%s'", cli, args, out_path, err_path);
+    assert_true(w > 0 && (size_t)w < sizeof cmd);
+    int st = system(cmd);
+    assert_true(WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+static char *slurp(const char *path)
+{
+    char *data = NULL;
+    assert_int_equal(dyn_file_read_all(path, &data, NULL, NULL), DYN_OK);
+    return data;
+}
+
+static void write_file(const char *name, const char *text, char *path, size_t cap)
+{
+    snprintf(path, cap, "%s/%s", dir, name);
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs(text, fp);
+    assert_int_equal(fclose(fp), 0);
+}
+
+/* Only plain files the test made may be in dir: no JSON, no temporary. */
+static void assert_no_json_left(void)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) assert_null(strstr(e->d_name, "plan.json"));
+    closedir(d);
+}
+
+/* Expect exit `code`, one stderr line starting "dynapipe plan: " and
+ * containing `needle`, and no JSON. */
+static void expect_error(const char *args, int code, const char *needle)
+{
+    char full[3000];
+    snprintf(full, sizeof full, "%s --json '%s'", args, json_path);
+    int rc = run_plan(full);
+    char *err = slurp(err_path);
+    if (rc != code || strncmp(err, "dynapipe plan: ", 15) != 0 || strstr(err, needle) == NULL)
+        print_error("args: %s\nrc %d (want %d), stderr: %s\n", args, rc, code, err);
+    assert_int_equal(rc, code);
+    assert_memory_equal(err, "dynapipe plan: ", 15);
+    assert_non_null(strstr(err, needle));
+    size_t len = strlen(err); /* exactly one line */
+    assert_true(len > 0 && err[len - 1] == '\n');
+    assert_true(strchr(err, '\n') == err + len - 1);
+    free(err);
+    assert_no_json_left();
+}
+
+#define BASE "--model gpt --model-config gpt-tiny --global-batch-tokens 4096 --max-seqlen 256 --stages 2"
+
+static void test_help(void **state)
+{
+    (void)state;
+    assert_int_equal(run_plan("--help"), 0);
+    char *out = slurp(out_path);
+    assert_non_null(strstr(out, "usage: dynapipe plan"));
+    assert_non_null(strstr(out, "--global-batch-tokens"));
+    assert_non_null(strstr(out, "--method"));
+    free(out);
+}
+
+static void test_bad_files(void **state)
+{
+    (void)state;
+    char path[700], cmd[2000];
+    snprintf(cmd, sizeof cmd, BASE " --lengths '%s/missing.tsv'", dir);
+    expect_error(cmd, 1, "missing.tsv");
+    write_file("bad.tsv", "# lengths\ninput\ttarget\n10\t5\n12\tx\n", path, sizeof path);
+    snprintf(cmd, sizeof cmd, BASE " --lengths '%s'", path);
+    expect_error(cmd, 1, "bad.tsv:4");
+    write_file("zero.tsv", "10\t5\n0\t3\n", path, sizeof path);
+    snprintf(cmd, sizeof cmd, BASE " --lengths '%s'", path);
+    expect_error(cmd, 1, "zero.tsv:2");
+    write_file("neg.tsv", "10\t5\n7\t-3\n", path, sizeof path);
+    snprintf(cmd, sizeof cmd, BASE " --lengths '%s'", path);
+    expect_error(cmd, 1, "neg.tsv:2");
+    write_file("few.tsv", "10\n", path, sizeof path);
+    snprintf(cmd, sizeof cmd, BASE " --lengths '%s'", path);
+    expect_error(cmd, 1, "few.tsv:1");
+    /* over --max-seqlen: error, or clipped with --clip */
+    write_file("long.tsv", "10\t5\n250\t20\n", path, sizeof path);
+    snprintf(cmd, sizeof cmd, BASE " --lengths '%s'", path);
+    expect_error(cmd, 1, "long.tsv:2");
+    snprintf(cmd, sizeof cmd, BASE " --lengths '%s' --clip", path);
+    assert_int_equal(run_plan(cmd), 0);
+    /* a directory is not a readable file */
+    snprintf(cmd, sizeof cmd, BASE " --lengths '%s'", dir);
+    expect_error(cmd, 1, dir);
+}
+
+static void test_bad_flags(void **state)
+{
+    (void)state;
+    expect_error(BASE " --synthetic flan --bogus", 2, "--bogus");
+    expect_error(BASE " --synthetic flan --method magic", 2, "magic");
+    expect_error(BASE " --synthetic flan --recompute sometimes", 2, "sometimes");
+    expect_error(BASE " --synthetic flan --dp zero", 2, "--dp");
+    expect_error(BASE " --synthetic flan --dp 0", 2, "--dp");
+    expect_error(BASE " --synthetic flan --memory-limit -5", 2, "--memory-limit");
+    expect_error(BASE " --synthetic flan --stages", 2, "--stages");
+    expect_error(BASE " --synthetic zipf", 2, "zipf");
+    expect_error(BASE " --synthetic flan:abc", 2, "abc");
+    expect_error("--model gpt --synthetic flan --max-seqlen 256 --stages 2", 2,
+                 "--global-batch-tokens");
+    expect_error("--model bert --global-batch-tokens 4096 --max-seqlen 256 --stages 2 --synthetic flan",
+                 2, "bert");
+    expect_error(BASE, 2, "--lengths");
+    expect_error(BASE " --synthetic flan --model-config t5-tiny", 2, "t5");
+    expect_error(BASE " --synthetic flan --model-config nosuchpreset", 1, "nosuchpreset");
+    expect_error(BASE " --synthetic flan --machine nosuchmachine", 1, "nosuchmachine");
+    expect_error(BASE " --synthetic flan --stages 9", 2, "9 pipeline stages");
+}
+
+static void test_impossible_memory(void **state)
+{
+    (void)state;
+    /* below the model states */
+    expect_error(BASE " --synthetic flan --model-config gpt2-124m --memory-limit 100", 1,
+                 "model states");
+    /* room for the states but not for the longest sample */
+    char path[700], cmd[2000];
+    write_file("one.tsv", "16\t8\n200\t50\n", path, sizeof path);
+    snprintf(cmd, sizeof cmd,
+             "--model gpt --model-config gpt2-124m --global-batch-tokens 4096 --max-seqlen 256 "
+             "--stages 2 --lengths '%s' --memory-limit 1300",
+             path);
+    expect_error(cmd, 1, "sample 1 ");
+}
+
+static void test_json_structure(void **state)
+{
+    (void)state;
+    char args[2000];
+    for (int t5 = 0; t5 < 2; t5++) {
+        snprintf(args, sizeof args,
+                 "--model %s --model-config %s --synthetic flan:3 --global-batch-tokens 8192 "
+                 "--max-seqlen 256 --stages 2 --dp 2 --batches 3 --json '%s'",
+                 t5 ? "t5" : "gpt", t5 ? "t5-tiny" : "gpt-tiny", json_path);
+        assert_int_equal(run_plan(args), 0);
+        char *out = slurp(out_path);
+        assert_non_null(strstr(out, "global batch 2:"));
+        assert_non_null(strstr(out, "total: 3 global batches"));
+        free(out);
+        char *text = slurp(json_path);
+        cJSON *root = cJSON_Parse(text);
+        free(text);
+        assert_non_null(root);
+        cJSON *gbs = cJSON_GetObjectItemCaseSensitive(root, "global_batches");
+        assert_true(cJSON_IsArray(gbs));
+        assert_int_equal(cJSON_GetArraySize(gbs), 3);
+        int first_id = 0;
+        cJSON *gb;
+        cJSON_ArrayForEach(gb, gbs) {
+            cJSON *n = cJSON_GetObjectItemCaseSensitive(gb, "n_samples");
+            assert_true(cJSON_IsNumber(n));
+            assert_true(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(gb, "objective_ms")));
+            assert_true(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(gb, "plan_time_ms")));
+            int count = n->valueint;
+            char *seen = calloc((size_t)count, 1);
+            assert_non_null(seen);
+            cJSON *mbs = cJSON_GetObjectItemCaseSensitive(gb, "microbatches"), *mb;
+            assert_true(cJSON_IsArray(mbs));
+            assert_true(cJSON_GetArraySize(mbs) >= 1);
+            cJSON_ArrayForEach(mb, mbs) {
+                cJSON *ids = cJSON_GetObjectItemCaseSensitive(mb, "samples"), *id;
+                cJSON *in = cJSON_GetObjectItemCaseSensitive(mb, "input_len");
+                cJSON *tg = cJSON_GetObjectItemCaseSensitive(mb, "target_len");
+                assert_true(cJSON_IsArray(ids) && cJSON_IsNumber(in) && cJSON_IsNumber(tg));
+                assert_true(in->valueint % 8 == 0 && in->valueint > 0 && in->valueint <= 256);
+                if (t5) assert_true(tg->valueint % 8 == 0 && tg->valueint > 0);
+                else assert_int_equal(tg->valueint, 0);
+                assert_true(cJSON_GetObjectItemCaseSensitive(mb, "time_ms")->valuedouble > 0);
+                assert_true(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(mb, "stored_mb")));
+                assert_true(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(mb, "peak_mb")));
+                cJSON_ArrayForEach(id, ids) {
+                    /* batches are consecutive samples: ids first_id .. first_id+count-1 */
+                    int k = id->valueint - first_id;
+                    assert_true(k >= 0 && k < count);
+                    assert_int_equal(seen[k], 0);
+                    seen[k] = 1;
+                }
+            }
+            for (int k = 0; k < count; k++) assert_int_equal(seen[k], 1);
+            free(seen);
+            first_id += count;
+        }
+        cJSON_Delete(root);
+    }
+}
+
+static void test_every_method_runs(void **state)
+{
+    (void)state;
+    const char *methods[] = {"dynapipe", "padding", "packing", "packing-docmask", "token"};
+    char args[1000];
+    for (int m = 0; m < 5; m++) {
+        snprintf(args, sizeof args, BASE " --synthetic flan --batches 2 --method %s --quiet", methods[m]);
+        assert_int_equal(run_plan(args), 0);
+    }
+    /* knobs */
+    assert_int_equal(run_plan(BASE " --synthetic flan --batches 1 --method padding --mb-samples 4"), 0);
+    assert_int_equal(run_plan(BASE " --synthetic flan --batches 1 --method packing --pack-rows 2"), 0);
+    assert_int_equal(run_plan(BASE " --synthetic flan --batches 1 --method token --mb-tokens 1024"), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_help),
+        cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_impossible_memory),
+        cmocka_unit_test(test_json_structure),
+        cmocka_unit_test(test_every_method_runs),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
