@@ -114,7 +114,7 @@ static inline void tplan_1f1b(tplan *t, int32_t S, int32_t M, int64_t bytes)
 /* Costs with the same fwd f and bwd b for every (mb, stage); B/W halves. */
 static inline void tcosts_uniform(dyn_stage_costs *c, int32_t M, int32_t S, double f, double b)
 {
-    dyn_sim_costs_alloc(c, M, S, NULL);
+    dyn_stage_costs_alloc(c, M, S, NULL);
     for (int32_t i = 0; i < M * S; i++) {
         c->fwd_ms[i] = f;
         c->bwd_ms[i] = b;

@@ -53,7 +53,7 @@ static void test_1f1b_closed_form(void **state)
             assert_true(fabs(res->makespan_ms - want) < 1e-9);
             assert_true(fabs(res->bubble_fraction - (double)(S - 1) / (M + S - 1)) < 1e-12);
             for (int32_t r = 0; r < S; r++) assert_true(fabs(res->busy_ms[r] - M * (f + b)) < 1e-9);
-            dyn_sim_costs_free(&c);
+            dyn_stage_costs_free(&c);
             tplan_free(&t);
         }
     }
@@ -90,7 +90,7 @@ static void test_1f1b_latency_and_bandwidth_by_hand(void **state)
         if (r1->instrs[i].op == DYN_OP_FORWARD && r1->instrs[i].microbatch == 0)
             assert_true(fabs(res->start_ms[res->rank_offset[1] + i] - 1.5) < 1e-12);
     dyn_sim_free(sim);
-    dyn_sim_costs_free(&c);
+    dyn_stage_costs_free(&c);
     tplan_free(&t);
 }
 
@@ -137,7 +137,7 @@ static void test_link_carries_one_transfer_at_a_time(void **state)
     /* busy: rank 0 2 ms, rank 1 1 ms; bubble 1 - 3 / (2 * 4.5) */
     assert_true(fabs(res->bubble_fraction - (1.0 - 3.0 / 9.0)) < 1e-12);
     dyn_sim_free(sim);
-    dyn_sim_costs_free(&c);
+    dyn_stage_costs_free(&c);
     tplan_free(&t);
 }
 
@@ -187,7 +187,7 @@ static void test_memory_accounting_by_hand(void **state)
     assert_int_equal(dyn_sim_run(sim, &t.p, &c, &no_comm, &res, &err), DYN_OK);
     assert_true(fabs(res->max_peak_mb - 135) < 1e-9);
     dyn_sim_free(sim);
-    dyn_sim_costs_free(&c);
+    dyn_stage_costs_free(&c);
     tplan_free(&t);
 }
 
@@ -240,11 +240,11 @@ static void test_deadlock_is_reported(void **state)
     assert_int_equal(dyn_sim_run(sim, &u.p, &c, &no_comm, NULL, &err), DYN_OK);
     tplan_free(&u);
     dyn_sim_free(sim);
-    dyn_sim_costs_free(&c);
+    dyn_stage_costs_free(&c);
     tplan_free(&t);
 }
 
-/* Cycle barriers (op 14, DYN_OP_BARRIER of sched.h): the k-th barrier of
+/* Cycle barriers (DYN_OP_BARRIER of sched.h): the k-th barrier of
  * every rank ends when the last rank reaches it. rank 0: F0 (1 ms), BARRIER,
  * F1 (1 ms); rank 1: F0 (3 ms), BARRIER, F1 (1 ms). The barrier ends at 3,
  * both F1 run [3, 4]. An unequal number of barriers is a deadlock. */
@@ -254,10 +254,10 @@ static void test_barrier(void **state)
     tplan t;
     tplan_init(&t, 2, 2, 2, 8);
     tplan_add(&t, 0, DYN_OP_FORWARD, 0, 0, -1, -1, -1, 0);
-    tplan_add(&t, 0, 14, -1, -1, -1, -1, -1, 0);
+    tplan_add(&t, 0, DYN_OP_BARRIER, -1, -1, -1, -1, -1, 0);
     tplan_add(&t, 0, DYN_OP_FORWARD, 1, 0, -1, -1, -1, 0);
     tplan_add(&t, 1, DYN_OP_FORWARD, 0, 1, -1, -1, -1, 0);
-    tplan_add(&t, 1, 14, -1, -1, -1, -1, -1, 0);
+    tplan_add(&t, 1, DYN_OP_BARRIER, -1, -1, -1, -1, -1, 0);
     tplan_add(&t, 1, DYN_OP_FORWARD, 1, 1, -1, -1, -1, 0);
     dyn_stage_costs c;
     tcosts_uniform(&c, 2, 2, 1.0, 1.0);
@@ -276,7 +276,7 @@ static void test_barrier(void **state)
     assert_int_equal(dyn_sim_run(sim, &t.p, &c, &no_comm, NULL, &err), DYN_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "deadlock: rank 0 blocked at instruction 1 (BARRIER"));
     dyn_sim_free(sim);
-    dyn_sim_costs_free(&c);
+    dyn_stage_costs_free(&c);
     tplan_free(&t);
 }
 
@@ -345,7 +345,7 @@ static void test_malformed_plans_are_rejected(void **state)
     dyn_stage_costs small;
     tcosts_uniform(&small, 2, 3, 1.0, 2.0);
     assert_int_equal(dyn_sim_run(sim, &t.p, &small, &no_comm, NULL, &err), DYN_ERR_INVALID_ARG);
-    dyn_sim_costs_free(&small);
+    dyn_stage_costs_free(&small);
     /* a FINISH on a slot with no transfer */
     for (int32_t i = 0; i < r1->n_instrs; i++)
         if (r1->instrs[i].op == DYN_OP_RECV_ACT_FINISH) {
@@ -355,7 +355,7 @@ static void test_malformed_plans_are_rejected(void **state)
             break;
         }
     dyn_sim_free(sim);
-    dyn_sim_costs_free(&c);
+    dyn_stage_costs_free(&c);
     tplan_free(&t);
 }
 
@@ -435,7 +435,7 @@ static void test_matches_fixed_point_on_random_instances(void **state)
         }
         free(st);
         free(en);
-        dyn_sim_costs_free(&c);
+        dyn_stage_costs_free(&c);
         tplan_free(&t);
     }
     dyn_sim_free(sim);
@@ -466,7 +466,7 @@ static void test_workspace_reuse_is_bit_identical(void **state)
         assert_memory_equal(a->mem_mb, b->mem_mb, sizeof(double) * (size_t)a->n_instrs);
         assert_true(a->makespan_ms == b->makespan_ms);
         dyn_sim_free(fresh);
-        dyn_sim_costs_free(&c);
+        dyn_stage_costs_free(&c);
         tplan_free(&t);
     }
     dyn_sim_free(shared);

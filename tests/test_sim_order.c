@@ -54,7 +54,7 @@ static double simulate_order(dyn_sim *sim, const dyn_stage_costs *c, const int32
     double m = res->makespan_ms;
     if (peak) *peak = res->max_peak_mb;
     free_1f1b(NULL, &plan);
-    dyn_sim_costs_free(&p);
+    dyn_stage_costs_free(&p);
     return m;
 }
 
@@ -110,7 +110,7 @@ static void test_exhaustive_when_each_microbatch_is_a_group(void **state)
         assert_int_equal(dyn_order_search(sim, &gen, &c, &opt, 4, 0, &res, NULL, NULL, &err), DYN_OK);
         assert_true(fabs(res.makespan_ms - brute_force_4(sim, &c)) < 1e-9);
         assert_int_equal(res.n_candidates, 24 + 2); /* identity is one of the 24 */
-        dyn_sim_costs_free(&c);
+        dyn_stage_costs_free(&c);
     }
     dyn_sim_free(sim);
 }
@@ -152,8 +152,8 @@ static void test_never_worse_and_consistent(void **state)
         for (int32_t g = 2; g <= groups; g++) fact *= g;
         assert_true(res.n_candidates <= 1 + fact + 2);
         free_1f1b(NULL, &best);
-        dyn_sim_costs_free(&best_costs);
-        dyn_sim_costs_free(&c);
+        dyn_stage_costs_free(&best_costs);
+        dyn_stage_costs_free(&c);
         free(order);
         free(ident);
     }
@@ -188,7 +188,7 @@ static void test_memory_limit(void **state)
     simulate_order(sim, &c, order, &peak);
     assert_true(peak <= limit);
     assert_true(res.n_feasible >= 1 && res.n_feasible <= res.n_candidates);
-    dyn_sim_costs_free(&c);
+    dyn_stage_costs_free(&c);
     dyn_sim_free(sim);
 }
 

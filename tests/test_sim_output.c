@@ -82,7 +82,7 @@ static void test_trace_has_one_event_per_instruction(void **state)
     free(text);
     unlink(path);
     dyn_sim_free(sim);
-    dyn_sim_costs_free(&c);
+    dyn_stage_costs_free(&c);
     tplan_free(&t);
 }
 
@@ -130,7 +130,7 @@ static void test_svg_has_one_box_per_compute_instruction(void **state)
     assert_int_equal(dyn_sim_write_trace(sim, &t.p, "/nonexistent-dir/x.json", &err), DYN_ERR_IO);
     tplan_free(&other);
     dyn_sim_free(sim);
-    dyn_sim_costs_free(&c);
+    dyn_stage_costs_free(&c);
     tplan_free(&t);
 }
 

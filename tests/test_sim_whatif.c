@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dynapipe/sim.h" /* defines: dyn_whatif_*, dyn_sim_costs_free */
+#include "dynapipe/sim.h" /* defines: dyn_whatif_*, dyn_stage_costs_free */
 
 static void test_good_file(void **state)
 {
@@ -36,13 +36,13 @@ static void test_good_file(void **state)
     assert_true(c.stored_mb[2] == 13 && c.peak_mb[2] == 0 && c.send_mb[2] == 0);
     assert_true(c.states_mb[0] == 50 && c.states_mb[1] == 60);
     assert_int_equal(tokens, 130);
-    dyn_sim_costs_free(&c);
+    dyn_stage_costs_free(&c);
 
     const char *split = "mb stage fwd_ms bwd_ms bwd_input_ms bwd_weight_ms\n0 0 1 3 1 2\n";
     assert_int_equal(dyn_whatif_parse("y", split, &c, &tokens, &err), DYN_OK);
     assert_true(c.bwd_input_ms[0] == 1 && c.bwd_weight_ms[0] == 2);
     assert_int_equal(tokens, 0);
-    dyn_sim_costs_free(&c);
+    dyn_stage_costs_free(&c);
 }
 
 static void expect_error(const char *text, const char *msg)

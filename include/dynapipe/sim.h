@@ -111,17 +111,11 @@ dyn_status dyn_sim_write_svg(const dyn_sim *sim, const dyn_exec_plan *plan, cons
 dyn_status dyn_sim_svg_to_stream(const dyn_sim *sim, const dyn_exec_plan *plan, const char *title,
                                  FILE *out, dyn_error *err);
 
-/* Allocate / free the arrays of a dyn_stage_costs for M micro-batches and S
- * stages, all zero. dyn_sim_costs_free is safe on a zeroed struct. */
-dyn_status dyn_sim_costs_alloc(dyn_stage_costs *c, int32_t n_microbatches, int32_t n_stages,
-                                 dyn_error *err);
-void dyn_sim_costs_free(dyn_stage_costs *c);
-
 /* Read a what-if micro-batch file (format in docs/simulator.md): a header
  * line naming columns (mb, stage, fwd_ms, bwd_ms required; bwd_input_ms,
  * bwd_weight_ms, stored_mb, peak_mb, send_mb, states_mb, tokens optional),
  * then one line per (micro-batch, stage). Fills *out (allocated; free with
- * dyn_sim_costs_free) and *real_tokens (sum of the tokens column over
+ * dyn_stage_costs_free) and *real_tokens (sum of the tokens column over
  * micro-batches, 0 without it). Errors name path:line. */
 dyn_status dyn_whatif_load(const char *path, dyn_stage_costs *out, int64_t *real_tokens,
                            dyn_error *err);
@@ -167,7 +161,7 @@ typedef struct dyn_order_result {
 /* Search orders of costs' micro-batches (above). max_groups in 1..4;
  * memory_limit_mb <= 0: no limit. On success *best_plan (if not NULL) holds
  * the winner's plan (free with gen->free_plan) and *best_costs (if not NULL)
- * its reordered costs (free with dyn_sim_costs_free). DYN_ERR_INFEASIBLE
+ * its reordered costs (free with dyn_stage_costs_free). DYN_ERR_INFEASIBLE
  * when no candidate fits the limit (message: the smallest peak seen). A
  * generator error other than DYN_ERR_INFEASIBLE is returned as is. */
 dyn_status dyn_order_search(dyn_sim *sim, const dyn_sched_gen *gen, const dyn_stage_costs *costs,
@@ -177,9 +171,82 @@ dyn_status dyn_order_search(dyn_sim *sim, const dyn_sched_gen *gen, const dyn_st
                             dyn_error *err);
 
 /* costs with micro-batches in order (out[i] = in[order[i]]); out is
- * allocated (dyn_sim_costs_free). */
+ * allocated (dyn_stage_costs_free). */
 dyn_status dyn_stage_costs_permute(const dyn_stage_costs *in, const int32_t *order,
                                    dyn_stage_costs *out, dyn_error *err);
+
+/* ---- schedules chosen by simulation (auto.c) --------------------------------
+ * dyn_schedule_search: schedule `kind` (src/sched, dyn_schedule_build with
+ * sopt) in the best micro-batch order found by dyn_order_search (groups
+ * order_groups, the memory limit sopt->memory_limit_mb). shapes [M] (or
+ * NULL) are permuted with the micro-batches so the plan carries the right
+ * ones. Outputs as dyn_order_search (free with dyn_exec_plan_free and
+ * dyn_stage_costs_free). */
+dyn_status dyn_schedule_search(dyn_sim *sim, dyn_schedule kind, const dyn_stage_costs *costs,
+                               const dyn_mb_shape *shapes, const dyn_sched_options *sopt,
+                               const dyn_sim_options *simopt, int32_t order_groups,
+                               dyn_order_result *res, dyn_exec_plan *best_plan,
+                               dyn_stage_costs *best_costs, dyn_error *err);
+
+/* Stage costs of the batch's micro-batches (in the planner's order) for a
+ * chunk count (stages = n_ranks * chunks) and recompute mode; *out stays
+ * owned by the callee and valid until the auto call returns. */
+typedef dyn_status (*dyn_costs_fn)(void *ctx, int32_t chunks, dyn_recompute rc,
+                                   const dyn_stage_costs **out, dyn_error *err);
+
+typedef struct dyn_auto_options {
+    int32_t n_ranks;        /* S, pipeline ranks */
+    int32_t chunks;         /* v for the interleaved schedule; <= 1: interleaved not tried */
+    double memory_limit_mb; /* per device, MB; <= 0: none */
+    int32_t order_groups;   /* 1..4, see dyn_order_search */
+    uint32_t schedules;     /* bit (1 << dyn_schedule) per schedule to try; 0: all */
+    int32_t replica;        /* recorded in the plan */
+} dyn_auto_options;
+
+typedef struct dyn_auto_choice {
+    int32_t *order;          /* [M], caller's array: the winner's order */
+    dyn_schedule schedule;
+    dyn_recompute recompute;
+    int32_t chunks;
+    double makespan_ms;
+    double max_peak_mb;
+    int32_t order_candidate; /* index in dyn_order_search's candidate list */
+    int32_t n_simulations;   /* candidates simulated in all */
+} dyn_auto_choice;
+
+/* `--schedule auto`: for recompute none, then selective, then full (stopping
+ * at the first mode where something fits), every schedule in ao->schedules
+ * with dyn_schedule_search; the smallest simulated makespan within the
+ * memory limit wins (ties: the earlier schedule in dyn_schedule order).
+ * DYN_ERR_INFEASIBLE if nothing fits. best_plan / best_costs may be NULL. */
+dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ctx,
+                             const dyn_mb_shape *shapes, const dyn_auto_options *ao,
+                             const dyn_sim_options *simopt, dyn_auto_choice *choice,
+                             dyn_exec_plan *best_plan, dyn_stage_costs *best_costs,
+                             dyn_error *err);
+
+/* ---- stage costs of a global batch (batch_costs.c) --------------------------
+ * The glue between the planner's dyn_batch_plan, the cost model and
+ * src/sched's layer-to-stage assignment: the layers are assigned once per
+ * chunk count (balanced for one row of max_seqlen tokens, no recompute) and
+ * each batch's costs are built lazily per (chunks, recompute) and cached
+ * until the next batch. */
+typedef struct dyn_batch_costs dyn_batch_costs;
+
+/* cm must outlive the handle. n_ranks S >= 1, chunks v >= 1 (v > 1 also
+ * assigns S * v stages for the interleaved schedule). Errors from the
+ * assignment, e.g. more stages than layers. */
+dyn_batch_costs *dyn_batch_costs_create(const dyn_cost_model *cm, int32_t n_ranks, int32_t chunks,
+                                        dyn_error *err);
+void dyn_batch_costs_free(dyn_batch_costs *bc);
+/* Use replica `replica`'s micro-batches of bp (borrowed until the next call). */
+dyn_status dyn_batch_costs_set_batch(dyn_batch_costs *bc, const dyn_batch_plan *bp, int32_t replica,
+                                     dyn_error *err);
+/* A dyn_costs_fn (ctx = the dyn_batch_costs): costs for chunks 1 or v. */
+dyn_status dyn_batch_costs_get(void *ctx, int32_t chunks, dyn_recompute rc,
+                               const dyn_stage_costs **out, dyn_error *err);
+/* The current batch's micro-batch shapes, [*n_microbatches]. */
+const dyn_mb_shape *dyn_batch_costs_shapes(const dyn_batch_costs *bc, int32_t *n_microbatches);
 
 #ifdef __cplusplus
 }

@@ -51,7 +51,7 @@ static void permute_into(const dyn_stage_costs *in, const int32_t *order, dyn_st
 dyn_status dyn_stage_costs_permute(const dyn_stage_costs *in, const int32_t *order,
                                    dyn_stage_costs *out, dyn_error *err)
 {
-    dyn_status st = dyn_sim_costs_alloc(out, in->n_microbatches, in->n_stages, err);
+    dyn_status st = dyn_stage_costs_alloc(out, in->n_microbatches, in->n_stages, err);
     if (st != DYN_OK) return st;
     permute_into(in, order, out);
     return DYN_OK;
@@ -187,7 +187,7 @@ dyn_status dyn_order_search(dyn_sim *sim, const dyn_sched_gen *gen, const dyn_st
     cost_key *keys = dyn_calloc((size_t)M, sizeof(cost_key), "order search", err);
     dyn_status st = DYN_ERR_NOMEM;
     if (!group_of || !order || !identity || !keys) goto done;
-    if ((st = dyn_sim_costs_alloc(&ss.perm, M, S, err)) != DYN_OK) goto done;
+    if ((st = dyn_stage_costs_alloc(&ss.perm, M, S, err)) != DYN_OK) goto done;
 
     /* Groups: cost = sum over stages of fwd + bwd; k quantiles by cost. */
     int32_t k = M < max_groups ? M : max_groups;
@@ -244,7 +244,7 @@ dyn_status dyn_order_search(dyn_sim *sim, const dyn_sched_gen *gen, const dyn_st
     st = DYN_OK;
 done:
     if (ss.have_best) gen->free_plan(gen->ctx, &ss.best_plan);
-    dyn_sim_costs_free(&ss.perm);
+    dyn_stage_costs_free(&ss.perm);
     free(group_of);
     free(order);
     free(identity);

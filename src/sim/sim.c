@@ -35,11 +35,6 @@
 
 enum { RANK_READY = 0, RANK_BLOCKED = 1, RANK_DONE = 2 };
 
-/* The cycle barrier of the cyclic schedule (sched.h: the k-th BARRIER of a
- * rank waits until every rank has reached its k-th BARRIER). Spelled as its
- * value until the sched branch's enum is merged. */
-#define SIM_OP_BARRIER 14
-#define SIM_OP_LAST SIM_OP_BARRIER
 #define WAIT_BARRIER (-2) /* wait_msg value of a rank parked at a barrier */
 enum { MSG_SEND_POSTED = 1, MSG_RECV_POSTED = 2, MSG_STARTED = 4 };
 
@@ -194,15 +189,7 @@ static int is_compute(int op)
            op == DYN_OP_BACKWARD_WEIGHT;
 }
 
-static const char *op_label(int op)
-{
-    static const char *names[SIM_OP_LAST + 1] = {
-        "LOAD_INPUT", "FORWARD", "BACKWARD", "BACKWARD_INPUT", "BACKWARD_WEIGHT",
-        "SEND_ACT_START", "SEND_ACT_FINISH", "RECV_ACT_START", "RECV_ACT_FINISH",
-        "SEND_GRAD_START", "SEND_GRAD_FINISH", "RECV_GRAD_START", "RECV_GRAD_FINISH",
-        "FREE_BUFFER", "BARRIER"};
-    return op >= 0 && op <= SIM_OP_LAST ? names[op] : "?";
-}
+static const char *op_label(int op) { return dyn_op_name((dyn_op)op); }
 
 /* Rank of flat instruction index i (binary search over rank_off). */
 static int32_t rank_of(const dyn_sim *s, int32_t R, int32_t i)
@@ -225,11 +212,11 @@ static dyn_status check_plan(dyn_sim *s, const dyn_exec_plan *p, dyn_error *err)
             const dyn_instr *in = &rp->instrs[i];
             int32_t k = s->rank_off[r] + i;
             s->ins[k] = in;
-            if (in->op > SIM_OP_LAST)
+            if (in->op >= DYN_OP_COUNT)
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan rank %d instruction %d: unknown op %d", r, i, in->op);
             int op = in->op;
-            if (op != DYN_OP_FREE_BUFFER && op != SIM_OP_BARRIER && (in->microbatch < 0 || in->microbatch >= M))
+            if (op != DYN_OP_FREE_BUFFER && op != DYN_OP_BARRIER && (in->microbatch < 0 || in->microbatch >= M))
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan rank %d instruction %d (%s): micro-batch %d out of range 0..%d",
                                      r, i, op_label(op), in->microbatch, M - 1);
@@ -576,7 +563,7 @@ static void run_rank(dyn_sim *s, const dyn_exec_plan *p, const dyn_stage_costs *
                 s->slot_live[base + in->buf_in] = 0;
             }
             break;
-        case SIM_OP_BARRIER:
+        case DYN_OP_BARRIER:
             if (!barrier_arrive(s, p, r)) return; /* parked until the last rank arrives */
             dur = s->barrier_time - now;
             s->barrier_arrived = 0;

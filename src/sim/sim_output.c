@@ -33,7 +33,7 @@ static const char *op_short(int op)
     case DYN_OP_RECV_GRAD_START: return "recv grad";
     case DYN_OP_RECV_GRAD_FINISH: return "wait recv grad";
     case DYN_OP_FREE_BUFFER: return "free";
-    case 14: return "barrier"; /* DYN_OP_BARRIER of the sched branch */
+    case DYN_OP_BARRIER: return "barrier";
     default: return "?";
     }
 }
@@ -47,7 +47,7 @@ static const char *op_category(int op)
     case DYN_OP_BACKWARD_WEIGHT: return "backward";
     case DYN_OP_FREE_BUFFER:
     case DYN_OP_LOAD_INPUT: return "memory";
-    case 14: return "sync"; /* DYN_OP_BARRIER */
+    case DYN_OP_BARRIER: return "sync";
     default: return "communication";
     }
 }

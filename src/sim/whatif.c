@@ -2,7 +2,7 @@
  * whatif.c — the "what-if" micro-batch file: per-micro-batch, per-stage
  * times (and optionally memory and token counts) written by hand or by
  * another tool, so the simulator can answer questions about micro-batches
- * the planner did not produce. Also the allocation of dyn_stage_costs.
+ * the planner did not produce.
  *
  * Format (docs/simulator.md): '#' starts a comment line; blank lines are
  * skipped; the first other line is a header naming the columns, separated by
@@ -37,47 +37,6 @@ typedef struct whatif_row {
     int32_t line;
     double v[COL_COUNT];
 } whatif_row;
-
-dyn_status dyn_sim_costs_alloc(dyn_stage_costs *c, int32_t n_microbatches, int32_t n_stages,
-                               dyn_error *err)
-{
-    memset(c, 0, sizeof *c);
-    if (n_microbatches < 0 || n_stages <= 0)
-        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "stage costs: %d micro-batches x %d stages",
-                             n_microbatches, n_stages);
-    size_t n = (size_t)n_microbatches * (size_t)n_stages;
-    c->n_microbatches = n_microbatches;
-    c->n_stages = n_stages;
-    double **arrays[] = {&c->fwd_ms, &c->bwd_ms, &c->bwd_input_ms, &c->bwd_weight_ms,
-                         &c->stored_mb, &c->peak_mb, &c->send_mb};
-    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) {
-        *arrays[i] = dyn_calloc(n, sizeof(double), "stage costs", err);
-        if (*arrays[i] == NULL) {
-            dyn_sim_costs_free(c);
-            return DYN_ERR_NOMEM;
-        }
-    }
-    c->states_mb = dyn_calloc((size_t)n_stages, sizeof(double), "stage costs", err);
-    if (c->states_mb == NULL) {
-        dyn_sim_costs_free(c);
-        return DYN_ERR_NOMEM;
-    }
-    return DYN_OK;
-}
-
-void dyn_sim_costs_free(dyn_stage_costs *c)
-{
-    if (c == NULL) return;
-    free(c->fwd_ms);
-    free(c->bwd_ms);
-    free(c->bwd_input_ms);
-    free(c->bwd_weight_ms);
-    free(c->stored_mb);
-    free(c->peak_mb);
-    free(c->send_mb);
-    free(c->states_mb);
-    memset(c, 0, sizeof *c);
-}
 
 /* Split line [p, end) into whitespace-separated fields, NUL-terminating each
  * in place. Returns the count (up to max; more fields return max + 1). */
@@ -176,7 +135,7 @@ static dyn_status fill_costs(const char *name, const whatif_row *rows, int32_t n
                              const int *present, int32_t M, int32_t S, dyn_stage_costs *out,
                              int64_t *real_tokens, dyn_error *err)
 {
-    dyn_status st = dyn_sim_costs_alloc(out, M, S, err);
+    dyn_status st = dyn_stage_costs_alloc(out, M, S, err);
     if (st != DYN_OK) return st;
     int32_t *seen = dyn_calloc((size_t)M * S, sizeof(int32_t), "what-if rows", err);
     int32_t *stage_line = dyn_calloc((size_t)S, sizeof(int32_t), "what-if rows", err);
@@ -238,7 +197,7 @@ done:
     free(stage_line);
     free(mb_line);
     free(mb_tokens);
-    if (st != DYN_OK) dyn_sim_costs_free(out);
+    if (st != DYN_OK) dyn_stage_costs_free(out);
     return st;
 }
 
