@@ -356,7 +356,6 @@ static dyn_status parse_table(dyn_cost_model *cm, char *text, reader *r)
     unsigned char *seen = NULL;
     int64_t gs = 0;
     dyn_cost_grid g = {0};
-    int model_line = 0;
     char *line = text;
     while (*line) {
         char *nl = strchr(line, '\n');
@@ -392,7 +391,6 @@ static dyn_status parse_table(dyn_cost_model *cm, char *text, reader *r)
             if ((st = parse_kv(r, tok + 1, ntok - 1, f, 9, "model")) != DYN_OK) goto out;
             dyn_error e2;
             if (dyn_model_config_validate(&cm->cfg, &e2) != DYN_OK) { st = rd_fail(r, e2.msg, NULL); goto out; }
-            model_line = r->line;
         } else if (strcmp(tok[0], "machine") == 0) {
             if (have_machine++) { st = rd_fail(r, "machine line given twice", NULL); goto out; }
             dyn_machine *m = &cm->machine;
@@ -490,7 +488,6 @@ static dyn_status parse_table(dyn_cost_model *cm, char *text, reader *r)
                             goto out;
                         }
     }
-    (void)model_line;
     st = DYN_OK;
 out:
     free(seen);

@@ -251,7 +251,7 @@ dyn_status dyn_exec_plan_deserialize(const uint8_t *buf, size_t len, dyn_exec_pl
         if (c.failed) break;
         if (n < 0 || (size_t)n > (len - c.off) / INSTR_BYTES || rp->n_buffers < 0) {
             st = dyn_error_set(err, DYN_ERR_CORRUPT,
-                               "plan: rank %d claims %d instructions and %d slots, %zu bytes remain", r,
+                               "plan: truncated or corrupt: rank %d claims %d instructions and %d slots, %zu bytes remain", r,
                                n, rp->n_buffers, len - c.off);
             goto fail;
         }

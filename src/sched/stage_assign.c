@@ -1,0 +1,215 @@
+/* stage_assign.c — which layers each pipeline stage holds, balanced by the
+ * cost model, and the per-micro-batch per-stage costs schedules consume.
+ *
+ * The model is a chain of layers: GPT [EMBED, ENCODER x L, LM_HEAD]; T5
+ * [EMBED, ENCODER x Le, DECODER x Ld, LM_HEAD]. Stages are contiguous runs
+ * of it; the embedding always sits on stage 0 and the LM head on the last
+ * stage (they own the token and label I/O), and every stage gets at least one
+ * transformer block. Balance: minimise the slowest stage's fwd + bwd time on a
+ * reference micro-batch, exactly, by dynamic programming over contiguous
+ * splits (S * n^2 for n blocks: a few thousand steps for real models). For T5
+ * the encoder and decoder blocks have different costs, so the optimal split
+ * places the encoder/decoder boundary wherever the times balance, not at the
+ * middle stage. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dynapipe/sched.h"
+#include "util/util.h" /* defines: dyn_calloc */
+
+dyn_status dyn_stage_split(const double *block_ms, int32_t n, int32_t n_stages, double first_extra_ms,
+                           double last_extra_ms, int32_t *first, double *max_stage_ms,
+                           dyn_error *err)
+{
+    if (n_stages < 1)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "stage split: %d stages", n_stages);
+    if (n_stages > n)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "stage split: %d stages but only %d transformer layers: stages more "
+                             "than layers",
+                             n_stages, n);
+    double *pre = dyn_calloc((size_t)n + 1, sizeof(double), "stage split", err);
+    /* g[s * (n + 1) + i]: best slowest stage for blocks i..n-1 on stages s..S-1 */
+    double *g = dyn_calloc((size_t)(n_stages + 1) * (size_t)(n + 1), sizeof(double), "stage split", err);
+    if (pre == NULL || g == NULL) {
+        free(pre);
+        free(g);
+        return DYN_ERR_NOMEM;
+    }
+    for (int32_t i = 0; i < n; i++) pre[i + 1] = pre[i] + block_ms[i];
+#define G(s, i) g[(size_t)(s) * (size_t)(n + 1) + (size_t)(i)]
+    int32_t S = n_stages;
+    /* One stage cost, written once so the DP and the reconstruction agree
+     * bit for bit. */
+#define STAGE_MS(s, i, e) \
+    (pre[e] - pre[i] + ((s) == 0 ? first_extra_ms : 0.0) + ((s) == S - 1 ? last_extra_ms : 0.0))
+    for (int32_t s = S - 1; s >= 0; s--) {
+        /* stage s starts at i; stages s..S-1 need one block each */
+        for (int32_t i = s; i <= n - (S - s); i++) {
+            if (s == S - 1) {
+                G(s, i) = STAGE_MS(s, i, n);
+                continue;
+            }
+            double best = INFINITY;
+            for (int32_t e = i + 1; e <= n - (S - s - 1); e++) {
+                double here = STAGE_MS(s, i, e), rest = G(s + 1, e);
+                double v = here > rest ? here : rest;
+                if (v < best) best = v;
+            }
+            G(s, i) = best;
+        }
+    }
+    /* Reconstruct: stage by stage, the earliest end that keeps the rest
+     * within the global optimum gives the lexicographically smallest optimal
+     * boundaries (a later stage need not be optimal for its own subproblem). */
+    double target = G(0, 0);
+    first[0] = 0;
+    int32_t i = 0;
+    for (int32_t s = 0; s < S - 1; s++) {
+        int32_t e = i + 1;
+        for (; e <= n - (S - s - 1); e++) {
+            double here = STAGE_MS(s, i, e), rest = G(s + 1, e);
+            if ((here > rest ? here : rest) <= target) break;
+        }
+        first[s + 1] = e;
+        i = e;
+    }
+    first[S] = n;
+    if (max_stage_ms) *max_stage_ms = G(0, 0);
+#undef G
+#undef STAGE_MS
+    free(pre);
+    free(g);
+    return DYN_OK;
+}
+
+void dyn_stage_assignment_free(dyn_stage_assignment *a)
+{
+    if (a == NULL) return;
+    free(a->layer_kind);
+    free(a->stage_first);
+    memset(a, 0, sizeof *a);
+}
+
+static dyn_status layer_ms(const dyn_cost_model *cm, dyn_layer_kind kind, const dyn_mb_shape *ref,
+                           dyn_recompute rc, double *ms, dyn_error *err)
+{
+    dyn_layer_cost lc;
+    dyn_status st = dyn_cost_layer(cm, kind, ref, rc, &lc, err);
+    if (st == DYN_OK) *ms = lc.fwd_ms + lc.bwd_ms;
+    return st;
+}
+
+dyn_status dyn_stage_assign(const dyn_cost_model *cm, int32_t n_stages, const dyn_mb_shape *ref,
+                            dyn_recompute rc, dyn_stage_assignment *out, dyn_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const dyn_model_config *cfg = dyn_cost_model_config(cm);
+    int t5 = cfg->kind == DYN_MODEL_T5;
+    int32_t n_enc = cfg->n_layers, n_dec = t5 ? cfg->n_dec_layers : 0, nb = n_enc + n_dec;
+    if (n_stages < 1 || n_stages > nb)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "stage assignment: %d stages but the model has %d transformer layers "
+                             "(stages more than layers)",
+                             n_stages, nb);
+    double enc_ms = 0, dec_ms = 0, embed_ms = 0, head_ms = 0;
+    dyn_status st = layer_ms(cm, DYN_LAYER_ENCODER, ref, rc, &enc_ms, err);
+    if (st == DYN_OK && t5) st = layer_ms(cm, DYN_LAYER_DECODER, ref, rc, &dec_ms, err);
+    if (st == DYN_OK) st = layer_ms(cm, DYN_LAYER_EMBED, ref, rc, &embed_ms, err);
+    if (st == DYN_OK) st = layer_ms(cm, DYN_LAYER_LM_HEAD, ref, rc, &head_ms, err);
+    if (st != DYN_OK) return st;
+    double *block = dyn_calloc((size_t)nb, sizeof(double), "stage assignment", err);
+    int32_t *bfirst = dyn_calloc((size_t)n_stages + 1, sizeof(int32_t), "stage assignment", err);
+    out->layer_kind = dyn_calloc((size_t)nb + 2, sizeof(int32_t), "stage assignment", err);
+    out->stage_first = dyn_calloc((size_t)n_stages + 1, sizeof(int32_t), "stage assignment", err);
+    if (!block || !bfirst || !out->layer_kind || !out->stage_first) {
+        st = DYN_ERR_NOMEM;
+        goto out;
+    }
+    for (int32_t b = 0; b < nb; b++) block[b] = b < n_enc ? enc_ms : dec_ms;
+    st = dyn_stage_split(block, nb, n_stages, embed_ms, head_ms, bfirst, &out->max_stage_ms, err);
+    if (st != DYN_OK) goto out;
+    out->n_stages = n_stages;
+    out->n_layers = nb + 2;
+    out->layer_kind[0] = DYN_LAYER_EMBED;
+    for (int32_t b = 0; b < nb; b++) out->layer_kind[b + 1] = b < n_enc ? DYN_LAYER_ENCODER : DYN_LAYER_DECODER;
+    out->layer_kind[nb + 1] = DYN_LAYER_LM_HEAD;
+    /* block boundaries -> flattened layer boundaries: the embedding joins
+     * stage 0 and the head the last stage */
+    out->stage_first[0] = 0;
+    for (int32_t s = 1; s < n_stages; s++) out->stage_first[s] = bfirst[s] + 1;
+    out->stage_first[n_stages] = nb + 2;
+out:
+    free(block);
+    free(bfirst);
+    if (st != DYN_OK) dyn_stage_assignment_free(out);
+    return st;
+}
+
+dyn_status dyn_stage_costs_build(const dyn_cost_model *cm, const dyn_stage_assignment *a,
+                                 const dyn_mb_shape *shapes, int32_t n_microbatches,
+                                 dyn_recompute rc, dyn_stage_costs *out, dyn_error *err)
+{
+    const dyn_model_config *cfg = dyn_cost_model_config(cm);
+    int t5 = cfg->kind == DYN_MODEL_T5;
+    int32_t S = a->n_stages;
+    dyn_status st = dyn_stage_costs_alloc(out, n_microbatches, S, err);
+    if (st != DYN_OK) return st;
+    for (int32_t s = 0; s < S; s++)
+        for (int32_t l = a->stage_first[s]; l < a->stage_first[s + 1]; l++)
+            out->states_mb[s] += dyn_cost_layer_states_mb(cm, (dyn_layer_kind)a->layer_kind[l]);
+    for (int32_t m = 0; m < n_microbatches; m++) {
+        /* Layers of one kind cost the same on one micro-batch: query each
+         * kind once. */
+        dyn_layer_cost lc[DYN_LAYER_KIND_COUNT];
+        memset(lc, 0, sizeof lc);
+        for (int k = 0; k < DYN_LAYER_KIND_COUNT && st == DYN_OK; k++) {
+            if (k == DYN_LAYER_DECODER && !t5) continue;
+            st = dyn_cost_layer(cm, (dyn_layer_kind)k, &shapes[m], rc, &lc[k], err);
+        }
+        if (st != DYN_OK) {
+            dyn_stage_costs_free(out);
+            return st;
+        }
+        /* What crosses a stage boundary: GPT the hidden state; T5 the encoder
+         * hidden state and the decoder-side one (the embedded decoder input
+         * before the first decoder layer, the encoder output after). */
+        double boundary = lc[DYN_LAYER_ENCODER].output_mb + (t5 ? lc[DYN_LAYER_DECODER].output_mb : 0);
+        for (int32_t s = 0; s < S; s++) {
+            size_t i = (size_t)m * S + s;
+            for (int32_t l = a->stage_first[s]; l < a->stage_first[s + 1]; l++) {
+                const dyn_layer_cost *c = &lc[a->layer_kind[l]];
+                out->fwd_ms[i] += c->fwd_ms;
+                out->bwd_ms[i] += c->bwd_ms;
+                out->bwd_input_ms[i] += c->bwd_input_ms;
+                out->bwd_weight_ms[i] += c->bwd_weight_ms;
+                out->stored_mb[i] += c->stored_mb;
+                if (c->peak_mb > out->peak_mb[i]) out->peak_mb[i] = c->peak_mb;
+            }
+            out->send_mb[i] = s < S - 1 ? boundary : 0;
+        }
+    }
+    return DYN_OK;
+}
+
+dyn_status dyn_stage_costs_from_batch(const dyn_cost_model *cm, const dyn_stage_assignment *a,
+                                      const dyn_batch_plan *bp, int32_t replica, dyn_recompute rc,
+                                      dyn_stage_costs *out, dyn_mb_shape **shapes_out,
+                                      dyn_error *err)
+{
+    if (shapes_out) *shapes_out = NULL;
+    int32_t M = 0;
+    for (int32_t i = 0; i < bp->n_microbatches; i++) M += bp->mbs[i].replica == replica;
+    if (M == 0)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "stage costs: replica %d runs no micro-batch",
+                             replica);
+    dyn_mb_shape *shapes = dyn_calloc((size_t)M, sizeof *shapes, "micro-batch shapes", err);
+    if (shapes == NULL) return DYN_ERR_NOMEM;
+    for (int32_t i = 0, k = 0; i < bp->n_microbatches; i++)
+        if (bp->mbs[i].replica == replica) shapes[k++] = bp->mbs[i].shape;
+    dyn_status st = dyn_stage_costs_build(cm, a, shapes, M, rc, out, err);
+    if (st == DYN_OK && shapes_out) *shapes_out = shapes;
+    else free(shapes);
+    return st;
+}
