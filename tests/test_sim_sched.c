@@ -2,7 +2,8 @@
  * 1F1B's closed form, wait-free cyclic never worse than cyclic on the same
  * order, every schedule runs to completion on random instances, the
  * simulated peak memory equals src/sched's static memory model, and
- * `--schedule auto` picks the minimum over the schedules it searches. */
+ * `--schedule auto` is its two phases: never worse than any schedule in the
+ * planner's order, and equal to the order search on the best of those. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -164,7 +165,7 @@ static dyn_status get_costs(void *ctx, int32_t chunks, dyn_recompute rc, const d
     return DYN_OK;
 }
 
-static void test_auto_is_the_best_searched_schedule(void **state)
+static void test_auto_two_phases(void **state)
 {
     (void)state;
     dyn_rng rng;
@@ -183,7 +184,10 @@ static void test_auto_is_the_best_searched_schedule(void **state)
         dyn_stage_costs best_costs;
         assert_int_equal(dyn_schedule_auto(sim, get_costs, &t, NULL, &ao, &no_comm, &ch, &best, &best_costs, &err),
                          DYN_OK);
-        double min = INFINITY;
+        /* Independently: phase 1 = every schedule in the given order (1
+         * group), phase 2 = the order search on the phase-1 winner. */
+        double first_ms = INFINITY;
+        int first = -1;
         for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) {
             dyn_sched_options so;
             dyn_sched_options_default(&so);
@@ -191,11 +195,24 @@ static void test_auto_is_the_best_searched_schedule(void **state)
             so.chunks = k == DYN_SCHED_INTERLEAVED ? 2 : 1;
             dyn_order_result res = {.order = o2};
             assert_int_equal(dyn_schedule_search(sim, (dyn_schedule)k, so.chunks > 1 ? &t.c2 : &t.c1, NULL, &so,
-                                                 &no_comm, 3, &res, NULL, NULL, &err),
+                                                 &no_comm, 1, &res, NULL, NULL, &err),
                              DYN_OK);
-            if (res.makespan_ms < min) min = res.makespan_ms;
+            assert_true(ch.makespan_ms <= res.makespan_ms); /* never worse than any schedule as planned */
+            if (k != DYN_SCHED_CYCLIC && res.makespan_ms < first_ms) { /* auto skips cyclic */
+                first_ms = res.makespan_ms;
+                first = k;
+            }
         }
-        assert_true(ch.makespan_ms == min);
+        dyn_sched_options so;
+        dyn_sched_options_default(&so);
+        so.n_ranks = S;
+        so.chunks = first == DYN_SCHED_INTERLEAVED ? 2 : 1;
+        dyn_order_result res = {.order = o2};
+        assert_int_equal(dyn_schedule_search(sim, (dyn_schedule)first, so.chunks > 1 ? &t.c2 : &t.c1, NULL, &so,
+                                             &no_comm, 3, &res, NULL, NULL, &err),
+                         DYN_OK);
+        double want = res.makespan_ms < first_ms ? res.makespan_ms : first_ms;
+        assert_true(ch.makespan_ms == want);
         assert_int_equal(ch.recompute, DYN_RECOMPUTE_NONE);
         const dyn_sim_result *r;
         assert_int_equal(dyn_sim_run(sim, &best, &best_costs, &no_comm, &r, &err), DYN_OK);
@@ -217,7 +234,7 @@ int main(void)
         cmocka_unit_test(test_1f1b_closed_form_on_sched_plans),
         cmocka_unit_test(test_wait_free_cyclic_never_worse_than_cyclic),
         cmocka_unit_test(test_every_schedule_simulates_and_memory_agrees),
-        cmocka_unit_test(test_auto_is_the_best_searched_schedule),
+        cmocka_unit_test(test_auto_two_phases),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

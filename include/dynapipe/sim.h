@@ -215,9 +215,12 @@ typedef struct dyn_auto_choice {
 } dyn_auto_choice;
 
 /* `--schedule auto`: for recompute none, then selective, then full (stopping
- * at the first mode where something fits), every schedule in ao->schedules
- * with dyn_schedule_search; the smallest simulated makespan within the
- * memory limit wins (ties: the earlier schedule in dyn_schedule order).
+ * at the first mode where something fits): phase 1 schedules and simulates
+ * every schedule in ao->schedules in the given order (cyclic is skipped
+ * when wait-free cyclic is a candidate: same order without barriers, never
+ * slower); phase 2 runs dyn_schedule_search with ao->order_groups on the
+ * phase-1 winner. The smallest simulated makespan within the memory limit
+ * wins (ties: the earlier). Bounded: at most 4 + 27 simulations per mode.
  * DYN_ERR_INFEASIBLE if nothing fits. best_plan / best_costs may be NULL. */
 dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ctx,
                              const dyn_mb_shape *shapes, const dyn_auto_options *ao,

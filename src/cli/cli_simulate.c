@@ -331,7 +331,7 @@ static dyn_status run_one(run_state *rs, sim_row *row, dyn_costs_fn costs_fn, vo
         row->chosen_rc = choice.recompute;
         costs = &own;
     } else {
-        int32_t v = row->sched == DYN_SCHED_INTERLEAVED || row->sched == DYN_SCHED_CYCLIC ? chunks : 1;
+        int32_t v = row->sched == DYN_SCHED_INTERLEAVED ? chunks : 1;
         if (row->sched == DYN_SCHED_INTERLEAVED && chunks < 2)
             return dyn_error_set(err, DYN_ERR_INVALID_ARG, "the interleaved schedule needs --chunks 2 or more");
         dyn_recompute rc = a->plan.opt.recompute;

@@ -8,6 +8,14 @@
  * shapes along with the costs, so the winning plan carries the right shapes
  * for the runtime) and loops over the candidates.
  *
+ * Search, per recompute mode: phase 1 schedules every candidate schedule in
+ * the planner's order and simulates it; phase 2 runs the order search
+ * (dyn_order_search) on the phase-1 winner only. Searching orders for every
+ * schedule would cost (schedules x candidates) generations and simulations,
+ * about 45 for S = 4 on the built-in workload, ~10x the 5 ms budget; the
+ * schedule choice depends far more on the micro-batch sizes than on their
+ * order, so the order search goes where it pays.
+ *
  * Recompute modes are tried in the order none, selective, full, and the loop
  * stops at the first mode under which some schedule fits the memory limit:
  * recomputation only adds time (the cost model's bwd_ms includes the
@@ -67,6 +75,75 @@ dyn_status dyn_schedule_search(dyn_sim *sim, dyn_schedule kind, const dyn_stage_
     return st;
 }
 
+/* The running best of an auto search: owns its plan and costs. */
+typedef struct auto_best {
+    int have;
+    dyn_exec_plan plan;
+    dyn_stage_costs costs;
+} auto_best;
+
+/* Search schedule k (chunks v, recompute rc) with `groups` order groups and
+ * keep it in *best / *choice if it beats them. Returns DYN_OK also when it
+ * does not fit (then *fits = 0); other errors as dyn_schedule_search. */
+static dyn_status try_schedule(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ctx,
+                               const dyn_mb_shape *shapes, const dyn_auto_options *ao,
+                               const dyn_sim_options *simopt, int k, int32_t v, dyn_recompute rc,
+                               int32_t groups, int32_t *order, dyn_auto_choice *choice,
+                               auto_best *best, int *fits, double *makespan, char *why, dyn_error *err)
+{
+    const dyn_stage_costs *costs = NULL;
+    dyn_status st = costs_fn(costs_ctx, v, rc, &costs, err);
+    if (st != DYN_OK) return st;
+    dyn_sched_options so;
+    dyn_sched_options_default(&so);
+    so.n_ranks = ao->n_ranks;
+    so.chunks = v;
+    so.memory_limit_mb = ao->memory_limit_mb;
+    so.recompute = rc;
+    so.replica = ao->replica;
+    dyn_order_result res;
+    memset(&res, 0, sizeof res);
+    res.order = order;
+    dyn_exec_plan plan;
+    dyn_stage_costs pcosts;
+    memset(&plan, 0, sizeof plan);
+    memset(&pcosts, 0, sizeof pcosts);
+    dyn_error e;
+    st = dyn_schedule_search(sim, (dyn_schedule)k, costs, shapes, &so, simopt, groups, &res, &plan, &pcosts, &e);
+    *fits = 0;
+    if (st == DYN_ERR_INFEASIBLE) {
+        snprintf(why, DYN_ERROR_MSG_MAX, "%s", e.msg);
+        return DYN_OK;
+    }
+    if (st != DYN_OK) {
+        if (err) *err = e;
+        return st;
+    }
+    *fits = 1;
+    *makespan = res.makespan_ms;
+    choice->n_simulations += res.n_candidates;
+    if (best->have && res.makespan_ms >= choice->makespan_ms) {
+        dyn_exec_plan_free(&plan);
+        dyn_stage_costs_free(&pcosts);
+        return DYN_OK;
+    }
+    if (best->have) {
+        dyn_exec_plan_free(&best->plan);
+        dyn_stage_costs_free(&best->costs);
+    }
+    best->plan = plan;
+    best->costs = pcosts;
+    best->have = 1;
+    choice->schedule = (dyn_schedule)k;
+    choice->recompute = rc;
+    choice->chunks = v;
+    choice->makespan_ms = res.makespan_ms;
+    choice->max_peak_mb = res.max_peak_mb;
+    choice->order_candidate = res.candidate;
+    memcpy(choice->order, order, sizeof(int32_t) * (size_t)costs->n_microbatches);
+    return DYN_OK;
+}
+
 dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ctx,
                              const dyn_mb_shape *shapes, const dyn_auto_options *ao,
                              const dyn_sim_options *simopt, dyn_auto_choice *choice,
@@ -77,85 +154,64 @@ dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ct
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "auto schedule: missing argument");
     uint32_t mask = ao->schedules ? ao->schedules : (1u << DYN_SCHEDULE_COUNT) - 1;
     if (ao->chunks <= 1) mask &= ~(1u << DYN_SCHED_INTERLEAVED); /* needs v > 1 */
-    int have = 0;
-    dyn_status st = DYN_OK;
-    dyn_exec_plan plan;
-    dyn_stage_costs pcosts;
-    memset(&plan, 0, sizeof plan);
-    memset(&pcosts, 0, sizeof pcosts);
-    int32_t M = 0;
-    int32_t *order = NULL;
-    char last_infeasible[DYN_ERROR_MSG_MAX] = "";
+    /* Wait-free cyclic runs cyclic's instruction order without the barriers,
+     * so it is never slower and holds the same memory (a tested property):
+     * cyclic cannot win when both are candidates. */
+    if (mask & (1u << DYN_SCHED_WAIT_FREE_CYCLIC)) mask &= ~(1u << DYN_SCHED_CYCLIC);
+    const dyn_stage_costs *c1 = NULL;
+    dyn_status st = costs_fn(costs_ctx, 1, DYN_RECOMPUTE_NONE, &c1, err);
+    if (st != DYN_OK) return st;
+    int32_t M = c1->n_microbatches;
+    int32_t *order = dyn_calloc((size_t)M, sizeof(int32_t), "auto schedule", err);
+    if (order == NULL) return DYN_ERR_NOMEM;
+    auto_best best;
+    memset(&best, 0, sizeof best);
+    char why[DYN_ERROR_MSG_MAX] = "no schedule to try";
     choice->n_simulations = 0;
-    for (int rc = 0; rc < DYN_RECOMPUTE_COUNT && !have; rc++) {
+    for (int rc = 0; rc < DYN_RECOMPUTE_COUNT && !best.have; rc++) {
+        /* Phase 1: every schedule in the planner's order. */
+        int first = -1;
+        double first_ms = 0;
         for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) {
             if (!(mask & (1u << k))) continue;
             int32_t v = k == DYN_SCHED_INTERLEAVED ? ao->chunks : 1;
-            const dyn_stage_costs *costs = NULL;
-            if ((st = costs_fn(costs_ctx, v, (dyn_recompute)rc, &costs, err)) != DYN_OK) goto done;
-            if (order == NULL) {
-                M = costs->n_microbatches;
-                order = dyn_calloc((size_t)M, sizeof(int32_t), "auto schedule", err);
-                if (order == NULL) {
-                    st = DYN_ERR_NOMEM;
-                    goto done;
-                }
-            }
-            dyn_sched_options so;
-            dyn_sched_options_default(&so);
-            so.n_ranks = ao->n_ranks;
-            so.chunks = v;
-            so.memory_limit_mb = ao->memory_limit_mb;
-            so.recompute = (dyn_recompute)rc;
-            so.replica = ao->replica;
-            dyn_order_result res;
-            memset(&res, 0, sizeof res);
-            res.order = order;
-            dyn_error e;
-            st = dyn_schedule_search(sim, (dyn_schedule)k, costs, shapes, &so, simopt, ao->order_groups,
-                                     &res, &plan, &pcosts, &e);
-            if (st == DYN_ERR_INFEASIBLE) {
-                snprintf(last_infeasible, sizeof last_infeasible, "%s", e.msg);
-                st = DYN_OK;
-                continue;
-            }
-            if (st != DYN_OK) {
-                if (err) *err = e;
-                goto done;
-            }
-            choice->n_simulations += res.n_candidates;
-            if (!have || res.makespan_ms < choice->makespan_ms) {
-                if (have) {
-                    if (best_plan) dyn_exec_plan_free(best_plan);
-                    if (best_costs) dyn_stage_costs_free(best_costs);
-                }
-                choice->schedule = (dyn_schedule)k;
-                choice->recompute = (dyn_recompute)rc;
-                choice->chunks = v;
-                choice->makespan_ms = res.makespan_ms;
-                choice->max_peak_mb = res.max_peak_mb;
-                choice->order_candidate = res.candidate;
-                memcpy(choice->order, order, sizeof(int32_t) * (size_t)M);
-                if (best_plan) *best_plan = plan; else dyn_exec_plan_free(&plan);
-                if (best_costs) *best_costs = pcosts; else dyn_stage_costs_free(&pcosts);
-                memset(&plan, 0, sizeof plan);
-                memset(&pcosts, 0, sizeof pcosts);
-                have = 1;
-            } else {
-                dyn_exec_plan_free(&plan);
-                dyn_stage_costs_free(&pcosts);
+            int fits;
+            double ms;
+            st = try_schedule(sim, costs_fn, costs_ctx, shapes, ao, simopt, k, v, (dyn_recompute)rc, 1, order,
+                              choice, &best, &fits, &ms, why, err);
+            if (st != DYN_OK) goto done;
+            if (fits && (first < 0 || ms < first_ms)) {
+                first = k;
+                first_ms = ms;
             }
         }
+        /* Phase 2: the order search on the best of phase 1. */
+        if (first >= 0 && ao->order_groups > 1) {
+            int fits;
+            double ms;
+            int32_t v = first == DYN_SCHED_INTERLEAVED ? ao->chunks : 1;
+            st = try_schedule(sim, costs_fn, costs_ctx, shapes, ao, simopt, first, v, (dyn_recompute)rc,
+                              ao->order_groups, order, choice, &best, &fits, &ms, why, err);
+            if (st != DYN_OK) goto done;
+        }
     }
-    if (!have)
+    if (!best.have) {
         st = dyn_error_set(err, DYN_ERR_INFEASIBLE,
-                           "no schedule fits the memory limit under any recompute mode (%s)",
-                           last_infeasible[0] ? last_infeasible : "no schedule to try");
-done:
-    if (st != DYN_OK && have) {
-        if (best_plan) dyn_exec_plan_free(best_plan);
-        if (best_costs) dyn_stage_costs_free(best_costs);
+                           "no schedule fits the memory limit under any recompute mode (%s)", why);
+        goto done;
     }
+    if (best_plan) {
+        *best_plan = best.plan;
+        memset(&best.plan, 0, sizeof best.plan);
+    }
+    if (best_costs) {
+        *best_costs = best.costs;
+        memset(&best.costs, 0, sizeof best.costs);
+    }
+    st = DYN_OK;
+done:
+    dyn_exec_plan_free(&best.plan);
+    dyn_stage_costs_free(&best.costs);
     free(order);
     return st;
 }
