@@ -297,19 +297,24 @@ static void test_malformed_plans_are_rejected(void **state)
     assert_int_equal(saved.op, DYN_OP_RECV_ACT_START);
     r1->instrs[0].op = DYN_OP_LOAD_INPUT;
     assert_int_equal(dyn_sim_run(sim, &t.p, &c, &no_comm, NULL, &err), DYN_ERR_INVALID_ARG);
-    assert_non_null(strstr(err.msg, "messages are matched in posting order"));
+    assert_non_null(strstr(err.msg, "RECV_ACT_FINISH): no transfer started on slot 0"));
     r1->instrs[0] = saved;
-    /* drop the last activation receive: the last send has no receive */
-    for (int32_t i = r1->n_instrs - 1; i >= 0; i--)
-        if (r1->instrs[i].op == DYN_OP_RECV_ACT_START) {
-            saved = r1->instrs[i];
-            r1->instrs[i].op = DYN_OP_LOAD_INPUT;
-            assert_int_equal(dyn_sim_run(sim, &t.p, &c, &no_comm, NULL, &err), DYN_ERR_INVALID_ARG);
-            assert_non_null(strstr(err.msg, "rank 0 instruction"));
-            assert_non_null(strstr(err.msg, "micro-batch 2 to rank 1): no matching receive"));
-            r1->instrs[i] = saved;
-            break;
-        }
+    /* drop the last activation receive (START and FINISH): the last send
+     * has no receive */
+    int32_t rs = -1, rf = -1;
+    for (int32_t i = 0; i < r1->n_instrs; i++) {
+        if (r1->instrs[i].op == DYN_OP_RECV_ACT_START && r1->instrs[i].microbatch == 2) rs = i;
+        if (r1->instrs[i].op == DYN_OP_RECV_ACT_FINISH && r1->instrs[i].microbatch == 2) rf = i;
+    }
+    assert_true(rs >= 0 && rf >= 0);
+    dyn_instr saved_s = r1->instrs[rs], saved_f = r1->instrs[rf];
+    r1->instrs[rs].op = DYN_OP_LOAD_INPUT;
+    r1->instrs[rf].op = DYN_OP_LOAD_INPUT;
+    assert_int_equal(dyn_sim_run(sim, &t.p, &c, &no_comm, NULL, &err), DYN_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "rank 0 instruction"));
+    assert_non_null(strstr(err.msg, "micro-batch 2 to rank 1): no matching receive"));
+    r1->instrs[rs] = saved_s;
+    r1->instrs[rf] = saved_f;
     /* swap the order of two activation sends on rank 0 */
     dyn_rank_plan *r0 = &t.p.ranks[0];
     int32_t first = -1, second = -1;

@@ -41,6 +41,7 @@ enum { MSG_SEND_POSTED = 1, MSG_RECV_POSTED = 2, MSG_STARTED = 4 };
 /* One message: a SEND_*_START on one rank and its RECV_*_START on another. */
 typedef struct sim_msg {
     int32_t send_idx, recv_idx; /* flat instruction indices of the two STARTs */
+    int32_t src, dst;           /* sending and receiving rank */
     int32_t send_waiter;        /* rank parked on SEND_FINISH, or -1 */
     int32_t recv_waiter;        /* rank parked on RECV_FINISH, or -1 */
     int32_t flags;
@@ -73,6 +74,7 @@ struct dyn_sim {
     int32_t n_msgs;
     int32_t *bucket_send, *bucket_recv; /* [buckets + 1] counts, then offsets */
     int32_t *order_send, *order_recv;   /* [instrs] instruction indices by bucket */
+    int32_t *comm_list, *comm_rank;     /* [instrs] SEND/RECV instructions and their ranks */
     /* per slot (all ranks), for the pairing of FINISH with START and memory */
     int32_t *pend_send, *pend_recv;
     double *slot_mb;
@@ -107,7 +109,7 @@ static void free_arrays(dyn_sim *s)
     free(s->ins); free(s->msg_of); free(s->start); free(s->end); free(s->mem_after);
     free(s->mem_top);
     free(s->msgs); free(s->bucket_send); free(s->bucket_recv); free(s->order_send);
-    free(s->order_recv);
+    free(s->order_recv); free(s->comm_list); free(s->comm_rank);
     free(s->pend_send); free(s->pend_recv); free(s->slot_mb); free(s->slot_live);
 }
 
@@ -156,6 +158,8 @@ static dyn_status reserve(dyn_sim *s, int32_t R, int32_t N, int32_t B, int32_t K
         GROW(s->mem_top, c, "simulator instructions");
         GROW(s->order_send, c, "simulator matching");
         GROW(s->order_recv, c, "simulator matching");
+        GROW(s->comm_list, c, "simulator matching");
+        GROW(s->comm_rank, c, "simulator matching");
         GROW(s->msgs, c, "simulator messages");
         s->cap_instrs = c;
     }
@@ -176,60 +180,76 @@ static dyn_status reserve(dyn_sim *s, int32_t R, int32_t N, int32_t B, int32_t K
     return DYN_OK;
 }
 
-static int is_send_start(int op) { return op == DYN_OP_SEND_ACT_START || op == DYN_OP_SEND_GRAD_START; }
-static int is_recv_start(int op) { return op == DYN_OP_RECV_ACT_START || op == DYN_OP_RECV_GRAD_START; }
-static int is_grad(int op)
-{
-    return op == DYN_OP_SEND_GRAD_START || op == DYN_OP_SEND_GRAD_FINISH ||
-           op == DYN_OP_RECV_GRAD_START || op == DYN_OP_RECV_GRAD_FINISH;
-}
-static int is_compute(int op)
-{
-    return op == DYN_OP_FORWARD || op == DYN_OP_BACKWARD || op == DYN_OP_BACKWARD_INPUT ||
-           op == DYN_OP_BACKWARD_WEIGHT;
-}
+/* Op properties, one table lookup instead of comparison chains in the
+ * passes over every instruction. */
+enum {
+    OPF_COMPUTE = 1,    /* FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT */
+    OPF_SEND_START = 2,
+    OPF_RECV_START = 4,
+    OPF_SEND_FINISH = 8,
+    OPF_RECV_FINISH = 16,
+    OPF_GRAD = 32,      /* the gradient kind of a SEND/RECV */
+    OPF_NO_MB = 64      /* FREE_BUFFER, BARRIER: micro-batch not used */
+};
+static const uint8_t op_flags[DYN_OP_COUNT] = {
+    [DYN_OP_LOAD_INPUT] = 0,
+    [DYN_OP_FORWARD] = OPF_COMPUTE,
+    [DYN_OP_BACKWARD] = OPF_COMPUTE,
+    [DYN_OP_BACKWARD_INPUT] = OPF_COMPUTE,
+    [DYN_OP_BACKWARD_WEIGHT] = OPF_COMPUTE,
+    [DYN_OP_SEND_ACT_START] = OPF_SEND_START,
+    [DYN_OP_SEND_ACT_FINISH] = OPF_SEND_FINISH,
+    [DYN_OP_RECV_ACT_START] = OPF_RECV_START,
+    [DYN_OP_RECV_ACT_FINISH] = OPF_RECV_FINISH,
+    [DYN_OP_SEND_GRAD_START] = OPF_SEND_START | OPF_GRAD,
+    [DYN_OP_SEND_GRAD_FINISH] = OPF_SEND_FINISH | OPF_GRAD,
+    [DYN_OP_RECV_GRAD_START] = OPF_RECV_START | OPF_GRAD,
+    [DYN_OP_RECV_GRAD_FINISH] = OPF_RECV_FINISH | OPF_GRAD,
+    [DYN_OP_FREE_BUFFER] = OPF_NO_MB,
+    [DYN_OP_BARRIER] = OPF_NO_MB,
+};
+#define OPF_COMM (OPF_SEND_START | OPF_RECV_START | OPF_SEND_FINISH | OPF_RECV_FINISH)
+
+static int is_send_start(int op) { return (op_flags[op] & OPF_SEND_START) != 0; }
+static int is_compute(int op) { return (op_flags[op] & OPF_COMPUTE) != 0; }
 
 static const char *op_label(int op) { return dyn_op_name((dyn_op)op); }
 
-/* Rank of flat instruction index i (binary search over rank_off). */
-static int32_t rank_of(const dyn_sim *s, int32_t R, int32_t i)
+static int32_t msg_bucket(int32_t R, int grad, int32_t src, int32_t dst)
 {
-    int32_t lo = 0, hi = R - 1;
-    while (lo < hi) {
-        int32_t mid = (lo + hi + 1) / 2;
-        if (s->rank_off[mid] <= i) lo = mid; else hi = mid - 1;
-    }
-    return lo;
+    return (grad * R + src) * R + dst;
 }
 
-/* Check every field the simulator indexes with, and lay the plan out flat. */
-static dyn_status check_plan(dyn_sim *s, const dyn_exec_plan *p, dyn_error *err)
+/* Pass 1 over the plan, in program order per rank: lay it out flat, check
+ * every field the simulator indexes with, count the STARTs per message
+ * bucket, list the communication instructions, and pair each FINISH with
+ * its START through the slot it names (msg_of holds the START's index for
+ * now; prepare() turns it into the message). */
+static dyn_status scan_plan(dyn_sim *s, const dyn_exec_plan *p, int32_t *n_comm, dyn_error *err)
 {
     int32_t R = p->n_ranks, S = p->n_stages, M = p->n_microbatches;
+    int32_t nc = 0;
     for (int32_t r = 0; r < R; r++) {
         const dyn_rank_plan *rp = &p->ranks[r];
+        int32_t base = s->slot_off[r], nb = rp->n_buffers;
+        for (int32_t q = 0; q < nb; q++) s->pend_send[base + q] = s->pend_recv[base + q] = -1;
         for (int32_t i = 0; i < rp->n_instrs; i++) {
             const dyn_instr *in = &rp->instrs[i];
             int32_t k = s->rank_off[r] + i;
             s->ins[k] = in;
+            s->msg_of[k] = -1;
             if (in->op >= DYN_OP_COUNT)
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan rank %d instruction %d: unknown op %d", r, i, in->op);
-            int op = in->op;
-            if (op != DYN_OP_FREE_BUFFER && op != DYN_OP_BARRIER && (in->microbatch < 0 || in->microbatch >= M))
+            int op = in->op, fl = op_flags[op];
+            if (!(fl & OPF_NO_MB) && (in->microbatch < 0 || in->microbatch >= M))
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan rank %d instruction %d (%s): micro-batch %d out of range 0..%d",
                                      r, i, op_label(op), in->microbatch, M - 1);
-            if (is_compute(op) && (in->stage < 0 || in->stage >= S || p->stage_rank[in->stage] != r))
+            if ((fl & OPF_COMPUTE) && (in->stage < 0 || in->stage >= S || p->stage_rank[in->stage] != r))
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan rank %d instruction %d (%s): stage %d is not on this rank",
                                      r, i, op_label(op), in->stage);
-            int is_comm = op >= DYN_OP_SEND_ACT_START && op <= DYN_OP_RECV_GRAD_FINISH;
-            if (is_comm && (in->peer < 0 || in->peer >= R || in->peer == r))
-                return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                     "plan rank %d instruction %d (%s): bad peer rank %d", r, i,
-                                     op_label(op), in->peer);
-            int32_t nb = rp->n_buffers;
             if ((in->buf_in < -1 || in->buf_in >= nb) || (in->buf_out < -1 || in->buf_out >= nb))
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan rank %d instruction %d (%s): slot out of range 0..%d",
@@ -238,133 +258,36 @@ static dyn_status check_plan(dyn_sim *s, const dyn_exec_plan *p, dyn_error *err)
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan rank %d instruction %d (%s): negative bytes", r, i,
                                      op_label(op));
-        }
-    }
-    return DYN_OK;
-}
-
-/* Pair sends with receives. Like MPI with one tag per kind, messages from
- * one rank to another are matched per kind (activation, gradient) in posting
- * order: the k-th SEND_ACT_START from a to b meets the k-th RECV_ACT_START
- * from a on b. Bucketing by (kind, sender, receiver) makes this linear; a
- * pair that names different micro-batches is an inconsistent plan (the
- * runtime would deliver one micro-batch's tensor as another's). FINISHes
- * are then paired with their STARTs through the slot. Fills msgs, msg_of. */
-static int32_t msg_bucket(int32_t R, int grad, int32_t src, int32_t dst)
-{
-    return (grad * R + src) * R + dst;
-}
-
-static dyn_status match_messages(dyn_sim *s, const dyn_exec_plan *p, dyn_error *err)
-{
-    int32_t R = p->n_ranks;
-    int32_t B = 2 * R * R;
-    memset(s->bucket_send, 0, sizeof(int32_t) * (size_t)(B + 1));
-    memset(s->bucket_recv, 0, sizeof(int32_t) * (size_t)(B + 1));
-    for (int32_t r = 0; r < R; r++) {
-        for (int32_t k = s->rank_off[r]; k < s->rank_off[r + 1]; k++) {
-            const dyn_instr *in = s->ins[k];
-            s->msg_of[k] = -1;
-            if (is_send_start(in->op))
-                s->bucket_send[msg_bucket(R, is_grad(in->op), r, in->peer) + 1]++;
-            else if (is_recv_start(in->op))
-                s->bucket_recv[msg_bucket(R, is_grad(in->op), in->peer, r) + 1]++;
-        }
-    }
-    for (int32_t b = 0; b < B; b++) {
-        s->bucket_send[b + 1] += s->bucket_send[b];
-        s->bucket_recv[b + 1] += s->bucket_recv[b];
-    }
-    /* Fill in program order; all sends (receives) of a bucket are on one
-     * rank, so each bucket lists them in posting order. The bucket_* entries
-     * serve as cursors and end up one bucket later: afterwards bucket b
-     * spans [bucket[b-1], bucket[b]) with bucket[-1] = 0. */
-    for (int32_t r = 0; r < R; r++) {
-        for (int32_t k = s->rank_off[r]; k < s->rank_off[r + 1]; k++) {
-            const dyn_instr *in = s->ins[k];
-            if (is_send_start(in->op))
-                s->order_send[s->bucket_send[msg_bucket(R, is_grad(in->op), r, in->peer)]++] = k;
-            else if (is_recv_start(in->op))
-                s->order_recv[s->bucket_recv[msg_bucket(R, is_grad(in->op), in->peer, r)]++] = k;
-        }
-    }
-    s->n_msgs = 0;
-    for (int32_t b = 0; b < B; b++) {
-        int32_t s0 = b ? s->bucket_send[b - 1] : 0, s1 = s->bucket_send[b];
-        int32_t r0 = b ? s->bucket_recv[b - 1] : 0, r1 = s->bucket_recv[b];
-        int32_t n = s1 - s0 < r1 - r0 ? s1 - s0 : r1 - r0;
-        for (int32_t a = 0; a < n; a++) {
-            int32_t ks = s->order_send[s0 + a], kr = s->order_recv[r0 + a];
-            if (s->ins[ks]->microbatch != s->ins[kr]->microbatch) {
-                int32_t rs = rank_of(s, R, ks), rr = rank_of(s, R, kr);
+            if (!(fl & OPF_COMM)) continue;
+            if (in->peer < 0 || in->peer >= R || in->peer == r)
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                     "plan rank %d instruction %d (%s micro-batch %d to rank %d) meets rank %d instruction %d (%s micro-batch %d): messages are matched in posting order",
-                                     rs, ks - s->rank_off[rs], op_label(s->ins[ks]->op),
-                                     s->ins[ks]->microbatch, rr, rr, kr - s->rank_off[rr],
-                                     op_label(s->ins[kr]->op), s->ins[kr]->microbatch);
-            }
-            sim_msg *m = &s->msgs[s->n_msgs];
-            memset(m, 0, sizeof *m);
-            m->send_idx = ks;
-            m->recv_idx = kr;
-            m->send_waiter = m->recv_waiter = -1;
-            s->msg_of[ks] = s->msg_of[kr] = s->n_msgs++;
-        }
-        if (s1 - s0 > n) {
-            int32_t ks = s->order_send[s0 + n], r = rank_of(s, R, ks);
-            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                 "plan rank %d instruction %d (%s micro-batch %d to rank %d): no matching receive",
-                                 r, ks - s->rank_off[r], op_label(s->ins[ks]->op),
-                                 s->ins[ks]->microbatch, s->ins[ks]->peer);
-        }
-        if (r1 - r0 > n) {
-            int32_t kr = s->order_recv[r0 + n], r = rank_of(s, R, kr);
-            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                 "plan rank %d instruction %d (%s micro-batch %d from rank %d): no matching send",
-                                 r, kr - s->rank_off[r], op_label(s->ins[kr]->op),
-                                 s->ins[kr]->microbatch, s->ins[kr]->peer);
-        }
-    }
-    /* FINISH -> START through the slot, per rank. */
-    for (int32_t r = 0; r < R; r++) {
-        int32_t base = s->slot_off[r], nb = s->slot_off[r + 1] - base;
-        for (int32_t q = 0; q < nb; q++) s->pend_send[base + q] = s->pend_recv[base + q] = -1;
-        for (int32_t k = s->rank_off[r]; k < s->rank_off[r + 1]; k++) {
-            const dyn_instr *in = s->ins[k];
-            int32_t i = k - s->rank_off[r];
-            int op = in->op;
-            int32_t *pend = NULL;
-            int32_t slot = -1;
-            if (op == DYN_OP_SEND_ACT_START || op == DYN_OP_SEND_GRAD_START ||
-                op == DYN_OP_SEND_ACT_FINISH || op == DYN_OP_SEND_GRAD_FINISH) {
-                pend = s->pend_send;
-                slot = in->buf_in;
-            } else if (op == DYN_OP_RECV_ACT_START || op == DYN_OP_RECV_GRAD_START ||
-                       op == DYN_OP_RECV_ACT_FINISH || op == DYN_OP_RECV_GRAD_FINISH) {
-                pend = s->pend_recv;
-                slot = in->buf_out;
-            } else {
-                continue;
-            }
+                                     "plan rank %d instruction %d (%s): bad peer rank %d", r, i,
+                                     op_label(op), in->peer);
+            s->comm_list[nc] = k;
+            s->comm_rank[nc++] = r;
+            int send_side = (fl & (OPF_SEND_START | OPF_SEND_FINISH)) != 0;
+            int32_t slot = send_side ? in->buf_in : in->buf_out;
+            int32_t *pend = send_side ? s->pend_send : s->pend_recv;
             if (slot < 0)
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan rank %d instruction %d (%s): names no slot", r, i,
                                      op_label(op));
-            if (is_send_start(op) || is_recv_start(op)) {
+            int grad = (fl & OPF_GRAD) != 0;
+            if (fl & (OPF_SEND_START | OPF_RECV_START)) {
                 if (pend[base + slot] >= 0)
                     return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                          "plan rank %d instruction %d (%s): slot %d already has a transfer in flight",
                                          r, i, op_label(op), slot);
-                pend[base + slot] = s->msg_of[k];
+                pend[base + slot] = k;
+                if (fl & OPF_SEND_START) s->bucket_send[msg_bucket(R, grad, r, in->peer) + 1]++;
+                else s->bucket_recv[msg_bucket(R, grad, in->peer, r) + 1]++;
             } else {
-                int32_t m = pend[base + slot];
-                int32_t start_k = m < 0 ? -1
-                                  : pend == s->pend_send ? s->msgs[m].send_idx : s->msgs[m].recv_idx;
-                if (m < 0 || is_grad(s->ins[start_k]->op) != is_grad(op))
+                int32_t ks = pend[base + slot];
+                if (ks < 0 || ((op_flags[s->ins[ks]->op] & OPF_GRAD) != 0) != grad)
                     return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                          "plan rank %d instruction %d (%s): no transfer started on slot %d",
                                          r, i, op_label(op), slot);
-                s->msg_of[k] = m;
+                s->msg_of[k] = ks;
                 pend[base + slot] = -1;
             }
         }
@@ -373,6 +296,92 @@ static dyn_status match_messages(dyn_sim *s, const dyn_exec_plan *p, dyn_error *
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan rank %d: transfer on slot %d is started but never finished",
                                      r, q);
+    }
+    *n_comm = nc;
+    return DYN_OK;
+}
+
+/* Check the plan and pair sends with receives. Like MPI with one tag per
+ * kind, messages from one rank to another are matched per kind (activation,
+ * gradient) in posting order: the k-th SEND_ACT_START from a to b meets the
+ * k-th RECV_ACT_START from a on b. Bucketing by (kind, sender, receiver)
+ * makes this linear; a pair that names different micro-batches is an
+ * inconsistent plan (the runtime would deliver one micro-batch's tensor as
+ * another's). Fills msgs and msg_of (STARTs and FINISHes -> message). */
+static dyn_status prepare(dyn_sim *s, const dyn_exec_plan *p, dyn_error *err)
+{
+    int32_t R = p->n_ranks;
+    int32_t B = 2 * R * R;
+    memset(s->bucket_send, 0, sizeof(int32_t) * (size_t)(B + 1));
+    memset(s->bucket_recv, 0, sizeof(int32_t) * (size_t)(B + 1));
+    int32_t n_comm = 0;
+    dyn_status st = scan_plan(s, p, &n_comm, err);
+    if (st != DYN_OK) return st;
+    for (int32_t b = 0; b < B; b++) {
+        s->bucket_send[b + 1] += s->bucket_send[b];
+        s->bucket_recv[b + 1] += s->bucket_recv[b];
+    }
+    /* Fill the buckets from the communication list (program order per
+     * rank); all sends (receives) of a bucket are on one rank, so each
+     * bucket lists them in posting order. The bucket_* entries serve as
+     * cursors and end up one bucket later: afterwards bucket b spans
+     * [bucket[b-1], bucket[b]) with bucket[-1] = 0. */
+    const int32_t *comm = s->comm_list;
+    for (int32_t c = 0; c < n_comm; c++) {
+        int32_t k = comm[c];
+        const dyn_instr *in = s->ins[k];
+        int fl = op_flags[in->op];
+        if (!(fl & (OPF_SEND_START | OPF_RECV_START))) continue;
+        int32_t r = s->comm_rank[c];
+        int grad = (fl & OPF_GRAD) != 0;
+        if (fl & OPF_SEND_START)
+            s->order_send[s->bucket_send[msg_bucket(R, grad, r, in->peer)]++] = k;
+        else
+            s->order_recv[s->bucket_recv[msg_bucket(R, grad, in->peer, r)]++] = k;
+    }
+    s->n_msgs = 0;
+    for (int32_t b = 0; b < B; b++) {
+        int32_t s0 = b ? s->bucket_send[b - 1] : 0, s1 = s->bucket_send[b];
+        int32_t r0 = b ? s->bucket_recv[b - 1] : 0, r1 = s->bucket_recv[b];
+        int32_t n = s1 - s0 < r1 - r0 ? s1 - s0 : r1 - r0;
+        int32_t src = (b / R) % R, dst = b % R;
+        for (int32_t a = 0; a < n; a++) {
+            int32_t ks = s->order_send[s0 + a], kr = s->order_recv[r0 + a];
+            if (s->ins[ks]->microbatch != s->ins[kr]->microbatch)
+                return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                     "plan rank %d instruction %d (%s micro-batch %d to rank %d) meets rank %d instruction %d (%s micro-batch %d): messages are matched in posting order",
+                                     src, ks - s->rank_off[src], op_label(s->ins[ks]->op),
+                                     s->ins[ks]->microbatch, dst, dst, kr - s->rank_off[dst],
+                                     op_label(s->ins[kr]->op), s->ins[kr]->microbatch);
+            sim_msg *m = &s->msgs[s->n_msgs];
+            m->send_idx = ks;
+            m->recv_idx = kr;
+            m->src = src;
+            m->dst = dst;
+            m->send_waiter = m->recv_waiter = -1;
+            m->flags = 0;
+            m->send_post = m->recv_post = m->arrive = 0.0;
+            s->msg_of[ks] = s->msg_of[kr] = s->n_msgs++;
+        }
+        if (s1 - s0 > n) {
+            int32_t ks = s->order_send[s0 + n];
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "plan rank %d instruction %d (%s micro-batch %d to rank %d): no matching receive",
+                                 src, ks - s->rank_off[src], op_label(s->ins[ks]->op),
+                                 s->ins[ks]->microbatch, s->ins[ks]->peer);
+        }
+        if (r1 - r0 > n) {
+            int32_t kr = s->order_recv[r0 + n];
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "plan rank %d instruction %d (%s micro-batch %d from rank %d): no matching send",
+                                 dst, kr - s->rank_off[dst], op_label(s->ins[kr]->op),
+                                 s->ins[kr]->microbatch, s->ins[kr]->peer);
+        }
+    }
+    /* FINISHes: from their START's index to its message. */
+    for (int32_t c = 0; c < n_comm; c++) {
+        int32_t k = comm[c];
+        if (op_flags[s->ins[k]->op] & (OPF_SEND_FINISH | OPF_RECV_FINISH)) s->msg_of[k] = s->msg_of[s->msg_of[k]];
     }
     return DYN_OK;
 }
@@ -421,8 +430,7 @@ static void start_transfer(dyn_sim *s, const dyn_exec_plan *p, const dyn_sim_opt
                            sim_msg *m, double now)
 {
     int32_t R = p->n_ranks;
-    int32_t src = rank_of(s, R, m->send_idx), dst = rank_of(s, R, m->recv_idx);
-    double *link = &s->link_free[(size_t)src * R + dst];
+    double *link = &s->link_free[(size_t)m->src * R + m->dst];
     double t0 = now > *link ? now : *link;
     double bytes = (double)s->ins[m->send_idx]->bytes;
     double xfer = opt->link_gbps > 0 ? bytes / (opt->link_gbps * 1e9) * 1e3 : 0.0;
@@ -652,8 +660,7 @@ dyn_status dyn_sim_run(dyn_sim *sim, const dyn_exec_plan *plan, const dyn_stage_
         sim->rank_off[r + 1] = sim->rank_off[r] + plan->ranks[r].n_instrs;
         sim->slot_off[r + 1] = sim->slot_off[r] + plan->ranks[r].n_buffers;
     }
-    if ((st = check_plan(sim, plan, err)) != DYN_OK) return st;
-    if ((st = match_messages(sim, plan, err)) != DYN_OK) return st;
+    if ((st = prepare(sim, plan, err)) != DYN_OK) return st;
 
     for (int32_t r = 0; r < R; r++) {
         sim->pc[r] = 0;
