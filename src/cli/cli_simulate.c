@@ -37,6 +37,7 @@ typedef struct sim_args {
     const char *trace, *svg, *json, *microbatches;
     int32_t order_groups;
     int skip_infeasible;
+    int markdown; /* --markdown: the summary as a markdown table, methods x schedules */
 } sim_args;
 
 /* One (batch, method, schedule) result. */
@@ -68,6 +69,8 @@ static void usage(FILE *out)
             "                     planning (format: docs/simulator.md)\n"
             "  --skip-infeasible  report a schedule that does not fit memory as infeasible\n"
             "                     instead of failing\n"
+            "  --markdown         print the summary as a markdown table: one row per method,\n"
+            "                     one column per schedule, cells tokens/s (speed-up over packing)\n"
             "  --trace FILE.json  Chrome/Perfetto trace of the first batch, method, schedule\n"
             "  --svg FILE.svg     SVG timeline of the same run\n"
             "  --json OUT         per global batch and method: makespan_ms, bubble_fraction,\n"
@@ -205,6 +208,10 @@ static int parse_args(sim_args *a, int argc, char **argv)
             a->skip_infeasible = 1;
             continue;
         }
+        if (strcmp(f, "--markdown") == 0) {
+            a->markdown = 1;
+            continue;
+        }
         if (strcmp(f, "--method") == 0) method_flag = 1;
         int used = plan_args_parse_one(CMD, &a->plan, argc, argv, &i);
         if (used < 0) return -1;
@@ -239,6 +246,7 @@ typedef struct run_state {
     dyn_sim_options simopt;
     dyn_sim *sim;
     int32_t n_ranks;
+    int32_t chunks_avail; /* chunks the stage assignment allows (auto tries interleaved only if > 1) */
     sim_row *rows;
     int32_t n_rows, cap_rows;
     recorded rec;
@@ -315,7 +323,7 @@ static dyn_status run_one(run_state *rs, sim_row *row, dyn_costs_fn costs_fn, vo
         dyn_auto_options ao;
         memset(&ao, 0, sizeof ao);
         ao.n_ranks = rs->n_ranks;
-        ao.chunks = chunks;
+        ao.chunks = rs->chunks_avail;
         ao.memory_limit_mb = limit;
         ao.order_groups = a->order_groups;
         const dyn_stage_costs *c1;
@@ -333,7 +341,7 @@ static dyn_status run_one(run_state *rs, sim_row *row, dyn_costs_fn costs_fn, vo
     } else {
         int32_t v = row->sched == DYN_SCHED_INTERLEAVED ? chunks : 1;
         if (row->sched == DYN_SCHED_INTERLEAVED && chunks < 2)
-            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "the interleaved schedule needs --chunks 2 or more");
+            return dyn_error_set(err, DYN_ERR_INFEASIBLE, "the interleaved schedule needs --chunks 2 or more");
         dyn_recompute rc = a->plan.opt.recompute;
         if ((st = costs_fn(costs_ctx, v, rc, &costs, err)) != DYN_OK) return st;
         dyn_sched_options so;
@@ -443,6 +451,7 @@ static int run_whatif(run_state *rs)
     rs->n_ranks = S;
     whatif_ctx w = {&costs, costs.n_stages / S};
     a->plan.opt.chunks = w.chunks;
+    rs->chunks_avail = w.chunks;
     int rc = run_schedules(rs, 0, -1, whatif_costs, &w, NULL, tokens, "what-if");
     dyn_stage_costs_free(&costs);
     return rc;
@@ -480,8 +489,23 @@ static int run_planned(run_state *rs, plan_inputs *in)
         if (n == 0) break;
         for (int32_t m = 0; m < a->n_methods; m++) {
             const char *name = dyn_batching_name(a->methods[m]);
-            if (dyn_planner_plan(planners[m], batch, n, &bp, &err) != DYN_OK ||
-                dyn_batch_costs_set_batch(bc, &bp, 0, &err) != DYN_OK) {
+            dyn_status pst = dyn_planner_plan(planners[m], batch, n, &bp, &err);
+            if (pst == DYN_ERR_INFEASIBLE && a->skip_infeasible) {
+                /* This method cannot plan the batch: infeasible rows. */
+                dyn_batch_plan_free(&bp);
+                for (int32_t k = 0; k < a->n_sched; k++) {
+                    sim_row *row = new_row(rs, &err);
+                    if (row == NULL) {
+                        cli_errorf(CMD, "%s", err.msg);
+                        goto done;
+                    }
+                    row->batch = b;
+                    row->method = m;
+                    row->sched = a->sched[k];
+                }
+                continue;
+            }
+            if (pst != DYN_OK || dyn_batch_costs_set_batch(bc, &bp, 0, &err) != DYN_OK) {
                 cli_errorf(CMD, "global batch %d, %s: %s", b, name, err.msg);
                 goto done;
             }
@@ -498,6 +522,7 @@ static int run_planned(run_state *rs, plan_inputs *in)
             }
             int32_t M;
             const dyn_mb_shape *shapes = dyn_batch_costs_shapes(bc, &M);
+            rs->chunks_avail = dyn_batch_costs_chunks(bc);
             if (run_schedules(rs, b, m, dyn_batch_costs_get, bc, shapes, tokens, name) != 0) goto done;
             dyn_batch_plan_free(&bp);
         }
@@ -557,20 +582,55 @@ static void print_table(const run_state *rs)
             summary s, p;
             summarise(rs, a->microbatches ? -1 : m, a->sched[k], &s);
             const char *mname = a->microbatches ? "what-if" : dyn_batching_name(a->methods[m]);
-            if (s.n == 0) {
-                printf("%-16s %-17s %12s\n", mname, sched_label(a->sched[k]), "infeasible");
+            if (s.infeasible > 0 || s.n == 0) {
+                printf("%-16s %-17s %12s (%d of %d global batches)\n", mname, sched_label(a->sched[k]),
+                       "infeasible", s.infeasible, s.infeasible + s.n);
                 continue;
             }
             char speed[32] = "-";
             if (packing >= 0) {
                 summarise(rs, packing, a->sched[k], &p);
-                if (p.n == s.n && summary_tps(&p) > 0)
+                if (p.n == s.n && p.infeasible == 0 && summary_tps(&p) > 0)
                     snprintf(speed, sizeof speed, "%.2fx", summary_tps(&s) / summary_tps(&p));
             }
             double bubble = s.makespan > 0 ? 1.0 - s.busy / ((double)rs->n_ranks * s.makespan) : 0;
             printf("%-16s %-17s %12.3f %8.3f %13.1f %13.1f %9s\n", mname, sched_label(a->sched[k]),
                    s.makespan, bubble, s.peak, summary_tps(&s), speed);
         }
+    }
+}
+
+/* The same summary as a markdown pivot: methods x schedules, each cell
+ * "tokens/s (speed-up over packing)"; used for docs/performance.md. */
+static void print_markdown(const run_state *rs)
+{
+    const sim_args *a = rs->a;
+    int32_t n_methods = a->microbatches ? 1 : a->n_methods;
+    int32_t packing = -1;
+    for (int32_t m = 0; m < n_methods && !a->microbatches; m++)
+        if (a->methods[m] == DYN_BATCH_PACKING) packing = m;
+    printf("| method |");
+    for (int32_t k = 0; k < a->n_sched; k++) printf(" %s |", sched_label(a->sched[k]));
+    printf("\n| --- |");
+    for (int32_t k = 0; k < a->n_sched; k++) printf(" ---: |");
+    printf("\n");
+    for (int32_t m = 0; m < n_methods; m++) {
+        printf("| %s |", a->microbatches ? "what-if" : dyn_batching_name(a->methods[m]));
+        for (int32_t k = 0; k < a->n_sched; k++) {
+            summary s, p;
+            summarise(rs, a->microbatches ? -1 : m, a->sched[k], &s);
+            if (s.infeasible > 0 || s.n == 0) {
+                printf(" infeasible |");
+                continue;
+            }
+            printf(" %.0f", summary_tps(&s));
+            if (packing >= 0) {
+                summarise(rs, packing, a->sched[k], &p);
+                if (p.n == s.n && p.infeasible == 0 && summary_tps(&p) > 0) printf(" (%.2fx)", summary_tps(&s) / summary_tps(&p));
+            }
+            printf(" |");
+        }
+        printf("\n");
     }
 }
 
@@ -697,7 +757,8 @@ int cli_simulate_main(int argc, char **argv)
     dyn_sim_options_from_machine(&rs.simopt, &rs.machine, 0);
     if (a.microbatches ? run_whatif(&rs) != 0 : run_planned(&rs, &in) != 0) goto done;
     if (write_outputs(&rs) != 0) goto done;
-    print_table(&rs);
+    if (a.markdown) print_markdown(&rs);
+    else print_table(&rs);
     ret = CLI_EXIT_OK;
 done:
     for (int32_t i = 0; i < rs.n_rows; i++) free(rs.rows[i].peak_mb);

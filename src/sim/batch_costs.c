@@ -21,7 +21,9 @@
 struct dyn_batch_costs {
     const dyn_cost_model *cm;
     int32_t n_ranks, chunks;
-    dyn_stage_assignment assign[2]; /* [0]: v = 1, [1]: v = chunks (if > 1) */
+    dyn_stage_assignment assign[2]; /* [0]: v = 1, [1]: v = chunks (if > 1 and possible) */
+    int have_chunked;               /* the S * v assignment exists */
+    char chunked_error[DYN_ERROR_MSG_MAX]; /* why not, if chunks > 1 and it does not */
     const dyn_batch_plan *bp;
     int32_t replica;
     dyn_mb_shape *shapes; /* [M] of the replica's micro-batches */
@@ -70,12 +72,18 @@ dyn_batch_costs *dyn_batch_costs_create(const dyn_cost_model *cm, int32_t n_rank
     ref.rows = 1;
     ref.enc_len = cfg->max_seqlen;
     ref.dec_len = cfg->kind == DYN_MODEL_T5 ? cfg->max_seqlen : 0;
-    for (int a = 0; a < (chunks > 1 ? 2 : 1); a++) {
-        int32_t stages = n_ranks * (a ? chunks : 1);
-        if (dyn_stage_assign(cm, stages, &ref, DYN_RECOMPUTE_NONE, &bc->assign[a], err) != DYN_OK) {
-            dyn_batch_costs_free(bc);
-            return NULL;
-        }
+    if (dyn_stage_assign(cm, n_ranks, &ref, DYN_RECOMPUTE_NONE, &bc->assign[0], err) != DYN_OK) {
+        dyn_batch_costs_free(bc);
+        return NULL;
+    }
+    /* S * v stages may be more than the model has layers: then only the
+     * chunked schedules are unavailable, reported when asked for. */
+    if (chunks > 1) {
+        dyn_error e;
+        if (dyn_stage_assign(cm, n_ranks * chunks, &ref, DYN_RECOMPUTE_NONE, &bc->assign[1], &e) == DYN_OK)
+            bc->have_chunked = 1;
+        else
+            snprintf(bc->chunked_error, sizeof bc->chunked_error, "%s", e.msg);
     }
     return bc;
 }
@@ -108,6 +116,8 @@ dyn_status dyn_batch_costs_get(void *ctx, int32_t chunks, dyn_recompute rc,
     if ((a && chunks != bc->chunks) || (unsigned)rc >= DYN_RECOMPUTE_COUNT)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "stage costs: %d chunks (configured %d)", chunks,
                              bc->chunks);
+    if (a && !bc->have_chunked)
+        return dyn_error_set(err, DYN_ERR_INFEASIBLE, "%d chunks per rank: %s", chunks, bc->chunked_error);
     if (!bc->have[a][rc]) {
         dyn_status st = dyn_stage_costs_from_batch(bc->cm, &bc->assign[a], bc->bp, bc->replica, rc,
                                                    &bc->costs[a][rc], NULL, err);
@@ -116,6 +126,11 @@ dyn_status dyn_batch_costs_get(void *ctx, int32_t chunks, dyn_recompute rc,
     }
     *out = &bc->costs[a][rc];
     return DYN_OK;
+}
+
+int32_t dyn_batch_costs_chunks(const dyn_batch_costs *bc)
+{
+    return bc->have_chunked ? bc->chunks : 1;
 }
 
 const dyn_mb_shape *dyn_batch_costs_shapes(const dyn_batch_costs *bc, int32_t *n_microbatches)
