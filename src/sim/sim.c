@@ -673,7 +673,7 @@ dyn_status dyn_sim_run(dyn_sim *sim, const dyn_exec_plan *plan, const dyn_stage_
         sim->states_mb[plan->stage_rank[stg]] += cost_at(costs->states_mb, stg);
     for (int32_t r = 0; r < R; r++) sim->mem[r] = sim->peak[r] = sim->states_mb[r];
     memset(sim->link_free, 0, sizeof(double) * (size_t)R * R);
-    memset(sim->slot_live, 0, (size_t)K);
+    if (K > 0) memset(sim->slot_live, 0, (size_t)K);
 
     sim->heap_n = 0;
     sim->barrier_arrived = 0;
