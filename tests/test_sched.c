@@ -174,6 +174,17 @@ static void test_random_instances_validate(void **state)
                 dyn_exec_plan q;
                 build_ok(DYN_SCHED_WAIT_FREE_CYCLIC, &c, &o, &q);
                 double twf = tl_simulate(&q, &c, 0.05);
+                /* same lists, barriers removed */
+                for (int32_t r = 0; r < S; r++) {
+                    int32_t j = 0;
+                    for (int32_t i = 0; i < p.ranks[r].n_instrs; i++) {
+                        if (p.ranks[r].instrs[i].op == DYN_OP_BARRIER) continue;
+                        assert_true(j < q.ranks[r].n_instrs);
+                        assert_memory_equal(&p.ranks[r].instrs[i], &q.ranks[r].instrs[j], sizeof(dyn_instr));
+                        j++;
+                    }
+                    assert_int_equal(j, q.ranks[r].n_instrs);
+                }
                 if (!(twf <= t + 1e-9)) fail_msg("S=%d M=%d v=%d: wait-free %.4f > cyclic %.4f", S, M, vv, twf, t);
                 dyn_exec_plan_free(&q);
             }
@@ -298,6 +309,71 @@ static void test_deterministic(void **state)
     dyn_stage_costs_free(&c);
 }
 
+/* Static memory by hand: 1F1B S=2 M=3, states 100, stored 10, peak 1.
+ * Rank 0 runs F0 F1 B0 F2 B1 B2: at most two micro-batches held, so
+ * 100 + 10 + 10 + 1 = 121 while F1 (or B0, or F2) runs. Rank 1 alternates:
+ * 100 + 10 + 1 = 111. */
+static void test_static_memory_by_hand(void **state)
+{
+    (void)state;
+    dyn_stage_costs c;
+    tl_equal_costs(&c, 3, 2, 1, 2);
+    c.states_mb[0] = c.states_mb[1] = 100;
+    dyn_sched_options o;
+    dyn_sched_options_default(&o);
+    o.n_ranks = 2;
+    dyn_exec_plan p;
+    double peak[2];
+    build_ok(DYN_SCHED_1F1B, &c, &o, &p);
+    assert_int_equal(dyn_exec_plan_memory(&p, &c, peak, NULL), DYN_OK);
+    assert_true(fabs(peak[0] - 121) < 1e-9 && fabs(peak[1] - 111) < 1e-9);
+    dyn_exec_plan_free(&p);
+    /* a 115 MB limit leaves rank 0 one micro-batch in flight: F0 B0 F1 B1 ... */
+    o.memory_limit_mb = 115;
+    build_ok(DYN_SCHED_1F1B, &c, &o, &p);
+    char buf[256];
+    tl_order(&p, 0, buf, sizeof buf);
+    assert_string_equal(buf, "F0 B0 F1 B1 F2 B2");
+    assert_int_equal(dyn_exec_plan_memory(&p, &c, peak, NULL), DYN_OK);
+    assert_true(fabs(peak[0] - 111) < 1e-9);
+    dyn_exec_plan_free(&p);
+    dyn_stage_costs_free(&c);
+}
+
+/* Equal micro-batches, zero communication, worked by hand:
+ *  - interleaved with v chunks of half the work each: the warm-up bubble
+ *    shrinks by v, makespan M (f + b) + (S - 1)(f + b) / v = 24 + 4.5;
+ *  - zero bubble fills the cool-down with W passes: strictly below 1F1B's
+ *    (M + S - 1)(f + b) = 33, and at least the busiest rank's work, 24. */
+static void test_equal_microbatches_closed_forms(void **state)
+{
+    (void)state;
+    dyn_sched_options o;
+    dyn_sched_options_default(&o);
+    o.n_ranks = 4;
+    o.chunks = 2;
+    dyn_stage_costs c;
+    tl_equal_costs(&c, 8, 8, 0.5, 1.0);
+    dyn_exec_plan p;
+    build_ok(DYN_SCHED_INTERLEAVED, &c, &o, &p);
+    double t = tl_simulate(&p, &c, 0);
+    if (fabs(t - 28.5) > 1e-9) fail_msg("interleaved makespan %.4f, want 28.5", t);
+    dyn_exec_plan_free(&p);
+    dyn_stage_costs_free(&c);
+
+    o.chunks = 1;
+    tl_equal_costs(&c, 8, 4, 1.0, 2.0);
+    build_ok(DYN_SCHED_ZB, &c, &o, &p);
+    double zb = tl_simulate(&p, &c, 0);
+    dyn_exec_plan_free(&p);
+    build_ok(DYN_SCHED_1F1B, &c, &o, &p);
+    double f1b = tl_simulate(&p, &c, 0);
+    dyn_exec_plan_free(&p);
+    dyn_stage_costs_free(&c);
+    assert_true(fabs(f1b - 33.0) < 1e-9);
+    if (!(zb < f1b - 0.5 && zb >= 24.0 - 1e-9)) fail_msg("zb makespan %.4f vs 1f1b %.4f", zb, f1b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -310,6 +386,8 @@ int main(void)
         cmocka_unit_test(test_infeasible_names_stage),
         cmocka_unit_test(test_bad_options_rejected),
         cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_equal_microbatches_closed_forms),
+        cmocka_unit_test(test_static_memory_by_hand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -43,8 +43,11 @@ dyn_status dyn_model_config_validate(const dyn_model_config *cfg, dyn_error *err
 const char *dyn_model_kind_name(dyn_model_kind kind);
 dyn_status dyn_model_kind_parse(const char *name, dyn_model_kind *out, dyn_error *err);
 
-/* Parameter count (elements) of the whole model, embedding and LM head
- * included; the same counts the analytic cost model uses. */
+/* Parameter count (elements) of the whole model, each tensor once: GPT's
+ * LM head tied to the token table counts once; T5's relative-bias tables and
+ * encoder final norm are included. Equals the count of the model that
+ * src/model builds (tests/test_cost_vs_model.c). Per-stage memory uses
+ * dyn_cost_layer_states_mb, where a last stage holds its own head copy. */
 int64_t dyn_model_config_params(const dyn_model_config *cfg);
 
 /* Read a machine JSON file (format above). Errors name the file and field. */

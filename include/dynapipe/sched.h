@@ -170,7 +170,9 @@ typedef struct dyn_sched_options {
                                 runs on rank s % S; costs->n_stages must be S * v */
     double memory_limit_mb;  /* per rank (device), MB; <= 0: unlimited */
     int32_t max_in_flight;   /* per rank: micro-batches forwarded and not yet backwarded
-                                (per chunk-stage for interleaved); <= 0: schedule default */
+                                (interleaved: chunk-stage forwards; zb: until their
+                                BACKWARD_WEIGHT); <= 0: schedule default (1f1b S - r,
+                                zb S, cyclic unlimited) */
     dyn_recompute recompute; /* recorded on compute instructions */
     int32_t replica;         /* recorded in the plan */
 } dyn_sched_options;

@@ -110,21 +110,48 @@ dyn_status sched_emitter_create(sched_emitter **out, dyn_exec_plan *plan, dyn_sc
         !e->n_compute || !e->act_slot || !e->grad_slot)
         goto nomem;
     for (size_t i = 0; i < (size_t)M * ns; i++) e->act_slot[i] = e->grad_slot[i] = -1;
+    /* Exact instruction count per rank, so each list is allocated once at
+     * its final size (see sched_emit_unit for what each unit emits). */
+    for (int32_t r = 0; r < S; r++) e->cap[r] = n_barriers;
+    int32_t last = ns - 1;
     for (int32_t r = 0; r < S; r++) {
-        /* At most 10 instructions per unit: for a FORWARD two loads, a
-         * receive finish, itself, two frees, send start/finish, the free of
-         * the sent slot, and the receive start posted on this rank for it. */
-        int64_t cap = 10 * (int64_t)o->cap[r] + n_barriers + 4;
-        if (cap > INT32_MAX) {
-            st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "schedule: rank %d would need %lld instructions",
-                          r, (long long)cap);
+        for (int32_t i = 0; i < o->n[r]; i++) {
+            const sched_unit *u = &o->u[r][i];
+            int32_t s = u->stage;
+            int64_t n = 1; /* the compute itself */
+            if (u->kind == UNIT_F) {
+                n += 1;                                       /* free of the input slot */
+                if (s == 0) n += 1;                           /* load tokens */
+                else if ((s - 1) % S != r) n += 1;            /* receive finish */
+                if (s == last) n += 2;                        /* load and free targets */
+                if (s < last && (s + 1) % S != r) {
+                    n += 3;                                   /* send start, finish, free */
+                    e->cap[(s + 1) % S] += 1;                 /* receive start there */
+                }
+            } else if (u->kind != UNIT_BW) {
+                if (s < last) n += 1 + ((s + 1) % S != r);    /* free input (+ receive finish) */
+                if (s > 0 && (s - 1) % S != r) {
+                    n += 3;
+                    e->cap[(s - 1) % S] += 1;
+                }
+            }
+            e->cap[r] += (int32_t)n;
+        }
+    }
+    for (int32_t r = 0; r < S; r++) {
+        if (e->cap[r] < 0 || e->cap[r] > INT32_MAX / 2) {
+            st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "schedule: rank %d would need %d instructions",
+                               r, e->cap[r]);
             goto fail;
         }
-        e->cap[r] = (int32_t)cap;
-        plan->ranks[r].instrs = dyn_calloc((size_t)cap, sizeof(dyn_instr), "plan instructions", err);
-        e->free_stack[r] = dyn_calloc((size_t)cap, sizeof(int32_t), "emitter", err);
-        e->pend[r] = dyn_calloc((size_t)o->cap[r] + 1, sizeof(pending_send), "emitter", err);
-        if (!plan->ranks[r].instrs || !e->free_stack[r] || !e->pend[r]) goto nomem;
+        /* every field of an instruction is set by put(): no need to zero */
+        plan->ranks[r].instrs = malloc((size_t)(e->cap[r] > 0 ? e->cap[r] : 1) * sizeof(dyn_instr));
+        e->free_stack[r] = malloc((size_t)(e->cap[r] > 0 ? e->cap[r] : 1) * sizeof(int32_t));
+        e->pend[r] = malloc(((size_t)o->n[r] + 1) * sizeof(pending_send));
+        if (!plan->ranks[r].instrs || !e->free_stack[r] || !e->pend[r]) {
+            dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for rank %d's plan", r);
+            goto fail;
+        }
     }
     *out = e;
     return DYN_OK;

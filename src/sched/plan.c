@@ -151,6 +151,10 @@ dyn_status sched_check_inputs(const dyn_stage_costs *c, const dyn_sched_options 
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                              "schedule: costs have %d stages but S x v = %d x %d", c->n_stages,
                              opt->n_ranks, opt->chunks);
+    if ((int64_t)c->n_microbatches * c->n_stages > 4000000)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "schedule: %d micro-batches x %d stages is more than supported (4e6)",
+                             c->n_microbatches, c->n_stages);
     if (c->fwd_ms == NULL || c->bwd_ms == NULL)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "schedule: forward and backward times are required");
     if (need_split && (c->bwd_input_ms == NULL || c->bwd_weight_ms == NULL))
@@ -244,6 +248,8 @@ dyn_status dyn_schedule_build(dyn_schedule kind, const dyn_stage_costs *costs,
 dyn_status dyn_exec_plan_memory(const dyn_exec_plan *plan, const dyn_stage_costs *costs,
                                 double *peak_mb, dyn_error *err)
 {
+    if (plan->ranks == NULL || plan->stage_rank == NULL)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "plan memory: empty plan");
     if (costs->n_microbatches != plan->n_microbatches || costs->n_stages != plan->n_stages)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                              "plan memory: costs are for %d micro-batches x %d stages, plan for "

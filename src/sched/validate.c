@@ -440,6 +440,16 @@ dyn_status dyn_exec_plan_validate(const dyn_exec_plan *plan, dyn_error *err)
         if (plan->stage_rank[s] < 0 || plan->stage_rank[s] >= plan->n_ranks)
             return dyn_error_set(err, DYN_ERR_INVALID_ARG, "plan invalid: stage %d mapped to rank %d of %d",
                                  s, plan->stage_rank[s], plan->n_ranks);
+    /* Every (micro-batch, stage) needs a forward and a backward: a cheap
+     * bound that also keeps a corrupt header from sizing huge tables. */
+    int64_t total = 0;
+    for (int32_t r = 0; r < plan->n_ranks; r++) total += plan->ranks[r].n_instrs > 0 ? plan->ranks[r].n_instrs : 0;
+    if ((int64_t)plan->n_microbatches * plan->n_stages * 2 > total)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "plan invalid: %d micro-batches x %d stages need at least %lld compute "
+                             "instructions, the plan has %lld instructions in all",
+                             plan->n_microbatches, plan->n_stages,
+                             (long long)plan->n_microbatches * plan->n_stages * 2, (long long)total);
     vstate v;
     memset(&v, 0, sizeof v);
     v.p = plan;

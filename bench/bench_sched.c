@@ -1,0 +1,119 @@
+/* bench_sched.c — speed of the schedule generators, the validator and the
+ * binary round trip at pipeline sizes the planner uses (S = 4 and 8, M = 16
+ * to 64 micro-batches of random sizes).
+ *
+ * Prints, per schedule, the median over repetitions of: build time, time per
+ * instruction, validation time and serialise + parse time, and each build
+ * time as a ratio to 1F1B's measured in the same run. The machine is shared
+ * and noisy: read medians and ratios, not single times.
+ *
+ * Usage: bench_sched [reps (default 21)] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dynapipe/sched.h"
+#include "util/rng.h"  /* defines: dyn_rng_* */
+#include "util/util.h" /* defines: dyn_time_ms */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[n / 2];
+}
+
+static void random_costs(dyn_stage_costs *c, int32_t M, int32_t ns, uint64_t seed)
+{
+    dyn_rng rng;
+    dyn_rng_seed(&rng, seed);
+    if (dyn_stage_costs_alloc(c, M, ns, NULL) != DYN_OK) exit(1);
+    for (int32_t m = 0; m < M; m++) {
+        double size = 0.5 + 1.5 * dyn_rng_uniform(&rng);
+        for (int32_t s = 0; s < ns; s++) {
+            size_t k = (size_t)m * ns + s;
+            c->fwd_ms[k] = size;
+            c->bwd_ms[k] = 2 * size;
+            c->bwd_input_ms[k] = size;
+            c->bwd_weight_ms[k] = size;
+            c->stored_mb[k] = 40 * size;
+            c->peak_mb[k] = 5 * size;
+            c->send_mb[k] = 2 * size;
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int reps = argc > 1 ? atoi(argv[1]) : 21;
+    if (reps < 1 || reps > 10000) {
+        fprintf(stderr, "bench_sched: reps must be 1..10000\n");
+        return 2;
+    }
+    double *tb = malloc(sizeof(double) * (size_t)reps), *tv = malloc(sizeof(double) * (size_t)reps);
+    double *ts = malloc(sizeof(double) * (size_t)reps);
+    if (!tb || !tv || !ts) return 1;
+    const int sizes[][2] = {{4, 16}, {8, 32}, {8, 64}};
+    printf("%-17s %2s %3s %2s %8s %11s %9s %8s %11s %10s\n", "schedule", "S", "M", "v", "instrs",
+           "build_ms", "ns/instr", "vs_1f1b", "validate_ms", "serde_ms");
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+        int32_t S = sizes[z][0], M = sizes[z][1];
+        double base = 0;
+        for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) {
+            int32_t v = k == DYN_SCHED_INTERLEAVED ? 2 : 1;
+            dyn_stage_costs c;
+            random_costs(&c, M, S * v, 1000 + z);
+            dyn_sched_options o;
+            dyn_sched_options_default(&o);
+            o.n_ranks = S;
+            o.chunks = v;
+            int64_t n_instrs = 0;
+            for (int r = 0; r < reps; r++) {
+                dyn_exec_plan p, q;
+                dyn_error err;
+                double t0 = dyn_time_ms();
+                if (dyn_schedule_build((dyn_schedule)k, &c, NULL, &o, &p, &err) != DYN_OK) {
+                    fprintf(stderr, "bench_sched: %s\n", err.msg);
+                    return 1;
+                }
+                double t1 = dyn_time_ms();
+                if (dyn_exec_plan_validate(&p, &err) != DYN_OK) {
+                    fprintf(stderr, "bench_sched: %s\n", err.msg);
+                    return 1;
+                }
+                double t2 = dyn_time_ms();
+                uint8_t *buf;
+                size_t len;
+                if (dyn_exec_plan_serialize(&p, &buf, &len, &err) != DYN_OK ||
+                    dyn_exec_plan_deserialize(buf, len, &q, &err) != DYN_OK) {
+                    fprintf(stderr, "bench_sched: %s\n", err.msg);
+                    return 1;
+                }
+                double t3 = dyn_time_ms();
+                tb[r] = t1 - t0;
+                tv[r] = t2 - t1;
+                ts[r] = t3 - t2;
+                n_instrs = 0;
+                for (int32_t rr = 0; rr < p.n_ranks; rr++) n_instrs += p.ranks[rr].n_instrs;
+                free(buf);
+                dyn_exec_plan_free(&p);
+                dyn_exec_plan_free(&q);
+            }
+            double b = median(tb, reps);
+            if (k == 0) base = b;
+            printf("%-17s %2d %3d %2d %8lld %11.4f %9.1f %8.2f %11.4f %10.4f\n",
+                   dyn_schedule_name((dyn_schedule)k), S, M, v, (long long)n_instrs, b,
+                   b * 1e6 / (double)n_instrs, b / base, median(tv, reps), median(ts, reps));
+            dyn_stage_costs_free(&c);
+        }
+    }
+    free(tb);
+    free(tv);
+    free(ts);
+    return 0;
+}

@@ -1,0 +1,142 @@
+/* block_gpt.c — the GPT-2 transformer block (pre-LayerNorm, causal
+ * multi-head self-attention with biases, GELU MLP, two residuals) over a
+ * variable-length layout: parameter and activation layouts, forward,
+ * backward and the FLOP count the benchmark credits. Contract in blocks.h.
+ *
+ * Backward scratch (work, in order): dF (N,F), dC (N,C), dqkv (N,3C), then
+ * the attention workspace. The residual gradient runs through dinp itself:
+ * it starts as a copy of dout and each branch's input-norm backward adds its
+ * contribution, so no separate residual buffer is needed. */
+#include <math.h>
+#include <string.h>
+
+#include "model/blocks.h" /* defines: dyn_gpt_block_*, dyn_block_dims */
+
+static dyn_attn_cfg gpt_attn_cfg(dyn_block_dims d)
+{
+    dyn_attn_cfg cfg = {0};
+    cfg.NH = d.NH;
+    cfg.HD = d.HD;
+    cfg.causal = 1;
+    cfg.scale = 1.0f / sqrtf((float)d.HD);
+    cfg.nthreads = d.nthreads;
+    return cfg;
+}
+
+size_t dyn_gpt_block_params_count(dyn_block_dims d)
+{
+    size_t C = (size_t)d.C, F = (size_t)d.F;
+    return 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + F * C + F + C * F + C;
+}
+
+size_t dyn_gpt_block_params_layout(dyn_gpt_block_params *p, float *flat, dyn_block_dims d)
+{
+    size_t C = (size_t)d.C, F = (size_t)d.F;
+    float *x = flat;
+    p->ln1_w = x; x += C;
+    p->ln1_b = x; x += C;
+    p->qkv_w = x; x += 3 * C * C;
+    p->qkv_b = x; x += 3 * C;
+    p->proj_w = x; x += C * C;
+    p->proj_b = x; x += C;
+    p->ln2_w = x; x += C;
+    p->ln2_b = x; x += C;
+    p->fc_w = x; x += F * C;
+    p->fc_b = x; x += F;
+    p->fcproj_w = x; x += C * F;
+    p->fcproj_b = x; x += C;
+    return (size_t)(x - flat);
+}
+
+size_t dyn_gpt_block_act_floats(dyn_block_dims d, int B, int T)
+{
+    size_t N = (size_t)B * T, C = (size_t)d.C, F = (size_t)d.F;
+    return N * C + 2 * N + N * 3 * C + N * C + (size_t)B * d.NH * T + N * C + N * C + 2 * N +
+           2 * N * F;
+}
+
+void dyn_gpt_block_acts_layout(dyn_gpt_block_acts *a, float *arena, dyn_block_dims d, int B, int T)
+{
+    size_t N = (size_t)B * T, C = (size_t)d.C, F = (size_t)d.F;
+    float *x = arena;
+    a->ln1 = x; x += N * C;
+    a->ln1_mean = x; x += N;
+    a->ln1_rstd = x; x += N;
+    a->qkv = x; x += N * 3 * C;
+    a->atty = x; x += N * C;
+    a->att_lse = x; x += (size_t)B * d.NH * T;
+    a->x1 = x; x += N * C;
+    a->ln2 = x; x += N * C;
+    a->ln2_mean = x; x += N;
+    a->ln2_rstd = x; x += N;
+    a->fch = x; x += N * F;
+    a->fch_gelu = x; x += N * F;
+}
+
+size_t dyn_gpt_block_work_floats(dyn_block_dims d, int B, int T)
+{
+    size_t N = (size_t)B * T, C = (size_t)d.C, F = (size_t)d.F;
+    dyn_attn_cfg cfg = gpt_attn_cfg(d);
+    return N * F + N * C + N * 3 * C + dyn_attention_work_floats(B, T, T, &cfg);
+}
+
+void dyn_gpt_block_forward(float *out, const float *inp, const dyn_gpt_block_params *p,
+                           dyn_gpt_block_acts *a, const dyn_layout *lay, dyn_block_dims d,
+                           float *work)
+{
+    int N = lay->B * lay->T, C = d.C, F = d.F;
+    size_t NC = (size_t)N * C;
+    dyn_attn_cfg cfg = gpt_attn_cfg(d);
+    float *attn_work = work + (size_t)N * F + NC + 3 * NC;
+    dyn_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, inp, p->ln1_w, p->ln1_b, N, C);
+    dyn_linear_forward(a->qkv, a->ln1, p->qkv_w, p->qkv_b, N, C, 3 * C);
+    dyn_attention_forward(a->atty, a->att_lse, a->qkv, 3 * C, a->qkv + C, 3 * C, a->qkv + 2 * C,
+                          3 * C, NULL, lay, lay, &cfg, attn_work);
+    dyn_linear_forward(a->x1, a->atty, p->proj_w, p->proj_b, N, C, C);
+    dyn_residual_forward(a->x1, a->x1, inp, NC);
+    dyn_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->x1, p->ln2_w, p->ln2_b, N, C);
+    dyn_linear_forward(a->fch, a->ln2, p->fc_w, p->fc_b, N, C, F);
+    dyn_gelu_forward(a->fch_gelu, a->fch, (size_t)N * F);
+    dyn_linear_forward(out, a->fch_gelu, p->fcproj_w, p->fcproj_b, N, F, C);
+    dyn_residual_forward(out, out, a->x1, NC);
+}
+
+void dyn_gpt_block_backward(float *dinp, const dyn_gpt_block_params *g, const float *dout,
+                            const float *inp, const dyn_gpt_block_params *p,
+                            dyn_gpt_block_acts *a, const dyn_layout *lay, dyn_block_dims d,
+                            int recompute, float *work)
+{
+    int N = lay->B * lay->T, C = d.C, F = d.F;
+    size_t NC = (size_t)N * C, NF = (size_t)N * F;
+    dyn_attn_cfg cfg = gpt_attn_cfg(d);
+    float *dF = work, *dC = dF + NF, *dqkv = dC + NC, *attn_work = dqkv + 3 * NC;
+    /* dinp doubles as the recomputed block output: it is overwritten next. */
+    if (recompute) dyn_gpt_block_forward(dinp, inp, p, a, lay, d, work);
+    memcpy(dinp, dout, NC * sizeof(float));
+
+    /* MLP branch: out = x1 + fcproj(gelu(fc(ln2(x1)))). dinp holds dout. */
+    memset(dF, 0, NF * sizeof(float));
+    dyn_linear_backward(dF, g->fcproj_w, g->fcproj_b, dinp, a->fch_gelu, p->fcproj_w, N, F, C);
+    dyn_gelu_backward_inplace(dF, a->fch, NF);
+    memset(dC, 0, NC * sizeof(float));
+    dyn_linear_backward(dC, g->fc_w, g->fc_b, dF, a->ln2, p->fc_w, N, C, F);
+    dyn_layernorm_backward(dinp, g->ln2_w, g->ln2_b, dC, a->x1, p->ln2_w, a->ln2_mean,
+                           a->ln2_rstd, N, C);
+
+    /* Attention branch: x1 = x + proj(attn(ln1(x))). dinp holds dx1. */
+    memset(dC, 0, NC * sizeof(float));
+    dyn_linear_backward(dC, g->proj_w, g->proj_b, dinp, a->atty, p->proj_w, N, C, C);
+    dyn_attention_backward(dqkv, dqkv + C, dqkv + 2 * C, NULL, dC, a->qkv, 3 * C, a->qkv + C,
+                           3 * C, a->qkv + 2 * C, 3 * C, a->atty, a->att_lse, NULL, lay, lay,
+                           &cfg, attn_work);
+    memset(dC, 0, NC * sizeof(float));
+    dyn_linear_backward(dC, g->qkv_w, g->qkv_b, dqkv, a->ln1, p->qkv_w, N, C, 3 * C);
+    dyn_layernorm_backward(dinp, g->ln1_w, g->ln1_b, dC, inp, p->ln1_w, a->ln1_mean, a->ln1_rstd,
+                           N, C);
+}
+
+double dyn_gpt_block_flops(int B, int T, int C)
+{
+    double b = B, s = T, h = C;
+    return 3.0 * (24.0 * b * s * h * h + 4.0 * b * s * s * h);
+}

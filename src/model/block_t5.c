@@ -1,0 +1,320 @@
+/* block_t5.c — the T5 v1.1 encoder and decoder blocks (RMSNorm, no biases,
+ * unscaled attention with the shared relative-position bias, cross-attention
+ * in the decoder, gated-GELU feed-forward) over variable-length layouts.
+ * Contract in blocks.h.
+ *
+ * As in block_gpt.c the residual gradient runs through dinp: a copy of dout
+ * that each branch's input-norm backward adds to. Backward scratch (work, in
+ * order): dg (N,F), dh (N,2F), dC (N,max(C,I)), dA (N,I), dqkv (N,3I), for the
+ * decoder dckv (Ne,2I), then the attention workspace. */
+#include <string.h>
+
+#include "model/blocks.h" /* defines: dyn_t5_*, dyn_block_dims */
+
+static dyn_attn_cfg t5_attn_cfg(dyn_block_dims d, int causal, int bidirectional)
+{
+    dyn_attn_cfg cfg = {0};
+    cfg.NH = d.NH;
+    cfg.HD = d.HD;
+    cfg.causal = causal;
+    cfg.scale = 1.0f; /* T5 folds 1/sqrt(d) into its initialisation */
+    cfg.bidirectional = bidirectional;
+    cfg.num_buckets = DYN_T5_NUM_BUCKETS;
+    cfg.max_distance = DYN_T5_MAX_DISTANCE;
+    cfg.nthreads = d.nthreads;
+    return cfg;
+}
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* ---- feed-forward sub-layer shared by both blocks ----------------------
+ * out = x + wo(gated_gelu(wi(rms(x)))), with ln, rstd, h, g activations. */
+static void ffn_forward(float *out, const float *x, const float *ln_w, const float *wi_w,
+                        const float *wo_w, float *ln, float *rstd, float *h, float *g, int N,
+                        dyn_block_dims d)
+{
+    dyn_rmsnorm_forward(ln, rstd, x, ln_w, N, d.C);
+    dyn_linear_forward(h, ln, wi_w, NULL, N, d.C, 2 * d.F);
+    dyn_gated_gelu_forward(g, h, N, d.F);
+    dyn_linear_forward(out, g, wo_w, NULL, N, d.F, d.C);
+    dyn_residual_forward(out, out, x, (size_t)N * d.C);
+}
+
+/* dres (N,C) holds d(out) on entry and d(x) on return. */
+static void ffn_backward(float *dres, float *gln_w, float *gwi_w, float *gwo_w, const float *x,
+                         const float *ln_w, const float *wi_w, const float *wo_w, const float *ln,
+                         const float *rstd, const float *h, const float *g, int N,
+                         dyn_block_dims d, float *dg, float *dh, float *dC)
+{
+    memset(dg, 0, (size_t)N * d.F * sizeof(float));
+    dyn_linear_backward(dg, gwo_w, NULL, dres, g, wo_w, N, d.F, d.C);
+    dyn_gated_gelu_backward(dh, dg, h, N, d.F);
+    memset(dC, 0, (size_t)N * d.C * sizeof(float));
+    dyn_linear_backward(dC, gwi_w, NULL, dh, ln, wi_w, N, d.C, 2 * d.F);
+    dyn_rmsnorm_backward(dres, gln_w, dC, x, ln_w, rstd, N, d.C);
+}
+
+/* ---- self-attention sub-layer shared by both blocks ---------------------
+ * out = x + o(attn(qkv(rms(x)))). */
+static void self_forward(float *out, const float *x, const float *ln_w, const float *qkv_w,
+                         const float *o_w, const float *rel_bias, float *ln, float *rstd,
+                         float *qkv, float *y, float *lse, const dyn_layout *lay,
+                         const dyn_attn_cfg *cfg, dyn_block_dims d, float *attn_work)
+{
+    int N = lay->B * lay->T, I = d.NH * d.HD;
+    dyn_rmsnorm_forward(ln, rstd, x, ln_w, N, d.C);
+    dyn_linear_forward(qkv, ln, qkv_w, NULL, N, d.C, 3 * I);
+    dyn_attention_forward(y, lse, qkv, 3 * I, qkv + I, 3 * I, qkv + 2 * I, 3 * I, rel_bias, lay,
+                          lay, cfg, attn_work);
+    dyn_linear_forward(out, y, o_w, NULL, N, I, d.C);
+    dyn_residual_forward(out, out, x, (size_t)N * d.C);
+}
+
+static void self_backward(float *dres, float *gln_w, float *gqkv_w, float *go_w, float *drel,
+                          const float *x, const float *ln_w, const float *qkv_w, const float *o_w,
+                          const float *rel_bias, const float *ln, const float *rstd,
+                          const float *qkv, const float *y, const float *lse,
+                          const dyn_layout *lay, const dyn_attn_cfg *cfg, dyn_block_dims d,
+                          float *dC, float *dA, float *dqkv, float *attn_work)
+{
+    int N = lay->B * lay->T, I = d.NH * d.HD;
+    memset(dA, 0, (size_t)N * I * sizeof(float));
+    dyn_linear_backward(dA, go_w, NULL, dres, y, o_w, N, I, d.C);
+    dyn_attention_backward(dqkv, dqkv + I, dqkv + 2 * I, drel, dA, qkv, 3 * I, qkv + I, 3 * I,
+                           qkv + 2 * I, 3 * I, y, lse, rel_bias, lay, lay, cfg, attn_work);
+    memset(dC, 0, (size_t)N * d.C * sizeof(float));
+    dyn_linear_backward(dC, gqkv_w, NULL, dqkv, ln, qkv_w, N, d.C, 3 * I);
+    dyn_rmsnorm_backward(dres, gln_w, dC, x, ln_w, rstd, N, d.C);
+}
+
+/* ================= encoder ============================================== */
+
+size_t dyn_t5_enc_params_count(dyn_block_dims d)
+{
+    size_t C = (size_t)d.C, I = (size_t)d.NH * d.HD, F = (size_t)d.F;
+    return C + 3 * I * C + C * I + C + 2 * F * C + C * F;
+}
+
+size_t dyn_t5_enc_params_layout(dyn_t5_enc_params *p, float *flat, dyn_block_dims d)
+{
+    size_t C = (size_t)d.C, I = (size_t)d.NH * d.HD, F = (size_t)d.F;
+    float *x = flat;
+    p->ln1_w = x; x += C;
+    p->q_w = x; x += I * C;
+    p->k_w = x; x += I * C;
+    p->v_w = x; x += I * C;
+    p->o_w = x; x += C * I;
+    p->ln2_w = x; x += C;
+    p->wi0_w = x; x += F * C;
+    p->wi1_w = x; x += F * C;
+    p->wo_w = x; x += C * F;
+    return (size_t)(x - flat);
+}
+
+size_t dyn_t5_enc_act_floats(dyn_block_dims d, int B, int T)
+{
+    size_t N = (size_t)B * T, C = (size_t)d.C, I = (size_t)d.NH * d.HD, F = (size_t)d.F;
+    return N * C + N + N * 3 * I + N * I + (size_t)B * d.NH * T + N * C + N * C + N + N * 2 * F +
+           N * F;
+}
+
+void dyn_t5_enc_acts_layout(dyn_t5_enc_acts *a, float *arena, dyn_block_dims d, int B, int T)
+{
+    size_t N = (size_t)B * T, C = (size_t)d.C, I = (size_t)d.NH * d.HD, F = (size_t)d.F;
+    float *x = arena;
+    a->ln1 = x; x += N * C;
+    a->ln1_rstd = x; x += N;
+    a->qkv = x; x += N * 3 * I;
+    a->atty = x; x += N * I;
+    a->att_lse = x; x += (size_t)B * d.NH * T;
+    a->x1 = x; x += N * C;
+    a->ln2 = x; x += N * C;
+    a->ln2_rstd = x; x += N;
+    a->h = x; x += N * 2 * F;
+    a->g = x; x += N * F;
+}
+
+/* Scratch before the attention workspace, for Nd query rows and Ne
+ * encoder rows (Ne = 0 for the encoder). */
+static size_t scratch_floats(dyn_block_dims d, size_t Nd, size_t Ne)
+{
+    size_t C = (size_t)d.C, I = (size_t)d.NH * d.HD, F = (size_t)d.F;
+    return Nd * F + Nd * 2 * F + Nd * max_sz(C, I) + Nd * I + Nd * 3 * I + Ne * 2 * I;
+}
+
+size_t dyn_t5_enc_work_floats(dyn_block_dims d, int B, int T)
+{
+    dyn_attn_cfg cfg = t5_attn_cfg(d, 0, 1);
+    return scratch_floats(d, (size_t)B * T, 0) + dyn_attention_work_floats(B, T, T, &cfg);
+}
+
+void dyn_t5_enc_forward(float *out, const float *inp, const dyn_t5_enc_params *p,
+                        const float *rel_bias, dyn_t5_enc_acts *a, const dyn_layout *lay,
+                        dyn_block_dims d, float *work)
+{
+    int N = lay->B * lay->T;
+    dyn_attn_cfg cfg = t5_attn_cfg(d, 0, 1);
+    float *attn_work = work + scratch_floats(d, (size_t)N, 0);
+    self_forward(a->x1, inp, p->ln1_w, p->q_w, p->o_w, rel_bias, a->ln1, a->ln1_rstd, a->qkv,
+                 a->atty, a->att_lse, lay, &cfg, d, attn_work);
+    ffn_forward(out, a->x1, p->ln2_w, p->wi0_w, p->wo_w, a->ln2, a->ln2_rstd, a->h, a->g, N, d);
+}
+
+void dyn_t5_enc_backward(float *dinp, const dyn_t5_enc_params *g, float *drel_bias,
+                         const float *dout, const float *inp, const dyn_t5_enc_params *p,
+                         const float *rel_bias, dyn_t5_enc_acts *a, const dyn_layout *lay,
+                         dyn_block_dims d, int recompute, float *work)
+{
+    size_t N = (size_t)lay->B * lay->T, C = (size_t)d.C, I = (size_t)d.NH * d.HD;
+    size_t F = (size_t)d.F;
+    dyn_attn_cfg cfg = t5_attn_cfg(d, 0, 1);
+    float *dg = work, *dh = dg + N * F, *dC = dh + N * 2 * F, *dA = dC + N * max_sz(C, I);
+    float *dqkv = dA + N * I, *attn_work = work + scratch_floats(d, N, 0);
+    if (recompute) dyn_t5_enc_forward(dinp, inp, p, rel_bias, a, lay, d, work);
+    memcpy(dinp, dout, N * C * sizeof(float));
+    ffn_backward(dinp, g->ln2_w, g->wi0_w, g->wo_w, a->x1, p->ln2_w, p->wi0_w, p->wo_w, a->ln2,
+                 a->ln2_rstd, a->h, a->g, (int)N, d, dg, dh, dC);
+    self_backward(dinp, g->ln1_w, g->q_w, g->o_w, drel_bias, inp, p->ln1_w, p->q_w, p->o_w,
+                  rel_bias, a->ln1, a->ln1_rstd, a->qkv, a->atty, a->att_lse, lay, &cfg, d, dC,
+                  dA, dqkv, attn_work);
+}
+
+/* ================= decoder ============================================== */
+
+size_t dyn_t5_dec_params_count(dyn_block_dims d)
+{
+    size_t C = (size_t)d.C, I = (size_t)d.NH * d.HD, F = (size_t)d.F;
+    return C + 3 * I * C + C * I + C + I * C + 2 * I * C + C * I + C + 2 * F * C + C * F;
+}
+
+size_t dyn_t5_dec_params_layout(dyn_t5_dec_params *p, float *flat, dyn_block_dims d)
+{
+    size_t C = (size_t)d.C, I = (size_t)d.NH * d.HD, F = (size_t)d.F;
+    float *x = flat;
+    p->ln1_w = x; x += C;
+    p->q_w = x; x += I * C;
+    p->k_w = x; x += I * C;
+    p->v_w = x; x += I * C;
+    p->o_w = x; x += C * I;
+    p->ln2_w = x; x += C;
+    p->cq_w = x; x += I * C;
+    p->ck_w = x; x += I * C;
+    p->cv_w = x; x += I * C;
+    p->co_w = x; x += C * I;
+    p->ln3_w = x; x += C;
+    p->wi0_w = x; x += F * C;
+    p->wi1_w = x; x += F * C;
+    p->wo_w = x; x += C * F;
+    return (size_t)(x - flat);
+}
+
+size_t dyn_t5_dec_act_floats(dyn_block_dims d, int B, int Td, int Te)
+{
+    size_t Nd = (size_t)B * Td, Ne = (size_t)B * Te, C = (size_t)d.C;
+    size_t I = (size_t)d.NH * d.HD, F = (size_t)d.F, lse = (size_t)B * d.NH * Td;
+    return Nd * C + Nd + Nd * 3 * I + Nd * I + lse + Nd * C      /* self */
+           + Nd * C + Nd + Nd * I + Ne * 2 * I + Nd * I + lse + Nd * C /* cross */
+           + Nd * C + Nd + Nd * 2 * F + Nd * F;                  /* ffn */
+}
+
+void dyn_t5_dec_acts_layout(dyn_t5_dec_acts *a, float *arena, dyn_block_dims d, int B, int Td,
+                            int Te)
+{
+    size_t Nd = (size_t)B * Td, Ne = (size_t)B * Te, C = (size_t)d.C;
+    size_t I = (size_t)d.NH * d.HD, F = (size_t)d.F, lse = (size_t)B * d.NH * Td;
+    float *x = arena;
+    a->ln1 = x; x += Nd * C;
+    a->ln1_rstd = x; x += Nd;
+    a->qkv = x; x += Nd * 3 * I;
+    a->sa_y = x; x += Nd * I;
+    a->sa_lse = x; x += lse;
+    a->x1 = x; x += Nd * C;
+    a->ln2 = x; x += Nd * C;
+    a->ln2_rstd = x; x += Nd;
+    a->cq = x; x += Nd * I;
+    a->ckv = x; x += Ne * 2 * I;
+    a->ca_y = x; x += Nd * I;
+    a->ca_lse = x; x += lse;
+    a->x2 = x; x += Nd * C;
+    a->ln3 = x; x += Nd * C;
+    a->ln3_rstd = x; x += Nd;
+    a->h = x; x += Nd * 2 * F;
+    a->g = x; x += Nd * F;
+}
+
+size_t dyn_t5_dec_work_floats(dyn_block_dims d, int B, int Td, int Te)
+{
+    dyn_attn_cfg self = t5_attn_cfg(d, 1, 0), cross = t5_attn_cfg(d, 0, 0);
+    cross.num_buckets = 0; /* no bias: no bias table or slots */
+    size_t s = dyn_attention_work_floats(B, Td, Td, &self);
+    size_t c = dyn_attention_work_floats(B, Td, Te, &cross);
+    return scratch_floats(d, (size_t)B * Td, (size_t)B * Te) + max_sz(s, c);
+}
+
+void dyn_t5_dec_forward(float *out, const float *inp, const float *enc,
+                        const dyn_t5_dec_params *p, const float *rel_bias, dyn_t5_dec_acts *a,
+                        const dyn_layout *dlay, const dyn_layout *elay, dyn_block_dims d,
+                        float *work)
+{
+    int Nd = dlay->B * dlay->T, Ne = elay->B * elay->T, I = d.NH * d.HD;
+    dyn_attn_cfg self = t5_attn_cfg(d, 1, 0), cross = t5_attn_cfg(d, 0, 0);
+    float *attn_work = work + scratch_floats(d, (size_t)Nd, (size_t)Ne);
+    self_forward(a->x1, inp, p->ln1_w, p->q_w, p->o_w, rel_bias, a->ln1, a->ln1_rstd, a->qkv,
+                 a->sa_y, a->sa_lse, dlay, &self, d, attn_work);
+    /* Cross-attention: queries from the decoder, keys/values from enc. */
+    dyn_rmsnorm_forward(a->ln2, a->ln2_rstd, a->x1, p->ln2_w, Nd, d.C);
+    dyn_linear_forward(a->cq, a->ln2, p->cq_w, NULL, Nd, d.C, I);
+    dyn_linear_forward(a->ckv, enc, p->ck_w, NULL, Ne, d.C, 2 * I);
+    dyn_attention_forward(a->ca_y, a->ca_lse, a->cq, I, a->ckv, 2 * I, a->ckv + I, 2 * I, NULL,
+                          dlay, elay, &cross, attn_work);
+    dyn_linear_forward(a->x2, a->ca_y, p->co_w, NULL, Nd, I, d.C);
+    dyn_residual_forward(a->x2, a->x2, a->x1, (size_t)Nd * d.C);
+    ffn_forward(out, a->x2, p->ln3_w, p->wi0_w, p->wo_w, a->ln3, a->ln3_rstd, a->h, a->g, Nd, d);
+}
+
+void dyn_t5_dec_backward(float *dinp, float *denc, const dyn_t5_dec_params *g, float *drel_bias,
+                         const float *dout, const float *inp, const float *enc,
+                         const dyn_t5_dec_params *p, const float *rel_bias, dyn_t5_dec_acts *a,
+                         const dyn_layout *dlay, const dyn_layout *elay, dyn_block_dims d,
+                         int recompute, float *work)
+{
+    size_t Nd = (size_t)dlay->B * dlay->T, Ne = (size_t)elay->B * elay->T, C = (size_t)d.C;
+    size_t I = (size_t)d.NH * d.HD, F = (size_t)d.F;
+    dyn_attn_cfg self = t5_attn_cfg(d, 1, 0), cross = t5_attn_cfg(d, 0, 0);
+    float *dg = work, *dh = dg + Nd * F, *dC = dh + Nd * 2 * F, *dA = dC + Nd * max_sz(C, I);
+    float *dqkv = dA + Nd * I, *dckv = dqkv + Nd * 3 * I;
+    float *attn_work = work + scratch_floats(d, Nd, Ne);
+    if (recompute) dyn_t5_dec_forward(dinp, inp, enc, p, rel_bias, a, dlay, elay, d, work);
+    memcpy(dinp, dout, Nd * C * sizeof(float));
+    ffn_backward(dinp, g->ln3_w, g->wi0_w, g->wo_w, a->x2, p->ln3_w, p->wi0_w, p->wo_w, a->ln3,
+                 a->ln3_rstd, a->h, a->g, (int)Nd, d, dg, dh, dC);
+
+    /* Cross-attention branch; dinp holds d(x2). dqkv's first Nd*I floats
+     * serve as d(cq). */
+    float *dcq = dqkv;
+    memset(dA, 0, Nd * I * sizeof(float));
+    dyn_linear_backward(dA, g->co_w, NULL, dinp, a->ca_y, p->co_w, (int)Nd, (int)I, (int)C);
+    dyn_attention_backward(dcq, dckv, dckv + I, NULL, dA, a->cq, (int)I, a->ckv, 2 * (int)I,
+                           a->ckv + I, 2 * (int)I, a->ca_y, a->ca_lse, NULL, dlay, elay, &cross,
+                           attn_work);
+    dyn_linear_backward(denc, g->ck_w, NULL, dckv, enc, p->ck_w, (int)Ne, (int)C, 2 * (int)I);
+    memset(dC, 0, Nd * C * sizeof(float));
+    dyn_linear_backward(dC, g->cq_w, NULL, dcq, a->ln2, p->cq_w, (int)Nd, (int)C, (int)I);
+    dyn_rmsnorm_backward(dinp, g->ln2_w, dC, a->x1, p->ln2_w, a->ln2_rstd, (int)Nd, (int)C);
+
+    /* Self-attention branch; dinp holds d(x1). */
+    self_backward(dinp, g->ln1_w, g->q_w, g->o_w, drel_bias, inp, p->ln1_w, p->q_w, p->o_w,
+                  rel_bias, a->ln1, a->ln1_rstd, a->qkv, a->sa_y, a->sa_lse, dlay, &self, d, dC,
+                  dA, dqkv, attn_work);
+}
+
+double dyn_t5_dec_flops(dyn_block_dims d, int B, int Td, int Te)
+{
+    double Nd = (double)B * Td, Ne = (double)B * Te, C = d.C, I = (double)d.NH * d.HD, F = d.F;
+    double fwd = 2.0 * Nd * C * 3.0 * I + 2.0 * Nd * I * C         /* self qkv, o */
+                 + 4.0 * (double)B * Td * Td * I                   /* self QKᵀ, PV (full) */
+                 + 2.0 * Nd * C * I + 2.0 * Ne * C * 2.0 * I       /* cross q, kv */
+                 + 4.0 * (double)B * Td * Te * I + 2.0 * Nd * I * C /* cross QKᵀ, PV, o */
+                 + 2.0 * Nd * C * 2.0 * F + 2.0 * Nd * F * C;      /* wi0|wi1, wo */
+    return 3.0 * fwd;
+}

@@ -1,0 +1,206 @@
+/* blocks.h — transformer blocks built from the kernels of layers.h: the
+ * GPT-2 block, the T5 v1.1 encoder block and the T5 v1.1 decoder block, each
+ * with forward and backward over a variable-length layout (layout.h).
+ *
+ * Memory (llm.c style): a block's parameters are a struct of pointers laid
+ * over a caller-owned flat float buffer (dyn_*_params_count floats; lay the
+ * same struct over the gradient buffer for the gradients); its activations
+ * are a struct of pointers laid over a caller-owned arena of
+ * dyn_*_act_floats(dims, B, T...) floats; scratch for forward/backward is a
+ * caller-owned work buffer of dyn_*_work_floats floats that any number of
+ * blocks may share (it holds nothing between calls). Nothing allocates.
+ *
+ * The block input inp (N,C) and output out (N,C) are caller-owned and NOT in
+ * the arena: the backward needs inp (and for the decoder, enc) unchanged; out
+ * is not needed by the backward.
+ *
+ * Recompute (full activation recomputation): every *_backward takes
+ * `recompute`. With recompute = 0 it uses the activations its forward stored
+ * in acts. With recompute != 0 it ignores what acts holds and first re-runs
+ * the forward from inp (and enc) into acts, then does the backward. So a
+ * model in recompute mode keeps only each block's input and can give ALL its
+ * blocks one shared activation arena (one block's worth of
+ * dyn_*_act_floats instead of one per block): the saving per block is
+ * exactly dyn_*_act_floats * 4 bytes. The forward is the same in both modes.
+ *
+ * Gradients: parameter gradients ACCUMULATE (+=) into the grads struct (so
+ * micro-batches accumulate). dinp (N,C) is OVERWRITTEN. The decoder's denc
+ * (B*Te, C) ACCUMULATES (+=), since every decoder block adds to the encoder
+ * output's gradient. dout is read only. rel-bias gradients ACCUMULATE.
+ *
+ * Masks: pad positions of the layout produce finite garbage in the per-token
+ * parts (norms, MLP) that never reaches real tokens; attention ignores them;
+ * give them loss weight 0 and their gradients come out 0.
+ *
+ * Threads: kernels use dims.nthreads OpenMP threads; the caller sets
+ * OpenBLAS's thread count (openblas_set_num_threads) to the same value.
+ * Same inputs and thread count → bit-identical outputs and gradients. */
+#ifndef DYN_MODEL_BLOCKS_H
+#define DYN_MODEL_BLOCKS_H
+
+#include <stddef.h>
+
+#include "model/layers.h" /* defines: kernels, dyn_attn_cfg */
+#include "model/layout.h" /* defines: dyn_layout */
+
+/* Shape of one block. GPT-2: HD = C / NH, F = 4C. T5: HD = d_kv (NH*HD may
+ * differ from C), F = d_ff. nthreads >= 1. */
+typedef struct dyn_block_dims {
+    int32_t C;        /* hidden, d_model */
+    int32_t NH;       /* heads */
+    int32_t HD;       /* head dim, d_kv */
+    int32_t F;        /* feed-forward width, d_ff */
+    int32_t nthreads; /* OpenMP threads the kernels use; work is sized for it */
+} dyn_block_dims;
+
+/* ================= GPT-2 block ==========================================
+ *   x1  = x  + proj(attn(ln1(x)))       causal self-attention, scale 1/sqrt(HD)
+ *   out = x1 + fcproj(gelu(fc(ln2(x1))))
+ * Weights in nn.Linear layout (out, in); HF GPT-2's Conv1D stores the
+ * transpose. Order in the flat buffer is the struct order below. */
+typedef struct dyn_gpt_block_params {
+    float *ln1_w, *ln1_b;   /* (C), (C) */
+    float *qkv_w, *qkv_b;   /* (3C, C), (3C): rows q then k then v */
+    float *proj_w, *proj_b; /* (C, C), (C) */
+    float *ln2_w, *ln2_b;   /* (C), (C) */
+    float *fc_w, *fc_b;     /* (F, C), (F) */
+    float *fcproj_w, *fcproj_b; /* (C, F), (C) */
+} dyn_gpt_block_params;
+
+/* Activations for B rows × T positions, N = B*T. */
+typedef struct dyn_gpt_block_acts {
+    float *ln1;                 /* (N, C) */
+    float *ln1_mean, *ln1_rstd; /* (N), (N) */
+    float *qkv;                 /* (N, 3C) */
+    float *atty;                /* (N, C) attention output before proj */
+    float *att_lse;             /* (B, NH, T) */
+    float *x1;                  /* (N, C) residual after attention */
+    float *ln2;                 /* (N, C) */
+    float *ln2_mean, *ln2_rstd; /* (N), (N) */
+    float *fch;                 /* (N, F) fc output, pre-GELU */
+    float *fch_gelu;            /* (N, F) */
+} dyn_gpt_block_acts;
+
+size_t dyn_gpt_block_params_count(dyn_block_dims d);
+/* Lay p over flat (dyn_gpt_block_params_count floats); returns floats used. */
+size_t dyn_gpt_block_params_layout(dyn_gpt_block_params *p, float *flat, dyn_block_dims d);
+size_t dyn_gpt_block_act_floats(dyn_block_dims d, int B, int T);
+void dyn_gpt_block_acts_layout(dyn_gpt_block_acts *a, float *arena, dyn_block_dims d, int B, int T);
+size_t dyn_gpt_block_work_floats(dyn_block_dims d, int B, int T);
+/* out (B*T, C) overwritten; inp (B*T, C); lay has B rows × T. */
+void dyn_gpt_block_forward(float *out, const float *inp, const dyn_gpt_block_params *p,
+                           dyn_gpt_block_acts *a, const dyn_layout *lay, dyn_block_dims d,
+                           float *work);
+/* dinp (B*T, C) overwritten; g += parameter grads; dout (B*T, C). */
+void dyn_gpt_block_backward(float *dinp, const dyn_gpt_block_params *g, const float *dout,
+                            const float *inp, const dyn_gpt_block_params *p,
+                            dyn_gpt_block_acts *a, const dyn_layout *lay, dyn_block_dims d,
+                            int recompute, float *work);
+
+/* ================= T5 v1.1 encoder block ================================
+ *   x1  = x  + o(attn(rms1(x)))      bidirectional, scale 1, rel bias
+ *   out = x1 + wo(gelu(wi0 h) * (wi1 h)),  h = rms2(x1)
+ * No biases. I = NH*HD. The relative-position bias table rel_bias
+ * (NH, DYN_T5_NUM_BUCKETS), bidirectional buckets, belongs to the first
+ * encoder layer in T5 and is shared by all encoder blocks: every block
+ * takes the same table and its gradient pointer (+=). */
+typedef struct dyn_t5_enc_params {
+    float *ln1_w;          /* (C) */
+    float *q_w, *k_w, *v_w; /* (I, C) each, consecutive: one (3I, C) matrix */
+    float *o_w;            /* (C, I) */
+    float *ln2_w;          /* (C) */
+    float *wi0_w, *wi1_w;  /* (F, C) each, consecutive: one (2F, C) matrix */
+    float *wo_w;           /* (C, F) */
+} dyn_t5_enc_params;
+
+typedef struct dyn_t5_enc_acts {
+    float *ln1, *ln1_rstd; /* (N, C), (N) */
+    float *qkv;            /* (N, 3I) */
+    float *atty;           /* (N, I) */
+    float *att_lse;        /* (B, NH, T) */
+    float *x1;             /* (N, C) */
+    float *ln2, *ln2_rstd; /* (N, C), (N) */
+    float *h;              /* (N, 2F) [wi0 | wi1] outputs */
+    float *g;              /* (N, F) gated GELU */
+} dyn_t5_enc_acts;
+
+size_t dyn_t5_enc_params_count(dyn_block_dims d);
+size_t dyn_t5_enc_params_layout(dyn_t5_enc_params *p, float *flat, dyn_block_dims d);
+size_t dyn_t5_enc_act_floats(dyn_block_dims d, int B, int T);
+void dyn_t5_enc_acts_layout(dyn_t5_enc_acts *a, float *arena, dyn_block_dims d, int B, int T);
+size_t dyn_t5_enc_work_floats(dyn_block_dims d, int B, int T);
+/* out, inp (B*T, C); rel_bias (NH, DYN_T5_NUM_BUCKETS) or NULL (no bias). */
+void dyn_t5_enc_forward(float *out, const float *inp, const dyn_t5_enc_params *p,
+                        const float *rel_bias, dyn_t5_enc_acts *a, const dyn_layout *lay,
+                        dyn_block_dims d, float *work);
+/* dinp overwritten; g +=; drel_bias (NH, buckets) += (may be NULL). */
+void dyn_t5_enc_backward(float *dinp, const dyn_t5_enc_params *g, float *drel_bias,
+                         const float *dout, const float *inp, const dyn_t5_enc_params *p,
+                         const float *rel_bias, dyn_t5_enc_acts *a, const dyn_layout *lay,
+                         dyn_block_dims d, int recompute, float *work);
+
+/* ================= T5 v1.1 decoder block ================================
+ *   x1  = x  + o(attn_causal(rms1(x)))              scale 1, rel bias (causal buckets)
+ *   x2  = x1 + co(cross_attn(q = cq(rms2(x1)), k,v = ck,cv(enc)))  scale 1, no bias
+ *   out = x2 + wo(gelu(wi0 h) * (wi1 h)),  h = rms3(x2)
+ * Decoder rows Bd = B of layout dlay (Td positions), encoder layout elay
+ * (B rows × Te); decoder segment i attends encoder segment i. enc is the
+ * encoder stack's final (normalised) output (B*Te, C). rel_bias is the
+ * decoder stack's shared table (NH, DYN_T5_NUM_BUCKETS), causal buckets. */
+typedef struct dyn_t5_dec_params {
+    float *ln1_w;                 /* (C) */
+    float *q_w, *k_w, *v_w;       /* (I, C) each, consecutive (3I, C) */
+    float *o_w;                   /* (C, I) */
+    float *ln2_w;                 /* (C) */
+    float *cq_w;                  /* (I, C) cross-attention query */
+    float *ck_w, *cv_w;           /* (I, C) each, consecutive (2I, C), applied to enc */
+    float *co_w;                  /* (C, I) */
+    float *ln3_w;                 /* (C) */
+    float *wi0_w, *wi1_w;         /* (F, C) each, consecutive (2F, C) */
+    float *wo_w;                  /* (C, F) */
+} dyn_t5_dec_params;
+
+typedef struct dyn_t5_dec_acts {
+    float *ln1, *ln1_rstd; /* (Nd, C), (Nd) */
+    float *qkv;            /* (Nd, 3I) */
+    float *sa_y;           /* (Nd, I) */
+    float *sa_lse;         /* (B, NH, Td) */
+    float *x1;             /* (Nd, C) */
+    float *ln2, *ln2_rstd; /* (Nd, C), (Nd) */
+    float *cq;             /* (Nd, I) */
+    float *ckv;            /* (Ne, 2I) */
+    float *ca_y;           /* (Nd, I) */
+    float *ca_lse;         /* (B, NH, Td) */
+    float *x2;             /* (Nd, C) */
+    float *ln3, *ln3_rstd; /* (Nd, C), (Nd) */
+    float *h;              /* (Nd, 2F) */
+    float *g;              /* (Nd, F) */
+} dyn_t5_dec_acts;
+
+size_t dyn_t5_dec_params_count(dyn_block_dims d);
+size_t dyn_t5_dec_params_layout(dyn_t5_dec_params *p, float *flat, dyn_block_dims d);
+size_t dyn_t5_dec_act_floats(dyn_block_dims d, int B, int Td, int Te);
+void dyn_t5_dec_acts_layout(dyn_t5_dec_acts *a, float *arena, dyn_block_dims d, int B, int Td,
+                            int Te);
+size_t dyn_t5_dec_work_floats(dyn_block_dims d, int B, int Td, int Te);
+/* out, inp (B*Td, C); enc (B*Te, C); rel_bias or NULL. */
+void dyn_t5_dec_forward(float *out, const float *inp, const float *enc,
+                        const dyn_t5_dec_params *p, const float *rel_bias, dyn_t5_dec_acts *a,
+                        const dyn_layout *dlay, const dyn_layout *elay, dyn_block_dims d,
+                        float *work);
+/* dinp (B*Td, C) overwritten; denc (B*Te, C) += (may be NULL); g +=;
+ * drel_bias += (may be NULL). */
+void dyn_t5_dec_backward(float *dinp, float *denc, const dyn_t5_dec_params *g, float *drel_bias,
+                         const float *dout, const float *inp, const float *enc,
+                         const dyn_t5_dec_params *p, const float *rel_bias, dyn_t5_dec_acts *a,
+                         const dyn_layout *dlay, const dyn_layout *elay, dyn_block_dims d,
+                         int recompute, float *work);
+
+/* FLOPs of one forward+backward (3 × forward matmul FLOPs, full s×s
+ * attention counted as in the issue) — for benchmarks:
+ *   GPT:  3 × (24·B·T·C² + 4·B·T²·C)            (F = 4C, I = C)
+ *   T5 decoder: see docs/architecture.md "Model layers". */
+double dyn_gpt_block_flops(int B, int T, int C);
+double dyn_t5_dec_flops(dyn_block_dims d, int B, int Td, int Te);
+
+#endif

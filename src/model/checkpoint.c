@@ -1,0 +1,229 @@
+/* checkpoint.c — model weights as Hugging Face safetensors and the
+ * optimizer / training-position companion file.
+ *
+ * Weights: one tensor per dyn_param_tensor under its Hugging Face name, F32.
+ * Our matrices are nn.Linear (out, in); HF GPT-2's Conv1D layers (c_attn,
+ * c_proj, c_fc) store (in, out) and HF T5's relative_attention_bias is an
+ * Embedding (num_buckets, heads) where we keep (heads, num_buckets): those
+ * tensors (hf_transposed) are transposed on the way out and back in.
+ *
+ * Loading is all-or-nothing: every expected tensor is read, checked and
+ * converted into a staging copy of the whole parameter buffer; only when all
+ * are good is the staging copy copied over the live parameters. Tensors in
+ * the file that the model does not have are an error (a config mismatch),
+ * except the aliases Hugging Face files may carry: T5's tied
+ * encoder/decoder.embed_tokens.weight and GPT-2's attention-mask buffers
+ * (h.N.attn.bias, h.N.attn.masked_bias) and tied lm_head.weight.
+ *
+ * Companion file (also safetensors, our layout): "<name>.exp_avg" and
+ * "<name>.exp_avg_sq" per tensor, metadata dynapipe.step,
+ * dynapipe.data_cursor, dynapipe.rng ("%016llx" x4, space separated) and
+ * dynapipe.n_params. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_impl.h"
+#include "model/safetensors.h" /* defines: dyn_safetensors_* */
+#include "util/util.h"         /* defines: dyn_calloc */
+
+static void transpose(float *dst, const float *src, int64_t rows, int64_t cols)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) dst[c * rows + r] = src[r * cols + c];
+}
+
+static void hf_shape(const dyn_param_tensor *t, int64_t *shape)
+{
+    shape[0] = t->hf_transposed ? t->shape[1] : t->shape[0];
+    shape[1] = t->hf_transposed ? t->shape[0] : t->shape[1];
+}
+
+dyn_status dyn_model_save(const dyn_model *m, const char *path, dyn_error *err)
+{
+    int n = m->n_tensors;
+    dyn_st_entry *e = dyn_calloc((size_t)n, sizeof *e, "checkpoint entries", err);
+    float **tmp = dyn_calloc((size_t)n, sizeof *tmp, "checkpoint transposes", err);
+    dyn_status st = e && tmp ? DYN_OK : DYN_ERR_NOMEM;
+    for (int i = 0; i < n && st == DYN_OK; i++) {
+        const dyn_param_tensor *t = &m->tensors[i];
+        const float *p = m->params + t->offset;
+        e[i].name = t->name;
+        e[i].ndim = t->ndim;
+        hf_shape(t, e[i].shape);
+        e[i].data = p;
+        if (t->hf_transposed) {
+            tmp[i] = dyn_calloc(t->numel, sizeof(float), t->name, err);
+            if (tmp[i] == NULL) st = DYN_ERR_NOMEM;
+            else transpose(tmp[i], p, t->shape[0], t->shape[1]);
+            e[i].data = tmp[i];
+        }
+    }
+    if (st == DYN_OK) {
+        char cfg[256];
+        const dyn_model_config *c = &m->cfg;
+        snprintf(cfg, sizeof cfg,
+                 "{\"kind\":\"%s\",\"n_layers\":%d,\"n_dec_layers\":%d,\"hidden\":%d,\"heads\":%d,"
+                 "\"head_dim\":%d,\"ffn\":%d,\"vocab\":%d,\"max_seqlen\":%d}",
+                 c->kind == DYN_MODEL_GPT ? "gpt" : "t5", c->n_layers, c->n_dec_layers, c->hidden, c->heads,
+                 c->head_dim, c->ffn, c->vocab, c->max_seqlen);
+        const char *meta[4] = {"format", "pt", "dynapipe.config", cfg};
+        st = dyn_safetensors_write(path, e, n, meta, 2, err);
+    }
+    for (int i = 0; tmp && i < n; i++) free(tmp[i]);
+    free(tmp);
+    free(e);
+    return st;
+}
+
+static int is_known_alias(const dyn_model *m, const char *name)
+{
+    if (m->cfg.kind == DYN_MODEL_T5)
+        return strcmp(name, "encoder.embed_tokens.weight") == 0 || strcmp(name, "decoder.embed_tokens.weight") == 0;
+    if (strcmp(name, "lm_head.weight") == 0) return 1;
+    size_t len = strlen(name);
+    const char *a = ".attn.bias", *b = ".attn.masked_bias";
+    return strncmp(name, "h.", 2) == 0 &&
+           ((len > strlen(a) && strcmp(name + len - strlen(a), a) == 0) ||
+            (len > strlen(b) && strcmp(name + len - strlen(b), b) == 0));
+}
+
+/* Read tensor t (HF layout) from st into dst (our layout). */
+static dyn_status read_tensor(const dyn_safetensors *st, const char *name, const dyn_param_tensor *t, int hf, float *dst,
+                              float *scratch, dyn_error *err)
+{
+    int64_t shape[2];
+    if (hf) hf_shape(t, shape);
+    else shape[0] = t->shape[0], shape[1] = t->shape[1];
+    if (!(hf && t->hf_transposed)) return dyn_safetensors_read(st, name, t->ndim, shape, dst, err);
+    dyn_status s = dyn_safetensors_read(st, name, t->ndim, shape, scratch, err);
+    if (s == DYN_OK) transpose(dst, scratch, shape[0], shape[1]);
+    return s;
+}
+
+static size_t max_numel(const dyn_model *m)
+{
+    size_t mx = 1;
+    for (int i = 0; i < m->n_tensors; i++)
+        if (m->tensors[i].numel > mx) mx = m->tensors[i].numel;
+    return mx;
+}
+
+dyn_status dyn_model_load(dyn_model *m, const char *path, dyn_error *err)
+{
+    dyn_safetensors *st = dyn_safetensors_open(path, err);
+    if (st == NULL) return err ? err->code : DYN_ERR_CORRUPT;
+    dyn_status s = DYN_OK;
+    for (int i = 0; i < dyn_safetensors_count(st) && s == DYN_OK; i++) {
+        const char *name = dyn_safetensors_name(st, i);
+        if (dyn_model_find_tensor(m, name) == NULL && !is_known_alias(m, name))
+            s = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: tensor '%s' is not part of this model (config mismatch?)", path,
+                              name);
+    }
+    float *staging = s == DYN_OK ? dyn_calloc(m->n_params, sizeof(float), "checkpoint staging", err) : NULL;
+    float *scratch = staging ? dyn_calloc(max_numel(m), sizeof(float), "checkpoint staging", err) : NULL;
+    if (s == DYN_OK && scratch == NULL) s = DYN_ERR_NOMEM;
+    for (int i = 0; i < m->n_tensors && s == DYN_OK; i++) {
+        const dyn_param_tensor *t = &m->tensors[i];
+        s = read_tensor(st, t->name, t, 1, staging + t->offset, scratch, err);
+    }
+    if (s == DYN_OK) memcpy(m->params, staging, m->n_params * sizeof(float));
+    free(scratch);
+    free(staging);
+    dyn_safetensors_free(st);
+    return s;
+}
+
+/* ---------------------------------------------------------------- train state */
+
+dyn_status dyn_model_save_train_state(const dyn_model *m, const dyn_train_state *ts, const char *path, dyn_error *err)
+{
+    int n = m->n_tensors;
+    dyn_st_entry *e = dyn_calloc((size_t)(2 * n), sizeof *e, "train-state entries", err);
+    char *names = e ? dyn_calloc((size_t)(2 * n), 128, "train-state names", err) : NULL;
+    if (names == NULL) {
+        free(e);
+        return DYN_ERR_NOMEM;
+    }
+    for (int i = 0; i < n; i++) {
+        const dyn_param_tensor *t = &m->tensors[i];
+        for (int k = 0; k < 2; k++) {
+            char *nm = names + (size_t)(2 * i + k) * 128;
+            snprintf(nm, 128, "%s.%s", t->name, k ? "exp_avg_sq" : "exp_avg");
+            dyn_st_entry *x = &e[2 * i + k];
+            x->name = nm;
+            x->ndim = t->ndim;
+            x->shape[0] = t->shape[0];
+            x->shape[1] = t->shape[1];
+            x->data = (k ? m->m2 : m->m1) + t->offset;
+        }
+    }
+    char step[32], cursor[32], rng[80], np[32];
+    snprintf(step, sizeof step, "%" PRId64, m->step);
+    snprintf(cursor, sizeof cursor, "%" PRId64, ts->data_cursor);
+    snprintf(rng, sizeof rng, "%016" PRIx64 " %016" PRIx64 " %016" PRIx64 " %016" PRIx64, ts->rng.s[0], ts->rng.s[1],
+             ts->rng.s[2], ts->rng.s[3]);
+    snprintf(np, sizeof np, "%zu", m->n_params);
+    const char *meta[8] = {"dynapipe.step", step, "dynapipe.data_cursor", cursor, "dynapipe.rng", rng,
+                           "dynapipe.n_params", np};
+    dyn_status s = dyn_safetensors_write(path, e, 2 * n, meta, 4, err);
+    free(names);
+    free(e);
+    return s;
+}
+
+/* Parse a whole-string decimal int64 metadata value. */
+static dyn_status meta_i64(const dyn_safetensors *st, const char *path, const char *key, int64_t *out, dyn_error *err)
+{
+    const char *v = dyn_safetensors_meta(st, key);
+    char *end = NULL;
+    if (v == NULL) return dyn_error_set(err, DYN_ERR_CORRUPT, "%s: metadata '%s' missing", path, key);
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end != '\0' || x < 0)
+        return dyn_error_set(err, DYN_ERR_CORRUPT, "%s: metadata '%s' is '%s', expected a non-negative integer", path,
+                             key, v);
+    *out = (int64_t)x;
+    return DYN_OK;
+}
+
+dyn_status dyn_model_load_train_state(dyn_model *m, dyn_train_state *ts, const char *path, dyn_error *err)
+{
+    dyn_safetensors *st = dyn_safetensors_open(path, err);
+    if (st == NULL) return err ? err->code : DYN_ERR_CORRUPT;
+    int64_t step = 0, cursor = 0, np = 0;
+    dyn_rng rng;
+    dyn_status s = meta_i64(st, path, "dynapipe.step", &step, err);
+    if (s == DYN_OK) s = meta_i64(st, path, "dynapipe.data_cursor", &cursor, err);
+    if (s == DYN_OK) s = meta_i64(st, path, "dynapipe.n_params", &np, err);
+    if (s == DYN_OK && (size_t)np != m->n_params)
+        s = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: optimizer state for %lld parameters, model has %zu", path,
+                          (long long)np, m->n_params);
+    if (s == DYN_OK) {
+        const char *v = dyn_safetensors_meta(st, "dynapipe.rng");
+        int used = 0;
+        if (v == NULL || sscanf(v, "%" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 "%n", &rng.s[0], &rng.s[1], &rng.s[2],
+                                &rng.s[3], &used) != 4 || v[used] != '\0')
+            s = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: metadata 'dynapipe.rng' missing or not four hex words", path);
+    }
+    float *staging = s == DYN_OK ? dyn_calloc(2 * m->n_params, sizeof(float), "train-state staging", err) : NULL;
+    if (s == DYN_OK && staging == NULL) s = DYN_ERR_NOMEM;
+    for (int i = 0; i < m->n_tensors && s == DYN_OK; i++) {
+        const dyn_param_tensor *t = &m->tensors[i];
+        char name[128];
+        for (int k = 0; k < 2 && s == DYN_OK; k++) {
+            snprintf(name, sizeof name, "%s.%s", t->name, k ? "exp_avg_sq" : "exp_avg");
+            s = read_tensor(st, name, t, 0, staging + (size_t)k * m->n_params + t->offset, NULL, err);
+        }
+    }
+    if (s == DYN_OK) {
+        memcpy(m->m1, staging, m->n_params * sizeof(float));
+        memcpy(m->m2, staging + m->n_params, m->n_params * sizeof(float));
+        m->step = step;
+        ts->data_cursor = cursor;
+        ts->rng = rng;
+    }
+    free(staging);
+    dyn_safetensors_free(st);
+    return s;
+}

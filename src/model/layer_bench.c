@@ -1,0 +1,170 @@
+/* layer_bench.c — the block benchmark behind bench/bench_layer.c and
+ * `dynapipe bench layer`: forward + backward of one GPT-2 block or one T5
+ * decoder block on random weights, timed beside an sgemm of the block's
+ * feed-forward shape ((B·T) × C times C × 4C) so that the GFLOP/s figure can
+ * be read against what the BLAS reaches on the same machine at the same
+ * moment. Padded layout with every row full (no pad), fp32. */
+#include <cblas.h>
+#include <omp.h>
+#include <stdlib.h>
+
+#include "model/blocks.h"      /* defines: dyn_gpt_block_*, dyn_t5_dec_* */
+#include "model/layer_bench.h" /* defines: dyn_layer_bench_* */
+#include "util/rng.h"          /* defines: dyn_rng_* */
+#include "util/util.h"         /* defines: dyn_calloc, dyn_time_ms */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void fill(float *x, size_t n, float scale, dyn_rng *rng)
+{
+    for (size_t i = 0; i < n; i++) x[i] = (float)((2.0 * dyn_rng_uniform(rng) - 1.0) * scale);
+}
+
+/* Everything one benchmark run owns. */
+typedef struct bench_bufs {
+    float *params, *grads, *acts, *work, *inp, *out, *dout, *dinp, *enc, *denc, *rel, *drel;
+    float *ga, *gb, *gc; /* sgemm operands */
+} bench_bufs;
+
+static void bufs_free(bench_bufs *b)
+{
+    float *all[] = {b->params, b->grads, b->acts, b->work, b->inp, b->out, b->dout, b->dinp,
+                    b->enc, b->denc, b->rel, b->drel, b->ga, b->gb, b->gc};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]);
+}
+
+dyn_status dyn_layer_bench_run(const dyn_layer_bench_cfg *cfg, dyn_layer_bench_result *res,
+                               dyn_error *err)
+{
+    int gpt = cfg->model == DYN_MODEL_GPT;
+    int C = cfg->hidden, NH = cfg->heads, B = cfg->batch, T = cfg->seq;
+    int Te = gpt ? 0 : cfg->enc_seq;
+    if (C < 1 || NH < 1 || C % NH != 0 || B < 1 || T < 1 || (!gpt && Te < 1) ||
+        cfg->threads < 1 || cfg->repeat < 1)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "bench layer: need hidden divisible by heads and positive batch, "
+                             "seq%s, threads, repeat",
+                             gpt ? "" : ", enc-seq");
+    omp_set_num_threads(cfg->threads);
+    openblas_set_num_threads(cfg->threads);
+    dyn_block_dims d = {C, NH, C / NH, 4 * C, cfg->threads};
+    size_t N = (size_t)B * T, Ne = (size_t)B * Te;
+    size_t np = gpt ? dyn_gpt_block_params_count(d) : dyn_t5_dec_params_count(d);
+    size_t na = gpt ? dyn_gpt_block_act_floats(d, B, T) : dyn_t5_dec_act_floats(d, B, T, Te);
+    size_t nw = gpt ? dyn_gpt_block_work_floats(d, B, T) : dyn_t5_dec_work_floats(d, B, T, Te);
+    bench_bufs b = {0};
+    dyn_status st = DYN_OK;
+    b.params = dyn_calloc(np, 4, "bench params", err);
+    b.grads = dyn_calloc(np, 4, "bench grads", err);
+    b.acts = dyn_calloc(na, 4, "bench activations", err);
+    b.work = dyn_calloc(nw, 4, "bench work", err);
+    b.inp = dyn_calloc(N * C, 4, "bench input", err);
+    b.out = dyn_calloc(N * C, 4, "bench output", err);
+    b.dout = dyn_calloc(N * C, 4, "bench dout", err);
+    b.dinp = dyn_calloc(N * C, 4, "bench dinp", err);
+    b.enc = dyn_calloc(Ne + 1, (size_t)C * 4, "bench enc", err);
+    b.denc = dyn_calloc(Ne + 1, (size_t)C * 4, "bench denc", err);
+    b.rel = dyn_calloc((size_t)NH * DYN_T5_NUM_BUCKETS, 4, "bench rel", err);
+    b.drel = dyn_calloc((size_t)NH * DYN_T5_NUM_BUCKETS, 4, "bench drel", err);
+    b.ga = dyn_calloc(N * C, 4, "bench sgemm a", err);
+    b.gb = dyn_calloc((size_t)4 * C * C, 4, "bench sgemm b", err);
+    b.gc = dyn_calloc(N * 4 * C, 4, "bench sgemm c", err);
+    if (!b.params || !b.grads || !b.acts || !b.work || !b.inp || !b.out || !b.dout || !b.dinp ||
+        !b.enc || !b.denc || !b.rel || !b.drel || !b.ga || !b.gb || !b.gc) {
+        bufs_free(&b);
+        return DYN_ERR_NOMEM;
+    }
+    dyn_rng rng;
+    dyn_rng_seed(&rng, 1234);
+    fill(b.params, np, 0.05f, &rng);
+    fill(b.inp, N * C, 1.0f, &rng);
+    fill(b.dout, N * C, 1.0f, &rng);
+    fill(b.enc, Ne * C, 1.0f, &rng);
+    fill(b.rel, (size_t)NH * DYN_T5_NUM_BUCKETS, 1.0f, &rng);
+    fill(b.ga, N * C, 1.0f, &rng);
+    fill(b.gb, (size_t)4 * C * C, 1.0f, &rng);
+
+    int32_t *lens = dyn_calloc((size_t)B, sizeof(int32_t), "bench lens", err);
+    int32_t *elens = dyn_calloc((size_t)B, sizeof(int32_t), "bench lens", err);
+    dyn_layout *lay = NULL, *elay = NULL;
+    double *t_blk = dyn_calloc((size_t)cfg->repeat, sizeof(double), "bench times", err);
+    double *t_gemm = dyn_calloc((size_t)cfg->repeat, sizeof(double), "bench times", err);
+    if (!lens || !elens || !t_blk || !t_gemm) {
+        st = DYN_ERR_NOMEM;
+        goto done;
+    }
+    for (int i = 0; i < B; i++) {
+        lens[i] = T;
+        elens[i] = Te;
+    }
+    lay = dyn_layout_create_padded(lens, B, T, err);
+    if (!lay) {
+        st = err ? err->code : DYN_ERR_NOMEM;
+        goto done;
+    }
+    if (!gpt) {
+        elay = dyn_layout_create_padded(elens, B, Te, err);
+        if (!elay) {
+            st = err ? err->code : DYN_ERR_NOMEM;
+            goto done;
+        }
+    }
+
+    dyn_gpt_block_params gp, gg;
+    dyn_gpt_block_acts ga;
+    dyn_t5_dec_params tp, tg;
+    dyn_t5_dec_acts ta;
+    if (gpt) {
+        dyn_gpt_block_params_layout(&gp, b.params, d);
+        dyn_gpt_block_params_layout(&gg, b.grads, d);
+        dyn_gpt_block_acts_layout(&ga, b.acts, d, B, T);
+    } else {
+        dyn_t5_dec_params_layout(&tp, b.params, d);
+        dyn_t5_dec_params_layout(&tg, b.grads, d);
+        dyn_t5_dec_acts_layout(&ta, b.acts, d, B, T, Te);
+    }
+    for (int r = -1; r < cfg->repeat; r++) {
+        double t0 = dyn_time_ms();
+        if (gpt) {
+            dyn_gpt_block_forward(b.out, b.inp, &gp, &ga, lay, d, b.work);
+            dyn_gpt_block_backward(b.dinp, &gg, b.dout, b.inp, &gp, &ga, lay, d, 0, b.work);
+        } else {
+            dyn_t5_dec_forward(b.out, b.inp, b.enc, &tp, b.rel, &ta, lay, elay, d, b.work);
+            dyn_t5_dec_backward(b.dinp, b.denc, &tg, b.drel, b.dout, b.inp, b.enc, &tp, b.rel, &ta,
+                                lay, elay, d, 0, b.work);
+        }
+        double t1 = dyn_time_ms();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, 4 * C, C, 1.0f, b.ga, C, b.gb,
+                    C, 0.0f, b.gc, 4 * C);
+        double t2 = dyn_time_ms();
+        if (r >= 0) {
+            t_blk[r] = t1 - t0;
+            t_gemm[r] = t2 - t1;
+        }
+    }
+    res->gflop = (gpt ? dyn_gpt_block_flops(B, T, C) : dyn_t5_dec_flops(d, B, T, Te)) * 1e-9;
+    res->ms = median(t_blk, cfg->repeat);
+    res->ms_min = t_blk[0]; /* sorted by median() */
+    res->gflops = res->gflop / (res->ms * 1e-3);
+    res->sgemm_gflops = 2.0 * (double)N * 4.0 * C * C * 1e-9 / (median(t_gemm, cfg->repeat) * 1e-3);
+    res->act_mb = (double)na * 4.0 / (1024.0 * 1024.0);
+done:
+    free(lens);
+    free(elens);
+    free(t_blk);
+    free(t_gemm);
+    dyn_layout_free(lay);
+    dyn_layout_free(elay);
+    bufs_free(&b);
+    return st;
+}

@@ -1,0 +1,37 @@
+/* layer_bench.h — measure forward + backward of one transformer block (GPT-2
+ * or T5 decoder) beside a plain sgemm in the same run, for bench/bench_layer.c
+ * and `dynapipe bench layer`. Timings are medians over repeats; the sgemm
+ * reference is timed between the block repeats so both see the same machine
+ * load. */
+#ifndef DYN_MODEL_LAYER_BENCH_H
+#define DYN_MODEL_LAYER_BENCH_H
+
+#include "dynapipe/common.h"
+
+typedef struct dyn_layer_bench_cfg {
+    dyn_model_kind model; /* DYN_MODEL_GPT or DYN_MODEL_T5 (decoder block) */
+    int hidden;           /* C; GPT: F = 4C, HD = C/heads; T5: d_kv = C/heads, d_ff = 4C */
+    int heads;
+    int batch;            /* rows B */
+    int seq;              /* T (T5: decoder length) */
+    int enc_seq;          /* T5 encoder length Te (ignored for GPT) */
+    int threads;          /* OpenMP and OpenBLAS threads */
+    int repeat;           /* timed repeats (>= 1); one untimed warm-up first */
+} dyn_layer_bench_cfg;
+
+typedef struct dyn_layer_bench_result {
+    double ms;            /* median ms per forward + backward */
+    double ms_min;        /* fastest repeat, ms */
+    double gflop;         /* FLOPs credited per forward + backward, 1e9 */
+    double gflops;        /* gflop / median seconds */
+    double sgemm_gflops;  /* median sgemm rate in the same run, GFLOP/s */
+    double act_mb;        /* block activation arena, MB (2^20 bytes) */
+} dyn_layer_bench_result;
+
+/* Run the benchmark; DYN_ERR_INVALID_ARG for bad shapes, DYN_ERR_NOMEM if the
+ * buffers cannot be allocated. Sets the process-wide OpenMP and OpenBLAS
+ * thread counts to cfg->threads. */
+dyn_status dyn_layer_bench_run(const dyn_layer_bench_cfg *cfg, dyn_layer_bench_result *res,
+                               dyn_error *err);
+
+#endif

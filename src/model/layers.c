@@ -1,0 +1,428 @@
+/* layers.c — the per-token layer kernels of layers.h: linear, LayerNorm,
+ * RMSNorm, GELU, gated GELU, residual, embeddings and the fused LM head +
+ * cross-entropy. Attention lives in attention.c (fast) and attention_ref.c
+ * (reference).
+ *
+ * Determinism: every OpenMP loop either computes each output element
+ * independently (rows, elements) or splits a column reduction over channel
+ * ranges with each thread summing rows in order, so results do not depend on
+ * the thread count. Matrix products are OpenBLAS sgemm. */
+#include "model/fastmath.h" /* defines: dyn_fast_expf, dyn_row_*; must come first */
+
+#include <assert.h>
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "model/layers.h"   /* defines: the kernel contracts */
+
+/* The [c0, c1) slice of n channels owned by thread tid of nt. */
+static void channel_range(int n, int tid, int nt, int *c0, int *c1)
+{
+    int per = (n + nt - 1) / nt;
+    *c0 = tid * per < n ? tid * per : n;
+    *c1 = *c0 + per < n ? *c0 + per : n;
+}
+
+/* ---- linear ----------------------------------------------------------- */
+
+void dyn_linear_forward(float *out, const float *inp, const float *w, const float *bias,
+                        int N, int C, int OC)
+{
+    float beta = 0.0f;
+    if (bias) {
+        /* Start from the bias so that sgemm adds the product in one pass. */
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
+}
+
+void dyn_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                         const float *inp, const float *w, int N, int C, int OC)
+{
+    if (dinp)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
+                    1.0f, dinp, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
+                dw, C);
+    if (dbias) {
+#pragma omp parallel
+        {
+            int c0, c1;
+            channel_range(OC, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
+            for (int n = 0; n < N; n++) {
+                const float *d = dout + (size_t)n * OC;
+                for (int c = c0; c < c1; c++) dbias[c] += d[c];
+            }
+        }
+    }
+}
+
+/* ---- LayerNorm -------------------------------------------------------- */
+
+void dyn_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                           const float *w, const float *b, int N, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *o = out + (size_t)n * C;
+        float m = 0.0f;
+        for (int c = 0; c < C; c++) m += x[c];
+        m /= (float)C;
+        float v = 0.0f;
+        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        v /= (float)C;
+        float s = 1.0f / sqrtf(v + DYN_LN_EPS);
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+void dyn_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                            const float *inp, const float *w, const float *mean,
+                            const float *rstd, int N, int C)
+{
+    if (dinp) {
+        /* dx = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),
+         * dnorm = dout * w: the standard LayerNorm input gradient. */
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C;
+            const float *d = dout + (size_t)n * C;
+            float *dx = dinp + (size_t)n * C;
+            float m = mean[n], s = rstd[n];
+            float sum_dn = 0.0f, sum_dnx = 0.0f;
+            for (int c = 0; c < C; c++) {
+                float dn = d[c] * w[c];
+                sum_dn += dn;
+                sum_dnx += dn * (x[c] - m) * s;
+            }
+            sum_dn /= (float)C;
+            sum_dnx /= (float)C;
+            for (int c = 0; c < C; c++) {
+                float xhat = (x[c] - m) * s;
+                dx[c] += s * (d[c] * w[c] - sum_dn - xhat * sum_dnx);
+            }
+        }
+    }
+#pragma omp parallel
+    {
+        int c0, c1;
+        channel_range(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C;
+            const float *d = dout + (size_t)n * C;
+            float m = mean[n], s = rstd[n];
+            for (int c = c0; c < c1; c++) {
+                dw[c] += d[c] * (x[c] - m) * s;
+                db[c] += d[c];
+            }
+        }
+    }
+}
+
+/* ---- RMSNorm ---------------------------------------------------------- */
+
+void dyn_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *o = out + (size_t)n * C;
+        float ss = 0.0f;
+        for (int c = 0; c < C; c++) ss += x[c] * x[c];
+        float s = 1.0f / sqrtf(ss / (float)C + DYN_RMS_EPS);
+        for (int c = 0; c < C; c++) o[c] = x[c] * s * w[c];
+        rstd[n] = s;
+    }
+}
+
+void dyn_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                          const float *w, const float *rstd, int N, int C)
+{
+    if (dinp) {
+        /* y = x s w with s = (mean(x^2)+eps)^-1/2: dx = s (dn - x s^2 mean(dn x)),
+         * dn = dout * w. */
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C;
+            const float *d = dout + (size_t)n * C;
+            float *dx = dinp + (size_t)n * C;
+            float s = rstd[n];
+            float dot = 0.0f;
+            for (int c = 0; c < C; c++) dot += d[c] * w[c] * x[c];
+            float k = s * s * dot / (float)C;
+            for (int c = 0; c < C; c++) dx[c] += s * (d[c] * w[c] - x[c] * k);
+        }
+    }
+#pragma omp parallel
+    {
+        int c0, c1;
+        channel_range(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C;
+            const float *d = dout + (size_t)n * C;
+            float s = rstd[n];
+            for (int c = c0; c < c1; c++) dw[c] += d[c] * x[c] * s;
+        }
+    }
+}
+
+/* ---- GELU ------------------------------------------------------------- */
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+
+static inline float gelu1(float x)
+{
+    float t = dyn_fast_tanhf(GELU_K * (x + GELU_A * x * x * x));
+    return 0.5f * x * (1.0f + t);
+}
+
+static inline float gelu_grad1(float x)
+{
+    float t = dyn_fast_tanhf(GELU_K * (x + GELU_A * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
+}
+
+void dyn_gelu_forward(float *out, const float *inp, size_t n)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = gelu1(inp[i]);
+}
+
+void dyn_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dinp[i] += gelu_grad1(inp[i]) * dout[i];
+}
+
+void dyn_gelu_backward_inplace(float *d, const float *inp, size_t n)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) d[i] = gelu_grad1(inp[i]) * d[i];
+}
+
+void dyn_gated_gelu_forward(float *out, const float *h, int N, int F)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *a = h + (size_t)n * 2 * F, *b = a + F;
+        float *o = out + (size_t)n * F;
+        for (int f = 0; f < F; f++) o[f] = gelu1(a[f]) * b[f];
+    }
+}
+
+void dyn_gated_gelu_backward(float *dh, const float *dout, const float *h, int N, int F)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *a = h + (size_t)n * 2 * F, *b = a + F;
+        const float *d = dout + (size_t)n * F;
+        float *da = dh + (size_t)n * 2 * F, *db = da + F;
+        for (int f = 0; f < F; f++) {
+            da[f] = d[f] * b[f] * gelu_grad1(a[f]);
+            db[f] = d[f] * gelu1(a[f]);
+        }
+    }
+}
+
+/* ---- residual --------------------------------------------------------- */
+
+void dyn_residual_forward(float *out, const float *a, const float *b, size_t n)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void dyn_residual_backward(float *da, float *db, const float *dout, size_t n)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        if (da) da[i] += dout[i];
+        if (db) db[i] += dout[i];
+    }
+}
+
+/* ---- embeddings ------------------------------------------------------- */
+
+void dyn_embed_pos_forward(float *out, const int32_t *tokens, const int32_t *pos,
+                           const float *wte, const float *wpe, int N, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        assert(tokens[n] >= 0 && pos[n] >= 0);
+        const float *te = wte + (size_t)tokens[n] * C;
+        const float *pe = wpe + (size_t)pos[n] * C;
+        float *o = out + (size_t)n * C;
+        for (int c = 0; c < C; c++) o[c] = te[c] + pe[c];
+    }
+}
+
+void dyn_embed_pos_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                            const int32_t *pos, int N, int C)
+{
+    /* Rows of dwte are shared by repeated tokens: split channels, not rows,
+     * so no two threads write one float and each adds rows in order. */
+#pragma omp parallel
+    {
+        int c0, c1;
+        channel_range(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
+        for (int n = 0; n < N; n++) {
+            const float *d = dout + (size_t)n * C;
+            float *te = dwte + (size_t)tokens[n] * C;
+            for (int c = c0; c < c1; c++) te[c] += d[c];
+            if (dwpe) {
+                float *pe = dwpe + (size_t)pos[n] * C;
+                for (int c = c0; c < c1; c++) pe[c] += d[c];
+            }
+        }
+    }
+}
+
+void dyn_embed_forward(float *out, const int32_t *tokens, const float *wte, int N, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        assert(tokens[n] >= 0);
+        memcpy(out + (size_t)n * C, wte + (size_t)tokens[n] * C, (size_t)C * sizeof(float));
+    }
+}
+
+void dyn_embed_backward(float *dwte, const float *dout, const int32_t *tokens, int N, int C)
+{
+    dyn_embed_pos_backward(dwte, NULL, dout, tokens, NULL, N, C);
+}
+
+/* ---- LM head + cross-entropy ----------------------------------------------
+ * Rows with weight != 0 are gathered LMHEAD_RB at a time into xs (RB,C);
+ * logits for LMHEAD_VCHUNK vocabulary entries at a time go to lg (RB,VCH).
+ * The forward keeps a running (max, sum of exp) per row; the backward
+ * recomputes each chunk's logits, turns them into dlogits in place and
+ * applies two sgemms. */
+#define LMHEAD_RB 256
+
+size_t dyn_lmhead_work_floats(int N, int C, int V)
+{
+    size_t rb = (size_t)(N < LMHEAD_RB ? N : LMHEAD_RB);
+    size_t vch = (size_t)(V < DYN_LMHEAD_VCHUNK ? V : DYN_LMHEAD_VCHUNK);
+    if (rb < 1) rb = 1;
+    return 2 * rb * (size_t)C + rb * vch + 3 * rb;
+}
+
+/* Gather the next up-to-RB rows with weight != 0, starting at *next; returns
+ * the count, fills idx and xs. */
+static int lmhead_gather(int *idx, float *xs, const float *x, const float *weights, int N, int C,
+                         int rb, int *next)
+{
+    int m = 0;
+    while (*next < N && m < rb) {
+        int n = (*next)++;
+        if (weights[n] == 0.0f) continue;
+        idx[m] = n;
+        memcpy(xs + (size_t)m * C, x + (size_t)n * C, (size_t)C * sizeof(float));
+        m++;
+    }
+    return m;
+}
+
+double dyn_lmhead_ce_forward(float *losses, float *lse, const float *x, const float *w,
+                             const int32_t *targets, const float *weights, int N, int C, int V,
+                             float *work)
+{
+    int rb = N < LMHEAD_RB ? N : LMHEAD_RB;
+    int vch = V < DYN_LMHEAD_VCHUNK ? V : DYN_LMHEAD_VCHUNK;
+    if (rb < 1) return 0.0;
+    float *xs = work, *lg = xs + 2 * (size_t)rb * C, *rmax = lg + (size_t)rb * vch;
+    float *rsum = rmax + rb, *rtgt = rsum + rb;
+    int idx[LMHEAD_RB];
+    double total = 0.0;
+    for (int n = 0; n < N; n++) {
+        if (losses) losses[n] = 0.0f;
+        lse[n] = 0.0f;
+    }
+    int next = 0;
+    for (;;) {
+        int m = lmhead_gather(idx, xs, x, weights, N, C, rb, &next);
+        if (m == 0) break;
+        for (int i = 0; i < m; i++) {
+            rmax[i] = -INFINITY;
+            rsum[i] = 0.0f;
+        }
+        for (int v0 = 0; v0 < V; v0 += vch) {
+            int nv = V - v0 < vch ? V - v0 : vch;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nv, C, 1.0f, xs, C,
+                        w + (size_t)v0 * C, C, 0.0f, lg, nv);
+#pragma omp parallel for schedule(static)
+            for (int i = 0; i < m; i++) {
+                const float *l = lg + (size_t)i * nv;
+                float mx = rmax[i];
+                for (int v = 0; v < nv; v++) mx = l[v] > mx ? l[v] : mx;
+                float s = 0.0f;
+                for (int v = 0; v < nv; v++) s += dyn_fast_expf(l[v] - mx);
+                /* Online logsumexp: rescale the running sum to the new max. */
+                rsum[i] = rsum[i] * dyn_fast_expf(rmax[i] - mx) + s;
+                rmax[i] = mx;
+                int t = targets[idx[i]];
+                if (t >= v0 && t < v0 + nv) rtgt[i] = l[t - v0];
+            }
+        }
+        for (int i = 0; i < m; i++) {
+            int n = idx[i];
+            float l = rmax[i] + logf(rsum[i]);
+            float loss = weights[n] * (l - rtgt[i]);
+            lse[n] = l;
+            if (losses) losses[n] = loss;
+            total += (double)loss;
+        }
+    }
+    return total;
+}
+
+void dyn_lmhead_ce_backward(float *dx, float *dw, const float *x, const float *w,
+                            const int32_t *targets, const float *weights, const float *lse,
+                            float dloss, int N, int C, int V, float *work)
+{
+    int rb = N < LMHEAD_RB ? N : LMHEAD_RB;
+    int vch = V < DYN_LMHEAD_VCHUNK ? V : DYN_LMHEAD_VCHUNK;
+    if (rb < 1) return;
+    float *xs = work, *dxs = xs + (size_t)rb * C, *lg = dxs + (size_t)rb * C;
+    int idx[LMHEAD_RB];
+    int next = 0;
+    for (;;) {
+        int m = lmhead_gather(idx, xs, x, weights, N, C, rb, &next);
+        if (m == 0) break;
+        memset(dxs, 0, (size_t)m * C * sizeof(float));
+        for (int v0 = 0; v0 < V; v0 += vch) {
+            int nv = V - v0 < vch ? V - v0 : vch;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nv, C, 1.0f, xs, C,
+                        w + (size_t)v0 * C, C, 0.0f, lg, nv);
+#pragma omp parallel for schedule(static)
+            for (int i = 0; i < m; i++) {
+                int n = idx[i];
+                float *l = lg + (size_t)i * nv;
+                float g = dloss * weights[n], ls = lse[n];
+                for (int v = 0; v < nv; v++) l[v] = g * dyn_fast_expf(l[v] - ls);
+                int t = targets[n];
+                if (t >= v0 && t < v0 + nv) l[t - v0] -= g;
+            }
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nv, C, m, 1.0f, lg, nv, xs, C,
+                        1.0f, dw + (size_t)v0 * C, C);
+            if (dx)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, C, nv, 1.0f, lg, nv,
+                            w + (size_t)v0 * C, C, 1.0f, dxs, C);
+        }
+        if (dx) {
+            for (int i = 0; i < m; i++) {
+                float *d = dx + (size_t)idx[i] * C;
+                const float *s = dxs + (size_t)i * C;
+                for (int c = 0; c < C; c++) d[c] += s[c];
+            }
+        }
+    }
+}

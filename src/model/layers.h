@@ -1,0 +1,211 @@
+/* layers.h — fp32 transformer layer kernels for the CPU: forward/backward
+ * pairs over plain float arrays with explicit sizes (llm.c style).
+ *
+ * Dimension names, used everywhere in src/model:
+ *   B rows of a micro-batch, T positions per row (padded), N = B*T flat
+ *   positions, C channels (hidden, d_model), NH heads, HD head dim (d_kv),
+ *   I = NH*HD attention inner width (GPT: I = C), F feed-forward width,
+ *   V vocabulary, OC output channels of a linear layer.
+ * All arrays are row-major and contiguous unless an ld* (leading dimension,
+ * in floats) is given; "(N,C)" means N rows of C floats.
+ *
+ * Gradient conventions: every *_backward ACCUMULATES (+=) into parameter
+ * gradients (dw, db, ...). Input gradients are also ACCUMULATED (+=) by the
+ * kernels of this file unless the function comment says "overwritten" (the
+ * attention kernels overwrite). Any gradient pointer documented "may be NULL"
+ * is skipped.
+ *
+ * Threads: matrix products go through CBLAS (OpenBLAS; its thread count is
+ * set by the caller with openblas_set_num_threads); elementwise and
+ * reduction loops use OpenMP with static schedules over rows/channels so that
+ * the same inputs and the same thread count give bit-identical results.
+ * Nothing here allocates; callers pass workspace sized by the *_work_floats
+ * functions. */
+#ifndef DYN_MODEL_LAYERS_H
+#define DYN_MODEL_LAYERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/layout.h" /* defines: dyn_layout, dyn_segment */
+
+#define DYN_LN_EPS 1e-5f  /* GPT-2 LayerNorm epsilon */
+#define DYN_RMS_EPS 1e-6f /* T5 RMSNorm epsilon */
+#define DYN_T5_NUM_BUCKETS 32
+#define DYN_T5_MAX_DISTANCE 128
+
+/* ---- linear --------------------------------------------------------------
+ * out (N,OC) = inp (N,C) · w^T + bias, with w (OC,C) (the PyTorch nn.Linear
+ * layout; HF GPT-2's Conv1D stores the transpose (C,OC)), bias (OC) or NULL.
+ * out is overwritten. */
+void dyn_linear_forward(float *out, const float *inp, const float *w, const float *bias,
+                        int N, int C, int OC);
+/* dinp (N,C) += dout · w; dw (OC,C) += dout^T · inp; dbias (OC) += column
+ * sums of dout. dinp, dbias may be NULL. dout (N,OC). */
+void dyn_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                         const float *inp, const float *w, int N, int C, int OC);
+
+/* ---- LayerNorm (GPT-2) ---------------------------------------------------
+ * out (N,C) = (inp - mean) * rstd * w + b per row; saves mean (N) and
+ * rstd (N) = 1/sqrt(var + DYN_LN_EPS) for the backward. w, b (C). */
+void dyn_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                           const float *w, const float *b, int N, int C);
+/* dinp (N,C) +=, dw (C) +=, db (C) +=. dinp may be NULL. */
+void dyn_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                            const float *inp, const float *w, const float *mean,
+                            const float *rstd, int N, int C);
+
+/* ---- RMSNorm (T5) --------------------------------------------------------
+ * out (N,C) = inp * rstd * w per row, rstd (N) = 1/sqrt(mean(inp^2) +
+ * DYN_RMS_EPS) saved; w (C). No mean subtraction, no bias. */
+void dyn_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C);
+/* dinp (N,C) +=, dw (C) +=. dinp may be NULL. */
+void dyn_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                          const float *w, const float *rstd, int N, int C);
+
+/* ---- GELU (tanh approximation, GPT-2 "gelu_new") --------------------------
+ * out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). out may alias
+ * inp. */
+void dyn_gelu_forward(float *out, const float *inp, size_t n);
+/* dinp (n) += gelu'(inp) * dout. dinp must not alias dout; to turn dout
+ * into the input gradient in place use dyn_gelu_backward_inplace. */
+void dyn_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+/* d (n) = gelu'(inp) * d, overwritten in place. */
+void dyn_gelu_backward_inplace(float *d, const float *inp, size_t n);
+
+/* ---- gated GELU (T5 v1.1 feed-forward) -------------------------------------
+ * h (N,2F) holds [x·W_i0^T | x·W_i1^T] per row (one linear with the two
+ * weights stacked, W_i0 rows first); out (N,F) = gelu(h[:, :F]) * h[:, F:].
+ * out is overwritten. */
+void dyn_gated_gelu_forward(float *out, const float *h, int N, int F);
+/* dh (N,2F) OVERWRITTEN: dh[:, :F] = dout * h[:, F:] * gelu'(h[:, :F]),
+ * dh[:, F:] = dout * gelu(h[:, :F]). dout (N,F). */
+void dyn_gated_gelu_backward(float *dh, const float *dout, const float *h, int N, int F);
+
+/* ---- residual --------------------------------------------------------------
+ * out (n) = a + b (out may alias a or b). Backward: da += dout, db += dout
+ * (either may be NULL). */
+void dyn_residual_forward(float *out, const float *a, const float *b, size_t n);
+void dyn_residual_backward(float *da, float *db, const float *dout, size_t n);
+
+/* ---- embeddings ------------------------------------------------------------
+ * GPT-2: out (N,C) = wte[tokens[i]] + wpe[pos[i]]; tokens (N) in [0,V),
+ * pos (N) in [0,P) (from dyn_layout_positions), wte (V,C), wpe (P,C).
+ * Ids must be in range (negative ids are asserted in debug builds). */
+void dyn_embed_pos_forward(float *out, const int32_t *tokens, const int32_t *pos,
+                           const float *wte, const float *wpe, int N, int C);
+/* dwte (V,C) += and dwpe (P,C) += scattered rows of dout (N,C); dwpe may be
+ * NULL. Deterministic: threads split the C channels, each adds rows in order. */
+void dyn_embed_pos_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                            const int32_t *pos, int N, int C);
+/* T5: out (N,C) = wte[tokens[i]]; backward dwte (V,C) +=. */
+void dyn_embed_forward(float *out, const int32_t *tokens, const float *wte, int N, int C);
+void dyn_embed_backward(float *dwte, const float *dout, const int32_t *tokens, int N, int C);
+
+/* ---- LM head + cross-entropy over target tokens ---------------------------
+ * logits = x (N,C) · w^T with w (V,C) (GPT-2: the tied token embedding),
+ * loss_i = weight_i * (logsumexp(logits_i) - logits_i[targets_i]).
+ * Only rows with weight_i != 0 are computed (pad and non-target tokens cost
+ * nothing); their targets must be in [0,V). Logits are never stored whole:
+ * the target rows are gathered and processed in chunks of
+ * DYN_LMHEAD_VCHUNK vocabulary entries with an online logsumexp.
+ * Returns the SUM of loss_i (accumulated in double) — the caller divides by
+ * the target-token count of the whole global batch. losses (N) (may be NULL)
+ * receives loss_i per row (0 where weight is 0), lse (N) the logsumexp per
+ * row (needed by the backward; 0 where weight is 0).
+ * work: dyn_lmhead_work_floats(N, C, V) floats. */
+#define DYN_LMHEAD_VCHUNK 2048
+size_t dyn_lmhead_work_floats(int N, int C, int V);
+double dyn_lmhead_ce_forward(float *losses, float *lse, const float *x, const float *w,
+                             const int32_t *targets, const float *weights, int N, int C, int V,
+                             float *work);
+/* Gradient of dloss * (sum of loss_i): dx (N,C) += (rows with weight 0
+ * untouched), dw (V,C) +=. dloss is the scale of the loss sum, typically
+ * 1 / (target tokens in the global batch). Logits are recomputed by chunks.
+ * dx may be NULL. work as for the forward. */
+void dyn_lmhead_ce_backward(float *dx, float *dw, const float *x, const float *w,
+                            const int32_t *targets, const float *weights, const float *lse,
+                            float dloss, int N, int C, int V, float *work);
+
+/* ---- attention ------------------------------------------------------------
+ * Multi-head scaled dot-product attention over a layout. q rows come from
+ * layout ql (B rows × Tq), k/v rows from kl (B rows × Tk, same B); query
+ * segment i attends key segment i only (self-attention: pass the same layout
+ * twice). Within a pair, query at offset a attends key at offset c when
+ * !causal or c <= a. Pad query rows get output 0.
+ * score(a,c) = scale * q_a·k_c + rel_bias[h, bucket(c - a)] (bias optional),
+ * where c - a is the key position minus the query position inside the
+ * segment pair, and bucket() is T5's (dyn_t5_bucket with cfg->bidirectional,
+ * cfg->num_buckets, cfg->max_distance).
+ *
+ * Tensors: q (B*Tq rows, row stride ldq floats), head h at columns
+ * [h*HD, (h+1)*HD); likewise k (B*Tk, ldk), v (B*Tk, ldv). So a fused GPT
+ * qkv buffer (N,3C) passes q=qkv, k=qkv+C, v=qkv+2C, ld=3C.
+ * out (B*Tq, NH*HD) contiguous, overwritten (pad rows 0).
+ * lse (B, NH, Tq): per query row the logsumexp of its scores, saved for the
+ * backward (0 at pad rows).
+ *
+ * The fast kernel is tiled (flash-attention): scores exist only per
+ * (DYN_ATTN_BQ × DYN_ATTN_BK) tile, the forward uses an online softmax, the
+ * backward recomputes scores tile by tile; tiles that are fully masked
+ * (causal upper triangle, pad, other segments) are never visited. Parallel
+ * over (segment, head) pairs (and query tiles in the forward) with static
+ * schedules; the bias gradient is reduced in fixed order, so results are
+ * bit-identical for the same inputs whatever the thread count. Inside its
+ * parallel regions it sets OpenBLAS to one thread (restored on return), so
+ * tile sgemms do not oversubscribe the cores.
+ * work: dyn_attention_work_floats(B, Tq, Tk, cfg) floats. */
+#define DYN_ATTN_BQ 128
+#define DYN_ATTN_BK 256
+
+typedef struct dyn_attn_cfg {
+    int32_t NH, HD;
+    int32_t causal;        /* 1: key offset <= query offset (self-attention only) */
+    float scale;           /* multiplies q·k: 1/sqrt(HD) for GPT-2, 1 for T5 */
+    int32_t bidirectional; /* bucket scheme for rel_bias: 1 encoder, 0 decoder */
+    int32_t num_buckets;   /* rel_bias table columns (T5: 32) */
+    int32_t max_distance;  /* T5: 128 */
+    int32_t nthreads;      /* OpenMP threads to use; the workspace is sized for them */
+} dyn_attn_cfg;
+
+/* T5 relative position bucket of rel = key_pos - query_pos. bidirectional:
+ * half of the buckets for rel > 0; causal: rel > 0 maps to bucket 0 (such
+ * pairs are masked anyway). Exact buckets below num_buckets/2 (of the half),
+ * logarithmic up to max_distance, clamped to the last bucket. */
+int dyn_t5_bucket(int rel, int bidirectional, int num_buckets, int max_distance);
+
+/* Workspace floats for forward and backward with a q layout of B rows × Tq
+ * positions and a k layout of B rows × Tk positions (covers any segments). */
+size_t dyn_attention_work_floats(int B, int Tq, int Tk, const dyn_attn_cfg *cfg);
+
+/* rel_bias (NH, num_buckets) or NULL. */
+void dyn_attention_forward(float *out, float *lse, const float *q, int ldq, const float *k,
+                           int ldk, const float *v, int ldv, const float *rel_bias,
+                           const dyn_layout *ql, const dyn_layout *kl, const dyn_attn_cfg *cfg,
+                           float *work);
+/* dq, dk, dv: same shapes and strides as q, k, v; OVERWRITTEN in the NH*HD
+ * columns this call owns (pad rows 0), so they may point into one fused
+ * dqkv buffer. drel_bias (NH, num_buckets) += (may be NULL; ignored when
+ * rel_bias is NULL). dout (B*Tq, NH*HD); out and lse from the forward. */
+void dyn_attention_backward(float *dq, float *dk, float *dv, float *drel_bias,
+                            const float *dout, const float *q, int ldq, const float *k, int ldk,
+                            const float *v, int ldv, const float *out, const float *lse,
+                            const float *rel_bias, const dyn_layout *ql, const dyn_layout *kl,
+                            const dyn_attn_cfg *cfg, float *work);
+
+/* Naive reference (attention_ref.c): same contract and arguments, single
+ * threaded, materialises the full score matrix of each segment pair and
+ * accumulates in double. For tests; work is ignored (may be NULL); it
+ * allocates and returns nonzero on allocation failure. */
+int dyn_attention_forward_ref(float *out, float *lse, const float *q, int ldq, const float *k,
+                              int ldk, const float *v, int ldv, const float *rel_bias,
+                              const dyn_layout *ql, const dyn_layout *kl,
+                              const dyn_attn_cfg *cfg);
+int dyn_attention_backward_ref(float *dq, float *dk, float *dv, float *drel_bias,
+                               const float *dout, const float *q, int ldq, const float *k,
+                               int ldk, const float *v, int ldv, const float *rel_bias,
+                               const dyn_layout *ql, const dyn_layout *kl,
+                               const dyn_attn_cfg *cfg);
+
+/* FLOPs the benchmark credits: see docs/architecture.md "Model layers". */
+#endif

@@ -1,0 +1,360 @@
+/* model.c — what GPT-2 and T5 share: creating the model (tensor table, the
+ * four flat buffers, seeded initialisation), the activation arena, argument
+ * checks and dispatch of stage forward/backward, per-sample losses and the
+ * AdamW step over all tensors. The architectures are in gpt.c and t5.c. */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_impl.h"
+#include "util/util.h" /* defines: dyn_calloc */
+
+dyn_model_config dyn_model_config_tiny(dyn_model_kind kind, int32_t n_layers, int32_t hidden, int32_t heads,
+                                       int32_t max_seqlen)
+{
+    dyn_model_config c;
+    memset(&c, 0, sizeof c);
+    c.kind = kind;
+    c.n_layers = n_layers;
+    c.n_dec_layers = kind == DYN_MODEL_T5 ? n_layers : 0;
+    c.hidden = hidden;
+    c.heads = heads;
+    c.head_dim = hidden / heads;
+    c.ffn = kind == DYN_MODEL_GPT ? 4 * hidden : 2 * hidden;
+    c.vocab = DYN_VOCAB_BYTES;
+    c.max_seqlen = max_seqlen;
+    return c;
+}
+
+/* ------------------------------------------------------------ tensor table */
+
+dyn_status model_add_tensor(dyn_model *m, const char *name, int ndim, int64_t d0, int64_t d1, int hf_t, int decay,
+                            float init_std, int layer, dyn_error *err)
+{
+    if (m->n_tensors == m->cap_tensors) {
+        int cap = m->cap_tensors ? 2 * m->cap_tensors : 64;
+        dyn_param_tensor *t = realloc(m->tensors, (size_t)cap * sizeof *t);
+        float *s = t ? realloc(m->init_std, (size_t)cap * sizeof *s) : NULL;
+        if (t) m->tensors = t;
+        if (s) m->init_std = s;
+        if (t == NULL || s == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the tensor table");
+        m->cap_tensors = cap;
+    }
+    dyn_param_tensor *t = &m->tensors[m->n_tensors];
+    memset(t, 0, sizeof *t);
+    if ((size_t)snprintf(t->name, sizeof t->name, "%s", name) >= sizeof t->name)
+        return dyn_error_set(err, DYN_ERR_INTERNAL, "tensor name too long: %s", name);
+    t->ndim = ndim;
+    t->shape[0] = d0;
+    t->shape[1] = ndim == 2 ? d1 : 0;
+    t->hf_transposed = hf_t;
+    t->offset = m->n_params;
+    t->numel = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1);
+    t->decay = decay;
+    t->layer = layer;
+    m->init_std[m->n_tensors] = init_std;
+    m->n_params += t->numel;
+    m->n_tensors++;
+    return DYN_OK;
+}
+
+float *model_tensor_ptr(const dyn_model *m, const char *name)
+{
+    const dyn_param_tensor *t = dyn_model_find_tensor(m, name);
+    return t ? m->params + t->offset : NULL;
+}
+
+const dyn_param_tensor *dyn_model_find_tensor(const dyn_model *m, const char *name)
+{
+    for (int i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------ create/free */
+
+static dyn_status check_config(const dyn_model_config *c, dyn_error *err)
+{
+    if (c->kind != DYN_MODEL_GPT && c->kind != DYN_MODEL_T5)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "model config: unknown kind %d", (int)c->kind);
+    if (c->n_layers < 1 || c->hidden < 1 || c->heads < 1 || c->head_dim < 1 || c->ffn < 1 || c->max_seqlen < 1 ||
+        c->vocab < DYN_VOCAB_BYTES)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "model config: layers, hidden, heads, head_dim, ffn, max_seqlen must be >= 1 and vocab >= %d",
+                             DYN_VOCAB_BYTES);
+    if (c->kind == DYN_MODEL_GPT &&
+        (c->n_dec_layers != 0 || c->hidden % c->heads != 0 || c->head_dim != c->hidden / c->heads || c->ffn != 4 * c->hidden))
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "GPT config: needs n_dec_layers 0, head_dim = hidden/heads and ffn = 4*hidden");
+    if (c->kind == DYN_MODEL_T5 && c->n_dec_layers < 1)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "T5 config: needs n_dec_layers >= 1");
+    return DYN_OK;
+}
+
+void dyn_model_free(dyn_model *m)
+{
+    if (m == NULL) return;
+    free(m->params);
+    free(m->grads);
+    free(m->m1);
+    free(m->m2);
+    free(m->tensors);
+    free(m->init_std);
+    free(m->gp);
+    free(m->gg);
+    free(m->ep);
+    free(m->eg);
+    free(m->dp);
+    free(m->dg);
+    free(m);
+}
+
+/* Fill every tensor from its init rule, drawing normals in table order from
+ * one RNG so the result depends on the seed alone. */
+static void model_init(dyn_model *m, uint64_t seed)
+{
+    dyn_rng rng;
+    dyn_rng_seed(&rng, seed);
+    for (int i = 0; i < m->n_tensors; i++) {
+        float *p = m->params + m->tensors[i].offset;
+        float std = m->init_std[i];
+        for (size_t k = 0; k < m->tensors[i].numel; k++)
+            p[k] = std > 0 ? (float)(std * dyn_rng_normal(&rng)) : (std < 0 ? 1.0f : 0.0f);
+    }
+}
+
+dyn_model *dyn_model_create(const dyn_model_config *cfg, uint64_t seed, dyn_error *err)
+{
+    if (check_config(cfg, err) != DYN_OK) return NULL;
+    dyn_model *m = dyn_calloc(1, sizeof *m, "model", err);
+    if (m == NULL) return NULL;
+    m->cfg = *cfg;
+    m->dims.C = cfg->hidden;
+    m->dims.NH = cfg->heads;
+    m->dims.HD = cfg->head_dim;
+    m->dims.F = cfg->ffn;
+    m->dims.nthreads = 1;
+    dyn_status st = cfg->kind == DYN_MODEL_GPT ? gpt_build(m, err) : t5_build(m, err);
+    if (st == DYN_OK) {
+        m->params = dyn_calloc(m->n_params, sizeof(float), "parameters", err);
+        m->grads = m->params ? dyn_calloc(m->n_params, sizeof(float), "gradients", err) : NULL;
+        m->m1 = m->grads ? dyn_calloc(m->n_params, sizeof(float), "AdamW first moments", err) : NULL;
+        m->m2 = m->m1 ? dyn_calloc(m->n_params, sizeof(float), "AdamW second moments", err) : NULL;
+        st = m->m2 ? DYN_OK : DYN_ERR_NOMEM;
+    }
+    if (st == DYN_OK) st = cfg->kind == DYN_MODEL_GPT ? gpt_bind(m, err) : t5_bind(m, err);
+    if (st != DYN_OK) {
+        dyn_model_free(m);
+        return NULL;
+    }
+    model_init(m, seed);
+    return m;
+}
+
+const dyn_model_config *dyn_model_cfg(const dyn_model *m) { return &m->cfg; }
+
+void dyn_model_set_threads(dyn_model *m, int nthreads)
+{
+    if (nthreads < 1) nthreads = 1;
+    m->dims.nthreads = nthreads;
+    omp_set_num_threads(nthreads);
+    openblas_set_num_threads(nthreads);
+}
+
+size_t dyn_model_num_params(const dyn_model *m) { return m->n_params; }
+float *dyn_model_params(dyn_model *m) { return m->params; }
+float *dyn_model_grads(dyn_model *m) { return m->grads; }
+float *dyn_model_moment1(dyn_model *m) { return m->m1; }
+float *dyn_model_moment2(dyn_model *m) { return m->m2; }
+int dyn_model_num_tensors(const dyn_model *m) { return m->n_tensors; }
+const dyn_param_tensor *dyn_model_tensor(const dyn_model *m, int i)
+{
+    return i >= 0 && i < m->n_tensors ? &m->tensors[i] : NULL;
+}
+void dyn_model_zero_grad(dyn_model *m) { memset(m->grads, 0, m->n_params * sizeof(float)); }
+int64_t dyn_model_step_count(const dyn_model *m) { return m->step; }
+void dyn_model_set_step_count(dyn_model *m, int64_t step) { m->step = step; }
+int dyn_model_num_layers(const dyn_model *m) { return m->L; }
+
+void dyn_model_layer_params(const dyn_model *m, int first, int last, size_t *offset, size_t *count)
+{
+    size_t lo = m->n_params, hi = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dyn_param_tensor *t = &m->tensors[i];
+        if (t->layer < first || t->layer >= last) continue;
+        if (t->offset < lo) lo = t->offset;
+        if (t->offset + t->numel > hi) hi = t->offset + t->numel;
+    }
+    if (hi == 0) { /* no parameters in the range: an empty slice where it would start */
+        lo = m->n_params;
+        for (int i = 0; i < m->n_tensors; i++)
+            if (m->tensors[i].layer >= first) {
+                lo = m->tensors[i].offset;
+                break;
+            }
+        hi = lo;
+    }
+    *offset = lo;
+    *count = hi - lo;
+}
+
+size_t dyn_model_boundary_floats(const dyn_model *m, int l, const dyn_microbatch *mb)
+{
+    if (l <= 0 || l >= m->L) return 0;
+    return m->cfg.kind == DYN_MODEL_GPT ? gpt_boundary_floats(m, l, mb) : t5_boundary_floats(m, l, mb);
+}
+
+/* ------------------------------------------------------------ activations */
+
+dyn_model_acts *dyn_model_acts_create(dyn_error *err)
+{
+    return dyn_calloc(1, sizeof(dyn_model_acts), "activation arena", err);
+}
+
+void dyn_model_acts_free(dyn_model_acts *a)
+{
+    if (a == NULL) return;
+    free(a->arena);
+    free(a->hid);
+    free(a->blk);
+    free(a);
+}
+
+size_t dyn_model_acts_capacity_bytes(const dyn_model_acts *a) { return a->cap * sizeof(float); }
+size_t dyn_model_acts_stored_bytes(const dyn_model_acts *a) { return a->stored * sizeof(float); }
+
+/* Size the arena for (mb, range, recompute), growing it only when this shape
+ * needs more than it has, and lay the pointers over it. */
+static dyn_status acts_prepare(const dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last,
+                               int recompute, dyn_error *err)
+{
+    if (a->L != m->L) {
+        free(a->hid);
+        free(a->blk);
+        a->hid = dyn_calloc((size_t)m->L + 1, sizeof(float *), "activation pointers", err);
+        a->blk = a->hid ? dyn_calloc((size_t)m->L, sizeof(model_block_acts), "block activations", err) : NULL;
+        a->L = a->blk ? m->L : 0;
+        if (a->blk == NULL) return DYN_ERR_NOMEM;
+    }
+    size_t stored = 0;
+    size_t need = m->cfg.kind == DYN_MODEL_GPT ? gpt_carve(m, a, mb, first, last, recompute, NULL, &stored)
+                                               : t5_carve(m, a, mb, first, last, recompute, NULL, &stored);
+    if (need > a->cap) {
+        free(a->arena);
+        a->cap = 0;
+        a->arena = dyn_calloc(need, sizeof(float), "activation arena", err);
+        if (a->arena == NULL) return DYN_ERR_NOMEM;
+        a->cap = need;
+    }
+    memset(a->hid, 0, ((size_t)m->L + 1) * sizeof(float *));
+    if (m->cfg.kind == DYN_MODEL_GPT) gpt_carve(m, a, mb, first, last, recompute, a->arena, &stored);
+    else t5_carve(m, a, mb, first, last, recompute, a->arena, &stored);
+    a->stored = stored;
+    return DYN_OK;
+}
+
+/* ------------------------------------------------------------ forward/backward */
+
+static dyn_status check_call(const dyn_model *m, const dyn_microbatch *mb, int first, int last, const void *in,
+                             const void *out, dyn_error *err)
+{
+    if (mb == NULL || mb->kind != m->cfg.kind)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "micro-batch is for a different model kind");
+    if (first < 0 || last > m->L || first >= last)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "bad layer range [%d, %d) of %d layers", first, last, m->L);
+    if ((first > 0) != (in != NULL) || (last < m->L) != (out != NULL))
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "layer range [%d, %d): the boundary input must be given iff first > 0 and the output iff "
+                             "last < %d",
+                             first, last, m->L);
+    return DYN_OK;
+}
+
+static dyn_status check_tokens(const dyn_model *m, const int32_t *tok, size_t n, const char *what, dyn_error *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (tok[i] < 0 || tok[i] >= m->cfg.vocab)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s token %zu is %d, outside the vocabulary [0, %d)", what, i,
+                                 tok[i], m->cfg.vocab);
+    return DYN_OK;
+}
+
+dyn_status dyn_model_stage_forward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last,
+                                   const float *in, float *out, int recompute, double *loss_sum, float *sample_loss,
+                                   dyn_error *err)
+{
+    dyn_status st = check_call(m, mb, first, last, in, out, err);
+    if (st != DYN_OK) return st;
+    size_t N = (size_t)mb->lay->B * (size_t)mb->lay->T;
+    const dyn_layout *ol = mb->kind == DYN_MODEL_GPT ? mb->lay : mb->dec_lay;
+    size_t No = (size_t)ol->B * (size_t)ol->T;
+    if ((st = check_tokens(m, mb->tokens, N, "input", err)) != DYN_OK) return st;
+    if (mb->dec_tokens && (st = check_tokens(m, mb->dec_tokens, No, "decoder", err)) != DYN_OK) return st;
+    if ((st = check_tokens(m, mb->targets, No, "target", err)) != DYN_OK) return st;
+    a->fwd_done = 0;
+    if ((st = acts_prepare(m, a, mb, first, last, recompute, err)) != DYN_OK) return st;
+    double loss = 0.0;
+    st = m->cfg.kind == DYN_MODEL_GPT ? gpt_forward(m, a, mb, first, last, in, out, recompute, &loss, err)
+                                      : t5_forward(m, a, mb, first, last, in, out, recompute, &loss, err);
+    if (st != DYN_OK) return st;
+    a->fwd_first = first;
+    a->fwd_last = last;
+    a->fwd_recompute = recompute;
+    a->fwd_mb = mb;
+    a->fwd_done = 1;
+    if (last == m->L) {
+        if (loss_sum) *loss_sum = loss;
+        if (sample_loss) {
+            for (int32_t j = 0; j < mb->n_samples; j++) sample_loss[j] = 0.0f;
+            double *acc = dyn_calloc((size_t)mb->n_samples, sizeof(double), "per-sample losses", err);
+            if (acc == NULL) return DYN_ERR_NOMEM;
+            for (size_t i = 0; i < No; i++)
+                if (mb->sample_of[i] >= 0) acc[mb->sample_of[i]] += a->head_losses[i];
+            for (int32_t j = 0; j < mb->n_samples; j++) sample_loss[j] = (float)acc[j];
+            free(acc);
+        }
+    }
+    return DYN_OK;
+}
+
+dyn_status dyn_model_stage_backward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last,
+                                    const float *dout, float *din, float dloss, dyn_error *err)
+{
+    dyn_status st = check_call(m, mb, first, last, din, dout, err);
+    if (st != DYN_OK) return st;
+    if (!a->fwd_done || a->fwd_first != first || a->fwd_last != last || a->fwd_mb != mb)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "backward of layers [%d, %d) without the matching forward in these activations", first,
+                             last);
+    st = m->cfg.kind == DYN_MODEL_GPT ? gpt_backward(m, a, mb, first, last, dout, din, dloss, err)
+                                      : t5_backward(m, a, mb, first, last, dout, din, dloss, err);
+    a->fwd_done = 0; /* recompute mode overwrote the shared block arena */
+    return st;
+}
+
+dyn_status dyn_model_forward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int recompute,
+                             double *loss_sum, float *sample_loss, dyn_error *err)
+{
+    return dyn_model_stage_forward(m, a, mb, 0, m->L, NULL, NULL, recompute, loss_sum, sample_loss, err);
+}
+
+dyn_status dyn_model_backward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, float dloss, dyn_error *err)
+{
+    return dyn_model_stage_backward(m, a, mb, 0, m->L, NULL, NULL, dloss, err);
+}
+
+/* ------------------------------------------------------------ optimizer */
+
+double dyn_model_adamw_step(dyn_model *m, float lr, const dyn_adamw_config *cfg, double max_norm)
+{
+    double norm = dyn_grad_clip(m->grads, m->n_params, max_norm);
+    m->step++;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dyn_param_tensor *t = &m->tensors[i];
+        dyn_adamw_update(m->params + t->offset, m->grads + t->offset, m->m1 + t->offset, m->m2 + t->offset, t->numel,
+                         m->step, lr, cfg, t->decay);
+    }
+    return norm;
+}

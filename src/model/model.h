@@ -1,0 +1,266 @@
+/* model.h — whole GPT-2 and T5 v1.1 models assembled from the blocks of
+ * blocks.h: parameters, micro-batches, forward/backward by pipeline-stage
+ * layer ranges, the AdamW step and checkpoints.
+ *
+ * Vocabulary: bytes 0..255 plus four special tokens (DYN_TOK_*), so no
+ * tokenizer is needed; cfg.vocab may be larger (unused ids).
+ *
+ * Dimensions as in layers.h: B rows, T positions per row (GPT: whole
+ * sequences; T5: encoder side), Td decoder positions (T5), N = B*T,
+ * Nd = B*Td, C hidden, V vocabulary.
+ *
+ * Parameters (llm.c style): parameters, gradients and the two AdamW moments
+ * are each ONE flat float allocation made at creation, carved into named
+ * tensors (dyn_model_tensor) in LAYER ORDER, so the parameters of a pipeline
+ * stage are one contiguous slice. Names are the Hugging Face ones
+ * (checkpoint.c writes them unchanged).
+ *
+ * Layers: the model is an ordered list of layers, and a pipeline stage is a
+ * range [first, last) of it:
+ *   GPT: 0 embedding (wte, wpe) | 1..n blocks | n+1 head (ln_f + LM head
+ *        tied to wte)
+ *   T5:  0 encoder embedding (shared) | 1..ne encoder blocks (block 0 owns
+ *        the encoder's relative-bias table) | ne+1 encoder final RMSNorm |
+ *        ne+2 decoder embedding (shared, no own parameters) | ne+3..ne+2+nd
+ *        decoder blocks (block 0 owns the decoder's table) | ne+nd+3 head
+ *        (final RMSNorm + untied lm_head)
+ * The boundary activation entering layer l (dyn_model_boundary_floats):
+ *   GPT: hidden (N,C) for 1 <= l <= n+1;
+ *   T5:  encoder hidden (N,C) for 1 <= l <= ne+2 (for l = ne+2 it is the
+ *        normalised encoder output); [encoder output (N,C) | decoder hidden
+ *        (Nd,C)] concatenated for ne+3 <= l <= ne+nd+3;
+ *   nothing for l = 0 (tokens come from the micro-batch) and for l = L (the
+ *   head ends in the loss).
+ * Shared tensors (GPT's tied wte, T5's shared embedding and per-stack bias
+ * tables) live in the flat buffer of the layer that owns them; a stage that
+ * uses them elsewhere reads and accumulates into that same place. (A
+ * distributed runtime must sum those gradients across the stages that use
+ * them, as Megatron does for tied embeddings.)
+ *
+ * Loss normalisation: forward returns the SUM of target-token cross
+ * entropies of the micro-batch; backward takes dloss, the scale of that sum,
+ * normally 1 / (target tokens of the whole global batch) — so splitting a
+ * global batch into micro-batches never changes the accumulated gradient.
+ *
+ * Activations of one micro-batch in flight live in a dyn_model_acts arena,
+ * sized from the micro-batch shape and the layer range, grown only when a
+ * larger shape arrives. A runtime keeps one per micro-batch in flight. With
+ * full recomputation the arena keeps only each layer's input and one block's
+ * activations (the backward re-runs each block's forward first).
+ *
+ * Determinism: same seed, inputs and thread count → bit-identical results. */
+#ifndef DYN_MODEL_MODEL_H
+#define DYN_MODEL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dynapipe/common.h"
+#include "model/layout.h" /* defines: dyn_layout, dyn_layout_kind */
+#include "model/optim.h"  /* defines: dyn_adamw_config */
+#include "util/rng.h"     /* defines: dyn_rng */
+
+/* ---- vocabulary --------------------------------------------------------- */
+#define DYN_TOK_PAD 256 /* fills pad positions (never predicted) */
+#define DYN_TOK_BOS 257 /* T5 decoder start token */
+#define DYN_TOK_EOS 258 /* ends a target */
+#define DYN_TOK_SEP 259 /* separates fields inside an input */
+#define DYN_VOCAB_BYTES 260
+
+/* A small model for tests and the toy task: kind GPT or T5, n_layers blocks
+ * (T5: n_layers encoder and n_layers decoder blocks), hidden C, heads NH
+ * (head_dim C/NH), ffn 4C (GPT, as GPT-2) or 2C (T5: the gated FFN has two
+ * input matrices, so 2C keeps its size near GPT's), vocabulary
+ * DYN_VOCAB_BYTES, max_seqlen positions. Larger shapes: the presets of
+ * dynapipe/model_config.h. */
+dyn_model_config dyn_model_config_tiny(dyn_model_kind kind, int32_t n_layers, int32_t hidden,
+                                       int32_t heads, int32_t max_seqlen);
+
+/* ---- micro-batches ------------------------------------------------------ */
+
+/* The tokens of one sample: GPT sees input followed by target and learns to
+ * predict the target; T5 encodes input and decodes target. */
+typedef struct dyn_token_sample {
+    const int32_t *input;
+    int32_t input_len; /* >= 1 */
+    const int32_t *target;
+    int32_t target_len; /* >= 1 */
+} dyn_token_sample;
+
+/* A micro-batch placed in a layout and turned into model inputs.
+ *   GPT: the sequence of a sample is input ++ target (len = in + tgt) at
+ *        positions [start, start+len) of its row; the position holding
+ *        sequence token p predicts token p+1, and only predictions of target
+ *        tokens count (in-1 .. len-2): weight 1, target id = the next token.
+ *   T5:  the encoder layout holds inputs, the decoder layout (same sample
+ *        order) targets; decoder tokens are [bos] + target[:-1]; every
+ *        decoder position predicts its target token.
+ * Pad positions hold DYN_TOK_PAD, weight 0, sample_of -1. */
+typedef struct dyn_microbatch {
+    dyn_model_kind kind;
+    dyn_layout *lay;       /* GPT sequences, or T5 encoder inputs: B rows × T */
+    dyn_layout *dec_lay;   /* T5 decoder: B rows × Td; NULL for GPT */
+    int32_t *tokens;       /* (B*T) */
+    int32_t *dec_tokens;   /* (B*Td) T5 only */
+    int32_t *targets;      /* (B*T) GPT, (B*Td) T5: id to predict, 0 where weight 0 */
+    float *weights;        /* same size: 1 at counted predictions, else 0 */
+    int32_t *sample_of;    /* same size: sample index of a counted prediction, else -1 */
+    int32_t n_samples;
+    int64_t n_target_tokens; /* sum of target_len = sum of weights */
+} dyn_microbatch;
+
+/* Padded rows: sample i alone in row i, rows as long as the longest sample
+ * (GPT: in+tgt; T5: inputs and targets padded separately). */
+dyn_microbatch *dyn_microbatch_create_padded(dyn_model_kind kind, const dyn_token_sample *s,
+                                             int32_t n, dyn_error *err);
+/* Packed rows: row b holds the next row_counts[b] samples back to back.
+ * docmask != 0: attention within each sample only, positions restart per
+ * sample; docmask == 0: classic packing (attention across the row, GPT
+ * positions continue). T, Td: row lengths (0 = the longest row). */
+dyn_microbatch *dyn_microbatch_create_packed(dyn_model_kind kind, const dyn_token_sample *s,
+                                             int32_t n, const int32_t *row_counts, int32_t B,
+                                             int32_t T, int32_t Td, int docmask, dyn_error *err);
+void dyn_microbatch_free(dyn_microbatch *mb);
+
+/* ---- the model ---------------------------------------------------------- */
+
+typedef struct dyn_model dyn_model;
+
+/* One named parameter tensor inside the flat buffers. */
+typedef struct dyn_param_tensor {
+    char name[96];     /* Hugging Face name, e.g. "h.0.attn.c_attn.weight" */
+    int32_t ndim;      /* 1 or 2 */
+    int64_t shape[2];  /* our layout (nn.Linear (out, in) for matrices) */
+    int32_t hf_transposed; /* 1: Hugging Face stores the 2-D transpose */
+    size_t offset;     /* floats from the start of the flat buffer */
+    size_t numel;
+    int32_t decay;     /* 1: AdamW weight decay applies (matrices) */
+    int32_t layer;     /* owning layer index */
+} dyn_param_tensor;
+
+/* Build a model of cfg (GPT: n_dec_layers 0, head_dim hidden/heads; T5:
+ * any head_dim) and initialise it from seed:
+ *   GPT-2: every weight matrix and embedding N(0, 0.02), the two residual
+ *          output projections (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2n)),
+ *          biases 0, LayerNorm gains 1;
+ *   T5:    as Hugging Face T5 (initializer_factor 1): shared and lm_head
+ *          N(0, 1); q N(0, (C*HD)^-1/2); k, v N(0, C^-1/2); o N(0, (NH*HD)^-1/2);
+ *          wi_0, wi_1 N(0, C^-1/2); wo N(0, F^-1/2); relative bias tables
+ *          N(0, C^-1/2); RMSNorm gains 1.
+ * Gradients and moments start at 0, the step counter at 0. The kernels use
+ * 1 OpenMP thread until dyn_model_set_threads; creation does not touch the
+ * process-wide OpenMP / OpenBLAS settings. */
+dyn_model *dyn_model_create(const dyn_model_config *cfg, uint64_t seed, dyn_error *err);
+void dyn_model_free(dyn_model *m);
+
+const dyn_model_config *dyn_model_cfg(const dyn_model *m);
+/* Threads for the kernels: sets the blocks' thread count and the
+ * process-wide OpenMP and OpenBLAS counts. Results are bit-identical for a
+ * fixed count. */
+void dyn_model_set_threads(dyn_model *m, int nthreads);
+
+/* Flat buffers: n floats each (parameters, gradients, AdamW m and v). */
+size_t dyn_model_num_params(const dyn_model *m);
+float *dyn_model_params(dyn_model *m);
+float *dyn_model_grads(dyn_model *m);
+float *dyn_model_moment1(dyn_model *m);
+float *dyn_model_moment2(dyn_model *m);
+/* Named tensors, in flat-buffer order. */
+int dyn_model_num_tensors(const dyn_model *m);
+const dyn_param_tensor *dyn_model_tensor(const dyn_model *m, int i);
+/* Tensor by Hugging Face name, or NULL. */
+const dyn_param_tensor *dyn_model_find_tensor(const dyn_model *m, const char *name);
+void dyn_model_zero_grad(dyn_model *m);
+
+/* AdamW step counter (number of steps taken; restored by checkpoints). */
+int64_t dyn_model_step_count(const dyn_model *m);
+void dyn_model_set_step_count(dyn_model *m, int64_t step);
+
+/* Layer list (see the top of this file). */
+int dyn_model_num_layers(const dyn_model *m);
+/* The parameters owned by layers [first, last): one contiguous slice
+ * [*offset, *offset + *count) of the flat buffers (tensors are stored in
+ * layer order), e.g. what a pipeline stage updates and all-reduces. Shared
+ * tensors count for their owner only (see the top of this file). */
+void dyn_model_layer_params(const dyn_model *m, int first, int last, size_t *offset, size_t *count);
+
+/* Floats of the boundary activation entering layer l (0 <= l <= L) for the
+ * shape of mb. 0 for l = 0 and l = L. */
+size_t dyn_model_boundary_floats(const dyn_model *m, int l, const dyn_microbatch *mb);
+
+/* ---- activations ------------------------------------------------------- */
+
+typedef struct dyn_model_acts dyn_model_acts;
+dyn_model_acts *dyn_model_acts_create(dyn_error *err);
+void dyn_model_acts_free(dyn_model_acts *a);
+/* Bytes of the arena's current allocation, and of the part holding
+ * activations stored for the backward (layer inputs and block activations,
+ * excluding per-call scratch and gradient buffers) by the last forward. */
+size_t dyn_model_acts_capacity_bytes(const dyn_model_acts *a);
+size_t dyn_model_acts_stored_bytes(const dyn_model_acts *a);
+
+/* ---- forward / backward -------------------------------------------------- */
+
+/* Forward of layers [first, last) for micro-batch mb.
+ *   in:  boundary activation entering `first` (NULL when first = 0);
+ *   out: boundary entering `last`, overwritten (NULL when last = L);
+ *   loss_sum (if last = L and not NULL): sum of target-token losses (nats);
+ *   sample_loss (if last = L and not NULL): (mb->n_samples) per-sample sums.
+ * recompute != 0: store only layer inputs (full recomputation).
+ * Fails (nothing run) on token ids >= vocab, sequences longer than
+ * max_seqlen, a micro-batch of the other model kind, or a bad range. */
+dyn_status dyn_model_stage_forward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb,
+                                   int first, int last, const float *in, float *out,
+                                   int recompute, double *loss_sum, float *sample_loss,
+                                   dyn_error *err);
+/* Backward of the same range after its forward with the same acts:
+ *   dout: gradient of the boundary entering `last` (NULL when last = L;
+ *         then dloss scales the loss sum, e.g. 1 / global target tokens);
+ *   din:  gradient of the boundary entering `first`, overwritten (NULL when
+ *         first = 0).
+ * Parameter gradients ACCUMULATE (+=) into dyn_model_grads. */
+dyn_status dyn_model_stage_backward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb,
+                                    int first, int last, const float *dout, float *din,
+                                    float dloss, dyn_error *err);
+
+/* Whole model = one stage [0, L). */
+dyn_status dyn_model_forward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb,
+                             int recompute, double *loss_sum, float *sample_loss, dyn_error *err);
+dyn_status dyn_model_backward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb,
+                              float dloss, dyn_error *err);
+
+/* ---- optimizer ----------------------------------------------------------- */
+
+/* Clip the global gradient norm to max_norm (<= 0: no clipping), then one
+ * AdamW step with learning rate lr on every tensor (decay per tensor flag),
+ * and increment the step counter. Returns the gradient norm before
+ * clipping. Does not zero the gradients. */
+double dyn_model_adamw_step(dyn_model *m, float lr, const dyn_adamw_config *cfg, double max_norm);
+
+/* ---- checkpoints (checkpoint.c) ------------------------------------------- */
+
+/* Weights as safetensors with Hugging Face names and shapes (GPT-2 Conv1D
+ * matrices and T5 bias tables transposed to HF layout), atomically. */
+dyn_status dyn_model_save(const dyn_model *m, const char *path, dyn_error *err);
+/* Load weights saved by dyn_model_save (or by Hugging Face for the same
+ * config). Every tensor is read and checked into a staging copy first; the
+ * model is changed only if all are present with the right dtype and shape. */
+dyn_status dyn_model_load(dyn_model *m, const char *path, dyn_error *err);
+
+/* Training position saved beside the weights. */
+typedef struct dyn_train_state {
+    int64_t data_cursor; /* next sample / batch index of the data stream */
+    dyn_rng rng;         /* the trainer's RNG */
+} dyn_train_state;
+
+/* Optimizer companion file (safetensors): "<name>.exp_avg" and
+ * "<name>.exp_avg_sq" per parameter tensor (our layout, F32), and metadata
+ * dynapipe.step, dynapipe.data_cursor, dynapipe.rng (four hex u64) and
+ * dynapipe.n_params. Atomic. */
+dyn_status dyn_model_save_train_state(const dyn_model *m, const dyn_train_state *ts,
+                                      const char *path, dyn_error *err);
+/* Restore moments, step and *ts; all-or-nothing like dyn_model_load. */
+dyn_status dyn_model_load_train_state(dyn_model *m, dyn_train_state *ts, const char *path,
+                                      dyn_error *err);
+
+#endif

@@ -1,0 +1,98 @@
+/* model_impl.h — the inside of dyn_model and dyn_model_acts, shared by
+ * model.c (common parts), gpt.c, t5.c and checkpoint.c. Not a public header. */
+#ifndef DYN_MODEL_MODEL_IMPL_H
+#define DYN_MODEL_MODEL_IMPL_H
+
+#include "model/blocks.h" /* defines: block params/acts, dyn_block_dims */
+#include "model/model.h"
+
+typedef union model_block_acts {
+    dyn_gpt_block_acts gpt;
+    dyn_t5_enc_acts enc;
+    dyn_t5_dec_acts dec;
+} model_block_acts;
+
+struct dyn_model {
+    dyn_model_config cfg;
+    dyn_block_dims dims;
+    int L; /* layers in the ordered list */
+    size_t n_params;
+    float *params, *grads, *m1, *m2; /* one allocation each, n_params floats */
+    dyn_param_tensor *tensors;
+    float *init_std; /* per tensor: > 0 normal std, 0 zeros, -1 ones (creation only) */
+    int n_tensors, cap_tensors;
+    int64_t step;
+    /* GPT */
+    float *wte, *wpe, *lnf_w, *lnf_b;
+    dyn_gpt_block_params *gp, *gg; /* (n_layers) over params / grads */
+    /* T5 */
+    float *shared, *enc_rel, *dec_rel, *enc_lnf, *dec_lnf, *lm_head;
+    dyn_t5_enc_params *ep, *eg; /* (n_layers) */
+    dyn_t5_dec_params *dp, *dg; /* (n_dec_layers) */
+};
+
+struct dyn_model_acts {
+    float *arena;
+    size_t cap;    /* floats allocated */
+    size_t stored; /* floats holding activations kept for the backward */
+    int L;         /* length of the arrays below */
+    float **hid;   /* (L+1) layer inputs (GPT hidden; T5 encoder or decoder hidden) */
+    model_block_acts *blk; /* (L) per block layer (or all sharing one in recompute) */
+    float *encout, *enc_rstd; /* T5: normalised encoder output (N,C), rstd (N) */
+    float *head_ln, *head_mean, *head_rstd, *head_lse, *head_losses; /* (No,C), (No) x4 */
+    int32_t *pos;  /* (N) GPT position ids */
+    float *work;   /* scratch shared by all layers */
+    float *d0, *d1; /* (max(N,Nd), C) gradient ping-pong */
+    float *denc;   /* (N, C) T5 encoder-output gradient accumulator */
+    /* What the last forward ran, checked by the backward. */
+    int fwd_first, fwd_last, fwd_recompute, fwd_done;
+    const dyn_microbatch *fwd_mb;
+};
+
+/* gradient twin of a parameter pointer */
+static inline float *model_grad_of(const dyn_model *m, const float *p)
+{
+    return m->grads + (p - m->params);
+}
+
+/* Register a tensor at the next offset (table built before allocation). */
+dyn_status model_add_tensor(dyn_model *m, const char *name, int ndim, int64_t d0, int64_t d1, int hf_t,
+                            int decay, float init_std, int layer, dyn_error *err);
+/* Offset of tensor `name` (must exist). */
+float *model_tensor_ptr(const dyn_model *m, const char *name);
+
+/* Bump allocation over the arena: with base == NULL only counts. Sizes are
+ * rounded up to 16 floats (64 bytes) so every tensor starts cache aligned. */
+typedef struct model_bump {
+    float *base;
+    size_t used;
+} model_bump;
+static inline float *model_take(model_bump *b, size_t n)
+{
+    float *p = b->base ? b->base + b->used : NULL;
+    b->used += (n + 15u) & ~(size_t)15u;
+    return p;
+}
+
+/* Per-architecture parts (gpt.c, t5.c). */
+dyn_status gpt_build(dyn_model *m, dyn_error *err);   /* tensors; after alloc: gpt_bind */
+dyn_status gpt_bind(dyn_model *m, dyn_error *err);
+size_t gpt_carve(const dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last, int recompute,
+                 float *base, size_t *stored);
+size_t gpt_boundary_floats(const dyn_model *m, int l, const dyn_microbatch *mb);
+dyn_status gpt_forward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last,
+                       const float *in, float *out, int recompute, double *loss_sum, dyn_error *err);
+dyn_status gpt_backward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last,
+                        const float *dout, float *din, float dloss, dyn_error *err);
+
+dyn_status t5_build(dyn_model *m, dyn_error *err);
+dyn_status t5_bind(dyn_model *m, dyn_error *err);
+size_t t5_carve(const dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last, int recompute,
+                float *base, size_t *stored);
+size_t t5_boundary_floats(const dyn_model *m, int l, const dyn_microbatch *mb);
+dyn_status t5_forward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last,
+                      const float *in, float *out, int recompute, double *loss_sum, dyn_error *err);
+dyn_status t5_backward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last,
+                       const float *dout, float *din, float dloss, dyn_error *err);
+
+#endif

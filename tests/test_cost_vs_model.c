@@ -1,0 +1,44 @@
+/* test_cost_vs_model.c — the cost model's parameter counts agree with the
+ * models src/model actually builds, so memory planning counts the states the
+ * runtime will hold. Two independent counts: the cost model's formulas and
+ * the model's tensor table. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "dynapipe/model_config.h" /* defines: dyn_model_config_params */
+#include "model/model.h"           /* defines: dyn_model_create, dyn_model_num_params */
+
+static void check_counts_match(const dyn_model_config *cfg)
+{
+    dyn_error err;
+    dyn_model *m = dyn_model_create(cfg, 1, &err);
+    assert_non_null(m);
+    assert_int_equal((int64_t)dyn_model_num_params(m), dyn_model_config_params(cfg));
+    dyn_model_free(m);
+}
+
+static void test_gpt_counts_match_built_model(void **state)
+{
+    (void)state;
+    dyn_model_config cfg = {DYN_MODEL_GPT, 3, 0, 32, 4, 8, 128, 260, 64};
+    check_counts_match(&cfg);
+}
+
+static void test_t5_counts_match_built_model(void **state)
+{
+    (void)state;
+    /* head_dim * heads != hidden on purpose: T5's d_kv is independent. */
+    dyn_model_config cfg = {DYN_MODEL_T5, 2, 3, 32, 4, 12, 96, 260, 64};
+    check_counts_match(&cfg);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpt_counts_match_built_model),
+        cmocka_unit_test(test_t5_counts_match_built_model),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,188 @@
+/* test_safetensors.c — the safetensors reader/writer: a round trip, the exact
+ * byte layout of a written file, and every kind of malformed file (each must
+ * be rejected with a message naming what is wrong). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/safetensors.h" /* defines: dyn_safetensors_* */
+#include "util/util.h"         /* defines: dyn_file_read_all */
+
+static void tmp_path(char *buf, size_t cap, const char *tag)
+{
+    snprintf(buf, cap, "/tmp/dyn_test_st_%ld_%s.safetensors", (long)getpid(), tag);
+}
+
+/* Write a file by hand: 8-byte length, the header text, then data bytes. */
+static void write_raw(const char *path, const char *header, const void *data, size_t dlen, uint64_t hlen_override)
+{
+    FILE *fp = fopen(path, "wb");
+    assert_non_null(fp);
+    uint64_t hlen = hlen_override ? hlen_override : strlen(header);
+    unsigned char lb[8];
+    for (int i = 0; i < 8; i++) lb[i] = (unsigned char)(hlen >> (8 * i));
+    assert_int_equal(fwrite(lb, 1, 8, fp), 8);
+    assert_int_equal(fwrite(header, 1, strlen(header), fp), strlen(header));
+    if (dlen) assert_int_equal(fwrite(data, 1, dlen, fp), dlen);
+    assert_int_equal(fclose(fp), 0);
+}
+
+static void test_round_trip_and_layout(void **state)
+{
+    (void)state;
+    char path[256];
+    tmp_path(path, sizeof path, "rt");
+    float a[6] = {1, 2, 3, 4, 5, 6}, b[3] = {-1.5f, 0.25f, 1e-20f};
+    dyn_st_entry t[2] = {{"w.weight", 2, {2, 3}, a}, {"b", 1, {3}, b}};
+    const char *meta[2] = {"format", "pt"};
+    dyn_error err;
+    assert_int_equal(dyn_safetensors_write(path, t, 2, meta, 1, &err), DYN_OK);
+
+    /* Byte layout: header length is a multiple of 8; tensors follow in the
+     * order given, raw little-endian. */
+    char *raw = NULL;
+    size_t len = 0;
+    assert_int_equal(dyn_file_read_all(path, &raw, &len, &err), DYN_OK);
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++) hlen |= (uint64_t)(unsigned char)raw[i] << (8 * i);
+    assert_int_equal(hlen % 8, 0);
+    assert_int_equal(len, 8 + hlen + 9 * 4);
+    assert_memory_equal(raw + 8 + hlen, a, sizeof a);
+    assert_memory_equal(raw + 8 + hlen + sizeof a, b, sizeof b);
+    assert_non_null(strstr(raw + 8, "\"dtype\":\"F32\""));
+    free(raw);
+
+    dyn_safetensors *st = dyn_safetensors_open(path, &err);
+    assert_non_null(st);
+    assert_int_equal(dyn_safetensors_count(st), 2);
+    assert_string_equal(dyn_safetensors_name(st, 0), "w.weight");
+    assert_string_equal(dyn_safetensors_meta(st, "format"), "pt");
+    assert_null(dyn_safetensors_meta(st, "nope"));
+    int64_t shape[4];
+    const char *dt;
+    assert_int_equal(dyn_safetensors_shape(st, "w.weight", shape, &dt), 2);
+    assert_int_equal(shape[1], 3);
+    assert_string_equal(dt, "F32");
+    float a2[6], b2[3];
+    int64_t sa[2] = {2, 3}, sb[1] = {3};
+    assert_int_equal(dyn_safetensors_read(st, "w.weight", 2, sa, a2, &err), DYN_OK);
+    assert_int_equal(dyn_safetensors_read(st, "b", 1, sb, b2, &err), DYN_OK);
+    assert_memory_equal(a, a2, sizeof a);
+    assert_memory_equal(b, b2, sizeof b);
+
+    /* Wrong expectations of a good file. */
+    int64_t wrong[2] = {3, 2};
+    assert_int_equal(dyn_safetensors_read(st, "w.weight", 2, wrong, a2, &err), DYN_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "'w.weight' has shape [2, 3], expected [3, 2]"));
+    assert_int_equal(dyn_safetensors_read(st, "missing.weight", 1, sb, b2, &err), DYN_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "'missing.weight' missing (expected F32 [3])"));
+    dyn_safetensors_free(st);
+
+    /* A duplicate name is refused at write time. */
+    dyn_st_entry dup[2] = {{"x", 1, {3}, b}, {"x", 1, {3}, b}};
+    assert_int_equal(dyn_safetensors_write(path, dup, 2, NULL, 0, &err), DYN_ERR_INVALID_ARG);
+    unlink(path);
+}
+
+/* Open must fail with DYN_ERR_CORRUPT and a message containing `needle`. */
+static void expect_bad(const char *path, const char *needle)
+{
+    dyn_error err;
+    dyn_error_clear(&err);
+    dyn_safetensors *st = dyn_safetensors_open(path, &err);
+    if (st != NULL) fail_msg("accepted a bad file, expected '%s'", needle);
+    assert_int_equal(err.code, DYN_ERR_CORRUPT);
+    if (strstr(err.msg, needle) == NULL) fail_msg("message '%s' lacks '%s'", err.msg, needle);
+}
+
+static void test_bad_files_are_rejected(void **state)
+{
+    (void)state;
+    char path[256];
+    tmp_path(path, sizeof path, "bad");
+    float d[4] = {1, 2, 3, 4};
+
+    write_raw(path, "", NULL, 0, 0);
+    FILE *fp = fopen(path, "wb"); /* 3 bytes: not even a length */
+    assert_int_equal(fwrite("abc", 1, 3, fp), 3);
+    fclose(fp);
+    expect_bad(path, "truncated");
+
+    write_raw(path, "{\"a\":{}}", NULL, 0, 1000);
+    expect_bad(path, "header length 1000 does not fit");
+
+    write_raw(path, "{\"a\": [1, 2", NULL, 0, 0);
+    expect_bad(path, "not a valid JSON object");
+
+    write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4]}}", d, 16, 0);
+    expect_bad(path, "'a' needs dtype");
+
+    write_raw(path, "{\"a\":{\"dtype\":\"Q4\",\"shape\":[4],\"data_offsets\":[0,16]}}", d, 16, 0);
+    expect_bad(path, "'a': unknown dtype 'Q4'");
+
+    /* truncated data: header promises 16 bytes, 8 present */
+    write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", d, 8, 0);
+    expect_bad(path, "'a': data_offsets [0, 16] beyond the 8 data bytes");
+
+    write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,16]}}", d, 16, 0);
+    expect_bad(path, "'a': 16 data bytes, but F32 of shape needs 12");
+
+    write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[-3],\"data_offsets\":[0,16]}}", d, 16, 0);
+    expect_bad(path, "'a': shape[0] is not a valid size");
+
+    write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", d, 16, 0);
+    expect_bad(path, "'a': data_offsets must be");
+
+    write_raw(path,
+              "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+              "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+              d, 12, 0);
+    expect_bad(path, "'b' data [4, 12) overlaps tensor 'a'");
+
+    write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", d, 16, 0);
+    expect_bad(path, "hole of 8 bytes before tensor 'a'");
+
+    write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", d, 16, 0);
+    expect_bad(path, "8 trailing data bytes");
+
+    write_raw(path,
+              "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+              "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+              d, 8, 0);
+    expect_bad(path, "duplicate tensor 'a'");
+
+    write_raw(path, "{\"__metadata__\":{\"k\":3}}", NULL, 0, 0);
+    expect_bad(path, "value of 'k' is not a string");
+
+    /* A well-formed F16 tensor opens, but reading it as F32 is refused. */
+    write_raw(path, "{\"h\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", d, 4, 0);
+    dyn_error err;
+    dyn_safetensors *st = dyn_safetensors_open(path, &err);
+    assert_non_null(st);
+    int64_t s2[1] = {2};
+    float out[2];
+    assert_int_equal(dyn_safetensors_read(st, "h", 1, s2, out, &err), DYN_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "'h' has dtype F16, expected F32"));
+    dyn_safetensors_free(st);
+
+    /* A missing file is an IO error, not a crash. */
+    unlink(path);
+    assert_null(dyn_safetensors_open(path, &err));
+    assert_int_equal(err.code, DYN_ERR_IO);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip_and_layout),
+        cmocka_unit_test(test_bad_files_are_rejected),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
