@@ -16,8 +16,8 @@
 #include "sim_testlib.h"  /* defines: tplan_*, tcosts_uniform */
 #include "util/rng.h"     /* defines: dyn_rng_* */
 
-static const dyn_sim_options no_comm = {0.0, 0.0, 0, 0};
-static const dyn_sim_options no_comm_slots = {0.0, 0.0, 0, 1};
+static const dyn_sim_options no_comm = {0.0, 0.0, 0, 0, 0};
+static const dyn_sim_options no_comm_slots = {0.0, 0.0, 0, 1, 0};
 
 static double run_makespan(const tplan *t, const dyn_stage_costs *c, const dyn_sim_options *o)
 {
@@ -73,9 +73,9 @@ static void test_1f1b_latency_and_bandwidth_by_hand(void **state)
     tplan_1f1b(&t, 2, 2, 250000);
     dyn_stage_costs c;
     tcosts_uniform(&c, 2, 2, 1.0, 2.0);
-    dyn_sim_options lat = {0.5, 0.0, 1000, 0};
+    dyn_sim_options lat = {0.5, 0.0, 1000, 0, 0};
     assert_true(fabs(run_makespan(&t, &c, &lat) - 10.0) < 1e-9);
-    dyn_sim_options bw = {0.5, 1.0, 1000, 0};
+    dyn_sim_options bw = {0.5, 1.0, 1000, 0, 0};
     assert_true(fabs(run_makespan(&t, &c, &bw) - 10.5) < 1e-9);
 
     dyn_error err;
@@ -88,7 +88,7 @@ static void test_1f1b_latency_and_bandwidth_by_hand(void **state)
     const dyn_rank_plan *r1 = &t.p.ranks[1];
     for (int32_t i = 0; i < r1->n_instrs; i++)
         if (r1->instrs[i].op == DYN_OP_FORWARD && r1->instrs[i].microbatch == 0)
-            assert_true(fabs(res->start_ms[res->rank_offset[1] + i] - 1.5) < 1e-12);
+            assert_true(fabs(res->events[res->rank_offset[1] + i].start_ms - 1.5) < 1e-12);
     dyn_sim_free(sim);
     dyn_stage_costs_free(&c);
     tplan_free(&t);
@@ -123,17 +123,17 @@ static void test_link_carries_one_transfer_at_a_time(void **state)
     tcosts_uniform(&c, 2, 2, 0.5, 0.0);
     c.fwd_ms[0 * 2 + 0] = 2.0;
     c.fwd_ms[1 * 2 + 0] = 0.0;
-    dyn_sim_options o = {0.0, 1.0, 0, 0};
+    dyn_sim_options o = {0.0, 1.0, 0, 0, 0};
     dyn_error err;
     dyn_sim *sim = dyn_sim_create(&err);
     const dyn_sim_result *res;
     assert_int_equal(dyn_sim_run(sim, &t.p, &c, &o, &res, &err), DYN_OK);
-    const double *st = res->start_ms + res->rank_offset[1], *en = res->end_ms + res->rank_offset[1];
-    assert_true(fabs(st[3] - 3.0) < 1e-12 && fabs(en[3] - 3.5) < 1e-12);
-    assert_true(fabs(st[5] - 4.0) < 1e-12 && fabs(en[5] - 4.5) < 1e-12);
+    const dyn_sim_event *ev = res->events + res->rank_offset[1];
+    assert_true(fabs(ev[3].start_ms - 3.0) < 1e-12 && fabs(ev[3].end_ms - 3.5) < 1e-12);
+    assert_true(fabs(ev[5].start_ms - 4.0) < 1e-12 && fabs(ev[5].end_ms - 4.5) < 1e-12);
     assert_true(fabs(res->makespan_ms - 4.5) < 1e-12);
     /* rank 0's second SEND_FINISH waits until act1 arrived at 4 */
-    assert_true(fabs(res->end_ms[7] - 4.0) < 1e-12);
+    assert_true(fabs(res->events[7].end_ms - 4.0) < 1e-12);
     /* busy: rank 0 2 ms, rank 1 1 ms; bubble 1 - 3 / (2 * 4.5) */
     assert_true(fabs(res->bubble_fraction - (1.0 - 3.0 / 9.0)) < 1e-12);
     dyn_sim_free(sim);
@@ -178,8 +178,8 @@ static void test_memory_accounting_by_hand(void **state)
     const double after[8] = {101, 111, 112, 132, 122, 121, 101, 100};
     const double top[8] = {101, 116, 112, 135, 137, 121, 124, 100};
     for (int i = 0; i < 8; i++) {
-        assert_true(fabs(res->mem_mb[i] - after[i]) < 1e-9);
-        assert_true(fabs(res->mem_peak_mb[i] - top[i]) < 1e-9);
+        assert_true(fabs(res->events[i].mem_mb - after[i]) < 1e-9);
+        assert_true(fabs(res->events[i].mem_peak_mb - top[i]) < 1e-9);
     }
     assert_true(fabs(res->peak_mb[0] - 137) < 1e-9);
     assert_true(fabs(res->max_peak_mb - 137) < 1e-9);
@@ -266,10 +266,10 @@ static void test_barrier(void **state)
     dyn_sim *sim = dyn_sim_create(&err);
     const dyn_sim_result *res;
     assert_int_equal(dyn_sim_run(sim, &t.p, &c, &no_comm, &res, &err), DYN_OK);
-    assert_true(res->start_ms[1] == 1.0 && res->end_ms[1] == 3.0); /* rank 0 waits */
-    assert_true(res->start_ms[2] == 3.0 && res->end_ms[2] == 4.0);
-    assert_true(res->start_ms[4] == 3.0 && res->end_ms[4] == 3.0);
-    assert_true(res->start_ms[5] == 3.0 && res->makespan_ms == 4.0);
+    assert_true(res->events[1].start_ms == 1.0 && res->events[1].end_ms == 3.0); /* rank 0 waits */
+    assert_true(res->events[2].start_ms == 3.0 && res->events[2].end_ms == 4.0);
+    assert_true(res->events[4].start_ms == 3.0 && res->events[4].end_ms == 3.0);
+    assert_true(res->events[5].start_ms == 3.0 && res->makespan_ms == 4.0);
     assert_true(fabs(res->bubble_fraction - (1.0 - 6.0 / 8.0)) < 1e-12);
     /* rank 1 without its barrier: rank 0 waits forever */
     t.p.ranks[1].instrs[1].op = DYN_OP_FREE_BUFFER;
@@ -388,7 +388,7 @@ static void test_matches_fixed_point_on_random_instances(void **state)
             c.fwd_ms[i] = 0.1 + dyn_rng_uniform(&rng);
             c.bwd_ms[i] = 0.1 + 2 * dyn_rng_uniform(&rng);
         }
-        dyn_sim_options o = {dyn_rng_uniform(&rng) * 0.3, 0.0, 0, 0};
+        dyn_sim_options o = {dyn_rng_uniform(&rng) * 0.3, 0.0, 0, 0, 0};
         const dyn_sim_result *res;
         assert_int_equal(dyn_sim_run(sim, &t.p, &c, &o, &res, &err), DYN_OK);
 
@@ -435,8 +435,8 @@ static void test_matches_fixed_point_on_random_instances(void **state)
             }
         }
         for (int32_t k = 0; k < N; k++) {
-            assert_true(fabs(st[k] - res->start_ms[k]) < 1e-9);
-            assert_true(fabs(en[k] - res->end_ms[k]) < 1e-9);
+            assert_true(fabs(st[k] - res->events[k].start_ms) < 1e-9);
+            assert_true(fabs(en[k] - res->events[k].end_ms) < 1e-9);
         }
         free(st);
         free(en);
@@ -461,14 +461,13 @@ static void test_workspace_reuse_is_bit_identical(void **state)
         dyn_stage_costs c;
         tcosts_uniform(&c, M, S, 0.7, 1.9);
         for (int32_t i = 0; i < M * S; i++) c.fwd_ms[i] += 0.01 * (i % 7);
-        dyn_sim_options o = {0.05, 10.0, 0, 1};
+        dyn_sim_options o = {0.05, 10.0, 0, 1, 0};
         dyn_sim *fresh = dyn_sim_create(&err);
         const dyn_sim_result *a, *b;
         assert_int_equal(dyn_sim_run(shared, &t.p, &c, &o, &a, &err), DYN_OK);
         assert_int_equal(dyn_sim_run(fresh, &t.p, &c, &o, &b, &err), DYN_OK);
         assert_int_equal(a->n_instrs, b->n_instrs);
-        assert_memory_equal(a->end_ms, b->end_ms, sizeof(double) * (size_t)a->n_instrs);
-        assert_memory_equal(a->mem_mb, b->mem_mb, sizeof(double) * (size_t)a->n_instrs);
+        assert_memory_equal(a->events, b->events, sizeof(dyn_sim_event) * (size_t)a->n_instrs);
         assert_true(a->makespan_ms == b->makespan_ms);
         dyn_sim_free(fresh);
         dyn_stage_costs_free(&c);

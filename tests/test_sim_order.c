@@ -40,7 +40,7 @@ static void free_1f1b(void *ctx, dyn_exec_plan *p)
 }
 
 static const dyn_sched_gen gen = {gen_1f1b, free_1f1b, NULL};
-static const dyn_sim_options opt = {0.0, 0.0, 0, 0};
+static const dyn_sim_options opt = {0.0, 0.0, 0, 0, 0};
 
 static double simulate_order(dyn_sim *sim, const dyn_stage_costs *c, const int32_t *order, double *peak)
 {

@@ -35,7 +35,7 @@ static void test_trace_has_one_event_per_instruction(void **state)
     for (int32_t i = 0; i < 24; i++) c.stored_mb[i] = 3.0;
     dyn_error err;
     dyn_sim *sim = dyn_sim_create(&err);
-    dyn_sim_options o = {0.01, 5.0, 6000, 1};
+    dyn_sim_options o = {0.01, 5.0, 6000, 1, 0};
     const dyn_sim_result *res;
     assert_int_equal(dyn_sim_run(sim, &t.p, &c, &o, &res, &err), DYN_OK);
     char path[] = "/tmp/dyn_test_trace_XXXXXX";
@@ -67,7 +67,7 @@ static void test_trace_has_one_event_per_instruction(void **state)
             assert_int_equal(cJSON_GetObjectItemCaseSensitive(args, "stage")->valueint, in->stage);
             /* times are in microseconds */
             double ts = cJSON_GetObjectItemCaseSensitive(ev, "ts")->valuedouble;
-            assert_true(fabs(ts - 1e3 * res->start_ms[res->rank_offset[tid] + i]) < 1e-2);
+            assert_true(fabs(ts - 1e3 * res->events[res->rank_offset[tid] + i].start_ms) < 1e-2);
         } else if (strcmp(ph, "C") == 0) {
             counters++;
             double v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(ev, "args"), "MB")->valuedouble;
@@ -95,7 +95,7 @@ static void test_svg_has_one_box_per_compute_instruction(void **state)
     tcosts_uniform(&c, 5, 3, 1.0, 2.0);
     dyn_error err;
     dyn_sim *sim = dyn_sim_create(&err);
-    dyn_sim_options o = {0.0, 0.0, 0, 0};
+    dyn_sim_options o = {0.0, 0.0, 0, 0, 0};
     assert_int_equal(dyn_sim_run(sim, &t.p, &c, &o, NULL, &err), DYN_OK);
     char path[] = "/tmp/dyn_test_svg_XXXXXX";
     int fd = mkstemp(path);

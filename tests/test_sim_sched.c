@@ -19,7 +19,7 @@
 #include "sim_testlib.h"    /* defines: tcosts_uniform */
 #include "util/rng.h"       /* defines: dyn_rng_* */
 
-static const dyn_sim_options no_comm = {0.0, 0.0, 0, 0};
+static const dyn_sim_options no_comm = {0.0, 0.0, 0, 0, 0};
 
 static void random_costs(dyn_rng *rng, dyn_stage_costs *c, int32_t M, int32_t S)
 {
@@ -83,7 +83,7 @@ static void test_wait_free_cyclic_never_worse_than_cyclic(void **state)
         int32_t S = 1 + (int32_t)dyn_rng_below(&rng, 8), M = 1 + (int32_t)dyn_rng_below(&rng, 16);
         dyn_stage_costs c;
         random_costs(&rng, &c, M, S);
-        dyn_sim_options o = {0.05 * dyn_rng_uniform(&rng), dyn_rng_below(&rng, 2) ? 0.0 : 20.0, 0, 0};
+        dyn_sim_options o = {0.05 * dyn_rng_uniform(&rng), dyn_rng_below(&rng, 2) ? 0.0 : 20.0, 0, 0, 0};
         dyn_exec_plan cyc, wf;
         assert_int_equal(build(DYN_SCHED_CYCLIC, &c, S, 1, &cyc, &err), DYN_OK);
         assert_int_equal(build(DYN_SCHED_WAIT_FREE_CYCLIC, &c, S, 1, &wf, &err), DYN_OK);
@@ -125,7 +125,7 @@ static void test_every_schedule_simulates_and_memory_agrees(void **state)
             if (st != DYN_OK) fprintf(stderr, "%s S=%d M=%d v=%d: %s\n", dyn_schedule_name(k), S, M, vk, err.msg);
             assert_int_equal(st, DYN_OK);
             assert_int_equal(dyn_exec_plan_validate(&plan, &err), DYN_OK);
-            dyn_sim_options o = {0.01, 50.0, 1000, 0};
+            dyn_sim_options o = {0.01, 50.0, 1000, 0, 0};
             const dyn_sim_result *res;
             st = dyn_sim_run(sim, &plan, &c, &o, &res, &err);
             if (st != DYN_OK) fprintf(stderr, "%s: %s\n", dyn_schedule_name(k), err.msg);

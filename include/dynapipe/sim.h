@@ -55,11 +55,21 @@ typedef struct dyn_sim_options {
     double link_gbps;       /* GB/s (1e9 bytes/s) per directed link; <= 0: infinite */
     int64_t real_tokens;    /* real (unpadded) tokens of the batch, for tokens_per_s */
     int32_t slot_memory;    /* 1: count buffer slots (instr.bytes) in memory; 0: not */
+    int32_t skip_events;    /* 1: do not record per-instruction events (searches: faster) */
 } dyn_sim_options;
 
 /* Options from a machine description (its link fields) and a token count;
  * slot_memory 0. */
 void dyn_sim_options_from_machine(dyn_sim_options *opt, const dyn_machine *m, int64_t real_tokens);
+
+/* What one instruction did: one record per instruction, so the simulator
+ * writes one stream. Times in ms, memory of its rank in MB. */
+typedef struct dyn_sim_event {
+    double start_ms;
+    double end_ms;
+    double mem_mb;      /* memory of the rank after the instruction */
+    double mem_peak_mb; /* highest memory of the rank while it ran */
+} dyn_sim_event;
 
 /* Results of the last run. Arrays are owned by the dyn_sim and valid until
  * its next run or free. Instruction (rank r, index i) is at flat index
@@ -74,10 +84,7 @@ typedef struct dyn_sim_result {
     const double *busy_ms;   /* [n_ranks] time spent in compute instructions */
     const double *peak_mb;   /* [n_ranks] peak memory, MB */
     const int32_t *rank_offset; /* [n_ranks + 1] */
-    const double *start_ms;  /* [n_instrs] */
-    const double *end_ms;    /* [n_instrs] */
-    const double *mem_mb;    /* [n_instrs] memory of the rank after the instruction, MB */
-    const double *mem_peak_mb; /* [n_instrs] highest memory while it ran, MB */
+    const dyn_sim_event *events; /* [n_instrs]; NULL when run with skip_events */
 } dyn_sim_result;
 
 typedef struct dyn_sim dyn_sim;

@@ -359,7 +359,9 @@ static dyn_status run_one(run_state *rs, sim_row *row, dyn_costs_fn costs_fn, vo
     /* A plan is validated before it is used. */
     if ((st = dyn_exec_plan_validate(&plan, err)) != DYN_OK) goto out;
     const dyn_sim_result *res;
-    if ((st = dyn_sim_run(rs->sim, &plan, costs, &rs->simopt, &res, err)) != DYN_OK) goto out;
+    dyn_sim_options quiet = rs->simopt; /* the table needs no events; the trace re-runs */
+    quiet.skip_events = 1;
+    if ((st = dyn_sim_run(rs->sim, &plan, costs, &quiet, &res, err)) != DYN_OK) goto out;
     if (res->max_peak_mb > limit * (1 + 1e-9)) {
         st = dyn_error_set(err, DYN_ERR_INFEASIBLE, "simulated peak memory %.1f MB exceeds the limit of %.1f MB",
                            res->max_peak_mb, limit);

@@ -176,7 +176,10 @@ dyn_status dyn_order_search(dyn_sim *sim, const dyn_sched_gen *gen, const dyn_st
     ss.sim = sim;
     ss.gen = gen;
     ss.costs = costs;
-    ss.opt = opt;
+    /* Candidates need makespan and peak only: no per-instruction events. */
+    dyn_sim_options quiet = *opt;
+    quiet.skip_events = 1;
+    ss.opt = &quiet;
     ss.limit = memory_limit_mb;
     ss.M = M;
     ss.best_order = res->order;

@@ -68,7 +68,8 @@ struct dyn_sim {
     /* per instruction */
     const dyn_instr **ins; /* flat view of the plan */
     int32_t *msg_of;       /* message of a SEND/RECV START or FINISH, else -1 */
-    double *start, *end, *mem_after, *mem_top;
+    dyn_sim_event *ev; /* [instrs] per-instruction outputs */
+    int record;        /* fill ev (off during searches) */
     /* messages and matching scratch */
     sim_msg *msgs;
     int32_t n_msgs;
@@ -106,8 +107,7 @@ static void free_arrays(dyn_sim *s)
     free(s->rank_off); free(s->slot_off); free(s->pc); free(s->state); free(s->wait_msg);
     free(s->clock); free(s->busy); free(s->mem); free(s->peak); free(s->states_mb);
     free(s->link_free); free(s->heap);
-    free(s->ins); free(s->msg_of); free(s->start); free(s->end); free(s->mem_after);
-    free(s->mem_top);
+    free(s->ins); free(s->msg_of); free(s->ev);
     free(s->msgs); free(s->bucket_send); free(s->bucket_recv); free(s->order_send);
     free(s->order_recv); free(s->comm_list); free(s->comm_rank);
     free(s->pend_send); free(s->pend_recv); free(s->slot_mb); free(s->slot_live);
@@ -152,10 +152,7 @@ static dyn_status reserve(dyn_sim *s, int32_t R, int32_t N, int32_t B, int32_t K
         int32_t c = N > 2 * s->cap_instrs ? N : 2 * s->cap_instrs;
         GROW(s->ins, c, "simulator instructions");
         GROW(s->msg_of, c, "simulator instructions");
-        GROW(s->start, c, "simulator instructions");
-        GROW(s->end, c, "simulator instructions");
-        GROW(s->mem_after, c, "simulator instructions");
-        GROW(s->mem_top, c, "simulator instructions");
+        GROW(s->ev, c, "simulator instructions");
         GROW(s->order_send, c, "simulator matching");
         GROW(s->order_recv, c, "simulator matching");
         GROW(s->comm_list, c, "simulator matching");
@@ -443,10 +440,9 @@ static void start_transfer(dyn_sim *s, const dyn_exec_plan *p, const dyn_sim_opt
         if (r < 0) continue;
         /* The parked FINISH completes at arrival; the rank resumes after it. */
         int32_t k = s->rank_off[r] + s->pc[r];
-        s->start[k] = s->clock[r];
+        double t0 = s->clock[r];
         if (m->arrive > s->clock[r]) s->clock[r] = m->arrive;
-        s->end[k] = s->clock[r];
-        s->mem_after[k] = s->mem_top[k] = s->mem[r];
+        if (s->record) s->ev[k] = (dyn_sim_event){t0, s->clock[r], s->mem[r], s->mem[r]};
         s->pc[r]++;
         s->state[r] = RANK_READY;
         heap_push(s, s->clock[r], r);
@@ -471,9 +467,7 @@ static int barrier_arrive(dyn_sim *s, const dyn_exec_plan *p, int32_t r)
     for (int32_t q = 0; q < p->n_ranks; q++) {
         if (q == r || s->state[q] != RANK_BLOCKED || s->wait_msg[q] != WAIT_BARRIER) continue;
         int32_t k = s->rank_off[q] + s->pc[q];
-        s->start[k] = s->clock[q];
-        s->end[k] = s->barrier_time;
-        s->mem_after[k] = s->mem_top[k] = s->mem[q];
+        if (s->record) s->ev[k] = (dyn_sim_event){s->clock[q], s->barrier_time, s->mem[q], s->mem[q]};
         s->clock[q] = s->barrier_time;
         s->pc[q]++;
         s->state[q] = RANK_READY;
@@ -540,8 +534,7 @@ static void run_rank(dyn_sim *s, const dyn_exec_plan *p, const dyn_stage_costs *
                 m->recv_post = now;
                 slot_write(s, r, base + in->buf_out, in->bytes, opt);
             }
-            s->start[k] = s->end[k] = now;
-            s->mem_after[k] = s->mem_top[k] = s->mem[r];
+            if (s->record) s->ev[k] = (dyn_sim_event){now, now, s->mem[r], s->mem[r]};
             s->pc[r]++;
             if ((m->flags & (MSG_SEND_POSTED | MSG_RECV_POSTED)) == (MSG_SEND_POSTED | MSG_RECV_POSTED))
                 start_transfer(s, p, opt, m, now);
@@ -579,15 +572,13 @@ static void run_rank(dyn_sim *s, const dyn_exec_plan *p, const dyn_stage_costs *
         default:
             break;
         }
-        s->start[k] = now;
-        s->end[k] = now + dur;
-        s->mem_top[k] = s->mem[r] + extra;
+        double top = s->mem[r] + extra;
         if (is_compute(in->op)) s->busy[r] += dur;
         /* Stored activations leave when the last backward part ends. */
         if (in->op == DYN_OP_BACKWARD || in->op == DYN_OP_BACKWARD_WEIGHT)
             s->mem[r] -= cost_at(c->stored_mb, ci);
-        s->mem_after[k] = s->mem[r];
-        if (s->mem_top[k] > s->peak[r]) s->peak[r] = s->mem_top[k];
+        if (s->record) s->ev[k] = (dyn_sim_event){now, now + dur, s->mem[r], top};
+        if (top > s->peak[r]) s->peak[r] = top;
         s->clock[r] = now + dur;
         s->pc[r]++;
         if (s->heap_n > 0 && s->clock[r] > s->heap[0].t) {
@@ -675,6 +666,7 @@ dyn_status dyn_sim_run(dyn_sim *sim, const dyn_exec_plan *plan, const dyn_stage_
     memset(sim->link_free, 0, sizeof(double) * (size_t)R * R);
     if (K > 0) memset(sim->slot_live, 0, (size_t)K);
 
+    sim->record = !opt->skip_events;
     sim->heap_n = 0;
     sim->barrier_arrived = 0;
     sim->barrier_time = 0.0;
@@ -701,10 +693,7 @@ dyn_status dyn_sim_run(dyn_sim *sim, const dyn_exec_plan *plan, const dyn_stage_
     o->busy_ms = sim->busy;
     o->peak_mb = sim->peak;
     o->rank_offset = sim->rank_off;
-    o->start_ms = sim->start;
-    o->end_ms = sim->end;
-    o->mem_mb = sim->mem_after;
-    o->mem_peak_mb = sim->mem_top;
+    o->events = opt->skip_events ? NULL : sim->ev;
     if (res) *res = o;
     return DYN_OK;
 }

@@ -62,9 +62,9 @@ static dyn_status need_result(const dyn_sim *sim, const dyn_exec_plan *plan,
                               const dyn_sim_result **res, dyn_error *err)
 {
     *res = sim ? sim_last_result(sim) : NULL;
-    if (*res == NULL || plan == NULL || (*res)->n_ranks != plan->n_ranks)
+    if (*res == NULL || plan == NULL || (*res)->n_ranks != plan->n_ranks || (*res)->events == NULL)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                             "no simulation of this plan to write (run dyn_sim_run first)");
+                             "no simulation of this plan to write (run dyn_sim_run first, without skip_events)");
     int64_t n = 0;
     for (int32_t r = 0; r < plan->n_ranks; r++) n += plan->ranks[r].n_instrs;
     if (n != (*res)->n_instrs)
@@ -92,21 +92,21 @@ static void trace_body(const dyn_sim_result *res, const dyn_exec_plan *plan, FIL
             const dyn_instr *in = &rp->instrs[i];
             int32_t k = res->rank_offset[r] + i;
             /* Perfetto wants microseconds. */
-            double ts = res->start_ms[k] * 1e3, dur = (res->end_ms[k] - res->start_ms[k]) * 1e3;
+            double ts = res->events[k].start_ms * 1e3, dur = (res->events[k].end_ms - res->events[k].start_ms) * 1e3;
             fprintf(f, ",\n{\"name\":\"%s%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,"
                        "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"op\":\"%s\",\"instr\":%d,\"microbatch\":%d,"
                        "\"stage\":%d,\"peer\":%d,\"bytes\":%lld,\"memory_mb\":%.3f}}",
                     op_short(in->op), in->microbatch, op_category(in->op), r, ts, dur,
                     op_short(in->op), i, in->microbatch, in->stage, in->peer, (long long)in->bytes,
-                    res->mem_mb[k]);
+                    res->events[k].mem_mb);
             /* Memory counter: the high-water mark while it runs, then after. */
             fprintf(f, ",\n{\"name\":\"memory rank %d (MB)\",\"ph\":\"C\",\"pid\":0,\"ts\":%.3f,"
                        "\"args\":{\"MB\":%.3f}}",
-                    r, ts, res->mem_peak_mb[k]);
-            if (dur > 0 || res->mem_peak_mb[k] != res->mem_mb[k])
+                    r, ts, res->events[k].mem_peak_mb);
+            if (dur > 0 || res->events[k].mem_peak_mb != res->events[k].mem_mb)
                 fprintf(f, ",\n{\"name\":\"memory rank %d (MB)\",\"ph\":\"C\",\"pid\":0,\"ts\":%.3f,"
                            "\"args\":{\"MB\":%.3f}}",
-                        r, ts + dur, res->mem_mb[k]);
+                        r, ts + dur, res->events[k].mem_mb);
         }
     }
     fprintf(f, "\n]}\n");
@@ -220,8 +220,8 @@ dyn_status dyn_sim_svg_to_stream(const dyn_sim *sim, const dyn_exec_plan *plan, 
             const dyn_instr *in = &rp->instrs[i];
             if (!is_compute_op(in->op)) continue;
             int32_t k = res->rank_offset[r] + i;
-            double x = SVG_LEFT + res->start_ms[k] * scale;
-            double w = (res->end_ms[k] - res->start_ms[k]) * scale;
+            double x = SVG_LEFT + res->events[k].start_ms * scale;
+            double w = (res->events[k].end_ms - res->events[k].start_ms) * scale;
             int dark = in->op != DYN_OP_FORWARD;
             char colour[48];
             mb_colour(in->microbatch, dark, colour, sizeof colour);
@@ -229,7 +229,7 @@ dyn_status dyn_sim_svg_to_stream(const dyn_sim *sim, const dyn_exec_plan *plan, 
                        "y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\" stroke=\"white\" "
                        "stroke-width=\"0.6\"><title>rank %d %s mb %d stage %d: %.3f-%.3f ms</title></rect>\n",
                     op_short(in->op), in->microbatch, in->stage, x, y, w, SVG_ROW, colour, r,
-                    op_short(in->op), in->microbatch, in->stage, res->start_ms[k], res->end_ms[k]);
+                    op_short(in->op), in->microbatch, in->stage, res->events[k].start_ms, res->events[k].end_ms);
             if (in->op == DYN_OP_BACKWARD_WEIGHT)
                 fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"url(#hatch)\"/>\n",
                         x, y, w, SVG_ROW);
