@@ -194,6 +194,24 @@ static void test_planned_run_json(void **state)
     free(text);
 }
 
+/* Same inputs, same bytes: the JSON holds no wall-clock times. */
+static void test_json_is_deterministic(void **state)
+{
+    (void)state;
+    char args[4096];
+    const char *flags = "--model t5 --model-config t5-tiny --synthetic flan:5 --global-batch-tokens 4096 --max-seqlen 256 "
+                        "--stages 2 --batches 2 --schedule all,auto --chunks 2 --skip-infeasible";
+    snprintf(args, sizeof args, "%s --json '%s'", flags, json_path);
+    assert_int_equal(run_sim(args), 0);
+    char *first = slurp(json_path);
+    assert_int_equal(run_sim(args), 0);
+    char *second = slurp(json_path);
+    assert_string_equal(first, second);
+    assert_non_null(strstr(first, "\"chosen_schedule\""));
+    free(first);
+    free(second);
+}
+
 static void test_bad_input(void **state)
 {
     (void)state;
@@ -255,6 +273,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whatif_hand_computed),
         cmocka_unit_test(test_planned_run_json),
+        cmocka_unit_test(test_json_is_deterministic),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_help),
     };

@@ -658,7 +658,6 @@ static cJSON *row_json(const run_state *rs, const sim_row *r)
     }
     ok &= cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s) != NULL;
     ok &= cJSON_AddNumberToObject(o, "real_tokens", (double)r->real_tokens) != NULL;
-    ok &= cJSON_AddNumberToObject(o, "schedule_time_ms", r->plan_ms) != NULL;
     if (!ok) {
         cJSON_Delete(o);
         return NULL;
