@@ -152,6 +152,60 @@ static void bench_stages(int32_t S, const dyn_dataset *ds, const dyn_cost_model 
     dyn_planner_free(planner);
 }
 
+/* `--schedule auto` on packing's micro-batches of the same batches: far
+ * fewer (about 10 instead of about 140), to show how auto's cost follows the
+ * number of micro-batches. */
+static void bench_auto_packing(int32_t S, const dyn_dataset *ds, const dyn_cost_model *cm, const dyn_machine *m)
+{
+    dyn_error err;
+    dyn_plan_options po;
+    dyn_plan_options_default(&po);
+    po.method = DYN_BATCH_PACKING;
+    po.stages = S;
+    po.max_seqlen = 2048;
+    dyn_planner *planner = dyn_planner_create(cm, &po, &err);
+    if (planner == NULL) CHECK(DYN_ERR_INVALID_ARG, err);
+    dyn_batch_costs *bc = dyn_batch_costs_create(cm, S, 2, &err);
+    if (bc == NULL) CHECK(DYN_ERR_INVALID_ARG, err);
+    dyn_sampler *sampler = dyn_sampler_create(ds, 65536, &err);
+    if (sampler == NULL) CHECK(DYN_ERR_INVALID_ARG, err);
+    dyn_sim *sim = dyn_sim_create(&err);
+    dyn_sim_options so;
+    dyn_sim_options_from_machine(&so, m, 0);
+    double auto_ms[64], n_mb[64], *reps = calloc((size_t)REPS, sizeof(double));
+    int nb = 0;
+    for (; nb < BATCHES; nb++) {
+        const dyn_sample *batch;
+        int32_t n, M;
+        CHECK(dyn_sampler_next(sampler, &batch, &n, &err), err);
+        if (n == 0) break;
+        dyn_batch_plan bp;
+        CHECK(dyn_planner_plan(planner, batch, n, &bp, &err), err);
+        dyn_auto_options ao = {S, 2, m->device_memory_mb, 3, 0, 0};
+        for (int r = 0; r < REPS; r++) {
+            double t0 = dyn_time_ms();
+            CHECK(dyn_batch_costs_set_batch(bc, &bp, 0, &err), err);
+            const dyn_mb_shape *shapes = dyn_batch_costs_shapes(bc, &M);
+            int32_t *order = calloc((size_t)M, sizeof(int32_t));
+            dyn_auto_choice ch = {.order = order};
+            dyn_exec_plan best;
+            CHECK(dyn_schedule_auto(sim, dyn_batch_costs_get, bc, shapes, &ao, &so, &ch, &best, NULL, &err), err);
+            reps[r] = dyn_time_ms() - t0;
+            dyn_exec_plan_free(&best);
+            free(order);
+        }
+        n_mb[nb] = M;
+        auto_ms[nb] = median(reps, REPS);
+        dyn_batch_plan_free(&bp);
+    }
+    printf("  auto on packing's micro-batches (median %.0f): %.3f ms\n", median(n_mb, nb), median(auto_ms, nb));
+    free(reps);
+    dyn_sim_free(sim);
+    dyn_sampler_free(sampler);
+    dyn_batch_costs_free(bc);
+    dyn_planner_free(planner);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--quick") == 0) {
@@ -174,7 +228,9 @@ int main(int argc, char **argv)
     printf("bench_sim: gpt-6.7b on a100 (80 GB), FLAN-like seed 1, 65536-token global batches, max length 2048,\n"
            "dynapipe micro-batching; medians of %d repetitions per batch, then over batches\n", REPS);
     bench_stages(4, &ds, cm, m);
+    bench_auto_packing(4, &ds, cm, m);
     bench_stages(8, &ds, cm, m);
+    bench_auto_packing(8, &ds, cm, m);
     dyn_dataset_free(&ds);
     dyn_cost_model_free(cm);
     return 0;

@@ -46,6 +46,7 @@ typedef struct sim_row {
     int feasible;
     int32_t chosen_sched, chosen_rc; /* what ran (auto picks) */
     double makespan_ms, bubble, busy_ms, tokens_per_s, plan_ms;
+    int32_t n_microbatches;
     int64_t real_tokens;
     double *peak_mb; /* [n_ranks] */
 } sim_row;
@@ -356,6 +357,7 @@ static dyn_status run_one(run_state *rs, sim_row *row, dyn_costs_fn costs_fn, vo
         row->chosen_rc = rc;
     }
     row->plan_ms = dyn_time_ms() - t0;
+    row->n_microbatches = costs->n_microbatches;
     /* A plan is validated before it is used. */
     if ((st = dyn_exec_plan_validate(&plan, err)) != DYN_OK) goto out;
     const dyn_sim_result *res;
@@ -658,6 +660,7 @@ static cJSON *row_json(const run_state *rs, const sim_row *r)
     }
     ok &= cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s) != NULL;
     ok &= cJSON_AddNumberToObject(o, "real_tokens", (double)r->real_tokens) != NULL;
+    ok &= cJSON_AddNumberToObject(o, "microbatches", r->n_microbatches) != NULL;
     if (!ok) {
         cJSON_Delete(o);
         return NULL;
