@@ -228,6 +228,65 @@ static void test_auto_two_phases(void **state)
     dyn_sim_free(sim);
 }
 
+/* Corrupt valid plans at random (an op, micro-batch, stage, peer, slot or
+ * byte count at a time): the simulator returns DYN_OK or
+ * DYN_ERR_INVALID_ARG, never crashes, hangs or reads out of bounds (ASan).
+ * And random bytes as a what-if file are rejected or accepted cleanly. */
+static void test_corrupted_plans_never_crash(void **state)
+{
+    (void)state;
+    dyn_rng rng;
+    dyn_rng_seed(&rng, 99);
+    dyn_error err;
+    dyn_sim *sim = dyn_sim_create(&err);
+    int rejected = 0;
+    for (int iter = 0; iter < 400; iter++) {
+        int32_t S = 1 + (int32_t)dyn_rng_below(&rng, 4), M = 1 + (int32_t)dyn_rng_below(&rng, 6);
+        int k = (int)dyn_rng_below(&rng, DYN_SCHEDULE_COUNT);
+        int32_t v = k == DYN_SCHED_INTERLEAVED ? 2 : 1;
+        dyn_stage_costs c;
+        random_costs(&rng, &c, M, S * v);
+        dyn_exec_plan plan;
+        assert_int_equal(build((dyn_schedule)k, &c, S, v, &plan, &err), DYN_OK);
+        for (int hit = 0; hit < 1 + (int)dyn_rng_below(&rng, 3); hit++) {
+            dyn_rank_plan *rp = &plan.ranks[dyn_rng_below(&rng, (uint64_t)S)];
+            if (rp->n_instrs == 0) continue;
+            dyn_instr *in = &rp->instrs[dyn_rng_below(&rng, (uint64_t)rp->n_instrs)];
+            int32_t junk = (int32_t)dyn_rng_below(&rng, 40) - 10;
+            switch (dyn_rng_below(&rng, 7)) {
+            case 0: in->op = (uint8_t)dyn_rng_below(&rng, 20); break;
+            case 1: in->microbatch = junk; break;
+            case 2: in->stage = junk; break;
+            case 3: in->peer = junk; break;
+            case 4: in->buf_in = junk; break;
+            case 5: in->buf_out = junk; break;
+            default: in->bytes = (int64_t)junk * 1000; break;
+            }
+        }
+        dyn_sim_options o = {0.01, 10.0, 100, (int32_t)dyn_rng_below(&rng, 2), 0};
+        dyn_status st = dyn_sim_run(sim, &plan, &c, &o, NULL, &err);
+        assert_true(st == DYN_OK || st == DYN_ERR_INVALID_ARG);
+        rejected += st != DYN_OK;
+        dyn_exec_plan_free(&plan);
+        dyn_stage_costs_free(&c);
+    }
+    assert_true(rejected > 100);
+    for (int iter = 0; iter < 300; iter++) {
+        char text[256];
+        const char *alphabet = "0123456789 \t\n.-#eabmsfdwktgp_";
+        size_t n = dyn_rng_below(&rng, sizeof text - 40);
+        int off = snprintf(text, sizeof text, "%s", iter % 2 ? "mb stage fwd_ms bwd_ms\n" : "");
+        for (size_t i = 0; i < n; i++) text[off + i] = alphabet[dyn_rng_below(&rng, strlen(alphabet))];
+        text[off + n] = '\0';
+        dyn_stage_costs c;
+        int64_t tokens;
+        dyn_status st = dyn_whatif_parse("fuzz", text, &c, &tokens, &err);
+        assert_true(st == DYN_OK || st == DYN_ERR_PARSE);
+        if (st == DYN_OK) dyn_stage_costs_free(&c);
+    }
+    dyn_sim_free(sim);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -235,6 +294,7 @@ int main(void)
         cmocka_unit_test(test_wait_free_cyclic_never_worse_than_cyclic),
         cmocka_unit_test(test_every_schedule_simulates_and_memory_agrees),
         cmocka_unit_test(test_auto_two_phases),
+        cmocka_unit_test(test_corrupted_plans_never_crash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
