@@ -16,7 +16,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "util/util.h" /* defines: dyn_file_read_all */
+#include "dynapipe/cost.h"         /* defines: dyn_cost_table_write_from_model */
+#include "dynapipe/model_config.h" /* defines: dyn_model_config_preset */
+#include "util/util.h"             /* defines: dyn_file_read_all */
 
 static char dir[] = "/tmp/dyn_cli_plan_XXXXXX";
 static char out_path[600], err_path[600], json_path[600];
@@ -249,10 +251,69 @@ static void test_every_method_runs(void **state)
         snprintf(args, sizeof args, BASE " --synthetic flan --batches 2 --method %s --quiet", methods[m]);
         assert_int_equal(run_plan(args), 0);
     }
+    assert_int_equal(run_plan(BASE " --synthetic flan --batches 1 --verbose"), 0);
+    char *out = slurp(out_path);
+    assert_non_null(strstr(out, "stored_mb"));
+    free(out);
+    assert_int_equal(run_plan(BASE " --synthetic flan --batches 1"), 0);
+    out = slurp(out_path);
+    assert_non_null(strstr(out, "shapes (rows x length):"));
+    free(out);
     /* knobs */
     assert_int_equal(run_plan(BASE " --synthetic flan --batches 1 --method padding --mb-samples 4"), 0);
     assert_int_equal(run_plan(BASE " --synthetic flan --batches 1 --method packing --pack-rows 2"), 0);
     assert_int_equal(run_plan(BASE " --synthetic flan --batches 1 --method token --mb-tokens 1024"), 0);
+}
+
+/* A cost table written from the analytic model, a model JSON file, and a
+ * malformed table. */
+static void test_cost_table_and_model_files(void **state)
+{
+    (void)state;
+    dyn_error err;
+    dyn_model_config cfg;
+    assert_int_equal(dyn_model_config_preset("gpt-tiny", &cfg, &err), DYN_OK);
+    cfg.max_seqlen = 256;
+    dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, dyn_machine_builtin("cpu"), &err);
+    assert_non_null(cm);
+    int32_t rows[] = {1, 2, 4, 8, 16, 32, 64}, enc[] = {8, 16, 32, 64, 128, 256}, dec[] = {0};
+    dyn_cost_grid g = {7, 6, 1, rows, enc, dec};
+    char table[700], cmd[2000], path[700];
+    snprintf(table, sizeof table, "%s/gpt.table", dir);
+    assert_int_equal(dyn_cost_table_write_from_model(table, cm, &g, &err), DYN_OK);
+    dyn_cost_model_free(cm);
+    snprintf(cmd, sizeof cmd,
+             "--model gpt --cost-model '%s' --synthetic flan --global-batch-tokens 4096 "
+             "--max-seqlen 256 --stages 2 --json '%s'",
+             table, json_path);
+    assert_int_equal(run_plan(cmd), 0);
+    char *text = slurp(json_path);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    assert_non_null(root);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "global_batches")), 4);
+    cJSON_Delete(root);
+    remove(json_path);
+    snprintf(cmd, sizeof cmd,
+             "--model t5 --cost-model '%s' --synthetic flan --global-batch-tokens 4096 "
+             "--max-seqlen 256 --stages 2",
+             table);
+    expect_error(cmd, 2, "does not match");
+    write_file("bad.table", "dynapipe-cost-table 1\nmodel kind=gpt\n", path, sizeof path);
+    snprintf(cmd, sizeof cmd,
+             "--model gpt --cost-model '%s' --synthetic flan --global-batch-tokens 4096 "
+             "--max-seqlen 256 --stages 2",
+             path);
+    expect_error(cmd, 1, "bad.table");
+    write_file("model.json", "{\"preset\": \"gpt-tiny\", \"n_layers\": 4}", path, sizeof path);
+    snprintf(cmd, sizeof cmd,
+             "--model gpt --model-config '%s' --synthetic flan --global-batch-tokens 4096 "
+             "--max-seqlen 256 --stages 4 --quiet",
+             path);
+    assert_int_equal(run_plan(cmd), 0);
+    char *out = slurp(out_path);
+    assert_non_null(strstr(out, "(4 layers"));
+    free(out);
 }
 
 int main(void)
@@ -264,6 +325,7 @@ int main(void)
         cmocka_unit_test(test_impossible_memory),
         cmocka_unit_test(test_json_structure),
         cmocka_unit_test(test_every_method_runs),
+        cmocka_unit_test(test_cost_table_and_model_files),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -101,7 +101,7 @@ static void test_dp_fast_equals_naive_and_brute_force(void **state)
                     if (rows[j][k - 2] > rows[j][k - 1]) rows[j][k - 1] = rows[j][k - 2];
         dyn_dp_problem pb = {n, width, time, 1 + (int32_t)dyn_rng_below(&rng, 8),
                              1 + (int32_t)dyn_rng_below(&rng, 3), 1 + (int32_t)dyn_rng_below(&rng, 4),
-                             singles};
+                             singles, INFINITY};
         dyn_dp_result fast = {.run_len = run_a}, naive = {.run_len = run_b};
         dyn_error err;
         assert_int_equal(dyn_dp_solve(&pb, &fast, &err), DYN_OK);
@@ -113,6 +113,61 @@ static void test_dp_fast_equals_naive_and_brute_force(void **state)
         assert_true(close_enough(naive.objective_ms, brute));
         assert_true(fast.n_evals <= naive.n_evals + 2);
     }
+}
+
+/* Positions that share a row (GPT: equal padded lengths) take the affine
+ * fast path when the row is affine in k; mix affine rows, nearly affine ones
+ * and clearly curved ones, with widths capped by "memory". */
+static void test_dp_shared_rows_affine_and_not(void **state)
+{
+    (void)state;
+    dyn_rng rng;
+    dyn_rng_seed(&rng, 13);
+    enum { NMAX = 12, GMAX = 4 };
+    double rows[GMAX][NMAX];
+    const double *time[NMAX];
+    int32_t width[NMAX], run_a[NMAX], run_b[NMAX];
+    int affine_seen = 0;
+    for (int trial = 0; trial < 3000; trial++) {
+        int32_t n = 1 + (int32_t)dyn_rng_below(&rng, NMAX);
+        int32_t g = 0, left = 0, cap = 0;
+        double base = 0.0;
+        for (int32_t j = 0; j < n; j++) {
+            if (left == 0 && g < GMAX) { /* a new group with a new row */
+                left = 1 + (int32_t)dyn_rng_below(&rng, 6);
+                cap = 1 + (int32_t)dyn_rng_below(&rng, NMAX);
+                double c = dyn_rng_uniform(&rng) * 5, a = 0.1 + dyn_rng_uniform(&rng) * 3;
+                base += dyn_rng_uniform(&rng); /* later groups are longer: costlier */
+                int shape = (int)dyn_rng_below(&rng, 3); /* 0 affine, 1 convex, 2 concave */
+                for (int32_t k = 1; k <= NMAX; k++) {
+                    double x = (double)k;
+                    double curve = shape == 1 ? 0.05 * x * x : shape == 2 ? 2.0 * sqrt(x) : 0.0;
+                    rows[g][k - 1] = base + c + a * x + curve;
+                }
+                /* rows start no lower than the previous group's (lengths
+                 * grow along the order), so a run never costs less than any
+                 * of its samples alone: the planner's singles_bound */
+                double lift = g > 0 && rows[g - 1][0] > rows[g][0] ? rows[g - 1][0] - rows[g][0] : 0.0;
+                for (int32_t k = 1; k <= NMAX; k++) rows[g][k - 1] += lift;
+                affine_seen += shape == 0;
+                g++;
+            }
+            left = left > 0 ? left - 1 : 0;
+            time[j] = rows[g - 1];
+            width[j] = cap < j + 1 ? cap : j + 1;
+        }
+        dyn_dp_problem pb = {n, width, time, 1 + (int32_t)dyn_rng_below(&rng, 8),
+                             1 + (int32_t)dyn_rng_below(&rng, 3), 1 + (int32_t)dyn_rng_below(&rng, 4),
+                             trial % 2, INFINITY};
+        dyn_dp_result fast = {.run_len = run_a}, naive = {.run_len = run_b};
+        assert_int_equal(dyn_dp_solve(&pb, &fast, NULL), DYN_OK);
+        assert_int_equal(dyn_dp_solve_naive(&pb, &naive, NULL), DYN_OK);
+        double brute = brute_problem(&pb);
+        check_result(&pb, &fast);
+        assert_true(close_enough(fast.objective_ms, brute));
+        assert_true(close_enough(naive.objective_ms, brute));
+    }
+    assert_true(affine_seen > 1000);
 }
 
 /* ---- brute force through the planner ----------------------------------- */
@@ -290,7 +345,7 @@ static void test_dp_keeps_close_candidates(void **state)
     double r0[] = {10.0}, r1[] = {10.0, 12.0}, r2[] = {10.000001, 12.0, 30.0};
     const double *time[] = {r0, r1, r2};
     int32_t width[] = {1, 2, 3}, run[3];
-    dyn_dp_problem pb = {3, width, time, 11, 1, 1, 1};
+    dyn_dp_problem pb = {3, width, time, 11, 1, 1, 1, INFINITY};
     dyn_dp_result r = {.run_len = run};
     assert_int_equal(dyn_dp_solve(&pb, &r, NULL), DYN_OK);
     assert_int_equal(r.n_runs, 3);
@@ -302,6 +357,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dp_fast_equals_naive_and_brute_force),
         cmocka_unit_test(test_dp_keeps_close_candidates),
+        cmocka_unit_test(test_dp_shared_rows_affine_and_not),
         cmocka_unit_test(test_planner_gpt_equals_brute_force),
         cmocka_unit_test(test_planner_t5_equals_brute_force),
     };

@@ -107,7 +107,8 @@ typedef struct dyn_planner dyn_planner;
 dyn_planner *dyn_planner_create(const dyn_cost_model *cm, const dyn_plan_options *opt,
                                 dyn_error *err);
 /* Planner over a custom cost function (tests, other cost sources).
- * states_mb: model states per device, MB. */
+ * states_mb: model states per device, MB. opt->memory_limit_mb <= 0 means
+ * no limit here (there is no machine to take it from). */
 dyn_planner *dyn_planner_create_custom(dyn_model_kind kind, dyn_mb_cost_fn fn, void *ctx,
                                        double states_mb, const dyn_plan_options *opt,
                                        dyn_error *err);

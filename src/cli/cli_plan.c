@@ -38,6 +38,7 @@ static void usage(FILE *out)
     fprintf(out, "output:\n"
                  "  --json OUT                write the plans as JSON (key global_batches)\n"
                  "  --quiet                   print only the per-batch and total lines\n"
+                 "  --verbose                 print every micro-batch's time and memory\n"
                  "  --help                    this text\n");
 }
 
@@ -84,14 +85,42 @@ static cJSON *batch_json(int32_t index, const dyn_batch_plan *pl, int t5)
     return b;
 }
 
-static void print_batch(int32_t index, const dyn_batch_plan *pl, int t5, int quiet)
+/* Print one global batch. quiet: one line; default: plus the micro-batch
+ * shapes (rows x padded length, runs of equal shapes counted); verbose: plus
+ * a table with every micro-batch's time and memory. */
+static void print_batch(int32_t index, const dyn_batch_plan *pl, int t5, int verbosity)
 {
     double eff = pl->padded_tokens ? 100.0 * (double)pl->real_tokens / pl->padded_tokens : 0;
     printf("global batch %d: %d samples, %lld tokens -> %d micro-batches; iteration %.2f ms "
            "(balanced %.2f ms), padding efficiency %.1f%%, peak %.1f MB, planned in %.3f ms\n",
            index, pl->n_samples, (long long)pl->real_tokens, pl->n_microbatches, pl->objective_ms,
            pl->balanced_ms, eff, pl->device_peak_mb, pl->plan_time_ms);
-    if (quiet) return;
+    if (verbosity == 0) return;
+    if (verbosity == 1) {
+        printf("  shapes (rows x %s):", t5 ? "input+target" : "length");
+        int col = 0;
+        for (int32_t m = 0; m < pl->n_microbatches;) {
+            const dyn_mb_shape *a = &pl->mbs[m].shape;
+            int32_t e = m + 1;
+            while (e < pl->n_microbatches && pl->mbs[e].replica == pl->mbs[m].replica &&
+                   pl->mbs[e].shape.rows == a->rows && pl->mbs[e].shape.enc_len == a->enc_len &&
+                   pl->mbs[e].shape.dec_len == a->dec_len)
+                e++;
+            char item[64];
+            int len = t5 ? snprintf(item, sizeof item, " %dx%d+%d", a->rows, a->enc_len, a->dec_len)
+                         : snprintf(item, sizeof item, " %dx%d", a->rows, a->enc_len);
+            if (e - m > 1) len += snprintf(item + len, sizeof item - (size_t)len, "(*%d)", e - m);
+            if (col + len > 72) {
+                printf("\n   ");
+                col = 0;
+            }
+            fputs(item, stdout);
+            col += len;
+            m = e;
+        }
+        printf("\n");
+        return;
+    }
     printf("  %4s %7s %7s %14s %10s %10s %10s\n", "mb", "replica", "samples", "rows x len", "time_ms",
            "stored_mb", "peak_mb");
     for (int32_t m = 0; m < pl->n_microbatches; m++) {
@@ -130,7 +159,7 @@ int cli_plan_main(int argc, char **argv)
     plan_args a;
     plan_args_init(&a);
     const char *json_path = NULL;
-    int quiet = 0;
+    int verbosity = 1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
@@ -146,7 +175,9 @@ int cli_plan_main(int argc, char **argv)
             }
             json_path = argv[++i];
         } else if (strcmp(argv[i], "--quiet") == 0) {
-            quiet = 1;
+            verbosity = 0;
+        } else if (strcmp(argv[i], "--verbose") == 0) {
+            verbosity = 2;
         } else {
             cli_errorf(CMD, "unknown option '%s' (try 'dynapipe plan --help')", argv[i]);
             return CLI_EXIT_USAGE;
@@ -194,7 +225,7 @@ int cli_plan_main(int argc, char **argv)
             rc = CLI_EXIT_FAIL;
             break;
         }
-        print_batch(index, &pl, t5, quiet);
+        print_batch(index, &pl, t5, verbosity);
         if (batches) {
             cJSON *b = batch_json(index, &pl, t5);
             if (b == NULL) {

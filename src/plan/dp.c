@@ -35,8 +35,17 @@
  * Unlike the reference implementation, no candidate is ever merged with a
  * near neighbour.
  *
- * Within a pass, rows are non-decreasing in k, so the scan over k stops at
- * the first run longer than tau; its time is the row's next candidate.
+ * Within a pass, rows are non-decreasing in k, so each row is cut at its
+ * first run slower than tau (bisection, cached along positions that share
+ * the row); that run's time is the row's next candidate. Positions that
+ * share a row (GPT: samples of equal padded length, all runs ending there
+ * padded to it) and whose row is affine in k -- as the analytic model's
+ * rows are, up to rounding -- find their best start with a monotone deque
+ * in O(1) amortised instead of scanning every run (pass_affine); the value
+ * they store is a real partition's, within the row's deviation from affine
+ * (at most 1e-13 of its time, i.e. rounding) of the scanned minimum. Other
+ * rows are scanned in full. So a pass costs O(n) for large groups of equal
+ * lengths (many short samples) and O(sum of runs within tau) otherwise.
  */
 #include "plan/plan_internal.h"
 
@@ -54,15 +63,13 @@ double dyn_dp_objective(const dyn_dp_problem *pb, double t_max, double t_sum)
 typedef struct dp_work {
     double *F;
     int32_t *choice;
+    int32_t *dq; /* monotone deque of positions (affine fast path) */
 } dp_work;
 
-/* One DP pass at bound tau. Returns F(n) (INFINITY if no partition has all
- * runs <= tau); *next (if not NULL) receives the smallest run time > tau met
- * (INFINITY if none). `stop_early` lets the scan over k stop at the first run
- * over tau (rows are non-decreasing); the naive reference scans all. */
-static double dp_pass(const dyn_dp_problem *pb, double tau, dp_work *w, double *next, int stop_early)
+/* Reference pass at bound tau (the naive solver): scans every run. Returns
+ * F(n), INFINITY if no partition has all runs <= tau. */
+static double dp_pass(const dyn_dp_problem *pb, double tau, dp_work *w)
 {
-    double nxt = INFINITY;
     w->F[0] = 0.0;
     for (int32_t j = 0; j < pb->n; j++) {
         const double *row = pb->time[j];
@@ -71,11 +78,7 @@ static double dp_pass(const dyn_dp_problem *pb, double tau, dp_work *w, double *
         int32_t arg = 0;
         for (int32_t k = 1; k <= wj; k++) {
             double t = row[k - 1];
-            if (t > tau) {
-                if (t < nxt) nxt = t;
-                if (stop_early) break;
-                continue;
-            }
+            if (t > tau) continue;
             double v = w->F[j + 1 - k] + t;
             if (v < best) {
                 best = v;
@@ -85,7 +88,154 @@ static double dp_pass(const dyn_dp_problem *pb, double tau, dp_work *w, double *
         w->F[j + 1] = best;
         w->choice[j + 1] = arg;
     }
-    if (next) *next = nxt;
+    return w->F[pb->n];
+}
+
+/* How many entries of the non-decreasing row[0..len) are <= tau. */
+static int32_t count_le(const double *row, int32_t len, double tau)
+{
+    if (row[len - 1] <= tau) return len;
+    int32_t lo = 0, hi = len - 1; /* row[hi] > tau: the answer is in [0, hi] */
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (row[mid] <= tau) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Runs usable at position j under tau: K (<= width, <= j+1, times <= tau).
+ * The bisection is cached for consecutive calls on the same row and width. */
+typedef struct k_cache {
+    const double *row;
+    int32_t width, K;
+} k_cache;
+
+static int32_t runs_within(const dyn_dp_problem *pb, int32_t j, double tau, k_cache *c)
+{
+    const double *row = pb->time[j];
+    int32_t width = pb->width[j], K;
+    if (row != c->row) {
+        K = count_le(row, width, tau);
+        c->row = row;
+        c->width = width;
+        c->K = K;
+    } else if (c->K < c->width || width <= c->width) {
+        /* the first run over tau lies within the cached width, or the new
+         * width is inside it: the count is known */
+        K = c->K < width ? c->K : width;
+    } else {
+        /* wider, and all cached entries were within tau: extend */
+        K = c->width + count_le(row + c->width, width - c->width, tau);
+        c->width = width;
+        c->K = K;
+    }
+    return K < j + 1 ? K : j + 1;
+}
+
+/* Rows that are affine in the number of samples, t(k) = t(1) + beta (k - 1),
+ * to within this relative deviation. The analytic cost model's rows are
+ * affine up to rounding (every FLOP and byte count is linear in the rows). */
+#define DP_AFFINE_TOL 1e-13
+
+/* Is row[0..K) affine within DP_AFFINE_TOL? *beta receives its slope. */
+static int row_affine(const double *row, int32_t K, double *beta)
+{
+    if (K < 2) return 0;
+    double b = (row[K - 1] - row[0]) / (double)(K - 1);
+    double dmin = 0.0, dmax = 0.0;
+    for (int32_t k = 2; k < K; k++) {
+        double d = row[k - 1] - row[0] - b * (double)(k - 1);
+        if (d < dmin) dmin = d;
+        if (d > dmax) dmax = d;
+    }
+    *beta = b;
+    return dmax - dmin <= DP_AFFINE_TOL * fabs(row[K - 1]);
+}
+
+/* Plain positions j in [j0, j1) sharing one row: scan every usable run. */
+static void pass_plain(const dyn_dp_problem *pb, double tau, dp_work *w, int32_t j0, int32_t j1,
+                       double *nxt, k_cache *kc)
+{
+    for (int32_t j = j0; j < j1; j++) {
+        const double *row = pb->time[j];
+        int32_t wj = pb->width[j] < j + 1 ? pb->width[j] : j + 1;
+        int32_t K = runs_within(pb, j, tau, kc);
+        if (K < wj && row[K] < *nxt) *nxt = row[K];
+        double best = INFINITY;
+        int32_t arg = 0;
+        for (int32_t k = 1; k <= K; k++) {
+            double v = w->F[j + 1 - k] + row[k - 1];
+            if (v < best) {
+                best = v;
+                arg = k;
+            }
+        }
+        w->F[j + 1] = best;
+        w->choice[j + 1] = arg;
+    }
+}
+
+/* Positions j in [j0, j1) sharing one affine row t(k) = t(1) + beta (k-1):
+ * F(i) + t(j+1-i) = (F(i) - beta i) + t(1) + beta j, so the best start i
+ * is the minimum of G(i) = F(i) - beta i over the window [j+1-K_j, j].
+ * Windows only slide right (K_j grows by at most 1 per step), so a
+ * monotone deque yields each minimum in O(1) amortised, instead of O(K).
+ * The value stored is F(i) + t(k) with the row's true t(k): a real
+ * partition, at most the row's deviation from affine (<= 1e-13 t) above the
+ * scanned minimum. Ties keep the latest start (the shortest run). */
+static void pass_affine(const dyn_dp_problem *pb, double tau, dp_work *w, int32_t j0, int32_t j1,
+                        double beta, double *nxt, k_cache *kc)
+{
+    const double *row = pb->time[j0];
+    int32_t head = 0, tail = 0;
+    int32_t push = j0 + 1 - runs_within(pb, j0, tau, kc); /* next start to enter */
+    if (push < 0) push = 0;
+    for (int32_t j = j0; j < j1; j++) {
+        int32_t wj = pb->width[j] < j + 1 ? pb->width[j] : j + 1;
+        int32_t K = runs_within(pb, j, tau, kc);
+        if (K < wj && row[K] < *nxt) *nxt = row[K];
+        if (K == 0) {
+            w->F[j + 1] = INFINITY;
+            w->choice[j + 1] = 0;
+            continue;
+        }
+        int32_t L = j + 1 - K;
+        if (push < L) push = L;
+        for (; push <= j; push++) {
+            double g = w->F[push] - beta * (double)push;
+            while (tail > head && w->F[w->dq[tail - 1]] - beta * (double)w->dq[tail - 1] >= g) tail--;
+            w->dq[tail++] = push;
+        }
+        while (head < tail && w->dq[head] < L) head++;
+        int32_t i = w->dq[head];
+        w->F[j + 1] = w->F[i] + row[j - i];
+        w->choice[j + 1] = j + 1 - i;
+    }
+}
+
+/* Fast pass at bound tau. Each row is cut at its first run over tau by
+ * bisection (rows are non-decreasing); that run is the row's next candidate:
+ * *next receives the smallest run time > tau. Positions that share a row
+ * (GPT: equal padded lengths) use the deque when the row is affine. */
+static double dp_pass_fast(const dyn_dp_problem *pb, double tau, dp_work *w, double *next)
+{
+    double nxt = INFINITY;
+    k_cache kc = {NULL, -1, 0};
+    w->F[0] = 0.0;
+    for (int32_t j0 = 0; j0 < pb->n;) {
+        int32_t j1 = j0 + 1;
+        while (j1 < pb->n && pb->time[j1] == pb->time[j0]) j1++;
+        double beta;
+        k_cache last = {NULL, -1, 0};
+        int32_t Klast = runs_within(pb, j1 - 1, tau, &last);
+        if (j1 - j0 >= 2 && row_affine(pb->time[j0], Klast, &beta))
+            pass_affine(pb, tau, w, j0, j1, beta, &nxt, &kc);
+        else
+            pass_plain(pb, tau, w, j0, j1, &nxt, &kc);
+        j0 = j1;
+    }
+    *next = nxt;
     return w->F[pb->n];
 }
 
@@ -116,9 +266,11 @@ static dyn_status work_alloc(dp_work *w, int32_t n, dyn_error *err)
 {
     w->F = dyn_calloc((size_t)n + 1, sizeof(double), "DP table", err);
     w->choice = dyn_calloc((size_t)n + 1, sizeof(int32_t), "DP choices", err);
-    if (w->F == NULL || w->choice == NULL) {
+    w->dq = dyn_calloc((size_t)n + 1, sizeof(int32_t), "DP deque", err);
+    if (w->F == NULL || w->choice == NULL || w->dq == NULL) {
         free(w->F);
         free(w->choice);
+        free(w->dq);
         return err ? err->code : DYN_ERR_NOMEM;
     }
     return DYN_OK;
@@ -128,6 +280,7 @@ static void work_free(dp_work *w)
 {
     free(w->F);
     free(w->choice);
+    free(w->dq);
 }
 
 /* The search state of the fast solver. The best partition is kept as run
@@ -144,7 +297,7 @@ typedef struct dp_search {
 static double search_eval(dp_search *s, double tau, double *lo_flat, double *hi_flat)
 {
     double next;
-    double F = dp_pass(s->pb, tau, &s->w, &next, 1);
+    double F = dp_pass_fast(s->pb, tau, &s->w, &next);
     s->evals++;
     *hi_flat = next;
     if (!isfinite(F)) {
@@ -170,7 +323,8 @@ static void search_interval(dp_search *s, double lo, double hi, double F_left, d
     while (lo < hi) {
         if (F_left == F_right) return; /* flat: dominated by the left neighbour */
         double bound = dyn_dp_objective(s->pb, lo, F_right);
-        if (!(bound < s->best->objective_ms)) return;
+        double inc = s->best->objective_ms < s->pb->known_ms ? s->best->objective_ms : s->pb->known_ms;
+        if (!(bound < inc)) return;
         double mid = isfinite(hi) ? lo + (hi - lo) * 0.5 : lo;
         if (!(mid >= lo && mid < hi)) mid = lo; /* rounding when lo, hi are adjacent */
         double a, b;
@@ -251,7 +405,7 @@ dyn_status dyn_dp_solve_naive(const dyn_dp_problem *pb, dyn_dp_result *res, dyn_
     double best_value = INFINITY;
     for (size_t i = 0; i < m; i++) {
         if (i > 0 && cand[i] == cand[i - 1]) continue;
-        double F = dp_pass(pb, cand[i], &w, NULL, 0);
+        double F = dp_pass(pb, cand[i], &w);
         res->n_evals++;
         if (!isfinite(F)) continue;
         double value = dyn_dp_objective(pb, cand[i], F);

@@ -38,6 +38,10 @@ typedef struct dyn_dp_problem {
      * lengths). Lets the search start at max_j t(j, 1), below which no
      * partition exists; with 0 it finds that boundary by search. */
     int singles_bound;
+    /* The caller already holds a solution this good (ms; INFINITY: none):
+     * the fast solver does not explore t_max values that provably cannot
+     * beat it, so its result is exact only when it is below this. */
+    double known_ms;
 } dyn_dp_problem;
 
 /* Result: run_len[0..n_runs) (caller allocates n entries) are the run sizes
@@ -98,6 +102,7 @@ typedef struct dyn_cost_row {
     int32_t cap;   /* largest feasible row count, once known; -1 not yet */
     int32_t alloc;
     double *time;  /* ms */
+    double *amin;  /* amin[k-1] = min over i <= k of time[i-1] / i: cheapest ms per sample */
 } dyn_cost_row;
 
 struct dyn_planner {
@@ -113,7 +118,7 @@ struct dyn_planner {
     int32_t n_len;                /* padded lengths 1..n_len units of round_to */
     dyn_cost_row **rows;          /* [n_len * (T5 ? n_len : 1)], lazily made */
     /* knobs for the benchmark and tests (0 = normal operation) */
-    int use_naive_dp;             /* solve with dyn_dp_solve_naive */
+    int use_naive_dp;             /* solve with dyn_dp_solve_naive, over all runs (no time cap) */
     int t5_lex_only;              /* T5: try only the lexicographic order */
     int64_t dp_evals;             /* DP passes, summed over solves */
     /* scratch, grown as needed */

@@ -136,7 +136,10 @@ void dyn_planner_free(dyn_planner *p)
     if (p == NULL) return;
     size_t n_rows = (size_t)p->n_len * (p->kind == DYN_MODEL_T5 ? (size_t)p->n_len : 1);
     for (size_t i = 0; i < n_rows; i++) {
-        if (p->rows[i]) free(p->rows[i]->time);
+        if (p->rows[i]) {
+            free(p->rows[i]->time);
+            free(p->rows[i]->amin);
+        }
         free(p->rows[i]);
     }
     free(p->rows);
@@ -201,9 +204,11 @@ static dyn_status row_ensure(dyn_planner *p, int32_t ei, int32_t di, int32_t wan
             int32_t na = row->alloc ? row->alloc : 16;
             while (na < want) na = na > (1 << 29) ? want : na * 2;
             double *t = realloc(row->time, (size_t)na * sizeof(double));
-            if (t == NULL)
+            if (t) row->time = t;
+            double *a = realloc(row->amin, (size_t)na * sizeof(double));
+            if (a) row->amin = a;
+            if (t == NULL || a == NULL)
                 return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory growing the cost cache");
-            row->time = t;
             row->alloc = na;
         }
         dyn_mb_shape sh = {0};
@@ -219,6 +224,8 @@ static dyn_status row_ensure(dyn_planner *p, int32_t ei, int32_t di, int32_t wan
                 row->cap = row->n;
                 break;
             }
+            double per = c.time_ms / sh.rows;
+            row->amin[row->n] = row->n > 0 && row->amin[row->n - 1] < per ? row->amin[row->n - 1] : per;
             row->time[row->n++] = c.time_ms;
         }
     }
@@ -296,10 +303,53 @@ static int32_t len_index(int32_t len, int32_t r)
     return (len + r - 1) / r - 1;
 }
 
+/* Cap on useful run times (ms). For the optimum P*, (S-1) t_max / v +
+ * sum(P*) / d = OPT <= V0, the value of all-singletons, and sum(P*) >= LB, a
+ * lower bound on the sum of any partition. So no run slower than
+ *     tau_cap = (V0 - LB / d) * v / (S - 1)
+ * can be in an optimum, and such runs are left out of the DP (S = 1: no
+ * cap). LB sums, over the samples, the cheapest time per sample of any
+ * micro-batch that could hold the sample: see lower_bound_row. A tiny
+ * relative slack keeps rounding from cutting a run the optimum needs. */
+static double time_cap(const dyn_planner *p, double single_max, double single_sum, double lb)
+{
+    if (p->opt.stages <= 1) return INFINITY;
+    double v0 = (double)(p->opt.stages - 1) * single_max / p->opt.chunks + single_sum / p->opt.dp;
+    double cap = (v0 - lb / p->opt.dp) * p->opt.chunks / (p->opt.stages - 1);
+    if (cap < single_max) cap = single_max;
+    return cap * (1.0 + 1e-9);
+}
+
+/* Largest grid value <= u on the grid 1, 2, 3, 4, 6, 8, 12, 16, ... */
+static int32_t grid_floor(int32_t u)
+{
+    int32_t p2 = 1;
+    while (p2 * 2 <= u) p2 *= 2;
+    return p2 >= 2 && u >= p2 + p2 / 2 ? p2 + p2 / 2 : p2;
+}
+
+/* Cheapest ms per sample of any run of at most n samples that contains a
+ * sample padded to (ei, di). A run holding it is padded to at least these
+ * lengths, so (monotone costs) it costs at least t(k rows at (ei, di)) and,
+ * fitting the memory limit, has at most as many rows as that row's cap. Any
+ * (ei', di') <= (ei, di) gives a valid, weaker bound: T5 uses a coarse grid
+ * of lengths so that few rows need filling. */
+static dyn_status lower_bound_row(dyn_planner *p, int32_t ei, int32_t di, int32_t n, double *per,
+                                  dyn_error *err)
+{
+    dyn_cost_row *row;
+    int32_t avail;
+    dyn_status st = row_ensure(p, ei, di, n, &row, &avail, err);
+    if (st != DYN_OK) return st;
+    *per = avail > 0 ? row->amin[avail - 1] : 0.0;
+    return DYN_OK;
+}
+
 /* GPT: one row pointer per position (perm2 holds the row index). */
 static dyn_status build_gpt(dyn_planner *p, const dyn_sample *s, int32_t n, const int32_t *perm,
                             dyn_error *err)
 {
+    double cap_sum = 0.0, cap_max = 0.0;
     for (int32_t j = 0; j < n; j++) {
         const dyn_sample *x = &s[perm[j]];
         int32_t li = len_index(x->input_len + x->target_len, p->opt.round_to);
@@ -310,36 +360,89 @@ static dyn_status build_gpt(dyn_planner *p, const dyn_sample *s, int32_t n, cons
         if (avail < 1) return infeasible_sample(p, x, err);
         p->width[j] = avail;
         p->perm2[j] = li;
+        cap_sum += row->time[0];
+        if (row->time[0] > cap_max) cap_max = row->time[0];
     }
-    /* Pointers only now: a row's array may move while it grows. */
-    for (int32_t j = 0; j < n; j++) p->time[j] = p->rows[p->perm2[j]]->time;
+    double lb = 0.0, tau_cap = INFINITY;
+    if (p->opt.stages > 1 && !p->use_naive_dp) { /* the reference gets the whole band */
+        for (int32_t j = 0; j < n; j++) {
+            double per;
+            dyn_status st = lower_bound_row(p, p->perm2[j], 0, n, &per, err);
+            if (st != DYN_OK) return st;
+            lb += per;
+        }
+        tau_cap = time_cap(p, cap_max, cap_sum, lb);
+    }
+    /* Pointers only now: a row's array may move while it grows. Widths
+     * shrink to the runs within the cap (rows are sorted: bisect). */
+    for (int32_t j = 0; j < n; j++) {
+        const double *t = p->rows[p->perm2[j]]->time;
+        p->time[j] = t;
+        if (t[p->width[j] - 1] > tau_cap) {
+            int32_t lo = 1, hi = p->width[j]; /* t[lo-1] <= cap < t[hi-1] */
+            while (hi - lo > 1) {
+                int32_t mid = lo + (hi - lo) / 2;
+                if (t[mid - 1] <= tau_cap) lo = mid;
+                else hi = mid;
+            }
+            p->width[j] = lo;
+        }
+    }
     return DYN_OK;
 }
 
 /* T5: a band of run times, grown backwards from each position while the run
- * fits; a run's padded shape is (k, max input, max target). */
+ * fits and stays within the time cap; a run's padded shape is (k, max input,
+ * max target). */
 static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const int32_t *perm,
                            dyn_error *err)
 {
-    int64_t off = 0;
+    const int32_t r = p->opt.round_to;
     dyn_status st;
+    /* Singles first (their row entries) and the lower bound, for the cap. */
+    double single_max = 0.0, single_sum = 0.0, lb = 0.0;
     for (int32_t j = 0; j < n; j++) {
-        int32_t max_in = 0, max_tg = 0;
+        const dyn_sample *x = &s[perm[j]];
+        dyn_cost_row *row;
+        int32_t avail;
+        int32_t e = len_index(x->input_len, r), d = len_index(x->target_len, r);
+        st = row_ensure(p, e, d, 1, &row, &avail, err);
+        if (st != DYN_OK) return st;
+        if (avail < 1) return infeasible_sample(p, x, err);
+        double t = row->time[0], per;
+        if (t > single_max) single_max = t;
+        single_sum += t;
+        if (p->opt.stages > 1 && !p->use_naive_dp) {
+            st = lower_bound_row(p, grid_floor(e + 1) - 1, grid_floor(d + 1) - 1, n, &per, err);
+            if (st != DYN_OK) return st;
+            lb += per;
+        }
+    }
+    double tau_cap = p->use_naive_dp ? INFINITY : time_cap(p, single_max, single_sum, lb);
+    int64_t off = 0;
+    for (int32_t j = 0; j < n; j++) {
+        int32_t max_in = 0, max_tg = 0, ei = -1, di = -1;
+        dyn_cost_row *row = NULL;
         if ((st = band_ensure(p, off + j + 1, err)) != DYN_OK) return st;
         int32_t k = 1;
         for (; k <= j + 1; k++) {
             const dyn_sample *x = &s[perm[j + 1 - k]];
             if (x->input_len > max_in) max_in = x->input_len;
             if (x->target_len > max_tg) max_tg = x->target_len;
-            dyn_cost_row *row;
-            int32_t avail;
-            st = row_ensure(p, len_index(max_in, p->opt.round_to),
-                            len_index(max_tg, p->opt.round_to), k, &row, &avail, err);
-            if (st != DYN_OK) return st;
-            if (avail < k) break;
-            p->band[off + k - 1] = row->time[k - 1];
+            int32_t e = len_index(max_in, r), d = len_index(max_tg, r);
+            /* Fast path: same padded shape as the previous k, entry cached. */
+            if (e != ei || d != di || row->n < k) {
+                int32_t avail;
+                st = row_ensure(p, e, d, k, &row, &avail, err);
+                if (st != DYN_OK) return st;
+                if (avail < k) break;
+                ei = e;
+                di = d;
+            }
+            double t = row->time[k - 1];
+            if (t > tau_cap && k > 1) break;
+            p->band[off + k - 1] = t;
         }
-        if (k == 1) return infeasible_sample(p, &s[perm[j]], err);
         p->width[j] = k - 1;
         off += k - 1;
     }
@@ -353,12 +456,12 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
 }
 
 static dyn_status solve_order(dyn_planner *p, const dyn_sample *s, int32_t n, const int32_t *perm,
-                              dyn_dp_result *res, dyn_error *err)
+                              double known_ms, dyn_dp_result *res, dyn_error *err)
 {
     dyn_status st = p->kind == DYN_MODEL_GPT ? build_gpt(p, s, n, perm, err)
                                              : build_t5(p, s, n, perm, err);
     if (st != DYN_OK) return st;
-    dyn_dp_problem pb = {n, p->width, p->time, p->opt.stages, p->opt.chunks, p->opt.dp, 1};
+    dyn_dp_problem pb = {n, p->width, p->time, p->opt.stages, p->opt.chunks, p->opt.dp, 1, known_ms};
     st = p->use_naive_dp ? dyn_dp_solve_naive(&pb, res, err) : dyn_dp_solve(&pb, res, err);
     p->dp_evals += res->n_evals;
     return st;
@@ -366,7 +469,7 @@ static dyn_status solve_order(dyn_planner *p, const dyn_sample *s, int32_t n, co
 
 /* T5 orderings tried, as serpentine bucket widths in units of round_to;
  * 0 is lexicographic. The best DP optimum wins; ties keep the earlier. */
-static const int32_t t5_buckets[] = {0, 4, 16, 64};
+static const int32_t t5_buckets[] = {0, 16};
 
 static dyn_status plan_dynapipe(dyn_planner *p, const dyn_sample *s, int32_t n, dyn_batch_plan *out,
                                 dyn_error *err)
@@ -376,7 +479,7 @@ static dyn_status plan_dynapipe(dyn_planner *p, const dyn_sample *s, int32_t n, 
     dyn_dp_result res = {.run_len = p->run_len};
     if (p->kind == DYN_MODEL_GPT) {
         if ((st = dyn_order_gpt(s, n, p->perm, err)) != DYN_OK) return st;
-        if ((st = solve_order(p, s, n, p->perm, &res, err)) != DYN_OK) return st;
+        if ((st = solve_order(p, s, n, p->perm, INFINITY, &res, err)) != DYN_OK) return st;
     } else {
         /* perm/run_len hold the best so far; perm2/run_len2 the trial. */
         double best = INFINITY;
@@ -388,7 +491,10 @@ static dyn_status plan_dynapipe(dyn_planner *p, const dyn_sample *s, int32_t n, 
                         : dyn_order_t5_serpentine(s, n, t5_buckets[c] * p->opt.round_to, perm, err);
             if (st != DYN_OK) return st;
             dyn_dp_result trial = {.run_len = c == 0 ? p->run_len : p->run_len2};
-            if ((st = solve_order(p, s, n, perm, &trial, err)) != DYN_OK) return st;
+            /* Later orders only need to beat the best so far: the search
+             * skips t_max values that cannot (exact for the better one). */
+            if ((st = solve_order(p, s, n, perm, c == 0 ? INFINITY : best, &trial, err)) != DYN_OK)
+                return st;
             if (c == 0 || trial.objective_ms < best) {
                 best = trial.objective_ms;
                 best_runs = trial.n_runs;
