@@ -66,8 +66,8 @@ struct dyn_sim {
     heap_item *heap;
     int32_t heap_n;
     /* per instruction */
-    const dyn_instr **ins; /* flat view of the plan */
-    int32_t *msg_of;       /* message of a SEND/RECV START or FINISH, else -1 */
+    const dyn_instr **ins; /* flat view of the plan's SEND/RECV instructions (others unset) */
+    int32_t *msg_of;       /* message of a SEND/RECV START or FINISH (others unset) */
     dyn_sim_event *ev; /* [instrs] per-instruction outputs */
     int record;        /* fill ev (off during searches) */
     /* messages and matching scratch */
@@ -208,7 +208,6 @@ static const uint8_t op_flags[DYN_OP_COUNT] = {
 #define OPF_COMM (OPF_SEND_START | OPF_RECV_START | OPF_SEND_FINISH | OPF_RECV_FINISH)
 
 static int is_send_start(int op) { return (op_flags[op] & OPF_SEND_START) != 0; }
-static int is_compute(int op) { return (op_flags[op] & OPF_COMPUTE) != 0; }
 
 static const char *op_label(int op) { return dyn_op_name((dyn_op)op); }
 
@@ -233,8 +232,6 @@ static dyn_status scan_plan(dyn_sim *s, const dyn_exec_plan *p, int32_t *n_comm,
         for (int32_t i = 0; i < rp->n_instrs; i++) {
             const dyn_instr *in = &rp->instrs[i];
             int32_t k = s->rank_off[r] + i;
-            s->ins[k] = in;
-            s->msg_of[k] = -1;
             if (in->op >= DYN_OP_COUNT)
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan rank %d instruction %d: unknown op %d", r, i, in->op);
@@ -256,6 +253,9 @@ static dyn_status scan_plan(dyn_sim *s, const dyn_exec_plan *p, int32_t *n_comm,
                                      "plan rank %d instruction %d (%s): negative bytes", r, i,
                                      op_label(op));
             if (!(fl & OPF_COMM)) continue;
+            /* ins and msg_of are kept for communication instructions only. */
+            s->ins[k] = in;
+            s->msg_of[k] = -1;
             if (in->peer < 0 || in->peer >= R || in->peer == r)
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan rank %d instruction %d (%s): bad peer rank %d", r, i,
@@ -477,17 +477,6 @@ static int barrier_arrive(dyn_sim *s, const dyn_exec_plan *p, int32_t r)
     return 1;
 }
 
-/* A slot becomes live holding `bytes`; it counts towards the rank's memory
- * only with opt->slot_memory (see sim.h). A slot written while live is
- * overwritten: its old size leaves first. */
-static void slot_write(dyn_sim *s, int32_t r, int32_t slot, int64_t bytes, const dyn_sim_options *opt)
-{
-    if (s->slot_live[slot]) s->mem[r] -= s->slot_mb[slot];
-    s->slot_mb[slot] = opt->slot_memory ? (double)bytes / MB_BYTES : 0.0;
-    s->slot_live[slot] = 1;
-    s->mem[r] += s->slot_mb[slot];
-}
-
 /* Execute instructions of rank r until it blocks, finishes, or its clock
  * passes the earliest other rank's time (the heap top), keeping global time
  * order; the heap top is re-read because waking a rank can lower it. */
@@ -495,30 +484,58 @@ static void run_rank(dyn_sim *s, const dyn_exec_plan *p, const dyn_stage_costs *
                      const dyn_sim_options *opt, int32_t r)
 {
     const dyn_rank_plan *rp = &p->ranks[r];
-    int32_t base = s->slot_off[r];
-    int32_t S = p->n_stages;
-    while (s->pc[r] < rp->n_instrs) {
-        int32_t k = s->rank_off[r] + s->pc[r];
-        const dyn_instr *in = s->ins[k];
-        double now = s->clock[r];
-        double dur = 0.0, extra = 0.0;
-        int32_t ci = is_compute(in->op) ? in->microbatch * S + in->stage : 0;
-        switch (in->op) {
+    const int32_t base = s->slot_off[r], off = s->rank_off[r], n = rp->n_instrs, S = p->n_stages;
+    const int record = s->record, slot_memory = opt->slot_memory;
+    dyn_sim_event *ev = s->ev;
+    /* The rank's state lives in locals while it runs (the compiler cannot
+     * keep s->clock[r] etc. in registers across the stores to other double
+     * arrays) and is written back whenever control leaves this loop. */
+    int32_t pc = s->pc[r];
+    double clock = s->clock[r], mem = s->mem[r], peak = s->peak[r], busy = s->busy[r];
+#define SAVE_RANK()            \
+    do {                       \
+        s->pc[r] = pc;         \
+        s->clock[r] = clock;   \
+        s->mem[r] = mem;       \
+        s->peak[r] = peak;     \
+        s->busy[r] = busy;     \
+    } while (0)
+    /* A slot becomes live holding bytes (counted only with slot_memory); a
+     * slot written while live is overwritten: its old size leaves first. */
+#define SLOT_WRITE(slot, nbytes)                                                     \
+    do {                                                                             \
+        int32_t q_ = base + (slot);                                                  \
+        if (s->slot_live[q_]) mem -= s->slot_mb[q_];                                  \
+        s->slot_mb[q_] = slot_memory ? (double)(nbytes) / MB_BYTES : 0.0;             \
+        s->slot_live[q_] = 1;                                                        \
+        mem += s->slot_mb[q_];                                                       \
+    } while (0)
+    while (pc < n) {
+        const int32_t k = off + pc;
+        const dyn_instr *in = &rp->instrs[pc];
+        const int op = in->op;
+        const double now = clock;
+        double dur = 0.0, extra = 0.0, release = 0.0;
+        switch (op) {
         case DYN_OP_LOAD_INPUT:
-            if (in->buf_out >= 0) slot_write(s, r, base + in->buf_out, in->bytes, opt);
+            if (in->buf_out >= 0) SLOT_WRITE(in->buf_out, in->bytes);
             break;
         case DYN_OP_FORWARD:
         case DYN_OP_BACKWARD:
         case DYN_OP_BACKWARD_INPUT:
         case DYN_OP_BACKWARD_WEIGHT: {
-            const double *t = in->op == DYN_OP_FORWARD          ? c->fwd_ms
-                              : in->op == DYN_OP_BACKWARD       ? c->bwd_ms
-                              : in->op == DYN_OP_BACKWARD_INPUT ? c->bwd_input_ms
-                                                                : c->bwd_weight_ms;
+            const int32_t ci = in->microbatch * S + in->stage;
+            const double *t = op == DYN_OP_FORWARD          ? c->fwd_ms
+                              : op == DYN_OP_BACKWARD       ? c->bwd_ms
+                              : op == DYN_OP_BACKWARD_INPUT ? c->bwd_input_ms
+                                                            : c->bwd_weight_ms;
             dur = cost_at(t, ci);
-            if (in->op == DYN_OP_FORWARD) s->mem[r] += cost_at(c->stored_mb, ci);
-            if (in->buf_out >= 0) slot_write(s, r, base + in->buf_out, in->bytes, opt);
+            if (op == DYN_OP_FORWARD) mem += cost_at(c->stored_mb, ci);
+            /* Stored activations leave when the last backward part ends. */
+            if (op == DYN_OP_BACKWARD || op == DYN_OP_BACKWARD_WEIGHT) release = cost_at(c->stored_mb, ci);
+            if (in->buf_out >= 0) SLOT_WRITE(in->buf_out, in->bytes);
             extra = cost_at(c->peak_mb, ci);
+            busy += dur;
             break;
         }
         case DYN_OP_SEND_ACT_START:
@@ -526,18 +543,20 @@ static void run_rank(dyn_sim *s, const dyn_exec_plan *p, const dyn_stage_costs *
         case DYN_OP_RECV_ACT_START:
         case DYN_OP_RECV_GRAD_START: {
             sim_msg *m = &s->msgs[s->msg_of[k]];
-            if (is_send_start(in->op)) {
+            if (is_send_start(op)) {
                 m->flags |= MSG_SEND_POSTED;
                 m->send_post = now;
             } else {
                 m->flags |= MSG_RECV_POSTED;
                 m->recv_post = now;
-                slot_write(s, r, base + in->buf_out, in->bytes, opt);
+                SLOT_WRITE(in->buf_out, in->bytes);
             }
-            if (s->record) s->ev[k] = (dyn_sim_event){now, now, s->mem[r], s->mem[r]};
-            s->pc[r]++;
-            if ((m->flags & (MSG_SEND_POSTED | MSG_RECV_POSTED)) == (MSG_SEND_POSTED | MSG_RECV_POSTED))
+            if (record) ev[k] = (dyn_sim_event){now, now, mem, mem};
+            pc++;
+            if ((m->flags & (MSG_SEND_POSTED | MSG_RECV_POSTED)) == (MSG_SEND_POSTED | MSG_RECV_POSTED)) {
+                SAVE_RANK(); /* start_transfer may wake and push other ranks */
                 start_transfer(s, p, opt, m, now);
+            }
             continue;
         }
         case DYN_OP_SEND_ACT_FINISH:
@@ -547,10 +566,11 @@ static void run_rank(dyn_sim *s, const dyn_exec_plan *p, const dyn_stage_costs *
             sim_msg *m = &s->msgs[s->msg_of[k]];
             if (!(m->flags & MSG_STARTED)) {
                 /* Park until the other side posts; start_transfer resumes us. */
-                if (in->op == DYN_OP_SEND_ACT_FINISH || in->op == DYN_OP_SEND_GRAD_FINISH)
+                if (op == DYN_OP_SEND_ACT_FINISH || op == DYN_OP_SEND_GRAD_FINISH)
                     m->send_waiter = r;
                 else
                     m->recv_waiter = r;
+                SAVE_RANK();
                 s->state[r] = RANK_BLOCKED;
                 s->wait_msg[r] = s->msg_of[k];
                 return;
@@ -560,11 +580,12 @@ static void run_rank(dyn_sim *s, const dyn_exec_plan *p, const dyn_stage_costs *
         }
         case DYN_OP_FREE_BUFFER:
             if (in->buf_in >= 0 && s->slot_live[base + in->buf_in]) {
-                s->mem[r] -= s->slot_mb[base + in->buf_in];
+                mem -= s->slot_mb[base + in->buf_in];
                 s->slot_live[base + in->buf_in] = 0;
             }
             break;
         case DYN_OP_BARRIER:
+            SAVE_RANK();
             if (!barrier_arrive(s, p, r)) return; /* parked until the last rank arrives */
             dur = s->barrier_time - now;
             s->barrier_arrived = 0;
@@ -572,21 +593,22 @@ static void run_rank(dyn_sim *s, const dyn_exec_plan *p, const dyn_stage_costs *
         default:
             break;
         }
-        double top = s->mem[r] + extra;
-        if (is_compute(in->op)) s->busy[r] += dur;
-        /* Stored activations leave when the last backward part ends. */
-        if (in->op == DYN_OP_BACKWARD || in->op == DYN_OP_BACKWARD_WEIGHT)
-            s->mem[r] -= cost_at(c->stored_mb, ci);
-        if (s->record) s->ev[k] = (dyn_sim_event){now, now + dur, s->mem[r], top};
-        if (top > s->peak[r]) s->peak[r] = top;
-        s->clock[r] = now + dur;
-        s->pc[r]++;
-        if (s->heap_n > 0 && s->clock[r] > s->heap[0].t) {
-            heap_push(s, s->clock[r], r);
+        const double top = mem + extra;
+        mem -= release;
+        if (record) ev[k] = (dyn_sim_event){now, now + dur, mem, top};
+        if (top > peak) peak = top;
+        clock = now + dur;
+        pc++;
+        if (s->heap_n > 0 && clock > s->heap[0].t) {
+            SAVE_RANK();
+            heap_push(s, clock, r);
             return;
         }
     }
+    SAVE_RANK();
     s->state[r] = RANK_DONE;
+#undef SAVE_RANK
+#undef SLOT_WRITE
 }
 
 static dyn_status report_deadlock(dyn_sim *s, const dyn_exec_plan *p, dyn_error *err)
@@ -596,7 +618,7 @@ static dyn_status report_deadlock(dyn_sim *s, const dyn_exec_plan *p, dyn_error 
     int shown = 0;
     for (int32_t r = 0; r < p->n_ranks && n < sizeof msg; r++) {
         if (s->state[r] != RANK_BLOCKED) continue;
-        const dyn_instr *in = s->ins[s->rank_off[r] + s->pc[r]];
+        const dyn_instr *in = &p->ranks[r].instrs[s->pc[r]];
         if (shown == 4) {
             n += (size_t)snprintf(msg + n, sizeof msg - n, " ...");
             break;
