@@ -7,8 +7,8 @@
  * the time dyn_stage_costs gives; a message takes latency + bytes / bandwidth
  * of the link model once both its send and its receive are posted; FINISH
  * instructions wait for their message. It reports makespan, busy time and
- * peak memory per rank, the bubble fraction, throughput and the start/end of
- * every instruction. A plan that cannot make progress is reported as a
+ * peak memory per rank, the bubble fraction, throughput and one event
+ * (start, end, memory) per instruction. A plan that cannot make progress is reported as a
  * deadlock (DYN_ERR_INVALID_ARG naming the blocked ranks), never a hang.
  *
  * Semantics in detail (docs/simulator.md has the long form):
@@ -17,12 +17,16 @@
  *     The costs are those of one recompute mode; an instruction's recompute
  *     field is not consulted (build the costs for the mode the plan uses).
  *   - LOAD_INPUT, *_START and FREE_BUFFER take no rank time.
+ *   - Cost: O(N log R) for N instructions on R ranks, plus a linear checking
+ *     and matching pass.
  *   - Messages are matched per (kind act|grad, sender, receiver) in posting
  *     order, like MPI with one tag per kind (the contract of sched.h); a
- *     pair naming different micro-batches is an error. A transfer starts when both sides are posted and the
- *     directed link sender->receiver is free (one transfer at a time per
- *     directed link, in order of start); it occupies the link for
- *     bytes / bandwidth and arrives latency later.
+ *     pair naming different micro-batches is an error. A transfer starts
+ *     when both sides are posted and the directed link sender->receiver is
+ *     free (one transfer at a time per directed link, in order of start);
+ *     it occupies the link for bytes / bandwidth and arrives latency later.
+ *   - BARRIER: the k-th BARRIER of every rank ends when the last rank
+ *     reaches it (the cyclic schedule's cycle barrier).
  *   - SEND_*_FINISH ends when the transfer has arrived (rendezvous, like a
  *     large MPI message); RECV_*_FINISH ends when the data has arrived.
  *   - Memory of a rank (MB): model states of its stages (states_mb) + stored
