@@ -151,20 +151,48 @@ static void test_every_schedule_simulates_and_memory_agrees(void **state)
 
 /* Costs provider for auto: the same random costs for v = 1 and v = 2,
  * recompute ignored. */
-typedef struct two_costs {
-    dyn_stage_costs c1, c2;
-} two_costs;
+/* Costs per (chunks 1 or 2, recompute mode): recomputation stores less
+ * and takes longer backward passes. */
+typedef struct mode_costs {
+    dyn_stage_costs c[2][DYN_RECOMPUTE_COUNT];
+} mode_costs;
 
 static dyn_status get_costs(void *ctx, int32_t chunks, dyn_recompute rc, const dyn_stage_costs **out,
                             dyn_error *err)
 {
-    (void)rc;
     (void)err;
-    two_costs *t = ctx;
-    *out = chunks > 1 ? &t->c2 : &t->c1;
+    mode_costs *t = ctx;
+    *out = &t->c[chunks > 1][rc];
     return DYN_OK;
 }
 
+static void make_mode_costs(dyn_rng *rng, mode_costs *t, int32_t M, int32_t S)
+{
+    for (int a = 0; a < 2; a++) {
+        int32_t st = S * (a ? 2 : 1);
+        random_costs(rng, &t->c[a][0], M, st);
+        for (int rc = 1; rc < DYN_RECOMPUTE_COUNT; rc++) {
+            tcosts_uniform(&t->c[a][rc], M, st, 0, 0);
+            const dyn_stage_costs *b = &t->c[a][0];
+            dyn_stage_costs *c = &t->c[a][rc];
+            for (int32_t i = 0; i < M * st; i++) {
+                c->fwd_ms[i] = b->fwd_ms[i];
+                c->bwd_input_ms[i] = b->bwd_input_ms[i] + (rc == 1 ? 0.3 : 1.0) * b->fwd_ms[i];
+                c->bwd_weight_ms[i] = b->bwd_weight_ms[i];
+                c->bwd_ms[i] = c->bwd_input_ms[i] + c->bwd_weight_ms[i];
+                c->stored_mb[i] = b->stored_mb[i] * (rc == 1 ? 0.5 : 0.1);
+                c->peak_mb[i] = b->peak_mb[i];
+                c->send_mb[i] = b->send_mb[i];
+            }
+            for (int32_t q = 0; q < st; q++) c->states_mb[q] = b->states_mb[q];
+        }
+    }
+}
+
+/* Auto is its two phases, checked independently: never worse than any
+ * schedule x recompute mode in the planner's order, and equal to the
+ * better of that and the order search on the phase-1 winner; with a memory
+ * limit that rules out plain storage, a recompute mode wins. */
 static void test_auto_two_phases(void **state)
 {
     (void)state;
@@ -172,59 +200,80 @@ static void test_auto_two_phases(void **state)
     dyn_rng_seed(&rng, 13);
     dyn_error err;
     dyn_sim *sim = dyn_sim_create(&err);
-    for (int iter = 0; iter < 15; iter++) {
+    int recomputed = 0;
+    for (int iter = 0; iter < 24; iter++) {
         int32_t S = 2 + (int32_t)dyn_rng_below(&rng, 4), M = 4 + (int32_t)dyn_rng_below(&rng, 10);
-        two_costs t;
-        random_costs(&rng, &t.c1, M, S);
-        random_costs(&rng, &t.c2, M, 2 * S);
-        dyn_auto_options ao = {S, 2, 0, 3, 0, 0};
+        mode_costs t;
+        make_mode_costs(&rng, &t, M, S);
+        /* Every other instance: a limit a little above the states + one
+         * micro-batch's recomputed storage, so storing everything cannot fit. */
+        double limit = 0;
+        if (iter % 2) {
+            double max_stored = 0;
+            for (int32_t i = 0; i < M * S; i++)
+                if (t.c[0][0].stored_mb[i] > max_stored) max_stored = t.c[0][0].stored_mb[i];
+            limit = 100 + 1.2 * max_stored; /* states 100 per stage */
+        }
+        dyn_auto_options ao = {S, 2, limit, 3, 0, 0};
         int32_t *order = calloc((size_t)M, sizeof(int32_t)), *o2 = calloc((size_t)M, sizeof(int32_t));
         dyn_auto_choice ch = {.order = order};
         dyn_exec_plan best;
         dyn_stage_costs best_costs;
-        assert_int_equal(dyn_schedule_auto(sim, get_costs, &t, NULL, &ao, &no_comm, &ch, &best, &best_costs, &err),
-                         DYN_OK);
-        /* Independently: phase 1 = every schedule in the given order (1
-         * group), phase 2 = the order search on the phase-1 winner. */
+        dyn_status ast = dyn_schedule_auto(sim, get_costs, &t, NULL, &ao, &no_comm, &ch, &best, &best_costs, &err);
         double first_ms = INFINITY;
-        int first = -1;
-        for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) {
+        int first = -1, first_rc = 0;
+        for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++)
+            for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) {
+                dyn_sched_options so;
+                dyn_sched_options_default(&so);
+                so.n_ranks = S;
+                so.chunks = k == DYN_SCHED_INTERLEAVED ? 2 : 1;
+                so.memory_limit_mb = limit;
+                so.recompute = (dyn_recompute)rc;
+                dyn_order_result res = {.order = o2};
+                dyn_status st = dyn_schedule_search(sim, (dyn_schedule)k, &t.c[so.chunks > 1][rc], NULL, &so,
+                                                    &no_comm, 1, &res, NULL, NULL, &err);
+                if (st == DYN_ERR_INFEASIBLE) continue;
+                assert_int_equal(st, DYN_OK);
+                assert_int_equal(ast, DYN_OK);
+                assert_true(ch.makespan_ms <= res.makespan_ms); /* never worse than any as planned */
+                if (k != DYN_SCHED_CYCLIC && res.makespan_ms < first_ms) { /* auto skips cyclic */
+                    first_ms = res.makespan_ms;
+                    first = k;
+                    first_rc = rc;
+                }
+            }
+        if (first < 0) {
+            assert_int_equal(ast, DYN_ERR_INFEASIBLE);
+        } else {
+            assert_int_equal(ast, DYN_OK);
             dyn_sched_options so;
             dyn_sched_options_default(&so);
             so.n_ranks = S;
-            so.chunks = k == DYN_SCHED_INTERLEAVED ? 2 : 1;
+            so.chunks = first == DYN_SCHED_INTERLEAVED ? 2 : 1;
+            so.memory_limit_mb = limit;
+            so.recompute = (dyn_recompute)first_rc;
             dyn_order_result res = {.order = o2};
-            assert_int_equal(dyn_schedule_search(sim, (dyn_schedule)k, so.chunks > 1 ? &t.c2 : &t.c1, NULL, &so,
-                                                 &no_comm, 1, &res, NULL, NULL, &err),
+            assert_int_equal(dyn_schedule_search(sim, (dyn_schedule)first, &t.c[so.chunks > 1][first_rc], NULL,
+                                                 &so, &no_comm, 3, &res, NULL, NULL, &err),
                              DYN_OK);
-            assert_true(ch.makespan_ms <= res.makespan_ms); /* never worse than any schedule as planned */
-            if (k != DYN_SCHED_CYCLIC && res.makespan_ms < first_ms) { /* auto skips cyclic */
-                first_ms = res.makespan_ms;
-                first = k;
-            }
+            double want = res.makespan_ms < first_ms ? res.makespan_ms : first_ms;
+            assert_true(ch.makespan_ms == want);
+            recomputed += ch.recompute != DYN_RECOMPUTE_NONE;
+            const dyn_sim_result *r;
+            assert_int_equal(dyn_sim_run(sim, &best, &best_costs, &no_comm, &r, &err), DYN_OK);
+            assert_true(r->makespan_ms == ch.makespan_ms);
+            assert_true(limit <= 0 || r->max_peak_mb <= limit);
+            assert_int_equal(dyn_exec_plan_validate(&best, &err), DYN_OK);
+            dyn_exec_plan_free(&best);
+            dyn_stage_costs_free(&best_costs);
         }
-        dyn_sched_options so;
-        dyn_sched_options_default(&so);
-        so.n_ranks = S;
-        so.chunks = first == DYN_SCHED_INTERLEAVED ? 2 : 1;
-        dyn_order_result res = {.order = o2};
-        assert_int_equal(dyn_schedule_search(sim, (dyn_schedule)first, so.chunks > 1 ? &t.c2 : &t.c1, NULL, &so,
-                                             &no_comm, 3, &res, NULL, NULL, &err),
-                         DYN_OK);
-        double want = res.makespan_ms < first_ms ? res.makespan_ms : first_ms;
-        assert_true(ch.makespan_ms == want);
-        assert_int_equal(ch.recompute, DYN_RECOMPUTE_NONE);
-        const dyn_sim_result *r;
-        assert_int_equal(dyn_sim_run(sim, &best, &best_costs, &no_comm, &r, &err), DYN_OK);
-        assert_true(r->makespan_ms == ch.makespan_ms);
-        assert_int_equal(dyn_exec_plan_validate(&best, &err), DYN_OK);
-        dyn_exec_plan_free(&best);
-        dyn_stage_costs_free(&best_costs);
-        dyn_stage_costs_free(&t.c1);
-        dyn_stage_costs_free(&t.c2);
+        for (int a = 0; a < 2; a++)
+            for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++) dyn_stage_costs_free(&t.c[a][rc]);
         free(order);
         free(o2);
     }
+    assert_true(recomputed > 0);
     dyn_sim_free(sim);
 }
 

@@ -225,13 +225,14 @@ typedef struct dyn_auto_choice {
     int32_t n_simulations;   /* candidates simulated in all */
 } dyn_auto_choice;
 
-/* `--schedule auto`: for recompute none, then selective, then full (stopping
- * at the first mode where something fits): phase 1 schedules and simulates
- * every schedule in ao->schedules in the given order (cyclic is skipped
- * when wait-free cyclic is a candidate: same order without barriers, never
- * slower); phase 2 runs dyn_schedule_search with ao->order_groups on the
- * phase-1 winner. The smallest simulated makespan within the memory limit
- * wins (ties: the earlier). Bounded: at most 4 + 27 simulations per mode.
+/* `--schedule auto`: phase 1 schedules and simulates every schedule in
+ * ao->schedules under every recompute mode, in the given order (cyclic is
+ * skipped when wait-free cyclic is a candidate: same order without
+ * barriers, never slower; a mode whose costs_fn result is the same array as
+ * an earlier mode's is not tried twice); phase 2 runs dyn_schedule_search
+ * with ao->order_groups on the phase-1 winner (schedule, recompute). The
+ * smallest simulated makespan within the memory limit wins (ties: the
+ * earlier, modes before schedules). At most 4 x 3 + 27 simulations.
  * DYN_ERR_INFEASIBLE if nothing fits. best_plan / best_costs may be NULL. */
 dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ctx,
                              const dyn_mb_shape *shapes, const dyn_auto_options *ao,

@@ -8,19 +8,16 @@
  * shapes along with the costs, so the winning plan carries the right shapes
  * for the runtime) and loops over the candidates.
  *
- * Search, per recompute mode: phase 1 schedules every candidate schedule in
- * the planner's order and simulates it; phase 2 runs the order search
- * (dyn_order_search) on the phase-1 winner only. Searching orders for every
- * schedule would cost (schedules x candidates) generations and simulations,
- * about 45 for S = 4 on the built-in workload, ~10x the 5 ms budget; the
- * schedule choice depends far more on the micro-batch sizes than on their
- * order, so the order search goes where it pays.
- *
- * Recompute modes are tried in the order none, selective, full, and the loop
- * stops at the first mode under which some schedule fits the memory limit:
- * recomputation only adds time (the cost model's bwd_ms includes the
- * recomputed forward), so a feasible plan without it is what we want, and
- * skipping the other modes keeps auto within its time budget.
+ * Search: phase 1 schedules every candidate schedule under every recompute
+ * mode in the planner's order and simulates it; phase 2 runs the order
+ * search (dyn_order_search) on the phase-1 winner only. Searching orders for
+ * every schedule would cost (schedules x modes x candidates) generations and
+ * simulations, ~10x the 5 ms budget; the choice of schedule and recompute
+ * mode depends far more on the micro-batch sizes and the memory limit than
+ * on the order, so the order search goes where it pays. All three recompute
+ * modes are tried because recomputation is not always slower: under a tight
+ * memory limit a schedule throttles (fewer micro-batches in flight) and
+ * recomputing can buy back more pipelining than it costs.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -168,13 +165,22 @@ dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ct
     memset(&best, 0, sizeof best);
     char why[DYN_ERROR_MSG_MAX] = "no schedule to try";
     choice->n_simulations = 0;
-    for (int rc = 0; rc < DYN_RECOMPUTE_COUNT && !best.have; rc++) {
-        /* Phase 1: every schedule in the planner's order. */
-        int first = -1;
-        double first_ms = 0;
+    /* Phase 1: every schedule under every recompute mode, in the planner's
+     * order. A mode whose costs are the very same array as an earlier
+     * mode's (a what-if file has one set) is not tried twice. */
+    int first = -1, first_rc = 0;
+    double first_ms = 0;
+    const dyn_stage_costs *seen[2][DYN_RECOMPUTE_COUNT] = {{NULL}};
+    for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++) {
         for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) {
             if (!(mask & (1u << k))) continue;
             int32_t v = k == DYN_SCHED_INTERLEAVED ? ao->chunks : 1;
+            const dyn_stage_costs *cr = NULL;
+            if ((st = costs_fn(costs_ctx, v, (dyn_recompute)rc, &cr, err)) != DYN_OK) goto done;
+            int dup = 0;
+            for (int q = 0; q < rc; q++) dup |= seen[v > 1][q] == cr;
+            seen[v > 1][rc] = cr;
+            if (dup) continue;
             int fits;
             double ms;
             st = try_schedule(sim, costs_fn, costs_ctx, shapes, ao, simopt, k, v, (dyn_recompute)rc, 1, order,
@@ -182,18 +188,19 @@ dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ct
             if (st != DYN_OK) goto done;
             if (fits && (first < 0 || ms < first_ms)) {
                 first = k;
+                first_rc = rc;
                 first_ms = ms;
             }
         }
-        /* Phase 2: the order search on the best of phase 1. */
-        if (first >= 0 && ao->order_groups > 1) {
-            int fits;
-            double ms;
-            int32_t v = first == DYN_SCHED_INTERLEAVED ? ao->chunks : 1;
-            st = try_schedule(sim, costs_fn, costs_ctx, shapes, ao, simopt, first, v, (dyn_recompute)rc,
-                              ao->order_groups, order, choice, &best, &fits, &ms, why, err);
-            if (st != DYN_OK) goto done;
-        }
+    }
+    /* Phase 2: the order search on the best of phase 1. */
+    if (first >= 0 && ao->order_groups > 1) {
+        int fits;
+        double ms;
+        int32_t v = first == DYN_SCHED_INTERLEAVED ? ao->chunks : 1;
+        st = try_schedule(sim, costs_fn, costs_ctx, shapes, ao, simopt, first, v, (dyn_recompute)first_rc,
+                          ao->order_groups, order, choice, &best, &fits, &ms, why, err);
+        if (st != DYN_OK) goto done;
     }
     if (!best.have) {
         st = dyn_error_set(err, DYN_ERR_INFEASIBLE,
