@@ -212,6 +212,44 @@ static void test_json_is_deterministic(void **state)
     free(second);
 }
 
+/* Data parallelism: every replica's plan is simulated; a replica with no
+ * micro-batch just waits. The whole batch's tokens count either way. */
+static void test_data_parallel_replicas(void **state)
+{
+    (void)state;
+    const char *flags = "--model gpt --model-config gpt-tiny --synthetic flan:2 --global-batch-tokens 3000 --max-seqlen 512 "
+                        "--stages 2 --batches 3 --schedule 1f1b,auto --methods dynapipe,packing";
+    double tokens[2][12];
+    int n[2] = {0, 0};
+    for (int dp = 1; dp <= 2; dp++) {
+        char args[4096];
+        snprintf(args, sizeof args, "%s --dp %d --json '%s'", flags, dp, json_path);
+        int rc = run_sim(args);
+        if (rc != 0) {
+            char *e = slurp(err_path);
+            fprintf(stderr, "%s", e);
+            free(e);
+        }
+        assert_int_equal(rc, 0);
+        char *text = slurp(json_path);
+        cJSON *root = cJSON_Parse(text);
+        assert_non_null(root);
+        cJSON *b, *r;
+        cJSON_ArrayForEach(b, cJSON_GetObjectItemCaseSensitive(root, "global_batches")) {
+            cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(b, "results")) {
+                assert_true(n[dp - 1] < 12);
+                tokens[dp - 1][n[dp - 1]++] = cJSON_GetObjectItemCaseSensitive(r, "real_tokens")->valuedouble;
+                double bub = cJSON_GetObjectItemCaseSensitive(r, "bubble_fraction")->valuedouble;
+                assert_true(bub >= 0 && bub < 1);
+            }
+        }
+        cJSON_Delete(root);
+        free(text);
+    }
+    assert_int_equal(n[0], n[1]);
+    for (int i = 0; i < n[0]; i++) assert_true(tokens[0][i] == tokens[1][i] && tokens[0][i] > 0);
+}
+
 static void test_bad_input(void **state)
 {
     (void)state;
@@ -274,6 +312,7 @@ int main(void)
         cmocka_unit_test(test_whatif_hand_computed),
         cmocka_unit_test(test_planned_run_json),
         cmocka_unit_test(test_json_is_deterministic),
+        cmocka_unit_test(test_data_parallel_replicas),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_help),
     };

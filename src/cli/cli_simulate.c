@@ -6,6 +6,9 @@
  * over packing. Or simulate an explicit what-if list of micro-batches
  * (`--microbatches FILE`, docs/simulator.md).
  *
+ * A plan covers one data-parallel replica: with --dp D every replica's plan
+ * is simulated and the iteration ends with the slowest.
+ *
  * Every output file (--json, --trace, --svg) is written atomically after all
  * batches succeeded, so a failing run leaves none of them behind. The trace
  * and SVG show the first global batch under the first method and the first
@@ -248,6 +251,7 @@ typedef struct run_state {
     dyn_sim *sim;
     int32_t n_ranks;
     int32_t chunks_avail; /* chunks the stage assignment allows (auto tries interleaved only if > 1) */
+    int32_t dp;           /* data-parallel replicas simulated per batch */
     sim_row *rows;
     int32_t n_rows, cap_rows;
     recorded rec;
@@ -389,9 +393,65 @@ static const char *sched_label(int32_t s)
 }
 
 /* Run all schedules for one (batch, method). */
-static int run_schedules(run_state *rs, int32_t batch, int32_t method, dyn_costs_fn fn, void *ctx,
-                         const dyn_mb_shape *shapes, int64_t real_tokens, const char *method_name)
+/* Merge one replica's result (tmp) into the batch's row: the iteration
+ * ends with the slowest replica; busy time and micro-batches add up; peak
+ * memory is the highest per stage. */
+static void merge_row(run_state *rs, sim_row *row, const sim_row *tmp)
 {
+    if (tmp->makespan_ms > row->makespan_ms) row->makespan_ms = tmp->makespan_ms;
+    row->busy_ms += tmp->busy_ms;
+    row->n_microbatches += tmp->n_microbatches;
+    for (int32_t q = 0; q < rs->n_ranks; q++)
+        if (tmp->peak_mb[q] > row->peak_mb[q]) row->peak_mb[q] = tmp->peak_mb[q];
+    if (row->chosen_sched < 0) {
+        row->chosen_sched = tmp->chosen_sched;
+        row->chosen_rc = tmp->chosen_rc;
+    }
+}
+
+/* Run all schedules for one (batch, method) on one data-parallel replica.
+ * rows: the batch's rows for this method (one per schedule), created by
+ * the caller with begin_rows; each replica's result is merged into them. */
+static int run_schedules(run_state *rs, int32_t first_row, dyn_costs_fn fn, void *ctx,
+                         const dyn_mb_shape *shapes, const char *method_name)
+{
+    dyn_error err;
+    sim_row tmp;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.peak_mb = dyn_calloc((size_t)rs->n_ranks, sizeof(double), "results", &err);
+    if (tmp.peak_mb == NULL) {
+        cli_errorf(CMD, "%s", err.msg);
+        return -1;
+    }
+    int ret = 0;
+    for (int32_t k = 0; k < rs->a->n_sched; k++) {
+        sim_row *row = &rs->rows[first_row + k];
+        if (!row->feasible) continue; /* another replica already could not fit */
+        tmp.batch = row->batch;
+        tmp.method = row->method;
+        tmp.sched = row->sched;
+        rs->simopt.real_tokens = row->real_tokens;
+        dyn_status st = run_one(rs, &tmp, fn, ctx, shapes, method_name, &err);
+        if (st == DYN_ERR_INFEASIBLE && rs->a->skip_infeasible) {
+            row->feasible = 0;
+            continue;
+        }
+        if (st != DYN_OK) {
+            cli_errorf(CMD, "global batch %d, %s, %s: %s", row->batch, method_name, sched_label(row->sched), err.msg);
+            ret = -1;
+            break;
+        }
+        merge_row(rs, row, &tmp);
+    }
+    free(tmp.peak_mb);
+    return ret;
+}
+
+/* Rows for (batch, method), one per schedule, feasible until a replica
+ * says otherwise; returns the index of the first or -1. */
+static int32_t begin_rows(run_state *rs, int32_t batch, int32_t method, int64_t real_tokens, int feasible)
+{
+    int32_t first = rs->n_rows;
     for (int32_t k = 0; k < rs->a->n_sched; k++) {
         dyn_error err;
         sim_row *row = new_row(rs, &err);
@@ -403,15 +463,23 @@ static int run_schedules(run_state *rs, int32_t batch, int32_t method, dyn_costs
         row->method = method;
         row->sched = rs->a->sched[k];
         row->real_tokens = real_tokens;
-        rs->simopt.real_tokens = real_tokens;
-        dyn_status st = run_one(rs, row, fn, ctx, shapes, method_name, &err);
-        if (st == DYN_ERR_INFEASIBLE && rs->a->skip_infeasible) continue;
-        if (st != DYN_OK) {
-            cli_errorf(CMD, "global batch %d, %s, %s: %s", batch, method_name, sched_label(row->sched), err.msg);
-            return -1;
-        }
+        row->feasible = feasible;
+        row->chosen_sched = -1;
     }
-    return 0;
+    return first;
+}
+
+/* After every replica: the figures of the whole data-parallel group. The
+ * dp * ranks devices are busy for busy_ms in all out of dp * ranks *
+ * makespan; tokens are the whole batch's. */
+static void finish_rows(run_state *rs, int32_t first_row, int32_t dp)
+{
+    for (int32_t k = 0; k < rs->a->n_sched; k++) {
+        sim_row *row = &rs->rows[first_row + k];
+        if (!row->feasible || row->makespan_ms <= 0) continue;
+        row->bubble = 1.0 - row->busy_ms / ((double)rs->n_ranks * dp * row->makespan_ms);
+        row->tokens_per_s = (double)row->real_tokens / (row->makespan_ms * 1e-3);
+    }
 }
 
 /* ---- what-if input ---------------------------------------------------- */
@@ -456,7 +524,10 @@ static int run_whatif(run_state *rs)
     whatif_ctx w = {&costs, costs.n_stages / S};
     a->plan.opt.chunks = w.chunks;
     rs->chunks_avail = w.chunks;
-    int rc = run_schedules(rs, 0, -1, whatif_costs, &w, NULL, tokens, "what-if");
+    rs->dp = 1;
+    int32_t first = begin_rows(rs, 0, -1, tokens, 1);
+    int rc = first < 0 ? -1 : run_schedules(rs, first, whatif_costs, &w, NULL, "what-if");
+    if (rc == 0) finish_rows(rs, first, 1);
     dyn_stage_costs_free(&costs);
     return rc;
 }
@@ -469,6 +540,7 @@ static int run_planned(run_state *rs, plan_inputs *in)
     dyn_error err;
     int ret = -1;
     rs->n_ranks = a->plan.opt.stages;
+    rs->dp = a->plan.opt.dp;
     dyn_planner *planners[DYN_BATCHING_COUNT] = {0};
     dyn_batch_plan bp;
     memset(&bp, 0, sizeof bp);
@@ -497,37 +569,33 @@ static int run_planned(run_state *rs, plan_inputs *in)
             if (pst == DYN_ERR_INFEASIBLE && a->skip_infeasible) {
                 /* This method cannot plan the batch: infeasible rows. */
                 dyn_batch_plan_free(&bp);
-                for (int32_t k = 0; k < a->n_sched; k++) {
-                    sim_row *row = new_row(rs, &err);
-                    if (row == NULL) {
-                        cli_errorf(CMD, "%s", err.msg);
-                        goto done;
-                    }
-                    row->batch = b;
-                    row->method = m;
-                    row->sched = a->sched[k];
-                }
+                if (begin_rows(rs, b, m, 0, 0) < 0) goto done;
                 continue;
             }
-            if (pst != DYN_OK || dyn_batch_costs_set_batch(bc, &bp, 0, &err) != DYN_OK) {
+            if (pst != DYN_OK) {
                 cli_errorf(CMD, "global batch %d, %s: %s", b, name, err.msg);
                 goto done;
             }
-            /* Real tokens of replica 0's micro-batches: the plan covers one
-             * replica. The batch's samples are consecutive ids from batch[0]. */
+            /* Each replica runs its own plan; the iteration ends with the
+             * slowest. Tokens: the whole batch's. */
             int64_t tokens = 0;
-            for (int32_t i = 0; i < bp.n_microbatches; i++) {
-                const dyn_microbatch *mb = &bp.mbs[i];
-                if (mb->replica != 0) continue;
-                for (int32_t j = 0; j < mb->n_samples; j++) {
-                    int32_t k = bp.sample_ids[mb->first + j] - batch[0].id;
-                    if (k >= 0 && k < n) tokens += (int64_t)batch[k].input_len + batch[k].target_len;
+            for (int32_t i = 0; i < n; i++) tokens += (int64_t)batch[i].input_len + batch[i].target_len;
+            int32_t first = begin_rows(rs, b, m, tokens, 1);
+            if (first < 0) goto done;
+            for (int32_t rep = 0; rep < a->plan.opt.dp; rep++) {
+                int has = 0;
+                for (int32_t i = 0; i < bp.n_microbatches; i++) has |= bp.mbs[i].replica == rep;
+                if (!has) continue; /* an idle replica: it only waits */
+                if (dyn_batch_costs_set_batch(bc, &bp, rep, &err) != DYN_OK) {
+                    cli_errorf(CMD, "global batch %d, %s: %s", b, name, err.msg);
+                    goto done;
                 }
+                int32_t M;
+                const dyn_mb_shape *shapes = dyn_batch_costs_shapes(bc, &M);
+                rs->chunks_avail = dyn_batch_costs_chunks(bc);
+                if (run_schedules(rs, first, dyn_batch_costs_get, bc, shapes, name) != 0) goto done;
             }
-            int32_t M;
-            const dyn_mb_shape *shapes = dyn_batch_costs_shapes(bc, &M);
-            rs->chunks_avail = dyn_batch_costs_chunks(bc);
-            if (run_schedules(rs, b, m, dyn_batch_costs_get, bc, shapes, tokens, name) != 0) goto done;
+            finish_rows(rs, first, a->plan.opt.dp);
             dyn_batch_plan_free(&bp);
         }
     }
@@ -597,7 +665,7 @@ static void print_table(const run_state *rs)
                 if (p.n == s.n && p.infeasible == 0 && summary_tps(&p) > 0)
                     snprintf(speed, sizeof speed, "%.2fx", summary_tps(&s) / summary_tps(&p));
             }
-            double bubble = s.makespan > 0 ? 1.0 - s.busy / ((double)rs->n_ranks * s.makespan) : 0;
+            double bubble = s.makespan > 0 ? 1.0 - s.busy / ((double)rs->n_ranks * rs->dp * s.makespan) : 0;
             printf("%-16s %-17s %12.3f %8.3f %13.1f %13.1f %9s\n", mname, sched_label(a->sched[k]),
                    s.makespan, bubble, s.peak, summary_tps(&s), speed);
         }
