@@ -662,7 +662,7 @@ dyn_status dyn_sim_run(dyn_sim *sim, const dyn_exec_plan *plan, const dyn_stage_
         N += plan->ranks[r].n_instrs;
         K += plan->ranks[r].n_buffers;
     }
-    if (N > INT32_MAX / 2 || K > INT32_MAX / 2 || R > 4096)
+    if (N > INT32_MAX / 2 || K > INT32_MAX / 2 || R > 1024)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "simulate: plan too large (%d ranks, %lld instructions)",
                              R, (long long)N);
     dyn_status st = reserve(sim, R, (int32_t)N, 2 * R * R, (int32_t)K, err);
