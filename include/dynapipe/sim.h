@@ -97,7 +97,7 @@ dyn_sim *dyn_sim_create(dyn_error *err);
 void dyn_sim_free(dyn_sim *sim);
 
 /* Simulate plan with costs (which must have the plan's n_microbatches and
- * n_stages). On success *res (if not NULL) points at the results. Errors:
+ * n_stages); at most 1024 ranks. On success *res (if not NULL) points at the results. Errors:
  * DYN_ERR_INVALID_ARG for an inconsistent plan (out-of-range fields, a send
  * without its receive, a FINISH without its START) or a deadlock (message
  * names each blocked rank, its instruction and what it waits for);

@@ -48,7 +48,7 @@ typedef struct sim_row {
     int32_t batch, method, sched; /* method: index into args.methods, or -1 (what-if) */
     int feasible;
     int32_t chosen_sched, chosen_rc; /* what ran (auto picks) */
-    double makespan_ms, bubble, busy_ms, tokens_per_s, plan_ms;
+    double makespan_ms, bubble, busy_ms, tokens_per_s;
     int32_t n_microbatches;
     int64_t real_tokens;
     double *peak_mb; /* [n_ranks] */
@@ -323,7 +323,6 @@ static dyn_status run_one(run_state *rs, sim_row *row, dyn_costs_fn costs_fn, vo
     memset(&own, 0, sizeof own);
     const dyn_stage_costs *costs = NULL;
     dyn_status st;
-    double t0 = dyn_time_ms();
     if (row->sched == AUTO_SCHEDULE) {
         dyn_auto_options ao;
         memset(&ao, 0, sizeof ao);
@@ -360,7 +359,6 @@ static dyn_status run_one(run_state *rs, sim_row *row, dyn_costs_fn costs_fn, vo
         row->chosen_sched = row->sched;
         row->chosen_rc = rc;
     }
-    row->plan_ms = dyn_time_ms() - t0;
     row->n_microbatches = costs->n_microbatches;
     /* A plan is validated before it is used. */
     if ((st = dyn_exec_plan_validate(&plan, err)) != DYN_OK) goto out;
