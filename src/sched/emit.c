@@ -10,7 +10,10 @@
  *   - SEND_*_START right after the producing compute, SEND_*_FINISH and the
  *     FREE_BUFFER of the sent slot lazily, just before the sender's second
  *     compute unit after the producer (or at the end), so the transfer
- *     overlaps one full compute unit;
+ *     overlaps one full compute unit; in the timed order also not before a
+ *     unit that starts before the receiver posted the receive (else, with
+ *     rendezvous sends, the sender would stall on a receiver still busy),
+ *     so with zero link cost the plan runs exactly as timed;
  *   - input slots freed right after the compute that reads them.
  * Slots are taken from a per-rank LIFO free list, so a freed slot is reused
  * first and n_buffers stays small. */
@@ -25,6 +28,7 @@ typedef struct pending_send {
     int32_t op; /* SEND_ACT_FINISH or SEND_GRAD_FINISH */
     int32_t mb, stage, peer, slot, due;
     int64_t bytes;
+    double ready_at; /* timed emission: when the receive was posted (ms) */
 } pending_send;
 
 struct sched_emitter {
@@ -40,6 +44,8 @@ struct sched_emitter {
     pending_send **pend;  /* [S][units] FIFO of sends not yet finished */
     int32_t *p_head, *p_tail;
     int32_t *n_compute;   /* [S] compute units emitted */
+    const double *clock;  /* timed emission: [S] end (ms) of each rank's last emitted unit, else NULL */
+    double now;           /* timed emission: start (ms) of the unit being emitted, else INFINITY */
 };
 
 static int32_t rank_of(const sched_emitter *e, int32_t s) { return s % e->S; }
@@ -97,6 +103,8 @@ dyn_status sched_emitter_create(sched_emitter **out, dyn_exec_plan *plan, dyn_sc
     e->ns = ns;
     e->M = M;
     e->rc = opt->recompute;
+    e->clock = NULL;
+    e->now = INFINITY;
     e->cap = dyn_calloc((size_t)S, sizeof(int32_t), "emitter", err);
     e->free_stack = dyn_calloc((size_t)S, sizeof(int32_t *), "emitter", err);
     e->n_free = dyn_calloc((size_t)S, sizeof(int32_t), "emitter", err);
@@ -193,12 +201,16 @@ static void slot_free(sched_emitter *e, int32_t r, int32_t slot, int32_t mb, int
     e->free_stack[r][e->n_free[r]++] = slot;
 }
 
-/* Finish sends on rank r whose due compute index has come (all if force). */
+/* Finish sends on rank r whose due compute index has come (all if force).
+ * In a timed emission a send also waits until its receive has been posted by
+ * the time the next unit starts: the receiver posts it only after the unit it
+ * was running when the send started, and finishing before that would stall
+ * the sender on the rendezvous for time the costs do not show. */
 static void flush_sends(sched_emitter *e, int32_t r, int force)
 {
     while (e->p_head[r] < e->p_tail[r]) {
         pending_send *p = &e->pend[r][e->p_head[r]];
-        if (!force && p->due > e->n_compute[r]) break;
+        if (!force && (p->due > e->n_compute[r] || p->ready_at > e->now)) break;
         dyn_instr *in = put(e, r, p->op, p->mb, p->stage);
         in->peer = p->peer;
         in->buf_in = p->slot;
@@ -226,6 +238,7 @@ static void send_and_post(sched_emitter *e, int32_t r, int grad, int32_t mb, int
     p->slot = slot;
     p->bytes = bytes;
     p->due = e->n_compute[r] + 2; /* n_compute[r] already counts the producer */
+    p->ready_at = e->clock ? e->clock[peer] : 0;
 
     int32_t rs = slot_alloc(e, peer);
     dyn_instr *rv = put(e, peer, grad ? DYN_OP_RECV_GRAD_START : DYN_OP_RECV_ACT_START, mb, to_stage);
@@ -328,41 +341,52 @@ void sched_emitter_finish(sched_emitter *e)
 
 /* ---- timed global order -------------------------------------------------- */
 
+/* When rank r's next unit can start in the timed order: INFINITY if it has
+ * none left or its input does not exist yet. */
+static double next_start(const sched_orders *o, int32_t r, const int32_t *pos, const double *fdone,
+                         const double *bdone, const double *free_at, int32_t ns)
+{
+    if (pos[r] >= o->n[r]) return INFINITY;
+    const sched_unit *u = &o->u[r][pos[r]];
+    size_t k = (size_t)u->mb * ns + u->stage;
+    double dep;
+    if (u->kind == UNIT_F) dep = u->stage == 0 ? 0 : fdone[k - 1];
+    else if (u->kind == UNIT_BW) dep = bdone[k];
+    else dep = u->stage == ns - 1 ? fdone[k] : bdone[k + 1];
+    if (dep < 0) return INFINITY;
+    return dep > free_at[r] ? dep : free_at[r];
+}
+
 dyn_status sched_emit_timed(const sched_orders *o, const dyn_stage_costs *c,
                             const dyn_mb_shape *shapes, const dyn_sched_options *opt,
                             dyn_schedule kind, dyn_exec_plan *plan, dyn_error *err)
 {
-    int32_t S = o->n_ranks, ns = o->n_stages, M = o->n_mb, last = ns - 1;
+    int32_t S = o->n_ranks, ns = o->n_stages, M = o->n_mb;
     sched_emitter *e = NULL;
     dyn_status st = sched_emitter_create(&e, plan, kind, o, c, shapes, opt, 0, err);
     if (st != DYN_OK) return st;
     double *fdone = dyn_calloc((size_t)M * ns, sizeof(double), "timed order", err);
     double *bdone = dyn_calloc((size_t)M * ns, sizeof(double), "timed order", err);
     double *free_at = dyn_calloc((size_t)S, sizeof(double), "timed order", err);
+    double *start = dyn_calloc((size_t)S, sizeof(double), "timed order", err);
     int32_t *pos = dyn_calloc((size_t)S, sizeof(int32_t), "timed order", err);
-    if (!fdone || !bdone || !free_at || !pos) {
+    if (!fdone || !bdone || !free_at || !start || !pos) {
         st = DYN_ERR_NOMEM;
         goto out;
     }
     for (size_t i = 0; i < (size_t)M * ns; i++) fdone[i] = bdone[i] = -1;
+    e->clock = free_at;
     int64_t total = 0;
     for (int32_t r = 0; r < S; r++) total += o->n[r];
+    for (int32_t r = 0; r < S; r++) start[r] = next_start(o, r, pos, fdone, bdone, free_at, ns);
     for (int64_t step = 0; step < total; step++) {
+        /* earliest start, ties to the lower rank */
         int32_t best = -1;
-        double best_start = 0;
+        double best_start = INFINITY;
         for (int32_t r = 0; r < S; r++) {
-            if (pos[r] >= o->n[r]) continue;
-            const sched_unit *u = &o->u[r][pos[r]];
-            size_t k = (size_t)u->mb * ns + u->stage;
-            double dep;
-            if (u->kind == UNIT_F) dep = u->stage == 0 ? 0 : fdone[k - 1];
-            else if (u->kind == UNIT_BW) dep = bdone[k];
-            else dep = u->stage == last ? fdone[k] : bdone[k + 1];
-            if (dep < 0) continue; /* its input does not exist yet */
-            double start = dep > free_at[r] ? dep : free_at[r];
-            if (best < 0 || start < best_start) {
+            if (start[r] < best_start) {
                 best = r;
-                best_start = start;
+                best_start = start[r];
             }
         }
         if (best < 0) {
@@ -378,15 +402,25 @@ dyn_status sched_emit_timed(const sched_orders *o, const dyn_stage_costs *c,
         const sched_unit *u = &o->u[best][pos[best]++];
         size_t k = (size_t)u->mb * ns + u->stage;
         double end = best_start + sched_unit_ms(c, u);
-        free_at[best] = end;
         if (u->kind == UNIT_F) fdone[k] = end;
         else if (u->kind != UNIT_BW) bdone[k] = end;
+        e->now = best_start;
         sched_emit_unit(e, best, u);
+        free_at[best] = end; /* after emitting: a receive posted by it goes after this unit */
+        /* only this rank and the ranks of the neighbouring stages (r +- 1
+         * mod S) read what this unit changed */
+        start[best] = next_start(o, best, pos, fdone, bdone, free_at, ns);
+        if (S > 1) {
+            int32_t up = (best + S - 1) % S, down = (best + 1) % S;
+            start[up] = next_start(o, up, pos, fdone, bdone, free_at, ns);
+            start[down] = next_start(o, down, pos, fdone, bdone, free_at, ns);
+        }
     }
 out:
     free(fdone);
     free(bdone);
     free(free_at);
+    free(start);
     free(pos);
     if (st != DYN_OK) {
         sched_emitter_free(e);

@@ -10,26 +10,23 @@
  * f_r(j) <= f_{r-1}(j): rank r must never wait for a forward its upstream
  * rank only runs after waiting for rank r's backward. Plain 1F1B has it
  * (S - r decreases with r); throttling keeps it by capping each rank at its
- * upstream rank's counts. */
+ * upstream rank's counts.
+ *
+ * sched_order_1f1b also serves the zero-bubble generator (sched_zb.c), which
+ * uses the 1F1B order with each BACKWARD split into B and W back to back as
+ * one of its candidates. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "sched/sched_internal.h" /* defines: sched_orders_*, sched_emit_timed */
 #include "util/util.h"            /* defines: dyn_calloc */
 
-dyn_status sched_build_1f1b(const dyn_stage_costs *c, const dyn_mb_shape *shapes,
-                            const dyn_sched_options *opt, dyn_exec_plan *out, dyn_error *err)
+dyn_status sched_order_1f1b(const dyn_stage_costs *c, const dyn_sched_options *opt, int split,
+                            const char *who, sched_orders *o, dyn_error *err)
 {
-    dyn_status st = sched_check_inputs(c, opt, 0, err);
-    if (st != DYN_OK) return st;
-    if (opt->chunks != 1)
-        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                             "1f1b runs one stage per rank (chunks = 1, got %d); use interleaved",
-                             opt->chunks);
     int32_t S = opt->n_ranks, M = c->n_microbatches;
     double limit = opt->memory_limit_mb > 0 ? opt->memory_limit_mb : INFINITY;
-    sched_orders o;
-    st = sched_orders_init(&o, S, S, M, 2, err);
+    dyn_status st = sched_orders_init(o, S, S, M, split ? 3 : 2, err);
     if (st != DYN_OK) return st;
     int32_t *fprev = dyn_calloc((size_t)M, sizeof(int32_t), "1f1b counts", err);
     int32_t *fcur = dyn_calloc((size_t)M, sizeof(int32_t), "1f1b counts", err);
@@ -55,31 +52,54 @@ dyn_status sched_build_1f1b(const dyn_stage_costs *c, const dyn_mb_shape *shapes
                 if (need > limit) {
                     if (f > j) break; /* throttle: backward j first */
                     st = dyn_error_set(err, DYN_ERR_INFEASIBLE,
-                                       "1f1b: stage %d (rank %d) cannot run micro-batch %d even "
+                                       "%s: stage %d (rank %d) cannot run micro-batch %d even "
                                        "alone: needs %.1f MB (states %.1f + stored %.1f + peak "
                                        "%.1f) over the %.1f MB limit",
-                                       r, r, j, need, base, stored,
+                                       who, r, r, j, need, base, stored,
                                        need - base - stored, limit);
                     break;
                 }
-                st = sched_orders_push(&o, r, UNIT_F, f, r, err);
+                st = sched_orders_push(o, r, UNIT_F, f, r, err);
                 if (st != DYN_OK) break;
                 held += stored;
                 f++;
             }
             if (st != DYN_OK) break;
             fcur[j] = f;
-            st = sched_orders_push(&o, r, UNIT_B, j, r, err);
+            if (split) {
+                /* B then W at once: the stored activations go exactly when
+                 * 1F1B's BACKWARD would free them, so memory is the same. */
+                st = sched_orders_push(o, r, UNIT_BI, j, r, err);
+                if (st == DYN_OK) st = sched_orders_push(o, r, UNIT_BW, j, r, err);
+            } else {
+                st = sched_orders_push(o, r, UNIT_B, j, r, err);
+            }
             held -= sched_stored(c, j, r);
         }
         int32_t *t = fprev;
         fprev = fcur;
         fcur = t;
     }
-    if (st == DYN_OK) st = sched_emit_timed(&o, c, shapes, opt, DYN_SCHED_1F1B, out, err);
 out:
     free(fprev);
     free(fcur);
+    if (st != DYN_OK) sched_orders_free(o);
+    return st;
+}
+
+dyn_status sched_build_1f1b(const dyn_stage_costs *c, const dyn_mb_shape *shapes,
+                            const dyn_sched_options *opt, dyn_exec_plan *out, dyn_error *err)
+{
+    dyn_status st = sched_check_inputs(c, opt, 0, err);
+    if (st != DYN_OK) return st;
+    if (opt->chunks != 1)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "1f1b runs one stage per rank (chunks = 1, got %d); use interleaved",
+                             opt->chunks);
+    sched_orders o;
+    st = sched_order_1f1b(c, opt, 0, "1f1b", &o, err);
+    if (st != DYN_OK) return st;
+    st = sched_emit_timed(&o, c, shapes, opt, DYN_SCHED_1F1B, out, err);
     sched_orders_free(&o);
     return st;
 }

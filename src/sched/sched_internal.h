@@ -10,7 +10,8 @@
  * schedule) and writes the instructions: a receive is posted on the consumer
  * at the moment, in that global order, its sender starts the send; the
  * receive finishes just before the consumer; a send finishes lazily, before
- * the sender's second compute unit after the producer. Every FINISH thus comes
+ * the sender's second compute unit after the producer (and, in the timed
+ * order, not before the receive was posted). Every FINISH thus comes
  * after its matching START in one global order of all instructions, which is
  * a deadlock-free execution; dyn_exec_plan_validate checks it independently.
  */
@@ -80,6 +81,13 @@ void sched_emitter_free(sched_emitter *e);
 dyn_status sched_emit_timed(const sched_orders *o, const dyn_stage_costs *c,
                             const dyn_mb_shape *shapes, const dyn_sched_options *opt,
                             dyn_schedule kind, dyn_exec_plan *plan, dyn_error *err);
+
+/* The 1F1B order (memory throttling and in-flight cap included, see
+ * sched_1f1b.c) into o (initialised here; freed here on failure). split: each
+ * BACKWARD becomes BACKWARD_INPUT then BACKWARD_WEIGHT of the same
+ * micro-batch, back to back. who names the schedule in error messages. */
+dyn_status sched_order_1f1b(const dyn_stage_costs *c, const dyn_sched_options *opt, int split,
+                            const char *who, sched_orders *o, dyn_error *err);
 
 /* Generators (one file each). */
 dyn_status sched_build_1f1b(const dyn_stage_costs *c, const dyn_mb_shape *shapes,

@@ -1,33 +1,308 @@
 /* sched_zb.c — a zero-bubble schedule in the spirit of ZB-H1 (Qi et al.,
- * "Zero Bubble Pipeline Parallelism"), for variable-size micro-batches.
+ * "Zero Bubble Pipeline Parallelism", ICLR 2024), for variable-size
+ * micro-batches. One stage per rank (chunks = 1).
  *
  * Backward is split into BACKWARD_INPUT (B: the gradient the previous stage
  * waits for) and BACKWARD_WEIGHT (W: this stage's weight gradients, which
- * nobody waits for). B runs as early as possible; W is deferred into the
- * time a rank would otherwise sit idle waiting for an activation or a
- * gradient. Memory is bounded like ZB-H1: every rank keeps at most S
- * micro-batches in flight (forwarded, W not yet run; a micro-batch's stored
- * activations live until its W), which is what 1F1B's first stage holds, so
- * the peak over ranks matches 1F1B's; the memory limit throttles further.
+ * nobody waits for), so W can be deferred into time a rank would otherwise
+ * sit idle. A micro-batch's stored activations live until its W.
  *
- * Because micro-batch sizes vary, the W placement is decided on the actual
- * per-micro-batch costs by a list-scheduling simulation: each rank, whenever
- * free, runs by priority (1) the next B if its gradient has arrived, (2) the
- * next F if its input has arrived and the in-flight cap and memory allow, (3)
- * the oldest pending W; otherwise it idles until the next input arrives.
- * Ranks decide in time order, so a decision at time t sees every arrival up
- * to t. One stage per rank (chunks = 1). */
+ * The generator builds three candidate orders and keeps the one with the
+ * smallest makespan when timed on the actual per-micro-batch costs (zero
+ * communication cost; ties go to the earlier candidate):
+ *
+ *  1. ZB-H1. Rank r runs 1F1B's forwards (before B j it has run
+ *     min(M, j + S - r) forwards) but defers its W passes by r: right after
+ *     B j it runs W j-r, and the r W passes left run at the end. Every rank
+ *     then holds S micro-batches in flight (forwarded, W not yet run), which
+ *     is 1F1B's first rank, so the peak over ranks is 1F1B's; ZB-H1 keeps the
+ *     same count on every stage (the paper's Figure 3). The deferred W passes
+ *     fill the cool-down: on equal micro-batches, zero communication, M >= S,
+ *     the makespan is M (f + b + w) + (S - 1) max(f, b, f + b - w), against
+ *     1F1B's (M + S - 1)(f + b + w). With an in-flight cap k < S the warm-up
+ *     forwards become min(S - r, k) and the lag min(r, k - min(S - r, k)).
+ *     Under a memory limit this candidate is dropped if its static peak
+ *     exceeds the limit on some rank.
+ *  2. Greedy list scheduling on the costs: a free rank runs the next B if its
+ *     gradient has arrived, else the next F if its input has arrived and the
+ *     in-flight cap and the memory limit allow, else the oldest pending W,
+ *     else idles until the next arrival. It adapts W placement to uneven
+ *     micro-batches, which a fixed pattern cannot.
+ *  3. 1F1B with each backward split into B and W back to back (the order and
+ *     the memory throttling of sched_1f1b.c). Timed on the same costs it is
+ *     never later than 1F1B: every unit starts no later, since B alone ends
+ *     before B + W and the gradient is sent after B. Having it among the
+ *     candidates is what makes the chosen order never slower than 1F1B on the
+ *     same micro-batch order, memory limit and cap (with zero communication
+ *     cost: the choice does not see the link).
+ *
+ * Cost: each candidate is O(units) to build (the greedy O(units * S)) and
+ * O(units) to time with a worklist evaluation of the per-rank orders. */
 #include <math.h>
 #include <stdlib.h>
 
-#include "sched/sched_internal.h" /* defines: sched_orders_*, sched_emit_timed */
+#include "sched/sched_internal.h" /* defines: sched_orders_*, sched_emit_timed, sched_order_1f1b */
 #include "util/util.h"            /* defines: dyn_calloc */
 
+/* Scratch for timing orders: completion times of F and B per (mb, stage),
+ * each rank's clock and position, a stack of ranks to advance. */
+typedef struct zb_work {
+    int32_t S, M;
+    double *fdone, *bdone; /* [M*S], -1: not yet */
+    double *t;             /* [S] */
+    int32_t *pos, *stack;  /* [S] */
+    uint8_t *blocked;      /* [S] */
+} zb_work;
+
+static void zb_work_free(zb_work *w)
+{
+    free(w->fdone);
+    free(w->bdone);
+    free(w->t);
+    free(w->pos);
+    free(w->stack);
+    free(w->blocked);
+}
+
+static dyn_status zb_work_init(zb_work *w, int32_t S, int32_t M, dyn_error *err)
+{
+    w->S = S;
+    w->M = M;
+    w->fdone = dyn_calloc((size_t)M * S, sizeof(double), "zb", err);
+    w->bdone = dyn_calloc((size_t)M * S, sizeof(double), "zb", err);
+    w->t = dyn_calloc((size_t)S, sizeof(double), "zb", err);
+    w->pos = dyn_calloc((size_t)S, sizeof(int32_t), "zb", err);
+    w->stack = dyn_calloc((size_t)S, sizeof(int32_t), "zb", err);
+    w->blocked = dyn_calloc((size_t)S, sizeof(uint8_t), "zb", err);
+    if (!w->fdone || !w->bdone || !w->t || !w->pos || !w->stack || !w->blocked) {
+        zb_work_free(w);
+        return DYN_ERR_NOMEM;
+    }
+    return DYN_OK;
+}
+
+/* Makespan (ms) of per-rank orders o (one stage per rank) when each unit
+ * starts as soon as its rank is free and its input exists; INFINITY if the
+ * orders cannot complete. The start times of fixed per-rank orders do not
+ * depend on which rank is advanced first, so a worklist suffices: a rank
+ * runs until it waits on an input, and is woken when that input is produced
+ * (an F on rank r wakes r + 1, a B wakes r - 1). Each unit is timed once and
+ * each wake-up follows a unit: O(units). */
+static double orders_makespan(const sched_orders *o, const dyn_stage_costs *c, zb_work *w)
+{
+    int32_t S = w->S, last = S - 1, top = 0;
+    for (size_t i = 0; i < (size_t)w->M * S; i++) w->fdone[i] = w->bdone[i] = -1;
+    for (int32_t r = 0; r < S; r++) {
+        w->t[r] = 0;
+        w->pos[r] = 0;
+        w->blocked[r] = 0;
+        w->stack[top++] = r;
+    }
+    while (top > 0) {
+        int32_t r = w->stack[--top];
+        while (w->pos[r] < o->n[r]) {
+            const sched_unit *u = &o->u[r][w->pos[r]];
+            size_t k = (size_t)u->mb * S + r;
+            double dep;
+            if (u->kind == UNIT_F) dep = r == 0 ? 0 : w->fdone[k - 1];
+            else if (u->kind == UNIT_BW) dep = w->bdone[k];
+            else dep = r == last ? w->fdone[k] : w->bdone[k + 1];
+            if (dep < 0) {
+                w->blocked[r] = 1;
+                break;
+            }
+            double end = (dep > w->t[r] ? dep : w->t[r]) + sched_unit_ms(c, u);
+            w->t[r] = end;
+            w->pos[r]++;
+            int32_t wake = -1;
+            if (u->kind == UNIT_F) {
+                w->fdone[k] = end;
+                wake = r + 1;
+            } else if (u->kind != UNIT_BW) {
+                w->bdone[k] = end;
+                wake = r - 1;
+            }
+            if (wake >= 0 && wake < S && w->blocked[wake]) {
+                w->blocked[wake] = 0;
+                w->stack[top++] = wake;
+            }
+        }
+    }
+    double makespan = 0;
+    for (int32_t r = 0; r < S; r++) {
+        if (w->pos[r] < o->n[r]) return INFINITY;
+        if (w->t[r] > makespan) makespan = w->t[r];
+    }
+    return makespan;
+}
+
+/* Static peak (MB) of rank r's order under the memory model of sched.h. */
+static double order_peak(const sched_orders *o, const dyn_stage_costs *c, int32_t r)
+{
+    double base = sched_rank_states(c, r, o->n_ranks), held = 0, peak = base;
+    for (int32_t i = 0; i < o->n[r]; i++) {
+        const sched_unit *u = &o->u[r][i];
+        double stored = sched_stored(c, u->mb, r);
+        double now = base + held + sched_peak(c, u->mb, r) + (u->kind == UNIT_F ? stored : 0);
+        if (now > peak) peak = now;
+        if (u->kind == UNIT_F) held += stored;
+        else if (u->kind == UNIT_BW) held -= stored;
+    }
+    return peak;
+}
+
+/* Candidate 1: the ZB-H1 order (see the top of the file). */
+static dyn_status order_h1(const dyn_stage_costs *c, int32_t S, int32_t cap, sched_orders *o,
+                           dyn_error *err)
+{
+    int32_t M = c->n_microbatches;
+    dyn_status st = sched_orders_init(o, S, S, M, 3, err);
+    if (st != DYN_OK) return st;
+    for (int32_t r = 0; r < S && st == DYN_OK; r++) {
+        int32_t warm = S - r < cap ? S - r : cap; /* non-increasing in r: no deadlock */
+        int32_t lag = cap - warm < r ? cap - warm : r;
+        int32_t nf = 0, nw = 0;
+        for (int32_t j = 0; j < M && st == DYN_OK; j++) {
+            int32_t target = M - j < warm ? M : j + warm;
+            while (nf < target && st == DYN_OK) st = sched_orders_push(o, r, UNIT_F, nf++, r, err);
+            if (st == DYN_OK) st = sched_orders_push(o, r, UNIT_BI, j, r, err);
+            if (st == DYN_OK && j >= lag) st = sched_orders_push(o, r, UNIT_BW, nw++, r, err);
+        }
+        while (nw < M && st == DYN_OK) st = sched_orders_push(o, r, UNIT_BW, nw++, r, err);
+    }
+    if (st != DYN_OK) sched_orders_free(o);
+    return st;
+}
+
 typedef struct zb_rank {
-    double t;                 /* time the rank is free */
-    int32_t nf, nb, nw;       /* next F, B, W micro-batch (in order) */
+    double t;           /* time the rank is free */
+    int32_t nf, nb, nw; /* next F, B, W micro-batch (in order) */
     double held, base, maxpeak;
+    /* the rank's next decision (see greedy_decide) */
+    double when;     /* when it can act; INFINITY: waits on a rank that has not produced yet */
+    int32_t kind;    /* what it would run then */
+    double mem_need; /* > 0: the next F alone (nothing held) exceeds the limit by this need */
 } zb_rank;
+
+/* Decide what rank r of the greedy runs next and when (see the top of the
+ * file). It reads only r's own state and what ranks r - 1 (activations) and
+ * r + 1 (gradients) produced, so after a step only those three change. */
+static void greedy_decide(const dyn_stage_costs *c, zb_rank *rk, int32_t r, int32_t S, int32_t M,
+                          int32_t cap, double limit, const double *fdone, const double *bdone)
+{
+    zb_rank *x = &rk[r];
+    double b_ready = INFINITY, f_ready = INFINITY;
+    x->mem_need = 0;
+    if (x->nb < x->nf) {
+        size_t k = (size_t)x->nb * S + r;
+        double d = r == S - 1 ? fdone[k] : bdone[k + 1];
+        if (d >= 0) b_ready = d;
+    }
+    int f_ok = x->nf < M && x->nf - x->nw < cap;
+    if (f_ok) {
+        double stored = sched_stored(c, x->nf, r), p = sched_peak(c, x->nf, r);
+        double need = x->base + x->held + stored + (p > x->maxpeak ? p : x->maxpeak);
+        if (need > limit) {
+            f_ok = 0;
+            if (x->nf == x->nw) x->mem_need = need;
+        }
+    }
+    if (f_ok) {
+        double d = r == 0 ? 0 : fdone[(size_t)x->nf * S + r - 1];
+        if (d >= 0) f_ready = d;
+    }
+    if (b_ready <= x->t) { x->when = x->t; x->kind = UNIT_BI; }
+    else if (f_ready <= x->t) { x->when = x->t; x->kind = UNIT_F; }
+    else if (x->nw < x->nb) { x->when = x->t; x->kind = UNIT_BW; }
+    else if (b_ready <= f_ready) { x->when = b_ready; x->kind = UNIT_BI; }
+    else { x->when = f_ready; x->kind = UNIT_F; }
+}
+
+/* Candidate 2: greedy list scheduling (see the top of the file). Ranks
+ * decide in time order (the earliest decision first, ties to the lower
+ * rank), so a decision at time t sees every arrival up to t. Each step
+ * re-decides three ranks and scans S cached times: O(units * S) with a
+ * small constant. */
+static dyn_status order_greedy(const dyn_stage_costs *c, int32_t S, int32_t cap, double limit,
+                               zb_work *w, sched_orders *o, double *makespan, dyn_error *err)
+{
+    int32_t M = c->n_microbatches;
+    dyn_status st = sched_orders_init(o, S, S, M, 3, err);
+    if (st != DYN_OK) return st;
+    double *fdone = w->fdone, *bdone = w->bdone;
+    zb_rank *rk = dyn_calloc((size_t)S, sizeof(zb_rank), "zb", err);
+    if (!rk) {
+        sched_orders_free(o);
+        return DYN_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < (size_t)M * S; i++) fdone[i] = bdone[i] = -1;
+    for (int32_t r = 0; r < S; r++) {
+        rk[r].base = sched_rank_states(c, r, S);
+        for (int32_t m = 0; m < M; m++)
+            if (sched_peak(c, m, r) > rk[r].maxpeak) rk[r].maxpeak = sched_peak(c, m, r);
+    }
+    for (int32_t r = 0; r < S; r++) greedy_decide(c, rk, r, S, M, cap, limit, fdone, bdone);
+    int64_t remaining = 3 * (int64_t)M * S;
+    while (remaining > 0) {
+        int32_t best = -1;
+        double best_time = INFINITY;
+        for (int32_t r = 0; r < S; r++) {
+            if (rk[r].when < best_time) {
+                best_time = rk[r].when;
+                best = r;
+            }
+        }
+        if (best < 0) {
+            int32_t mb = -1;
+            for (int32_t r = 0; r < S && mb < 0; r++)
+                if (rk[r].mem_need > 0) mb = r;
+            if (mb >= 0)
+                st = dyn_error_set(err, DYN_ERR_INFEASIBLE,
+                                   "zb: stage %d (rank %d) cannot run micro-batch %d even alone: "
+                                   "needs %.1f MB (states %.1f, largest peak %.1f) over the %.1f "
+                                   "MB limit",
+                                   mb, mb, rk[mb].nf, rk[mb].mem_need, rk[mb].base,
+                                   rk[mb].maxpeak, limit);
+            else
+                st = dyn_error_set(err, DYN_ERR_INTERNAL, "zb: no rank can progress");
+            break;
+        }
+        zb_rank *x = &rk[best];
+        sched_unit u;
+        u.kind = x->kind;
+        u.stage = best;
+        u.mb = u.kind == UNIT_F ? x->nf : u.kind == UNIT_BI ? x->nb : x->nw;
+        size_t k = (size_t)u.mb * S + best;
+        double end = best_time + sched_unit_ms(c, &u);
+        x->t = end;
+        if (u.kind == UNIT_F) {
+            fdone[k] = end;
+            x->held += sched_stored(c, u.mb, best);
+            x->nf++;
+        } else if (u.kind == UNIT_BI) {
+            bdone[k] = end;
+            x->nb++;
+        } else {
+            x->held -= sched_stored(c, u.mb, best);
+            x->nw++;
+        }
+        st = sched_orders_push(o, best, u.kind, u.mb, u.stage, err);
+        if (st != DYN_OK) break;
+        remaining--;
+        for (int32_t r = best - 1; r <= best + 1; r++)
+            if (r >= 0 && r < S) greedy_decide(c, rk, r, S, M, cap, limit, fdone, bdone);
+    }
+    /* each unit started as early as its order allowed: these are the
+     * order's timed completion times, no need to time it again */
+    *makespan = 0;
+    for (int32_t r = 0; r < S; r++)
+        if (rk[r].t > *makespan) *makespan = rk[r].t;
+    free(rk);
+    if (st != DYN_OK) sched_orders_free(o);
+    return st;
+}
+
+enum { CAND_H1 = 0, CAND_GREEDY = 1, CAND_SPLIT_1F1B = 2, N_CAND = 3 };
 
 dyn_status sched_build_zb(const dyn_stage_costs *c, const dyn_mb_shape *shapes,
                           const dyn_sched_options *opt, dyn_exec_plan *out, dyn_error *err)
@@ -37,112 +312,63 @@ dyn_status sched_build_zb(const dyn_stage_costs *c, const dyn_mb_shape *shapes,
     if (opt->chunks != 1)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                              "zb runs one stage per rank (chunks = 1, got %d)", opt->chunks);
-    int32_t S = opt->n_ranks, M = c->n_microbatches, last = S - 1;
+    int32_t S = opt->n_ranks, M = c->n_microbatches;
     double limit = opt->memory_limit_mb > 0 ? opt->memory_limit_mb : INFINITY;
     int32_t cap = S;
     if (opt->max_in_flight > 0 && opt->max_in_flight < cap) cap = opt->max_in_flight;
-    sched_orders o;
-    st = sched_orders_init(&o, S, S, M, 3, err);
+    zb_work w;
+    st = zb_work_init(&w, S, M, err);
     if (st != DYN_OK) return st;
-    double *fdone = dyn_calloc((size_t)M * S, sizeof(double), "zb", err);
-    double *bdone = dyn_calloc((size_t)M * S, sizeof(double), "zb", err);
-    zb_rank *rk = dyn_calloc((size_t)S, sizeof(zb_rank), "zb", err);
-    if (!fdone || !bdone || !rk) {
-        st = DYN_ERR_NOMEM;
-        goto out;
-    }
-    for (size_t i = 0; i < (size_t)M * S; i++) fdone[i] = bdone[i] = -1;
-    for (int32_t r = 0; r < S; r++) {
-        rk[r].base = sched_rank_states(c, r, S);
-        for (int32_t m = 0; m < M; m++)
-            if (sched_peak(c, m, r) > rk[r].maxpeak) rk[r].maxpeak = sched_peak(c, m, r);
-    }
-    int64_t remaining = 3 * (int64_t)M * S;
-    while (remaining > 0) {
-        /* For each rank: when it can next act (INFINITY: waits on a rank that
-         * has not produced the input yet) and what it would run. */
-        int32_t best = -1, best_kind = -1;
-        double best_time = INFINITY;
-        int mem_blocked = -1;
-        double mem_need = 0;
-        for (int32_t r = 0; r < S; r++) {
-            zb_rank *x = &rk[r];
-            double b_ready = INFINITY, f_ready = INFINITY;
-            if (x->nb < x->nf) {
-                size_t k = (size_t)x->nb * S + r;
-                double d = r == last ? fdone[k] : bdone[k + 1];
-                if (d >= 0) b_ready = d;
+    sched_orders cand[N_CAND];
+    int have[N_CAND] = {0, 0, 0};
+    double greedy_ms = INFINITY;
+    dyn_status first_fail = DYN_OK; /* an infeasible candidate is skipped, not fatal */
+    dyn_error fail_err;
+    dyn_error_clear(&fail_err);
+    for (int k = 0; k < N_CAND; k++) {
+        dyn_error e;
+        dyn_error_clear(&e);
+        if (k == CAND_H1) st = order_h1(c, S, cap, &cand[k], &e);
+        else if (k == CAND_GREEDY) st = order_greedy(c, S, cap, limit, &w, &cand[k], &greedy_ms, &e);
+        else st = sched_order_1f1b(c, opt, 1, "zb", &cand[k], &e);
+        if (st == DYN_ERR_INFEASIBLE) {
+            if (first_fail == DYN_OK) {
+                first_fail = st;
+                fail_err = e;
             }
-            int f_ok = x->nf < M && x->nf - x->nw < cap;
-            if (f_ok) {
-                double stored = sched_stored(c, x->nf, r), p = sched_peak(c, x->nf, r);
-                double need = x->base + x->held + stored + (p > x->maxpeak ? p : x->maxpeak);
-                if (need > limit) {
-                    f_ok = 0;
-                    if (x->nf == x->nw && mem_blocked < 0) {
-                        mem_blocked = r;
-                        mem_need = need;
-                    }
-                }
-            }
-            if (f_ok) {
-                double d = r == 0 ? 0 : fdone[(size_t)x->nf * S + r - 1];
-                if (d >= 0) f_ready = d;
-            }
-            int w_ok = x->nw < x->nb;
-            double when;
-            int kind;
-            if (b_ready <= x->t) { when = x->t; kind = UNIT_BI; }
-            else if (f_ready <= x->t) { when = x->t; kind = UNIT_F; }
-            else if (w_ok) { when = x->t; kind = UNIT_BW; }
-            else if (b_ready <= f_ready) { when = b_ready; kind = UNIT_BI; }
-            else { when = f_ready; kind = UNIT_F; }
-            if (when < best_time) {
-                best_time = when;
-                best = r;
-                best_kind = kind;
-            }
+            continue;
         }
-        if (best < 0) {
-            if (mem_blocked >= 0)
-                st = dyn_error_set(err, DYN_ERR_INFEASIBLE,
-                                   "zb: stage %d (rank %d) cannot run micro-batch %d even alone: "
-                                   "needs %.1f MB (states %.1f, largest peak %.1f) over the %.1f "
-                                   "MB limit",
-                                   mem_blocked, mem_blocked, rk[mem_blocked].nf, mem_need,
-                                   rk[mem_blocked].base, rk[mem_blocked].maxpeak, limit);
-            else
-                st = dyn_error_set(err, DYN_ERR_INTERNAL, "zb: no rank can progress");
+        if (st != DYN_OK) {
+            if (err) *err = e;
             goto out;
         }
-        zb_rank *x = &rk[best];
-        sched_unit u;
-        u.kind = best_kind;
-        u.stage = best;
-        u.mb = best_kind == UNIT_F ? x->nf : best_kind == UNIT_BI ? x->nb : x->nw;
-        size_t k = (size_t)u.mb * S + best;
-        double end = best_time + sched_unit_ms(c, &u);
-        x->t = end;
-        if (best_kind == UNIT_F) {
-            fdone[k] = end;
-            x->held += sched_stored(c, u.mb, best);
-            x->nf++;
-        } else if (best_kind == UNIT_BI) {
-            bdone[k] = end;
-            x->nb++;
-        } else {
-            x->held -= sched_stored(c, u.mb, best);
-            x->nw++;
+        have[k] = 1;
+        if (k == CAND_H1 && limit < INFINITY) {
+            for (int32_t r = 0; r < S && have[k]; r++)
+                if (order_peak(&cand[k], c, r) > limit) have[k] = 0;
+            if (!have[k]) sched_orders_free(&cand[k]);
         }
-        st = sched_orders_push(&o, best, u.kind, u.mb, u.stage, err);
-        if (st != DYN_OK) goto out;
-        remaining--;
     }
-    st = sched_emit_timed(&o, c, shapes, opt, DYN_SCHED_ZB, out, err);
+    int best = -1;
+    double best_ms = INFINITY;
+    for (int k = 0; k < N_CAND; k++) {
+        if (!have[k]) continue;
+        double ms = k == CAND_GREEDY ? greedy_ms : orders_makespan(&cand[k], c, &w);
+        if (best < 0 || ms < best_ms) {
+            best = k;
+            best_ms = ms;
+        }
+    }
+    if (best < 0) {
+        st = first_fail != DYN_OK ? first_fail : DYN_ERR_INTERNAL;
+        if (err) *err = fail_err;
+        if (first_fail == DYN_OK) st = dyn_error_set(err, st, "zb: no candidate order");
+        goto out;
+    }
+    st = sched_emit_timed(&cand[best], c, shapes, opt, DYN_SCHED_ZB, out, err);
 out:
-    free(fdone);
-    free(bdone);
-    free(rk);
-    sched_orders_free(&o);
+    for (int k = 0; k < N_CAND; k++)
+        if (have[k]) sched_orders_free(&cand[k]);
+    zb_work_free(&w);
     return st;
 }
