@@ -263,6 +263,11 @@ static void test_kk_beats_round_robin(void **state)
     assert_int_equal(dyn_balance_kk(w, 5, 2, a, &kk, NULL), DYN_OK);
     assert_true(fabs(kk - 16.0) < 1e-12);
     assert_true(fabs(dyn_balance_round_robin(w, 5, 2, a) - 18.0) < 1e-12);
+    /* more replicas than micro-batches: one each */
+    assert_int_equal(dyn_balance_kk(w, 5, 7, a, &kk, NULL), DYN_OK);
+    assert_true(fabs(kk - 8.0) < 1e-12);
+    for (int32_t i = 0; i < 5; i++)
+        for (int32_t j = 0; j < i; j++) assert_true(a[i] != a[j]);
 }
 
 static void test_infeasible_names_sample_and_numbers(void **state)

@@ -225,9 +225,16 @@ static double bf_best(bf_ctx *c)
     return c->best;
 }
 
+static int few_shapes; /* draw lengths from a handful of values (shapes repeat) */
+
 static void random_samples(dyn_rng *rng, dyn_sample *s, int32_t n, int32_t maxlen, dyn_model_kind kind)
 {
     for (int32_t i = 0; i < n; i++) {
+        if (few_shapes) {
+            static const int32_t in[] = {5, 8, 30, 31}, tg[] = {3, 16, 17};
+            s[i] = (dyn_sample){i, -1, in[dyn_rng_below(rng, 4)], tg[dyn_rng_below(rng, 3)]};
+            continue;
+        }
         s[i].id = i;
         s[i].task = -1;
         if (kind == DYN_MODEL_GPT) {
@@ -334,6 +341,17 @@ static void test_planner_t5_equals_brute_force(void **state)
     run_planner_vs_brute(DYN_MODEL_T5, 6, 400);
 }
 
+/* Repeated padded shapes: the T5 order by padded lengths and its shared
+ * cost rows come into play (GPT: the affine shortcut on long groups). */
+static void test_planner_repeated_shapes_equal_brute_force(void **state)
+{
+    (void)state;
+    few_shapes = 1;
+    run_planner_vs_brute(DYN_MODEL_T5, 8, 400);
+    run_planner_vs_brute(DYN_MODEL_GPT, 9, 400);
+    few_shapes = 0;
+}
+
 /* Near-equal candidate times (closer than the reference's 5 ms merge) must
  * still be told apart: here the optimum needs t_max = 10.000001, not 10. */
 static void test_dp_keeps_close_candidates(void **state)
@@ -360,6 +378,7 @@ int main(void)
         cmocka_unit_test(test_dp_shared_rows_affine_and_not),
         cmocka_unit_test(test_planner_gpt_equals_brute_force),
         cmocka_unit_test(test_planner_t5_equals_brute_force),
+        cmocka_unit_test(test_planner_repeated_shapes_equal_brute_force),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -49,6 +49,15 @@ dyn_status dyn_balance_kk(const double *w, int32_t m, int32_t d, int32_t *replic
         if (max_load) *max_load = sum;
         return DYN_OK;
     }
+    if (d >= m) { /* a replica each: nothing to balance (and no m x d table) */
+        double mx = 0.0;
+        for (int32_t i = 0; i < m; i++) {
+            replica[i] = i;
+            if (w[i] > mx) mx = w[i];
+        }
+        if (max_load) *max_load = mx;
+        return DYN_OK;
+    }
     kk_bin *bins = dyn_calloc((size_t)m * (size_t)d, sizeof(kk_bin), "KK partial solutions", err);
     int32_t *next = dyn_calloc((size_t)m, sizeof(int32_t), "KK item links", err);
     char *alive = dyn_calloc((size_t)m, 1, "KK flags", err);

@@ -9,8 +9,10 @@
  * each bucket's targets alternately up and down, so a run that crosses a
  * bucket boundary meets similar targets on both sides (a boustrophedon path,
  * the cheap cousin of the reference's TSP tour over clustered points). The
- * planner tries lexicographic and several bucket widths and keeps the order
- * whose DP optimum is best, so it is never worse than lexicographic.
+ * planner tries lexicographic, the order by padded lengths (which lets
+ * samples of equal padded shape share cost rows, see dp.c) and a serpentine
+ * order, and keeps the order whose DP optimum is best, so it is never worse
+ * than lexicographic.
  *
  * All sorts break ties by sample index: the same input gives the same order.
  */
@@ -72,6 +74,21 @@ dyn_status dyn_order_t5_lex(const dyn_sample *s, int32_t n, int32_t *perm, dyn_e
     if (keys == NULL) return DYN_ERR_NOMEM;
     for (int32_t i = 0; i < n; i++) {
         keys[i].key = pack3(0, clamp21(s[i].input_len), clamp21(s[i].target_len));
+        keys[i].idx = i;
+    }
+    sort_by_keys(keys, n, perm);
+    free(keys);
+    return DYN_OK;
+}
+
+dyn_status dyn_order_t5_padded(const dyn_sample *s, int32_t n, int32_t r, int32_t *perm,
+                               dyn_error *err)
+{
+    order_key *keys = dyn_calloc((size_t)n, sizeof(order_key), "ordering keys", err);
+    if (keys == NULL) return DYN_ERR_NOMEM;
+    for (int32_t i = 0; i < n; i++) {
+        int64_t pi = (s[i].input_len + r - 1) / r, pt = (s[i].target_len + r - 1) / r;
+        keys[i].key = pack3(clamp21(pi), clamp21(pt), clamp21(s[i].input_len));
         keys[i].idx = i;
     }
     sort_by_keys(keys, n, perm);

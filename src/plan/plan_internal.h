@@ -76,6 +76,11 @@ static inline int32_t dyn_round_up(int32_t len, int32_t r)
 dyn_status dyn_order_gpt(const dyn_sample *s, int32_t n, int32_t *perm, dyn_error *err);
 /* T5, lexicographic: by input, then target, then index. */
 dyn_status dyn_order_t5_lex(const dyn_sample *s, int32_t n, int32_t *perm, dyn_error *err);
+/* T5, by padded lengths: (input rounded up to r, target rounded up to r,
+ * input, index), so that samples of equal padded shape are adjacent and the
+ * DP can share one cost row among them. */
+dyn_status dyn_order_t5_padded(const dyn_sample *s, int32_t n, int32_t r, int32_t *perm,
+                               dyn_error *err);
 /* T5, serpentine: inputs cut into buckets of `bucket` tokens (rounded input /
  * bucket); buckets in increasing input; within a bucket sorted by target,
  * alternately increasing and decreasing, so that consecutive buckets meet at
@@ -124,6 +129,9 @@ struct dyn_planner {
     /* scratch, grown as needed */
     int32_t scratch_n;
     int32_t *perm, *width, *run_len, *perm2, *run_len2;
+    int32_t *shared; /* T5: cost-row index a position's runs all use, or -1 */
+    uint32_t *shape_seen;  /* T5: per padded (input, target) pair, the batch that last had it */
+    uint32_t batch_stamp;  /* T5: planned batches, for shape_seen */
     const double **time;
     double *band;
     int64_t band_alloc;

@@ -119,6 +119,7 @@ dyn_planner *dyn_planner_create_custom(dyn_model_kind kind, dyn_mb_cost_fn fn, v
     p->ctx = ctx;
     p->states_mb = states_mb;
     p->opt = *opt;
+    p->opt.memory_limit_mb = limit;
     p->stored_limit_mb = avail / opt->stages;
     p->peak_limit_mb = isinf(avail) ? avail : avail - (opt->stages - 1) * p->stored_limit_mb;
     p->n_len = (opt->max_seqlen + opt->round_to - 1) / opt->round_to;
@@ -148,6 +149,8 @@ void dyn_planner_free(dyn_planner *p)
     free(p->run_len);
     free(p->perm2);
     free(p->run_len2);
+    free(p->shared);
+    free(p->shape_seen);
     free(p->time);
     free(p->band);
     if (p->free_ctx) p->free_ctx(p->owned_ctx);
@@ -252,7 +255,9 @@ static dyn_status scratch_ensure(dyn_planner *p, int32_t n, dyn_error *err)
     if (e) p->run_len2 = e;
     const double **f = realloc(p->time, (size_t)na * sizeof(double *));
     if (f) p->time = f;
-    if (!a || !b || !c || !d || !e || !f)
+    int32_t *g = realloc(p->shared, (size_t)na * sizeof(int32_t));
+    if (g) p->shared = g;
+    if (!a || !b || !c || !d || !e || !f || !g)
         return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for planner scratch (%d samples)", n);
     p->scratch_n = na;
     return DYN_OK;
@@ -292,7 +297,7 @@ static dyn_status infeasible_sample(const dyn_planner *p, const dyn_sample *s, d
                          s->id, s->input_len, s->target_len, c.stored_mb, c.peak_mb,
                          p->peak_limit_mb < p->stored_limit_mb ? p->peak_limit_mb
                                                                : p->stored_limit_mb,
-                         p->opt.memory_limit_mb > 0 ? p->opt.memory_limit_mb : INFINITY,
+                         p->opt.memory_limit_mb,
                          p->states_mb, p->opt.stages);
 }
 
@@ -419,9 +424,34 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
         }
     }
     double tau_cap = p->use_naive_dp ? INFINITY : time_cap(p, single_max, single_sum, lb);
+    /* Runs ending at j whose samples all have j's padded shape (e, d) cost
+     * row (e, d)'s t(k). When all of j's runs are like that -- the band
+     * stopped (memory or cap) before leaving j's group of equal shapes --
+     * j uses that row directly (shared[j]); the next position of the same
+     * shape then has the same width without scanning when the row itself
+     * ends there (memory or cap), since its window stays in the group.
+     * Positions sharing a row let the DP take its affine shortcut. */
+    const int32_t nl = p->n_len;
     int64_t off = 0;
     for (int32_t j = 0; j < n; j++) {
-        int32_t max_in = 0, max_tg = 0, ei = -1, di = -1;
+        const dyn_sample *xj = &s[perm[j]];
+        int32_t own_e = len_index(xj->input_len, r), own_d = len_index(xj->target_len, r);
+        int32_t own = own_e * nl + own_d;
+        if (!p->use_naive_dp && j > 0 && p->shared[j - 1] == own && p->width[j - 1] < j) {
+            /* j-1's runs all lay in the group and stopped at W; j's W runs
+             * do too. One more (W + 1 samples) is in the group as well, so
+             * it stops j only if the row itself stops there. */
+            int32_t W = p->width[j - 1], avail;
+            dyn_cost_row *row;
+            st = row_ensure(p, own_e, own_d, W + 1, &row, &avail, err);
+            if (st != DYN_OK) return st;
+            if (avail < W + 1 || row->time[W] > tau_cap) {
+                p->shared[j] = own;
+                p->width[j] = W;
+                continue;
+            }
+        }
+        int32_t max_in = 0, max_tg = 0, ei = -1, di = -1, in_group = 1;
         dyn_cost_row *row = NULL;
         if ((st = band_ensure(p, off + j + 1, err)) != DYN_OK) return st;
         int32_t k = 1;
@@ -441,16 +471,28 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
             }
             double t = row->time[k - 1];
             if (t > tau_cap && k > 1) break;
+            if (e != own_e || d != own_d || len_index(x->input_len, r) != own_e ||
+                len_index(x->target_len, r) != own_d)
+                in_group = 0;
             p->band[off + k - 1] = t;
         }
         p->width[j] = k - 1;
-        off += k - 1;
+        if (in_group && !p->use_naive_dp) {
+            p->shared[j] = own; /* band entries equal the row's: drop them */
+        } else {
+            p->shared[j] = -1;
+            off += k - 1;
+        }
     }
-    /* Pointers only now: the band may have moved while growing. */
+    /* Pointers only now: the band and the rows may have moved while growing. */
     off = 0;
     for (int32_t j = 0; j < n; j++) {
-        p->time[j] = p->band + off;
-        off += p->width[j];
+        if (p->shared[j] >= 0) {
+            p->time[j] = p->rows[p->shared[j]]->time;
+        } else {
+            p->time[j] = p->band + off;
+            off += p->width[j];
+        }
     }
     return DYN_OK;
 }
@@ -467,9 +509,15 @@ static dyn_status solve_order(dyn_planner *p, const dyn_sample *s, int32_t n, co
     return st;
 }
 
-/* T5 orderings tried, as serpentine bucket widths in units of round_to;
- * 0 is lexicographic. The best DP optimum wins; ties keep the earlier. */
-static const int32_t t5_buckets[] = {0, 16};
+/* T5 orderings tried: -1 by padded lengths, 0 lexicographic, > 0 serpentine
+ * with that bucket width in units of round_to. The best DP optimum wins;
+ * ties keep the earlier. The order by padded lengths is tried (first: its
+ * shared cost rows make it fast, and its optimum prunes the others' search)
+ * only when padded shapes repeat a lot -- at least T5_SHARED_MIN samples per
+ * distinct shape, as with many short samples; on ordinary batches, where
+ * shapes barely repeat, it would cost time and rarely win. */
+#define T5_SHARED_MIN 4
+static const int32_t t5_buckets[] = {-1, 0, 16};
 
 static dyn_status plan_dynapipe(dyn_planner *p, const dyn_sample *s, int32_t n, dyn_batch_plan *out,
                                 dyn_error *err)
@@ -483,26 +531,49 @@ static dyn_status plan_dynapipe(dyn_planner *p, const dyn_sample *s, int32_t n, 
     } else {
         /* perm/run_len hold the best so far; perm2/run_len2 the trial. */
         double best = INFINITY;
-        int32_t best_runs = 0;
-        size_t n_orders = p->t5_lex_only ? 1 : sizeof t5_buckets / sizeof t5_buckets[0];
-        for (size_t c = 0; c < n_orders; c++) {
-            int32_t *perm = c == 0 ? p->perm : p->perm2;
-            st = c == 0 ? dyn_order_t5_lex(s, n, perm, err)
-                        : dyn_order_t5_serpentine(s, n, t5_buckets[c] * p->opt.round_to, perm, err);
+        int32_t best_runs = 0, tried = 0;
+        int use_padded = 0;
+        if (!p->t5_lex_only) { /* distinct padded shapes, by batch stamps */
+            const int32_t r = p->opt.round_to;
+            if (p->shape_seen == NULL) {
+                p->shape_seen = dyn_calloc((size_t)p->n_len * (size_t)p->n_len, sizeof(uint32_t),
+                                           "shape stamps", err);
+                if (p->shape_seen == NULL) return DYN_ERR_NOMEM;
+            }
+            if (++p->batch_stamp == 0) { /* wrapped: forget old stamps */
+                memset(p->shape_seen, 0, (size_t)p->n_len * (size_t)p->n_len * sizeof(uint32_t));
+                p->batch_stamp = 1;
+            }
+            int32_t shapes = 0;
+            for (int32_t i = 0; i < n; i++) {
+                size_t k = (size_t)len_index(s[i].input_len, r) * (size_t)p->n_len +
+                           (size_t)len_index(s[i].target_len, r);
+                shapes += p->shape_seen[k] != p->batch_stamp;
+                p->shape_seen[k] = p->batch_stamp;
+            }
+            use_padded = n >= T5_SHARED_MIN * shapes;
+        }
+        for (size_t c = 0; c < sizeof t5_buckets / sizeof t5_buckets[0]; c++) {
+            int32_t b = t5_buckets[c];
+            if ((p->t5_lex_only && b != 0) || (b < 0 && !use_padded)) continue;
+            int32_t *perm = tried == 0 ? p->perm : p->perm2;
+            st = b < 0    ? dyn_order_t5_padded(s, n, p->opt.round_to, perm, err)
+                 : b == 0 ? dyn_order_t5_lex(s, n, perm, err)
+                          : dyn_order_t5_serpentine(s, n, b * p->opt.round_to, perm, err);
             if (st != DYN_OK) return st;
-            dyn_dp_result trial = {.run_len = c == 0 ? p->run_len : p->run_len2};
+            dyn_dp_result trial = {.run_len = tried == 0 ? p->run_len : p->run_len2};
             /* Later orders only need to beat the best so far: the search
              * skips t_max values that cannot (exact for the better one). */
-            if ((st = solve_order(p, s, n, perm, c == 0 ? INFINITY : best, &trial, err)) != DYN_OK)
-                return st;
-            if (c == 0 || trial.objective_ms < best) {
+            if ((st = solve_order(p, s, n, perm, best, &trial, err)) != DYN_OK) return st;
+            if (tried == 0 || trial.objective_ms < best) {
                 best = trial.objective_ms;
                 best_runs = trial.n_runs;
-                if (c != 0) {
+                if (tried != 0) {
                     memcpy(p->perm, p->perm2, (size_t)n * sizeof(int32_t));
                     memcpy(p->run_len, p->run_len2, (size_t)trial.n_runs * sizeof(int32_t));
                 }
             }
+            tried++;
         }
         res.n_runs = best_runs;
     }
@@ -625,14 +696,21 @@ dyn_status dyn_plan_assemble(const dyn_planner *p, const dyn_sample *s, int32_t 
     }
     double max_load;
     if ((st = dyn_balance_kk(load, n_groups, p->opt.dp, rep, &max_load, err)) != DYN_OK) goto done;
-    /* Micro-batches grouped by replica, each replica's in planning order. */
-    int32_t m = 0, max_per_replica = 0;
-    for (int32_t rr = 0; rr < p->opt.dp; rr++) {
-        int32_t cnt = 0;
-        for (int32_t g = 0; g < n_groups; g++)
-            if (rep[g] == rr) order[m++] = g, cnt++;
-        if (cnt > max_per_replica) max_per_replica = cnt;
+    /* Micro-batches grouped by replica, each replica's in planning order
+     * (a counting sort: dp may be large). */
+    int32_t max_per_replica = 0;
+    int32_t *start = dyn_calloc((size_t)p->opt.dp + 1, sizeof(int32_t), "replica counts", err);
+    if (start == NULL) {
+        st = DYN_ERR_NOMEM;
+        goto done;
     }
+    for (int32_t g = 0; g < n_groups; g++) start[rep[g] + 1]++;
+    for (int32_t rr = 0; rr < p->opt.dp; rr++) {
+        if (start[rr + 1] > max_per_replica) max_per_replica = start[rr + 1];
+        start[rr + 1] += start[rr];
+    }
+    for (int32_t g = 0; g < n_groups; g++) order[start[rep[g]]++] = g;
+    free(start);
     out->n_microbatches = n_groups;
     out->n_samples = n;
     pos = 0;
