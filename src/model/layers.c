@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "model/layers.h"   /* defines: the kernel contracts */
+#include "model/threads.h"  /* defines: dyn_par */
 
 /* The [c0, c1) slice of n channels owned by thread tid of nt. */
 static void channel_range(int n, int tid, int nt, int *c0, int *c1)
@@ -33,7 +34,7 @@ void dyn_linear_forward(float *out, const float *inp, const float *w, const floa
     float beta = 0.0f;
     if (bias) {
         /* Start from the bias so that sgemm adds the product in one pass. */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * OC))
         for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
         beta = 1.0f;
     }
@@ -49,7 +50,7 @@ void dyn_linear_backward(float *dinp, float *dw, float *dbias, const float *dout
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
                 dw, C);
     if (dbias) {
-#pragma omp parallel
+#pragma omp parallel if (dyn_par((size_t)N * OC))
         {
             int c0, c1;
             channel_range(OC, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
@@ -66,7 +67,7 @@ void dyn_linear_backward(float *dinp, float *dw, float *dbias, const float *dout
 void dyn_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                            const float *w, const float *b, int N, int C)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * C;
@@ -90,7 +91,7 @@ void dyn_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
     if (dinp) {
         /* dx = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),
          * dnorm = dout * w: the standard LayerNorm input gradient. */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
         for (int n = 0; n < N; n++) {
             const float *x = inp + (size_t)n * C;
             const float *d = dout + (size_t)n * C;
@@ -110,7 +111,7 @@ void dyn_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
             }
         }
     }
-#pragma omp parallel
+#pragma omp parallel if (dyn_par((size_t)N * C))
     {
         int c0, c1;
         channel_range(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
@@ -130,7 +131,7 @@ void dyn_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
 
 void dyn_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * C;
@@ -148,7 +149,7 @@ void dyn_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float
     if (dinp) {
         /* y = x s w with s = (mean(x^2)+eps)^-1/2: dx = s (dn - x s^2 mean(dn x)),
          * dn = dout * w. */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
         for (int n = 0; n < N; n++) {
             const float *x = inp + (size_t)n * C;
             const float *d = dout + (size_t)n * C;
@@ -160,7 +161,7 @@ void dyn_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float
             for (int c = 0; c < C; c++) dx[c] += s * (d[c] * w[c] - x[c] * k);
         }
     }
-#pragma omp parallel
+#pragma omp parallel if (dyn_par((size_t)N * C))
     {
         int c0, c1;
         channel_range(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
@@ -192,25 +193,25 @@ static inline float gelu_grad1(float x)
 
 void dyn_gelu_forward(float *out, const float *inp, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par(n))
     for (size_t i = 0; i < n; i++) out[i] = gelu1(inp[i]);
 }
 
 void dyn_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par(n))
     for (size_t i = 0; i < n; i++) dinp[i] += gelu_grad1(inp[i]) * dout[i];
 }
 
 void dyn_gelu_backward_inplace(float *d, const float *inp, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par(n))
     for (size_t i = 0; i < n; i++) d[i] = gelu_grad1(inp[i]) * d[i];
 }
 
 void dyn_gated_gelu_forward(float *out, const float *h, int N, int F)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * F))
     for (int n = 0; n < N; n++) {
         const float *a = h + (size_t)n * 2 * F, *b = a + F;
         float *o = out + (size_t)n * F;
@@ -220,7 +221,7 @@ void dyn_gated_gelu_forward(float *out, const float *h, int N, int F)
 
 void dyn_gated_gelu_backward(float *dh, const float *dout, const float *h, int N, int F)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * F))
     for (int n = 0; n < N; n++) {
         const float *a = h + (size_t)n * 2 * F, *b = a + F;
         const float *d = dout + (size_t)n * F;
@@ -236,13 +237,13 @@ void dyn_gated_gelu_backward(float *dh, const float *dout, const float *h, int N
 
 void dyn_residual_forward(float *out, const float *a, const float *b, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par(n))
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 void dyn_residual_backward(float *da, float *db, const float *dout, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par(n))
     for (size_t i = 0; i < n; i++) {
         if (da) da[i] += dout[i];
         if (db) db[i] += dout[i];
@@ -254,7 +255,7 @@ void dyn_residual_backward(float *da, float *db, const float *dout, size_t n)
 void dyn_embed_pos_forward(float *out, const int32_t *tokens, const int32_t *pos,
                            const float *wte, const float *wpe, int N, int C)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
     for (int n = 0; n < N; n++) {
         assert(tokens[n] >= 0 && pos[n] >= 0);
         const float *te = wte + (size_t)tokens[n] * C;
@@ -269,7 +270,7 @@ void dyn_embed_pos_backward(float *dwte, float *dwpe, const float *dout, const i
 {
     /* Rows of dwte are shared by repeated tokens: split channels, not rows,
      * so no two threads write one float and each adds rows in order. */
-#pragma omp parallel
+#pragma omp parallel if (dyn_par((size_t)N * C))
     {
         int c0, c1;
         channel_range(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
@@ -287,7 +288,7 @@ void dyn_embed_pos_backward(float *dwte, float *dwpe, const float *dout, const i
 
 void dyn_embed_forward(float *out, const int32_t *tokens, const float *wte, int N, int C)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
     for (int n = 0; n < N; n++) {
         assert(tokens[n] >= 0);
         memcpy(out + (size_t)n * C, wte + (size_t)tokens[n] * C, (size_t)C * sizeof(float));
@@ -358,7 +359,7 @@ double dyn_lmhead_ce_forward(float *losses, float *lse, const float *x, const fl
             int nv = V - v0 < vch ? V - v0 : vch;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nv, C, 1.0f, xs, C,
                         w + (size_t)v0 * C, C, 0.0f, lg, nv);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)m * nv))
             for (int i = 0; i < m; i++) {
                 const float *l = lg + (size_t)i * nv;
                 float mx = rmax[i];
@@ -402,7 +403,7 @@ void dyn_lmhead_ce_backward(float *dx, float *dw, const float *x, const float *w
             int nv = V - v0 < vch ? V - v0 : vch;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nv, C, 1.0f, xs, C,
                         w + (size_t)v0 * C, C, 0.0f, lg, nv);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)m * nv))
             for (int i = 0; i < m; i++) {
                 int n = idx[i];
                 float *l = lg + (size_t)i * nv;

@@ -1,0 +1,48 @@
+/* threads.h — the one place where the model code's thread count is set.
+ *
+ * Threading model (see docs/architecture.md, "Threads"). The process has ONE
+ * pool of worker threads: libgomp's. The model kernels' own loops are OpenMP
+ * parallel regions, and OpenBLAS is the OpenMP build (Debian
+ * libopenblas-openmp-dev, selected by CMakeLists.txt), whose sgemm forks its
+ * work onto that same pool when called outside a parallel region and runs
+ * single-threaded when called inside one. So there are never more busy or
+ * spinning threads than the count set here. (The pthread build of OpenBLAS
+ * keeps a second pool of its own; its idle workers spin while libgomp's
+ * spin, which on a 2-core machine made two threads 1.5-3x SLOWER than one.)
+ *
+ * Small work runs on one thread: a parallel region costs a fork and a join
+ * (microseconds when the workers spin, tens of microseconds when they sleep
+ * or another process holds the core), more than it saves below
+ * DYN_PAR_MIN_WORK elements. Every kernel loop that goes parallel says
+ * `if (dyn_par(work))`. Results never depend on the thread count chosen this
+ * way: the kernels split work so each output is computed by one thread in a
+ * fixed order (layers.c, attention.c). */
+#ifndef DYN_MODEL_THREADS_H
+#define DYN_MODEL_THREADS_H
+
+#include <stddef.h>
+
+/* Elements (floats read or written, or multiply-adds for attention) below
+ * which a kernel loop runs on the calling thread alone. Measured on the
+ * 2-core development machine (docs/performance.md, "Threads"). */
+#define DYN_PAR_MIN_WORK ((size_t)32768)
+
+/* Whether a loop over `work` elements is worth a parallel region. */
+static inline int dyn_par(size_t work) { return work >= DYN_PAR_MIN_WORK; }
+
+/* Set the thread count (>= 1; smaller values mean 1) for everything that
+ * follows on this process: OpenMP regions without an explicit num_threads and
+ * OpenBLAS calls made outside a parallel region. Blocks also take the count
+ * explicitly in dyn_block_dims.nthreads (it sizes their workspace); pass the
+ * same value. Call from the main thread, outside parallel regions. */
+void dyn_threads_set(int n);
+
+/* The count last set with dyn_threads_set (1 before the first call). */
+int dyn_threads_get(void);
+
+/* How the linked OpenBLAS runs in parallel: "openmp" (the build this project
+ * requires), "pthread" or "sequential". For benchmark headers and the test
+ * that checks the build picked the right library at run time. */
+const char *dyn_threads_blas_kind(void);
+
+#endif
