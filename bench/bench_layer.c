@@ -25,6 +25,7 @@ static void print_loadavg(const char *when)
 
 int main(int argc, char **argv)
 {
+    dyn_threads_init(); /* idle OpenMP workers sleep (threads.h); may re-execute */
     int repeat = argc > 1 ? atoi(argv[1]) : 5;
     if (repeat < 1) {
         fprintf(stderr, "usage: bench_layer [repeat >= 1]\n");
@@ -35,8 +36,8 @@ int main(int argc, char **argv)
         {DYN_MODEL_GPT, 8, 256, 0},  {DYN_MODEL_T5, 4, 128, 512},
     };
     const int threads[2] = {1, 2};
-    printf("bench_layer: medians of %d repeats, 1 and 2 threads alternating; OpenBLAS %s\n",
-           repeat, dyn_threads_blas_kind());
+    printf("bench_layer: medians of %d repeats, 1 and 2 threads alternating; OpenBLAS %s, OMP_WAIT_POLICY %s\n",
+           repeat, dyn_threads_blas_kind(), getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "unset");
     print_loadavg("before");
     printf("%-5s %5s %5s %5s %9s %9s %8s %8s %9s %9s %8s %7s\n", "model", "batch", "seq", "enc",
            "ms 1T", "ms 2T", "GF/s 1T", "GF/s 2T", "sgemm 1T", "sgemm 2T", "1T/sgm", "2T/1T");

@@ -6,6 +6,7 @@
 
 #include "cli/cli.h"           /* defines: cli_errorf, cli_parse_i32, CLI_EXIT_* */
 #include "model/layer_bench.h" /* defines: dyn_layer_bench_run */
+#include "model/threads.h"     /* defines: dyn_threads_init */
 
 static void bench_usage(FILE *out)
 {
@@ -20,7 +21,8 @@ static void bench_usage(FILE *out)
             "repeats (default 5, after one warm-up), the GFLOP credited (GPT:\n"
             "3 x (24 B S H^2 + 4 B S^2 H); T5: see docs/architecture.md), GFLOP/s and\n"
             "the sgemm GFLOP/s measured between the repeats. --threads (default 1)\n"
-            "sets OpenMP and OpenBLAS threads. --enc-seq defaults to S.\n");
+            "sets OpenMP and OpenBLAS threads (one shared pool; idle workers sleep:\n"
+            "OMP_WAIT_POLICY=PASSIVE unless you set it). --enc-seq defaults to S.\n");
 }
 
 static int bench_layer_main(int argc, char **argv)
@@ -105,6 +107,9 @@ static int bench_layer_main(int argc, char **argv)
 
 int cli_bench_main(int argc, char **argv)
 {
+    /* Idle OpenMP workers must sleep, not spin (threads.h); may re-execute
+     * this command once with OMP_WAIT_POLICY=PASSIVE. */
+    dyn_threads_init();
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fprintf(argc < 2 ? stderr : stdout,
                 "usage: dynapipe bench <what> [options]\n\n"

@@ -37,6 +37,22 @@ static inline int dyn_par(size_t work) { return work >= DYN_PAR_MIN_WORK; }
  * same value. Call from the main thread, outside parallel regions. */
 void dyn_threads_set(int n);
 
+/* Make idle OpenMP workers sleep instead of spin, for a program about to use
+ * more than one thread; call first thing in main (it may not return: see
+ * below). libgomp's default lets an idle worker spin for ~300000 polls after
+ * every parallel region. On a machine whose cores other processes also use,
+ * the spinning worker holds a core the thread with the work needs, and two
+ * threads ran 3-10x slower than one (docs/performance.md, "Threads");
+ * OMP_WAIT_POLICY=PASSIVE fixes that and costs a futex wake-up per region.
+ * libgomp reads the variable only when it is loaded, before main, so when
+ * neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set this sets
+ * OMP_WAIT_POLICY=PASSIVE and re-executes the program (/proc/self/exe, same
+ * arguments and environment otherwise), once. A policy the user set is left
+ * alone. Returns 0 when the process runs with a policy chosen by the user or
+ * by this call, -1 when the re-execution failed (the program then goes on
+ * with libgomp's default). */
+int dyn_threads_init(void);
+
 /* The count last set with dyn_threads_set (1 before the first call). */
 int dyn_threads_get(void);
 
