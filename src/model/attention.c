@@ -29,13 +29,12 @@
  * the inner loops then read a contiguous run of that table per row. */
 #include "model/fastmath.h" /* defines: dyn_fast_expf, dyn_row_*; must come first */
 
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
 #include "model/layers.h"   /* defines: dyn_attn_cfg, attention contracts */
-#include "model/threads.h"  /* defines: dyn_par */
+#include "model/threads.h"  /* defines: dyn_par, dyn_sgemm */
 
 #define BQ DYN_ATTN_BQ
 #define BK DYN_ATTN_BK
@@ -135,7 +134,7 @@ static inline int visible_cols(int causal, int a, int c0, int nk)
 static void scores_tile(float *S, const float *Q, int ldq, const float *K, int ldk, int nq,
                         int nk, int HD, float scale, const float *btab, int a0, int c0, int Tq)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HD, scale, Q, ldq, K, ldk, 0.0f,
+    dyn_sgemm(0, 1, nq, nk, HD, scale, Q, ldq, K, ldk, 0.0f,
                 S, BK);
     if (btab) {
         for (int i = 0; i < nq; i++) {
@@ -187,7 +186,7 @@ static void forward_item(float *out, float *lse, const float *q, int ldq, const 
             }
             l[i] += sum;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HD, nk, 1.0f, S, BK, V, ldv,
+        dyn_sgemm(0, 0, nq, HD, nk, 1.0f, S, BK, V, ldv,
                     1.0f, O, ldo);
     }
     for (int i = 0; i < nq; i++) {
@@ -291,7 +290,7 @@ static void backward_item(float *dq, float *dk, float *dv, const float *dout, co
             const float *dO = dout + (qrow + a0) * ldo + (size_t)h * HD;
             float *dQ = dq + (qrow + a0) * ldq + (size_t)h * HD;
             scores_tile(S, Q, ldq, K, ldk, nq, nk, HD, cfg->scale, btab, a0, c0, Tq);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HD, 1.0f, dO, ldo, V,
+            dyn_sgemm(0, 1, nq, nk, HD, 1.0f, dO, ldo, V,
                         ldv, 0.0f, dP, BK);
             for (int i = 0; i < nq; i++) {
                 float *s = S + (size_t)i * BK, *dp = dP + (size_t)i * BK;
@@ -309,11 +308,11 @@ static void backward_item(float *dq, float *dk, float *dv, const float *dout, co
                 }
             }
             /* S now holds P, dP holds dS. */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HD, nq, 1.0f, S, BK, dO, ldo,
+            dyn_sgemm(1, 0, nk, HD, nq, 1.0f, S, BK, dO, ldo,
                         1.0f, dV, ldv);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HD, nk, cfg->scale, dP, BK,
+            dyn_sgemm(0, 0, nq, HD, nk, cfg->scale, dP, BK,
                         K, ldk, 1.0f, dQ, ldq);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HD, nq, cfg->scale, dP, BK,
+            dyn_sgemm(1, 0, nk, HD, nq, cfg->scale, dP, BK,
                         Q, ldq, 1.0f, dK, ldk);
         }
     }

@@ -6,17 +6,17 @@
  * Determinism: every OpenMP loop either computes each output element
  * independently (rows, elements) or splits a column reduction over channel
  * ranges with each thread summing rows in order, so results do not depend on
- * the thread count. Matrix products are OpenBLAS sgemm. */
+ * the thread count. Matrix products are OpenBLAS sgemm through dyn_sgemm
+ * (threads.h), whose results do not depend on the thread count either. */
 #include "model/fastmath.h" /* defines: dyn_fast_expf, dyn_row_*; must come first */
 
 #include <assert.h>
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
 #include "model/layers.h"   /* defines: the kernel contracts */
-#include "model/threads.h"  /* defines: dyn_par */
+#include "model/threads.h"  /* defines: dyn_par, dyn_sgemm */
 
 /* The [c0, c1) slice of n channels owned by thread tid of nt. */
 static void channel_range(int n, int tid, int nt, int *c0, int *c1)
@@ -38,16 +38,16 @@ void dyn_linear_forward(float *out, const float *inp, const float *w, const floa
         for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
+    dyn_sgemm(0, 1, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
 }
 
 void dyn_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
                          const float *inp, const float *w, int N, int C, int OC)
 {
     if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
+        dyn_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C,
                     1.0f, dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
+    dyn_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
                 dw, C);
     if (dbias) {
 #pragma omp parallel if (dyn_par((size_t)N * OC))
@@ -357,7 +357,7 @@ double dyn_lmhead_ce_forward(float *losses, float *lse, const float *x, const fl
         }
         for (int v0 = 0; v0 < V; v0 += vch) {
             int nv = V - v0 < vch ? V - v0 : vch;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nv, C, 1.0f, xs, C,
+            dyn_sgemm(0, 1, m, nv, C, 1.0f, xs, C,
                         w + (size_t)v0 * C, C, 0.0f, lg, nv);
 #pragma omp parallel for schedule(static) if (dyn_par((size_t)m * nv))
             for (int i = 0; i < m; i++) {
@@ -401,7 +401,7 @@ void dyn_lmhead_ce_backward(float *dx, float *dw, const float *x, const float *w
         memset(dxs, 0, (size_t)m * C * sizeof(float));
         for (int v0 = 0; v0 < V; v0 += vch) {
             int nv = V - v0 < vch ? V - v0 : vch;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nv, C, 1.0f, xs, C,
+            dyn_sgemm(0, 1, m, nv, C, 1.0f, xs, C,
                         w + (size_t)v0 * C, C, 0.0f, lg, nv);
 #pragma omp parallel for schedule(static) if (dyn_par((size_t)m * nv))
             for (int i = 0; i < m; i++) {
@@ -412,10 +412,10 @@ void dyn_lmhead_ce_backward(float *dx, float *dw, const float *x, const float *w
                 int t = targets[n];
                 if (t >= v0 && t < v0 + nv) l[t - v0] -= g;
             }
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nv, C, m, 1.0f, lg, nv, xs, C,
+            dyn_sgemm(1, 0, nv, C, m, 1.0f, lg, nv, xs, C,
                         1.0f, dw + (size_t)v0 * C, C);
             if (dx)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, C, nv, 1.0f, lg, nv,
+                dyn_sgemm(0, 0, m, C, nv, 1.0f, lg, nv,
                             w + (size_t)v0 * C, C, 1.0f, dxs, C);
         }
         if (dx) {

@@ -30,6 +30,29 @@
 /* Whether a loop over `work` elements is worth a parallel region. */
 static inline int dyn_par(size_t work) { return work >= DYN_PAR_MIN_WORK; }
 
+/* Multiply-adds (M*N*K) below which dyn_sgemm makes one plain call on the
+ * calling thread. */
+#define DYN_GEMM_PAR_MIN ((size_t)1 << 21)
+
+/* Row-major sgemm, C (M×N) = alpha op(A) op(B) + beta C, with op(A) M×K and
+ * op(B) K×N (CBLAS conventions; lda/ldb/ldc are row strides). Every model
+ * kernel's matrix product goes through here rather than cblas_sgemm.
+ * Products of at least DYN_GEMM_PAR_MIN multiply-adds are cut into panels
+ * of C along the longer of M and N (about 8 panels, each at least 256 wide;
+ * the cut depends only on the shape) and the panels are handed out one at a
+ * time to the threads (OpenMP dynamic schedule), each a single-threaded
+ * sgemm. Why not let OpenBLAS split it: its split is static, one equal share
+ * per thread, so on a machine where another process holds one core half the
+ * time, the product waits for the slowed thread and two threads are no
+ * faster than one; handed-out panels go to whichever thread is running.
+ * Because the cut does not depend on the thread count, neither does the
+ * result: bit for bit the same with 1, 2 or more threads. Smaller products
+ * make one call with BLAS threading off. Called inside a parallel region it
+ * makes one plain call (the OpenMP build of OpenBLAS is single-threaded
+ * there). trans_a, trans_b: 0 or 1. */
+void dyn_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+               int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
 /* Set the thread count (>= 1; smaller values mean 1) for everything that
  * follows on this process: OpenMP regions without an explicit num_threads and
  * OpenBLAS calls made outside a parallel region. Blocks also take the count
