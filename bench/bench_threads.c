@@ -7,7 +7,7 @@
  *
  * Models: the toy-test GPT and T5 (tiny shapes, where threading must not
  * hurt much: most kernels stay below DYN_PAR_MIN_WORK and run on one
- * thread), and a moderate GPT and T5 (every kernel goes parallel).
+ * thread), and moderate GPTs and T5 (every kernel goes parallel).
  *
  * usage: bench_threads [repeats (default 7)] */
 #include <stdio.h>
@@ -132,6 +132,8 @@ int main(int argc, char **argv)
     if (rc == 0) rc = run("tiny T5 2+2x48, B=8, enc 5 / dec 6", tt, 8, 5, 6, repeats);
     if (rc == 0) rc = run("GPT 4x256, B=4, in 192 + tgt 64", mg, 4, 192, 64, repeats);
     if (rc == 0) rc = run("T5 2+2x256 ffn 512, B=4, enc 192 / dec 64", mt, 4, 192, 64, repeats);
+    dyn_model_config lg = dyn_model_config_tiny(DYN_MODEL_GPT, 4, 512, 8, 512);
+    if (rc == 0) rc = run("GPT 4x512, B=4, in 192 + tgt 64", lg, 4, 192, 64, repeats);
     print_loadavg("after");
     return rc;
 }

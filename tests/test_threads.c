@@ -101,12 +101,13 @@ static void test_par_threshold(void **state)
     assert_true(dyn_par(DYN_PAR_MIN_WORK));
 }
 
-/* Gradients of one forward + backward of a GPT (2 layers, hidden 128, B=4,
- * 96 + 32 tokens: every kernel above DYN_PAR_MIN_WORK) with `threads`. */
+/* Gradients of one forward + backward of a GPT (2 layers, hidden 256, B=4,
+ * up to 96 + 32 tokens: the kernels over all rows reach DYN_PAR_MIN_WORK and
+ * the products DYN_GEMM_PAR_MIN) with `threads`. */
 static float *gpt_grads(int threads, size_t *n)
 {
     dyn_error err;
-    dyn_model_config c = dyn_model_config_tiny(DYN_MODEL_GPT, 2, 128, 4, 128);
+    dyn_model_config c = dyn_model_config_tiny(DYN_MODEL_GPT, 2, 256, 4, 128);
     dyn_model *m = dyn_model_create(&c, 7, &err);
     assert_non_null(m);
     dyn_model_set_threads(m, threads);
