@@ -3,18 +3,22 @@
  * step once with each count in turn on the same model, so both see the same
  * machine load. Prints the median ms of each count and the median over
  * repeats of the per-repeat ratio time(1 thread) / time(2 threads) (> 1:
- * two threads are faster), with the load average before and after.
+ * two threads are faster), with the load average before and after, and
+ * beside it the same ratio for OpenBLAS's own threaded sgemm timed between
+ * the steps ("sgemm 2/1"): what the machine allowed two threads at that
+ * moment (other processes on a shared machine take cores).
  *
  * Models: the toy-test GPT and T5 (tiny shapes, where threading must not
  * hurt much: most kernels stay below DYN_PAR_MIN_WORK and run on one
  * thread), and moderate GPTs and T5 (every kernel goes parallel).
  *
  * usage: bench_threads [repeats (default 7)] */
+#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "model/model.h"   /* defines: dyn_model_*, dyn_microbatch_* */
-#include "model/threads.h" /* defines: dyn_threads_blas_kind */
+#include "model/threads.h" /* defines: dyn_threads_* */
 #include "util/rng.h"      /* defines: dyn_rng_* */
 #include "util/util.h"     /* defines: dyn_time_ms */
 
@@ -67,7 +71,7 @@ static int run(const char *name, dyn_model_config cfg, int B, int in_len, int tg
     }
     int32_t *tok = malloc((size_t)B * (in_len + tgt_len) * sizeof(int32_t));
     dyn_token_sample *s = malloc((size_t)B * sizeof *s);
-    double *t = malloc(3 * (size_t)repeats * sizeof(double));
+    double *t = malloc(4 * (size_t)repeats * sizeof(double));
     if (tok == NULL || s == NULL || t == NULL) return 1;
     dyn_rng r;
     dyn_rng_seed(&r, 3);
@@ -84,9 +88,24 @@ static int run(const char *name, dyn_model_config cfg, int B, int in_len, int tg
         fprintf(stderr, "bench_threads: %s\n", err.msg);
         return 1;
     }
-    double *t1 = t, *t2 = t + repeats, *ratio = t + 2 * repeats;
+    double *t1 = t, *t2 = t + repeats, *ratio = t + 2 * repeats, *gratio = t + 3 * repeats;
     float dloss = 1.0f / (float)(B * tgt_len);
+    /* The machine's own 2T/1T at this moment: OpenBLAS's threaded sgemm of
+     * the feed-forward shape (B*T x C times C x 4C), timed between steps. */
+    int N = B * (cfg.kind == DYN_MODEL_GPT ? in_len + tgt_len : in_len), C = cfg.hidden;
+    float *ga = calloc((size_t)N * C, sizeof(float)), *gb = calloc((size_t)4 * C * C, sizeof(float));
+    float *gc = calloc((size_t)N * 4 * C, sizeof(float));
+    if (ga == NULL || gb == NULL || gc == NULL) return 1;
     for (int rep = -1; rep < repeats; rep++) { /* rep -1: warm-up of both */
+        double g[2];
+        for (int th = 1; th <= 2; th++) {
+            dyn_threads_set(th);
+            double t0 = dyn_time_ms();
+            for (int k = 0; k < 3; k++)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, 4 * C, C, 1.0f, ga, C, gb,
+                            C, 0.0f, gc, 4 * C);
+            g[th - 1] = dyn_time_ms() - t0;
+        }
         dyn_model_set_threads(m, 1);
         double a1 = step(m, a, mb, dloss);
         dyn_model_set_threads(m, 2);
@@ -96,10 +115,14 @@ static int run(const char *name, dyn_model_config cfg, int B, int in_len, int tg
             t1[rep] = a1;
             t2[rep] = a2;
             ratio[rep] = a1 / a2;
+            gratio[rep] = g[0] / g[1];
         }
     }
+    free(ga);
+    free(gb);
+    free(gc);
     double m1 = median(t1, repeats), m2 = median(t2, repeats), q = median(ratio, repeats);
-    printf("%-40s %10.2f %10.2f %8.2f\n", name, m1, m2, q);
+    printf("%-40s %10.2f %10.2f %8.2f %10.2f\n", name, m1, m2, q, median(gratio, repeats));
     fflush(stdout);
     free(t);
     dyn_model_acts_free(a);
@@ -122,7 +145,8 @@ int main(int argc, char **argv)
            "threads alternating; OpenBLAS %s, OMP_WAIT_POLICY %s\n",
            repeats, dyn_threads_blas_kind(), getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "unset");
     print_loadavg("before");
-    printf("%-40s %10s %10s %8s\n", "model / micro-batch", "ms 1T", "ms 2T", "2T/1T");
+    printf("%-40s %10s %10s %8s %10s\n", "model / micro-batch", "ms 1T", "ms 2T", "2T/1T",
+           "sgemm 2/1");
     dyn_model_config tg = dyn_model_config_tiny(DYN_MODEL_GPT, 2, 48, 4, 16);
     dyn_model_config tt = dyn_model_config_tiny(DYN_MODEL_T5, 2, 48, 4, 16);
     dyn_model_config mg = dyn_model_config_tiny(DYN_MODEL_GPT, 4, 256, 4, 512);
