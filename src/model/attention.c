@@ -134,8 +134,7 @@ static inline int visible_cols(int causal, int a, int c0, int nk)
 static void scores_tile(float *S, const float *Q, int ldq, const float *K, int ldk, int nq,
                         int nk, int HD, float scale, const float *btab, int a0, int c0, int Tq)
 {
-    dyn_sgemm(0, 1, nq, nk, HD, scale, Q, ldq, K, ldk, 0.0f,
-                S, BK);
+    dyn_sgemm(0, 1, nq, nk, HD, scale, Q, ldq, K, ldk, 0.0f, S, BK);
     if (btab) {
         for (int i = 0; i < nq; i++) {
             const float *bt = btab + (c0 - (a0 + i) + Tq - 1);
@@ -186,8 +185,7 @@ static void forward_item(float *out, float *lse, const float *q, int ldq, const 
             }
             l[i] += sum;
         }
-        dyn_sgemm(0, 0, nq, HD, nk, 1.0f, S, BK, V, ldv,
-                    1.0f, O, ldo);
+        dyn_sgemm(0, 0, nq, HD, nk, 1.0f, S, BK, V, ldv, 1.0f, O, ldo);
     }
     for (int i = 0; i < nq; i++) {
         float *o = O + (size_t)i * ldo;
@@ -290,8 +288,7 @@ static void backward_item(float *dq, float *dk, float *dv, const float *dout, co
             const float *dO = dout + (qrow + a0) * ldo + (size_t)h * HD;
             float *dQ = dq + (qrow + a0) * ldq + (size_t)h * HD;
             scores_tile(S, Q, ldq, K, ldk, nq, nk, HD, cfg->scale, btab, a0, c0, Tq);
-            dyn_sgemm(0, 1, nq, nk, HD, 1.0f, dO, ldo, V,
-                        ldv, 0.0f, dP, BK);
+            dyn_sgemm(0, 1, nq, nk, HD, 1.0f, dO, ldo, V, ldv, 0.0f, dP, BK);
             for (int i = 0; i < nq; i++) {
                 float *s = S + (size_t)i * BK, *dp = dP + (size_t)i * BK;
                 int nv = visible_cols(cfg->causal, a0 + i, c0, nk);
@@ -308,12 +305,9 @@ static void backward_item(float *dq, float *dk, float *dv, const float *dout, co
                 }
             }
             /* S now holds P, dP holds dS. */
-            dyn_sgemm(1, 0, nk, HD, nq, 1.0f, S, BK, dO, ldo,
-                        1.0f, dV, ldv);
-            dyn_sgemm(0, 0, nq, HD, nk, cfg->scale, dP, BK,
-                        K, ldk, 1.0f, dQ, ldq);
-            dyn_sgemm(1, 0, nk, HD, nq, cfg->scale, dP, BK,
-                        Q, ldq, 1.0f, dK, ldk);
+            dyn_sgemm(1, 0, nk, HD, nq, 1.0f, S, BK, dO, ldo, 1.0f, dV, ldv);
+            dyn_sgemm(0, 0, nq, HD, nk, cfg->scale, dP, BK, K, ldk, 1.0f, dQ, ldq);
+            dyn_sgemm(1, 0, nk, HD, nq, cfg->scale, dP, BK, Q, ldq, 1.0f, dK, ldk);
         }
     }
     if (btab) {

@@ -45,10 +45,8 @@ void dyn_linear_backward(float *dinp, float *dw, float *dbias, const float *dout
                          const float *inp, const float *w, int N, int C, int OC)
 {
     if (dinp)
-        dyn_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C,
-                    1.0f, dinp, C);
-    dyn_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                dw, C);
+        dyn_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
+    dyn_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     if (dbias) {
 #pragma omp parallel if (dyn_par((size_t)N * OC))
         {
@@ -357,8 +355,7 @@ double dyn_lmhead_ce_forward(float *losses, float *lse, const float *x, const fl
         }
         for (int v0 = 0; v0 < V; v0 += vch) {
             int nv = V - v0 < vch ? V - v0 : vch;
-            dyn_sgemm(0, 1, m, nv, C, 1.0f, xs, C,
-                        w + (size_t)v0 * C, C, 0.0f, lg, nv);
+            dyn_sgemm(0, 1, m, nv, C, 1.0f, xs, C, w + (size_t)v0 * C, C, 0.0f, lg, nv);
 #pragma omp parallel for schedule(static) if (dyn_par((size_t)m * nv))
             for (int i = 0; i < m; i++) {
                 const float *l = lg + (size_t)i * nv;
@@ -401,8 +398,7 @@ void dyn_lmhead_ce_backward(float *dx, float *dw, const float *x, const float *w
         memset(dxs, 0, (size_t)m * C * sizeof(float));
         for (int v0 = 0; v0 < V; v0 += vch) {
             int nv = V - v0 < vch ? V - v0 : vch;
-            dyn_sgemm(0, 1, m, nv, C, 1.0f, xs, C,
-                        w + (size_t)v0 * C, C, 0.0f, lg, nv);
+            dyn_sgemm(0, 1, m, nv, C, 1.0f, xs, C, w + (size_t)v0 * C, C, 0.0f, lg, nv);
 #pragma omp parallel for schedule(static) if (dyn_par((size_t)m * nv))
             for (int i = 0; i < m; i++) {
                 int n = idx[i];
@@ -412,11 +408,9 @@ void dyn_lmhead_ce_backward(float *dx, float *dw, const float *x, const float *w
                 int t = targets[n];
                 if (t >= v0 && t < v0 + nv) l[t - v0] -= g;
             }
-            dyn_sgemm(1, 0, nv, C, m, 1.0f, lg, nv, xs, C,
-                        1.0f, dw + (size_t)v0 * C, C);
+            dyn_sgemm(1, 0, nv, C, m, 1.0f, lg, nv, xs, C, 1.0f, dw + (size_t)v0 * C, C);
             if (dx)
-                dyn_sgemm(0, 0, m, C, nv, 1.0f, lg, nv,
-                            w + (size_t)v0 * C, C, 1.0f, dxs, C);
+                dyn_sgemm(0, 0, m, C, nv, 1.0f, lg, nv, w + (size_t)v0 * C, C, 1.0f, dxs, C);
         }
         if (dx) {
             for (int i = 0; i < m; i++) {
