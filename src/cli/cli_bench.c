@@ -2,11 +2,12 @@
  * block or one T5 decoder block on this CPU and print milliseconds, GFLOP/s
  * and the sgemm rate measured in the same run (src/model/layer_bench.c). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"           /* defines: cli_errorf, cli_parse_i32, CLI_EXIT_* */
 #include "model/layer_bench.h" /* defines: dyn_layer_bench_run */
-#include "model/threads.h"     /* defines: dyn_threads_init */
+#include "model/threads.h"     /* defines: dyn_threads_init, dyn_threads_blas_kind */
 
 static void bench_usage(FILE *out)
 {
@@ -96,6 +97,9 @@ static int bench_layer_main(int argc, char **argv)
            cfg.hidden, cfg.heads, cfg.batch, cfg.seq);
     if (cfg.model == DYN_MODEL_T5) printf(" enc-seq %d", cfg.enc_seq);
     printf(" threads %d repeat %d\n", cfg.threads, cfg.repeat);
+    const char *wait = getenv("OMP_WAIT_POLICY");
+    printf("threading         OpenBLAS %s, OMP_WAIT_POLICY %s\n", dyn_threads_blas_kind(),
+           wait ? wait : "unset");
     printf("forward+backward  %.2f ms median (min %.2f ms)\n", r.ms, r.ms_min);
     printf("credited work     %.2f GFLOP\n", r.gflop);
     printf("block rate        %.1f GFLOP/s\n", r.gflops);
