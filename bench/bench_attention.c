@@ -10,11 +10,11 @@
  *
  * usage: bench_attention [seq] [repeat] [threads]   (default 2048 5 1) */
 #include <cblas.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "model/layers.h" /* defines: dyn_attention_* */
+#include "model/layers.h"  /* defines: dyn_attention_* */
+#include "model/threads.h" /* defines: dyn_threads_set, dyn_threads_init */
 #include "util/rng.h"     /* defines: dyn_rng_* */
 #include "util/util.h"    /* defines: dyn_time_ms */
 
@@ -26,14 +26,14 @@ static int cmp(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
+    dyn_threads_init(); /* idle OpenMP workers sleep (threads.h); may re-execute */
     int T = argc > 1 ? atoi(argv[1]) : 2048, R = argc > 2 ? atoi(argv[2]) : 5;
     int nt = argc > 3 ? atoi(argv[3]) : 1;
     if (T < 1 || R < 1 || R > 1000 || nt < 1) {
         fprintf(stderr, "usage: bench_attention [seq >= 1] [repeat 1..1000] [threads >= 1]\n");
         return 2;
     }
-    omp_set_num_threads(nt);
-    openblas_set_num_threads(nt);
+    dyn_threads_set(nt);
     const int NH = 8, HD = 64, C = NH * HD;
     int32_t len = T;
     dyn_layout *lay = dyn_layout_create_padded(&len, 1, T, NULL);

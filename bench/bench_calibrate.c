@@ -27,7 +27,6 @@
  * average is printed before and after. */
 #include <cblas.h>
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +34,7 @@
 #include "dynapipe/cost.h"         /* defines: dyn_cost_*, dyn_machine_builtin */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_preset */
 #include "model/layer_bench.h"     /* defines: dyn_layer_bench_run */
+#include "model/threads.h"         /* defines: dyn_threads_set */
 #include "util/util.h"             /* defines: dyn_calloc, dyn_time_ms */
 
 #define MAX_REPEAT 31
@@ -153,8 +153,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: bench_calibrate [repeat 1..%d]\n", MAX_REPEAT);
         return 2;
     }
-    omp_set_num_threads(1);
-    openblas_set_num_threads(1);
+    dyn_threads_set(1);
     print_loadavg("at start");
 
     /* ---- 1. GEMM efficiency -------------------------------------------- */

@@ -1,16 +1,31 @@
 /* bench_layer.c — forward + backward of one GPT-2 block (hidden 512, 8 heads,
  * fp32) at (batch, seq) = (16,128), (4,512), (1,2048), (8,256) and one T5
- * decoder block (decoder 128, encoder 512, batch 4), each with one thread and
- * with two, printed beside the sgemm rate measured in the same run.
+ * decoder block (decoder 128, encoder 512, batch 4), with one thread and with
+ * two side by side (each repeat runs both counts in turn, so both see the
+ * same machine load), printed beside the sgemm rate measured in the same run
+ * and the 2-thread / 1-thread speed-up (median of the per-repeat ratios).
  *
  * usage: bench_layer [repeat]   (default 5; medians over the repeats) */
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "model/layer_bench.h" /* defines: dyn_layer_bench_run */
+#include "model/layer_bench.h" /* defines: dyn_layer_bench_compare */
+#include "model/threads.h"     /* defines: dyn_threads_blas_kind */
+
+static void print_loadavg(const char *when)
+{
+    double l1 = -1, l5 = -1, l15 = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf %lf %lf", &l1, &l5, &l15) != 3) l1 = l5 = l15 = -1;
+        fclose(f);
+    }
+    printf("load average %s: %.2f %.2f %.2f\n", when, l1, l5, l15);
+}
 
 int main(int argc, char **argv)
 {
+    dyn_threads_init(); /* idle OpenMP workers sleep (threads.h); may re-execute */
     int repeat = argc > 1 ? atoi(argv[1]) : 5;
     if (repeat < 1) {
         fprintf(stderr, "usage: bench_layer [repeat >= 1]\n");
@@ -20,24 +35,28 @@ int main(int argc, char **argv)
         {DYN_MODEL_GPT, 16, 128, 0}, {DYN_MODEL_GPT, 4, 512, 0}, {DYN_MODEL_GPT, 1, 2048, 0},
         {DYN_MODEL_GPT, 8, 256, 0},  {DYN_MODEL_T5, 4, 128, 512},
     };
-    printf("%-5s %5s %5s %5s %7s %10s %9s %9s %11s %7s %8s\n", "model", "batch", "seq", "enc",
-           "threads", "ms(med)", "GFLOP", "GFLOP/s", "sgemm GF/s", "ratio", "act MB");
-    for (int th = 1; th <= 2; th++) {
-        for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
-            dyn_layer_bench_cfg cfg = {shapes[i].m, 512, 8, shapes[i].b, shapes[i].s, shapes[i].e,
-                                       th, repeat};
-            dyn_layer_bench_result r;
-            dyn_error err;
-            if (dyn_layer_bench_run(&cfg, &r, &err) != DYN_OK) {
-                fprintf(stderr, "bench_layer: %s\n", err.msg);
-                return 1;
-            }
-            printf("%-5s %5d %5d %5d %7d %10.2f %9.2f %9.1f %11.1f %7.2f %8.1f\n",
-                   shapes[i].m == DYN_MODEL_GPT ? "gpt" : "t5", shapes[i].b, shapes[i].s,
-                   shapes[i].e, th, r.ms, r.gflop, r.gflops, r.sgemm_gflops,
-                   r.gflops / r.sgemm_gflops, r.act_mb);
-            fflush(stdout);
+    const int threads[2] = {1, 2};
+    printf("bench_layer: medians of %d repeats, 1 and 2 threads alternating; OpenBLAS %s, OMP_WAIT_POLICY %s\n",
+           repeat, dyn_threads_blas_kind(), getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "unset");
+    print_loadavg("before");
+    printf("%-5s %5s %5s %5s %9s %9s %8s %8s %9s %9s %8s %7s\n", "model", "batch", "seq", "enc",
+           "ms 1T", "ms 2T", "GF/s 1T", "GF/s 2T", "sgemm 1T", "sgemm 2T", "1T/sgm", "2T/1T");
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        dyn_layer_bench_cfg cfg = {shapes[i].m, 512, 8, shapes[i].b, shapes[i].s, shapes[i].e,
+                                   1, repeat};
+        dyn_layer_bench_result r[2];
+        double speedup[2];
+        dyn_error err;
+        if (dyn_layer_bench_compare(&cfg, threads, 2, r, speedup, &err) != DYN_OK) {
+            fprintf(stderr, "bench_layer: %s\n", err.msg);
+            return 1;
         }
+        printf("%-5s %5d %5d %5d %9.2f %9.2f %8.1f %8.1f %9.1f %9.1f %8.2f %7.2f\n",
+               shapes[i].m == DYN_MODEL_GPT ? "gpt" : "t5", shapes[i].b, shapes[i].s,
+               shapes[i].e, r[0].ms, r[1].ms, r[0].gflops, r[1].gflops, r[0].sgemm_gflops,
+               r[1].sgemm_gflops, r[0].gflops / r[0].sgemm_gflops, speedup[1]);
+        fflush(stdout);
     }
+    print_loadavg("after");
     return 0;
 }

@@ -8,7 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "model/model.h" /* defines: dyn_model_*, dyn_microbatch_* */
+#include "model/model.h"   /* defines: dyn_model_*, dyn_microbatch_* */
+#include "model/threads.h" /* defines: dyn_threads_init */
 #include "util/rng.h"    /* defines: dyn_rng_* */
 #include "util/util.h"   /* defines: dyn_time_ms */
 
@@ -84,6 +85,7 @@ static int run(const char *name, dyn_model_config cfg, int B, int in_len, int tg
 
 int main(int argc, char **argv)
 {
+    dyn_threads_init(); /* idle OpenMP workers sleep (threads.h); may re-execute */
     int repeats = argc > 1 ? atoi(argv[1]) : 5, threads = argc > 2 ? atoi(argv[2]) : 1;
     if (repeats < 1 || threads < 1) {
         fprintf(stderr, "usage: bench_model [repeats >= 1] [threads >= 1]\n");

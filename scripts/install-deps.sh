@@ -2,7 +2,7 @@
 # Install the Debian packages dynapipe builds against, when any is missing.
 # Needs root (or sudo) the first time; a no-op once everything is present.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libopenblas-dev libcmocka-dev libcjson-dev
+pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev libcjson-dev
       libopenmpi-dev openmpi-bin python3)
 missing=()
 for p in "${pkgs[@]}"; do

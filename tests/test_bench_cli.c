@@ -43,6 +43,35 @@ static void test_bench_layer_gpt_runs(void **state)
     assert_non_null(strstr(out, "enc-seq 12"));
 }
 
+/* With no wait policy in the environment, `bench` re-executes itself once
+ * with OMP_WAIT_POLICY=PASSIVE (threads.h, dyn_threads_init): the report
+ * says so, comes out once, and the OpenMP build of OpenBLAS is loaded. */
+static void test_bench_layer_sets_wait_policy(void **state)
+{
+    (void)state;
+    char out[4096];
+    int rc = run_cli("bench layer --model gpt --hidden 32 --heads 4 --batch 1 --seq 8 --repeat 1"
+                     " --threads 2",
+                     out, sizeof(out));
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "OpenBLAS openmp"));
+    /* ctest sets PASSIVE itself; check the re-execution path without it. */
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT '%s'", getenv("DYN_CLI"));
+    char buf[1024];
+    snprintf(buf, sizeof(buf), "%s bench layer --model gpt --hidden 32 --heads 4 --batch 1 --seq 8 "
+             "--repeat 1 2>&1", cmd);
+    FILE *p = popen(buf, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, sizeof(out) - 1, p);
+    out[n] = '\0';
+    assert_int_equal(pclose(p), 0);
+    const char *first = strstr(out, "OMP_WAIT_POLICY PASSIVE");
+    assert_non_null(first);
+    assert_null(strstr(first + 1, "OMP_WAIT_POLICY")); /* printed once */
+    assert_null(strstr(strstr(out, "model gpt") + 1, "model gpt"));
+}
+
 static void test_bench_layer_bad_flags(void **state)
 {
     (void)state;
@@ -63,6 +92,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bench_layer_gpt_runs),
         cmocka_unit_test(test_bench_layer_bad_flags),
+        cmocka_unit_test(test_bench_layer_sets_wait_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

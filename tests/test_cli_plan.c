@@ -18,6 +18,7 @@
 
 #include "dynapipe/cost.h"         /* defines: dyn_cost_table_write_from_model */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_preset */
+#include "dynapipe/sched.h"        /* defines: dyn_exec_plan_deserialize, dyn_exec_plan_validate */
 #include "util/util.h"             /* defines: dyn_file_read_all */
 
 static char dir[] = "/tmp/dyn_cli_plan_XXXXXX";
@@ -316,6 +317,59 @@ static void test_cost_table_and_model_files(void **state)
     free(out);
 }
 
+/* Count lines of text that start with prefix. */
+static int count_lines_starting(const char *text, const char *prefix)
+{
+    int n = 0;
+    size_t plen = strlen(prefix);
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (strncmp(p, prefix, plen) == 0) n++;
+    return n;
+}
+
+/* --plan-out writes one binary plan per global batch and replica that parses
+ * and validates; --show-plan prints the same plan, one line per instruction. */
+static void test_show_and_write_execution_plans(void **state)
+{
+    (void)state;
+    char prefix[700], cmd[2048];
+    snprintf(prefix, sizeof prefix, "%s/run", dir);
+    snprintf(cmd, sizeof cmd,
+             "--model gpt --model-config gpt-tiny --synthetic flan:3 --global-batch-tokens 4096 "
+             "--max-seqlen 256 --stages 2 --dp 2 --batches 2 --quiet --schedule 1f1b --show-plan "
+             "--plan-out '%s'",
+             prefix);
+    assert_int_equal(run_plan(cmd), 0);
+    char *out = slurp(out_path);
+    int shown = count_lines_starting(out, "  r");
+    int total = 0;
+    for (int b = 0; b < 2; b++) {
+        for (int r = 0; r < 2; r++) {
+            char path[800];
+            snprintf(path, sizeof path, "%s.%d.%d.dynplan", prefix, b, r);
+            char *bytes = NULL;
+            size_t len = 0;
+            assert_int_equal(dyn_file_read_all(path, &bytes, &len, NULL), DYN_OK);
+            dyn_exec_plan plan;
+            dyn_error err;
+            assert_int_equal(dyn_exec_plan_deserialize((const uint8_t *)bytes, len, &plan, &err), DYN_OK);
+            assert_int_equal(dyn_exec_plan_validate(&plan, &err), DYN_OK);
+            assert_int_equal(plan.schedule, DYN_SCHED_1F1B);
+            assert_int_equal(plan.replica, r);
+            assert_int_equal(plan.n_ranks, 2);
+            for (int32_t k = 0; k < plan.n_ranks; k++) total += plan.ranks[k].n_instrs;
+            dyn_exec_plan_free(&plan);
+            free(bytes);
+        }
+    }
+    assert_true(total > 0);
+    assert_int_equal(shown, total);
+    free(out);
+    expect_error("--model gpt --synthetic flan --global-batch-tokens 4096 --max-seqlen 256 --stages 2 "
+                 "--schedule fastest",
+                 2, "unknown schedule");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -326,6 +380,7 @@ int main(void)
         cmocka_unit_test(test_json_structure),
         cmocka_unit_test(test_every_method_runs),
         cmocka_unit_test(test_cost_table_and_model_files),
+        cmocka_unit_test(test_show_and_write_execution_plans),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -2,10 +2,12 @@
  * block or one T5 decoder block on this CPU and print milliseconds, GFLOP/s
  * and the sgemm rate measured in the same run (src/model/layer_bench.c). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"           /* defines: cli_errorf, cli_parse_i32, CLI_EXIT_* */
 #include "model/layer_bench.h" /* defines: dyn_layer_bench_run */
+#include "model/threads.h"     /* defines: dyn_threads_init, dyn_threads_blas_kind */
 
 static void bench_usage(FILE *out)
 {
@@ -20,7 +22,8 @@ static void bench_usage(FILE *out)
             "repeats (default 5, after one warm-up), the GFLOP credited (GPT:\n"
             "3 x (24 B S H^2 + 4 B S^2 H); T5: see docs/architecture.md), GFLOP/s and\n"
             "the sgemm GFLOP/s measured between the repeats. --threads (default 1)\n"
-            "sets OpenMP and OpenBLAS threads. --enc-seq defaults to S.\n");
+            "sets OpenMP and OpenBLAS threads (one shared pool; idle workers sleep:\n"
+            "OMP_WAIT_POLICY=PASSIVE unless you set it). --enc-seq defaults to S.\n");
 }
 
 static int bench_layer_main(int argc, char **argv)
@@ -94,6 +97,9 @@ static int bench_layer_main(int argc, char **argv)
            cfg.hidden, cfg.heads, cfg.batch, cfg.seq);
     if (cfg.model == DYN_MODEL_T5) printf(" enc-seq %d", cfg.enc_seq);
     printf(" threads %d repeat %d\n", cfg.threads, cfg.repeat);
+    const char *wait = getenv("OMP_WAIT_POLICY");
+    printf("threading         OpenBLAS %s, OMP_WAIT_POLICY %s\n", dyn_threads_blas_kind(),
+           wait ? wait : "unset");
     printf("forward+backward  %.2f ms median (min %.2f ms)\n", r.ms, r.ms_min);
     printf("credited work     %.2f GFLOP\n", r.gflop);
     printf("block rate        %.1f GFLOP/s\n", r.gflops);
@@ -105,6 +111,9 @@ static int bench_layer_main(int argc, char **argv)
 
 int cli_bench_main(int argc, char **argv)
 {
+    /* Idle OpenMP workers must sleep, not spin (threads.h); may re-execute
+     * this command once with OMP_WAIT_POLICY=PASSIVE. */
+    dyn_threads_init();
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fprintf(argc < 2 ? stderr : stdout,
                 "usage: dynapipe bench <what> [options]\n\n"

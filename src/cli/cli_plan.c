@@ -15,6 +15,11 @@
  * 0; for T5 they are the padded encoder and decoder lengths. Sample ids are
  * dataset ids (0-based in file or generation order). plan_time_ms is a
  * measured wall time, the only field that differs between identical runs.
+ *
+ * --show-plan / --plan-out: turn each global batch's micro-batches into the
+ * execution plan the runtime would run (schedule --schedule, default auto:
+ * chosen by simulation), validate it, and print it readably and/or write its
+ * binary form (one file per global batch and replica, each atomic).
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -24,6 +29,8 @@
 #include "cli/cli.h"                /* defines: cli_errorf, CLI_EXIT_* */
 #include "cli/plan_args.h"         /* defines: plan_args_*, plan_inputs_* */
 #include "dynapipe/model_config.h" /* defines: dyn_model_kind_name */
+#include "dynapipe/sched.h"        /* defines: dyn_schedule_*, dyn_exec_plan_* */
+#include "dynapipe/sim.h"          /* defines: dyn_batch_costs_*, dyn_schedule_auto */
 #include "util/util.h"              /* defines: dyn_atomic_* */
 
 static const char *CMD = "plan";
@@ -39,6 +46,10 @@ static void usage(FILE *out)
                  "  --json OUT                write the plans as JSON (key global_batches)\n"
                  "  --quiet                   print only the per-batch and total lines\n"
                  "  --verbose                 print every micro-batch's time and memory\n"
+                 "  --show-plan               print each batch's execution plan (per-rank instructions)\n"
+                 "  --plan-out PREFIX         write each plan, binary, to PREFIX.<batch>.<replica>.dynplan\n"
+                 "  --schedule NAME           schedule of those plans: 1f1b, cyclic, wait-free-cyclic,\n"
+                 "                            interleaved, zb, or auto (default: best by simulation)\n"
                  "  --help                    this text\n");
 }
 
@@ -135,6 +146,101 @@ static void print_batch(int32_t index, const dyn_batch_plan *pl, int t5, int ver
     }
 }
 
+/* What --show-plan / --plan-out need across global batches. */
+typedef struct exec_out {
+    int show;            /* --show-plan */
+    const char *prefix;  /* --plan-out */
+    int is_auto;         /* --schedule auto (the default) */
+    dyn_schedule kind;   /* otherwise */
+    dyn_batch_costs *bc;
+    dyn_sim *sim;
+} exec_out;
+
+/* Build replica `replica`'s execution plan of pl into *plan (validated). */
+static dyn_status build_exec_plan(const exec_out *eo, const plan_args *a, const plan_inputs *in,
+                                  const dyn_batch_plan *pl, int32_t replica, dyn_exec_plan *plan,
+                                  dyn_error *err)
+{
+    dyn_status st = dyn_batch_costs_set_batch(eo->bc, pl, replica, err);
+    if (st != DYN_OK) return st;
+    int32_t m;
+    const dyn_mb_shape *shapes = dyn_batch_costs_shapes(eo->bc, &m);
+    if (m == 0) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "replica %d has no micro-batches", replica);
+    double limit = dyn_planner_options(in->planner)->memory_limit_mb;
+    if (eo->is_auto) {
+        dyn_auto_options ao = {0};
+        ao.n_ranks = a->opt.stages;
+        ao.chunks = dyn_batch_costs_chunks(eo->bc);
+        ao.memory_limit_mb = limit;
+        ao.order_groups = 4;
+        ao.replica = replica;
+        dyn_sim_options so;
+        dyn_sim_options_from_machine(&so, &in->machine, pl->real_tokens);
+        so.skip_events = 1;
+        dyn_auto_choice choice;
+        memset(&choice, 0, sizeof choice);
+        choice.order = dyn_calloc((size_t)m, sizeof(int32_t), "schedule order", err);
+        if (choice.order == NULL) return DYN_ERR_NOMEM;
+        st = dyn_schedule_auto(eo->sim, dyn_batch_costs_get, eo->bc, shapes, &ao, &so, &choice, plan, NULL,
+                               err);
+        free(choice.order);
+    } else {
+        int32_t v = eo->kind == DYN_SCHED_INTERLEAVED ? dyn_batch_costs_chunks(eo->bc) : 1;
+        if (eo->kind == DYN_SCHED_INTERLEAVED && v < 2)
+            return dyn_error_set(err, DYN_ERR_INFEASIBLE, "the interleaved schedule needs --chunks 2 or more");
+        const dyn_stage_costs *costs;
+        if ((st = dyn_batch_costs_get(eo->bc, v, a->opt.recompute, &costs, err)) != DYN_OK) return st;
+        dyn_sched_options so;
+        dyn_sched_options_default(&so);
+        so.n_ranks = a->opt.stages;
+        so.chunks = v;
+        so.memory_limit_mb = limit;
+        so.recompute = a->opt.recompute;
+        so.replica = replica;
+        st = dyn_schedule_build(eo->kind, costs, shapes, &so, plan, err);
+    }
+    if (st != DYN_OK) return st;
+    /* A plan is validated before anyone uses it. */
+    if ((st = dyn_exec_plan_validate(plan, err)) != DYN_OK) dyn_exec_plan_free(plan);
+    return st;
+}
+
+/* --show-plan / --plan-out for one global batch; prints the error. */
+static int emit_exec_plans(const exec_out *eo, const plan_args *a, const plan_inputs *in,
+                           const dyn_batch_plan *pl, int32_t index)
+{
+    for (int32_t r = 0; r < a->opt.dp; r++) {
+        dyn_exec_plan plan;
+        memset(&plan, 0, sizeof plan);
+        dyn_error err;
+        if (build_exec_plan(eo, a, in, pl, r, &plan, &err) != DYN_OK) {
+            cli_errorf(CMD, "global batch %d, replica %d: %s", index, r, err.msg);
+            return CLI_EXIT_FAIL;
+        }
+        if (eo->show) {
+            printf("execution plan: global batch %d, replica %d, schedule %s\n", index, r,
+                   dyn_schedule_name((dyn_schedule)plan.schedule));
+            dyn_exec_plan_dump(stdout, &plan);
+        }
+        if (eo->prefix) {
+            uint8_t *buf = NULL;
+            size_t len = 0;
+            char path[4096];
+            snprintf(path, sizeof path, "%s.%d.%d.dynplan", eo->prefix, index, r);
+            dyn_status st = dyn_exec_plan_serialize(&plan, &buf, &len, &err);
+            if (st == DYN_OK) st = dyn_file_write_atomic(path, buf, len, &err);
+            free(buf);
+            if (st != DYN_OK) {
+                dyn_exec_plan_free(&plan);
+                cli_errorf(CMD, "%s", err.msg);
+                return CLI_EXIT_FAIL;
+            }
+        }
+        dyn_exec_plan_free(&plan);
+    }
+    return CLI_EXIT_OK;
+}
+
 /* Write root to path atomically; prints the error. */
 static int write_json(const char *path, const cJSON *root)
 {
@@ -160,6 +266,8 @@ int cli_plan_main(int argc, char **argv)
     plan_args_init(&a);
     const char *json_path = NULL;
     int verbosity = 1;
+    exec_out eo = {0};
+    eo.is_auto = 1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
@@ -178,6 +286,26 @@ int cli_plan_main(int argc, char **argv)
             verbosity = 0;
         } else if (strcmp(argv[i], "--verbose") == 0) {
             verbosity = 2;
+        } else if (strcmp(argv[i], "--show-plan") == 0) {
+            eo.show = 1;
+        } else if (strcmp(argv[i], "--plan-out") == 0 || strcmp(argv[i], "--schedule") == 0) {
+            if (i + 1 >= argc) {
+                cli_errorf(CMD, "%s needs a value", argv[i]);
+                return CLI_EXIT_USAGE;
+            }
+            const char *flag = argv[i++];
+            if (strcmp(flag, "--plan-out") == 0) {
+                eo.prefix = argv[i];
+            } else if (strcmp(argv[i], "auto") == 0) {
+                eo.is_auto = 1;
+            } else {
+                dyn_error err;
+                if (dyn_schedule_parse(argv[i], &eo.kind, &err) != DYN_OK) {
+                    cli_errorf(CMD, "--schedule: %s", err.msg);
+                    return CLI_EXIT_USAGE;
+                }
+                eo.is_auto = 0;
+            }
         } else {
             cli_errorf(CMD, "unknown option '%s' (try 'dynapipe plan --help')", argv[i]);
             return CLI_EXIT_USAGE;
@@ -189,6 +317,17 @@ int cli_plan_main(int argc, char **argv)
     int rc = plan_inputs_open(CMD, &a, &in);
     if (rc != 0) return rc;
     const int t5 = a.kind == DYN_MODEL_T5;
+    if (eo.show || eo.prefix) {
+        dyn_error err;
+        eo.bc = dyn_batch_costs_create(in.cm, a.opt.stages, a.opt.chunks, &err);
+        eo.sim = eo.bc ? dyn_sim_create(&err) : NULL;
+        if (eo.sim == NULL) {
+            cli_errorf(CMD, "%s", err.msg);
+            dyn_batch_costs_free(eo.bc);
+            plan_inputs_close(&in);
+            return CLI_EXIT_FAIL;
+        }
+    }
     cJSON *root = NULL, *batches = NULL;
     if (json_path) {
         root = cJSON_CreateObject();
@@ -226,6 +365,10 @@ int cli_plan_main(int argc, char **argv)
             break;
         }
         print_batch(index, &pl, t5, verbosity);
+        if ((eo.show || eo.prefix) && (rc = emit_exec_plans(&eo, &a, &in, &pl, index)) != 0) {
+            dyn_batch_plan_free(&pl);
+            break;
+        }
         if (batches) {
             cJSON *b = batch_json(index, &pl, t5);
             if (b == NULL) {
@@ -254,6 +397,8 @@ int cli_plan_main(int argc, char **argv)
         if (json_path) rc = write_json(json_path, root);
     }
     cJSON_Delete(root);
+    dyn_sim_free(eo.sim);
+    dyn_batch_costs_free(eo.bc);
     plan_inputs_close(&in);
     return rc;
 }

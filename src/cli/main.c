@@ -16,6 +16,7 @@ static const cli_command commands[] = {
     {"plan", cli_plan_main, "cut global batches into micro-batches (the DP) and print the plan"},
 
     /* simulation */
+    {"simulate", cli_simulate_main, "schedule and simulate plans; compare batching methods and schedules"},
 
     /* model and training */
     {"bench", cli_bench_main, "benchmark model layers on this CPU (bench layer)"},

@@ -29,12 +29,12 @@
  * the inner loops then read a contiguous run of that table per row. */
 #include "model/fastmath.h" /* defines: dyn_fast_expf, dyn_row_*; must come first */
 
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
 #include "model/layers.h"   /* defines: dyn_attn_cfg, attention contracts */
+#include "model/threads.h"  /* defines: dyn_par, dyn_sgemm */
 
 #define BQ DYN_ATTN_BQ
 #define BK DYN_ATTN_BK
@@ -134,8 +134,7 @@ static inline int visible_cols(int causal, int a, int c0, int nk)
 static void scores_tile(float *S, const float *Q, int ldq, const float *K, int ldk, int nq,
                         int nk, int HD, float scale, const float *btab, int a0, int c0, int Tq)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HD, scale, Q, ldq, K, ldk, 0.0f,
-                S, BK);
+    dyn_sgemm(0, 1, nq, nk, HD, scale, Q, ldq, K, ldk, 0.0f, S, BK);
     if (btab) {
         for (int i = 0; i < nq; i++) {
             const float *bt = btab + (c0 - (a0 + i) + Tq - 1);
@@ -186,8 +185,7 @@ static void forward_item(float *out, float *lse, const float *q, int ldq, const 
             }
             l[i] += sum;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HD, nk, 1.0f, S, BK, V, ldv,
-                    1.0f, O, ldo);
+        dyn_sgemm(0, 0, nq, HD, nk, 1.0f, S, BK, V, ldv, 1.0f, O, ldo);
     }
     for (int i = 0; i < nq; i++) {
         float *o = O + (size_t)i * ldo;
@@ -198,18 +196,16 @@ static void forward_item(float *out, float *lse, const float *q, int ldq, const 
     }
 }
 
-/* Run OpenBLAS single-threaded inside our parallel regions; returns the
- * previous setting to restore. */
-static int blas_threads_begin(int nt)
+/* Multiply-adds of one head over every segment pair, a work estimate for
+ * deciding whether to go parallel (threads.h). The sgemms on tiles inside our
+ * parallel regions run single-threaded: the OpenMP build of OpenBLAS does so
+ * by itself inside a parallel region (threads.h). */
+static size_t attn_work_estimate(const dyn_layout *ql, const dyn_layout *kl, int nseg,
+                                 const dyn_attn_cfg *cfg)
 {
-    int prev = openblas_get_num_threads();
-    if (nt > 1 && prev != 1) openblas_set_num_threads(1);
-    return prev;
-}
-
-static void blas_threads_end(int nt, int prev)
-{
-    if (nt > 1 && prev != 1) openblas_set_num_threads(prev);
+    size_t w = 0;
+    for (int s = 0; s < nseg; s++) w += (size_t)ql->segs[s].len * (size_t)kl->segs[s].len;
+    return w * (size_t)cfg->NH * (size_t)cfg->HD;
 }
 
 void dyn_attention_forward(float *out, float *lse, const float *q, int ldq, const float *k,
@@ -225,8 +221,8 @@ void dyn_attention_forward(float *out, float *lse, const float *q, int ldq, cons
     /* Items: (segment, head, query tile), enumerated in that order. */
     long n_items = 0;
     for (int s = 0; s < nseg; s++) n_items += (long)NH * ((ql->segs[s].len + BQ - 1) / BQ);
-    int prev = blas_threads_begin(nt);
-#pragma omp parallel num_threads(nt)
+    int par = nt > 1 && dyn_par(attn_work_estimate(ql, kl, nseg, cfg));
+#pragma omp parallel num_threads(nt) if (par)
     {
         float *tw = w.thread_base + (size_t)omp_get_thread_num() * w.per_thread;
 #pragma omp for schedule(static)
@@ -253,7 +249,6 @@ void dyn_attention_forward(float *out, float *lse, const float *q, int ldq, cons
                          ql, kl, cfg, &w, tw);
         }
     }
-    blas_threads_end(nt, prev);
 }
 
 /* One backward item: segment pair s, head h. dq/dk/dv rows of the pair are
@@ -293,8 +288,7 @@ static void backward_item(float *dq, float *dk, float *dv, const float *dout, co
             const float *dO = dout + (qrow + a0) * ldo + (size_t)h * HD;
             float *dQ = dq + (qrow + a0) * ldq + (size_t)h * HD;
             scores_tile(S, Q, ldq, K, ldk, nq, nk, HD, cfg->scale, btab, a0, c0, Tq);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HD, 1.0f, dO, ldo, V,
-                        ldv, 0.0f, dP, BK);
+            dyn_sgemm(0, 1, nq, nk, HD, 1.0f, dO, ldo, V, ldv, 0.0f, dP, BK);
             for (int i = 0; i < nq; i++) {
                 float *s = S + (size_t)i * BK, *dp = dP + (size_t)i * BK;
                 int nv = visible_cols(cfg->causal, a0 + i, c0, nk);
@@ -311,12 +305,9 @@ static void backward_item(float *dq, float *dk, float *dv, const float *dout, co
                 }
             }
             /* S now holds P, dP holds dS. */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HD, nq, 1.0f, S, BK, dO, ldo,
-                        1.0f, dV, ldv);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HD, nk, cfg->scale, dP, BK,
-                        K, ldk, 1.0f, dQ, ldq);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HD, nq, cfg->scale, dP, BK,
-                        Q, ldq, 1.0f, dK, ldk);
+            dyn_sgemm(1, 0, nk, HD, nq, 1.0f, S, BK, dO, ldo, 1.0f, dV, ldv);
+            dyn_sgemm(0, 0, nq, HD, nk, cfg->scale, dP, BK, K, ldk, 1.0f, dQ, ldq);
+            dyn_sgemm(1, 0, nk, HD, nq, cfg->scale, dP, BK, Q, ldq, 1.0f, dK, ldk);
         }
     }
     if (btab) {
@@ -331,7 +322,7 @@ static void backward_item(float *dq, float *dk, float *dv, const float *dout, co
 /* Zero the NH*HD columns starting at x of every one of n rows (stride ld). */
 static void zero_cols(float *x, int ld, size_t n, int width, int nt)
 {
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && dyn_par(n * (size_t)width))
     for (size_t r = 0; r < n; r++) memset(x + r * ld, 0, (size_t)width * sizeof(float));
 }
 
@@ -349,8 +340,8 @@ void dyn_attention_backward(float *dq, float *dk, float *dv, float *drel_bias,
     zero_cols(dv, ldv, (size_t)kl->B * kl->T, NH * HD, nt);
     int nseg = ql->n_seg < kl->n_seg ? ql->n_seg : kl->n_seg;
     long n_items = (long)nseg * NH;
-    int prev = blas_threads_begin(nt);
-#pragma omp parallel num_threads(nt)
+    int par = nt > 1 && n_items > 1 && dyn_par(attn_work_estimate(ql, kl, nseg, cfg));
+#pragma omp parallel num_threads(nt) if (par)
     {
         float *tw = w.thread_base + (size_t)omp_get_thread_num() * w.per_thread;
 #pragma omp for schedule(dynamic, 1)
@@ -361,7 +352,6 @@ void dyn_attention_backward(float *dq, float *dk, float *dv, float *drel_bias,
                           &kl->segs[s], h, ql, cfg, &w, tw, slot);
         }
     }
-    blas_threads_end(nt, prev);
     if (w.drel_slots && drel_bias) {
         /* Fixed-order reduction over items: segment-major, as enumerated. */
         for (long it = 0; it < n_items; it++) {

@@ -32,9 +32,10 @@
  * parts (norms, MLP) that never reaches real tokens; attention ignores them;
  * give them loss weight 0 and their gradients come out 0.
  *
- * Threads: kernels use dims.nthreads OpenMP threads; the caller sets
- * OpenBLAS's thread count (openblas_set_num_threads) to the same value.
- * Same inputs and thread count → bit-identical outputs and gradients. */
+ * Threads: attention uses dims.nthreads OpenMP threads (its workspace is
+ * sized for them), the other kernels the process-wide count; set both with
+ * dyn_threads_set (threads.h) to the same value. Same inputs → bit-identical
+ * outputs and gradients, whatever the thread count. */
 #ifndef DYN_MODEL_BLOCKS_H
 #define DYN_MODEL_BLOCKS_H
 

@@ -5,11 +5,11 @@
  * be read against what the BLAS reaches on the same machine at the same
  * moment. Padded layout with every row full (no pad), fp32. */
 #include <cblas.h>
-#include <omp.h>
 #include <stdlib.h>
 
 #include "model/blocks.h"      /* defines: dyn_gpt_block_*, dyn_t5_dec_* */
 #include "model/layer_bench.h" /* defines: dyn_layer_bench_* */
+#include "model/threads.h"     /* defines: dyn_threads_set */
 #include "util/rng.h"          /* defines: dyn_rng_* */
 #include "util/util.h"         /* defines: dyn_calloc, dyn_time_ms */
 
@@ -43,21 +43,34 @@ static void bufs_free(bench_bufs *b)
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]);
 }
 
+#define MAX_COUNTS 8
+
 dyn_status dyn_layer_bench_run(const dyn_layer_bench_cfg *cfg, dyn_layer_bench_result *res,
                                dyn_error *err)
+{
+    return dyn_layer_bench_compare(cfg, &cfg->threads, 1, res, NULL, err);
+}
+
+dyn_status dyn_layer_bench_compare(const dyn_layer_bench_cfg *cfg, const int *threads,
+                                   int n_threads, dyn_layer_bench_result *res, double *speedup,
+                                   dyn_error *err)
 {
     int gpt = cfg->model == DYN_MODEL_GPT;
     int C = cfg->hidden, NH = cfg->heads, B = cfg->batch, T = cfg->seq;
     int Te = gpt ? 0 : cfg->enc_seq;
-    if (C < 1 || NH < 1 || C % NH != 0 || B < 1 || T < 1 || (!gpt && Te < 1) ||
-        cfg->threads < 1 || cfg->repeat < 1)
+    int max_t = 0, bad_t = n_threads < 1 || n_threads > MAX_COUNTS;
+    for (int i = 0; !bad_t && i < n_threads; i++) {
+        bad_t |= threads[i] < 1;
+        max_t = threads[i] > max_t ? threads[i] : max_t;
+    }
+    if (C < 1 || NH < 1 || C % NH != 0 || B < 1 || T < 1 || (!gpt && Te < 1) || bad_t ||
+        cfg->repeat < 1)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                              "bench layer: need hidden divisible by heads and positive batch, "
                              "seq%s, threads, repeat",
                              gpt ? "" : ", enc-seq");
-    omp_set_num_threads(cfg->threads);
-    openblas_set_num_threads(cfg->threads);
-    dyn_block_dims d = {C, NH, C / NH, 4 * C, cfg->threads};
+    /* Workspace is sized for the largest count; each run passes its own. */
+    dyn_block_dims d = {C, NH, C / NH, 4 * C, max_t};
     size_t N = (size_t)B * T, Ne = (size_t)B * Te;
     size_t np = gpt ? dyn_gpt_block_params_count(d) : dyn_t5_dec_params_count(d);
     size_t na = gpt ? dyn_gpt_block_act_floats(d, B, T) : dyn_t5_dec_act_floats(d, B, T, Te);
@@ -97,9 +110,12 @@ dyn_status dyn_layer_bench_run(const dyn_layer_bench_cfg *cfg, dyn_layer_bench_r
     int32_t *lens = dyn_calloc((size_t)B, sizeof(int32_t), "bench lens", err);
     int32_t *elens = dyn_calloc((size_t)B, sizeof(int32_t), "bench lens", err);
     dyn_layout *lay = NULL, *elay = NULL;
-    double *t_blk = dyn_calloc((size_t)cfg->repeat, sizeof(double), "bench times", err);
-    double *t_gemm = dyn_calloc((size_t)cfg->repeat, sizeof(double), "bench times", err);
-    if (!lens || !elens || !t_blk || !t_gemm) {
+    /* [count][repeat] timings and speed-ups. */
+    size_t nt_rep = (size_t)n_threads * (size_t)cfg->repeat;
+    double *t_blk = dyn_calloc(nt_rep, sizeof(double), "bench times", err);
+    double *t_gemm = dyn_calloc(nt_rep, sizeof(double), "bench times", err);
+    double *t_ratio = dyn_calloc(nt_rep, sizeof(double), "bench times", err);
+    if (!lens || !elens || !t_blk || !t_gemm || !t_ratio) {
         st = DYN_ERR_NOMEM;
         goto done;
     }
@@ -134,35 +150,49 @@ dyn_status dyn_layer_bench_run(const dyn_layer_bench_cfg *cfg, dyn_layer_bench_r
         dyn_t5_dec_acts_layout(&ta, b.acts, d, B, T, Te);
     }
     for (int r = -1; r < cfg->repeat; r++) {
-        double t0 = dyn_time_ms();
-        if (gpt) {
-            dyn_gpt_block_forward(b.out, b.inp, &gp, &ga, lay, d, b.work);
-            dyn_gpt_block_backward(b.dinp, &gg, b.dout, b.inp, &gp, &ga, lay, d, 0, b.work);
-        } else {
-            dyn_t5_dec_forward(b.out, b.inp, b.enc, &tp, b.rel, &ta, lay, elay, d, b.work);
-            dyn_t5_dec_backward(b.dinp, b.denc, &tg, b.drel, b.dout, b.inp, b.enc, &tp, b.rel, &ta,
-                                lay, elay, d, 0, b.work);
-        }
-        double t1 = dyn_time_ms();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, 4 * C, C, 1.0f, b.ga, C, b.gb,
-                    C, 0.0f, b.gc, 4 * C);
-        double t2 = dyn_time_ms();
-        if (r >= 0) {
-            t_blk[r] = t1 - t0;
-            t_gemm[r] = t2 - t1;
+        for (int i = 0; i < n_threads; i++) {
+            /* Repeat -1 warms every count up (its pool, its caches). */
+            dyn_threads_set(threads[i]);
+            d.nthreads = threads[i];
+            double t0 = dyn_time_ms();
+            if (gpt) {
+                dyn_gpt_block_forward(b.out, b.inp, &gp, &ga, lay, d, b.work);
+                dyn_gpt_block_backward(b.dinp, &gg, b.dout, b.inp, &gp, &ga, lay, d, 0, b.work);
+            } else {
+                dyn_t5_dec_forward(b.out, b.inp, b.enc, &tp, b.rel, &ta, lay, elay, d, b.work);
+                dyn_t5_dec_backward(b.dinp, b.denc, &tg, b.drel, b.dout, b.inp, b.enc, &tp, b.rel,
+                                    &ta, lay, elay, d, 0, b.work);
+            }
+            double t1 = dyn_time_ms();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, 4 * C, C, 1.0f, b.ga, C,
+                        b.gb, C, 0.0f, b.gc, 4 * C);
+            double t2 = dyn_time_ms();
+            if (r >= 0) {
+                size_t k = (size_t)i * cfg->repeat + (size_t)r;
+                t_blk[k] = t1 - t0;
+                t_gemm[k] = t2 - t1;
+                t_ratio[k] = t_blk[(size_t)r] / t_blk[k]; /* count 0 ran first */
+            }
         }
     }
-    res->gflop = (gpt ? dyn_gpt_block_flops(B, T, C) : dyn_t5_dec_flops(d, B, T, Te)) * 1e-9;
-    res->ms = median(t_blk, cfg->repeat);
-    res->ms_min = t_blk[0]; /* sorted by median() */
-    res->gflops = res->gflop / (res->ms * 1e-3);
-    res->sgemm_gflops = 2.0 * (double)N * 4.0 * C * C * 1e-9 / (median(t_gemm, cfg->repeat) * 1e-3);
-    res->act_mb = (double)na * 4.0 / (1024.0 * 1024.0);
+    double gflop = (gpt ? dyn_gpt_block_flops(B, T, C) : dyn_t5_dec_flops(d, B, T, Te)) * 1e-9;
+    for (int i = 0; i < n_threads; i++) {
+        double *tb = t_blk + (size_t)i * cfg->repeat, *tg = t_gemm + (size_t)i * cfg->repeat;
+        dyn_layer_bench_result *o = &res[i];
+        o->gflop = gflop;
+        o->ms = median(tb, cfg->repeat);
+        o->ms_min = tb[0]; /* sorted by median() */
+        o->gflops = o->gflop / (o->ms * 1e-3);
+        o->sgemm_gflops = 2.0 * (double)N * 4.0 * C * C * 1e-9 / (median(tg, cfg->repeat) * 1e-3);
+        o->act_mb = (double)na * 4.0 / (1024.0 * 1024.0);
+        if (speedup) speedup[i] = median(t_ratio + (size_t)i * cfg->repeat, cfg->repeat);
+    }
 done:
     free(lens);
     free(elens);
     free(t_blk);
     free(t_gemm);
+    free(t_ratio);
     dyn_layout_free(lay);
     dyn_layout_free(elay);
     bufs_free(&b);

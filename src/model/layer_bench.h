@@ -29,9 +29,19 @@ typedef struct dyn_layer_bench_result {
 } dyn_layer_bench_result;
 
 /* Run the benchmark; DYN_ERR_INVALID_ARG for bad shapes, DYN_ERR_NOMEM if the
- * buffers cannot be allocated. Sets the process-wide OpenMP and OpenBLAS
- * thread counts to cfg->threads. */
+ * buffers cannot be allocated. Sets the process-wide thread count to
+ * cfg->threads (dyn_threads_set). */
 dyn_status dyn_layer_bench_run(const dyn_layer_bench_cfg *cfg, dyn_layer_bench_result *res,
                                dyn_error *err);
+
+/* Thread counts side by side: every repeat runs the block (and the sgemm)
+ * once with each of threads[0..n_threads-1] in turn, on the same buffers, so
+ * all counts see the same machine load; cfg->threads is ignored. res[i] is
+ * the result for threads[i]; speedup[i] (may be NULL) is the median over
+ * repeats of time(threads[0]) / time(threads[i]) within the same repeat.
+ * Leaves the thread count at threads[n_threads-1]. 1 <= n_threads <= 8. */
+dyn_status dyn_layer_bench_compare(const dyn_layer_bench_cfg *cfg, const int *threads,
+                                   int n_threads, dyn_layer_bench_result *res, double *speedup,
+                                   dyn_error *err);
 
 #endif

@@ -6,16 +6,17 @@
  * Determinism: every OpenMP loop either computes each output element
  * independently (rows, elements) or splits a column reduction over channel
  * ranges with each thread summing rows in order, so results do not depend on
- * the thread count. Matrix products are OpenBLAS sgemm. */
+ * the thread count. Matrix products are OpenBLAS sgemm through dyn_sgemm
+ * (threads.h), whose results do not depend on the thread count either. */
 #include "model/fastmath.h" /* defines: dyn_fast_expf, dyn_row_*; must come first */
 
 #include <assert.h>
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
 #include "model/layers.h"   /* defines: the kernel contracts */
+#include "model/threads.h"  /* defines: dyn_par, dyn_sgemm */
 
 /* The [c0, c1) slice of n channels owned by thread tid of nt. */
 static void channel_range(int n, int tid, int nt, int *c0, int *c1)
@@ -33,23 +34,21 @@ void dyn_linear_forward(float *out, const float *inp, const float *w, const floa
     float beta = 0.0f;
     if (bias) {
         /* Start from the bias so that sgemm adds the product in one pass. */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * OC))
         for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
+    dyn_sgemm(0, 1, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
 }
 
 void dyn_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
                          const float *inp, const float *w, int N, int C, int OC)
 {
     if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
-                    1.0f, dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                dw, C);
+        dyn_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
+    dyn_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     if (dbias) {
-#pragma omp parallel
+#pragma omp parallel if (dyn_par((size_t)N * OC))
         {
             int c0, c1;
             channel_range(OC, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
@@ -66,7 +65,7 @@ void dyn_linear_backward(float *dinp, float *dw, float *dbias, const float *dout
 void dyn_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                            const float *w, const float *b, int N, int C)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * C;
@@ -90,7 +89,7 @@ void dyn_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
     if (dinp) {
         /* dx = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),
          * dnorm = dout * w: the standard LayerNorm input gradient. */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
         for (int n = 0; n < N; n++) {
             const float *x = inp + (size_t)n * C;
             const float *d = dout + (size_t)n * C;
@@ -110,7 +109,7 @@ void dyn_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
             }
         }
     }
-#pragma omp parallel
+#pragma omp parallel if (dyn_par((size_t)N * C))
     {
         int c0, c1;
         channel_range(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
@@ -130,7 +129,7 @@ void dyn_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
 
 void dyn_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * C;
@@ -148,7 +147,7 @@ void dyn_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float
     if (dinp) {
         /* y = x s w with s = (mean(x^2)+eps)^-1/2: dx = s (dn - x s^2 mean(dn x)),
          * dn = dout * w. */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
         for (int n = 0; n < N; n++) {
             const float *x = inp + (size_t)n * C;
             const float *d = dout + (size_t)n * C;
@@ -160,7 +159,7 @@ void dyn_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float
             for (int c = 0; c < C; c++) dx[c] += s * (d[c] * w[c] - x[c] * k);
         }
     }
-#pragma omp parallel
+#pragma omp parallel if (dyn_par((size_t)N * C))
     {
         int c0, c1;
         channel_range(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
@@ -192,25 +191,25 @@ static inline float gelu_grad1(float x)
 
 void dyn_gelu_forward(float *out, const float *inp, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par(n))
     for (size_t i = 0; i < n; i++) out[i] = gelu1(inp[i]);
 }
 
 void dyn_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par(n))
     for (size_t i = 0; i < n; i++) dinp[i] += gelu_grad1(inp[i]) * dout[i];
 }
 
 void dyn_gelu_backward_inplace(float *d, const float *inp, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par(n))
     for (size_t i = 0; i < n; i++) d[i] = gelu_grad1(inp[i]) * d[i];
 }
 
 void dyn_gated_gelu_forward(float *out, const float *h, int N, int F)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * F))
     for (int n = 0; n < N; n++) {
         const float *a = h + (size_t)n * 2 * F, *b = a + F;
         float *o = out + (size_t)n * F;
@@ -220,7 +219,7 @@ void dyn_gated_gelu_forward(float *out, const float *h, int N, int F)
 
 void dyn_gated_gelu_backward(float *dh, const float *dout, const float *h, int N, int F)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * F))
     for (int n = 0; n < N; n++) {
         const float *a = h + (size_t)n * 2 * F, *b = a + F;
         const float *d = dout + (size_t)n * F;
@@ -236,13 +235,13 @@ void dyn_gated_gelu_backward(float *dh, const float *dout, const float *h, int N
 
 void dyn_residual_forward(float *out, const float *a, const float *b, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par(n))
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 void dyn_residual_backward(float *da, float *db, const float *dout, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par(n))
     for (size_t i = 0; i < n; i++) {
         if (da) da[i] += dout[i];
         if (db) db[i] += dout[i];
@@ -254,7 +253,7 @@ void dyn_residual_backward(float *da, float *db, const float *dout, size_t n)
 void dyn_embed_pos_forward(float *out, const int32_t *tokens, const int32_t *pos,
                            const float *wte, const float *wpe, int N, int C)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
     for (int n = 0; n < N; n++) {
         assert(tokens[n] >= 0 && pos[n] >= 0);
         const float *te = wte + (size_t)tokens[n] * C;
@@ -269,7 +268,7 @@ void dyn_embed_pos_backward(float *dwte, float *dwpe, const float *dout, const i
 {
     /* Rows of dwte are shared by repeated tokens: split channels, not rows,
      * so no two threads write one float and each adds rows in order. */
-#pragma omp parallel
+#pragma omp parallel if (dyn_par((size_t)N * C))
     {
         int c0, c1;
         channel_range(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
@@ -287,7 +286,7 @@ void dyn_embed_pos_backward(float *dwte, float *dwpe, const float *dout, const i
 
 void dyn_embed_forward(float *out, const int32_t *tokens, const float *wte, int N, int C)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
     for (int n = 0; n < N; n++) {
         assert(tokens[n] >= 0);
         memcpy(out + (size_t)n * C, wte + (size_t)tokens[n] * C, (size_t)C * sizeof(float));
@@ -356,9 +355,8 @@ double dyn_lmhead_ce_forward(float *losses, float *lse, const float *x, const fl
         }
         for (int v0 = 0; v0 < V; v0 += vch) {
             int nv = V - v0 < vch ? V - v0 : vch;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nv, C, 1.0f, xs, C,
-                        w + (size_t)v0 * C, C, 0.0f, lg, nv);
-#pragma omp parallel for schedule(static)
+            dyn_sgemm(0, 1, m, nv, C, 1.0f, xs, C, w + (size_t)v0 * C, C, 0.0f, lg, nv);
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)m * nv))
             for (int i = 0; i < m; i++) {
                 const float *l = lg + (size_t)i * nv;
                 float mx = rmax[i];
@@ -400,9 +398,8 @@ void dyn_lmhead_ce_backward(float *dx, float *dw, const float *x, const float *w
         memset(dxs, 0, (size_t)m * C * sizeof(float));
         for (int v0 = 0; v0 < V; v0 += vch) {
             int nv = V - v0 < vch ? V - v0 : vch;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nv, C, 1.0f, xs, C,
-                        w + (size_t)v0 * C, C, 0.0f, lg, nv);
-#pragma omp parallel for schedule(static)
+            dyn_sgemm(0, 1, m, nv, C, 1.0f, xs, C, w + (size_t)v0 * C, C, 0.0f, lg, nv);
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)m * nv))
             for (int i = 0; i < m; i++) {
                 int n = idx[i];
                 float *l = lg + (size_t)i * nv;
@@ -411,11 +408,9 @@ void dyn_lmhead_ce_backward(float *dx, float *dw, const float *x, const float *w
                 int t = targets[n];
                 if (t >= v0 && t < v0 + nv) l[t - v0] -= g;
             }
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nv, C, m, 1.0f, lg, nv, xs, C,
-                        1.0f, dw + (size_t)v0 * C, C);
+            dyn_sgemm(1, 0, nv, C, m, 1.0f, lg, nv, xs, C, 1.0f, dw + (size_t)v0 * C, C);
             if (dx)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, C, nv, 1.0f, lg, nv,
-                            w + (size_t)v0 * C, C, 1.0f, dxs, C);
+                dyn_sgemm(0, 0, m, C, nv, 1.0f, lg, nv, w + (size_t)v0 * C, C, 1.0f, dxs, C);
         }
         if (dx) {
             for (int i = 0; i < m; i++) {

@@ -15,10 +15,12 @@
  * attention kernels overwrite). Any gradient pointer documented "may be NULL"
  * is skipped.
  *
- * Threads: matrix products go through CBLAS (OpenBLAS; its thread count is
- * set by the caller with openblas_set_num_threads); elementwise and
- * reduction loops use OpenMP with static schedules over rows/channels so that
- * the same inputs and the same thread count give bit-identical results.
+ * Threads (threads.h): the count is set once with dyn_threads_set; matrix
+ * products go through dyn_sgemm (OpenBLAS, cut into panels by shape);
+ * elementwise and reduction loops use OpenMP over rows/channels, on one
+ * thread below DYN_PAR_MIN_WORK, each output computed by one thread in a
+ * fixed order, so the same inputs give bit-identical results whatever the
+ * thread count.
  * Nothing here allocates; callers pass workspace sized by the *_work_floats
  * functions. */
 #ifndef DYN_MODEL_LAYERS_H

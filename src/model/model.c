@@ -2,13 +2,12 @@
  * four flat buffers, seeded initialisation), the activation arena, argument
  * checks and dispatch of stage forward/backward, per-sample losses and the
  * AdamW step over all tensors. The architectures are in gpt.c and t5.c. */
-#include <cblas.h>
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/model_impl.h"
+#include "model/threads.h" /* defines: dyn_threads_set */
 #include "util/util.h" /* defines: dyn_calloc */
 
 dyn_model_config dyn_model_config_tiny(dyn_model_kind kind, int32_t n_layers, int32_t hidden, int32_t heads,
@@ -159,8 +158,7 @@ void dyn_model_set_threads(dyn_model *m, int nthreads)
 {
     if (nthreads < 1) nthreads = 1;
     m->dims.nthreads = nthreads;
-    omp_set_num_threads(nthreads);
-    openblas_set_num_threads(nthreads);
+    dyn_threads_set(nthreads);
 }
 
 size_t dyn_model_num_params(const dyn_model *m) { return m->n_params; }

@@ -154,9 +154,10 @@ dyn_model *dyn_model_create(const dyn_model_config *cfg, uint64_t seed, dyn_erro
 void dyn_model_free(dyn_model *m);
 
 const dyn_model_config *dyn_model_cfg(const dyn_model *m);
-/* Threads for the kernels: sets the blocks' thread count and the
- * process-wide OpenMP and OpenBLAS counts. Results are bit-identical for a
- * fixed count. */
+/* Threads for the kernels: sets the blocks' thread count and, through
+ * dyn_threads_set (threads.h), the process-wide OpenMP and OpenBLAS counts.
+ * Results are bit-identical for a fixed count (and, as built, across counts:
+ * tests/test_threads.c). */
 void dyn_model_set_threads(dyn_model *m, int nthreads);
 
 /* Flat buffers: n floats each (parameters, gradients, AdamW m and v). */

@@ -1,6 +1,7 @@
 /* optim.c — AdamW, global-norm clipping and the warm-up + cosine schedule.
  * See optim.h for the decay policy and the determinism argument. */
 #include "model/optim.h"
+#include "model/threads.h" /* defines: dyn_par */
 
 #include <math.h>
 
@@ -20,7 +21,7 @@ void dyn_adamw_update(float *p, const float *g, float *m, float *v, size_t n, in
     float b1 = cfg->beta1, b2 = cfg->beta2, eps = cfg->eps;
     float wd = decay ? cfg->weight_decay : 0.0f;
     float ibc1 = (float)(1.0 / bc1), ibc2 = (float)(1.0 / bc2);
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (dyn_par(n))
     for (size_t i = 0; i < n; i++) {
         float gi = g[i];
         float mi = b1 * m[i] + (1.0f - b1) * gi;

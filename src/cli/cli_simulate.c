@@ -1,0 +1,843 @@
+/*
+ * cli_simulate.c — `dynapipe simulate`: plan global batches with one or more
+ * batching methods, schedule them with one or more pipeline schedules (or
+ * pick the best per batch with `--schedule auto`), simulate every plan and
+ * compare: makespan, bubble fraction, peak memory, throughput and speed-up
+ * over packing. Or simulate an explicit what-if list of micro-batches
+ * (`--microbatches FILE`, docs/simulator.md).
+ *
+ * A plan covers one data-parallel replica: with --dp D every replica's plan
+ * is simulated and the iteration ends with the slowest.
+ *
+ * Every output file (--json, --trace, --svg) is written atomically after all
+ * batches succeeded, so a failing run leaves none of them behind. The trace
+ * and SVG show the first global batch under the first method and the first
+ * schedule listed (for auto: the schedule auto chose).
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"       /* defines: cli_errorf, cli_parse_*, CLI_EXIT_* */
+#include "cli/plan_args.h" /* defines: plan_args_*, plan_inputs_* */
+#include "dynapipe/data.h"
+#include "dynapipe/model_config.h"
+#include "dynapipe/plan.h"
+#include "dynapipe/sched.h"
+#include "dynapipe/sim.h"
+#include "util/util.h" /* defines: dyn_calloc, dyn_file_write_atomic */
+
+#define CMD "simulate"
+#define AUTO_SCHEDULE DYN_SCHEDULE_COUNT /* pseudo-schedule index for --schedule auto */
+
+typedef struct sim_args {
+    plan_args plan;                 /* the planning flags of `dynapipe plan` */
+    int32_t n_sched;
+    int32_t sched[DYN_SCHEDULE_COUNT + 1]; /* dyn_schedule or AUTO_SCHEDULE */
+    int32_t n_methods;
+    dyn_batching methods[DYN_BATCHING_COUNT];
+    const char *trace, *svg, *json, *microbatches;
+    int32_t order_groups;
+    int skip_infeasible;
+    int markdown; /* --markdown: the summary as a markdown table, methods x schedules */
+} sim_args;
+
+/* One (batch, method, schedule) result. */
+typedef struct sim_row {
+    int32_t batch, method, sched; /* method: index into args.methods, or -1 (what-if) */
+    int feasible;
+    int32_t chosen_sched, chosen_rc; /* what ran (auto picks) */
+    double makespan_ms, bubble, busy_ms, tokens_per_s;
+    int32_t n_microbatches;
+    int64_t real_tokens;
+    double *peak_mb; /* [n_ranks] */
+} sim_row;
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: dynapipe simulate [planning flags] [--schedule LIST] [--methods LIST]\n"
+            "                         [--trace FILE.json] [--svg FILE.svg] [--json OUT]\n"
+            "       dynapipe simulate --microbatches FILE [--stages S] [--machine NAME|FILE] ...\n\n"
+            "Plan global batches, schedule and simulate them, and compare batching methods\n"
+            "and pipeline schedules side by side.\n\n"
+            "simulation flags:\n"
+            "  --schedule LIST    comma list of 1f1b, cyclic, wait-free-cyclic, interleaved, zb,\n"
+            "                     auto (best schedule x order x recompute per batch), or all\n"
+            "                     (default 1f1b)\n"
+            "  --methods LIST     comma list of batching methods to compare: dynapipe, padding,\n"
+            "                     packing, packing-docmask, token (default: all five)\n"
+            "  --order-groups K   micro-batch order search groups for auto, 1..4 (default 3)\n"
+            "  --microbatches F   simulate the micro-batches of a what-if file instead of\n"
+            "                     planning (format: docs/simulator.md)\n"
+            "  --skip-infeasible  report a schedule that does not fit memory as infeasible\n"
+            "                     instead of failing\n"
+            "  --markdown         print the summary as a markdown table: one row per method,\n"
+            "                     one column per schedule, cells tokens/s (speed-up over packing)\n"
+            "  --trace FILE.json  Chrome/Perfetto trace of the first batch, method, schedule\n"
+            "  --svg FILE.svg     SVG timeline of the same run\n"
+            "  --json OUT         per global batch and method: makespan_ms, bubble_fraction,\n"
+            "                     peak_memory_mb (per stage), tokens_per_s\n"
+            "  --help             this text\n\n"
+            "planning flags (as `dynapipe plan`):\n");
+    plan_args_usage(out);
+}
+
+/* Split a comma list in place into items; returns the count or -1. */
+static int split_list(char *text, char **items, int max)
+{
+    int n = 0;
+    for (char *p = text; p && *p;) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = '\0';
+        if (*p == '\0' || n == max) return -1;
+        items[n++] = p;
+        p = comma ? comma + 1 : NULL;
+    }
+    return n;
+}
+
+static int parse_schedules(sim_args *a, const char *text)
+{
+    char buf[256];
+    if (strlen(text) >= sizeof buf) {
+        cli_errorf(CMD, "--schedule: list too long");
+        return -1;
+    }
+    strcpy(buf, text);
+    char *items[16];
+    int n = split_list(buf, items, 16);
+    if (n <= 0) {
+        cli_errorf(CMD, "--schedule: empty or malformed list '%s'", text);
+        return -1;
+    }
+    a->n_sched = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t add[DYN_SCHEDULE_COUNT + 1], n_add = 0;
+        if (strcmp(items[i], "auto") == 0) {
+            add[n_add++] = AUTO_SCHEDULE;
+        } else if (strcmp(items[i], "all") == 0) {
+            for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) add[n_add++] = k;
+        } else {
+            dyn_schedule s;
+            dyn_error err;
+            if (dyn_schedule_parse(items[i], &s, &err) != DYN_OK) {
+                cli_errorf(CMD, "--schedule: unknown schedule '%s' (1f1b, cyclic, wait-free-cyclic, interleaved, zb, auto, all)",
+                           items[i]);
+                return -1;
+            }
+            add[n_add++] = (int32_t)s;
+        }
+        for (int j = 0; j < n_add; j++) {
+            int dup = 0;
+            for (int k = 0; k < a->n_sched; k++) dup |= a->sched[k] == add[j];
+            if (!dup) a->sched[a->n_sched++] = add[j];
+        }
+    }
+    return 0;
+}
+
+static int parse_methods(sim_args *a, const char *text)
+{
+    char buf[256];
+    if (strlen(text) >= sizeof buf) {
+        cli_errorf(CMD, "--methods: list too long");
+        return -1;
+    }
+    strcpy(buf, text);
+    char *items[16];
+    int n = split_list(buf, items, 16);
+    if (n <= 0) {
+        cli_errorf(CMD, "--methods: empty or malformed list '%s'", text);
+        return -1;
+    }
+    a->n_methods = 0;
+    for (int i = 0; i < n; i++) {
+        dyn_batching m;
+        dyn_error err;
+        if (dyn_batching_parse(items[i], &m, &err) != DYN_OK) {
+            cli_errorf(CMD, "--methods: %s", err.msg);
+            return -1;
+        }
+        int dup = 0;
+        for (int k = 0; k < a->n_methods; k++) dup |= a->methods[k] == m;
+        if (!dup) a->methods[a->n_methods++] = m;
+    }
+    return 0;
+}
+
+/* Returns -1 on a usage error (message printed), 1 for --help, else 0. */
+static int parse_args(sim_args *a, int argc, char **argv)
+{
+    memset(a, 0, sizeof *a);
+    plan_args_init(&a->plan);
+    int method_flag = 0, methods_flag = 0;
+    a->n_sched = 1;
+    a->sched[0] = DYN_SCHED_1F1B;
+    a->n_methods = DYN_BATCHING_COUNT;
+    for (int i = 0; i < DYN_BATCHING_COUNT; i++) a->methods[i] = (dyn_batching)i;
+    a->order_groups = 3;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) return 1;
+        if (strcmp(f, "--schedule") == 0 || strcmp(f, "--methods") == 0 || strcmp(f, "--trace") == 0 ||
+            strcmp(f, "--svg") == 0 || strcmp(f, "--json") == 0 || strcmp(f, "--microbatches") == 0 ||
+            strcmp(f, "--order-groups") == 0) {
+            if (v == NULL) {
+                cli_errorf(CMD, "%s needs a value", f);
+                return -1;
+            }
+            i++;
+            if (strcmp(f, "--schedule") == 0) {
+                if (parse_schedules(a, v) != 0) return -1;
+            } else if (strcmp(f, "--methods") == 0) {
+                if (parse_methods(a, v) != 0) return -1;
+                methods_flag = 1;
+            } else if (strcmp(f, "--order-groups") == 0) {
+                if (cli_parse_i32(CMD, f, v, 1, DYN_ORDER_MAX_GROUPS, &a->order_groups) != 0) return -1;
+            } else if (strcmp(f, "--trace") == 0) {
+                a->trace = v;
+            } else if (strcmp(f, "--svg") == 0) {
+                a->svg = v;
+            } else if (strcmp(f, "--json") == 0) {
+                a->json = v;
+            } else {
+                a->microbatches = v;
+            }
+            continue;
+        }
+        if (strcmp(f, "--skip-infeasible") == 0) {
+            a->skip_infeasible = 1;
+            continue;
+        }
+        if (strcmp(f, "--markdown") == 0) {
+            a->markdown = 1;
+            continue;
+        }
+        if (strcmp(f, "--method") == 0) method_flag = 1;
+        int used = plan_args_parse_one(CMD, &a->plan, argc, argv, &i);
+        if (used < 0) return -1;
+        if (used == 0) {
+            cli_errorf(CMD, "unknown flag '%s' (try 'dynapipe simulate --help')", f);
+            return -1;
+        }
+    }
+    /* `--method M` of `dynapipe plan` means the list with just M, unless
+     * --methods came too. */
+    if (method_flag && !methods_flag) {
+        a->n_methods = 1;
+        a->methods[0] = a->plan.opt.method;
+    }
+    if (a->microbatches == NULL && plan_args_finish(CMD, &a->plan) != 0) return -1;
+    return 0;
+}
+
+/* ---- running ---------------------------------------------------------- */
+
+/* What the run keeps for the trace / SVG: one plan and its costs. */
+typedef struct recorded {
+    int have;
+    dyn_exec_plan plan;
+    dyn_stage_costs costs;
+    char title[160];
+} recorded;
+
+typedef struct run_state {
+    sim_args *a;
+    dyn_machine machine;
+    dyn_sim_options simopt;
+    dyn_sim *sim;
+    int32_t n_ranks;
+    int32_t chunks_avail; /* chunks the stage assignment allows (auto tries interleaved only if > 1) */
+    int32_t dp;           /* data-parallel replicas simulated per batch */
+    sim_row *rows;
+    int32_t n_rows, cap_rows;
+    recorded rec;
+} run_state;
+
+static sim_row *new_row(run_state *rs, dyn_error *err)
+{
+    if (rs->n_rows == rs->cap_rows) {
+        int32_t cap = rs->cap_rows ? 2 * rs->cap_rows : 64;
+        sim_row *bigger = realloc(rs->rows, sizeof(sim_row) * (size_t)cap);
+        if (bigger == NULL) {
+            dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for results");
+            return NULL;
+        }
+        rs->rows = bigger;
+        rs->cap_rows = cap;
+    }
+    sim_row *row = &rs->rows[rs->n_rows];
+    memset(row, 0, sizeof *row);
+    row->peak_mb = dyn_calloc((size_t)rs->n_ranks, sizeof(double), "results", err);
+    if (row->peak_mb == NULL) return NULL;
+    rs->n_rows++;
+    return row;
+}
+
+/* Copy res into row. */
+static void fill_row(run_state *rs, sim_row *row, const dyn_sim_result *res)
+{
+    row->feasible = 1;
+    row->makespan_ms = res->makespan_ms;
+    row->bubble = res->bubble_fraction;
+    row->tokens_per_s = res->tokens_per_s;
+    row->busy_ms = 0;
+    for (int32_t r = 0; r < res->n_ranks && r < rs->n_ranks; r++) {
+        row->busy_ms += res->busy_ms[r];
+        row->peak_mb[r] = res->peak_mb[r];
+    }
+}
+
+/* Keep plan + costs for the trace/SVG (takes ownership of plan; copies costs). */
+static dyn_status record(run_state *rs, dyn_exec_plan *plan, const dyn_stage_costs *costs,
+                         const char *title, dyn_error *err)
+{
+    int32_t M = costs->n_microbatches;
+    int32_t *ident = dyn_calloc((size_t)M, sizeof(int32_t), "trace", err);
+    if (ident == NULL) return DYN_ERR_NOMEM;
+    for (int32_t i = 0; i < M; i++) ident[i] = i;
+    dyn_status st = dyn_stage_costs_permute(costs, ident, &rs->rec.costs, err);
+    free(ident);
+    if (st != DYN_OK) return st;
+    rs->rec.plan = *plan;
+    memset(plan, 0, sizeof *plan);
+    snprintf(rs->rec.title, sizeof rs->rec.title, "%s", title);
+    rs->rec.have = 1;
+    return DYN_OK;
+}
+
+/* Schedule + validate + simulate one (batch, method, schedule). costs_fn
+ * gives costs per (chunks, recompute); shapes may be NULL. */
+static dyn_status run_one(run_state *rs, sim_row *row, dyn_costs_fn costs_fn, void *costs_ctx,
+                          const dyn_mb_shape *shapes, const char *method_name, dyn_error *err)
+{
+    sim_args *a = rs->a;
+    int32_t chunks = a->plan.opt.chunks;
+    double limit = a->plan.opt.memory_limit_mb > 0 ? a->plan.opt.memory_limit_mb : rs->machine.device_memory_mb;
+    dyn_exec_plan plan;
+    memset(&plan, 0, sizeof plan);
+    dyn_stage_costs own;
+    memset(&own, 0, sizeof own);
+    const dyn_stage_costs *costs = NULL;
+    dyn_status st;
+    if (row->sched == AUTO_SCHEDULE) {
+        dyn_auto_options ao;
+        memset(&ao, 0, sizeof ao);
+        ao.n_ranks = rs->n_ranks;
+        ao.chunks = rs->chunks_avail;
+        ao.memory_limit_mb = limit;
+        ao.order_groups = a->order_groups;
+        const dyn_stage_costs *c1;
+        if ((st = costs_fn(costs_ctx, 1, DYN_RECOMPUTE_NONE, &c1, err)) != DYN_OK) return st;
+        dyn_auto_choice choice;
+        memset(&choice, 0, sizeof choice);
+        choice.order = dyn_calloc((size_t)c1->n_microbatches, sizeof(int32_t), "auto", err);
+        if (choice.order == NULL) return DYN_ERR_NOMEM;
+        st = dyn_schedule_auto(rs->sim, costs_fn, costs_ctx, shapes, &ao, &rs->simopt, &choice, &plan, &own, err);
+        free(choice.order);
+        if (st != DYN_OK) return st;
+        row->chosen_sched = choice.schedule;
+        row->chosen_rc = choice.recompute;
+        costs = &own;
+    } else {
+        int32_t v = row->sched == DYN_SCHED_INTERLEAVED ? chunks : 1;
+        if (row->sched == DYN_SCHED_INTERLEAVED && chunks < 2)
+            return dyn_error_set(err, DYN_ERR_INFEASIBLE, "the interleaved schedule needs --chunks 2 or more");
+        dyn_recompute rc = a->plan.opt.recompute;
+        if ((st = costs_fn(costs_ctx, v, rc, &costs, err)) != DYN_OK) return st;
+        dyn_sched_options so;
+        dyn_sched_options_default(&so);
+        so.n_ranks = rs->n_ranks;
+        so.chunks = v;
+        so.memory_limit_mb = limit;
+        so.recompute = rc;
+        if ((st = dyn_schedule_build((dyn_schedule)row->sched, costs, shapes, &so, &plan, err)) != DYN_OK)
+            return st;
+        row->chosen_sched = row->sched;
+        row->chosen_rc = rc;
+    }
+    row->n_microbatches = costs->n_microbatches;
+    /* A plan is validated before it is used. */
+    if ((st = dyn_exec_plan_validate(&plan, err)) != DYN_OK) goto out;
+    const dyn_sim_result *res;
+    dyn_sim_options quiet = rs->simopt; /* the table needs no events; the trace re-runs */
+    quiet.skip_events = 1;
+    if ((st = dyn_sim_run(rs->sim, &plan, costs, &quiet, &res, err)) != DYN_OK) goto out;
+    if (res->max_peak_mb > limit * (1 + 1e-9)) {
+        st = dyn_error_set(err, DYN_ERR_INFEASIBLE, "simulated peak memory %.1f MB exceeds the limit of %.1f MB",
+                           res->max_peak_mb, limit);
+        goto out;
+    }
+    fill_row(rs, row, res);
+    if (!rs->rec.have && (rs->a->trace || rs->a->svg)) {
+        char title[160];
+        snprintf(title, sizeof title, "%s, %s%s, S=%d, global batch %d", method_name,
+                 row->sched == AUTO_SCHEDULE ? "auto: " : "", dyn_schedule_name((dyn_schedule)row->chosen_sched),
+                 rs->n_ranks, row->batch);
+        st = record(rs, &plan, costs, title, err);
+    }
+out:
+    dyn_exec_plan_free(&plan);
+    dyn_stage_costs_free(&own);
+    return st;
+}
+
+static const char *sched_label(int32_t s)
+{
+    return s == AUTO_SCHEDULE ? "auto" : dyn_schedule_name((dyn_schedule)s);
+}
+
+/* Run all schedules for one (batch, method). */
+/* Merge one replica's result (tmp) into the batch's row: the iteration
+ * ends with the slowest replica; busy time and micro-batches add up; peak
+ * memory is the highest per stage. */
+static void merge_row(run_state *rs, sim_row *row, const sim_row *tmp)
+{
+    if (tmp->makespan_ms > row->makespan_ms) row->makespan_ms = tmp->makespan_ms;
+    row->busy_ms += tmp->busy_ms;
+    row->n_microbatches += tmp->n_microbatches;
+    for (int32_t q = 0; q < rs->n_ranks; q++)
+        if (tmp->peak_mb[q] > row->peak_mb[q]) row->peak_mb[q] = tmp->peak_mb[q];
+    if (row->chosen_sched < 0) {
+        row->chosen_sched = tmp->chosen_sched;
+        row->chosen_rc = tmp->chosen_rc;
+    }
+}
+
+/* Run all schedules for one (batch, method) on one data-parallel replica.
+ * rows: the batch's rows for this method (one per schedule), created by
+ * the caller with begin_rows; each replica's result is merged into them. */
+static int run_schedules(run_state *rs, int32_t first_row, dyn_costs_fn fn, void *ctx,
+                         const dyn_mb_shape *shapes, const char *method_name)
+{
+    dyn_error err;
+    sim_row tmp;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.peak_mb = dyn_calloc((size_t)rs->n_ranks, sizeof(double), "results", &err);
+    if (tmp.peak_mb == NULL) {
+        cli_errorf(CMD, "%s", err.msg);
+        return -1;
+    }
+    int ret = 0;
+    for (int32_t k = 0; k < rs->a->n_sched; k++) {
+        sim_row *row = &rs->rows[first_row + k];
+        if (!row->feasible) continue; /* another replica already could not fit */
+        tmp.batch = row->batch;
+        tmp.method = row->method;
+        tmp.sched = row->sched;
+        rs->simopt.real_tokens = row->real_tokens;
+        dyn_status st = run_one(rs, &tmp, fn, ctx, shapes, method_name, &err);
+        if (st == DYN_ERR_INFEASIBLE && rs->a->skip_infeasible) {
+            row->feasible = 0;
+            continue;
+        }
+        if (st != DYN_OK) {
+            cli_errorf(CMD, "global batch %d, %s, %s: %s", row->batch, method_name, sched_label(row->sched), err.msg);
+            ret = -1;
+            break;
+        }
+        merge_row(rs, row, &tmp);
+    }
+    free(tmp.peak_mb);
+    return ret;
+}
+
+/* Rows for (batch, method), one per schedule, feasible until a replica
+ * says otherwise; returns the index of the first or -1. */
+static int32_t begin_rows(run_state *rs, int32_t batch, int32_t method, int64_t real_tokens, int feasible)
+{
+    int32_t first = rs->n_rows;
+    for (int32_t k = 0; k < rs->a->n_sched; k++) {
+        dyn_error err;
+        sim_row *row = new_row(rs, &err);
+        if (row == NULL) {
+            cli_errorf(CMD, "%s", err.msg);
+            return -1;
+        }
+        row->batch = batch;
+        row->method = method;
+        row->sched = rs->a->sched[k];
+        row->real_tokens = real_tokens;
+        row->feasible = feasible;
+        row->chosen_sched = -1;
+    }
+    return first;
+}
+
+/* After every replica: the figures of the whole data-parallel group. The
+ * dp * ranks devices are busy for busy_ms in all out of dp * ranks *
+ * makespan; tokens are the whole batch's. */
+static void finish_rows(run_state *rs, int32_t first_row, int32_t dp)
+{
+    for (int32_t k = 0; k < rs->a->n_sched; k++) {
+        sim_row *row = &rs->rows[first_row + k];
+        if (!row->feasible || row->makespan_ms <= 0) continue;
+        row->bubble = 1.0 - row->busy_ms / ((double)rs->n_ranks * dp * row->makespan_ms);
+        row->tokens_per_s = (double)row->real_tokens / (row->makespan_ms * 1e-3);
+    }
+}
+
+/* ---- what-if input ---------------------------------------------------- */
+
+typedef struct whatif_ctx {
+    const dyn_stage_costs *costs;
+    int32_t chunks;
+} whatif_ctx;
+
+/* The file's costs serve every recompute mode (the file has one set) and
+ * only the chunk count the file's stage count implies. */
+static dyn_status whatif_costs(void *vctx, int32_t chunks, dyn_recompute rc, const dyn_stage_costs **out,
+                               dyn_error *err)
+{
+    whatif_ctx *w = vctx;
+    (void)rc;
+    if (chunks != w->chunks)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "the micro-batch file has %d stages = %d chunks per rank; %d chunks requested",
+                             w->costs->n_stages, w->chunks, chunks);
+    *out = w->costs;
+    return DYN_OK;
+}
+
+static int run_whatif(run_state *rs)
+{
+    sim_args *a = rs->a;
+    dyn_stage_costs costs;
+    int64_t tokens = 0;
+    dyn_error err;
+    if (dyn_whatif_load(a->microbatches, &costs, &tokens, &err) != DYN_OK) {
+        cli_errorf(CMD, "%s", err.msg);
+        return -1;
+    }
+    int32_t S = a->plan.have_stages ? a->plan.opt.stages : costs.n_stages;
+    if (S < 1 || costs.n_stages % S != 0) {
+        cli_errorf(CMD, "%s has %d stages, not a multiple of --stages %d", a->microbatches, costs.n_stages, S);
+        dyn_stage_costs_free(&costs);
+        return -1;
+    }
+    rs->n_ranks = S;
+    whatif_ctx w = {&costs, costs.n_stages / S};
+    a->plan.opt.chunks = w.chunks;
+    rs->chunks_avail = w.chunks;
+    rs->dp = 1;
+    int32_t first = begin_rows(rs, 0, -1, tokens, 1);
+    int rc = first < 0 ? -1 : run_schedules(rs, first, whatif_costs, &w, NULL, "what-if");
+    if (rc == 0) finish_rows(rs, first, 1);
+    dyn_stage_costs_free(&costs);
+    return rc;
+}
+
+/* ---- planning input --------------------------------------------------- */
+
+static int run_planned(run_state *rs, plan_inputs *in)
+{
+    sim_args *a = rs->a;
+    dyn_error err;
+    int ret = -1;
+    rs->n_ranks = a->plan.opt.stages;
+    rs->dp = a->plan.opt.dp;
+    dyn_planner *planners[DYN_BATCHING_COUNT] = {0};
+    dyn_batch_plan bp;
+    memset(&bp, 0, sizeof bp);
+    dyn_batch_costs *bc = dyn_batch_costs_create(in->cm, a->plan.opt.stages, a->plan.opt.chunks, &err);
+    if (bc == NULL) {
+        cli_errorf(CMD, "%s", err.msg);
+        goto done;
+    }
+    for (int32_t m = 0; m < a->n_methods; m++) {
+        dyn_plan_options po = a->plan.opt;
+        po.method = a->methods[m];
+        planners[m] = dyn_planner_create(in->cm, &po, &err);
+        if (planners[m] == NULL) {
+            cli_errorf(CMD, "%s: %s", dyn_batching_name(a->methods[m]), err.msg);
+            goto done;
+        }
+    }
+    for (int32_t b = 0;; b++) {
+        const dyn_sample *batch;
+        int32_t n;
+        if (plan_inputs_next(CMD, in, &batch, &n) != 0) goto done;
+        if (n == 0) break;
+        for (int32_t m = 0; m < a->n_methods; m++) {
+            const char *name = dyn_batching_name(a->methods[m]);
+            dyn_status pst = dyn_planner_plan(planners[m], batch, n, &bp, &err);
+            if (pst == DYN_ERR_INFEASIBLE && a->skip_infeasible) {
+                /* This method cannot plan the batch: infeasible rows. */
+                dyn_batch_plan_free(&bp);
+                if (begin_rows(rs, b, m, 0, 0) < 0) goto done;
+                continue;
+            }
+            if (pst != DYN_OK) {
+                cli_errorf(CMD, "global batch %d, %s: %s", b, name, err.msg);
+                goto done;
+            }
+            /* Each replica runs its own plan; the iteration ends with the
+             * slowest. Tokens: the whole batch's. */
+            int64_t tokens = 0;
+            for (int32_t i = 0; i < n; i++) tokens += (int64_t)batch[i].input_len + batch[i].target_len;
+            int32_t first = begin_rows(rs, b, m, tokens, 1);
+            if (first < 0) goto done;
+            for (int32_t rep = 0; rep < a->plan.opt.dp; rep++) {
+                int has = 0;
+                for (int32_t i = 0; i < bp.n_microbatches; i++) has |= bp.mbs[i].replica == rep;
+                if (!has) continue; /* an idle replica: it only waits */
+                if (dyn_batch_costs_set_batch(bc, &bp, rep, &err) != DYN_OK) {
+                    cli_errorf(CMD, "global batch %d, %s: %s", b, name, err.msg);
+                    goto done;
+                }
+                int32_t M;
+                const dyn_mb_shape *shapes = dyn_batch_costs_shapes(bc, &M);
+                rs->chunks_avail = dyn_batch_costs_chunks(bc);
+                if (run_schedules(rs, first, dyn_batch_costs_get, bc, shapes, name) != 0) goto done;
+            }
+            finish_rows(rs, first, a->plan.opt.dp);
+            dyn_batch_plan_free(&bp);
+        }
+    }
+    ret = 0;
+done:
+    dyn_batch_plan_free(&bp);
+    dyn_batch_costs_free(bc);
+    for (int32_t m = 0; m < DYN_BATCHING_COUNT; m++) dyn_planner_free(planners[m]);
+    return ret;
+}
+
+/* ---- output ----------------------------------------------------------- */
+
+typedef struct summary {
+    double makespan, busy, tokens, peak;
+    int32_t n, infeasible;
+} summary;
+
+static void summarise(const run_state *rs, int32_t method, int32_t sched, summary *s)
+{
+    memset(s, 0, sizeof *s);
+    for (int32_t i = 0; i < rs->n_rows; i++) {
+        const sim_row *r = &rs->rows[i];
+        if (r->method != method || r->sched != sched) continue;
+        if (!r->feasible) {
+            s->infeasible++;
+            continue;
+        }
+        s->n++;
+        s->makespan += r->makespan_ms;
+        s->busy += r->busy_ms;
+        s->tokens += (double)r->real_tokens;
+        for (int32_t q = 0; q < rs->n_ranks; q++)
+            if (r->peak_mb[q] > s->peak) s->peak = r->peak_mb[q];
+    }
+}
+
+static double summary_tps(const summary *s) { return s->makespan > 0 ? s->tokens / (s->makespan * 1e-3) : 0; }
+
+static void print_table(const run_state *rs)
+{
+    const sim_args *a = rs->a;
+    int32_t n_methods = a->microbatches ? 1 : a->n_methods;
+    int32_t packing = -1;
+    for (int32_t m = 0; m < n_methods && !a->microbatches; m++)
+        if (a->methods[m] == DYN_BATCH_PACKING) packing = m;
+    int32_t n_batches = 0;
+    for (int32_t i = 0; i < rs->n_rows; i++)
+        if (rs->rows[i].batch + 1 > n_batches) n_batches = rs->rows[i].batch + 1;
+    printf("simulated %d global batch%s on %d pipeline stages, machine %s\n", n_batches,
+           n_batches == 1 ? "" : "es", rs->n_ranks, rs->machine.name);
+    printf("%-16s %-17s %12s %8s %13s %13s %9s\n", "method", "schedule", "makespan_ms", "bubble",
+           "peak_mem_mb", "tokens/s", "vs packing");
+    for (int32_t m = 0; m < n_methods; m++) {
+        for (int32_t k = 0; k < a->n_sched; k++) {
+            summary s, p;
+            summarise(rs, a->microbatches ? -1 : m, a->sched[k], &s);
+            const char *mname = a->microbatches ? "what-if" : dyn_batching_name(a->methods[m]);
+            if (s.infeasible > 0 || s.n == 0) {
+                printf("%-16s %-17s %12s (%d of %d global batches)\n", mname, sched_label(a->sched[k]),
+                       "infeasible", s.infeasible, s.infeasible + s.n);
+                continue;
+            }
+            char speed[32] = "-";
+            if (packing >= 0) {
+                summarise(rs, packing, a->sched[k], &p);
+                if (p.n == s.n && p.infeasible == 0 && summary_tps(&p) > 0)
+                    snprintf(speed, sizeof speed, "%.2fx", summary_tps(&s) / summary_tps(&p));
+            }
+            double bubble = s.makespan > 0 ? 1.0 - s.busy / ((double)rs->n_ranks * rs->dp * s.makespan) : 0;
+            printf("%-16s %-17s %12.3f %8.3f %13.1f %13.1f %9s\n", mname, sched_label(a->sched[k]),
+                   s.makespan, bubble, s.peak, summary_tps(&s), speed);
+        }
+    }
+}
+
+/* The same summary as a markdown pivot: methods x schedules, each cell
+ * "tokens/s (speed-up over packing)"; used for docs/performance.md. */
+static void print_markdown(const run_state *rs)
+{
+    const sim_args *a = rs->a;
+    int32_t n_methods = a->microbatches ? 1 : a->n_methods;
+    int32_t packing = -1;
+    for (int32_t m = 0; m < n_methods && !a->microbatches; m++)
+        if (a->methods[m] == DYN_BATCH_PACKING) packing = m;
+    printf("| method |");
+    for (int32_t k = 0; k < a->n_sched; k++) printf(" %s |", sched_label(a->sched[k]));
+    printf("\n| --- |");
+    for (int32_t k = 0; k < a->n_sched; k++) printf(" ---: |");
+    printf("\n");
+    for (int32_t m = 0; m < n_methods; m++) {
+        printf("| %s |", a->microbatches ? "what-if" : dyn_batching_name(a->methods[m]));
+        for (int32_t k = 0; k < a->n_sched; k++) {
+            summary s, p;
+            summarise(rs, a->microbatches ? -1 : m, a->sched[k], &s);
+            if (s.infeasible > 0 || s.n == 0) {
+                printf(" infeasible |");
+                continue;
+            }
+            printf(" %.0f", summary_tps(&s));
+            if (packing >= 0) {
+                summarise(rs, packing, a->sched[k], &p);
+                if (p.n == s.n && p.infeasible == 0 && summary_tps(&p) > 0) printf(" (%.2fx)", summary_tps(&s) / summary_tps(&p));
+            }
+            printf(" |");
+        }
+        printf("\n");
+    }
+}
+
+static cJSON *row_json(const run_state *rs, const sim_row *r)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (o == NULL) return NULL;
+    int ok = 1;
+    ok &= cJSON_AddStringToObject(o, "method", r->method < 0 ? "what-if" : dyn_batching_name(rs->a->methods[r->method])) != NULL;
+    ok &= cJSON_AddStringToObject(o, "schedule", sched_label(r->sched)) != NULL;
+    if (r->sched == AUTO_SCHEDULE) {
+        ok &= cJSON_AddStringToObject(o, "chosen_schedule", dyn_schedule_name((dyn_schedule)r->chosen_sched)) != NULL;
+        ok &= cJSON_AddStringToObject(o, "recompute", dyn_recompute_name((dyn_recompute)r->chosen_rc)) != NULL;
+    }
+    ok &= cJSON_AddBoolToObject(o, "feasible", r->feasible) != NULL;
+    ok &= cJSON_AddNumberToObject(o, "makespan_ms", r->makespan_ms) != NULL;
+    ok &= cJSON_AddNumberToObject(o, "bubble_fraction", r->bubble) != NULL;
+    cJSON *peaks = cJSON_AddArrayToObject(o, "peak_memory_mb");
+    ok &= peaks != NULL;
+    for (int32_t q = 0; ok && q < rs->n_ranks; q++) {
+        cJSON *x = cJSON_CreateNumber(r->peak_mb[q]);
+        ok &= x != NULL && cJSON_AddItemToArray(peaks, x);
+    }
+    ok &= cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s) != NULL;
+    ok &= cJSON_AddNumberToObject(o, "real_tokens", (double)r->real_tokens) != NULL;
+    ok &= cJSON_AddNumberToObject(o, "microbatches", r->n_microbatches) != NULL;
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+static int write_json(const run_state *rs, const char *path)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON *batches = root ? cJSON_AddArrayToObject(root, "global_batches") : NULL;
+    int ok = batches != NULL;
+    ok &= ok && cJSON_AddStringToObject(root, "machine", rs->machine.name) != NULL;
+    ok &= ok && cJSON_AddNumberToObject(root, "stages", rs->n_ranks) != NULL;
+    int32_t cur = -1;
+    cJSON *results = NULL;
+    for (int32_t i = 0; ok && i < rs->n_rows; i++) {
+        const sim_row *r = &rs->rows[i];
+        if (r->batch != cur) {
+            cJSON *b = cJSON_CreateObject();
+            ok &= b != NULL && cJSON_AddItemToArray(batches, b);
+            ok &= ok && cJSON_AddNumberToObject(b, "index", r->batch) != NULL;
+            results = ok ? cJSON_AddArrayToObject(b, "results") : NULL;
+            ok &= results != NULL;
+            cur = r->batch;
+        }
+        cJSON *o = ok ? row_json(rs, r) : NULL;
+        ok &= o != NULL && cJSON_AddItemToArray(results, o);
+    }
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (text == NULL) {
+        cli_errorf(CMD, "%s: out of memory building JSON", path);
+        return -1;
+    }
+    dyn_error err;
+    dyn_status st = dyn_file_write_atomic(path, text, strlen(text), &err);
+    free(text);
+    if (st != DYN_OK) {
+        cli_errorf(CMD, "%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* All output files, only after every batch succeeded. */
+static int write_outputs(run_state *rs)
+{
+    const sim_args *a = rs->a;
+    dyn_error err;
+    if ((a->trace || a->svg) && rs->rec.have) {
+        if (dyn_sim_run(rs->sim, &rs->rec.plan, &rs->rec.costs, &rs->simopt, NULL, &err) != DYN_OK ||
+            (a->trace && dyn_sim_write_trace(rs->sim, &rs->rec.plan, a->trace, &err) != DYN_OK) ||
+            (a->svg && dyn_sim_write_svg(rs->sim, &rs->rec.plan, rs->rec.title, a->svg, &err) != DYN_OK)) {
+            cli_errorf(CMD, "%s", err.msg);
+            return -1;
+        }
+    }
+    if (a->json && write_json(rs, a->json) != 0) return -1;
+    return 0;
+}
+
+int cli_simulate_main(int argc, char **argv)
+{
+    sim_args a;
+    int p = parse_args(&a, argc, argv);
+    if (p == 1) {
+        usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    if (p != 0) return CLI_EXIT_USAGE;
+
+    run_state rs;
+    memset(&rs, 0, sizeof rs);
+    rs.a = &a;
+    dyn_error err;
+    int ret = CLI_EXIT_FAIL;
+    plan_inputs in;
+    memset(&in, 0, sizeof in);
+    rs.sim = dyn_sim_create(&err);
+    if (rs.sim == NULL) {
+        cli_errorf(CMD, "%s", err.msg);
+        goto done;
+    }
+    if (a.microbatches) {
+        if (dyn_machine_resolve(a.plan.machine, &rs.machine, &err) != DYN_OK) {
+            cli_errorf(CMD, "--machine: %s", err.msg);
+            goto done;
+        }
+    } else {
+        int rc = plan_inputs_open(CMD, &a.plan, &in);
+        if (rc != 0) {
+            ret = rc;
+            goto done;
+        }
+        rs.machine = in.machine;
+    }
+    dyn_sim_options_from_machine(&rs.simopt, &rs.machine, 0);
+    if (a.microbatches ? run_whatif(&rs) != 0 : run_planned(&rs, &in) != 0) goto done;
+    if (write_outputs(&rs) != 0) goto done;
+    if (a.markdown) print_markdown(&rs);
+    else print_table(&rs);
+    ret = CLI_EXIT_OK;
+done:
+    for (int32_t i = 0; i < rs.n_rows; i++) free(rs.rows[i].peak_mb);
+    free(rs.rows);
+    if (rs.rec.have) {
+        dyn_exec_plan_free(&rs.rec.plan);
+        dyn_stage_costs_free(&rs.rec.costs);
+    }
+    dyn_sim_free(rs.sim);
+    plan_inputs_close(&in);
+    return ret;
+}

@@ -1,0 +1,726 @@
+/*
+ * sim.c — the event-driven simulator of an execution plan (see sim.h for the
+ * semantics it models).
+ *
+ * How it runs. Before simulating, one linear pass pairs every SEND_*_START
+ * with its RECV_*_START (per (kind, sender, receiver), in posting order, by
+ * bucketing) and every
+ * FINISH with its START (through the slot it names). Then ranks are
+ * processes and a binary min-heap keyed by (time, rank) orders them: the
+ * earliest rank executes instructions while its clock does not pass the next
+ * rank's; a FINISH whose message is not yet in flight parks the rank on that
+ * message, and posting the message's other side wakes it. Because ranks
+ * advance in time order, messages start in time order, which is what lets
+ * one directed link carry one transfer at a time (first come, first served).
+ * An empty heap with unfinished ranks is a deadlock.
+ *
+ * Cost: O(N log R) for N instructions over R ranks, plus O(N + R*M) for the
+ * matching pass (R^2 buckets). All arrays live in the dyn_sim workspace and grow only when
+ * a bigger plan arrives, so repeated runs (the order search) do not allocate.
+ *
+ * Memory is a property of one rank's own instruction stream (every change
+ * is made by the rank's own instructions), so it is tracked in program order
+ * without reference to other ranks.
+ */
+#include "dynapipe/sim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim/sim_internal.h" /* defines: sim_last_result */
+#include "util/util.h"         /* defines: dyn_calloc */
+
+#define MB_BYTES 1048576.0
+
+enum { RANK_READY = 0, RANK_BLOCKED = 1, RANK_DONE = 2 };
+
+#define WAIT_BARRIER (-2) /* wait_msg value of a rank parked at a barrier */
+enum { MSG_SEND_POSTED = 1, MSG_RECV_POSTED = 2, MSG_STARTED = 4 };
+
+/* One message: a SEND_*_START on one rank and its RECV_*_START on another. */
+typedef struct sim_msg {
+    int32_t send_idx, recv_idx; /* flat instruction indices of the two STARTs */
+    int32_t src, dst;           /* sending and receiving rank */
+    int32_t send_waiter;        /* rank parked on SEND_FINISH, or -1 */
+    int32_t recv_waiter;        /* rank parked on RECV_FINISH, or -1 */
+    int32_t flags;
+    double send_post, recv_post; /* ms */
+    double arrive;               /* ms, valid once MSG_STARTED */
+} sim_msg;
+
+typedef struct heap_item {
+    double t;
+    int32_t rank;
+} heap_item;
+
+struct dyn_sim {
+    /* capacities */
+    int32_t cap_ranks, cap_instrs, cap_msgs, cap_buckets, cap_slots;
+    /* per rank */
+    int32_t *rank_off; /* [R + 1] */
+    int32_t *slot_off; /* [R + 1] offsets into the per-slot arrays */
+    int32_t *pc, *state, *wait_msg;
+    double *clock, *busy, *mem, *peak, *states_mb;
+    double *link_free; /* [R * R] sender * R + receiver */
+    heap_item *heap;
+    int32_t heap_n;
+    /* per instruction */
+    const dyn_instr **ins; /* flat view of the plan's SEND/RECV instructions (others unset) */
+    int32_t *msg_of;       /* message of a SEND/RECV START or FINISH (others unset) */
+    dyn_sim_event *ev; /* [instrs] per-instruction outputs */
+    int record;        /* fill ev (off during searches) */
+    /* messages and matching scratch */
+    sim_msg *msgs;
+    int32_t n_msgs;
+    int32_t *bucket_send, *bucket_recv; /* [buckets + 1] counts, then offsets */
+    int32_t *order_send, *order_recv;   /* [instrs] instruction indices by bucket */
+    int32_t *comm_list, *comm_rank;     /* [instrs] SEND/RECV instructions and their ranks */
+    /* per slot (all ranks), for the pairing of FINISH with START and memory */
+    int32_t *pend_send, *pend_recv;
+    double *slot_mb;
+    uint8_t *slot_live;
+    /* the open barrier: ranks arrived and the latest arrival time */
+    int32_t barrier_arrived;
+    double barrier_time;
+    /* result view */
+    dyn_sim_result res;
+};
+
+void dyn_sim_options_from_machine(dyn_sim_options *opt, const dyn_machine *m, int64_t real_tokens)
+{
+    memset(opt, 0, sizeof *opt);
+    if (m) {
+        opt->link_latency_ms = m->link_latency_ms;
+        opt->link_gbps = m->link_gbps;
+    }
+    opt->real_tokens = real_tokens;
+}
+
+dyn_sim *dyn_sim_create(dyn_error *err)
+{
+    return dyn_calloc(1, sizeof(dyn_sim), "simulator", err);
+}
+
+static void free_arrays(dyn_sim *s)
+{
+    free(s->rank_off); free(s->slot_off); free(s->pc); free(s->state); free(s->wait_msg);
+    free(s->clock); free(s->busy); free(s->mem); free(s->peak); free(s->states_mb);
+    free(s->link_free); free(s->heap);
+    free(s->ins); free(s->msg_of); free(s->ev);
+    free(s->msgs); free(s->bucket_send); free(s->bucket_recv); free(s->order_send);
+    free(s->order_recv); free(s->comm_list); free(s->comm_rank);
+    free(s->pend_send); free(s->pend_recv); free(s->slot_mb); free(s->slot_live);
+}
+
+void dyn_sim_free(dyn_sim *sim)
+{
+    if (sim == NULL) return;
+    free_arrays(sim);
+    free(sim);
+}
+
+/* realloc-free growth: free and calloc, since contents need not survive. */
+#define GROW(ptr, n, what)                                                  \
+    do {                                                                    \
+        free(ptr);                                                          \
+        (ptr) = dyn_calloc((size_t)(n), sizeof(*(ptr)), what, err);         \
+        if ((ptr) == NULL) return DYN_ERR_NOMEM;                            \
+    } while (0)
+
+/* Make sure the workspace holds R ranks, N instructions, B matching buckets
+ * and K slots. Grows geometrically so a sequence of plans settles fast. */
+static dyn_status reserve(dyn_sim *s, int32_t R, int32_t N, int32_t B, int32_t K, dyn_error *err)
+{
+    if (R > s->cap_ranks) {
+        int32_t c = R > 2 * s->cap_ranks ? R : 2 * s->cap_ranks;
+        GROW(s->rank_off, c + 1, "simulator ranks");
+        GROW(s->slot_off, c + 1, "simulator ranks");
+        GROW(s->pc, c, "simulator ranks");
+        GROW(s->state, c, "simulator ranks");
+        GROW(s->wait_msg, c, "simulator ranks");
+        GROW(s->clock, c, "simulator ranks");
+        GROW(s->busy, c, "simulator ranks");
+        GROW(s->mem, c, "simulator ranks");
+        GROW(s->peak, c, "simulator ranks");
+        GROW(s->states_mb, c, "simulator ranks");
+        GROW(s->link_free, (size_t)c * c, "simulator links");
+        GROW(s->heap, c, "simulator heap");
+        s->cap_ranks = c;
+    }
+    if (N > s->cap_instrs) {
+        int32_t c = N > 2 * s->cap_instrs ? N : 2 * s->cap_instrs;
+        GROW(s->ins, c, "simulator instructions");
+        GROW(s->msg_of, c, "simulator instructions");
+        GROW(s->ev, c, "simulator instructions");
+        GROW(s->order_send, c, "simulator matching");
+        GROW(s->order_recv, c, "simulator matching");
+        GROW(s->comm_list, c, "simulator matching");
+        GROW(s->comm_rank, c, "simulator matching");
+        GROW(s->msgs, c, "simulator messages");
+        s->cap_instrs = c;
+    }
+    if (B > s->cap_buckets) {
+        int32_t c = B > 2 * s->cap_buckets ? B : 2 * s->cap_buckets;
+        GROW(s->bucket_send, c + 1, "simulator matching");
+        GROW(s->bucket_recv, c + 1, "simulator matching");
+        s->cap_buckets = c;
+    }
+    if (K > s->cap_slots) {
+        int32_t c = K > 2 * s->cap_slots ? K : 2 * s->cap_slots;
+        GROW(s->pend_send, c, "simulator slots");
+        GROW(s->pend_recv, c, "simulator slots");
+        GROW(s->slot_mb, c, "simulator slots");
+        GROW(s->slot_live, c, "simulator slots");
+        s->cap_slots = c;
+    }
+    return DYN_OK;
+}
+
+/* Op properties, one table lookup instead of comparison chains in the
+ * passes over every instruction. */
+enum {
+    OPF_COMPUTE = 1,    /* FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT */
+    OPF_SEND_START = 2,
+    OPF_RECV_START = 4,
+    OPF_SEND_FINISH = 8,
+    OPF_RECV_FINISH = 16,
+    OPF_GRAD = 32,      /* the gradient kind of a SEND/RECV */
+    OPF_NO_MB = 64      /* FREE_BUFFER, BARRIER: micro-batch not used */
+};
+static const uint8_t op_flags[DYN_OP_COUNT] = {
+    [DYN_OP_LOAD_INPUT] = 0,
+    [DYN_OP_FORWARD] = OPF_COMPUTE,
+    [DYN_OP_BACKWARD] = OPF_COMPUTE,
+    [DYN_OP_BACKWARD_INPUT] = OPF_COMPUTE,
+    [DYN_OP_BACKWARD_WEIGHT] = OPF_COMPUTE,
+    [DYN_OP_SEND_ACT_START] = OPF_SEND_START,
+    [DYN_OP_SEND_ACT_FINISH] = OPF_SEND_FINISH,
+    [DYN_OP_RECV_ACT_START] = OPF_RECV_START,
+    [DYN_OP_RECV_ACT_FINISH] = OPF_RECV_FINISH,
+    [DYN_OP_SEND_GRAD_START] = OPF_SEND_START | OPF_GRAD,
+    [DYN_OP_SEND_GRAD_FINISH] = OPF_SEND_FINISH | OPF_GRAD,
+    [DYN_OP_RECV_GRAD_START] = OPF_RECV_START | OPF_GRAD,
+    [DYN_OP_RECV_GRAD_FINISH] = OPF_RECV_FINISH | OPF_GRAD,
+    [DYN_OP_FREE_BUFFER] = OPF_NO_MB,
+    [DYN_OP_BARRIER] = OPF_NO_MB,
+};
+#define OPF_COMM (OPF_SEND_START | OPF_RECV_START | OPF_SEND_FINISH | OPF_RECV_FINISH)
+
+static int is_send_start(int op) { return (op_flags[op] & OPF_SEND_START) != 0; }
+
+static const char *op_label(int op) { return dyn_op_name((dyn_op)op); }
+
+static int32_t msg_bucket(int32_t R, int grad, int32_t src, int32_t dst)
+{
+    return (grad * R + src) * R + dst;
+}
+
+/* Pass 1 over the plan, in program order per rank: lay it out flat, check
+ * every field the simulator indexes with, count the STARTs per message
+ * bucket, list the communication instructions, and pair each FINISH with
+ * its START through the slot it names (msg_of holds the START's index for
+ * now; prepare() turns it into the message). */
+static dyn_status scan_plan(dyn_sim *s, const dyn_exec_plan *p, int32_t *n_comm, dyn_error *err)
+{
+    int32_t R = p->n_ranks, S = p->n_stages, M = p->n_microbatches;
+    int32_t nc = 0;
+    for (int32_t r = 0; r < R; r++) {
+        const dyn_rank_plan *rp = &p->ranks[r];
+        int32_t base = s->slot_off[r], nb = rp->n_buffers;
+        for (int32_t q = 0; q < nb; q++) s->pend_send[base + q] = s->pend_recv[base + q] = -1;
+        for (int32_t i = 0; i < rp->n_instrs; i++) {
+            const dyn_instr *in = &rp->instrs[i];
+            int32_t k = s->rank_off[r] + i;
+            if (in->op >= DYN_OP_COUNT)
+                return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                     "plan rank %d instruction %d: unknown op %d", r, i, in->op);
+            int op = in->op, fl = op_flags[op];
+            if (!(fl & OPF_NO_MB) && (in->microbatch < 0 || in->microbatch >= M))
+                return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                     "plan rank %d instruction %d (%s): micro-batch %d out of range 0..%d",
+                                     r, i, op_label(op), in->microbatch, M - 1);
+            if ((fl & OPF_COMPUTE) && (in->stage < 0 || in->stage >= S || p->stage_rank[in->stage] != r))
+                return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                     "plan rank %d instruction %d (%s): stage %d is not on this rank",
+                                     r, i, op_label(op), in->stage);
+            if ((in->buf_in < -1 || in->buf_in >= nb) || (in->buf_out < -1 || in->buf_out >= nb))
+                return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                     "plan rank %d instruction %d (%s): slot out of range 0..%d",
+                                     r, i, op_label(op), nb - 1);
+            if (in->bytes < 0)
+                return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                     "plan rank %d instruction %d (%s): negative bytes", r, i,
+                                     op_label(op));
+            if (!(fl & OPF_COMM)) continue;
+            /* ins and msg_of are kept for communication instructions only. */
+            s->ins[k] = in;
+            s->msg_of[k] = -1;
+            if (in->peer < 0 || in->peer >= R || in->peer == r)
+                return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                     "plan rank %d instruction %d (%s): bad peer rank %d", r, i,
+                                     op_label(op), in->peer);
+            s->comm_list[nc] = k;
+            s->comm_rank[nc++] = r;
+            int send_side = (fl & (OPF_SEND_START | OPF_SEND_FINISH)) != 0;
+            int32_t slot = send_side ? in->buf_in : in->buf_out;
+            int32_t *pend = send_side ? s->pend_send : s->pend_recv;
+            if (slot < 0)
+                return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                     "plan rank %d instruction %d (%s): names no slot", r, i,
+                                     op_label(op));
+            int grad = (fl & OPF_GRAD) != 0;
+            if (fl & (OPF_SEND_START | OPF_RECV_START)) {
+                if (pend[base + slot] >= 0)
+                    return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                         "plan rank %d instruction %d (%s): slot %d already has a transfer in flight",
+                                         r, i, op_label(op), slot);
+                pend[base + slot] = k;
+                if (fl & OPF_SEND_START) s->bucket_send[msg_bucket(R, grad, r, in->peer) + 1]++;
+                else s->bucket_recv[msg_bucket(R, grad, in->peer, r) + 1]++;
+            } else {
+                int32_t ks = pend[base + slot];
+                if (ks < 0 || ((op_flags[s->ins[ks]->op] & OPF_GRAD) != 0) != grad)
+                    return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                         "plan rank %d instruction %d (%s): no transfer started on slot %d",
+                                         r, i, op_label(op), slot);
+                s->msg_of[k] = ks;
+                pend[base + slot] = -1;
+            }
+        }
+        for (int32_t q = 0; q < nb; q++)
+            if (s->pend_send[base + q] >= 0 || s->pend_recv[base + q] >= 0)
+                return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                     "plan rank %d: transfer on slot %d is started but never finished",
+                                     r, q);
+    }
+    *n_comm = nc;
+    return DYN_OK;
+}
+
+/* Check the plan and pair sends with receives. Like MPI with one tag per
+ * kind, messages from one rank to another are matched per kind (activation,
+ * gradient) in posting order: the k-th SEND_ACT_START from a to b meets the
+ * k-th RECV_ACT_START from a on b. Bucketing by (kind, sender, receiver)
+ * makes this linear; a pair that names different micro-batches is an
+ * inconsistent plan (the runtime would deliver one micro-batch's tensor as
+ * another's). Fills msgs and msg_of (STARTs and FINISHes -> message). */
+static dyn_status prepare(dyn_sim *s, const dyn_exec_plan *p, dyn_error *err)
+{
+    int32_t R = p->n_ranks;
+    int32_t B = 2 * R * R;
+    memset(s->bucket_send, 0, sizeof(int32_t) * (size_t)(B + 1));
+    memset(s->bucket_recv, 0, sizeof(int32_t) * (size_t)(B + 1));
+    int32_t n_comm = 0;
+    dyn_status st = scan_plan(s, p, &n_comm, err);
+    if (st != DYN_OK) return st;
+    for (int32_t b = 0; b < B; b++) {
+        s->bucket_send[b + 1] += s->bucket_send[b];
+        s->bucket_recv[b + 1] += s->bucket_recv[b];
+    }
+    /* Fill the buckets from the communication list (program order per
+     * rank); all sends (receives) of a bucket are on one rank, so each
+     * bucket lists them in posting order. The bucket_* entries serve as
+     * cursors and end up one bucket later: afterwards bucket b spans
+     * [bucket[b-1], bucket[b]) with bucket[-1] = 0. */
+    const int32_t *comm = s->comm_list;
+    for (int32_t c = 0; c < n_comm; c++) {
+        int32_t k = comm[c];
+        const dyn_instr *in = s->ins[k];
+        int fl = op_flags[in->op];
+        if (!(fl & (OPF_SEND_START | OPF_RECV_START))) continue;
+        int32_t r = s->comm_rank[c];
+        int grad = (fl & OPF_GRAD) != 0;
+        if (fl & OPF_SEND_START)
+            s->order_send[s->bucket_send[msg_bucket(R, grad, r, in->peer)]++] = k;
+        else
+            s->order_recv[s->bucket_recv[msg_bucket(R, grad, in->peer, r)]++] = k;
+    }
+    s->n_msgs = 0;
+    for (int32_t b = 0; b < B; b++) {
+        int32_t s0 = b ? s->bucket_send[b - 1] : 0, s1 = s->bucket_send[b];
+        int32_t r0 = b ? s->bucket_recv[b - 1] : 0, r1 = s->bucket_recv[b];
+        int32_t n = s1 - s0 < r1 - r0 ? s1 - s0 : r1 - r0;
+        int32_t src = (b / R) % R, dst = b % R;
+        for (int32_t a = 0; a < n; a++) {
+            int32_t ks = s->order_send[s0 + a], kr = s->order_recv[r0 + a];
+            if (s->ins[ks]->microbatch != s->ins[kr]->microbatch)
+                return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                     "plan rank %d instruction %d (%s micro-batch %d to rank %d) meets rank %d instruction %d (%s micro-batch %d): messages are matched in posting order",
+                                     src, ks - s->rank_off[src], op_label(s->ins[ks]->op),
+                                     s->ins[ks]->microbatch, dst, dst, kr - s->rank_off[dst],
+                                     op_label(s->ins[kr]->op), s->ins[kr]->microbatch);
+            sim_msg *m = &s->msgs[s->n_msgs];
+            m->send_idx = ks;
+            m->recv_idx = kr;
+            m->src = src;
+            m->dst = dst;
+            m->send_waiter = m->recv_waiter = -1;
+            m->flags = 0;
+            m->send_post = m->recv_post = m->arrive = 0.0;
+            s->msg_of[ks] = s->msg_of[kr] = s->n_msgs++;
+        }
+        if (s1 - s0 > n) {
+            int32_t ks = s->order_send[s0 + n];
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "plan rank %d instruction %d (%s micro-batch %d to rank %d): no matching receive",
+                                 src, ks - s->rank_off[src], op_label(s->ins[ks]->op),
+                                 s->ins[ks]->microbatch, s->ins[ks]->peer);
+        }
+        if (r1 - r0 > n) {
+            int32_t kr = s->order_recv[r0 + n];
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "plan rank %d instruction %d (%s micro-batch %d from rank %d): no matching send",
+                                 dst, kr - s->rank_off[dst], op_label(s->ins[kr]->op),
+                                 s->ins[kr]->microbatch, s->ins[kr]->peer);
+        }
+    }
+    /* FINISHes: from their START's index to its message. */
+    for (int32_t c = 0; c < n_comm; c++) {
+        int32_t k = comm[c];
+        if (op_flags[s->ins[k]->op] & (OPF_SEND_FINISH | OPF_RECV_FINISH)) s->msg_of[k] = s->msg_of[s->msg_of[k]];
+    }
+    return DYN_OK;
+}
+
+/* ---- the (time, rank) min-heap ---- */
+
+static int heap_less(const heap_item *a, const heap_item *b)
+{
+    return a->t < b->t || (a->t == b->t && a->rank < b->rank);
+}
+
+static void heap_push(dyn_sim *s, double t, int32_t rank)
+{
+    int32_t i = s->heap_n++;
+    heap_item it = {t, rank};
+    while (i > 0) {
+        int32_t parent = (i - 1) / 2;
+        if (!heap_less(&it, &s->heap[parent])) break;
+        s->heap[i] = s->heap[parent];
+        i = parent;
+    }
+    s->heap[i] = it;
+}
+
+static heap_item heap_pop(dyn_sim *s)
+{
+    heap_item top = s->heap[0];
+    heap_item last = s->heap[--s->heap_n];
+    int32_t i = 0, n = s->heap_n;
+    for (;;) {
+        int32_t l = 2 * i + 1, best = i;
+        const heap_item *bi = &last;
+        if (l < n && heap_less(&s->heap[l], bi)) { best = l; bi = &s->heap[l]; }
+        if (l + 1 < n && heap_less(&s->heap[l + 1], bi)) { best = l + 1; bi = &s->heap[l + 1]; }
+        if (best == i) break;
+        s->heap[i] = s->heap[best];
+        i = best;
+    }
+    if (n > 0) s->heap[i] = last;
+    return top;
+}
+
+/* Both sides of message m are posted at time now: start the transfer on its
+ * link and wake any rank parked on it. */
+static void start_transfer(dyn_sim *s, const dyn_exec_plan *p, const dyn_sim_options *opt,
+                           sim_msg *m, double now)
+{
+    int32_t R = p->n_ranks;
+    double *link = &s->link_free[(size_t)m->src * R + m->dst];
+    double t0 = now > *link ? now : *link;
+    double bytes = (double)s->ins[m->send_idx]->bytes;
+    double xfer = opt->link_gbps > 0 ? bytes / (opt->link_gbps * 1e9) * 1e3 : 0.0;
+    *link = t0 + xfer;
+    m->arrive = t0 + xfer + opt->link_latency_ms;
+    m->flags |= MSG_STARTED;
+    int32_t waiters[2] = {m->send_waiter, m->recv_waiter};
+    for (int w = 0; w < 2; w++) {
+        int32_t r = waiters[w];
+        if (r < 0) continue;
+        /* The parked FINISH completes at arrival; the rank resumes after it. */
+        int32_t k = s->rank_off[r] + s->pc[r];
+        double t0 = s->clock[r];
+        if (m->arrive > s->clock[r]) s->clock[r] = m->arrive;
+        if (s->record) s->ev[k] = (dyn_sim_event){t0, s->clock[r], s->mem[r], s->mem[r]};
+        s->pc[r]++;
+        s->state[r] = RANK_READY;
+        heap_push(s, s->clock[r], r);
+    }
+    m->send_waiter = m->recv_waiter = -1;
+}
+
+static double cost_at(const double *a, int32_t i) { return a ? a[i] : 0.0; }
+
+/* Rank r reaches a BARRIER. Returns 0 when it must park (others still to
+ * come); 1 when it is the last: every parked rank is released at the latest
+ * arrival time (which is r's clock, as ranks advance in time order) and r
+ * goes on. */
+static int barrier_arrive(dyn_sim *s, const dyn_exec_plan *p, int32_t r)
+{
+    if (s->barrier_arrived == 0 || s->clock[r] > s->barrier_time) s->barrier_time = s->clock[r];
+    if (++s->barrier_arrived < p->n_ranks) {
+        s->state[r] = RANK_BLOCKED;
+        s->wait_msg[r] = WAIT_BARRIER;
+        return 0;
+    }
+    for (int32_t q = 0; q < p->n_ranks; q++) {
+        if (q == r || s->state[q] != RANK_BLOCKED || s->wait_msg[q] != WAIT_BARRIER) continue;
+        int32_t k = s->rank_off[q] + s->pc[q];
+        if (s->record) s->ev[k] = (dyn_sim_event){s->clock[q], s->barrier_time, s->mem[q], s->mem[q]};
+        s->clock[q] = s->barrier_time;
+        s->pc[q]++;
+        s->state[q] = RANK_READY;
+        s->wait_msg[q] = -1;
+        heap_push(s, s->clock[q], q);
+    }
+    return 1;
+}
+
+/* Execute instructions of rank r until it blocks, finishes, or its clock
+ * passes the earliest other rank's time (the heap top), keeping global time
+ * order; the heap top is re-read because waking a rank can lower it. */
+static void run_rank(dyn_sim *s, const dyn_exec_plan *p, const dyn_stage_costs *c,
+                     const dyn_sim_options *opt, int32_t r)
+{
+    const dyn_rank_plan *rp = &p->ranks[r];
+    const int32_t base = s->slot_off[r], off = s->rank_off[r], n = rp->n_instrs, S = p->n_stages;
+    const int record = s->record, slot_memory = opt->slot_memory;
+    dyn_sim_event *ev = s->ev;
+    /* The rank's state lives in locals while it runs (the compiler cannot
+     * keep s->clock[r] etc. in registers across the stores to other double
+     * arrays) and is written back whenever control leaves this loop. */
+    int32_t pc = s->pc[r];
+    double clock = s->clock[r], mem = s->mem[r], peak = s->peak[r], busy = s->busy[r];
+#define SAVE_RANK()            \
+    do {                       \
+        s->pc[r] = pc;         \
+        s->clock[r] = clock;   \
+        s->mem[r] = mem;       \
+        s->peak[r] = peak;     \
+        s->busy[r] = busy;     \
+    } while (0)
+    /* A slot becomes live holding bytes (counted only with slot_memory); a
+     * slot written while live is overwritten: its old size leaves first. */
+#define SLOT_WRITE(slot, nbytes)                                                     \
+    do {                                                                             \
+        int32_t q_ = base + (slot);                                                  \
+        if (s->slot_live[q_]) mem -= s->slot_mb[q_];                                  \
+        s->slot_mb[q_] = slot_memory ? (double)(nbytes) / MB_BYTES : 0.0;             \
+        s->slot_live[q_] = 1;                                                        \
+        mem += s->slot_mb[q_];                                                       \
+    } while (0)
+    while (pc < n) {
+        const int32_t k = off + pc;
+        const dyn_instr *in = &rp->instrs[pc];
+        const int op = in->op;
+        const double now = clock;
+        double dur = 0.0, extra = 0.0, release = 0.0;
+        switch (op) {
+        case DYN_OP_LOAD_INPUT:
+            if (in->buf_out >= 0) SLOT_WRITE(in->buf_out, in->bytes);
+            break;
+        case DYN_OP_FORWARD:
+        case DYN_OP_BACKWARD:
+        case DYN_OP_BACKWARD_INPUT:
+        case DYN_OP_BACKWARD_WEIGHT: {
+            const int32_t ci = in->microbatch * S + in->stage;
+            const double *t = op == DYN_OP_FORWARD          ? c->fwd_ms
+                              : op == DYN_OP_BACKWARD       ? c->bwd_ms
+                              : op == DYN_OP_BACKWARD_INPUT ? c->bwd_input_ms
+                                                            : c->bwd_weight_ms;
+            dur = cost_at(t, ci);
+            if (op == DYN_OP_FORWARD) mem += cost_at(c->stored_mb, ci);
+            /* Stored activations leave when the last backward part ends. */
+            if (op == DYN_OP_BACKWARD || op == DYN_OP_BACKWARD_WEIGHT) release = cost_at(c->stored_mb, ci);
+            if (in->buf_out >= 0) SLOT_WRITE(in->buf_out, in->bytes);
+            extra = cost_at(c->peak_mb, ci);
+            busy += dur;
+            break;
+        }
+        case DYN_OP_SEND_ACT_START:
+        case DYN_OP_SEND_GRAD_START:
+        case DYN_OP_RECV_ACT_START:
+        case DYN_OP_RECV_GRAD_START: {
+            sim_msg *m = &s->msgs[s->msg_of[k]];
+            if (is_send_start(op)) {
+                m->flags |= MSG_SEND_POSTED;
+                m->send_post = now;
+            } else {
+                m->flags |= MSG_RECV_POSTED;
+                m->recv_post = now;
+                SLOT_WRITE(in->buf_out, in->bytes);
+            }
+            if (record) ev[k] = (dyn_sim_event){now, now, mem, mem};
+            pc++;
+            if ((m->flags & (MSG_SEND_POSTED | MSG_RECV_POSTED)) == (MSG_SEND_POSTED | MSG_RECV_POSTED)) {
+                SAVE_RANK(); /* start_transfer may wake and push other ranks */
+                start_transfer(s, p, opt, m, now);
+            }
+            continue;
+        }
+        case DYN_OP_SEND_ACT_FINISH:
+        case DYN_OP_SEND_GRAD_FINISH:
+        case DYN_OP_RECV_ACT_FINISH:
+        case DYN_OP_RECV_GRAD_FINISH: {
+            sim_msg *m = &s->msgs[s->msg_of[k]];
+            if (!(m->flags & MSG_STARTED)) {
+                /* Park until the other side posts; start_transfer resumes us. */
+                if (op == DYN_OP_SEND_ACT_FINISH || op == DYN_OP_SEND_GRAD_FINISH)
+                    m->send_waiter = r;
+                else
+                    m->recv_waiter = r;
+                SAVE_RANK();
+                s->state[r] = RANK_BLOCKED;
+                s->wait_msg[r] = s->msg_of[k];
+                return;
+            }
+            dur = m->arrive > now ? m->arrive - now : 0.0;
+            break;
+        }
+        case DYN_OP_FREE_BUFFER:
+            if (in->buf_in >= 0 && s->slot_live[base + in->buf_in]) {
+                mem -= s->slot_mb[base + in->buf_in];
+                s->slot_live[base + in->buf_in] = 0;
+            }
+            break;
+        case DYN_OP_BARRIER:
+            SAVE_RANK();
+            if (!barrier_arrive(s, p, r)) return; /* parked until the last rank arrives */
+            dur = s->barrier_time - now;
+            s->barrier_arrived = 0;
+            break;
+        default:
+            break;
+        }
+        const double top = mem + extra;
+        mem -= release;
+        if (record) ev[k] = (dyn_sim_event){now, now + dur, mem, top};
+        if (top > peak) peak = top;
+        clock = now + dur;
+        pc++;
+        if (s->heap_n > 0 && clock > s->heap[0].t) {
+            SAVE_RANK();
+            heap_push(s, clock, r);
+            return;
+        }
+    }
+    SAVE_RANK();
+    s->state[r] = RANK_DONE;
+#undef SAVE_RANK
+#undef SLOT_WRITE
+}
+
+static dyn_status report_deadlock(dyn_sim *s, const dyn_exec_plan *p, dyn_error *err)
+{
+    char msg[DYN_ERROR_MSG_MAX];
+    size_t n = (size_t)snprintf(msg, sizeof msg, "deadlock:");
+    int shown = 0;
+    for (int32_t r = 0; r < p->n_ranks && n < sizeof msg; r++) {
+        if (s->state[r] != RANK_BLOCKED) continue;
+        const dyn_instr *in = &p->ranks[r].instrs[s->pc[r]];
+        if (shown == 4) {
+            n += (size_t)snprintf(msg + n, sizeof msg - n, " ...");
+            break;
+        }
+        n += (size_t)snprintf(msg + n, sizeof msg - n,
+                              "%s rank %d blocked at instruction %d (%s micro-batch %d, peer rank %d)",
+                              shown ? ";" : "", r, s->pc[r], op_label(in->op), in->microbatch,
+                              in->peer);
+        shown++;
+    }
+    return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s", msg);
+}
+
+dyn_status dyn_sim_run(dyn_sim *sim, const dyn_exec_plan *plan, const dyn_stage_costs *costs,
+                       const dyn_sim_options *opt, const dyn_sim_result **res, dyn_error *err)
+{
+    if (sim == NULL || plan == NULL || costs == NULL || opt == NULL)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "simulate: missing plan, costs or options");
+    sim->res.n_ranks = 0; /* no stale results if this run fails */
+    int32_t R = plan->n_ranks, S = plan->n_stages, M = plan->n_microbatches;
+    if (R <= 0 || S < R || M < 0 || plan->ranks == NULL || plan->stage_rank == NULL)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "simulate: plan has %d ranks, %d stages, %d micro-batches", R, S, M);
+    if (costs->n_microbatches != M || costs->n_stages != S)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "simulate: costs are for %d micro-batches x %d stages, the plan has %d x %d",
+                             costs->n_microbatches, costs->n_stages, M, S);
+    if (!(opt->link_latency_ms >= 0) || !isfinite(opt->link_latency_ms))
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "simulate: bad link latency %g ms",
+                             opt->link_latency_ms);
+    for (int32_t st = 0; st < S; st++)
+        if (plan->stage_rank[st] < 0 || plan->stage_rank[st] >= R)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "simulate: stage %d is on rank %d, outside 0..%d", st,
+                                 plan->stage_rank[st], R - 1);
+    int64_t N = 0, K = 0;
+    for (int32_t r = 0; r < R; r++) {
+        if (plan->ranks[r].n_instrs < 0 || plan->ranks[r].n_buffers < 0 ||
+            (plan->ranks[r].n_instrs > 0 && plan->ranks[r].instrs == NULL))
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "simulate: rank %d has a bad instruction list", r);
+        N += plan->ranks[r].n_instrs;
+        K += plan->ranks[r].n_buffers;
+    }
+    if (N > INT32_MAX / 2 || K > INT32_MAX / 2 || R > 1024)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "simulate: plan too large (%d ranks, %lld instructions)",
+                             R, (long long)N);
+    dyn_status st = reserve(sim, R, (int32_t)N, 2 * R * R, (int32_t)K, err);
+    if (st != DYN_OK) return st;
+
+    sim->rank_off[0] = sim->slot_off[0] = 0;
+    for (int32_t r = 0; r < R; r++) {
+        sim->rank_off[r + 1] = sim->rank_off[r] + plan->ranks[r].n_instrs;
+        sim->slot_off[r + 1] = sim->slot_off[r] + plan->ranks[r].n_buffers;
+    }
+    if ((st = prepare(sim, plan, err)) != DYN_OK) return st;
+
+    for (int32_t r = 0; r < R; r++) {
+        sim->pc[r] = 0;
+        sim->state[r] = RANK_READY;
+        sim->wait_msg[r] = -1;
+        sim->clock[r] = sim->busy[r] = 0.0;
+        sim->states_mb[r] = 0.0;
+    }
+    for (int32_t stg = 0; stg < S; stg++)
+        sim->states_mb[plan->stage_rank[stg]] += cost_at(costs->states_mb, stg);
+    for (int32_t r = 0; r < R; r++) sim->mem[r] = sim->peak[r] = sim->states_mb[r];
+    memset(sim->link_free, 0, sizeof(double) * (size_t)R * R);
+    if (K > 0) memset(sim->slot_live, 0, (size_t)K);
+
+    sim->record = !opt->skip_events;
+    sim->heap_n = 0;
+    sim->barrier_arrived = 0;
+    sim->barrier_time = 0.0;
+    for (int32_t r = 0; r < R; r++) heap_push(sim, 0.0, r);
+    while (sim->heap_n > 0) {
+        heap_item it = heap_pop(sim);
+        run_rank(sim, plan, costs, opt, it.rank);
+    }
+    for (int32_t r = 0; r < R; r++)
+        if (sim->state[r] != RANK_DONE) return report_deadlock(sim, plan, err);
+
+    dyn_sim_result *o = &sim->res;
+    memset(o, 0, sizeof *o);
+    o->n_ranks = R;
+    o->n_instrs = (int32_t)N;
+    double busy = 0.0;
+    for (int32_t r = 0; r < R; r++) {
+        if (sim->clock[r] > o->makespan_ms) o->makespan_ms = sim->clock[r];
+        busy += sim->busy[r];
+        if (sim->peak[r] > o->max_peak_mb) o->max_peak_mb = sim->peak[r];
+    }
+    o->bubble_fraction = o->makespan_ms > 0 ? 1.0 - busy / ((double)R * o->makespan_ms) : 0.0;
+    o->tokens_per_s = o->makespan_ms > 0 ? (double)opt->real_tokens / (o->makespan_ms * 1e-3) : 0.0;
+    o->busy_ms = sim->busy;
+    o->peak_mb = sim->peak;
+    o->rank_offset = sim->rank_off;
+    o->events = opt->skip_events ? NULL : sim->ev;
+    if (res) *res = o;
+    return DYN_OK;
+}
+
+const dyn_sim_result *sim_last_result(const dyn_sim *sim)
+{
+    return sim->res.n_ranks > 0 ? &sim->res : NULL;
+}

@@ -1,0 +1,294 @@
+/*
+ * whatif.c — the "what-if" micro-batch file: per-micro-batch, per-stage
+ * times (and optionally memory and token counts) written by hand or by
+ * another tool, so the simulator can answer questions about micro-batches
+ * the planner did not produce.
+ *
+ * Format (docs/simulator.md): '#' starts a comment line; blank lines are
+ * skipped; the first other line is a header naming the columns, separated by
+ * tabs or spaces; then one row per (micro-batch, stage). Required columns:
+ * mb, stage, fwd_ms, bwd_ms. Optional: bwd_input_ms and bwd_weight_ms
+ * (together; default half of bwd_ms each), stored_mb, peak_mb, send_mb
+ * (default 0), states_mb (per stage: equal on every row of a stage), tokens
+ * (real tokens of the micro-batch: equal on every row of a micro-batch).
+ * Micro-batches are 0..M-1 and stages 0..S-1, M and S the largest indices
+ * + 1; every pair must appear exactly once. Every error names path:line.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dynapipe/sim.h"
+#include "util/util.h" /* defines: dyn_calloc, dyn_file_read_all */
+
+#define WHATIF_MAX_INDEX 65535
+#define WHATIF_MAX_CELLS (1 << 22)
+
+enum {
+    COL_MB, COL_STAGE, COL_FWD, COL_BWD, COL_BWD_INPUT, COL_BWD_WEIGHT, COL_STORED, COL_PEAK,
+    COL_SEND, COL_STATES, COL_TOKENS, COL_COUNT
+};
+static const char *const col_names[COL_COUNT] = {
+    "mb", "stage", "fwd_ms", "bwd_ms", "bwd_input_ms", "bwd_weight_ms", "stored_mb", "peak_mb",
+    "send_mb", "states_mb", "tokens"};
+
+typedef struct whatif_row {
+    int32_t line;
+    double v[COL_COUNT];
+} whatif_row;
+
+/* Split line [p, end) into whitespace-separated fields, NUL-terminating each
+ * in place. Returns the count (up to max; more fields return max + 1). */
+static int split_fields(char *p, char **fields, int max)
+{
+    int n = 0;
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == '\r') p++;
+        if (*p == '\0') break;
+        if (n == max) return max + 1;
+        fields[n++] = p;
+        while (*p && *p != ' ' && *p != '\t' && *p != '\r') p++;
+        if (*p) *p++ = '\0';
+    }
+    return n;
+}
+
+static int parse_number(const char *text, double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || *end != '\0' || errno == ERANGE || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int blank_or_comment(const char *p)
+{
+    while (*p == ' ' || *p == '\t' || *p == '\r') p++;
+    return *p == '\0' || *p == '#';
+}
+
+/* Parse the header: map field i to a column; check required columns. */
+static dyn_status parse_header(const char *name, int32_t line, char **fields, int nf, int *col_of,
+                               int *present, dyn_error *err)
+{
+    for (int c = 0; c < COL_COUNT; c++) present[c] = 0;
+    for (int i = 0; i < nf; i++) {
+        int found = -1;
+        for (int c = 0; c < COL_COUNT; c++)
+            if (strcmp(fields[i], col_names[c]) == 0) found = c;
+        if (found < 0)
+            return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: unknown column '%s'", name, line, fields[i]);
+        if (present[found])
+            return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: column '%s' appears twice", name, line,
+                                 fields[i]);
+        present[found] = 1;
+        col_of[i] = found;
+    }
+    for (int c = COL_MB; c <= COL_BWD; c++)
+        if (!present[c])
+            return dyn_error_set(err, DYN_ERR_PARSE,
+                                 "%s:%d: header lacks column '%s' (need mb, stage, fwd_ms, bwd_ms)",
+                                 name, line, col_names[c]);
+    if (present[COL_BWD_INPUT] != present[COL_BWD_WEIGHT])
+        return dyn_error_set(err, DYN_ERR_PARSE,
+                             "%s:%d: bwd_input_ms and bwd_weight_ms must be given together", name, line);
+    return DYN_OK;
+}
+
+/* Parse one data row into row->v; indices must be whole and in range, values >= 0. */
+static dyn_status parse_row(const char *name, int32_t line, char **fields, int nf, int nf_header,
+                            const int *col_of, whatif_row *row, dyn_error *err)
+{
+    if (nf != nf_header)
+        return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: %s fields than the header's %d", name,
+                             line, nf > nf_header ? "more" : "fewer", nf_header);
+    memset(row, 0, sizeof *row);
+    row->line = line;
+    for (int i = 0; i < nf; i++) {
+        int c = col_of[i];
+        double v;
+        if (parse_number(fields[i], &v) != 0)
+            return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: %s '%s' is not a number", name, line,
+                                 col_names[c], fields[i]);
+        if (v < 0)
+            return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: %s is negative (%g)", name, line,
+                                 col_names[c], v);
+        if ((c == COL_MB || c == COL_STAGE || c == COL_TOKENS) && v != floor(v))
+            return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: %s '%s' is not a whole number", name,
+                                 line, col_names[c], fields[i]);
+        if ((c == COL_MB || c == COL_STAGE) && v > WHATIF_MAX_INDEX)
+            return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: %s %g is above %d", name, line,
+                                 col_names[c], v, WHATIF_MAX_INDEX);
+        if (c == COL_TOKENS && v > 1e15)
+            return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: tokens %g is too large", name, line, v);
+        row->v[c] = v;
+    }
+    return DYN_OK;
+}
+
+/* Rows -> costs: check every (mb, stage) once and per-stage / per-mb columns
+ * consistent; fill out and real_tokens. */
+static dyn_status fill_costs(const char *name, const whatif_row *rows, int32_t n_rows,
+                             const int *present, int32_t M, int32_t S, dyn_stage_costs *out,
+                             int64_t *real_tokens, dyn_error *err)
+{
+    dyn_status st = dyn_stage_costs_alloc(out, M, S, err);
+    if (st != DYN_OK) return st;
+    int32_t *seen = dyn_calloc((size_t)M * S, sizeof(int32_t), "what-if rows", err);
+    int32_t *stage_line = dyn_calloc((size_t)S, sizeof(int32_t), "what-if rows", err);
+    int32_t *mb_line = dyn_calloc((size_t)M, sizeof(int32_t), "what-if rows", err);
+    double *mb_tokens = dyn_calloc((size_t)M, sizeof(double), "what-if rows", err);
+    if (!seen || !stage_line || !mb_line || !mb_tokens) {
+        st = DYN_ERR_NOMEM;
+        goto done;
+    }
+    for (int32_t k = 0; k < n_rows; k++) {
+        const whatif_row *row = &rows[k];
+        int32_t mb = (int32_t)row->v[COL_MB], s = (int32_t)row->v[COL_STAGE];
+        int32_t i = mb * S + s;
+        if (seen[i]) {
+            st = dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: micro-batch %d stage %d already given at line %d",
+                               name, row->line, mb, s, seen[i]);
+            goto done;
+        }
+        seen[i] = row->line;
+        out->fwd_ms[i] = row->v[COL_FWD];
+        out->bwd_ms[i] = row->v[COL_BWD];
+        if (present[COL_BWD_INPUT]) {
+            out->bwd_input_ms[i] = row->v[COL_BWD_INPUT];
+            out->bwd_weight_ms[i] = row->v[COL_BWD_WEIGHT];
+        } else {
+            out->bwd_input_ms[i] = out->bwd_weight_ms[i] = 0.5 * row->v[COL_BWD];
+        }
+        out->stored_mb[i] = row->v[COL_STORED];
+        out->peak_mb[i] = row->v[COL_PEAK];
+        out->send_mb[i] = row->v[COL_SEND];
+        if (stage_line[s] && out->states_mb[s] != row->v[COL_STATES]) {
+            st = dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: states_mb of stage %d differs from line %d",
+                               name, row->line, s, stage_line[s]);
+            goto done;
+        }
+        stage_line[s] = row->line;
+        out->states_mb[s] = row->v[COL_STATES];
+        if (mb_line[mb] && mb_tokens[mb] != row->v[COL_TOKENS]) {
+            st = dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: tokens of micro-batch %d differ from line %d",
+                               name, row->line, mb, mb_line[mb]);
+            goto done;
+        }
+        mb_line[mb] = row->line;
+        mb_tokens[mb] = row->v[COL_TOKENS];
+    }
+    for (int32_t mb = 0; mb < M; mb++)
+        for (int32_t s = 0; s < S; s++)
+            if (!seen[mb * S + s]) {
+                st = dyn_error_set(err, DYN_ERR_PARSE,
+                                   "%s: micro-batch %d stage %d is missing (need every pair 0..%d x 0..%d)",
+                                   name, mb, s, M - 1, S - 1);
+                goto done;
+            }
+    double total = 0;
+    for (int32_t mb = 0; mb < M; mb++) total += mb_tokens[mb];
+    *real_tokens = (int64_t)total;
+done:
+    free(seen);
+    free(stage_line);
+    free(mb_line);
+    free(mb_tokens);
+    if (st != DYN_OK) dyn_stage_costs_free(out);
+    return st;
+}
+
+dyn_status dyn_whatif_parse(const char *name, const char *text, dyn_stage_costs *out,
+                            int64_t *real_tokens, dyn_error *err)
+{
+    memset(out, 0, sizeof *out);
+    *real_tokens = 0;
+    size_t len = strlen(text);
+    char *buf = dyn_calloc(len + 1, 1, "what-if text", err);
+    if (buf == NULL) return DYN_ERR_NOMEM;
+    memcpy(buf, text, len);
+    whatif_row *rows = NULL;
+    int32_t n_rows = 0, cap_rows = 0, line = 0, max_mb = -1, max_stage = -1;
+    int have_header = 0, nf_header = 0;
+    int col_of[COL_COUNT], present[COL_COUNT];
+    char *fields[COL_COUNT + 1];
+    dyn_status st = DYN_OK;
+    char *p = buf;
+    while (*p) {
+        char *eol = strchr(p, '\n');
+        char *next = eol ? eol + 1 : p + strlen(p);
+        if (eol) *eol = '\0';
+        line++;
+        if (blank_or_comment(p)) {
+            p = next;
+            continue;
+        }
+        int nf = split_fields(p, fields, COL_COUNT);
+        if (!have_header) {
+            if (nf > COL_COUNT) {
+                st = dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: header has more than %d columns", name,
+                                   line, COL_COUNT);
+                goto done;
+            }
+            if ((st = parse_header(name, line, fields, nf, col_of, present, err)) != DYN_OK) goto done;
+            have_header = 1;
+            nf_header = nf;
+            p = next;
+            continue;
+        }
+        if (n_rows == cap_rows) {
+            int32_t cap = cap_rows ? 2 * cap_rows : 64;
+            whatif_row *bigger = cap <= WHATIF_MAX_CELLS ? realloc(rows, sizeof(whatif_row) * (size_t)cap) : NULL;
+            if (bigger == NULL) {
+                st = dyn_error_set(err, DYN_ERR_NOMEM, "%s:%d: too many rows", name, line);
+                goto done;
+            }
+            rows = bigger;
+            cap_rows = cap;
+        }
+        if ((st = parse_row(name, line, fields, nf, nf_header, col_of, &rows[n_rows], err)) != DYN_OK)
+            goto done;
+        if (rows[n_rows].v[COL_MB] > max_mb) max_mb = (int32_t)rows[n_rows].v[COL_MB];
+        if (rows[n_rows].v[COL_STAGE] > max_stage) max_stage = (int32_t)rows[n_rows].v[COL_STAGE];
+        n_rows++;
+        p = next;
+    }
+    if (!have_header) {
+        st = dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: no header line (need mb, stage, fwd_ms, bwd_ms)",
+                           name, line);
+        goto done;
+    }
+    if (n_rows == 0) {
+        st = dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: no micro-batch rows after the header", name, line);
+        goto done;
+    }
+    if ((int64_t)(max_mb + 1) * (max_stage + 1) > WHATIF_MAX_CELLS) {
+        st = dyn_error_set(err, DYN_ERR_PARSE, "%s: %d micro-batches x %d stages is too many", name,
+                           max_mb + 1, max_stage + 1);
+        goto done;
+    }
+    st = fill_costs(name, rows, n_rows, present, max_mb + 1, max_stage + 1, out, real_tokens, err);
+done:
+    free(rows);
+    free(buf);
+    return st;
+}
+
+dyn_status dyn_whatif_load(const char *path, dyn_stage_costs *out, int64_t *real_tokens,
+                           dyn_error *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    dyn_status st = dyn_file_read_all(path, &text, &len, err);
+    if (st != DYN_OK) return st;
+    if (strlen(text) != len) {
+        free(text);
+        return dyn_error_set(err, DYN_ERR_PARSE, "%s: contains a NUL byte (not a text file)", path);
+    }
+    st = dyn_whatif_parse(path, text, out, real_tokens, err);
+    free(text);
+    return st;
+}

@@ -1,0 +1,349 @@
+/* test_sim_sched.c — the simulator on the real schedules of src/sched:
+ * 1F1B's closed form, wait-free cyclic never worse than cyclic on the same
+ * order, every schedule runs to completion on random instances, the
+ * simulated peak memory equals src/sched's static memory model, and
+ * `--schedule auto` is its two phases: never worse than any schedule in the
+ * planner's order, and equal to the order search on the best of those. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dynapipe/sched.h" /* defines: dyn_schedule_build, dyn_exec_plan_* */
+#include "dynapipe/sim.h"   /* defines: dyn_sim_*, dyn_schedule_search, dyn_schedule_auto */
+#include "sim_testlib.h"    /* defines: tcosts_uniform */
+#include "util/rng.h"       /* defines: dyn_rng_* */
+
+static const dyn_sim_options no_comm = {0.0, 0.0, 0, 0, 0};
+
+static void random_costs(dyn_rng *rng, dyn_stage_costs *c, int32_t M, int32_t S)
+{
+    tcosts_uniform(c, M, S, 0, 0);
+    for (int32_t mb = 0; mb < M; mb++) {
+        double size = 0.2 + 3.0 * dyn_rng_uniform(rng);
+        for (int32_t s = 0; s < S; s++) {
+            int32_t i = mb * S + s;
+            c->fwd_ms[i] = size * (0.8 + 0.4 * dyn_rng_uniform(rng));
+            c->bwd_input_ms[i] = c->fwd_ms[i] * (0.8 + 0.4 * dyn_rng_uniform(rng));
+            c->bwd_weight_ms[i] = c->fwd_ms[i] * (0.8 + 0.4 * dyn_rng_uniform(rng));
+            c->bwd_ms[i] = c->bwd_input_ms[i] + c->bwd_weight_ms[i];
+            c->stored_mb[i] = 10 * size;
+            c->peak_mb[i] = 2 * size;
+            c->send_mb[i] = 0.5 * size;
+        }
+    }
+    for (int32_t s = 0; s < S; s++) c->states_mb[s] = 100;
+}
+
+static dyn_status build(dyn_schedule k, const dyn_stage_costs *c, int32_t S, int32_t v,
+                        dyn_exec_plan *plan, dyn_error *err)
+{
+    dyn_sched_options so;
+    dyn_sched_options_default(&so);
+    so.n_ranks = S;
+    so.chunks = v;
+    memset(plan, 0, sizeof *plan);
+    return dyn_schedule_build(k, c, NULL, &so, plan, err);
+}
+
+static void test_1f1b_closed_form_on_sched_plans(void **state)
+{
+    (void)state;
+    dyn_error err;
+    dyn_sim *sim = dyn_sim_create(&err);
+    for (int32_t S = 1; S <= 8; S++)
+        for (int32_t M = 1; M <= 12; M += 1) {
+            dyn_stage_costs c;
+            tcosts_uniform(&c, M, S, 1.5, 2.75);
+            dyn_exec_plan plan;
+            assert_int_equal(build(DYN_SCHED_1F1B, &c, S, 1, &plan, &err), DYN_OK);
+            const dyn_sim_result *res;
+            assert_int_equal(dyn_sim_run(sim, &plan, &c, &no_comm, &res, &err), DYN_OK);
+            assert_true(fabs(res->makespan_ms - (M + S - 1) * (1.5 + 2.75)) < 1e-9);
+            dyn_exec_plan_free(&plan);
+            dyn_stage_costs_free(&c);
+        }
+    dyn_sim_free(sim);
+}
+
+static void test_wait_free_cyclic_never_worse_than_cyclic(void **state)
+{
+    (void)state;
+    dyn_rng rng;
+    dyn_rng_seed(&rng, 21);
+    dyn_error err;
+    dyn_sim *sim = dyn_sim_create(&err);
+    int strictly_better = 0;
+    for (int iter = 0; iter < 300; iter++) {
+        int32_t S = 1 + (int32_t)dyn_rng_below(&rng, 8), M = 1 + (int32_t)dyn_rng_below(&rng, 16);
+        dyn_stage_costs c;
+        random_costs(&rng, &c, M, S);
+        dyn_sim_options o = {0.05 * dyn_rng_uniform(&rng), dyn_rng_below(&rng, 2) ? 0.0 : 20.0, 0, 0, 0};
+        dyn_exec_plan cyc, wf;
+        assert_int_equal(build(DYN_SCHED_CYCLIC, &c, S, 1, &cyc, &err), DYN_OK);
+        assert_int_equal(build(DYN_SCHED_WAIT_FREE_CYCLIC, &c, S, 1, &wf, &err), DYN_OK);
+        const dyn_sim_result *res;
+        assert_int_equal(dyn_sim_run(sim, &cyc, &c, &o, &res, &err), DYN_OK);
+        double m_cyc = res->makespan_ms;
+        assert_int_equal(dyn_sim_run(sim, &wf, &c, &o, &res, &err), DYN_OK);
+        double m_wf = res->makespan_ms;
+        if (m_wf > m_cyc + 1e-9) fprintf(stderr, "S=%d M=%d cyclic %.6f wait-free %.6f\n", S, M, m_cyc, m_wf);
+        assert_true(m_wf <= m_cyc + 1e-9);
+        strictly_better += m_wf < m_cyc - 1e-9;
+        dyn_exec_plan_free(&cyc);
+        dyn_exec_plan_free(&wf);
+        dyn_stage_costs_free(&c);
+    }
+    assert_true(strictly_better > 0); /* the barriers do cost something */
+    dyn_sim_free(sim);
+}
+
+/* Every schedule runs to completion (no deadlock), its plan validates, busy
+ * time equals the sum of its compute, and the simulated peak memory equals
+ * the static memory model of src/sched. */
+static void test_every_schedule_simulates_and_memory_agrees(void **state)
+{
+    (void)state;
+    dyn_rng rng;
+    dyn_rng_seed(&rng, 8);
+    dyn_error err;
+    dyn_sim *sim = dyn_sim_create(&err);
+    for (int iter = 0; iter < 120; iter++) {
+        int32_t S = 1 + (int32_t)dyn_rng_below(&rng, 8), M = 1 + (int32_t)dyn_rng_below(&rng, 16);
+        int32_t v = 1 + (int32_t)dyn_rng_below(&rng, 3);
+        for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) {
+            int32_t vk = k == DYN_SCHED_INTERLEAVED ? (v > 1 ? v : 2) : 1;
+            dyn_stage_costs c;
+            random_costs(&rng, &c, M, S * vk);
+            dyn_exec_plan plan;
+            dyn_status st = build((dyn_schedule)k, &c, S, vk, &plan, &err);
+            if (st != DYN_OK) fprintf(stderr, "%s S=%d M=%d v=%d: %s\n", dyn_schedule_name(k), S, M, vk, err.msg);
+            assert_int_equal(st, DYN_OK);
+            assert_int_equal(dyn_exec_plan_validate(&plan, &err), DYN_OK);
+            dyn_sim_options o = {0.01, 50.0, 1000, 0, 0};
+            const dyn_sim_result *res;
+            st = dyn_sim_run(sim, &plan, &c, &o, &res, &err);
+            if (st != DYN_OK) fprintf(stderr, "%s: %s\n", dyn_schedule_name(k), err.msg);
+            assert_int_equal(st, DYN_OK);
+            double *peak = calloc((size_t)S, sizeof(double));
+            assert_int_equal(dyn_exec_plan_memory(&plan, &c, peak, &err), DYN_OK);
+            double busy = 0, want = 0;
+            for (int32_t r = 0; r < S; r++) {
+                assert_true(fabs(res->peak_mb[r] - peak[r]) < 1e-6);
+                busy += res->busy_ms[r];
+            }
+            for (int32_t i = 0; i < M * S * vk; i++)
+                want += c.fwd_ms[i] + (k == DYN_SCHED_ZB ? c.bwd_input_ms[i] + c.bwd_weight_ms[i] : c.bwd_ms[i]);
+            assert_true(fabs(busy - want) < 1e-6 * want);
+            assert_true(res->makespan_ms * S >= busy - 1e-9);
+            free(peak);
+            dyn_exec_plan_free(&plan);
+            dyn_stage_costs_free(&c);
+        }
+    }
+    dyn_sim_free(sim);
+}
+
+/* Costs provider for auto: the same random costs for v = 1 and v = 2,
+ * recompute ignored. */
+/* Costs per (chunks 1 or 2, recompute mode): recomputation stores less
+ * and takes longer backward passes. */
+typedef struct mode_costs {
+    dyn_stage_costs c[2][DYN_RECOMPUTE_COUNT];
+} mode_costs;
+
+static dyn_status get_costs(void *ctx, int32_t chunks, dyn_recompute rc, const dyn_stage_costs **out,
+                            dyn_error *err)
+{
+    (void)err;
+    mode_costs *t = ctx;
+    *out = &t->c[chunks > 1][rc];
+    return DYN_OK;
+}
+
+static void make_mode_costs(dyn_rng *rng, mode_costs *t, int32_t M, int32_t S)
+{
+    for (int a = 0; a < 2; a++) {
+        int32_t st = S * (a ? 2 : 1);
+        random_costs(rng, &t->c[a][0], M, st);
+        for (int rc = 1; rc < DYN_RECOMPUTE_COUNT; rc++) {
+            tcosts_uniform(&t->c[a][rc], M, st, 0, 0);
+            const dyn_stage_costs *b = &t->c[a][0];
+            dyn_stage_costs *c = &t->c[a][rc];
+            for (int32_t i = 0; i < M * st; i++) {
+                c->fwd_ms[i] = b->fwd_ms[i];
+                c->bwd_input_ms[i] = b->bwd_input_ms[i] + (rc == 1 ? 0.3 : 1.0) * b->fwd_ms[i];
+                c->bwd_weight_ms[i] = b->bwd_weight_ms[i];
+                c->bwd_ms[i] = c->bwd_input_ms[i] + c->bwd_weight_ms[i];
+                c->stored_mb[i] = b->stored_mb[i] * (rc == 1 ? 0.5 : 0.1);
+                c->peak_mb[i] = b->peak_mb[i];
+                c->send_mb[i] = b->send_mb[i];
+            }
+            for (int32_t q = 0; q < st; q++) c->states_mb[q] = b->states_mb[q];
+        }
+    }
+}
+
+/* Auto is its two phases, checked independently: never worse than any
+ * schedule x recompute mode in the planner's order, and equal to the
+ * better of that and the order search on the phase-1 winner; with a memory
+ * limit that rules out plain storage, a recompute mode wins. */
+static void test_auto_two_phases(void **state)
+{
+    (void)state;
+    dyn_rng rng;
+    dyn_rng_seed(&rng, 13);
+    dyn_error err;
+    dyn_sim *sim = dyn_sim_create(&err);
+    int recomputed = 0;
+    for (int iter = 0; iter < 24; iter++) {
+        int32_t S = 2 + (int32_t)dyn_rng_below(&rng, 4), M = 4 + (int32_t)dyn_rng_below(&rng, 10);
+        mode_costs t;
+        make_mode_costs(&rng, &t, M, S);
+        /* Every other instance: a limit a little above the states + one
+         * micro-batch's recomputed storage, so storing everything cannot fit. */
+        double limit = 0;
+        if (iter % 2) {
+            double max_stored = 0;
+            for (int32_t i = 0; i < M * S; i++)
+                if (t.c[0][0].stored_mb[i] > max_stored) max_stored = t.c[0][0].stored_mb[i];
+            limit = 100 + 1.2 * max_stored; /* states 100 per stage */
+        }
+        dyn_auto_options ao = {S, 2, limit, 3, 0, 0};
+        int32_t *order = calloc((size_t)M, sizeof(int32_t)), *o2 = calloc((size_t)M, sizeof(int32_t));
+        dyn_auto_choice ch = {.order = order};
+        dyn_exec_plan best;
+        dyn_stage_costs best_costs;
+        dyn_status ast = dyn_schedule_auto(sim, get_costs, &t, NULL, &ao, &no_comm, &ch, &best, &best_costs, &err);
+        double first_ms = INFINITY;
+        int first = -1, first_rc = 0;
+        for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++)
+            for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) {
+                dyn_sched_options so;
+                dyn_sched_options_default(&so);
+                so.n_ranks = S;
+                so.chunks = k == DYN_SCHED_INTERLEAVED ? 2 : 1;
+                so.memory_limit_mb = limit;
+                so.recompute = (dyn_recompute)rc;
+                dyn_order_result res = {.order = o2};
+                dyn_status st = dyn_schedule_search(sim, (dyn_schedule)k, &t.c[so.chunks > 1][rc], NULL, &so,
+                                                    &no_comm, 1, &res, NULL, NULL, &err);
+                if (st == DYN_ERR_INFEASIBLE) continue;
+                assert_int_equal(st, DYN_OK);
+                assert_int_equal(ast, DYN_OK);
+                assert_true(ch.makespan_ms <= res.makespan_ms); /* never worse than any as planned */
+                if (k != DYN_SCHED_CYCLIC && res.makespan_ms < first_ms) { /* auto skips cyclic */
+                    first_ms = res.makespan_ms;
+                    first = k;
+                    first_rc = rc;
+                }
+            }
+        if (first < 0) {
+            assert_int_equal(ast, DYN_ERR_INFEASIBLE);
+        } else {
+            assert_int_equal(ast, DYN_OK);
+            dyn_sched_options so;
+            dyn_sched_options_default(&so);
+            so.n_ranks = S;
+            so.chunks = first == DYN_SCHED_INTERLEAVED ? 2 : 1;
+            so.memory_limit_mb = limit;
+            so.recompute = (dyn_recompute)first_rc;
+            dyn_order_result res = {.order = o2};
+            assert_int_equal(dyn_schedule_search(sim, (dyn_schedule)first, &t.c[so.chunks > 1][first_rc], NULL,
+                                                 &so, &no_comm, 3, &res, NULL, NULL, &err),
+                             DYN_OK);
+            double want = res.makespan_ms < first_ms ? res.makespan_ms : first_ms;
+            assert_true(ch.makespan_ms == want);
+            recomputed += ch.recompute != DYN_RECOMPUTE_NONE;
+            const dyn_sim_result *r;
+            assert_int_equal(dyn_sim_run(sim, &best, &best_costs, &no_comm, &r, &err), DYN_OK);
+            assert_true(r->makespan_ms == ch.makespan_ms);
+            assert_true(limit <= 0 || r->max_peak_mb <= limit);
+            assert_int_equal(dyn_exec_plan_validate(&best, &err), DYN_OK);
+            dyn_exec_plan_free(&best);
+            dyn_stage_costs_free(&best_costs);
+        }
+        for (int a = 0; a < 2; a++)
+            for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++) dyn_stage_costs_free(&t.c[a][rc]);
+        free(order);
+        free(o2);
+    }
+    assert_true(recomputed > 0);
+    dyn_sim_free(sim);
+}
+
+/* Corrupt valid plans at random (an op, micro-batch, stage, peer, slot or
+ * byte count at a time): the simulator returns DYN_OK or
+ * DYN_ERR_INVALID_ARG, never crashes, hangs or reads out of bounds (ASan).
+ * And random bytes as a what-if file are rejected or accepted cleanly. */
+static void test_corrupted_plans_never_crash(void **state)
+{
+    (void)state;
+    dyn_rng rng;
+    dyn_rng_seed(&rng, 99);
+    dyn_error err;
+    dyn_sim *sim = dyn_sim_create(&err);
+    int rejected = 0;
+    for (int iter = 0; iter < 400; iter++) {
+        int32_t S = 1 + (int32_t)dyn_rng_below(&rng, 4), M = 1 + (int32_t)dyn_rng_below(&rng, 6);
+        int k = (int)dyn_rng_below(&rng, DYN_SCHEDULE_COUNT);
+        int32_t v = k == DYN_SCHED_INTERLEAVED ? 2 : 1;
+        dyn_stage_costs c;
+        random_costs(&rng, &c, M, S * v);
+        dyn_exec_plan plan;
+        assert_int_equal(build((dyn_schedule)k, &c, S, v, &plan, &err), DYN_OK);
+        for (int hit = 0; hit < 1 + (int)dyn_rng_below(&rng, 3); hit++) {
+            dyn_rank_plan *rp = &plan.ranks[dyn_rng_below(&rng, (uint64_t)S)];
+            if (rp->n_instrs == 0) continue;
+            dyn_instr *in = &rp->instrs[dyn_rng_below(&rng, (uint64_t)rp->n_instrs)];
+            int32_t junk = (int32_t)dyn_rng_below(&rng, 40) - 10;
+            switch (dyn_rng_below(&rng, 7)) {
+            case 0: in->op = (uint8_t)dyn_rng_below(&rng, 20); break;
+            case 1: in->microbatch = junk; break;
+            case 2: in->stage = junk; break;
+            case 3: in->peer = junk; break;
+            case 4: in->buf_in = junk; break;
+            case 5: in->buf_out = junk; break;
+            default: in->bytes = (int64_t)junk * 1000; break;
+            }
+        }
+        dyn_sim_options o = {0.01, 10.0, 100, (int32_t)dyn_rng_below(&rng, 2), 0};
+        dyn_status st = dyn_sim_run(sim, &plan, &c, &o, NULL, &err);
+        assert_true(st == DYN_OK || st == DYN_ERR_INVALID_ARG);
+        rejected += st != DYN_OK;
+        dyn_exec_plan_free(&plan);
+        dyn_stage_costs_free(&c);
+    }
+    assert_true(rejected > 100);
+    for (int iter = 0; iter < 300; iter++) {
+        char text[256];
+        const char *alphabet = "0123456789 \t\n.-#eabmsfdwktgp_";
+        size_t n = dyn_rng_below(&rng, sizeof text - 40);
+        int off = snprintf(text, sizeof text, "%s", iter % 2 ? "mb stage fwd_ms bwd_ms\n" : "");
+        for (size_t i = 0; i < n; i++) text[off + i] = alphabet[dyn_rng_below(&rng, strlen(alphabet))];
+        text[off + n] = '\0';
+        dyn_stage_costs c;
+        int64_t tokens;
+        dyn_status st = dyn_whatif_parse("fuzz", text, &c, &tokens, &err);
+        assert_true(st == DYN_OK || st == DYN_ERR_PARSE);
+        if (st == DYN_OK) dyn_stage_costs_free(&c);
+    }
+    dyn_sim_free(sim);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_1f1b_closed_form_on_sched_plans),
+        cmocka_unit_test(test_wait_free_cyclic_never_worse_than_cyclic),
+        cmocka_unit_test(test_every_schedule_simulates_and_memory_agrees),
+        cmocka_unit_test(test_auto_two_phases),
+        cmocka_unit_test(test_corrupted_plans_never_crash),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
