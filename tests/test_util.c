@@ -25,6 +25,11 @@ static void test_error_set_formats_and_returns_code(void **state)
     assert_string_equal(err.msg, "f.tsv:7: bad");
     assert_int_equal(dyn_error_set(NULL, DYN_ERR_IO, "x"), DYN_ERR_IO);
     assert_string_equal(dyn_status_name(DYN_ERR_INFEASIBLE), "infeasible");
+    /* A caller that knows where adds it in front, with its own code. */
+    assert_int_equal(dyn_error_prefix(&err, DYN_ERR_IO, "model.json"), DYN_ERR_IO);
+    assert_int_equal(err.code, DYN_ERR_IO);
+    assert_string_equal(err.msg, "model.json: f.tsv:7: bad");
+    assert_int_equal(dyn_error_prefix(NULL, DYN_ERR_PARSE, "x"), DYN_ERR_PARSE);
 }
 
 static void test_rng_same_seed_same_stream(void **state)

@@ -44,6 +44,10 @@ typedef struct dyn_error {
  * that error paths read `return dyn_error_set(err, DYN_ERR_IO, "...")`. */
 dyn_status dyn_error_set(dyn_error *err, dyn_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Prepend "<prefix>: " to err's message and set its code (err may be NULL);
+ * returns code. For callers that add where an error happened (a file name)
+ * to the message of a function that did not know it. */
+dyn_status dyn_error_prefix(dyn_error *err, dyn_status code, const char *prefix);
 /* Reset err to DYN_OK with an empty message. */
 void dyn_error_clear(dyn_error *err);
 /* Short stable name of a status ("ok", "invalid argument", ...). */

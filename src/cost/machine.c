@@ -198,12 +198,8 @@ dyn_status dyn_machine_parse(const char *text, const char *where, dyn_machine *o
         m.bytes_per_elem = (int32_t)bpe->valuedouble;
     }
     if (dyn_machine_validate(&m, err) != DYN_OK) {
-        if (err != NULL) {
-            char msg[DYN_ERROR_MSG_MAX];
-            snprintf(msg, sizeof msg, "%s", err->msg);
-            dyn_error_set(err, DYN_ERR_PARSE, "%s: %s", where, msg);
-        }
-        st = DYN_ERR_PARSE;
+        /* Prefix the source so the user knows which file is wrong. */
+        st = dyn_error_prefix(err, DYN_ERR_PARSE, where);
         goto done;
     }
     *out = m;

@@ -209,12 +209,7 @@ dyn_status dyn_model_config_parse(const char *text, const char *where, dyn_model
     }
     if ((st = dyn_model_config_validate(&c, err)) != DYN_OK) {
         /* Prefix the source so the user knows which file is wrong. */
-        if (err != NULL) {
-            char msg[DYN_ERROR_MSG_MAX];
-            snprintf(msg, sizeof msg, "%s", err->msg);
-            dyn_error_set(err, DYN_ERR_PARSE, "%s: %s", where, msg);
-        }
-        st = DYN_ERR_PARSE;
+        st = dyn_error_prefix(err, DYN_ERR_PARSE, where);
         goto done;
     }
     *out = c;

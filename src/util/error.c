@@ -15,6 +15,14 @@ dyn_status dyn_error_set(dyn_error *err, dyn_status code, const char *fmt, ...)
     return code;
 }
 
+dyn_status dyn_error_prefix(dyn_error *err, dyn_status code, const char *prefix)
+{
+    if (err == NULL) return code;
+    char msg[DYN_ERROR_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    return dyn_error_set(err, code, "%s: %s", prefix, msg);
+}
+
 void dyn_error_clear(dyn_error *err)
 {
     if (err == NULL) return;
