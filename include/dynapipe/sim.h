@@ -212,6 +212,8 @@ typedef struct dyn_auto_options {
     int32_t order_groups;   /* 1..4, see dyn_order_search */
     uint32_t schedules;     /* bit (1 << dyn_schedule) per schedule to try; 0: all */
     int32_t replica;        /* recorded in the plan */
+    int32_t no_prune;       /* 1: evaluate every candidate (for tests); 0: skip the
+                               ones a lower bound shows cannot win (same winner) */
 } dyn_auto_options;
 
 typedef struct dyn_auto_choice {
@@ -223,6 +225,7 @@ typedef struct dyn_auto_choice {
     double max_peak_mb;
     int32_t order_candidate; /* index in dyn_order_search's candidate list */
     int32_t n_simulations;   /* candidates simulated in all */
+    int32_t n_pruned;        /* candidates (phase 1) or phase 2 skipped by the lower bound */
 } dyn_auto_choice;
 
 /* `--schedule auto`: phase 1 schedules and simulates every schedule in
