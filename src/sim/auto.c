@@ -84,37 +84,83 @@ dyn_status dyn_schedule_search(dyn_sim *sim, dyn_schedule kind, const dyn_stage_
                            best_costs, err);
 }
 
+/* One micro-batch as a job on one rank, for the lower bound: its work
+ * there can start only after its release (its forwards through the
+ * earlier stages) and, but for zero-bubble weight-gradient passes, must end
+ * a delivery time before the makespan (its backwards through the earlier
+ * stages). */
+typedef struct lb_job {
+    double release, delivery;
+    double work;      /* all its compute on the rank, ms */
+    double work_nw;   /* the same without weight-gradient passes */
+} lb_job;
+
+static int lb_by_release_desc(const void *a, const void *b)
+{
+    double x = ((const lb_job *)a)->release, y = ((const lb_job *)b)->release;
+    return (x < y) - (x > y);
+}
+
+static int lb_by_delivery_desc(const void *a, const void *b)
+{
+    double x = ((const lb_job *)a)->delivery, y = ((const lb_job *)b)->delivery;
+    return (x < y) - (x > y);
+}
+
 /* A lower bound (ms) on the simulated makespan of schedule k on costs c
  * (S ranks, stage s on rank s % S), in any micro-batch order and for any
  * link model, cheap enough to skip candidates that cannot win. A rank runs
- * one compute instruction at a time, so it is busy for busy_r, the sum of
- * its compute; it cannot start before some micro-batch has gone forward
- * through stages 0..r-1 (head_r: the smallest such sum over micro-batches);
- * and except under zero-bubble (whose last instruction on a rank can be a
- * weight-gradient pass that nothing waits for), its last instruction is a
- * backward pass whose gradient must still go back through stages r-1..0
- * (tail_r, likewise the smallest). Bound: max over r of head + busy + tail. */
-static double makespan_lower_bound(const dyn_stage_costs *c, int k, int32_t S)
+ * one compute instruction at a time. Micro-batch m's work on rank r comes
+ * after its forwards through stages 0..r-1 (release h_m) and, except under
+ * zero-bubble (whose last instruction on a rank can be a weight-gradient
+ * pass that nothing waits for), ends with a backward pass whose gradient
+ * must still go back through stages r-1..0 (delivery t_m). The single-
+ * machine bound with release and delivery times: for any threshold tau,
+ * the micro-batches released at or after tau run all their work after it,
+ * so makespan >= tau + their work + their smallest delivery; mirrored for
+ * delivery thresholds (with the work that precedes the delivery). Max over
+ * ranks and thresholds. jobs: [c->n_microbatches] scratch. */
+static double makespan_lower_bound(const dyn_stage_costs *c, int k, int32_t S, lb_job *jobs)
 {
     int32_t M = c->n_microbatches, n = c->n_stages;
     int zb = k == DYN_SCHED_ZB;
     double lb = 0;
     for (int32_t r = 0; r < S && r < n; r++) {
-        double busy = 0, head = 1e300, tail = 1e300;
         for (int32_t mb = 0; mb < M; mb++) {
             const double *f = c->fwd_ms + (size_t)mb * n, *b = c->bwd_ms + (size_t)mb * n;
             const double *bi = c->bwd_input_ms + (size_t)mb * n, *bw = c->bwd_weight_ms + (size_t)mb * n;
-            for (int32_t s = r; s < n; s += S) busy += f[s] + (zb ? bi[s] + bw[s] : b[s]);
-            double h = 0, t = 0;
+            lb_job *j = &jobs[mb];
+            j->release = j->delivery = j->work = j->work_nw = 0;
             for (int32_t s = 0; s < r; s++) {
-                h += f[s];
-                t += zb ? 0 : b[s];
+                j->release += f[s];
+                j->delivery += zb ? bi[s] : b[s];
             }
-            if (h < head) head = h;
-            if (t < tail) tail = t;
+            for (int32_t s = r; s < n; s += S) {
+                j->work += f[s] + (zb ? bi[s] + bw[s] : b[s]);
+                j->work_nw += f[s] + (zb ? bi[s] : b[s]);
+            }
         }
-        if (M == 0) head = tail = 0;
-        if (head + busy + tail > lb) lb = head + busy + tail;
+        /* Release thresholds: jobs by release, latest first; a prefix is
+         * the set released at or after its last member's release. Ties
+         * only make a prefix a subset of the true set: still a bound. */
+        qsort(jobs, (size_t)M, sizeof *jobs, lb_by_release_desc);
+        double work = 0, min_del = 1e300;
+        for (int32_t i = 0; i < M; i++) {
+            work += jobs[i].work;
+            if (jobs[i].delivery < min_del) min_del = jobs[i].delivery;
+            double v = jobs[i].release + work + (zb ? 0.0 : min_del);
+            if (v > lb) lb = v;
+        }
+        /* Delivery thresholds: the work before each delivery (all of it,
+         * or all but the weight-gradient passes under zero-bubble). */
+        qsort(jobs, (size_t)M, sizeof *jobs, lb_by_delivery_desc);
+        double work_nw = 0, min_rel = 1e300;
+        for (int32_t i = 0; i < M; i++) {
+            work_nw += jobs[i].work_nw;
+            if (jobs[i].release < min_rel) min_rel = jobs[i].release;
+            double v = min_rel + work_nw + jobs[i].delivery;
+            if (v > lb) lb = v;
+        }
     }
     return lb;
 }
@@ -231,6 +277,11 @@ dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ct
     int32_t M = c1->n_microbatches;
     int32_t *order = dyn_calloc((size_t)M, sizeof(int32_t), "auto schedule", err);
     if (order == NULL) return DYN_ERR_NOMEM;
+    lb_job *jobs = dyn_calloc((size_t)M, sizeof(lb_job), "auto schedule", err);
+    if (jobs == NULL) {
+        free(order);
+        return DYN_ERR_NOMEM;
+    }
     auto_best best;
     memset(&best, 0, sizeof best);
     char why[DYN_ERROR_MSG_MAX] = "no schedule to try";
@@ -261,7 +312,7 @@ dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ct
             c->rc = rc;
             c->v = v;
             c->rank = n_cand++;
-            c->lb = ao->no_prune ? 0 : makespan_lower_bound(cr, k, ao->n_ranks);
+            c->lb = ao->no_prune ? 0 : makespan_lower_bound(cr, k, ao->n_ranks, jobs);
         }
     }
     if (!ao->no_prune) qsort(cand, (size_t)n_cand, sizeof *cand, phase1_cand_cmp);
@@ -291,7 +342,7 @@ dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ct
         double given = ao->no_prune ? -1.0 : first_ms;
         const dyn_stage_costs *cf = NULL;
         if ((st = costs_fn(costs_ctx, v, (dyn_recompute)first_rc, &cf, err)) != DYN_OK) goto done;
-        if (!ao->no_prune && makespan_lower_bound(cf, first, ao->n_ranks) >= first_ms) {
+        if (!ao->no_prune && makespan_lower_bound(cf, first, ao->n_ranks, jobs) >= first_ms) {
             choice->n_pruned++;
         } else {
             st = try_schedule(sim, costs_fn, costs_ctx, shapes, ao, simopt, first, v, (dyn_recompute)first_rc,
@@ -318,5 +369,6 @@ done:
     dyn_exec_plan_free(&best.plan);
     dyn_stage_costs_free(&best.costs);
     free(order);
+    free(jobs);
     return st;
 }
