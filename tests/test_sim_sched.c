@@ -17,6 +17,7 @@
 
 #include "dynapipe/sched.h" /* defines: dyn_schedule_build, dyn_exec_plan_* */
 #include "dynapipe/sim.h"   /* defines: dyn_sim_*, dyn_schedule_search, dyn_schedule_auto */
+#include "sim/sim_internal.h" /* defines: sim_makespan_lower_bound */
 #include "sim_testlib.h"    /* defines: tcosts_uniform */
 #include "util/rng.h"       /* defines: dyn_rng_* */
 
@@ -278,6 +279,62 @@ static void test_auto_two_phases(void **state)
     dyn_sim_free(sim);
 }
 
+/* auto's lower bound is a bound: never above the simulated makespan of any
+ * schedule on random instances (random orders, with and without a memory
+ * limit that throttles, with and without a link model); and it is exact on
+ * the hand-worked case, M equal micro-batches under 1F1B without
+ * communication: (M + S - 1) * (f + b). */
+static void test_lower_bound_is_a_bound(void **state)
+{
+    (void)state;
+    dyn_rng rng;
+    dyn_rng_seed(&rng, 31);
+    dyn_error err;
+    dyn_sim *sim = dyn_sim_create(&err);
+    const dyn_sim_options link = {0.05, 2.0, 0, 0, 1};
+    int checked = 0;
+    for (int iter = 0; iter < 120; iter++) {
+        int32_t S = 1 + (int32_t)dyn_rng_below(&rng, 6), M = 1 + (int32_t)dyn_rng_below(&rng, 24);
+        int k = (int)dyn_rng_below(&rng, DYN_SCHEDULE_COUNT);
+        int32_t v = k == DYN_SCHED_INTERLEAVED ? 2 : 1;
+        dyn_stage_costs c;
+        random_costs(&rng, &c, M, S * v);
+        sim_lb_job *jobs = calloc((size_t)M, sizeof *jobs);
+        double lb = sim_makespan_lower_bound(&c, k, S, jobs);
+        dyn_sched_options so;
+        dyn_sched_options_default(&so);
+        so.n_ranks = S;
+        so.chunks = v;
+        if (iter % 3 == 2) so.memory_limit_mb = 100 + 25 + 60 * dyn_rng_uniform(&rng);
+        dyn_exec_plan plan;
+        memset(&plan, 0, sizeof plan);
+        dyn_status st = dyn_schedule_build((dyn_schedule)k, &c, NULL, &so, &plan, &err);
+        if (st == DYN_OK) {
+            const dyn_sim_result *res;
+            assert_int_equal(dyn_sim_run(sim, &plan, &c, iter % 2 ? &link : &no_comm, &res, &err), DYN_OK);
+            assert_true(lb > 0);
+            assert_true(lb <= res->makespan_ms * (1 + 1e-12));
+            checked++;
+            dyn_exec_plan_free(&plan);
+        } else {
+            assert_int_equal(st, DYN_ERR_INFEASIBLE);
+        }
+        free(jobs);
+        dyn_stage_costs_free(&c);
+    }
+    assert_true(checked > 80);
+    for (int32_t S = 1; S <= 6; S++)
+        for (int32_t M = 1; M <= 9; M += 4) {
+            dyn_stage_costs c;
+            tcosts_uniform(&c, M, S, 2.0, 3.0);
+            sim_lb_job *jobs = calloc((size_t)M, sizeof *jobs);
+            assert_true(fabs(sim_makespan_lower_bound(&c, DYN_SCHED_1F1B, S, jobs) - (M + S - 1) * 5.0) < 1e-9);
+            free(jobs);
+            dyn_stage_costs_free(&c);
+        }
+    dyn_sim_free(sim);
+}
+
 /* Pruning is exact: on random instances (with and without a memory limit
  * and a link model), auto with its lower-bound pruning picks the very
  * choice of the unpruned search (schedule, recompute, order, makespan,
@@ -411,6 +468,7 @@ int main(void)
         cmocka_unit_test(test_every_schedule_simulates_and_memory_agrees),
         cmocka_unit_test(test_auto_two_phases),
         cmocka_unit_test(test_auto_pruning_keeps_winner),
+        cmocka_unit_test(test_lower_bound_is_a_bound),
         cmocka_unit_test(test_corrupted_plans_never_crash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

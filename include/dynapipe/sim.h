@@ -236,6 +236,12 @@ typedef struct dyn_auto_choice {
  * with ao->order_groups on the phase-1 winner (schedule, recompute). The
  * smallest simulated makespan within the memory limit wins (ties: the
  * earlier, modes before schedules). At most 4 x 3 + 27 simulations.
+ * Pruning (unless ao->no_prune; the winner is the same either way, a
+ * tested property): phase-1 candidates are tried in order of an exact
+ * lower bound on their makespan (per rank: release and delivery times of
+ * the micro-batches plus the rank's compute, auto.c) and skipped once the
+ * bound cannot beat the incumbent; phase 2 does not simulate the planner's
+ * order again and is skipped when phase 1's winner meets its bound.
  * DYN_ERR_INFEASIBLE if nothing fits. best_plan / best_costs may be NULL. */
 dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ctx,
                              const dyn_mb_shape *shapes, const dyn_auto_options *ao,

@@ -84,26 +84,15 @@ dyn_status dyn_schedule_search(dyn_sim *sim, dyn_schedule kind, const dyn_stage_
                            best_costs, err);
 }
 
-/* One micro-batch as a job on one rank, for the lower bound: its work
- * there can start only after its release (its forwards through the
- * earlier stages) and, but for zero-bubble weight-gradient passes, must end
- * a delivery time before the makespan (its backwards through the earlier
- * stages). */
-typedef struct lb_job {
-    double release, delivery;
-    double work;      /* all its compute on the rank, ms */
-    double work_nw;   /* the same without weight-gradient passes */
-} lb_job;
-
 static int lb_by_release_desc(const void *a, const void *b)
 {
-    double x = ((const lb_job *)a)->release, y = ((const lb_job *)b)->release;
+    double x = ((const sim_lb_job *)a)->release, y = ((const sim_lb_job *)b)->release;
     return (x < y) - (x > y);
 }
 
 static int lb_by_delivery_desc(const void *a, const void *b)
 {
-    double x = ((const lb_job *)a)->delivery, y = ((const lb_job *)b)->delivery;
+    double x = ((const sim_lb_job *)a)->delivery, y = ((const sim_lb_job *)b)->delivery;
     return (x < y) - (x > y);
 }
 
@@ -119,8 +108,8 @@ static int lb_by_delivery_desc(const void *a, const void *b)
  * the micro-batches released at or after tau run all their work after it,
  * so makespan >= tau + their work + their smallest delivery; mirrored for
  * delivery thresholds (with the work that precedes the delivery). Max over
- * ranks and thresholds. jobs: [c->n_microbatches] scratch. */
-static double makespan_lower_bound(const dyn_stage_costs *c, int k, int32_t S, lb_job *jobs)
+ * ranks and thresholds. (Declared in sim_internal.h for the tests.) */
+double sim_makespan_lower_bound(const dyn_stage_costs *c, int k, int32_t S, sim_lb_job *jobs)
 {
     int32_t M = c->n_microbatches, n = c->n_stages;
     int zb = k == DYN_SCHED_ZB;
@@ -129,7 +118,7 @@ static double makespan_lower_bound(const dyn_stage_costs *c, int k, int32_t S, l
         for (int32_t mb = 0; mb < M; mb++) {
             const double *f = c->fwd_ms + (size_t)mb * n, *b = c->bwd_ms + (size_t)mb * n;
             const double *bi = c->bwd_input_ms + (size_t)mb * n, *bw = c->bwd_weight_ms + (size_t)mb * n;
-            lb_job *j = &jobs[mb];
+            sim_lb_job *j = &jobs[mb];
             j->release = j->delivery = j->work = j->work_nw = 0;
             for (int32_t s = 0; s < r; s++) {
                 j->release += f[s];
@@ -243,7 +232,7 @@ static dyn_status try_schedule(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_
 }
 
 /* A phase-1 candidate: schedule k with v chunks under recompute mode rc;
- * rank = its place in the tie-break order; lb = makespan_lower_bound. */
+ * rank = its place in the tie-break order; lb = sim_makespan_lower_bound. */
 typedef struct phase1_cand {
     int k, rc;
     int32_t v, rank;
@@ -277,7 +266,7 @@ dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ct
     int32_t M = c1->n_microbatches;
     int32_t *order = dyn_calloc((size_t)M, sizeof(int32_t), "auto schedule", err);
     if (order == NULL) return DYN_ERR_NOMEM;
-    lb_job *jobs = dyn_calloc((size_t)M, sizeof(lb_job), "auto schedule", err);
+    sim_lb_job *jobs = dyn_calloc((size_t)M, sizeof(sim_lb_job), "auto schedule", err);
     if (jobs == NULL) {
         free(order);
         return DYN_ERR_NOMEM;
@@ -312,7 +301,7 @@ dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ct
             c->rc = rc;
             c->v = v;
             c->rank = n_cand++;
-            c->lb = ao->no_prune ? 0 : makespan_lower_bound(cr, k, ao->n_ranks, jobs);
+            c->lb = ao->no_prune ? 0 : sim_makespan_lower_bound(cr, k, ao->n_ranks, jobs);
         }
     }
     if (!ao->no_prune) qsort(cand, (size_t)n_cand, sizeof *cand, phase1_cand_cmp);
@@ -342,7 +331,7 @@ dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ct
         double given = ao->no_prune ? -1.0 : first_ms;
         const dyn_stage_costs *cf = NULL;
         if ((st = costs_fn(costs_ctx, v, (dyn_recompute)first_rc, &cf, err)) != DYN_OK) goto done;
-        if (!ao->no_prune && makespan_lower_bound(cf, first, ao->n_ranks, jobs) >= first_ms) {
+        if (!ao->no_prune && sim_makespan_lower_bound(cf, first, ao->n_ranks, jobs) >= first_ms) {
             choice->n_pruned++;
         } else {
             st = try_schedule(sim, costs_fn, costs_ctx, shapes, ao, simopt, first, v, (dyn_recompute)first_rc,
