@@ -10,7 +10,8 @@
  * generate the plan (dyn_schedule_build), each the median of REPS
  * repetitions; then the median over batches. And the time `--schedule auto`
  * takes per global batch (all schedules x bounded order search x recompute,
- * dyn_schedule_auto, stage costs included), plus the planner's DP time for
+ * dyn_schedule_auto, stage costs included), with its lower-bound pruning
+ * and without (no_prune; alternating, same choice checked), plus the planner's DP time for
  * the same batch, so "complete plan" = DP + auto. Medians, side by side in
  * one run; absolute times move with the machine's load.
  *
@@ -68,7 +69,7 @@ static void bench_stages(int32_t S, const dyn_dataset *ds, const dyn_cost_model 
     dyn_sim_options_from_machine(&so, m, 0);
 
     double sim_ms[DYN_SCHEDULE_COUNT][64], build_ms[DYN_SCHEDULE_COUNT][64], instrs[DYN_SCHEDULE_COUNT][64];
-    double auto_ms[64], dp_ms[64], n_mb[64], n_sims[64];
+    double auto_ms[64], auto_u_ms[64], dp_ms[64], n_mb[64], n_sims[64], n_sims_u[64];
     double *reps = calloc((size_t)REPS, sizeof(double));
     int nb = 0;
     for (; nb < BATCHES; nb++) {
@@ -119,21 +120,34 @@ static void bench_stages(int32_t S, const dyn_dataset *ds, const dyn_cost_model 
             sim_ms[k][nb] = median(reps, REPS);
             dyn_exec_plan_free(&plan);
         }
-        dyn_auto_options ao = {S, v, m->device_memory_mb, 3, 0, 0};
+        /* Pruned (the default) and unpruned (no_prune) alternately, so
+         * both see the same load; they must choose the same. */
         int32_t *order = calloc((size_t)M, sizeof(int32_t));
+        double *reps_u = calloc((size_t)REPS, sizeof(double));
         for (int r = 0; r < REPS; r++) {
-            dyn_auto_choice ch = {.order = order};
-            dyn_exec_plan best;
-            double t0 = dyn_time_ms();
-            /* Stage costs are part of the work: rebuild them each time. */
-            CHECK(dyn_batch_costs_set_batch(bc, &bp, 0, &err), err);
-            shapes = dyn_batch_costs_shapes(bc, &M);
-            CHECK(dyn_schedule_auto(sim, dyn_batch_costs_get, bc, shapes, &ao, &so, &ch, &best, NULL, &err), err);
-            reps[r] = dyn_time_ms() - t0;
-            n_sims[nb] = ch.n_simulations;
-            dyn_exec_plan_free(&best);
+            double ms[2];
+            for (int np = 0; np < 2; np++) {
+                dyn_auto_options ao = {S, v, m->device_memory_mb, 3, 0, 0, np};
+                dyn_auto_choice ch = {.order = order};
+                dyn_exec_plan best;
+                double t0 = dyn_time_ms();
+                /* Stage costs are part of the work: rebuild them each time. */
+                CHECK(dyn_batch_costs_set_batch(bc, &bp, 0, &err), err);
+                shapes = dyn_batch_costs_shapes(bc, &M);
+                CHECK(dyn_schedule_auto(sim, dyn_batch_costs_get, bc, shapes, &ao, &so, &ch, &best, NULL, &err), err);
+                (np ? reps_u : reps)[r] = dyn_time_ms() - t0;
+                (np ? n_sims_u : n_sims)[nb] = ch.n_simulations;
+                ms[np] = ch.makespan_ms;
+                dyn_exec_plan_free(&best);
+            }
+            if (ms[0] != ms[1]) {
+                fprintf(stderr, "bench_sim: pruned auto chose %.6f ms, unpruned %.6f ms\n", ms[0], ms[1]);
+                exit(1);
+            }
         }
         auto_ms[nb] = median(reps, REPS);
+        auto_u_ms[nb] = median(reps_u, REPS);
+        free(reps_u);
         free(order);
         dyn_batch_plan_free(&bp);
     }
@@ -142,9 +156,12 @@ static void bench_stages(int32_t S, const dyn_dataset *ds, const dyn_cost_model 
     for (int k = 0; k < DYN_SCHEDULE_COUNT; k++)
         printf("  %-17s %12.0f %14.4f %14.4f\n", dyn_schedule_name((dyn_schedule)k), median(instrs[k], nb),
                median(sim_ms[k], nb), median(build_ms[k], nb));
+    double u = median(auto_u_ms, nb), us = median(n_sims_u, nb);
     double a = median(auto_ms, nb), d = median(dp_ms, nb);
-    printf("  auto (all schedules x order search, %.0f simulations): %.3f ms; DP %.3f ms; complete plan %.3f ms\n",
-           median(n_sims, nb), a, d, a + d);
+    printf("  auto unpruned (%.0f simulations): %.3f ms\n", us, u);
+    printf("  auto (all schedules x order search, pruned: %.0f simulations): %.3f ms (%.2fx faster, same choice); "
+           "DP %.3f ms; complete plan %.3f ms\n",
+           median(n_sims, nb), a, u / a, d, a + d);
     free(reps);
     dyn_sim_free(sim);
     dyn_sampler_free(sampler);
@@ -152,8 +169,8 @@ static void bench_stages(int32_t S, const dyn_dataset *ds, const dyn_cost_model 
     dyn_planner_free(planner);
 }
 
-/* `--schedule auto` on packing's micro-batches of the same batches: far
- * fewer (about 10 instead of about 140), to show how auto's cost follows the
+/* `--schedule auto` on packing's micro-batches of the same batches: fewer
+ * (about 16 instead of about 46), to show how auto's cost follows the
  * number of micro-batches. */
 static void bench_auto_packing(int32_t S, const dyn_dataset *ds, const dyn_cost_model *cm, const dyn_machine *m)
 {
@@ -181,7 +198,7 @@ static void bench_auto_packing(int32_t S, const dyn_dataset *ds, const dyn_cost_
         if (n == 0) break;
         dyn_batch_plan bp;
         CHECK(dyn_planner_plan(planner, batch, n, &bp, &err), err);
-        dyn_auto_options ao = {S, 2, m->device_memory_mb, 3, 0, 0};
+        dyn_auto_options ao = {S, 2, m->device_memory_mb, 3, 0, 0, 0};
         for (int r = 0; r < REPS; r++) {
             double t0 = dyn_time_ms();
             CHECK(dyn_batch_costs_set_batch(bc, &bp, 0, &err), err);

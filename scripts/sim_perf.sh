@@ -3,7 +3,8 @@
 # built-in FLAN-like workload (seed 1, 65,536-token global batches, 4 global
 # batches), for GPT and T5, max length 2048 and 4096, S = 4 and 8, on the
 # "cpu" machine and on the A100 description: the grid of docs/performance.md,
-# section "Simulator". Prints markdown. Usage: scripts/sim_perf.sh [BUILD_DIR]
+# section "Simulator", and a summary table of dynapipe's speed-ups. Prints
+# markdown. Usage: scripts/sim_perf.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cli=${1:-build}/dynapipe
@@ -27,7 +28,35 @@ run() { # title, flags... : the first recompute mode (none, selective, full)
     echo
     echo "$best"
     echo
+    summary+=$(summarize "$title" "$best_rc" <<<"$best")$'\n'
 }
+# One summary row from one table: dynapipe's speed-up over packing and over
+# padding, (a) the best over schedules of the same-schedule ratio (which
+# schedule in brackets) and (b) dynapipe's best schedule vs the other
+# method's best schedule. Ratios of the printed tokens/s (3-4 significant
+# digits); "-": the other method is infeasible under every schedule.
+summarize() {
+    awk -v title="$1" -v rc="$2" -F'|' '
+        /^\| method/ { for (i = 3; i < NF; i++) { name[i] = $i; gsub(/ /, "", name[i]) } nc = NF; next }
+        /^\| (dynapipe|packing|padding) / {
+            m = $2; gsub(/ /, "", m)
+            for (i = 3; i < nc; i++) { v = $i; if (v ~ /infeasible/) v = ""; else { sub(/^ */, "", v); sub(/ .*/, "", v) } tp[m, i] = v }
+        }
+        function best_ratio(other,   i, r, b, bi, bd, bo) {
+            b = -1; bd = 0; bo = 0
+            for (i = 3; i < nc; i++) {
+                if (tp["dynapipe", i] != "" && tp["dynapipe", i] + 0 > bd) bd = tp["dynapipe", i] + 0
+                if (tp[other, i] != "" && tp[other, i] + 0 > bo) bo = tp[other, i] + 0
+                if (tp["dynapipe", i] == "" || tp[other, i] == "") continue
+                r = tp["dynapipe", i] / tp[other, i]
+                if (r > b) { b = r; bi = name[i] }
+            }
+            if (b < 0) return "- | -"
+            return sprintf("%.2fx (%s) | %.2fx", b, bi, bd / bo)
+        }
+        END { printf "| %s | %s | %s | %s |", title, rc, best_ratio("packing"), best_ratio("padding") }'
+}
+summary=
 for machine in cpu a100; do
     for model in gpt t5; do
         if [ $machine = cpu ]; then
@@ -49,3 +78,12 @@ for machine in cpu a100; do
         done
     done
 done
+echo "#### Summary: dynapipe's speed-up over packing and over padding"
+echo
+echo "Per table above: the best over schedules of dynapipe's tokens/s over the other method's with the same"
+echo "schedule (that schedule in brackets), and dynapipe's best schedule over the other method's best"
+echo "schedule. Ratios of the printed tokens/s; \"-\": the other method is infeasible under every schedule."
+echo
+echo "| machine, model, max length, S | recompute | over packing, same schedule | over packing, best vs best | over padding, same schedule | over padding, best vs best |"
+echo "| --- | --- | ---: | ---: | ---: | ---: |"
+printf '%s' "$summary"

@@ -3,7 +3,8 @@
  * order, every schedule runs to completion on random instances, the
  * simulated peak memory equals src/sched's static memory model, and
  * `--schedule auto` is its two phases: never worse than any schedule in the
- * planner's order, and equal to the order search on the best of those. */
+ * planner's order, and equal to the order search on the best of those;
+ * its lower-bound pruning never changes the winner. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 
 #include "dynapipe/sched.h" /* defines: dyn_schedule_build, dyn_exec_plan_* */
 #include "dynapipe/sim.h"   /* defines: dyn_sim_*, dyn_schedule_search, dyn_schedule_auto */
+#include "sim/sim_internal.h" /* defines: sim_makespan_lower_bound */
 #include "sim_testlib.h"    /* defines: tcosts_uniform */
 #include "util/rng.h"       /* defines: dyn_rng_* */
 
@@ -214,7 +216,7 @@ static void test_auto_two_phases(void **state)
                 if (t.c[0][0].stored_mb[i] > max_stored) max_stored = t.c[0][0].stored_mb[i];
             limit = 100 + 1.2 * max_stored; /* states 100 per stage */
         }
-        dyn_auto_options ao = {S, 2, limit, 3, 0, 0};
+        dyn_auto_options ao = {S, 2, limit, 3, 0, 0, 1}; /* unpruned: the phases as described */
         int32_t *order = calloc((size_t)M, sizeof(int32_t)), *o2 = calloc((size_t)M, sizeof(int32_t));
         dyn_auto_choice ch = {.order = order};
         dyn_exec_plan best;
@@ -274,6 +276,128 @@ static void test_auto_two_phases(void **state)
         free(o2);
     }
     assert_true(recomputed > 0);
+    dyn_sim_free(sim);
+}
+
+/* auto's lower bound is a bound: never above the simulated makespan of any
+ * schedule on random instances (random orders, with and without a memory
+ * limit that throttles, with and without a link model); and it is exact on
+ * the hand-worked case, M equal micro-batches under 1F1B without
+ * communication: (M + S - 1) * (f + b). */
+static void test_lower_bound_is_a_bound(void **state)
+{
+    (void)state;
+    dyn_rng rng;
+    dyn_rng_seed(&rng, 31);
+    dyn_error err;
+    dyn_sim *sim = dyn_sim_create(&err);
+    const dyn_sim_options link = {0.05, 2.0, 0, 0, 1};
+    int checked = 0;
+    for (int iter = 0; iter < 120; iter++) {
+        int32_t S = 1 + (int32_t)dyn_rng_below(&rng, 6), M = 1 + (int32_t)dyn_rng_below(&rng, 24);
+        int k = (int)dyn_rng_below(&rng, DYN_SCHEDULE_COUNT);
+        int32_t v = k == DYN_SCHED_INTERLEAVED ? 2 : 1;
+        dyn_stage_costs c;
+        random_costs(&rng, &c, M, S * v);
+        sim_lb_job *jobs = calloc((size_t)M, sizeof *jobs);
+        double lb = sim_makespan_lower_bound(&c, k, S, jobs);
+        dyn_sched_options so;
+        dyn_sched_options_default(&so);
+        so.n_ranks = S;
+        so.chunks = v;
+        if (iter % 3 == 2) so.memory_limit_mb = 100 + 25 + 60 * dyn_rng_uniform(&rng);
+        dyn_exec_plan plan;
+        memset(&plan, 0, sizeof plan);
+        dyn_status st = dyn_schedule_build((dyn_schedule)k, &c, NULL, &so, &plan, &err);
+        if (st == DYN_OK) {
+            const dyn_sim_result *res;
+            assert_int_equal(dyn_sim_run(sim, &plan, &c, iter % 2 ? &link : &no_comm, &res, &err), DYN_OK);
+            assert_true(lb > 0);
+            assert_true(lb <= res->makespan_ms * (1 + 1e-12));
+            checked++;
+            dyn_exec_plan_free(&plan);
+        } else {
+            assert_int_equal(st, DYN_ERR_INFEASIBLE);
+        }
+        free(jobs);
+        dyn_stage_costs_free(&c);
+    }
+    assert_true(checked > 80);
+    for (int32_t S = 1; S <= 6; S++)
+        for (int32_t M = 1; M <= 9; M += 4) {
+            dyn_stage_costs c;
+            tcosts_uniform(&c, M, S, 2.0, 3.0);
+            sim_lb_job *jobs = calloc((size_t)M, sizeof *jobs);
+            assert_true(fabs(sim_makespan_lower_bound(&c, DYN_SCHED_1F1B, S, jobs) - (M + S - 1) * 5.0) < 1e-9);
+            free(jobs);
+            dyn_stage_costs_free(&c);
+        }
+    dyn_sim_free(sim);
+}
+
+/* Pruning is exact: on random instances (with and without a memory limit
+ * and a link model), auto with its lower-bound pruning picks the very
+ * choice of the unpruned search (schedule, recompute, order, makespan,
+ * peak), simulating no more candidates; and pruning happens. */
+static void test_auto_pruning_keeps_winner(void **state)
+{
+    (void)state;
+    dyn_rng rng;
+    dyn_rng_seed(&rng, 29);
+    dyn_error err;
+    dyn_sim *sim = dyn_sim_create(&err);
+    const dyn_sim_options link = {0.05, 2.0, 0, 0, 1};
+    int pruned = 0, fewer = 0;
+    for (int iter = 0; iter < 40; iter++) {
+        int32_t S = 2 + (int32_t)dyn_rng_below(&rng, 5), M = 2 + (int32_t)dyn_rng_below(&rng, 30);
+        mode_costs t;
+        make_mode_costs(&rng, &t, M, S);
+        double limit = 0;
+        if (iter % 3 == 1) {
+            double max_stored = 0;
+            for (int32_t i = 0; i < M * S; i++)
+                if (t.c[0][0].stored_mb[i] > max_stored) max_stored = t.c[0][0].stored_mb[i];
+            limit = 100 + (1.2 + 2.0 * dyn_rng_uniform(&rng)) * max_stored;
+        }
+        int32_t groups = 1 + (int32_t)dyn_rng_below(&rng, DYN_ORDER_MAX_GROUPS);
+        const dyn_sim_options *so = iter % 2 ? &link : &no_comm;
+        int32_t *o1 = calloc((size_t)M, sizeof(int32_t)), *o2 = calloc((size_t)M, sizeof(int32_t));
+        dyn_auto_options ap = {S, 2, limit, groups, 0, 0, 0}, au = ap;
+        au.no_prune = 1;
+        dyn_auto_choice cp = {.order = o1}, cu = {.order = o2};
+        dyn_exec_plan pp, pu;
+        dyn_stage_costs ccp, ccu;
+        dyn_status sp = dyn_schedule_auto(sim, get_costs, &t, NULL, &ap, so, &cp, &pp, &ccp, &err);
+        dyn_status su = dyn_schedule_auto(sim, get_costs, &t, NULL, &au, so, &cu, &pu, &ccu, &err);
+        assert_int_equal(sp, su);
+        assert_int_equal(cu.n_pruned, 0);
+        if (su == DYN_OK) {
+            assert_int_equal(cp.schedule, cu.schedule);
+            assert_int_equal(cp.recompute, cu.recompute);
+            assert_int_equal(cp.chunks, cu.chunks);
+            assert_true(cp.makespan_ms == cu.makespan_ms);
+            assert_true(cp.max_peak_mb == cu.max_peak_mb);
+            assert_int_equal(cp.order_candidate, cu.order_candidate);
+            assert_memory_equal(o1, o2, sizeof(int32_t) * (size_t)M);
+            assert_true(cp.n_simulations <= cu.n_simulations);
+            /* the returned plan is the winner's: simulating it gives its makespan */
+            const dyn_sim_result *r;
+            assert_int_equal(dyn_sim_run(sim, &pp, &ccp, so, &r, &err), DYN_OK);
+            assert_true(r->makespan_ms == cp.makespan_ms);
+            pruned += cp.n_pruned > 0;
+            fewer += cp.n_simulations < cu.n_simulations;
+            dyn_exec_plan_free(&pp);
+            dyn_exec_plan_free(&pu);
+            dyn_stage_costs_free(&ccp);
+            dyn_stage_costs_free(&ccu);
+        }
+        for (int a = 0; a < 2; a++)
+            for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++) dyn_stage_costs_free(&t.c[a][rc]);
+        free(o1);
+        free(o2);
+    }
+    assert_true(pruned > 0);
+    assert_true(fewer > 0);
     dyn_sim_free(sim);
 }
 
@@ -343,6 +467,8 @@ int main(void)
         cmocka_unit_test(test_wait_free_cyclic_never_worse_than_cyclic),
         cmocka_unit_test(test_every_schedule_simulates_and_memory_agrees),
         cmocka_unit_test(test_auto_two_phases),
+        cmocka_unit_test(test_auto_pruning_keeps_winner),
+        cmocka_unit_test(test_lower_bound_is_a_bound),
         cmocka_unit_test(test_corrupted_plans_never_crash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -212,6 +212,8 @@ typedef struct dyn_auto_options {
     int32_t order_groups;   /* 1..4, see dyn_order_search */
     uint32_t schedules;     /* bit (1 << dyn_schedule) per schedule to try; 0: all */
     int32_t replica;        /* recorded in the plan */
+    int32_t no_prune;       /* 1: evaluate every candidate (for tests); 0: skip the
+                               ones a lower bound shows cannot win (same winner) */
 } dyn_auto_options;
 
 typedef struct dyn_auto_choice {
@@ -223,6 +225,7 @@ typedef struct dyn_auto_choice {
     double max_peak_mb;
     int32_t order_candidate; /* index in dyn_order_search's candidate list */
     int32_t n_simulations;   /* candidates simulated in all */
+    int32_t n_pruned;        /* candidates (phase 1) or phase 2 skipped by the lower bound */
 } dyn_auto_choice;
 
 /* `--schedule auto`: phase 1 schedules and simulates every schedule in
@@ -233,6 +236,12 @@ typedef struct dyn_auto_choice {
  * with ao->order_groups on the phase-1 winner (schedule, recompute). The
  * smallest simulated makespan within the memory limit wins (ties: the
  * earlier, modes before schedules). At most 4 x 3 + 27 simulations.
+ * Pruning (unless ao->no_prune; the winner is the same either way, a
+ * tested property): phase-1 candidates are tried in order of an exact
+ * lower bound on their makespan (per rank: release and delivery times of
+ * the micro-batches plus the rank's compute, auto.c) and skipped once the
+ * bound cannot beat the incumbent; phase 2 does not simulate the planner's
+ * order again and is skipped when phase 1's winner meets its bound.
  * DYN_ERR_INFEASIBLE if nothing fits. best_plan / best_costs may be NULL. */
 dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ctx,
                              const dyn_mb_shape *shapes, const dyn_auto_options *ao,

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "dynapipe/sim.h"
+#include "sim/sim_internal.h" /* defines: sim_order_search */
 #include "util/util.h" /* defines: dyn_calloc */
 
 typedef struct sched_gen_ctx {
@@ -50,11 +51,12 @@ static void gen_free(void *vctx, dyn_exec_plan *plan)
     dyn_exec_plan_free(plan);
 }
 
-dyn_status dyn_schedule_search(dyn_sim *sim, dyn_schedule kind, const dyn_stage_costs *costs,
-                               const dyn_mb_shape *shapes, const dyn_sched_options *sopt,
-                               const dyn_sim_options *simopt, int32_t order_groups,
-                               dyn_order_result *res, dyn_exec_plan *best_plan,
-                               dyn_stage_costs *best_costs, dyn_error *err)
+/* dyn_schedule_search; given_ms as sim_order_search (< 0: plain). */
+static dyn_status schedule_search(dyn_sim *sim, dyn_schedule kind, const dyn_stage_costs *costs,
+                                  const dyn_mb_shape *shapes, const dyn_sched_options *sopt,
+                                  const dyn_sim_options *simopt, int32_t order_groups, double given_ms,
+                                  dyn_order_result *res, dyn_exec_plan *best_plan,
+                                  dyn_stage_costs *best_costs, dyn_error *err)
 {
     sched_gen_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
@@ -66,15 +68,96 @@ dyn_status dyn_schedule_search(dyn_sim *sim, dyn_schedule kind, const dyn_stage_
         if (ctx.scratch == NULL) return DYN_ERR_NOMEM;
     }
     dyn_sched_gen gen = {gen_build, gen_free, &ctx};
-    dyn_status st = dyn_order_search(sim, &gen, costs, simopt, order_groups, sopt->memory_limit_mb,
-                                     res, best_plan, best_costs, err);
+    dyn_status st = sim_order_search(sim, &gen, costs, simopt, order_groups, sopt->memory_limit_mb,
+                                     given_ms, res, best_plan, best_costs, err);
     free(ctx.scratch);
     return st;
+}
+
+dyn_status dyn_schedule_search(dyn_sim *sim, dyn_schedule kind, const dyn_stage_costs *costs,
+                               const dyn_mb_shape *shapes, const dyn_sched_options *sopt,
+                               const dyn_sim_options *simopt, int32_t order_groups,
+                               dyn_order_result *res, dyn_exec_plan *best_plan,
+                               dyn_stage_costs *best_costs, dyn_error *err)
+{
+    return schedule_search(sim, kind, costs, shapes, sopt, simopt, order_groups, -1.0, res, best_plan,
+                           best_costs, err);
+}
+
+static int lb_by_release_desc(const void *a, const void *b)
+{
+    double x = ((const sim_lb_job *)a)->release, y = ((const sim_lb_job *)b)->release;
+    return (x < y) - (x > y);
+}
+
+static int lb_by_delivery_desc(const void *a, const void *b)
+{
+    double x = ((const sim_lb_job *)a)->delivery, y = ((const sim_lb_job *)b)->delivery;
+    return (x < y) - (x > y);
+}
+
+/* A lower bound (ms) on the simulated makespan of schedule k on costs c
+ * (S ranks, stage s on rank s % S), in any micro-batch order and for any
+ * link model, cheap enough to skip candidates that cannot win. A rank runs
+ * one compute instruction at a time. Micro-batch m's work on rank r comes
+ * after its forwards through stages 0..r-1 (release h_m) and, except under
+ * zero-bubble (whose last instruction on a rank can be a weight-gradient
+ * pass that nothing waits for), ends with a backward pass whose gradient
+ * must still go back through stages r-1..0 (delivery t_m). The single-
+ * machine bound with release and delivery times: for any threshold tau,
+ * the micro-batches released at or after tau run all their work after it,
+ * so makespan >= tau + their work + their smallest delivery; mirrored for
+ * delivery thresholds (with the work that precedes the delivery). Max over
+ * ranks and thresholds. (Declared in sim_internal.h for the tests.) */
+double sim_makespan_lower_bound(const dyn_stage_costs *c, int k, int32_t S, sim_lb_job *jobs)
+{
+    int32_t M = c->n_microbatches, n = c->n_stages;
+    int zb = k == DYN_SCHED_ZB;
+    double lb = 0;
+    for (int32_t r = 0; r < S && r < n; r++) {
+        for (int32_t mb = 0; mb < M; mb++) {
+            const double *f = c->fwd_ms + (size_t)mb * n, *b = c->bwd_ms + (size_t)mb * n;
+            const double *bi = c->bwd_input_ms + (size_t)mb * n, *bw = c->bwd_weight_ms + (size_t)mb * n;
+            sim_lb_job *j = &jobs[mb];
+            j->release = j->delivery = j->work = j->work_nw = 0;
+            for (int32_t s = 0; s < r; s++) {
+                j->release += f[s];
+                j->delivery += zb ? bi[s] : b[s];
+            }
+            for (int32_t s = r; s < n; s += S) {
+                j->work += f[s] + (zb ? bi[s] + bw[s] : b[s]);
+                j->work_nw += f[s] + (zb ? bi[s] : b[s]);
+            }
+        }
+        /* Release thresholds: jobs by release, latest first; a prefix is
+         * the set released at or after its last member's release. Ties
+         * only make a prefix a subset of the true set: still a bound. */
+        qsort(jobs, (size_t)M, sizeof *jobs, lb_by_release_desc);
+        double work = 0, min_del = 1e300;
+        for (int32_t i = 0; i < M; i++) {
+            work += jobs[i].work;
+            if (jobs[i].delivery < min_del) min_del = jobs[i].delivery;
+            double v = jobs[i].release + work + (zb ? 0.0 : min_del);
+            if (v > lb) lb = v;
+        }
+        /* Delivery thresholds: the work before each delivery (all of it,
+         * or all but the weight-gradient passes under zero-bubble). */
+        qsort(jobs, (size_t)M, sizeof *jobs, lb_by_delivery_desc);
+        double work_nw = 0, min_rel = 1e300;
+        for (int32_t i = 0; i < M; i++) {
+            work_nw += jobs[i].work_nw;
+            if (jobs[i].release < min_rel) min_rel = jobs[i].release;
+            double v = min_rel + work_nw + jobs[i].delivery;
+            if (v > lb) lb = v;
+        }
+    }
+    return lb;
 }
 
 /* The running best of an auto search: owns its plan and costs. */
 typedef struct auto_best {
     int have;
+    int32_t rank; /* its place in the tie-break order (phase 2: after all) */
     dyn_exec_plan plan;
     dyn_stage_costs costs;
 } auto_best;
@@ -85,7 +168,8 @@ typedef struct auto_best {
 static dyn_status try_schedule(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ctx,
                                const dyn_mb_shape *shapes, const dyn_auto_options *ao,
                                const dyn_sim_options *simopt, int k, int32_t v, dyn_recompute rc,
-                               int32_t groups, int32_t *order, dyn_auto_choice *choice,
+                               int32_t groups, double given_ms, int32_t rank, int32_t *order,
+                               dyn_auto_choice *choice,
                                auto_best *best, int *fits, double *makespan, char *why, dyn_error *err)
 {
     const dyn_stage_costs *costs = NULL;
@@ -106,7 +190,8 @@ static dyn_status try_schedule(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_
     memset(&plan, 0, sizeof plan);
     memset(&pcosts, 0, sizeof pcosts);
     dyn_error e;
-    st = dyn_schedule_search(sim, (dyn_schedule)k, costs, shapes, &so, simopt, groups, &res, &plan, &pcosts, &e);
+    st = schedule_search(sim, (dyn_schedule)k, costs, shapes, &so, simopt, groups, given_ms, &res, &plan,
+                         &pcosts, &e);
     *fits = 0;
     if (st == DYN_ERR_INFEASIBLE) {
         snprintf(why, DYN_ERROR_MSG_MAX, "%s", e.msg);
@@ -118,8 +203,12 @@ static dyn_status try_schedule(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_
     }
     *fits = 1;
     *makespan = res.makespan_ms;
-    choice->n_simulations += res.n_candidates;
-    if (best->have && res.makespan_ms >= choice->makespan_ms) {
+    /* With given_ms the given order was not simulated again. */
+    choice->n_simulations += res.n_candidates - (given_ms >= 0);
+    if (res.candidate < 0) return DYN_OK; /* nothing beat given_ms: no plan */
+    /* Keep it if faster, or as fast and earlier in the tie-break order. */
+    if (best->have && (res.makespan_ms > choice->makespan_ms ||
+                       (res.makespan_ms == choice->makespan_ms && rank >= best->rank))) {
         dyn_exec_plan_free(&plan);
         dyn_stage_costs_free(&pcosts);
         return DYN_OK;
@@ -131,6 +220,7 @@ static dyn_status try_schedule(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_
     best->plan = plan;
     best->costs = pcosts;
     best->have = 1;
+    best->rank = rank;
     choice->schedule = (dyn_schedule)k;
     choice->recompute = rc;
     choice->chunks = v;
@@ -139,6 +229,21 @@ static dyn_status try_schedule(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_
     choice->order_candidate = res.candidate;
     memcpy(choice->order, order, sizeof(int32_t) * (size_t)costs->n_microbatches);
     return DYN_OK;
+}
+
+/* A phase-1 candidate: schedule k with v chunks under recompute mode rc;
+ * rank = its place in the tie-break order; lb = sim_makespan_lower_bound. */
+typedef struct phase1_cand {
+    int k, rc;
+    int32_t v, rank;
+    double lb;
+} phase1_cand;
+
+static int phase1_cand_cmp(const void *a, const void *b)
+{
+    const phase1_cand *x = a, *y = b;
+    if (x->lb != y->lb) return x->lb < y->lb ? -1 : 1;
+    return (x->rank > y->rank) - (x->rank < y->rank);
 }
 
 dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ctx,
@@ -161,15 +266,25 @@ dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ct
     int32_t M = c1->n_microbatches;
     int32_t *order = dyn_calloc((size_t)M, sizeof(int32_t), "auto schedule", err);
     if (order == NULL) return DYN_ERR_NOMEM;
+    sim_lb_job *jobs = dyn_calloc((size_t)M, sizeof(sim_lb_job), "auto schedule", err);
+    if (jobs == NULL) {
+        free(order);
+        return DYN_ERR_NOMEM;
+    }
     auto_best best;
     memset(&best, 0, sizeof best);
     char why[DYN_ERROR_MSG_MAX] = "no schedule to try";
     choice->n_simulations = 0;
+    choice->n_pruned = 0;
     /* Phase 1: every schedule under every recompute mode, in the planner's
      * order. A mode whose costs are the very same array as an earlier
-     * mode's (a what-if file has one set) is not tried twice. */
-    int first = -1, first_rc = 0;
-    double first_ms = 0;
+     * mode's (a what-if file has one set) is not tried twice. Candidates
+     * are listed in the tie-break order (modes before schedules), then
+     * unless ao->no_prune tried in order of their lower bound, so that a
+     * good incumbent comes early, and one whose bound cannot beat the
+     * incumbent (ties: the earlier in tie-break order wins) is skipped. */
+    phase1_cand cand[DYN_RECOMPUTE_COUNT * DYN_SCHEDULE_COUNT];
+    int n_cand = 0;
     const dyn_stage_costs *seen[2][DYN_RECOMPUTE_COUNT] = {{NULL}};
     for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++) {
         for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) {
@@ -181,26 +296,49 @@ dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ct
             for (int q = 0; q < rc; q++) dup |= seen[v > 1][q] == cr;
             seen[v > 1][rc] = cr;
             if (dup) continue;
-            int fits;
-            double ms;
-            st = try_schedule(sim, costs_fn, costs_ctx, shapes, ao, simopt, k, v, (dyn_recompute)rc, 1, order,
-                              choice, &best, &fits, &ms, why, err);
-            if (st != DYN_OK) goto done;
-            if (fits && (first < 0 || ms < first_ms)) {
-                first = k;
-                first_rc = rc;
-                first_ms = ms;
-            }
+            phase1_cand *c = &cand[n_cand];
+            c->k = k;
+            c->rc = rc;
+            c->v = v;
+            c->rank = n_cand++;
+            c->lb = ao->no_prune ? 0 : sim_makespan_lower_bound(cr, k, ao->n_ranks, jobs);
         }
     }
+    if (!ao->no_prune) qsort(cand, (size_t)n_cand, sizeof *cand, phase1_cand_cmp);
+    for (int i = 0; i < n_cand; i++) {
+        const phase1_cand *c = &cand[i];
+        if (!ao->no_prune && best.have &&
+            (c->lb > choice->makespan_ms || (c->lb == choice->makespan_ms && c->rank > best.rank))) {
+            choice->n_pruned++;
+            continue;
+        }
+        int fits;
+        double ms;
+        st = try_schedule(sim, costs_fn, costs_ctx, shapes, ao, simopt, c->k, c->v, (dyn_recompute)c->rc, 1,
+                          -1.0, c->rank, order, choice, &best, &fits, &ms, why, err);
+        if (st != DYN_OK) goto done;
+    }
+    int first = best.have ? (int)choice->schedule : -1, first_rc = (int)choice->recompute;
+    double first_ms = choice->makespan_ms;
     /* Phase 2: the order search on the best of phase 1. */
     if (first >= 0 && ao->order_groups > 1) {
         int fits;
         double ms;
         int32_t v = first == DYN_SCHED_INTERLEAVED ? ao->chunks : 1;
-        st = try_schedule(sim, costs_fn, costs_ctx, shapes, ao, simopt, first, v, (dyn_recompute)first_rc,
-                          ao->order_groups, order, choice, &best, &fits, &ms, why, err);
-        if (st != DYN_OK) goto done;
+        /* Pruned: the planner's order (phase 1's winner, first_ms) is not
+         * simulated again, and the search is skipped when no order can
+         * beat it (its makespan is already the lower bound). */
+        double given = ao->no_prune ? -1.0 : first_ms;
+        const dyn_stage_costs *cf = NULL;
+        if ((st = costs_fn(costs_ctx, v, (dyn_recompute)first_rc, &cf, err)) != DYN_OK) goto done;
+        if (!ao->no_prune && sim_makespan_lower_bound(cf, first, ao->n_ranks, jobs) >= first_ms) {
+            choice->n_pruned++;
+        } else {
+            st = try_schedule(sim, costs_fn, costs_ctx, shapes, ao, simopt, first, v, (dyn_recompute)first_rc,
+                              ao->order_groups, given, INT32_MAX, order, choice, &best, &fits, &ms, why,
+                              err);
+            if (st != DYN_OK) goto done;
+        }
     }
     if (!best.have) {
         st = dyn_error_set(err, DYN_ERR_INFEASIBLE,
@@ -220,5 +358,6 @@ done:
     dyn_exec_plan_free(&best.plan);
     dyn_stage_costs_free(&best.costs);
     free(order);
+    free(jobs);
     return st;
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "dynapipe/sim.h"
+#include "sim/sim_internal.h" /* defines: sim_order_search */
 #include "util/util.h" /* defines: dyn_calloc */
 
 typedef struct cost_key {
@@ -111,6 +112,7 @@ typedef struct search_state {
     double best_makespan, best_peak, min_peak_seen;
     dyn_exec_plan best_plan;
     int32_t candidate, best_candidate, n_feasible;
+    double must_beat; /* keep only makespans below this (auto's incumbent); +inf: none */
 } search_state;
 
 /* Schedule and simulate one candidate order; keep it if it is the best. */
@@ -136,7 +138,8 @@ static dyn_status try_order(search_state *ss, const int32_t *order, dyn_error *e
     if (res->max_peak_mb < ss->min_peak_seen) ss->min_peak_seen = res->max_peak_mb;
     int fits = ss->limit <= 0 || res->max_peak_mb <= ss->limit;
     if (fits) ss->n_feasible++;
-    if (fits && (!ss->have_best || res->makespan_ms < ss->best_makespan)) {
+    if (fits && res->makespan_ms < ss->must_beat &&
+        (!ss->have_best || res->makespan_ms < ss->best_makespan)) {
         if (ss->have_best) ss->gen->free_plan(ss->gen->ctx, &ss->best_plan);
         ss->best_plan = plan;
         ss->have_best = 1;
@@ -161,6 +164,15 @@ dyn_status dyn_order_search(dyn_sim *sim, const dyn_sched_gen *gen, const dyn_st
                             dyn_exec_plan *best_plan, dyn_stage_costs *best_costs,
                             dyn_error *err)
 {
+    return sim_order_search(sim, gen, costs, opt, max_groups, memory_limit_mb, -1.0, res, best_plan,
+                            best_costs, err);
+}
+
+dyn_status sim_order_search(dyn_sim *sim, const dyn_sched_gen *gen, const dyn_stage_costs *costs,
+                            const dyn_sim_options *opt, int32_t max_groups, double memory_limit_mb,
+                            double given_ms, dyn_order_result *res, dyn_exec_plan *best_plan,
+                            dyn_stage_costs *best_costs, dyn_error *err)
+{
     if (sim == NULL || gen == NULL || gen->build == NULL || gen->free_plan == NULL || costs == NULL ||
         opt == NULL || res == NULL || res->order == NULL)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "order search: missing argument");
@@ -184,6 +196,7 @@ dyn_status dyn_order_search(dyn_sim *sim, const dyn_sched_gen *gen, const dyn_st
     ss.M = M;
     ss.best_order = res->order;
     ss.min_peak_seen = 1e300;
+    ss.must_beat = given_ms >= 0 ? given_ms : 1e300;
     int32_t *group_of = dyn_calloc((size_t)M, sizeof(int32_t), "order search", err);
     int32_t *order = dyn_calloc((size_t)M, sizeof(int32_t), "order search", err);
     int32_t *identity = dyn_calloc((size_t)M, sizeof(int32_t), "order search", err);
@@ -204,7 +217,9 @@ dyn_status dyn_order_search(dyn_sim *sim, const dyn_sched_gen *gen, const dyn_st
     qsort(keys, (size_t)M, sizeof *keys, cost_key_cmp);
     for (int32_t pos = 0; pos < M; pos++) group_of[keys[pos].idx] = (int32_t)((int64_t)pos * k / M);
 
-    if ((st = try_order(&ss, identity, err)) != DYN_OK) goto done;
+    /* Candidate 0, the given order: auto has simulated it already. */
+    if (given_ms >= 0) ss.candidate++;
+    else if ((st = try_order(&ss, identity, err)) != DYN_OK) goto done;
     int32_t seq[DYN_ORDER_MAX_GROUPS], cursor[DYN_ORDER_MAX_GROUPS];
     for (int32_t j = 0; j < k; j++) seq[j] = j;
     do {
@@ -221,6 +236,16 @@ dyn_status dyn_order_search(dyn_sim *sim, const dyn_sched_gen *gen, const dyn_st
         if ((st = try_order(&ss, order, err)) != DYN_OK) goto done;
     }
 
+    if (!ss.have_best && given_ms >= 0) {
+        /* Nothing beat the given order: no plan, candidate -1. */
+        res->makespan_ms = given_ms;
+        res->max_peak_mb = 0;
+        res->candidate = -1;
+        res->n_candidates = ss.candidate;
+        res->n_feasible = ss.n_feasible;
+        st = DYN_OK;
+        goto done;
+    }
     if (!ss.have_best) {
         if (ss.min_peak_seen < 1e300)
             st = dyn_error_set(err, DYN_ERR_INFEASIBLE,
