@@ -306,6 +306,45 @@ static void test_help(void **state)
     free(out);
 }
 
+/* Results per schedule name in the JSON of one batch and method. */
+static int count_schedule(cJSON *results, const char *name)
+{
+    int n = 0;
+    cJSON *r;
+    cJSON_ArrayForEach(r, results) {
+        cJSON *s = cJSON_GetObjectItemCaseSensitive(r, "schedule");
+        n += cJSON_IsString(s) && strcmp(s->valuestring, name) == 0;
+    }
+    return n;
+}
+
+/* `--schedule all` runs every schedule that applies: interleaved only when
+ * there are chunks to interleave. */
+static void test_schedule_all_leaves_out_interleaved_without_chunks(void **state)
+{
+    (void)state;
+    const char *names[] = {"1f1b", "cyclic", "wait-free-cyclic", "interleaved", "zb"};
+    for (int chunks = 1; chunks <= 2; chunks++) {
+        char args[4096];
+        snprintf(args, sizeof args,
+                 "--model gpt --model-config gpt-tiny --layers 4 --synthetic flan:3 "
+                 "--global-batch-tokens 16384 --max-seqlen 512 --stages 2 --chunks %d --batches 1 "
+                 "--methods dynapipe --schedule all "
+                 "--json '%s'",
+                 chunks, json_path);
+        assert_int_equal(run_sim(args), 0);
+        char *text = slurp(json_path);
+        cJSON *root = cJSON_Parse(text);
+        assert_non_null(root);
+        cJSON *b = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "global_batches"), 0);
+        cJSON *results = cJSON_GetObjectItemCaseSensitive(b, "results");
+        for (int k = 0; k < 5; k++)
+            assert_int_equal(count_schedule(results, names[k]), k == 3 && chunks == 1 ? 0 : 1);
+        cJSON_Delete(root);
+        free(text);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -315,6 +354,7 @@ int main(void)
         cmocka_unit_test(test_data_parallel_replicas),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_help),
+        cmocka_unit_test(test_schedule_all_leaves_out_interleaved_without_chunks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

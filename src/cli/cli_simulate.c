@@ -41,6 +41,7 @@ typedef struct sim_args {
     int32_t order_groups;
     int skip_infeasible;
     int markdown; /* --markdown: the summary as a markdown table, methods x schedules */
+    int interleaved_named; /* --schedule named interleaved itself (not only through all) */
 } sim_args;
 
 /* One (batch, method, schedule) result. */
@@ -128,6 +129,7 @@ static int parse_schedules(sim_args *a, const char *text)
                 return -1;
             }
             add[n_add++] = (int32_t)s;
+            if (s == DYN_SCHED_INTERLEAVED) a->interleaved_named = 1;
         }
         for (int j = 0; j < n_add; j++) {
             int dup = 0;
@@ -231,6 +233,14 @@ static int parse_args(sim_args *a, int argc, char **argv)
         a->methods[0] = a->plan.opt.method;
     }
     if (a->microbatches == NULL && plan_args_finish(CMD, &a->plan) != 0) return -1;
+    /* `all` means every schedule that applies: interleaved needs v >= 2
+     * chunks, so without --chunks it is left out rather than failing. */
+    if (!a->interleaved_named && a->plan.opt.chunks < 2) {
+        int32_t k = 0;
+        for (int32_t j = 0; j < a->n_sched; j++)
+            if (a->sched[j] != DYN_SCHED_INTERLEAVED) a->sched[k++] = a->sched[j];
+        a->n_sched = k;
+    }
     return 0;
 }
 
