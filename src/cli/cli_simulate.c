@@ -839,6 +839,9 @@ int cli_simulate_main(int argc, char **argv)
     if (write_outputs(&rs) != 0) goto done;
     if (a.markdown) print_markdown(&rs);
     else print_table(&rs);
+    if ((a.trace || a.svg) && rs.rec.have) /* say what the picture shows and where it is */
+        printf("%s%s%s%s: %s\n", a.svg ? "timeline " : "", a.svg ? a.svg : "",
+               a.trace ? (a.svg ? ", trace " : "trace ") : "", a.trace ? a.trace : "", rs.rec.title);
     ret = CLI_EXIT_OK;
 done:
     for (int32_t i = 0; i < rs.n_rows; i++) free(rs.rows[i].peak_mb);
