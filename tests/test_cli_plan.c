@@ -19,17 +19,14 @@
 #include "dynapipe/cost.h"         /* defines: dyn_cost_table_write_from_model */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_preset */
 #include "dynapipe/sched.h"        /* defines: dyn_exec_plan_deserialize, dyn_exec_plan_validate */
-#include "util/util.h"             /* defines: dyn_file_read_all */
+#include "cli_testlib.h"           /* defines: cli_run, slurp, write_file, dir, out_path, err_path */
 
-static char dir[] = "/tmp/dyn_cli_plan_XXXXXX";
-static char out_path[600], err_path[600], json_path[600];
+static char json_path[600];
 
 static int setup(void **state)
 {
     (void)state;
-    if (mkdtemp(dir) == NULL) return -1;
-    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
+    if (cli_setup_dir() != 0) return -1;
     snprintf(json_path, sizeof json_path, "%s/plan.json", dir);
     return 0;
 }
@@ -37,39 +34,11 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return cli_teardown_dir();
 }
 
 /* Run `$DYN_CLI plan <args>`; returns its exit status. */
-static int run_plan(const char *args)
-{
-    const char *cli = getenv("DYN_CLI");
-    assert_non_null(cli);
-    char cmd[8192];
-    int w = snprintf(cmd, sizeof cmd, "'%s' plan %s >'%s' 2>'%s'", cli, args, out_path, err_path);
-    assert_true(w > 0 && (size_t)w < sizeof cmd);
-    int st = system(cmd);
-    assert_true(WIFEXITED(st));
-    return WEXITSTATUS(st);
-}
-
-static char *slurp(const char *path)
-{
-    char *data = NULL;
-    assert_int_equal(dyn_file_read_all(path, &data, NULL, NULL), DYN_OK);
-    return data;
-}
-
-static void write_file(const char *name, const char *text, char *path, size_t cap)
-{
-    snprintf(path, cap, "%s/%s", dir, name);
-    FILE *fp = fopen(path, "w");
-    assert_non_null(fp);
-    fputs(text, fp);
-    assert_int_equal(fclose(fp), 0);
-}
+static int run_plan(const char *args) { return cli_run("plan", args); }
 
 /* Only plain files the test made may be in dir: no JSON, no temporary. */
 static void assert_no_json_left(void)
@@ -87,17 +56,7 @@ static void expect_error(const char *args, int code, const char *needle)
 {
     char full[3000];
     snprintf(full, sizeof full, "%s --json '%s'", args, json_path);
-    int rc = run_plan(full);
-    char *err = slurp(err_path);
-    if (rc != code || strncmp(err, "dynapipe plan: ", 15) != 0 || strstr(err, needle) == NULL)
-        print_error("args: %s\nrc %d (want %d), stderr: %s\n", args, rc, code, err);
-    assert_int_equal(rc, code);
-    assert_memory_equal(err, "dynapipe plan: ", 15);
-    assert_non_null(strstr(err, needle));
-    size_t len = strlen(err); /* exactly one line */
-    assert_true(len > 0 && err[len - 1] == '\n');
-    assert_true(strchr(err, '\n') == err + len - 1);
-    free(err);
+    cli_assert_one_line_error("plan", args, run_plan(full), code, needle);
     assert_no_json_left();
 }
 

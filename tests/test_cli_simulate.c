@@ -19,17 +19,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "util/util.h" /* defines: dyn_file_read_all, dyn_file_write_atomic */
+#include "cli_testlib.h" /* defines: cli_run, slurp, write_file, dir, out_path, err_path */
 
-static char dir[] = "/tmp/dyn_cli_sim_XXXXXX";
-static char out_path[600], err_path[600], json_path[600], trace_path[600], svg_path[600];
+static char json_path[600], trace_path[600], svg_path[600];
 
 static int setup(void **state)
 {
     (void)state;
-    if (mkdtemp(dir) == NULL) return -1;
-    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
+    if (cli_setup_dir() != 0) return -1;
     snprintf(json_path, sizeof json_path, "%s/sim.json", dir);
     snprintf(trace_path, sizeof trace_path, "%s/trace.json", dir);
     snprintf(svg_path, sizeof svg_path, "%s/timeline.svg", dir);
@@ -39,35 +36,10 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return cli_teardown_dir();
 }
 
-static int run_sim(const char *args)
-{
-    const char *cli = getenv("DYN_CLI");
-    assert_non_null(cli);
-    char cmd[8192];
-    int w = snprintf(cmd, sizeof cmd, "'%s' simulate %s >'%s' 2>'%s'", cli, args, out_path, err_path);
-    assert_true(w > 0 && (size_t)w < sizeof cmd);
-    int st = system(cmd);
-    assert_true(WIFEXITED(st));
-    return WEXITSTATUS(st);
-}
-
-static char *slurp(const char *path)
-{
-    char *data = NULL;
-    assert_int_equal(dyn_file_read_all(path, &data, NULL, NULL), DYN_OK);
-    return data;
-}
-
-static void write_file(const char *name, const char *text, char *path, size_t n)
-{
-    snprintf(path, n, "%s/%s", dir, name);
-    assert_int_equal(dyn_file_write_atomic(path, text, strlen(text), NULL), DYN_OK);
-}
+static int run_sim(const char *args) { return cli_run("simulate", args); }
 
 /* Only the files the test wrote itself and stdout/stderr remain. */
 static void assert_no_outputs(void)
@@ -90,16 +62,7 @@ static void expect_failure(const char *args, int want, const char *needle)
 {
     char full[4096];
     snprintf(full, sizeof full, "%s --json '%s' --trace '%s' --svg '%s'", args, json_path, trace_path, svg_path);
-    int rc = run_sim(full);
-    char *err = slurp(err_path);
-    if (rc != want || strstr(err, needle) == NULL)
-        fprintf(stderr, "args: %s\nexit %d (want %d), stderr: %s\n", args, rc, want, err);
-    assert_int_equal(rc, want);
-    assert_true(strncmp(err, "dynapipe simulate: ", 19) == 0);
-    size_t len = strlen(err);
-    assert_true(len > 0 && strchr(err, '\n') == err + len - 1); /* exactly one line */
-    assert_non_null(strstr(err, needle));
-    free(err);
+    cli_assert_one_line_error("simulate", args, run_sim(full), want, needle);
     assert_no_outputs();
 }
 
