@@ -316,13 +316,19 @@ static int32_t len_index(int32_t len, int32_t r)
  * cap). LB sums, over the samples, the cheapest time per sample of any
  * micro-batch that could hold the sample: see lower_bound_row. A tiny
  * relative slack keeps rounding from cutting a run the optimum needs. */
+static double cap_of_value(const dyn_planner *p, double v0, double single_max, double lb)
+{
+    if (p->opt.stages <= 1) return INFINITY;
+    double cap = (v0 - lb / p->opt.dp) * p->opt.chunks / (p->opt.stages - 1);
+    if (cap < single_max) cap = single_max;
+    return cap * (1.0 + 1e-9);
+}
+
 static double time_cap(const dyn_planner *p, double single_max, double single_sum, double lb)
 {
     if (p->opt.stages <= 1) return INFINITY;
     double v0 = (double)(p->opt.stages - 1) * single_max / p->opt.chunks + single_sum / p->opt.dp;
-    double cap = (v0 - lb / p->opt.dp) * p->opt.chunks / (p->opt.stages - 1);
-    if (cap < single_max) cap = single_max;
-    return cap * (1.0 + 1e-9);
+    return cap_of_value(p, v0, single_max, lb);
 }
 
 /* Largest grid value <= u on the grid 1, 2, 3, 4, 6, 8, 12, 16, ... */
@@ -396,11 +402,49 @@ static dyn_status build_gpt(dyn_planner *p, const dyn_sample *s, int32_t n, cons
     return DYN_OK;
 }
 
+/* T5: the value of a real partition of the order, for the time cap: cut
+ * into chunks of m consecutive samples for m = 2, 4, 8, ... while every
+ * chunk fits, and keep the best value (INFINITY if none fits). O(n log n)
+ * cost-row lookups, much less than one DP pass over the band. */
+static dyn_status chunk_value(dyn_planner *p, const dyn_sample *s, int32_t n, const int32_t *perm,
+                              double *value, dyn_error *err)
+{
+    const int32_t r = p->opt.round_to;
+    *value = INFINITY;
+    for (int32_t m = 2; m <= n; m *= 2) {
+        double tmax = 0.0, tsum = 0.0;
+        for (int32_t i = 0; i < n; i += m) {
+            int32_t len = n - i < m ? n - i : m, max_in = 0, max_tg = 0;
+            for (int32_t q = i; q < i + len; q++) {
+                const dyn_sample *x = &s[perm[q]];
+                if (x->input_len > max_in) max_in = x->input_len;
+                if (x->target_len > max_tg) max_tg = x->target_len;
+            }
+            dyn_cost_row *row;
+            int32_t avail;
+            dyn_status st = row_ensure(p, len_index(max_in, r), len_index(max_tg, r), len, &row,
+                                       &avail, err);
+            if (st != DYN_OK) return st;
+            if (avail < len) return DYN_OK; /* m does not fit: larger m will not either */
+            double t = row->time[len - 1];
+            if (t > tmax) tmax = t;
+            tsum += t;
+        }
+        double v = (double)(p->opt.stages - 1) * tmax / p->opt.chunks + tsum / p->opt.dp;
+        if (v < *value) *value = v;
+    }
+    return DYN_OK;
+}
+
 /* T5: a band of run times, grown backwards from each position while the run
  * fits and stays within the time cap; a run's padded shape is (k, max input,
- * max target). */
+ * max target). The cap (time_cap) comes from the smallest of three values
+ * that an optimum worth finding cannot exceed: all singletons, the best
+ * chunking (chunk_value; both are partitions of this order), and known_ms,
+ * an earlier order's optimum (this order only matters if it beats it, and
+ * the search ignores what does not). */
 static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const int32_t *perm,
-                           dyn_error *err)
+                           double known_ms, dyn_error *err)
 {
     const int32_t r = p->opt.round_to;
     dyn_status st;
@@ -423,7 +467,15 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
             lb += per;
         }
     }
-    double tau_cap = p->use_naive_dp ? INFINITY : time_cap(p, single_max, single_sum, lb);
+    double tau_cap = INFINITY;
+    if (p->opt.stages > 1 && !p->use_naive_dp) {
+        double vh;
+        if ((st = chunk_value(p, s, n, perm, &vh, err)) != DYN_OK) return st;
+        if (known_ms < vh) vh = known_ms;
+        tau_cap = time_cap(p, single_max, single_sum, lb);
+        double c = cap_of_value(p, vh, single_max, lb);
+        if (c < tau_cap) tau_cap = c;
+    }
     /* Runs ending at j whose samples all have j's padded shape (e, d) cost
      * row (e, d)'s t(k). When all of j's runs are like that -- the band
      * stopped (memory or cap) before leaving j's group of equal shapes --
@@ -501,7 +553,7 @@ static dyn_status solve_order(dyn_planner *p, const dyn_sample *s, int32_t n, co
                               double known_ms, dyn_dp_result *res, dyn_error *err)
 {
     dyn_status st = p->kind == DYN_MODEL_GPT ? build_gpt(p, s, n, perm, err)
-                                             : build_t5(p, s, n, perm, err);
+                                             : build_t5(p, s, n, perm, known_ms, err);
     if (st != DYN_OK) return st;
     dyn_dp_problem pb = {n, p->width, p->time, p->opt.stages, p->opt.chunks, p->opt.dp, 1, known_ms};
     st = p->use_naive_dp ? dyn_dp_solve_naive(&pb, res, err) : dyn_dp_solve(&pb, res, err);
