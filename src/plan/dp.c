@@ -104,8 +104,24 @@ static int32_t count_le(const double *row, int32_t len, double tau)
     return lo;
 }
 
+/* The same count, trying a guess g (1 <= g <= len) first: the previous
+ * position's count or one more (along the order a run one longer contains
+ * the previous position's run, so the count grows by at most one per
+ * step). Two probes confirm a right guess; otherwise bisect the side the
+ * answer lies on. Any guess gives the right count. */
+static int32_t count_le_from(const double *row, int32_t len, double tau, int32_t g)
+{
+    if (row[g - 1] <= tau) {
+        if (g == len || row[g] > tau) return g;
+        return g + count_le(row + g, len - g, tau);
+    }
+    if (g == 1 || row[g - 2] <= tau) return g - 1;
+    return count_le(row, g - 1, tau);
+}
+
 /* Runs usable at position j under tau: K (<= width, <= j+1, times <= tau).
- * The bisection is cached for consecutive calls on the same row and width. */
+ * The count is cached for consecutive calls on the same row and width, and
+ * a new row starts from the previous count (count_le_from). */
 typedef struct k_cache {
     const double *row;
     int32_t width, K;
@@ -116,7 +132,8 @@ static int32_t runs_within(const dyn_dp_problem *pb, int32_t j, double tau, k_ca
     const double *row = pb->time[j];
     int32_t width = pb->width[j], K;
     if (row != c->row) {
-        K = count_le(row, width, tau);
+        int32_t g = c->row != NULL && c->K < width ? c->K + 1 : width;
+        K = count_le_from(row, width, tau, g);
         c->row = row;
         c->width = width;
         c->K = K;
@@ -153,6 +170,37 @@ static int row_affine(const double *row, int32_t K, double *beta)
     return dmax - dmin <= DP_AFFINE_TOL * fabs(row[K - 1]);
 }
 
+/* The shortest run k in 1..K minimising F1[-k] + row[k-1] (F1 = &F[j+1]);
+ * *best receives that value; 0 (and INFINITY) if all are infinite. The
+ * minimum is taken first over four independent chains (the scan is the
+ * DP's inner loop and a single chain of compares is latency-bound), then
+ * the first k reaching it is found again: the sums are recomputed with the
+ * same operations, so the result is the one-chain scan's, bit for bit. */
+static int32_t best_run(const double *F1, const double *row, int32_t K, double *best)
+{
+    double m0 = INFINITY, m1 = INFINITY, m2 = INFINITY, m3 = INFINITY;
+    int32_t k = 1;
+    for (; k + 3 <= K; k += 4) {
+        double v0 = F1[-k] + row[k - 1], v1 = F1[-k - 1] + row[k];
+        double v2 = F1[-k - 2] + row[k + 1], v3 = F1[-k - 3] + row[k + 2];
+        m0 = v0 < m0 ? v0 : m0;
+        m1 = v1 < m1 ? v1 : m1;
+        m2 = v2 < m2 ? v2 : m2;
+        m3 = v3 < m3 ? v3 : m3;
+    }
+    for (; k <= K; k++) {
+        double v = F1[-k] + row[k - 1];
+        m0 = v < m0 ? v : m0;
+    }
+    if (m1 < m0) m0 = m1;
+    if (m3 < m2) m2 = m3;
+    if (m2 < m0) m0 = m2;
+    *best = m0;
+    if (!(m0 < INFINITY)) return 0;
+    for (k = 1; k < K && F1[-k] + row[k - 1] != m0; k++) {}
+    return k;
+}
+
 /* Plain positions j in [j0, j1) sharing one row: scan every usable run. */
 static void pass_plain(const dyn_dp_problem *pb, double tau, dp_work *w, int32_t j0, int32_t j1,
                        double *nxt, k_cache *kc)
@@ -162,17 +210,9 @@ static void pass_plain(const dyn_dp_problem *pb, double tau, dp_work *w, int32_t
         int32_t wj = pb->width[j] < j + 1 ? pb->width[j] : j + 1;
         int32_t K = runs_within(pb, j, tau, kc);
         if (K < wj && row[K] < *nxt) *nxt = row[K];
-        double best = INFINITY;
-        int32_t arg = 0;
-        for (int32_t k = 1; k <= K; k++) {
-            double v = w->F[j + 1 - k] + row[k - 1];
-            if (v < best) {
-                best = v;
-                arg = k;
-            }
-        }
+        double best;
+        w->choice[j + 1] = best_run(w->F + j + 1, row, K, &best);
         w->F[j + 1] = best;
-        w->choice[j + 1] = arg;
     }
 }
 
@@ -226,10 +266,13 @@ static double dp_pass_fast(const dyn_dp_problem *pb, double tau, dp_work *w, dou
     for (int32_t j0 = 0; j0 < pb->n;) {
         int32_t j1 = j0 + 1;
         while (j1 < pb->n && pb->time[j1] == pb->time[j0]) j1++;
-        double beta;
-        k_cache last = {NULL, -1, 0};
-        int32_t Klast = runs_within(pb, j1 - 1, tau, &last);
-        if (j1 - j0 >= 2 && row_affine(pb->time[j0], Klast, &beta))
+        double beta = 0.0;
+        int affine = 0;
+        if (j1 - j0 >= 2) { /* a single position has nothing to share */
+            k_cache last = {NULL, -1, 0};
+            affine = row_affine(pb->time[j0], runs_within(pb, j1 - 1, tau, &last), &beta);
+        }
+        if (affine)
             pass_affine(pb, tau, w, j0, j1, beta, &nxt, &kc);
         else
             pass_plain(pb, tau, w, j0, j1, &nxt, &kc);

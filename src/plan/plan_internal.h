@@ -130,6 +130,7 @@ struct dyn_planner {
     int32_t scratch_n;
     int32_t *perm, *width, *run_len, *perm2, *run_len2;
     int32_t *shared; /* T5: cost-row index a position's runs all use, or -1 */
+    int32_t *pe, *pd; /* T5: padded input / target length index of each position */
     uint32_t *shape_seen;  /* T5: per padded (input, target) pair, the batch that last had it */
     uint32_t batch_stamp;  /* T5: planned batches, for shape_seen */
     const double **time;

@@ -150,6 +150,8 @@ void dyn_planner_free(dyn_planner *p)
     free(p->perm2);
     free(p->run_len2);
     free(p->shared);
+    free(p->pe);
+    free(p->pd);
     free(p->shape_seen);
     free(p->time);
     free(p->band);
@@ -257,7 +259,11 @@ static dyn_status scratch_ensure(dyn_planner *p, int32_t n, dyn_error *err)
     if (f) p->time = f;
     int32_t *g = realloc(p->shared, (size_t)na * sizeof(int32_t));
     if (g) p->shared = g;
-    if (!a || !b || !c || !d || !e || !f || !g)
+    int32_t *h = realloc(p->pe, (size_t)na * sizeof(int32_t));
+    if (h) p->pe = h;
+    int32_t *q = realloc(p->pd, (size_t)na * sizeof(int32_t));
+    if (q) p->pd = q;
+    if (!a || !b || !c || !d || !e || !f || !g || !h || !q)
         return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for planner scratch (%d samples)", n);
     p->scratch_n = na;
     return DYN_OK;
@@ -455,6 +461,8 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
         dyn_cost_row *row;
         int32_t avail;
         int32_t e = len_index(x->input_len, r), d = len_index(x->target_len, r);
+        p->pe[j] = e;
+        p->pd[j] = d;
         st = row_ensure(p, e, d, 1, &row, &avail, err);
         if (st != DYN_OK) return st;
         if (avail < 1) return infeasible_sample(p, x, err);
@@ -486,8 +494,7 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
     const int32_t nl = p->n_len;
     int64_t off = 0;
     for (int32_t j = 0; j < n; j++) {
-        const dyn_sample *xj = &s[perm[j]];
-        int32_t own_e = len_index(xj->input_len, r), own_d = len_index(xj->target_len, r);
+        int32_t own_e = p->pe[j], own_d = p->pd[j];
         int32_t own = own_e * nl + own_d;
         if (!p->use_naive_dp && j > 0 && p->shared[j - 1] == own && p->width[j - 1] < j) {
             /* j-1's runs all lay in the group and stopped at W; j's W runs
@@ -503,15 +510,16 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
                 continue;
             }
         }
-        int32_t max_in = 0, max_tg = 0, ei = -1, di = -1, in_group = 1;
+        /* Running maxima of the padded indices (rounding up is monotone,
+         * so they are the padded running maxima of the lengths). */
+        int32_t e = -1, d = -1, ei = -1, di = -1, in_group = 1;
         dyn_cost_row *row = NULL;
         if ((st = band_ensure(p, off + j + 1, err)) != DYN_OK) return st;
         int32_t k = 1;
         for (; k <= j + 1; k++) {
-            const dyn_sample *x = &s[perm[j + 1 - k]];
-            if (x->input_len > max_in) max_in = x->input_len;
-            if (x->target_len > max_tg) max_tg = x->target_len;
-            int32_t e = len_index(max_in, r), d = len_index(max_tg, r);
+            int32_t xe = p->pe[j + 1 - k], xd = p->pd[j + 1 - k];
+            if (xe > e) e = xe;
+            if (xd > d) d = xd;
             /* Fast path: same padded shape as the previous k, entry cached. */
             if (e != ei || d != di || row->n < k) {
                 int32_t avail;
@@ -523,9 +531,7 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
             }
             double t = row->time[k - 1];
             if (t > tau_cap && k > 1) break;
-            if (e != own_e || d != own_d || len_index(x->input_len, r) != own_e ||
-                len_index(x->target_len, r) != own_d)
-                in_group = 0;
+            if (in_group && (e != own_e || d != own_d || xe != own_e || xd != own_d)) in_group = 0;
             p->band[off + k - 1] = t;
         }
         p->width[j] = k - 1;
