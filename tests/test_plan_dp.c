@@ -101,7 +101,7 @@ static void test_dp_fast_equals_naive_and_brute_force(void **state)
                     if (rows[j][k - 2] > rows[j][k - 1]) rows[j][k - 1] = rows[j][k - 2];
         dyn_dp_problem pb = {n, width, time, 1 + (int32_t)dyn_rng_below(&rng, 8),
                              1 + (int32_t)dyn_rng_below(&rng, 3), 1 + (int32_t)dyn_rng_below(&rng, 4),
-                             singles, INFINITY};
+                             singles, INFINITY, NULL, NULL, NULL, NULL};
         dyn_dp_result fast = {.run_len = run_a}, naive = {.run_len = run_b};
         dyn_error err;
         assert_int_equal(dyn_dp_solve(&pb, &fast, &err), DYN_OK);
@@ -158,7 +158,7 @@ static void test_dp_shared_rows_affine_and_not(void **state)
         }
         dyn_dp_problem pb = {n, width, time, 1 + (int32_t)dyn_rng_below(&rng, 8),
                              1 + (int32_t)dyn_rng_below(&rng, 3), 1 + (int32_t)dyn_rng_below(&rng, 4),
-                             trial % 2, INFINITY};
+                             trial % 2, INFINITY, NULL, NULL, NULL, NULL};
         dyn_dp_result fast = {.run_len = run_a}, naive = {.run_len = run_b};
         assert_int_equal(dyn_dp_solve(&pb, &fast, NULL), DYN_OK);
         assert_int_equal(dyn_dp_solve_naive(&pb, &naive, NULL), DYN_OK);
@@ -409,7 +409,7 @@ static void test_dp_keeps_close_candidates(void **state)
     double r0[] = {10.0}, r1[] = {10.0, 12.0}, r2[] = {10.000001, 12.0, 30.0};
     const double *time[] = {r0, r1, r2};
     int32_t width[] = {1, 2, 3}, run[3];
-    dyn_dp_problem pb = {3, width, time, 11, 1, 1, 1, INFINITY};
+    dyn_dp_problem pb = {3, width, time, 11, 1, 1, 1, INFINITY, NULL, NULL, NULL, NULL};
     dyn_dp_result r = {.run_len = run};
     assert_int_equal(dyn_dp_solve(&pb, &r, NULL), DYN_OK);
     assert_int_equal(r.n_runs, 3);

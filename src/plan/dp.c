@@ -51,6 +51,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "util/util.h" /* defines: dyn_calloc */
 
@@ -60,10 +61,21 @@ double dyn_dp_objective(const dyn_dp_problem *pb, double t_max, double t_sum)
 }
 
 /* Scratch of one solve: F[0..n], choice[1..n]. */
+/* A monotone deque over G(i) = F(i) - beta i for one segment key (pass_seg). */
+#define DP_SEG_SLOTS 4
+typedef struct seg_slot {
+    int32_t key, head, tail, push, lo;
+    double beta;
+    int64_t pass, used; /* valid only in the pass that filled it; LRU stamp */
+    int32_t *buf;
+} seg_slot;
+
 typedef struct dp_work {
     double *F;
     int32_t *choice;
     int32_t *dq; /* monotone deque of positions (affine fast path) */
+    seg_slot slot[DP_SEG_SLOTS];
+    int64_t pass, used;
 } dp_work;
 
 /* Reference pass at bound tau (the naive solver): scans every run. Returns
@@ -201,6 +213,92 @@ static int32_t best_run(const double *F1, const double *row, int32_t K, double *
     return k;
 }
 
+/* Segments shorter than this are scanned: a deque only pays on long ones. */
+#define DP_SEG_MIN 8
+
+/* The best start i in [L, R] of G(i) = F(i) - beta i for segment key `key`
+ * (largest i on ties). A slot filled earlier in this pass with the same key
+ * and slope is reused when its window only moved right (L >= its left end,
+ * R at or past what it has taken in): then every start it dropped is out of
+ * the window or dominated by a later one inside it. Otherwise the least
+ * recently used slot is refilled from L. Consecutive positions whose runs
+ * share a cost row (lexicographic T5 orders: the input maximum is the
+ * position's own, the target maximum soon saturates) slide one window, so
+ * each start enters a deque O(1) times. */
+static int32_t seg_best_start(dp_work *w, int32_t key, double beta, int32_t L, int32_t R)
+{
+    seg_slot *sl = NULL, *lru = &w->slot[0];
+    for (int q = 0; q < DP_SEG_SLOTS; q++) {
+        seg_slot *c = &w->slot[q];
+        if (c->pass == w->pass && c->key == key && c->beta == beta && L >= c->lo && c->push <= R + 1) {
+            sl = c;
+            break;
+        }
+        if (lru->pass == w->pass && (c->pass != w->pass || c->used < lru->used)) lru = c;
+    }
+    if (sl == NULL) {
+        sl = lru;
+        sl->key = key;
+        sl->beta = beta;
+        sl->pass = w->pass;
+        sl->head = sl->tail = 0;
+        sl->push = L;
+    }
+    const double *F = w->F;
+    for (; sl->push <= R; sl->push++) {
+        int32_t i = sl->push;
+        double g = F[i] - beta * (double)i;
+        while (sl->tail > sl->head &&
+               F[sl->buf[sl->tail - 1]] - beta * (double)sl->buf[sl->tail - 1] >= g)
+            sl->tail--;
+        sl->buf[sl->tail++] = i;
+    }
+    while (sl->buf[sl->head] < L) sl->head++;
+    sl->lo = L;
+    sl->used = ++w->used;
+    return sl->buf[sl->head];
+}
+
+/* Position j with affine segments (pb->seg_start): each long affine segment
+ * [ka, kb] (cut at K) takes its best start from a deque; the value stored
+ * is F(i) + t(j, k) with the row's true time, a real partition within the
+ * segment's deviation from affine (<= 1e-13 t) of the scanned minimum.
+ * Short or non-affine segments are scanned. Ties keep the shortest run. */
+static void pass_seg_pos(const dyn_dp_problem *pb, dp_work *w, int32_t j, int32_t K)
+{
+    const double *row = pb->time[j];
+    const double *F = w->F;
+    int64_t s0 = pb->seg_start[j], s1 = pb->seg_start[j + 1];
+    double best = INFINITY;
+    int32_t arg = 0;
+    for (int64_t sg = s0; sg < s1; sg++) {
+        int32_t ka = pb->seg_k[sg];
+        if (ka > K) break;
+        int32_t kb = sg + 1 < s1 ? pb->seg_k[sg + 1] - 1 : K;
+        if (kb > K) kb = K;
+        double beta = pb->seg_beta[sg];
+        if (kb - ka + 1 >= DP_SEG_MIN && beta == beta) {
+            int32_t i = seg_best_start(w, pb->seg_key[sg], beta, j + 1 - kb, j + 1 - ka);
+            int32_t k = j + 1 - i;
+            double v = F[i] + row[k - 1];
+            if (v < best) {
+                best = v;
+                arg = k;
+            }
+        } else {
+            for (int32_t k = ka; k <= kb; k++) {
+                double v = F[j + 1 - k] + row[k - 1];
+                if (v < best) {
+                    best = v;
+                    arg = k;
+                }
+            }
+        }
+    }
+    w->F[j + 1] = best;
+    w->choice[j + 1] = arg;
+}
+
 /* Plain positions j in [j0, j1) sharing one row: scan every usable run. */
 static void pass_plain(const dyn_dp_problem *pb, double tau, dp_work *w, int32_t j0, int32_t j1,
                        double *nxt, k_cache *kc)
@@ -210,6 +308,10 @@ static void pass_plain(const dyn_dp_problem *pb, double tau, dp_work *w, int32_t
         int32_t wj = pb->width[j] < j + 1 ? pb->width[j] : j + 1;
         int32_t K = runs_within(pb, j, tau, kc);
         if (K < wj && row[K] < *nxt) *nxt = row[K];
+        if (pb->seg_start && pb->seg_start[j + 1] > pb->seg_start[j]) {
+            pass_seg_pos(pb, w, j, K);
+            continue;
+        }
         double best;
         w->choice[j + 1] = best_run(w->F + j + 1, row, K, &best);
         w->F[j + 1] = best;
@@ -262,6 +364,7 @@ static double dp_pass_fast(const dyn_dp_problem *pb, double tau, dp_work *w, dou
 {
     double nxt = INFINITY;
     k_cache kc = {NULL, -1, 0};
+    w->pass++; /* deque slots of earlier passes are stale */
     w->F[0] = 0.0;
     for (int32_t j0 = 0; j0 < pb->n;) {
         int32_t j1 = j0 + 1;
@@ -305,25 +408,31 @@ static void dp_traceback(const dyn_dp_problem *pb, const dp_work *w, dyn_dp_resu
     res->objective_ms = dyn_dp_objective(pb, tmax, w->F[pb->n]);
 }
 
-static dyn_status work_alloc(dp_work *w, int32_t n, dyn_error *err)
-{
-    w->F = dyn_calloc((size_t)n + 1, sizeof(double), "DP table", err);
-    w->choice = dyn_calloc((size_t)n + 1, sizeof(int32_t), "DP choices", err);
-    w->dq = dyn_calloc((size_t)n + 1, sizeof(int32_t), "DP deque", err);
-    if (w->F == NULL || w->choice == NULL || w->dq == NULL) {
-        free(w->F);
-        free(w->choice);
-        free(w->dq);
-        return err ? err->code : DYN_ERR_NOMEM;
-    }
-    return DYN_OK;
-}
-
 static void work_free(dp_work *w)
 {
     free(w->F);
     free(w->choice);
     free(w->dq);
+    for (int q = 0; q < DP_SEG_SLOTS; q++) free(w->slot[q].buf);
+}
+
+static dyn_status work_alloc(dp_work *w, int32_t n, int segments, dyn_error *err)
+{
+    memset(w, 0, sizeof *w);
+    w->F = dyn_calloc((size_t)n + 1, sizeof(double), "DP table", err);
+    w->choice = dyn_calloc((size_t)n + 1, sizeof(int32_t), "DP choices", err);
+    w->dq = dyn_calloc((size_t)n + 1, sizeof(int32_t), "DP deque", err);
+    int ok = w->F && w->choice && w->dq;
+    for (int q = 0; q < DP_SEG_SLOTS && segments && ok; q++) {
+        w->slot[q].buf = dyn_calloc((size_t)n + 1, sizeof(int32_t), "DP segment deque", err);
+        w->slot[q].pass = -1;
+        ok = w->slot[q].buf != NULL;
+    }
+    if (!ok) {
+        work_free(w);
+        return err ? err->code : DYN_ERR_NOMEM;
+    }
+    return DYN_OK;
 }
 
 /* The search state of the fast solver. The best partition is kept as run
@@ -390,7 +499,7 @@ dyn_status dyn_dp_solve(const dyn_dp_problem *pb, dyn_dp_result *res, dyn_error 
         res->n_evals = 0;
         return DYN_OK;
     }
-    dyn_status st = work_alloc(&s.w, pb->n, err);
+    dyn_status st = work_alloc(&s.w, pb->n, pb->seg_start != NULL, err);
     if (st != DYN_OK) return st;
     /* Start from the two ends: the smallest tau that can be feasible and
      * tau = infinity (the unconstrained optimum). With singles_bound, every
@@ -440,7 +549,7 @@ dyn_status dyn_dp_solve_naive(const dyn_dp_problem *pb, dyn_dp_result *res, dyn_
     }
     qsort(cand, m, sizeof(double), cmp_double);
     dp_work w;
-    dyn_status st = work_alloc(&w, pb->n, err);
+    dyn_status st = work_alloc(&w, pb->n, 0, err);
     if (st != DYN_OK) {
         free(cand);
         return st;

@@ -152,6 +152,10 @@ void dyn_planner_free(dyn_planner *p)
     free(p->shared);
     free(p->pe);
     free(p->pd);
+    free(p->seg_start);
+    free(p->seg_k);
+    free(p->seg_key);
+    free(p->seg_beta);
     free(p->shape_seen);
     free(p->time);
     free(p->band);
@@ -263,7 +267,9 @@ static dyn_status scratch_ensure(dyn_planner *p, int32_t n, dyn_error *err)
     if (h) p->pe = h;
     int32_t *q = realloc(p->pd, (size_t)na * sizeof(int32_t));
     if (q) p->pd = q;
-    if (!a || !b || !c || !d || !e || !f || !g || !h || !q)
+    int64_t *u = realloc(p->seg_start, ((size_t)na + 1) * sizeof(int64_t));
+    if (u) p->seg_start = u;
+    if (!a || !b || !c || !d || !e || !f || !g || !h || !q || !u)
         return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for planner scratch (%d samples)", n);
     p->scratch_n = na;
     return DYN_OK;
@@ -275,8 +281,14 @@ static dyn_status band_ensure(dyn_planner *p, int64_t need, dyn_error *err)
     int64_t na = p->band_alloc ? p->band_alloc : 4096;
     while (na < need) na *= 2;
     double *b = realloc(p->band, (size_t)na * sizeof(double));
-    if (b == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the DP band");
-    p->band = b;
+    if (b) p->band = b;
+    int32_t *k = realloc(p->seg_k, (size_t)na * sizeof(int32_t));
+    if (k) p->seg_k = k;
+    int32_t *y = realloc(p->seg_key, (size_t)na * sizeof(int32_t));
+    if (y) p->seg_key = y;
+    double *be = realloc(p->seg_beta, (size_t)na * sizeof(double));
+    if (be) p->seg_beta = be;
+    if (!b || !k || !y || !be) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the DP band");
     p->band_alloc = na;
     return DYN_OK;
 }
@@ -408,6 +420,28 @@ static dyn_status build_gpt(dyn_planner *p, const dyn_sample *s, int32_t n, cons
     return DYN_OK;
 }
 
+/* Slope of segment [ka, kb] of cost row R if its times are affine in k
+ * there, t(k) = t(ka) + beta (k - ka) within 1e-13 relative, with beta =
+ * t(2) - t(1) so that every segment of R has the same slope (the DP's
+ * deques are shared by key); NAN if not, or if too short to matter. The
+ * row's affine prefix (each entry within 0.5e-13 of the line through t(1)
+ * with that slope, so any two within 1e-13 of each other's line) is
+ * verified once and extended as needed, so this is O(1) amortised. */
+#define PLAN_SEG_MIN 8
+static double segment_slope(dyn_cost_row *R, int32_t ka, int32_t kb)
+{
+    if (kb - ka + 1 < PLAN_SEG_MIN || R->n < 2) return NAN;
+    double beta = R->time[1] - R->time[0], t1 = R->time[0];
+    while (R->aff_n < kb && !R->aff_bad && R->aff_n < R->n) {
+        int32_t k = R->aff_n + 1;
+        if (fabs(R->time[k - 1] - t1 - beta * (double)(k - 1)) > 0.5e-13 * R->time[k - 1])
+            R->aff_bad = 1;
+        else
+            R->aff_n = k;
+    }
+    return R->aff_n >= kb ? beta : NAN;
+}
+
 /* T5: the value of a real partition of the order, for the time cap: cut
  * into chunks of m consecutive samples for m = 2, 4, 8, ... while every
  * chunk fits, and keep the best value (INFINITY if none fits). O(n log n)
@@ -492,8 +526,11 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
      * ends there (memory or cap), since its window stays in the group.
      * Positions sharing a row let the DP take its affine shortcut. */
     const int32_t nl = p->n_len;
-    int64_t off = 0;
+    const int segs = p->seg_on && !p->use_naive_dp;
+    int64_t off = 0, nseg = 0;
+    p->seg_start[0] = 0;
     for (int32_t j = 0; j < n; j++) {
+        p->seg_start[j + 1] = nseg; /* none unless the band below adds some */
         int32_t own_e = p->pe[j], own_d = p->pd[j];
         int32_t own = own_e * nl + own_d;
         if (!p->use_naive_dp && j > 0 && p->shared[j - 1] == own && p->width[j - 1] < j) {
@@ -513,7 +550,8 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
         /* Running maxima of the padded indices (rounding up is monotone,
          * so they are the padded running maxima of the lengths). */
         int32_t e = -1, d = -1, ei = -1, di = -1, in_group = 1;
-        dyn_cost_row *row = NULL;
+        int32_t se = -1, sd = -1; /* shape of the open segment */
+        dyn_cost_row *row = NULL, *srow = NULL;
         if ((st = band_ensure(p, off + j + 1, err)) != DYN_OK) return st;
         int32_t k = 1;
         for (; k <= j + 1; k++) {
@@ -533,14 +571,29 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
             if (t > tau_cap && k > 1) break;
             if (in_group && (e != own_e || d != own_d || xe != own_e || xd != own_d)) in_group = 0;
             p->band[off + k - 1] = t;
+            if (segs && (e != se || d != sd)) { /* a new shape: close the open segment */
+                if (srow) p->seg_beta[nseg - 1] = segment_slope(srow, p->seg_k[nseg - 1], k - 1);
+                p->seg_k[nseg] = k;
+                p->seg_key[nseg] = e * nl + d;
+                nseg++;
+                se = e;
+                sd = d;
+                srow = row;
+            }
         }
         p->width[j] = k - 1;
+        if (srow) p->seg_beta[nseg - 1] = segment_slope(srow, p->seg_k[nseg - 1], k - 1);
+        int any_affine = 0; /* else the plain scan is cheaper: keep no segments */
+        for (int64_t q = p->seg_start[j]; q < nseg; q++) any_affine |= p->seg_beta[q] == p->seg_beta[q];
+        if (!any_affine) nseg = p->seg_start[j];
         if (in_group && !p->use_naive_dp) {
             p->shared[j] = own; /* band entries equal the row's: drop them */
+            nseg = p->seg_start[j];
         } else {
             p->shared[j] = -1;
             off += k - 1;
         }
+        p->seg_start[j + 1] = nseg;
     }
     /* Pointers only now: the band and the rows may have moved while growing. */
     off = 0;
@@ -561,7 +614,14 @@ static dyn_status solve_order(dyn_planner *p, const dyn_sample *s, int32_t n, co
     dyn_status st = p->kind == DYN_MODEL_GPT ? build_gpt(p, s, n, perm, err)
                                              : build_t5(p, s, n, perm, known_ms, err);
     if (st != DYN_OK) return st;
-    dyn_dp_problem pb = {n, p->width, p->time, p->opt.stages, p->opt.chunks, p->opt.dp, 1, known_ms};
+    dyn_dp_problem pb = {n, p->width, p->time, p->opt.stages, p->opt.chunks, p->opt.dp, 1, known_ms,
+                         NULL, NULL, NULL, NULL};
+    if (p->kind == DYN_MODEL_T5 && p->seg_on && !p->use_naive_dp) {
+        pb.seg_start = p->seg_start;
+        pb.seg_k = p->seg_k;
+        pb.seg_key = p->seg_key;
+        pb.seg_beta = p->seg_beta;
+    }
     st = p->use_naive_dp ? dyn_dp_solve_naive(&pb, res, err) : dyn_dp_solve(&pb, res, err);
     p->dp_evals += res->n_evals;
     return st;
@@ -611,6 +671,10 @@ static dyn_status plan_dynapipe(dyn_planner *p, const dyn_sample *s, int32_t n, 
             }
             use_padded = n >= T5_SHARED_MIN * shapes;
         }
+        /* Affine segments pay when shapes repeat (long runs of one padded
+         * shape inside the bands); on ordinary batches their bookkeeping
+         * costs more than the scans it saves. */
+        p->seg_on = use_padded;
         for (size_t c = 0; c < sizeof t5_buckets / sizeof t5_buckets[0]; c++) {
             int32_t b = t5_buckets[c];
             if ((p->t5_lex_only && b != 0) || (b < 0 && !use_padded)) continue;
