@@ -327,8 +327,9 @@ static void bench_scaling(void)
 }
 
 /* T5 scaling: many short (input, target) pairs; runs need the running
- * maxima of both lengths, so each position has its own band row and the
- * affine shortcut does not apply. */
+ * maxima of both lengths, so each position has its own band row; the long
+ * stretches of one padded shape inside the bands take the DP's affine
+ * segment deques (src/plan/dp.c). */
 static void bench_scaling_t5(void)
 {
     printf("== scaling, T5: one global batch of n short samples (input 4..43, target 4..23 tokens),\n"
