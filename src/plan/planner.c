@@ -420,6 +420,18 @@ static dyn_status build_gpt(dyn_planner *p, const dyn_sample *s, int32_t n, cons
     return DYN_OK;
 }
 
+/* How many entries of the non-decreasing row[0..len) are <= cap. */
+static int32_t count_le_row(const double *row, int32_t len, double cap)
+{
+    int32_t lo = 0, hi = len; /* row[0..lo) <= cap < row[hi..len) */
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (row[mid] <= cap) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 /* Slope of segment [ka, kb] of cost row R if its times are affine in k
  * there, t(k) = t(ka) + beta (k - ka) within 1e-13 relative, with beta =
  * t(2) - t(1) so that every segment of R has the same slope (the DP's
@@ -549,37 +561,45 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
         }
         /* Running maxima of the padded indices (rounding up is monotone,
          * so they are the padded running maxima of the lengths). */
-        int32_t e = -1, d = -1, ei = -1, di = -1, in_group = 1;
-        int32_t se = -1, sd = -1; /* shape of the open segment */
+        /* Walk back in extents of one padded shape: the running maxima
+         * (e, d) grow at the first sample that exceeds them, and until then
+         * every run costs row (e, d)'s t(k), so an extent is one row
+         * lookup, a bisection against the cap (rows are non-decreasing) and
+         * a copy. Monotone costs bound the band: run (j, k) holds run
+         * (j-1, k-1) and one more sample, so it is no cheaper and no smaller,
+         * and j's band is at most one longer than j-1's. */
+        int32_t kmax = j == 0 ? 1 : p->width[j - 1] + 1;
+        int32_t e = -1, d = -1, in_group = 1, k = 1;
         dyn_cost_row *row = NULL, *srow = NULL;
         if ((st = band_ensure(p, off + j + 1, err)) != DYN_OK) return st;
-        int32_t k = 1;
-        for (; k <= j + 1; k++) {
-            int32_t xe = p->pe[j + 1 - k], xd = p->pd[j + 1 - k];
-            if (xe > e) e = xe;
-            if (xd > d) d = xd;
-            /* Fast path: same padded shape as the previous k, entry cached. */
-            if (e != ei || d != di || row->n < k) {
-                int32_t avail;
-                st = row_ensure(p, e, d, k, &row, &avail, err);
-                if (st != DYN_OK) return st;
-                if (avail < k) break;
-                ei = e;
-                di = d;
+        while (k <= kmax) {
+            if (p->pe[j + 1 - k] > e) e = p->pe[j + 1 - k];
+            if (p->pd[j + 1 - k] > d) d = p->pd[j + 1 - k];
+            int32_t k2 = k; /* the extent: runs k .. k2 */
+            while (k2 < kmax && p->pe[j - k2] <= e && p->pd[j - k2] <= d) k2++;
+            int32_t avail;
+            st = row_ensure(p, e, d, k2, &row, &avail, err);
+            if (st != DYN_OK) return st;
+            if (avail < k) break; /* memory: run k does not fit */
+            int32_t hi = avail < k2 ? avail : k2;
+            int32_t c = count_le_row(row->time + (k - 1), hi - k + 1, tau_cap);
+            if (c == 0 && k == 1) c = 1; /* a single always stays */
+            if (c == 0) break;
+            memcpy(p->band + off + k - 1, row->time + (k - 1), (size_t)c * sizeof(double));
+            if (in_group) {
+                if (e != own_e || d != own_d) in_group = 0;
+                for (int32_t q = k; q < k + c && in_group; q++)
+                    if (p->pe[j + 1 - q] != own_e || p->pd[j + 1 - q] != own_d) in_group = 0;
             }
-            double t = row->time[k - 1];
-            if (t > tau_cap && k > 1) break;
-            if (in_group && (e != own_e || d != own_d || xe != own_e || xd != own_d)) in_group = 0;
-            p->band[off + k - 1] = t;
-            if (segs && (e != se || d != sd)) { /* a new shape: close the open segment */
+            if (segs) { /* each extent is a new segment (a larger shape) */
                 if (srow) p->seg_beta[nseg - 1] = segment_slope(srow, p->seg_k[nseg - 1], k - 1);
                 p->seg_k[nseg] = k;
                 p->seg_key[nseg] = e * nl + d;
                 nseg++;
-                se = e;
-                sd = d;
                 srow = row;
             }
+            k += c;
+            if (k <= k2) break; /* memory or the cap ended the band inside the extent */
         }
         p->width[j] = k - 1;
         if (srow) p->seg_beta[nseg - 1] = segment_slope(srow, p->seg_k[nseg - 1], k - 1);
