@@ -17,7 +17,8 @@
  *      ordering (best of lexicographic and serpentine orders) against the
  *      lexicographic order alone.
  *
- * Usage: bench_plan [--quick]   (--quick: fewer batches and repetitions)
+ * Usage: bench_plan [--quick | --t5]   (--quick: fewer batches and repetitions;
+ *        --t5: as --quick, T5 rows and T5 scaling only, no naive DP, for profiling)
  */
 #include <math.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@
 #include "util/util.h"             /* defines: dyn_time_ms */
 
 static int BATCHES = 32, REPS = 5, NAIVE_BATCHES = 2;
+static int ONLY_T5 = 0; /* --t5: only the T5 grid rows and T5 scaling, no naive DP (profiling) */
 
 #define CHECK(st, err)                                                                 \
     do {                                                                               \
@@ -195,7 +197,7 @@ static void bench_grid(void)
     dyn_machine m;
     dyn_error err;
     CHECK(dyn_machine_resolve("a100", &m, &err), err);
-    for (int kind = 0; kind < 2; kind++)
+    for (int kind = ONLY_T5; kind < 2; kind++)
         for (int32_t maxlen = 2048; maxlen <= 4096; maxlen *= 2) {
             dyn_model_config cfg;
             CHECK(dyn_model_config_preset(kind == 0 ? "gpt2-124m" : "t5-base", &cfg, &err), err);
@@ -230,7 +232,7 @@ static void bench_grid(void)
                     free(per);
                     /* naive vs fast on the same first batches */
                     run_stats fast_few = time_batches(p, b, NAIVE_BATCHES, REPS);
-                    p->use_naive_dp = 1;
+                    p->use_naive_dp = !ONLY_T5;
                     run_stats naive = time_batches(p, b, NAIVE_BATCHES, 1);
                     p->use_naive_dp = 0;
                     if (fabs(naive.objective - fast_few.objective) > 1e-9 * naive.objective) {
@@ -325,8 +327,9 @@ static void bench_scaling(void)
 }
 
 /* T5 scaling: many short (input, target) pairs; runs need the running
- * maxima of both lengths, so each position has its own band row and the
- * affine shortcut does not apply. */
+ * maxima of both lengths, so each position has its own band row; the long
+ * stretches of one padded shape inside the bands take the DP's affine
+ * segment deques (src/plan/dp.c). */
 static void bench_scaling_t5(void)
 {
     printf("== scaling, T5: one global batch of n short samples (input 4..43, target 4..23 tokens),\n"
@@ -367,7 +370,7 @@ static void bench_scaling_t5(void)
         time_batches(p, &b, 1, 1); /* warm the cache */
         run_stats r = time_batches(p, &b, 1, REPS);
         double naive_ms = NAN;
-        if (n <= 512) {
+        if (n <= 512 && !ONLY_T5) {
             p->use_naive_dp = 1;
             naive_ms = time_batches(p, &b, 1, 1).mean_ms;
             p->use_naive_dp = 0;
@@ -426,6 +429,15 @@ int main(int argc, char **argv)
         BATCHES = 8;
         REPS = 3;
         NAIVE_BATCHES = 1;
+    }
+    if (argc > 1 && strcmp(argv[1], "--t5") == 0) {
+        BATCHES = 8;
+        REPS = 3;
+        NAIVE_BATCHES = 1;
+        ONLY_T5 = 1;
+        bench_grid();
+        bench_scaling_t5();
+        return 0;
     }
     bench_grid();
     bench_scaling();

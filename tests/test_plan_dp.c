@@ -101,7 +101,7 @@ static void test_dp_fast_equals_naive_and_brute_force(void **state)
                     if (rows[j][k - 2] > rows[j][k - 1]) rows[j][k - 1] = rows[j][k - 2];
         dyn_dp_problem pb = {n, width, time, 1 + (int32_t)dyn_rng_below(&rng, 8),
                              1 + (int32_t)dyn_rng_below(&rng, 3), 1 + (int32_t)dyn_rng_below(&rng, 4),
-                             singles, INFINITY};
+                             singles, INFINITY, NULL, NULL, NULL, NULL};
         dyn_dp_result fast = {.run_len = run_a}, naive = {.run_len = run_b};
         dyn_error err;
         assert_int_equal(dyn_dp_solve(&pb, &fast, &err), DYN_OK);
@@ -158,7 +158,7 @@ static void test_dp_shared_rows_affine_and_not(void **state)
         }
         dyn_dp_problem pb = {n, width, time, 1 + (int32_t)dyn_rng_below(&rng, 8),
                              1 + (int32_t)dyn_rng_below(&rng, 3), 1 + (int32_t)dyn_rng_below(&rng, 4),
-                             trial % 2, INFINITY};
+                             trial % 2, INFINITY, NULL, NULL, NULL, NULL};
         dyn_dp_result fast = {.run_len = run_a}, naive = {.run_len = run_b};
         assert_int_equal(dyn_dp_solve(&pb, &fast, NULL), DYN_OK);
         assert_int_equal(dyn_dp_solve_naive(&pb, &naive, NULL), DYN_OK);
@@ -352,6 +352,52 @@ static void test_planner_repeated_shapes_equal_brute_force(void **state)
     few_shapes = 0;
 }
 
+/* T5 batches too large for the brute force (20..48 samples): the planner
+ * (fast DP, time cap from the best chunking and from earlier orders' optima)
+ * reaches the same objective as the planner with the naive DP over every
+ * run of every order. */
+static void test_planner_t5_fast_equals_naive(void **state)
+{
+    (void)state;
+    dyn_rng rng;
+    dyn_rng_seed(&rng, 11);
+    enum { NMAX = 48 };
+    dyn_sample s[NMAX];
+    for (int trial = 0; trial < 120; trial++) {
+        int32_t n = 20 + (int32_t)dyn_rng_below(&rng, NMAX - 19);
+        few_shapes = trial % 3 == 0;
+        random_samples(&rng, s, n, 64, DYN_MODEL_T5);
+        few_shapes = 0;
+        dyn_plan_options o;
+        dyn_plan_options_default(&o);
+        o.max_seqlen = 64;
+        o.stages = 2 + (int32_t)dyn_rng_below(&rng, 7);
+        o.chunks = 1 + (int32_t)dyn_rng_below(&rng, 2);
+        o.dp = 1 + (int32_t)dyn_rng_below(&rng, 3);
+        o.round_to = trial % 2 ? 8 : 4;
+        test_cost tc = test_cost_default;
+        tc.overhead_ms = dyn_rng_uniform(&rng) * 6;
+        double states = 100.0, single_peak = 1.25 * tc.token_mb * 2 * 64 + 1e-4 * 3 * 64 * 64;
+        o.memory_limit_mb = states + single_peak * (1.0 + dyn_rng_uniform(&rng) * 12) * o.stages;
+        dyn_error err;
+        dyn_planner *fast = dyn_planner_create_custom(DYN_MODEL_T5, test_cost_fn, &tc, states, &o, &err);
+        dyn_planner *naive = dyn_planner_create_custom(DYN_MODEL_T5, test_cost_fn, &tc, states, &o, &err);
+        assert_non_null(fast);
+        assert_non_null(naive);
+        naive->use_naive_dp = 1;
+        dyn_batch_plan a, b;
+        assert_int_equal(dyn_planner_plan(fast, s, n, &a, &err), DYN_OK);
+        assert_int_equal(dyn_planner_plan(naive, s, n, &b, &err), DYN_OK);
+        if (!close_enough(a.objective_ms, b.objective_ms))
+            fail_msg("trial %d n=%d S=%d: fast %.17g, naive %.17g", trial, n, o.stages,
+                     a.objective_ms, b.objective_ms);
+        dyn_batch_plan_free(&a);
+        dyn_batch_plan_free(&b);
+        dyn_planner_free(fast);
+        dyn_planner_free(naive);
+    }
+}
+
 /* Near-equal candidate times (closer than the reference's 5 ms merge) must
  * still be told apart: here the optimum needs t_max = 10.000001, not 10. */
 static void test_dp_keeps_close_candidates(void **state)
@@ -363,7 +409,7 @@ static void test_dp_keeps_close_candidates(void **state)
     double r0[] = {10.0}, r1[] = {10.0, 12.0}, r2[] = {10.000001, 12.0, 30.0};
     const double *time[] = {r0, r1, r2};
     int32_t width[] = {1, 2, 3}, run[3];
-    dyn_dp_problem pb = {3, width, time, 11, 1, 1, 1, INFINITY};
+    dyn_dp_problem pb = {3, width, time, 11, 1, 1, 1, INFINITY, NULL, NULL, NULL, NULL};
     dyn_dp_result r = {.run_len = run};
     assert_int_equal(dyn_dp_solve(&pb, &r, NULL), DYN_OK);
     assert_int_equal(r.n_runs, 3);
@@ -379,6 +425,7 @@ int main(void)
         cmocka_unit_test(test_planner_gpt_equals_brute_force),
         cmocka_unit_test(test_planner_t5_equals_brute_force),
         cmocka_unit_test(test_planner_repeated_shapes_equal_brute_force),
+        cmocka_unit_test(test_planner_t5_fast_equals_naive),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -51,6 +51,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "util/util.h" /* defines: dyn_calloc */
 
@@ -60,10 +61,21 @@ double dyn_dp_objective(const dyn_dp_problem *pb, double t_max, double t_sum)
 }
 
 /* Scratch of one solve: F[0..n], choice[1..n]. */
+/* A monotone deque over G(i) = F(i) - beta i for one segment key (pass_seg). */
+#define DP_SEG_SLOTS 4
+typedef struct seg_slot {
+    int32_t key, head, tail, push, lo;
+    double beta;
+    int64_t pass, used; /* valid only in the pass that filled it; LRU stamp */
+    int32_t *buf;
+} seg_slot;
+
 typedef struct dp_work {
     double *F;
     int32_t *choice;
     int32_t *dq; /* monotone deque of positions (affine fast path) */
+    seg_slot slot[DP_SEG_SLOTS];
+    int64_t pass, used;
 } dp_work;
 
 /* Reference pass at bound tau (the naive solver): scans every run. Returns
@@ -104,8 +116,24 @@ static int32_t count_le(const double *row, int32_t len, double tau)
     return lo;
 }
 
+/* The same count, trying a guess g (1 <= g <= len) first: the previous
+ * position's count or one more (along the order a run one longer contains
+ * the previous position's run, so the count grows by at most one per
+ * step). Two probes confirm a right guess; otherwise bisect the side the
+ * answer lies on. Any guess gives the right count. */
+static int32_t count_le_from(const double *row, int32_t len, double tau, int32_t g)
+{
+    if (row[g - 1] <= tau) {
+        if (g == len || row[g] > tau) return g;
+        return g + count_le(row + g, len - g, tau);
+    }
+    if (g == 1 || row[g - 2] <= tau) return g - 1;
+    return count_le(row, g - 1, tau);
+}
+
 /* Runs usable at position j under tau: K (<= width, <= j+1, times <= tau).
- * The bisection is cached for consecutive calls on the same row and width. */
+ * The count is cached for consecutive calls on the same row and width, and
+ * a new row starts from the previous count (count_le_from). */
 typedef struct k_cache {
     const double *row;
     int32_t width, K;
@@ -116,7 +144,8 @@ static int32_t runs_within(const dyn_dp_problem *pb, int32_t j, double tau, k_ca
     const double *row = pb->time[j];
     int32_t width = pb->width[j], K;
     if (row != c->row) {
-        K = count_le(row, width, tau);
+        int32_t g = c->row != NULL && c->K < width ? c->K + 1 : width;
+        K = count_le_from(row, width, tau, g);
         c->row = row;
         c->width = width;
         c->K = K;
@@ -153,6 +182,123 @@ static int row_affine(const double *row, int32_t K, double *beta)
     return dmax - dmin <= DP_AFFINE_TOL * fabs(row[K - 1]);
 }
 
+/* The shortest run k in 1..K minimising F1[-k] + row[k-1] (F1 = &F[j+1]);
+ * *best receives that value; 0 (and INFINITY) if all are infinite. The
+ * minimum is taken first over four independent chains (the scan is the
+ * DP's inner loop and a single chain of compares is latency-bound), then
+ * the first k reaching it is found again: the sums are recomputed with the
+ * same operations, so the result is the one-chain scan's, bit for bit. */
+static int32_t best_run(const double *F1, const double *row, int32_t K, double *best)
+{
+    double m0 = INFINITY, m1 = INFINITY, m2 = INFINITY, m3 = INFINITY;
+    int32_t k = 1;
+    for (; k + 3 <= K; k += 4) {
+        double v0 = F1[-k] + row[k - 1], v1 = F1[-k - 1] + row[k];
+        double v2 = F1[-k - 2] + row[k + 1], v3 = F1[-k - 3] + row[k + 2];
+        m0 = v0 < m0 ? v0 : m0;
+        m1 = v1 < m1 ? v1 : m1;
+        m2 = v2 < m2 ? v2 : m2;
+        m3 = v3 < m3 ? v3 : m3;
+    }
+    for (; k <= K; k++) {
+        double v = F1[-k] + row[k - 1];
+        m0 = v < m0 ? v : m0;
+    }
+    if (m1 < m0) m0 = m1;
+    if (m3 < m2) m2 = m3;
+    if (m2 < m0) m0 = m2;
+    *best = m0;
+    if (!(m0 < INFINITY)) return 0;
+    for (k = 1; k < K && F1[-k] + row[k - 1] != m0; k++) {}
+    return k;
+}
+
+/* Segments shorter than this are scanned: a deque only pays on long ones. */
+#define DP_SEG_MIN 8
+
+/* The best start i in [L, R] of G(i) = F(i) - beta i for segment key `key`
+ * (largest i on ties). A slot filled earlier in this pass with the same key
+ * and slope is reused when its window only moved right (L >= its left end,
+ * R at or past what it has taken in): then every start it dropped is out of
+ * the window or dominated by a later one inside it. Otherwise the least
+ * recently used slot is refilled from L. Consecutive positions whose runs
+ * share a cost row (lexicographic T5 orders: the input maximum is the
+ * position's own, the target maximum soon saturates) slide one window, so
+ * each start enters a deque O(1) times. */
+static int32_t seg_best_start(dp_work *w, int32_t key, double beta, int32_t L, int32_t R)
+{
+    seg_slot *sl = NULL, *lru = &w->slot[0];
+    for (int q = 0; q < DP_SEG_SLOTS; q++) {
+        seg_slot *c = &w->slot[q];
+        if (c->pass == w->pass && c->key == key && c->beta == beta && L >= c->lo && c->push <= R + 1) {
+            sl = c;
+            break;
+        }
+        if (lru->pass == w->pass && (c->pass != w->pass || c->used < lru->used)) lru = c;
+    }
+    if (sl == NULL) {
+        sl = lru;
+        sl->key = key;
+        sl->beta = beta;
+        sl->pass = w->pass;
+        sl->head = sl->tail = 0;
+        sl->push = L;
+    }
+    const double *F = w->F;
+    for (; sl->push <= R; sl->push++) {
+        int32_t i = sl->push;
+        double g = F[i] - beta * (double)i;
+        while (sl->tail > sl->head &&
+               F[sl->buf[sl->tail - 1]] - beta * (double)sl->buf[sl->tail - 1] >= g)
+            sl->tail--;
+        sl->buf[sl->tail++] = i;
+    }
+    while (sl->buf[sl->head] < L) sl->head++;
+    sl->lo = L;
+    sl->used = ++w->used;
+    return sl->buf[sl->head];
+}
+
+/* Position j with affine segments (pb->seg_start): each long affine segment
+ * [ka, kb] (cut at K) takes its best start from a deque; the value stored
+ * is F(i) + t(j, k) with the row's true time, a real partition within the
+ * segment's deviation from affine (<= 1e-13 t) of the scanned minimum.
+ * Short or non-affine segments are scanned. Ties keep the shortest run. */
+static void pass_seg_pos(const dyn_dp_problem *pb, dp_work *w, int32_t j, int32_t K)
+{
+    const double *row = pb->time[j];
+    const double *F = w->F;
+    int64_t s0 = pb->seg_start[j], s1 = pb->seg_start[j + 1];
+    double best = INFINITY;
+    int32_t arg = 0;
+    for (int64_t sg = s0; sg < s1; sg++) {
+        int32_t ka = pb->seg_k[sg];
+        if (ka > K) break;
+        int32_t kb = sg + 1 < s1 ? pb->seg_k[sg + 1] - 1 : K;
+        if (kb > K) kb = K;
+        double beta = pb->seg_beta[sg];
+        if (kb - ka + 1 >= DP_SEG_MIN && beta == beta) {
+            int32_t i = seg_best_start(w, pb->seg_key[sg], beta, j + 1 - kb, j + 1 - ka);
+            int32_t k = j + 1 - i;
+            double v = F[i] + row[k - 1];
+            if (v < best) {
+                best = v;
+                arg = k;
+            }
+        } else {
+            for (int32_t k = ka; k <= kb; k++) {
+                double v = F[j + 1 - k] + row[k - 1];
+                if (v < best) {
+                    best = v;
+                    arg = k;
+                }
+            }
+        }
+    }
+    w->F[j + 1] = best;
+    w->choice[j + 1] = arg;
+}
+
 /* Plain positions j in [j0, j1) sharing one row: scan every usable run. */
 static void pass_plain(const dyn_dp_problem *pb, double tau, dp_work *w, int32_t j0, int32_t j1,
                        double *nxt, k_cache *kc)
@@ -162,17 +308,13 @@ static void pass_plain(const dyn_dp_problem *pb, double tau, dp_work *w, int32_t
         int32_t wj = pb->width[j] < j + 1 ? pb->width[j] : j + 1;
         int32_t K = runs_within(pb, j, tau, kc);
         if (K < wj && row[K] < *nxt) *nxt = row[K];
-        double best = INFINITY;
-        int32_t arg = 0;
-        for (int32_t k = 1; k <= K; k++) {
-            double v = w->F[j + 1 - k] + row[k - 1];
-            if (v < best) {
-                best = v;
-                arg = k;
-            }
+        if (pb->seg_start && pb->seg_start[j + 1] > pb->seg_start[j]) {
+            pass_seg_pos(pb, w, j, K);
+            continue;
         }
+        double best;
+        w->choice[j + 1] = best_run(w->F + j + 1, row, K, &best);
         w->F[j + 1] = best;
-        w->choice[j + 1] = arg;
     }
 }
 
@@ -222,14 +364,18 @@ static double dp_pass_fast(const dyn_dp_problem *pb, double tau, dp_work *w, dou
 {
     double nxt = INFINITY;
     k_cache kc = {NULL, -1, 0};
+    w->pass++; /* deque slots of earlier passes are stale */
     w->F[0] = 0.0;
     for (int32_t j0 = 0; j0 < pb->n;) {
         int32_t j1 = j0 + 1;
         while (j1 < pb->n && pb->time[j1] == pb->time[j0]) j1++;
-        double beta;
-        k_cache last = {NULL, -1, 0};
-        int32_t Klast = runs_within(pb, j1 - 1, tau, &last);
-        if (j1 - j0 >= 2 && row_affine(pb->time[j0], Klast, &beta))
+        double beta = 0.0;
+        int affine = 0;
+        if (j1 - j0 >= 2) { /* a single position has nothing to share */
+            k_cache last = {NULL, -1, 0};
+            affine = row_affine(pb->time[j0], runs_within(pb, j1 - 1, tau, &last), &beta);
+        }
+        if (affine)
             pass_affine(pb, tau, w, j0, j1, beta, &nxt, &kc);
         else
             pass_plain(pb, tau, w, j0, j1, &nxt, &kc);
@@ -262,25 +408,31 @@ static void dp_traceback(const dyn_dp_problem *pb, const dp_work *w, dyn_dp_resu
     res->objective_ms = dyn_dp_objective(pb, tmax, w->F[pb->n]);
 }
 
-static dyn_status work_alloc(dp_work *w, int32_t n, dyn_error *err)
-{
-    w->F = dyn_calloc((size_t)n + 1, sizeof(double), "DP table", err);
-    w->choice = dyn_calloc((size_t)n + 1, sizeof(int32_t), "DP choices", err);
-    w->dq = dyn_calloc((size_t)n + 1, sizeof(int32_t), "DP deque", err);
-    if (w->F == NULL || w->choice == NULL || w->dq == NULL) {
-        free(w->F);
-        free(w->choice);
-        free(w->dq);
-        return err ? err->code : DYN_ERR_NOMEM;
-    }
-    return DYN_OK;
-}
-
 static void work_free(dp_work *w)
 {
     free(w->F);
     free(w->choice);
     free(w->dq);
+    for (int q = 0; q < DP_SEG_SLOTS; q++) free(w->slot[q].buf);
+}
+
+static dyn_status work_alloc(dp_work *w, int32_t n, int segments, dyn_error *err)
+{
+    memset(w, 0, sizeof *w);
+    w->F = dyn_calloc((size_t)n + 1, sizeof(double), "DP table", err);
+    w->choice = dyn_calloc((size_t)n + 1, sizeof(int32_t), "DP choices", err);
+    w->dq = dyn_calloc((size_t)n + 1, sizeof(int32_t), "DP deque", err);
+    int ok = w->F && w->choice && w->dq;
+    for (int q = 0; q < DP_SEG_SLOTS && segments && ok; q++) {
+        w->slot[q].buf = dyn_calloc((size_t)n + 1, sizeof(int32_t), "DP segment deque", err);
+        w->slot[q].pass = -1;
+        ok = w->slot[q].buf != NULL;
+    }
+    if (!ok) {
+        work_free(w);
+        return err ? err->code : DYN_ERR_NOMEM;
+    }
+    return DYN_OK;
 }
 
 /* The search state of the fast solver. The best partition is kept as run
@@ -347,7 +499,7 @@ dyn_status dyn_dp_solve(const dyn_dp_problem *pb, dyn_dp_result *res, dyn_error 
         res->n_evals = 0;
         return DYN_OK;
     }
-    dyn_status st = work_alloc(&s.w, pb->n, err);
+    dyn_status st = work_alloc(&s.w, pb->n, pb->seg_start != NULL, err);
     if (st != DYN_OK) return st;
     /* Start from the two ends: the smallest tau that can be feasible and
      * tau = infinity (the unconstrained optimum). With singles_bound, every
@@ -397,7 +549,7 @@ dyn_status dyn_dp_solve_naive(const dyn_dp_problem *pb, dyn_dp_result *res, dyn_
     }
     qsort(cand, m, sizeof(double), cmp_double);
     dp_work w;
-    dyn_status st = work_alloc(&w, pb->n, err);
+    dyn_status st = work_alloc(&w, pb->n, 0, err);
     if (st != DYN_OK) {
         free(cand);
         return st;

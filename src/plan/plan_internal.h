@@ -42,6 +42,18 @@ typedef struct dyn_dp_problem {
      * the fast solver does not explore t_max values that provably cannot
      * beat it, so its result is exact only when it is below this. */
     double known_ms;
+    /* Optional (NULL: none). Affine segments of a position's row: position
+     * j's runs k = seg_k[s] .. (seg_k[s+1] - 1, or width) for s in
+     * seg_start[j] .. seg_start[j+1]-1 (seg_start has n + 1 entries; no
+     * segments: equal starts) all have time t(ka) + seg_beta[s] (k - ka)
+     * within 1e-13 relative (NAN: not affine), and seg_key[s] names the
+     * cost row they come from: equal keys have equal slopes. The fast pass
+     * then finds each segment's best start with a monotone deque shared by
+     * consecutive positions with the same key (see dp.c). */
+    const int64_t *seg_start;
+    const int32_t *seg_k;
+    const int32_t *seg_key;
+    const double *seg_beta;
 } dyn_dp_problem;
 
 /* Result: run_len[0..n_runs) (caller allocates n entries) are the run sizes
@@ -108,6 +120,8 @@ typedef struct dyn_cost_row {
     int32_t alloc;
     double *time;  /* ms */
     double *amin;  /* amin[k-1] = min over i <= k of time[i-1] / i: cheapest ms per sample */
+    int32_t aff_n; /* T5 segments: entries 1..aff_n are affine, t(1) + (t(2) - t(1)) (k - 1) */
+    int32_t aff_bad; /* 1: entry aff_n + 1 is not, so no longer prefix is */
 } dyn_cost_row;
 
 struct dyn_planner {
@@ -130,11 +144,17 @@ struct dyn_planner {
     int32_t scratch_n;
     int32_t *perm, *width, *run_len, *perm2, *run_len2;
     int32_t *shared; /* T5: cost-row index a position's runs all use, or -1 */
+    int32_t *pe, *pd; /* T5: padded input / target length index of each position */
+    int seg_on;       /* T5: track affine segments in this batch's bands (shapes repeat) */
     uint32_t *shape_seen;  /* T5: per padded (input, target) pair, the batch that last had it */
     uint32_t batch_stamp;  /* T5: planned batches, for shape_seen */
     const double **time;
     double *band;
     int64_t band_alloc;
+    /* T5: affine segments of the band rows (see dyn_dp_problem) */
+    int64_t *seg_start;  /* [scratch_n + 1] */
+    int32_t *seg_k, *seg_key;
+    double *seg_beta;    /* the seg_* arrays have band_alloc entries */
 };
 
 /* Cost of a micro-batch shape through the planner's function, with the

@@ -150,6 +150,12 @@ void dyn_planner_free(dyn_planner *p)
     free(p->perm2);
     free(p->run_len2);
     free(p->shared);
+    free(p->pe);
+    free(p->pd);
+    free(p->seg_start);
+    free(p->seg_k);
+    free(p->seg_key);
+    free(p->seg_beta);
     free(p->shape_seen);
     free(p->time);
     free(p->band);
@@ -257,7 +263,13 @@ static dyn_status scratch_ensure(dyn_planner *p, int32_t n, dyn_error *err)
     if (f) p->time = f;
     int32_t *g = realloc(p->shared, (size_t)na * sizeof(int32_t));
     if (g) p->shared = g;
-    if (!a || !b || !c || !d || !e || !f || !g)
+    int32_t *h = realloc(p->pe, (size_t)na * sizeof(int32_t));
+    if (h) p->pe = h;
+    int32_t *q = realloc(p->pd, (size_t)na * sizeof(int32_t));
+    if (q) p->pd = q;
+    int64_t *u = realloc(p->seg_start, ((size_t)na + 1) * sizeof(int64_t));
+    if (u) p->seg_start = u;
+    if (!a || !b || !c || !d || !e || !f || !g || !h || !q || !u)
         return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for planner scratch (%d samples)", n);
     p->scratch_n = na;
     return DYN_OK;
@@ -269,8 +281,14 @@ static dyn_status band_ensure(dyn_planner *p, int64_t need, dyn_error *err)
     int64_t na = p->band_alloc ? p->band_alloc : 4096;
     while (na < need) na *= 2;
     double *b = realloc(p->band, (size_t)na * sizeof(double));
-    if (b == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the DP band");
-    p->band = b;
+    if (b) p->band = b;
+    int32_t *k = realloc(p->seg_k, (size_t)na * sizeof(int32_t));
+    if (k) p->seg_k = k;
+    int32_t *y = realloc(p->seg_key, (size_t)na * sizeof(int32_t));
+    if (y) p->seg_key = y;
+    double *be = realloc(p->seg_beta, (size_t)na * sizeof(double));
+    if (be) p->seg_beta = be;
+    if (!b || !k || !y || !be) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the DP band");
     p->band_alloc = na;
     return DYN_OK;
 }
@@ -316,13 +334,19 @@ static int32_t len_index(int32_t len, int32_t r)
  * cap). LB sums, over the samples, the cheapest time per sample of any
  * micro-batch that could hold the sample: see lower_bound_row. A tiny
  * relative slack keeps rounding from cutting a run the optimum needs. */
+static double cap_of_value(const dyn_planner *p, double v0, double single_max, double lb)
+{
+    if (p->opt.stages <= 1) return INFINITY;
+    double cap = (v0 - lb / p->opt.dp) * p->opt.chunks / (p->opt.stages - 1);
+    if (cap < single_max) cap = single_max;
+    return cap * (1.0 + 1e-9);
+}
+
 static double time_cap(const dyn_planner *p, double single_max, double single_sum, double lb)
 {
     if (p->opt.stages <= 1) return INFINITY;
     double v0 = (double)(p->opt.stages - 1) * single_max / p->opt.chunks + single_sum / p->opt.dp;
-    double cap = (v0 - lb / p->opt.dp) * p->opt.chunks / (p->opt.stages - 1);
-    if (cap < single_max) cap = single_max;
-    return cap * (1.0 + 1e-9);
+    return cap_of_value(p, v0, single_max, lb);
 }
 
 /* Largest grid value <= u on the grid 1, 2, 3, 4, 6, 8, 12, 16, ... */
@@ -396,11 +420,83 @@ static dyn_status build_gpt(dyn_planner *p, const dyn_sample *s, int32_t n, cons
     return DYN_OK;
 }
 
+/* How many entries of the non-decreasing row[0..len) are <= cap. */
+static int32_t count_le_row(const double *row, int32_t len, double cap)
+{
+    int32_t lo = 0, hi = len; /* row[0..lo) <= cap < row[hi..len) */
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (row[mid] <= cap) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Slope of segment [ka, kb] of cost row R if its times are affine in k
+ * there, t(k) = t(ka) + beta (k - ka) within 1e-13 relative, with beta =
+ * t(2) - t(1) so that every segment of R has the same slope (the DP's
+ * deques are shared by key); NAN if not, or if too short to matter. The
+ * row's affine prefix (each entry within 0.5e-13 of the line through t(1)
+ * with that slope, so any two within 1e-13 of each other's line) is
+ * verified once and extended as needed, so this is O(1) amortised. */
+#define PLAN_SEG_MIN 8
+static double segment_slope(dyn_cost_row *R, int32_t ka, int32_t kb)
+{
+    if (kb - ka + 1 < PLAN_SEG_MIN || R->n < 2) return NAN;
+    double beta = R->time[1] - R->time[0], t1 = R->time[0];
+    while (R->aff_n < kb && !R->aff_bad && R->aff_n < R->n) {
+        int32_t k = R->aff_n + 1;
+        if (fabs(R->time[k - 1] - t1 - beta * (double)(k - 1)) > 0.5e-13 * R->time[k - 1])
+            R->aff_bad = 1;
+        else
+            R->aff_n = k;
+    }
+    return R->aff_n >= kb ? beta : NAN;
+}
+
+/* T5: the value of a real partition of the order, for the time cap: cut
+ * into chunks of m consecutive samples for m = 2, 4, 8, ... while every
+ * chunk fits, and keep the best value (INFINITY if none fits). O(n log n)
+ * cost-row lookups, much less than one DP pass over the band. */
+static dyn_status chunk_value(dyn_planner *p, const dyn_sample *s, int32_t n, const int32_t *perm,
+                              double *value, dyn_error *err)
+{
+    const int32_t r = p->opt.round_to;
+    *value = INFINITY;
+    for (int32_t m = 2; m <= n; m *= 2) {
+        double tmax = 0.0, tsum = 0.0;
+        for (int32_t i = 0; i < n; i += m) {
+            int32_t len = n - i < m ? n - i : m, max_in = 0, max_tg = 0;
+            for (int32_t q = i; q < i + len; q++) {
+                const dyn_sample *x = &s[perm[q]];
+                if (x->input_len > max_in) max_in = x->input_len;
+                if (x->target_len > max_tg) max_tg = x->target_len;
+            }
+            dyn_cost_row *row;
+            int32_t avail;
+            dyn_status st = row_ensure(p, len_index(max_in, r), len_index(max_tg, r), len, &row,
+                                       &avail, err);
+            if (st != DYN_OK) return st;
+            if (avail < len) return DYN_OK; /* m does not fit: larger m will not either */
+            double t = row->time[len - 1];
+            if (t > tmax) tmax = t;
+            tsum += t;
+        }
+        double v = (double)(p->opt.stages - 1) * tmax / p->opt.chunks + tsum / p->opt.dp;
+        if (v < *value) *value = v;
+    }
+    return DYN_OK;
+}
+
 /* T5: a band of run times, grown backwards from each position while the run
  * fits and stays within the time cap; a run's padded shape is (k, max input,
- * max target). */
+ * max target). The cap (time_cap) comes from the smallest of three values
+ * that an optimum worth finding cannot exceed: all singletons, the best
+ * chunking (chunk_value; both are partitions of this order), and known_ms,
+ * an earlier order's optimum (this order only matters if it beats it, and
+ * the search ignores what does not). */
 static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const int32_t *perm,
-                           dyn_error *err)
+                           double known_ms, dyn_error *err)
 {
     const int32_t r = p->opt.round_to;
     dyn_status st;
@@ -411,6 +507,8 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
         dyn_cost_row *row;
         int32_t avail;
         int32_t e = len_index(x->input_len, r), d = len_index(x->target_len, r);
+        p->pe[j] = e;
+        p->pd[j] = d;
         st = row_ensure(p, e, d, 1, &row, &avail, err);
         if (st != DYN_OK) return st;
         if (avail < 1) return infeasible_sample(p, x, err);
@@ -423,7 +521,15 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
             lb += per;
         }
     }
-    double tau_cap = p->use_naive_dp ? INFINITY : time_cap(p, single_max, single_sum, lb);
+    double tau_cap = INFINITY;
+    if (p->opt.stages > 1 && !p->use_naive_dp) {
+        double vh;
+        if ((st = chunk_value(p, s, n, perm, &vh, err)) != DYN_OK) return st;
+        if (known_ms < vh) vh = known_ms;
+        tau_cap = time_cap(p, single_max, single_sum, lb);
+        double c = cap_of_value(p, vh, single_max, lb);
+        if (c < tau_cap) tau_cap = c;
+    }
     /* Runs ending at j whose samples all have j's padded shape (e, d) cost
      * row (e, d)'s t(k). When all of j's runs are like that -- the band
      * stopped (memory or cap) before leaving j's group of equal shapes --
@@ -432,10 +538,12 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
      * ends there (memory or cap), since its window stays in the group.
      * Positions sharing a row let the DP take its affine shortcut. */
     const int32_t nl = p->n_len;
-    int64_t off = 0;
+    const int segs = p->seg_on && !p->use_naive_dp;
+    int64_t off = 0, nseg = 0;
+    p->seg_start[0] = 0;
     for (int32_t j = 0; j < n; j++) {
-        const dyn_sample *xj = &s[perm[j]];
-        int32_t own_e = len_index(xj->input_len, r), own_d = len_index(xj->target_len, r);
+        p->seg_start[j + 1] = nseg; /* none unless the band below adds some */
+        int32_t own_e = p->pe[j], own_d = p->pd[j];
         int32_t own = own_e * nl + own_d;
         if (!p->use_naive_dp && j > 0 && p->shared[j - 1] == own && p->width[j - 1] < j) {
             /* j-1's runs all lay in the group and stopped at W; j's W runs
@@ -451,38 +559,61 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
                 continue;
             }
         }
-        int32_t max_in = 0, max_tg = 0, ei = -1, di = -1, in_group = 1;
-        dyn_cost_row *row = NULL;
+        /* Running maxima of the padded indices (rounding up is monotone,
+         * so they are the padded running maxima of the lengths). */
+        /* Walk back in extents of one padded shape: the running maxima
+         * (e, d) grow at the first sample that exceeds them, and until then
+         * every run costs row (e, d)'s t(k), so an extent is one row
+         * lookup, a bisection against the cap (rows are non-decreasing) and
+         * a copy. Monotone costs bound the band: run (j, k) holds run
+         * (j-1, k-1) and one more sample, so it is no cheaper and no smaller,
+         * and j's band is at most one longer than j-1's. */
+        int32_t kmax = j == 0 ? 1 : p->width[j - 1] + 1;
+        int32_t e = -1, d = -1, in_group = 1, k = 1;
+        dyn_cost_row *row = NULL, *srow = NULL;
         if ((st = band_ensure(p, off + j + 1, err)) != DYN_OK) return st;
-        int32_t k = 1;
-        for (; k <= j + 1; k++) {
-            const dyn_sample *x = &s[perm[j + 1 - k]];
-            if (x->input_len > max_in) max_in = x->input_len;
-            if (x->target_len > max_tg) max_tg = x->target_len;
-            int32_t e = len_index(max_in, r), d = len_index(max_tg, r);
-            /* Fast path: same padded shape as the previous k, entry cached. */
-            if (e != ei || d != di || row->n < k) {
-                int32_t avail;
-                st = row_ensure(p, e, d, k, &row, &avail, err);
-                if (st != DYN_OK) return st;
-                if (avail < k) break;
-                ei = e;
-                di = d;
+        while (k <= kmax) {
+            if (p->pe[j + 1 - k] > e) e = p->pe[j + 1 - k];
+            if (p->pd[j + 1 - k] > d) d = p->pd[j + 1 - k];
+            int32_t k2 = k; /* the extent: runs k .. k2 */
+            while (k2 < kmax && p->pe[j - k2] <= e && p->pd[j - k2] <= d) k2++;
+            int32_t avail;
+            st = row_ensure(p, e, d, k2, &row, &avail, err);
+            if (st != DYN_OK) return st;
+            if (avail < k) break; /* memory: run k does not fit */
+            int32_t hi = avail < k2 ? avail : k2;
+            int32_t c = count_le_row(row->time + (k - 1), hi - k + 1, tau_cap);
+            if (c == 0 && k == 1) c = 1; /* a single always stays */
+            if (c == 0) break;
+            memcpy(p->band + off + k - 1, row->time + (k - 1), (size_t)c * sizeof(double));
+            if (in_group) {
+                if (e != own_e || d != own_d) in_group = 0;
+                for (int32_t q = k; q < k + c && in_group; q++)
+                    if (p->pe[j + 1 - q] != own_e || p->pd[j + 1 - q] != own_d) in_group = 0;
             }
-            double t = row->time[k - 1];
-            if (t > tau_cap && k > 1) break;
-            if (e != own_e || d != own_d || len_index(x->input_len, r) != own_e ||
-                len_index(x->target_len, r) != own_d)
-                in_group = 0;
-            p->band[off + k - 1] = t;
+            if (segs) { /* each extent is a new segment (a larger shape) */
+                if (srow) p->seg_beta[nseg - 1] = segment_slope(srow, p->seg_k[nseg - 1], k - 1);
+                p->seg_k[nseg] = k;
+                p->seg_key[nseg] = e * nl + d;
+                nseg++;
+                srow = row;
+            }
+            k += c;
+            if (k <= k2) break; /* memory or the cap ended the band inside the extent */
         }
         p->width[j] = k - 1;
+        if (srow) p->seg_beta[nseg - 1] = segment_slope(srow, p->seg_k[nseg - 1], k - 1);
+        int any_affine = 0; /* else the plain scan is cheaper: keep no segments */
+        for (int64_t q = p->seg_start[j]; q < nseg; q++) any_affine |= p->seg_beta[q] == p->seg_beta[q];
+        if (!any_affine) nseg = p->seg_start[j];
         if (in_group && !p->use_naive_dp) {
             p->shared[j] = own; /* band entries equal the row's: drop them */
+            nseg = p->seg_start[j];
         } else {
             p->shared[j] = -1;
             off += k - 1;
         }
+        p->seg_start[j + 1] = nseg;
     }
     /* Pointers only now: the band and the rows may have moved while growing. */
     off = 0;
@@ -501,9 +632,16 @@ static dyn_status solve_order(dyn_planner *p, const dyn_sample *s, int32_t n, co
                               double known_ms, dyn_dp_result *res, dyn_error *err)
 {
     dyn_status st = p->kind == DYN_MODEL_GPT ? build_gpt(p, s, n, perm, err)
-                                             : build_t5(p, s, n, perm, err);
+                                             : build_t5(p, s, n, perm, known_ms, err);
     if (st != DYN_OK) return st;
-    dyn_dp_problem pb = {n, p->width, p->time, p->opt.stages, p->opt.chunks, p->opt.dp, 1, known_ms};
+    dyn_dp_problem pb = {n, p->width, p->time, p->opt.stages, p->opt.chunks, p->opt.dp, 1, known_ms,
+                         NULL, NULL, NULL, NULL};
+    if (p->kind == DYN_MODEL_T5 && p->seg_on && !p->use_naive_dp) {
+        pb.seg_start = p->seg_start;
+        pb.seg_k = p->seg_k;
+        pb.seg_key = p->seg_key;
+        pb.seg_beta = p->seg_beta;
+    }
     st = p->use_naive_dp ? dyn_dp_solve_naive(&pb, res, err) : dyn_dp_solve(&pb, res, err);
     p->dp_evals += res->n_evals;
     return st;
@@ -553,6 +691,10 @@ static dyn_status plan_dynapipe(dyn_planner *p, const dyn_sample *s, int32_t n, 
             }
             use_padded = n >= T5_SHARED_MIN * shapes;
         }
+        /* Affine segments pay when shapes repeat (long runs of one padded
+         * shape inside the bands); on ordinary batches their bookkeeping
+         * costs more than the scans it saves. */
+        p->seg_on = use_padded;
         for (size_t c = 0; c < sizeof t5_buckets / sizeof t5_buckets[0]; c++) {
             int32_t b = t5_buckets[c];
             if ((p->t5_lex_only && b != 0) || (b < 0 && !use_padded)) continue;
