@@ -65,8 +65,10 @@ static void check_plan(const dyn_planner *p, const dyn_batch_plan *pl, int32_t n
         pos += pl->mbs[m].n_samples;
         assert_true(pl->mbs[m].replica >= 0 && pl->mbs[m].replica < p->opt.dp);
         if (m > 0) assert_true(pl->mbs[m].replica >= pl->mbs[m - 1].replica);
-        assert_true(pl->mbs[m].stored_mb <= p->stored_limit_mb);
-        assert_true(pl->mbs[m].peak_mb <= p->peak_limit_mb);
+        /* The S-in-flight limits, or a single row that fits alone. */
+        int within = pl->mbs[m].stored_mb <= p->stored_limit_mb && pl->mbs[m].peak_mb <= p->peak_limit_mb;
+        int alone = pl->mbs[m].shape.rows == 1 && pl->mbs[m].peak_mb <= p->alone_limit_mb;
+        assert_true(within || alone);
     }
     assert_int_equal(pos, n);
 }
@@ -270,6 +272,37 @@ static void test_kk_beats_round_robin(void **state)
         for (int32_t j = 0; j < i; j++) assert_true(a[i] != a[j]);
 }
 
+/* A sample over the S-in-flight share (A / S) that fits the whole A alone is
+ * planned as a micro-batch of its own; before, it was reported infeasible. */
+static void test_sample_over_share_runs_alone(void **state)
+{
+    (void)state;
+    dyn_sample s[4];
+    set(&s[0], 0, 10, 10);
+    set(&s[1], 1, 200, 120); /* 320 tokens: stored 16 MB, peak 20 + 10.24 = 30.24 MB */
+    set(&s[2], 2, 10, 5);
+    set(&s[3], 3, 8, 8);
+    /* S = 2, limit 50 MB, states 10 MB: A = 40 MB, share 20 MB */
+    dyn_planner *p = make_planner(DYN_MODEL_GPT, DYN_BATCH_DYNAPIPE, 512, 2, 1, 50.0);
+    dyn_batch_plan pl;
+    dyn_error err;
+    assert_int_equal(dyn_planner_plan(p, s, 4, &pl, &err), DYN_OK);
+    check_plan(p, &pl, 4);
+    int found = 0;
+    for (int32_t m = 0; m < pl.n_microbatches; m++) {
+        for (int32_t k = 0; k < pl.mbs[m].n_samples; k++) {
+            if (pl.sample_ids[pl.mbs[m].first + k] != 1) continue;
+            found = 1;
+            assert_int_equal(pl.mbs[m].n_samples, 1);
+            assert_true(pl.mbs[m].peak_mb > p->peak_limit_mb);   /* over the share */
+            assert_true(pl.mbs[m].peak_mb <= p->alone_limit_mb); /* within A */
+        }
+    }
+    assert_true(found);
+    dyn_batch_plan_free(&pl);
+    dyn_planner_free(p);
+}
+
 static void test_infeasible_names_sample_and_numbers(void **state)
 {
     (void)state;
@@ -290,10 +323,13 @@ static void test_infeasible_names_sample_and_numbers(void **state)
         assert_int_equal(dyn_planner_plan(p, s, 4, &pl, &err), DYN_ERR_INFEASIBLE);
         assert_int_equal(pl.n_microbatches, 0);
         assert_null(pl.mbs);
-        assert_non_null(strstr(err.msg, "20.0"));
         if (method == DYN_BATCH_DYNAPIPE) {
+            /* Alone it may use all of A = 40 MB, and still does not fit. */
             assert_non_null(strstr(err.msg, "sample 2 "));
-            assert_non_null(strstr(err.msg, "25.2 MB stored")); /* 0.05 * 504 */
+            assert_non_null(strstr(err.msg, "56.9 MB peak")); /* 31.5 + 25.4, as set() above says */
+            assert_non_null(strstr(err.msg, "limit 40.0 MB"));
+        } else {
+            assert_non_null(strstr(err.msg, "20.0"));
         }
         assert_null(strchr(err.msg, '\n'));
         dyn_planner_free(p);
@@ -345,7 +381,9 @@ static void test_t5_order_no_worse_than_lexicographic(void **state)
             dyn_mb_shape sh = {k, (mi + 7) / 8 * 8, (mt + 7) / 8 * 8, 0, 0, 0};
             dyn_mb_cost c;
             test_cost_fn(&tc_default, &sh, &c, NULL);
-            if (c.stored_mb > p->stored_limit_mb || c.peak_mb > p->peak_limit_mb) break;
+            if ((c.stored_mb > p->stored_limit_mb || c.peak_mb > p->peak_limit_mb) &&
+                !(k == 1 && c.peak_mb <= p->alone_limit_mb))
+                break;
             band[j][k - 1] = c.time_ms;
         }
         width[j] = k - 1;
@@ -415,6 +453,7 @@ int main(void)
         cmocka_unit_test(test_auto_knobs_fit_memory),
         cmocka_unit_test(test_kk_beats_round_robin),
         cmocka_unit_test(test_infeasible_names_sample_and_numbers),
+        cmocka_unit_test(test_sample_over_share_runs_alone),
         cmocka_unit_test(test_t5_order_no_worse_than_lexicographic),
         cmocka_unit_test(test_plans_are_deterministic),
         cmocka_unit_test(test_names_parse),

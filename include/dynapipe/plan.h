@@ -69,7 +69,9 @@ typedef struct dyn_batch_plan {
     /* Added by the planner (additive): */
     int32_t *sample_dec_offset; /* T5 packing: token offset in the decoder row; else 0 */
     double balanced_ms;     /* (S-1)*t_max/v + max over replicas of its sum of t(mb) */
-    double device_peak_mb;  /* model states + (in flight - 1) * max stored + max peak */
+    double device_peak_mb;  /* model states + (in flight - 1) * max stored + max peak: with S in
+                               flight; may exceed the limit when a one-sample micro-batch is over
+                               its share (the schedules then keep fewer in flight) */
     int64_t real_tokens;    /* input + target tokens of the samples */
     int64_t padded_tokens;  /* tokens the model runs: rows * (enc_len + dec_len) summed */
 } dyn_batch_plan;

@@ -99,13 +99,17 @@ static cJSON *batch_json(int32_t index, const dyn_batch_plan *pl, int t5)
 /* Print one global batch. quiet: one line; default: plus the micro-batch
  * shapes (rows x padded length, runs of equal shapes counted); verbose: plus
  * a table with every micro-batch's time and memory. */
-static void print_batch(int32_t index, const dyn_batch_plan *pl, int t5, int verbosity)
+static void print_batch(int32_t index, const dyn_batch_plan *pl, int t5, int verbosity, double limit_mb)
 {
     double eff = pl->padded_tokens ? 100.0 * (double)pl->real_tokens / pl->padded_tokens : 0;
     printf("global batch %d: %d samples, %lld tokens -> %d micro-batches; iteration %.2f ms "
            "(balanced %.2f ms), padding efficiency %.1f%%, peak %.1f MB, planned in %.3f ms\n",
            index, pl->n_samples, (long long)pl->real_tokens, pl->n_microbatches, pl->objective_ms,
            pl->balanced_ms, eff, pl->device_peak_mb, pl->plan_time_ms);
+    if (pl->device_peak_mb > limit_mb)
+        printf("  (peak counts S micro-batches in flight; a sample over its share runs alone and the "
+               "schedule keeps fewer in flight to stay within %.0f MB)\n",
+               limit_mb);
     if (verbosity == 0) return;
     if (verbosity == 1) {
         printf("  shapes (rows x %s):", t5 ? "input+target" : "length");
@@ -364,7 +368,7 @@ int cli_plan_main(int argc, char **argv)
             rc = CLI_EXIT_FAIL;
             break;
         }
-        print_batch(index, &pl, t5, verbosity);
+        print_batch(index, &pl, t5, verbosity, dyn_planner_options(in.planner)->memory_limit_mb);
         if ((eo.show || eo.prefix) && (rc = emit_exec_plans(&eo, &a, &in, &pl, index)) != 0) {
             dyn_batch_plan_free(&pl);
             break;

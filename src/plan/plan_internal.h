@@ -134,6 +134,7 @@ struct dyn_planner {
     dyn_plan_options opt;
     double stored_limit_mb;       /* per micro-batch, per stage */
     double peak_limit_mb;
+    double alone_limit_mb;  /* A: what one-row micro-batch may use with nothing else in flight */
     int32_t n_len;                /* padded lengths 1..n_len units of round_to */
     dyn_cost_row **rows;          /* [n_len * (T5 ? n_len : 1)], lazily made */
     /* knobs for the benchmark and tests (0 = normal operation) */

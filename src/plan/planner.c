@@ -15,6 +15,12 @@
  * at once, so each micro-batch may store at most A / S (stored limit), and
  * while one runs with its transient memory on top of S - 1 others' stored
  * activations, its peak may be at most A - (S - 1) * A / S (peak limit).
+ * One exception: a micro-batch of one row (a single sample, or one packed
+ * row) that breaks those limits but fits A by itself is allowed, because no
+ * smaller micro-batch can hold that sample; the schedules then keep fewer
+ * micro-batches in flight around it (src/sched throttles to the memory
+ * limit, and `dynapipe simulate` checks the simulated peak). Only a sample
+ * that does not fit A alone is infeasible.
  */
 #include "plan/plan_internal.h"
 
@@ -122,6 +128,7 @@ dyn_planner *dyn_planner_create_custom(dyn_model_kind kind, dyn_mb_cost_fn fn, v
     p->opt.memory_limit_mb = limit;
     p->stored_limit_mb = avail / opt->stages;
     p->peak_limit_mb = isinf(avail) ? avail : avail - (opt->stages - 1) * p->stored_limit_mb;
+    p->alone_limit_mb = avail;
     p->n_len = (opt->max_seqlen + opt->round_to - 1) / opt->round_to;
     size_t n_rows = (size_t)p->n_len * (kind == DYN_MODEL_T5 ? (size_t)p->n_len : 1);
     p->rows = dyn_calloc(n_rows, sizeof(dyn_cost_row *), "cost cache", err);
@@ -190,7 +197,8 @@ dyn_status dyn_planner_mb_cost(const dyn_planner *p, const dyn_mb_shape *shape, 
 {
     dyn_status st = p->fn(p->ctx, shape, out, err);
     if (st != DYN_OK) return st;
-    *fits = out->stored_mb <= p->stored_limit_mb && out->peak_mb <= p->peak_limit_mb;
+    *fits = (out->stored_mb <= p->stored_limit_mb && out->peak_mb <= p->peak_limit_mb) ||
+            (shape->rows == 1 && out->peak_mb <= p->alone_limit_mb);
     return DYN_OK;
 }
 
@@ -310,13 +318,10 @@ static dyn_status infeasible_sample(const dyn_planner *p, const dyn_sample *s, d
     if (st != DYN_OK) return st;
     return dyn_error_set(err, DYN_ERR_INFEASIBLE,
                          "sample %d (input %d + target %d tokens) cannot fit alone: it needs "
-                         "%.1f MB stored / %.1f MB peak activations per stage, limit %.1f MB "
-                         "(memory limit %.1f MB minus model states %.1f MB, over %d stages)",
-                         s->id, s->input_len, s->target_len, c.stored_mb, c.peak_mb,
-                         p->peak_limit_mb < p->stored_limit_mb ? p->peak_limit_mb
-                                                               : p->stored_limit_mb,
-                         p->opt.memory_limit_mb,
-                         p->states_mb, p->opt.stages);
+                         "%.1f MB peak activations per stage, limit %.1f MB "
+                         "(memory limit %.1f MB minus model states %.1f MB)",
+                         s->id, s->input_len, s->target_len, c.peak_mb, p->alone_limit_mb,
+                         p->opt.memory_limit_mb, p->states_mb);
 }
 
 /* ---- the dynapipe method ------------------------------------------------- */
