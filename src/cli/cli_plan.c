@@ -29,8 +29,9 @@
 #include "cli/cli.h"                /* defines: cli_errorf, CLI_EXIT_* */
 #include "cli/plan_args.h"         /* defines: plan_args_*, plan_inputs_* */
 #include "dynapipe/model_config.h" /* defines: dyn_model_kind_name */
+#include "cli/plan_exec.h"         /* defines: plan_exec_build, PLAN_EXEC_AUTO */
 #include "dynapipe/sched.h"        /* defines: dyn_schedule_*, dyn_exec_plan_* */
-#include "dynapipe/sim.h"          /* defines: dyn_batch_costs_*, dyn_schedule_auto */
+#include "dynapipe/sim.h"          /* defines: dyn_batch_costs_*, dyn_sim_* */
 #include "util/util.h"              /* defines: dyn_atomic_* */
 
 static const char *CMD = "plan";
@@ -152,17 +153,16 @@ static void print_batch(int32_t index, const dyn_batch_plan *pl, int t5, int ver
 
 /* What --show-plan / --plan-out need across global batches. */
 typedef struct exec_out {
-    int show;            /* --show-plan */
-    const char *prefix;  /* --plan-out */
-    int is_auto;         /* --schedule auto (the default) */
-    dyn_schedule kind;   /* otherwise */
+    int show;           /* --show-plan */
+    const char *prefix; /* --plan-out */
+    int32_t schedule;   /* --schedule: dyn_schedule, or PLAN_EXEC_AUTO (the default) */
     dyn_batch_costs *bc;
     dyn_sim *sim;
 } exec_out;
 
-/* Build replica `replica`'s execution plan of pl into *plan (validated). */
+/* Build replica `replica`'s validated execution plan of pl into *pe. */
 static dyn_status build_exec_plan(const exec_out *eo, const plan_args *a, const plan_inputs *in,
-                                  const dyn_batch_plan *pl, int32_t replica, dyn_exec_plan *plan,
+                                  const dyn_batch_plan *pl, int32_t replica, plan_exec_result *pe,
                                   dyn_error *err)
 {
     dyn_status st = dyn_batch_costs_set_batch(eo->bc, pl, replica, err);
@@ -170,43 +170,20 @@ static dyn_status build_exec_plan(const exec_out *eo, const plan_args *a, const 
     int32_t m;
     const dyn_mb_shape *shapes = dyn_batch_costs_shapes(eo->bc, &m);
     if (m == 0) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "replica %d has no micro-batches", replica);
-    double limit = dyn_planner_options(in->planner)->memory_limit_mb;
-    if (eo->is_auto) {
-        dyn_auto_options ao = {0};
-        ao.n_ranks = a->opt.stages;
-        ao.chunks = dyn_batch_costs_chunks(eo->bc);
-        ao.memory_limit_mb = limit;
-        ao.order_groups = 4;
-        ao.replica = replica;
-        dyn_sim_options so;
-        dyn_sim_options_from_machine(&so, &in->machine, pl->real_tokens);
-        so.skip_events = 1;
-        dyn_auto_choice choice;
-        memset(&choice, 0, sizeof choice);
-        choice.order = dyn_calloc((size_t)m, sizeof(int32_t), "schedule order", err);
-        if (choice.order == NULL) return DYN_ERR_NOMEM;
-        st = dyn_schedule_auto(eo->sim, dyn_batch_costs_get, eo->bc, shapes, &ao, &so, &choice, plan, NULL,
-                               err);
-        free(choice.order);
-    } else {
-        int32_t v = eo->kind == DYN_SCHED_INTERLEAVED ? dyn_batch_costs_chunks(eo->bc) : 1;
-        if (eo->kind == DYN_SCHED_INTERLEAVED && v < 2)
-            return dyn_error_set(err, DYN_ERR_INFEASIBLE, "the interleaved schedule needs --chunks 2 or more");
-        const dyn_stage_costs *costs;
-        if ((st = dyn_batch_costs_get(eo->bc, v, a->opt.recompute, &costs, err)) != DYN_OK) return st;
-        dyn_sched_options so;
-        dyn_sched_options_default(&so);
-        so.n_ranks = a->opt.stages;
-        so.chunks = v;
-        so.memory_limit_mb = limit;
-        so.recompute = a->opt.recompute;
-        so.replica = replica;
-        st = dyn_schedule_build(eo->kind, costs, shapes, &so, plan, err);
-    }
-    if (st != DYN_OK) return st;
-    /* A plan is validated before anyone uses it. */
-    if ((st = dyn_exec_plan_validate(plan, err)) != DYN_OK) dyn_exec_plan_free(plan);
-    return st;
+    plan_exec_request rq = {
+        .schedule = eo->schedule,
+        .n_ranks = a->opt.stages,
+        .chunks = dyn_batch_costs_chunks(eo->bc),
+        .auto_chunks = dyn_batch_costs_chunks(eo->bc),
+        .memory_limit_mb = dyn_planner_options(in->planner)->memory_limit_mb,
+        .recompute = a->opt.recompute,
+        .order_groups = 4,
+        .replica = replica,
+    };
+    dyn_sim_options so;
+    dyn_sim_options_from_machine(&so, &in->machine, pl->real_tokens);
+    so.skip_events = 1;
+    return plan_exec_build(eo->sim, &rq, dyn_batch_costs_get, eo->bc, shapes, &so, pe, err);
 }
 
 /* --show-plan / --plan-out for one global batch; prints the error. */
@@ -214,33 +191,32 @@ static int emit_exec_plans(const exec_out *eo, const plan_args *a, const plan_in
                            const dyn_batch_plan *pl, int32_t index)
 {
     for (int32_t r = 0; r < a->opt.dp; r++) {
-        dyn_exec_plan plan;
-        memset(&plan, 0, sizeof plan);
+        plan_exec_result pe;
         dyn_error err;
-        if (build_exec_plan(eo, a, in, pl, r, &plan, &err) != DYN_OK) {
+        if (build_exec_plan(eo, a, in, pl, r, &pe, &err) != DYN_OK) {
             cli_errorf(CMD, "global batch %d, replica %d: %s", index, r, err.msg);
             return CLI_EXIT_FAIL;
         }
         if (eo->show) {
             printf("execution plan: global batch %d, replica %d, schedule %s\n", index, r,
-                   dyn_schedule_name((dyn_schedule)plan.schedule));
-            dyn_exec_plan_dump(stdout, &plan);
+                   dyn_schedule_name(pe.schedule));
+            dyn_exec_plan_dump(stdout, &pe.plan);
         }
         if (eo->prefix) {
             uint8_t *buf = NULL;
             size_t len = 0;
             char path[4096];
             snprintf(path, sizeof path, "%s.%d.%d.dynplan", eo->prefix, index, r);
-            dyn_status st = dyn_exec_plan_serialize(&plan, &buf, &len, &err);
+            dyn_status st = dyn_exec_plan_serialize(&pe.plan, &buf, &len, &err);
             if (st == DYN_OK) st = dyn_file_write_atomic(path, buf, len, &err);
             free(buf);
             if (st != DYN_OK) {
-                dyn_exec_plan_free(&plan);
+                plan_exec_result_free(&pe);
                 cli_errorf(CMD, "%s", err.msg);
                 return CLI_EXIT_FAIL;
             }
         }
-        dyn_exec_plan_free(&plan);
+        plan_exec_result_free(&pe);
     }
     return CLI_EXIT_OK;
 }
@@ -271,7 +247,7 @@ int cli_plan_main(int argc, char **argv)
     const char *json_path = NULL;
     int verbosity = 1;
     exec_out eo = {0};
-    eo.is_auto = 1;
+    eo.schedule = PLAN_EXEC_AUTO;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
@@ -301,14 +277,15 @@ int cli_plan_main(int argc, char **argv)
             if (strcmp(flag, "--plan-out") == 0) {
                 eo.prefix = argv[i];
             } else if (strcmp(argv[i], "auto") == 0) {
-                eo.is_auto = 1;
+                eo.schedule = PLAN_EXEC_AUTO;
             } else {
                 dyn_error err;
-                if (dyn_schedule_parse(argv[i], &eo.kind, &err) != DYN_OK) {
+                dyn_schedule kind;
+                if (dyn_schedule_parse(argv[i], &kind, &err) != DYN_OK) {
                     cli_errorf(CMD, "--schedule: %s", err.msg);
                     return CLI_EXIT_USAGE;
                 }
-                eo.is_auto = 0;
+                eo.schedule = (int32_t)kind;
             }
         } else {
             cli_errorf(CMD, "unknown option '%s' (try 'dynapipe plan --help')", argv[i]);

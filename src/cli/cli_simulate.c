@@ -21,6 +21,7 @@
 
 #include "cli/cli.h"       /* defines: cli_errorf, cli_parse_*, CLI_EXIT_* */
 #include "cli/plan_args.h" /* defines: plan_args_*, plan_inputs_* */
+#include "cli/plan_exec.h" /* defines: plan_exec_build, PLAN_EXEC_AUTO */
 #include "dynapipe/data.h"
 #include "dynapipe/model_config.h"
 #include "dynapipe/plan.h"
@@ -29,7 +30,7 @@
 #include "util/util.h" /* defines: dyn_calloc, dyn_file_write_atomic */
 
 #define CMD "simulate"
-#define AUTO_SCHEDULE DYN_SCHEDULE_COUNT /* pseudo-schedule index for --schedule auto */
+#define AUTO_SCHEDULE PLAN_EXEC_AUTO /* pseudo-schedule index for --schedule auto */
 
 typedef struct sim_args {
     plan_args plan;                 /* the planning flags of `dynapipe plan` */
@@ -325,57 +326,27 @@ static dyn_status run_one(run_state *rs, sim_row *row, dyn_costs_fn costs_fn, vo
                           const dyn_mb_shape *shapes, const char *method_name, dyn_error *err)
 {
     sim_args *a = rs->a;
-    int32_t chunks = a->plan.opt.chunks;
     double limit = a->plan.opt.memory_limit_mb > 0 ? a->plan.opt.memory_limit_mb : rs->machine.device_memory_mb;
-    dyn_exec_plan plan;
-    memset(&plan, 0, sizeof plan);
-    dyn_stage_costs own;
-    memset(&own, 0, sizeof own);
-    const dyn_stage_costs *costs = NULL;
-    dyn_status st;
-    if (row->sched == AUTO_SCHEDULE) {
-        dyn_auto_options ao;
-        memset(&ao, 0, sizeof ao);
-        ao.n_ranks = rs->n_ranks;
-        ao.chunks = rs->chunks_avail;
-        ao.memory_limit_mb = limit;
-        ao.order_groups = a->order_groups;
-        const dyn_stage_costs *c1;
-        if ((st = costs_fn(costs_ctx, 1, DYN_RECOMPUTE_NONE, &c1, err)) != DYN_OK) return st;
-        dyn_auto_choice choice;
-        memset(&choice, 0, sizeof choice);
-        choice.order = dyn_calloc((size_t)c1->n_microbatches, sizeof(int32_t), "auto", err);
-        if (choice.order == NULL) return DYN_ERR_NOMEM;
-        st = dyn_schedule_auto(rs->sim, costs_fn, costs_ctx, shapes, &ao, &rs->simopt, &choice, &plan, &own, err);
-        free(choice.order);
-        if (st != DYN_OK) return st;
-        row->chosen_sched = choice.schedule;
-        row->chosen_rc = choice.recompute;
-        costs = &own;
-    } else {
-        int32_t v = row->sched == DYN_SCHED_INTERLEAVED ? chunks : 1;
-        if (row->sched == DYN_SCHED_INTERLEAVED && chunks < 2)
-            return dyn_error_set(err, DYN_ERR_INFEASIBLE, "the interleaved schedule needs --chunks 2 or more");
-        dyn_recompute rc = a->plan.opt.recompute;
-        if ((st = costs_fn(costs_ctx, v, rc, &costs, err)) != DYN_OK) return st;
-        dyn_sched_options so;
-        dyn_sched_options_default(&so);
-        so.n_ranks = rs->n_ranks;
-        so.chunks = v;
-        so.memory_limit_mb = limit;
-        so.recompute = rc;
-        if ((st = dyn_schedule_build((dyn_schedule)row->sched, costs, shapes, &so, &plan, err)) != DYN_OK)
-            return st;
-        row->chosen_sched = row->sched;
-        row->chosen_rc = rc;
-    }
-    row->n_microbatches = costs->n_microbatches;
-    /* A plan is validated before it is used. */
-    if ((st = dyn_exec_plan_validate(&plan, err)) != DYN_OK) goto out;
+    plan_exec_request rq = {
+        .schedule = row->sched,
+        .n_ranks = rs->n_ranks,
+        .chunks = a->plan.opt.chunks,
+        .auto_chunks = rs->chunks_avail,
+        .memory_limit_mb = limit,
+        .recompute = a->plan.opt.recompute,
+        .order_groups = a->order_groups,
+        .replica = 0,
+    };
+    plan_exec_result pe;
+    dyn_status st = plan_exec_build(rs->sim, &rq, costs_fn, costs_ctx, shapes, &rs->simopt, &pe, err);
+    if (st != DYN_OK) return st;
+    row->chosen_sched = pe.schedule;
+    row->chosen_rc = pe.recompute;
+    row->n_microbatches = pe.costs->n_microbatches;
     const dyn_sim_result *res;
     dyn_sim_options quiet = rs->simopt; /* the table needs no events; the trace re-runs */
     quiet.skip_events = 1;
-    if ((st = dyn_sim_run(rs->sim, &plan, costs, &quiet, &res, err)) != DYN_OK) goto out;
+    if ((st = dyn_sim_run(rs->sim, &pe.plan, pe.costs, &quiet, &res, err)) != DYN_OK) goto out;
     if (res->max_peak_mb > limit * (1 + 1e-9)) {
         st = dyn_error_set(err, DYN_ERR_INFEASIBLE, "simulated peak memory %.1f MB exceeds the limit of %.1f MB",
                            res->max_peak_mb, limit);
@@ -387,11 +358,10 @@ static dyn_status run_one(run_state *rs, sim_row *row, dyn_costs_fn costs_fn, vo
         snprintf(title, sizeof title, "%s, %s%s, S=%d, global batch %d", method_name,
                  row->sched == AUTO_SCHEDULE ? "auto: " : "", dyn_schedule_name((dyn_schedule)row->chosen_sched),
                  rs->n_ranks, row->batch);
-        st = record(rs, &plan, costs, title, err);
+        st = record(rs, &pe.plan, pe.costs, title, err);
     }
 out:
-    dyn_exec_plan_free(&plan);
-    dyn_stage_costs_free(&own);
+    plan_exec_result_free(&pe);
     return st;
 }
 
