@@ -1,11 +1,17 @@
-/* args.c — checked number parsing and error printing for the subcommands. */
+/* args.c — checked number parsing, error printing and JSON output for the
+ * subcommands. */
 #include "cli/cli.h"
+
+#include <cjson/cJSON.h>
 
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "util/util.h" /* defines: dyn_file_write_atomic */
 
 void cli_errorf(const char *cmd, const char *fmt, ...)
 {
@@ -68,5 +74,22 @@ int cli_parse_f64(const char *cmd, const char *flag, const char *text, double mi
         return -1;
     }
     *out = v;
+    return 0;
+}
+
+int cli_write_json(const char *cmd, const char *path, const cJSON *root)
+{
+    char *text = cJSON_Print(root);
+    if (text == NULL) {
+        cli_errorf(cmd, "%s: out of memory formatting JSON", path);
+        return -1;
+    }
+    dyn_error err;
+    dyn_status st = dyn_file_write_atomic(path, text, strlen(text), &err);
+    free(text);
+    if (st != DYN_OK) {
+        cli_errorf(cmd, "%s", err.msg);
+        return -1;
+    }
     return 0;
 }

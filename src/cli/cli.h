@@ -29,6 +29,11 @@ int cli_parse_i32(const char *cmd, const char *flag, const char *text, int32_t m
 int cli_parse_f64(const char *cmd, const char *flag, const char *text, double min, double max,
                   double *out);
 
+/* Format root (a cJSON tree) and write it to path atomically; on failure print
+ * the one-line error and return -1 (no file is left), else 0. */
+struct cJSON;
+int cli_write_json(const char *cmd, const char *path, const struct cJSON *root);
+
 /* Subcommands (one file each). */
 int cli_plan_main(int argc, char **argv);     /* cli_plan.c */
 int cli_simulate_main(int argc, char **argv); /* cli_simulate.c */

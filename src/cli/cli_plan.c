@@ -221,25 +221,6 @@ static int emit_exec_plans(const exec_out *eo, const plan_args *a, const plan_in
     return CLI_EXIT_OK;
 }
 
-/* Write root to path atomically; prints the error. */
-static int write_json(const char *path, const cJSON *root)
-{
-    char *text = cJSON_Print(root);
-    if (text == NULL) {
-        cli_errorf(CMD, "%s: out of memory formatting JSON", path);
-        return CLI_EXIT_FAIL;
-    }
-    dyn_error err;
-    size_t len = strlen(text);
-    dyn_status st = dyn_file_write_atomic(path, text, len, &err);
-    free(text);
-    if (st != DYN_OK) {
-        cli_errorf(CMD, "%s", err.msg);
-        return CLI_EXIT_FAIL;
-    }
-    return CLI_EXIT_OK;
-}
-
 int cli_plan_main(int argc, char **argv)
 {
     plan_args a;
@@ -375,7 +356,7 @@ int cli_plan_main(int argc, char **argv)
                "efficiency %.1f%%, peak %.1f MB, mean plan time %.3f ms/batch\n",
                index, total_samples, total_mbs, total_obj, padded ? 100.0 * (double)real / padded : 0,
                max_peak, index ? total_plan / index : 0);
-        if (json_path) rc = write_json(json_path, root);
+        if (json_path && cli_write_json(CMD, json_path, root) != 0) rc = CLI_EXIT_FAIL;
     }
     cJSON_Delete(root);
     dyn_sim_free(eo.sim);

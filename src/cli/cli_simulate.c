@@ -736,20 +736,14 @@ static int write_json(const run_state *rs, const char *path)
         cJSON *o = ok ? row_json(rs, r) : NULL;
         ok &= o != NULL && cJSON_AddItemToArray(results, o);
     }
-    char *text = ok ? cJSON_Print(root) : NULL;
-    cJSON_Delete(root);
-    if (text == NULL) {
+    if (!ok) {
+        cJSON_Delete(root);
         cli_errorf(CMD, "%s: out of memory building JSON", path);
         return -1;
     }
-    dyn_error err;
-    dyn_status st = dyn_file_write_atomic(path, text, strlen(text), &err);
-    free(text);
-    if (st != DYN_OK) {
-        cli_errorf(CMD, "%s", err.msg);
-        return -1;
-    }
-    return 0;
+    int rc = cli_write_json(CMD, path, root);
+    cJSON_Delete(root);
+    return rc;
 }
 
 /* All output files, only after every batch succeeded. */
