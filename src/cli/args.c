@@ -23,6 +23,15 @@ void cli_errorf(const char *cmd, const char *fmt, ...)
     fputc('\n', stderr);
 }
 
+const char *cli_flag_value(const char *cmd, int argc, char **argv, int *i)
+{
+    if (*i + 1 >= argc) {
+        cli_errorf(cmd, "%s needs a value", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
 int cli_parse_i64(const char *cmd, const char *flag, const char *text, int64_t min, int64_t max,
                   int64_t *out)
 {

@@ -20,6 +20,10 @@
 /* Print "dynapipe <cmd>: <message>\n" to stderr. */
 void cli_errorf(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The value of flag argv[*i], advancing *i past it; NULL (error printed)
+ * when the flag is the last argument. */
+const char *cli_flag_value(const char *cmd, int argc, char **argv, int *i);
+
 /* Parse a whole-string integer / number for flag `flag` in [min, max];
  * on failure print a one-line error naming the flag and return -1. */
 int cli_parse_i64(const char *cmd, const char *flag, const char *text, int64_t min, int64_t max,

@@ -238,35 +238,27 @@ int cli_plan_main(int argc, char **argv)
         if (r < 0) return CLI_EXIT_USAGE;
         if (r == 1) continue;
         if (strcmp(argv[i], "--json") == 0) {
-            if (i + 1 >= argc) {
-                cli_errorf(CMD, "--json needs a value");
-                return CLI_EXIT_USAGE;
-            }
-            json_path = argv[++i];
+            if ((json_path = cli_flag_value(CMD, argc, argv, &i)) == NULL) return CLI_EXIT_USAGE;
         } else if (strcmp(argv[i], "--quiet") == 0) {
             verbosity = 0;
         } else if (strcmp(argv[i], "--verbose") == 0) {
             verbosity = 2;
         } else if (strcmp(argv[i], "--show-plan") == 0) {
             eo.show = 1;
-        } else if (strcmp(argv[i], "--plan-out") == 0 || strcmp(argv[i], "--schedule") == 0) {
-            if (i + 1 >= argc) {
-                cli_errorf(CMD, "%s needs a value", argv[i]);
-                return CLI_EXIT_USAGE;
-            }
-            const char *flag = argv[i++];
-            if (strcmp(flag, "--plan-out") == 0) {
-                eo.prefix = argv[i];
-            } else if (strcmp(argv[i], "auto") == 0) {
+        } else if (strcmp(argv[i], "--plan-out") == 0) {
+            if ((eo.prefix = cli_flag_value(CMD, argc, argv, &i)) == NULL) return CLI_EXIT_USAGE;
+        } else if (strcmp(argv[i], "--schedule") == 0) {
+            const char *v = cli_flag_value(CMD, argc, argv, &i);
+            if (v == NULL) return CLI_EXIT_USAGE;
+            dyn_schedule kind;
+            dyn_error err;
+            if (strcmp(v, "auto") == 0) {
                 eo.schedule = PLAN_EXEC_AUTO;
-            } else {
-                dyn_error err;
-                dyn_schedule kind;
-                if (dyn_schedule_parse(argv[i], &kind, &err) != DYN_OK) {
-                    cli_errorf(CMD, "--schedule: %s", err.msg);
-                    return CLI_EXIT_USAGE;
-                }
+            } else if (dyn_schedule_parse(v, &kind, &err) == DYN_OK) {
                 eo.schedule = (int32_t)kind;
+            } else {
+                cli_errorf(CMD, "--schedule: %s", err.msg);
+                return CLI_EXIT_USAGE;
             }
         } else {
             cli_errorf(CMD, "unknown option '%s' (try 'dynapipe plan --help')", argv[i]);

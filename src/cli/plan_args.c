@@ -62,16 +62,6 @@ void plan_args_usage(FILE *out)
             DEFAULT_SYNTHETIC_BATCHES);
 }
 
-/* The value of flag argv[*i], advancing *i; NULL (printed) if missing. */
-static const char *flag_value(const char *cmd, int argc, char **argv, int *i)
-{
-    if (*i + 1 >= argc) {
-        cli_errorf(cmd, "%s needs a value", argv[*i]);
-        return NULL;
-    }
-    return argv[++*i];
-}
-
 static int parse_synthetic(const char *cmd, const char *v, plan_args *a)
 {
     if (strncmp(v, "flan", 4) != 0 || (v[4] != '\0' && v[4] != ':')) {
@@ -109,7 +99,7 @@ int plan_args_parse_one(const char *cmd, plan_args *a, int argc, char **argv, in
     };
     for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
         if (strcmp(f, ints[k].name) != 0) continue;
-        if ((v = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
         if (cli_parse_i32(cmd, f, v, ints[k].min, ints[k].max, ints[k].dst) != 0) return -1;
         if (ints[k].dst == &a->opt.max_seqlen) a->have_max_seqlen = 1;
         if (ints[k].dst == &a->opt.stages) a->have_stages = 1;
@@ -117,42 +107,42 @@ int plan_args_parse_one(const char *cmd, plan_args *a, int argc, char **argv, in
     }
     dyn_error err;
     if (strcmp(f, "--model") == 0) {
-        if ((v = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
         if (dyn_model_kind_parse(v, &a->kind, &err) != DYN_OK) {
             cli_errorf(cmd, "--model: %s", err.msg);
             return -1;
         }
         a->have_kind = 1;
     } else if (strcmp(f, "--model-config") == 0) {
-        if ((a->model_config = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if ((a->model_config = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
     } else if (strcmp(f, "--lengths") == 0) {
-        if ((a->lengths_path = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if ((a->lengths_path = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
     } else if (strcmp(f, "--synthetic") == 0) {
-        if ((v = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
         if (parse_synthetic(cmd, v, a) != 0) return -1;
     } else if (strcmp(f, "--clip") == 0) {
         a->clip = 1;
     } else if (strcmp(f, "--global-batch-tokens") == 0) {
-        if ((v = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
         if (cli_parse_i64(cmd, f, v, 1, INT64_C(1) << 40, &a->global_batch_tokens) != 0) return -1;
     } else if (strcmp(f, "--mb-tokens") == 0) {
-        if ((v = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
         if (cli_parse_i64(cmd, f, v, 1, INT64_C(1) << 40, &a->opt.mb_tokens) != 0) return -1;
     } else if (strcmp(f, "--cost-model") == 0) {
-        if ((a->cost_model = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if ((a->cost_model = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
     } else if (strcmp(f, "--machine") == 0) {
-        if ((a->machine = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if ((a->machine = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
     } else if (strcmp(f, "--memory-limit") == 0) {
-        if ((v = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
         if (cli_parse_f64(cmd, f, v, 1e-6, 1e12, &a->opt.memory_limit_mb) != 0) return -1;
     } else if (strcmp(f, "--recompute") == 0) {
-        if ((v = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
         if (dyn_recompute_parse(v, &a->opt.recompute, &err) != DYN_OK) {
             cli_errorf(cmd, "--recompute: %s", err.msg);
             return -1;
         }
     } else if (strcmp(f, "--method") == 0) {
-        if ((v = flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
         if (dyn_batching_parse(v, &a->opt.method, &err) != DYN_OK) {
             cli_errorf(cmd, "--method: %s", err.msg);
             return -1;
