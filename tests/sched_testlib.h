@@ -1,7 +1,8 @@
 /* sched_testlib.h — helpers the schedule tests share: random stage costs, a
  * small reference simulator of an execution plan written independently of
  * src/sim (max-plus over each rank's instruction list), and extraction of a
- * rank's compute order as text. Header-only so each test stays one file. */
+ * rank's compute order as text. Header-only so each test stays one file.
+ * Include it after <cmocka.h>: tl_build_ok fails the running test. */
 #ifndef DYN_SCHED_TESTLIB_H
 #define DYN_SCHED_TESTLIB_H
 
@@ -166,6 +167,20 @@ static inline double tl_simulate(const dyn_exec_plan *p, const dyn_stage_costs *
     free(bar_cnt);
     free(bar_max);
     return makespan;
+}
+
+/* Build schedule `kind` from costs c (no shapes) and options o into p, and
+ * check it with the plan validator; fails the running test, naming the
+ * schedule and the error, if either step does not return DYN_OK. */
+static inline void tl_build_ok(dyn_schedule kind, const dyn_stage_costs *c, const dyn_sched_options *o,
+                               dyn_exec_plan *p)
+{
+    dyn_error err;
+    dyn_error_clear(&err);
+    if (dyn_schedule_build(kind, c, NULL, o, p, &err) != DYN_OK)
+        fail_msg("%s: %s", dyn_schedule_name(kind), err.msg);
+    if (dyn_exec_plan_validate(p, &err) != DYN_OK)
+        fail_msg("%s: %s", dyn_schedule_name(kind), err.msg);
 }
 
 #endif

@@ -11,18 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sched_testlib.h" /* defines: tl_random_costs, tl_order, tl_simulate */
-
-static void build_ok(dyn_schedule kind, const dyn_stage_costs *c, const dyn_sched_options *o,
-                     dyn_exec_plan *p)
-{
-    dyn_error err;
-    dyn_error_clear(&err);
-    dyn_status st = dyn_schedule_build(kind, c, NULL, o, p, &err);
-    if (st != DYN_OK) fail_msg("%s: %s", dyn_schedule_name(kind), err.msg);
-    st = dyn_exec_plan_validate(p, &err);
-    if (st != DYN_OK) fail_msg("%s: %s", dyn_schedule_name(kind), err.msg);
-}
+#include "sched_testlib.h" /* defines: tl_build_ok, tl_random_costs, tl_order, tl_simulate */
 
 static void test_1f1b_order_s4_m8(void **state)
 {
@@ -40,7 +29,7 @@ static void test_1f1b_order_s4_m8(void **state)
     dyn_sched_options_default(&o);
     o.n_ranks = 4;
     dyn_exec_plan p;
-    build_ok(DYN_SCHED_1F1B, &c, &o, &p);
+    tl_build_ok(DYN_SCHED_1F1B, &c, &o, &p);
     char buf[1024];
     for (int r = 0; r < 4; r++) {
         tl_order(&p, r, buf, sizeof buf);
@@ -62,7 +51,7 @@ static void test_1f1b_instructions_rank1(void **state)
     dyn_sched_options_default(&o);
     o.n_ranks = 2;
     dyn_exec_plan p;
-    build_ok(DYN_SCHED_1F1B, &c, &o, &p);
+    tl_build_ok(DYN_SCHED_1F1B, &c, &o, &p);
     /* Rank 0's send finishes lazily (before its second compute after the
      * forward; there is none, so at the end); rank 1 posts its receive first. */
     const int want0[] = {DYN_OP_LOAD_INPUT, DYN_OP_FORWARD, DYN_OP_FREE_BUFFER, DYN_OP_SEND_ACT_START,
@@ -101,7 +90,7 @@ static void test_interleaved_order_s2_v2_m4(void **state)
     o.n_ranks = 2;
     o.chunks = 2;
     dyn_exec_plan p;
-    build_ok(DYN_SCHED_INTERLEAVED, &c, &o, &p);
+    tl_build_ok(DYN_SCHED_INTERLEAVED, &c, &o, &p);
     char buf[1024];
     for (int r = 0; r < 2; r++) {
         tl_order(&p, r, buf, sizeof buf);
@@ -123,7 +112,7 @@ static void test_cyclic_order_and_barriers(void **state)
     dyn_sched_options_default(&o);
     o.n_ranks = 2;
     dyn_exec_plan p;
-    build_ok(DYN_SCHED_CYCLIC, &c, &o, &p);
+    tl_build_ok(DYN_SCHED_CYCLIC, &c, &o, &p);
     char buf[512];
     tl_order(&p, 0, buf, sizeof buf);
     assert_string_equal(buf, "F0 F1 F2 B0 B1 B2");
@@ -138,7 +127,7 @@ static void test_cyclic_order_and_barriers(void **state)
      * r1 F0), c2 3 (r1 B0 F1), c3 3, c4 2, c5 2 -> 12 ms without latency. */
     assert_true(fabs(tl_simulate(&p, &c, 0) - 12.0) < 1e-9);
     dyn_exec_plan q;
-    build_ok(DYN_SCHED_WAIT_FREE_CYCLIC, &c, &o, &q);
+    tl_build_ok(DYN_SCHED_WAIT_FREE_CYCLIC, &c, &o, &q);
     double wf = tl_simulate(&q, &c, 0);
     assert_true(wf <= 12.0 + 1e-9);
     dyn_exec_plan_free(&p);
@@ -167,12 +156,12 @@ static void test_random_instances_validate(void **state)
             o.n_ranks = S;
             o.chunks = vv;
             dyn_exec_plan p;
-            build_ok((dyn_schedule)k, &c, &o, &p);
+            tl_build_ok((dyn_schedule)k, &c, &o, &p);
             double t = tl_simulate(&p, &c, 0.05);
             assert_true(t > 0);
             if (k == DYN_SCHED_CYCLIC) {
                 dyn_exec_plan q;
-                build_ok(DYN_SCHED_WAIT_FREE_CYCLIC, &c, &o, &q);
+                tl_build_ok(DYN_SCHED_WAIT_FREE_CYCLIC, &c, &o, &q);
                 double twf = tl_simulate(&q, &c, 0.05);
                 /* same lists, barriers removed */
                 for (int32_t r = 0; r < S; r++) {
@@ -213,7 +202,7 @@ static void test_memory_throttling(void **state)
             dyn_sched_options_default(&o);
             o.n_ranks = S;
             dyn_exec_plan p;
-            build_ok((dyn_schedule)k, &c, &o, &p);
+            tl_build_ok((dyn_schedule)k, &c, &o, &p);
             double peak[8], free_peak = 0;
             assert_int_equal(dyn_exec_plan_memory(&p, &c, peak, NULL), DYN_OK);
             for (int r = 0; r < S; r++) if (peak[r] > free_peak) free_peak = peak[r];
@@ -296,8 +285,8 @@ static void test_deterministic(void **state)
     o.n_ranks = 4;
     for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) {
         dyn_exec_plan a, b;
-        build_ok((dyn_schedule)k, &c, &o, &a);
-        build_ok((dyn_schedule)k, &c, &o, &b);
+        tl_build_ok((dyn_schedule)k, &c, &o, &a);
+        tl_build_ok((dyn_schedule)k, &c, &o, &b);
         for (int r = 0; r < 4; r++) {
             assert_int_equal(a.ranks[r].n_instrs, b.ranks[r].n_instrs);
             assert_memory_equal(a.ranks[r].instrs, b.ranks[r].instrs,
@@ -324,13 +313,13 @@ static void test_static_memory_by_hand(void **state)
     o.n_ranks = 2;
     dyn_exec_plan p;
     double peak[2];
-    build_ok(DYN_SCHED_1F1B, &c, &o, &p);
+    tl_build_ok(DYN_SCHED_1F1B, &c, &o, &p);
     assert_int_equal(dyn_exec_plan_memory(&p, &c, peak, NULL), DYN_OK);
     assert_true(fabs(peak[0] - 121) < 1e-9 && fabs(peak[1] - 111) < 1e-9);
     dyn_exec_plan_free(&p);
     /* a 115 MB limit leaves rank 0 one micro-batch in flight: F0 B0 F1 B1 ... */
     o.memory_limit_mb = 115;
-    build_ok(DYN_SCHED_1F1B, &c, &o, &p);
+    tl_build_ok(DYN_SCHED_1F1B, &c, &o, &p);
     char buf[256];
     tl_order(&p, 0, buf, sizeof buf);
     assert_string_equal(buf, "F0 B0 F1 B1 F2 B2");
@@ -356,7 +345,7 @@ static void test_equal_microbatches_closed_forms(void **state)
     dyn_stage_costs c;
     tl_equal_costs(&c, 8, 8, 0.5, 1.0);
     dyn_exec_plan p;
-    build_ok(DYN_SCHED_INTERLEAVED, &c, &o, &p);
+    tl_build_ok(DYN_SCHED_INTERLEAVED, &c, &o, &p);
     double t = tl_simulate(&p, &c, 0);
     if (fabs(t - 28.5) > 1e-9) fail_msg("interleaved makespan %.4f, want 28.5", t);
     dyn_exec_plan_free(&p);
@@ -364,10 +353,10 @@ static void test_equal_microbatches_closed_forms(void **state)
 
     o.chunks = 1;
     tl_equal_costs(&c, 8, 4, 1.0, 2.0);
-    build_ok(DYN_SCHED_ZB, &c, &o, &p);
+    tl_build_ok(DYN_SCHED_ZB, &c, &o, &p);
     double zb = tl_simulate(&p, &c, 0);
     dyn_exec_plan_free(&p);
-    build_ok(DYN_SCHED_1F1B, &c, &o, &p);
+    tl_build_ok(DYN_SCHED_1F1B, &c, &o, &p);
     double f1b = tl_simulate(&p, &c, 0);
     dyn_exec_plan_free(&p);
     dyn_stage_costs_free(&c);

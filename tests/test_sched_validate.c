@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched_testlib.h" /* defines: tl_equal_costs, tl_random_costs */
+#include "sched_testlib.h" /* defines: tl_build_ok, tl_equal_costs, tl_random_costs */
 
 static dyn_instr I(int op, int mb, int stage, int peer, int in, int out)
 {
@@ -165,9 +165,7 @@ static void mutate_generated(int rank, void (*f)(dyn_rank_plan *), const char *a
     dyn_sched_options_default(&o);
     o.n_ranks = 3;
     dyn_exec_plan p;
-    dyn_error err;
-    assert_int_equal(dyn_schedule_build(kind, &c, NULL, &o, &p, &err), DYN_OK);
-    assert_int_equal(dyn_exec_plan_validate(&p, &err), DYN_OK);
+    tl_build_ok(kind, &c, &o, &p);
     dyn_rank_plan *rp = &p.ranks[rank];
     /* room for one duplicated instruction */
     dyn_instr *bigger = realloc(rp->instrs, (size_t)(rp->n_instrs + 1) * sizeof(dyn_instr));
@@ -244,8 +242,7 @@ static void test_barrier_count_mismatch(void **state)
     dyn_sched_options_default(&o);
     o.n_ranks = 2;
     dyn_exec_plan p;
-    assert_int_equal(dyn_schedule_build(DYN_SCHED_CYCLIC, &c, NULL, &o, &p, NULL), DYN_OK);
-    assert_int_equal(dyn_exec_plan_validate(&p, NULL), DYN_OK);
+    tl_build_ok(DYN_SCHED_CYCLIC, &c, &o, &p);
     del(&p.ranks[1], find(&p.ranks[1], DYN_OP_BARRIER, -1));
     expect_invalid(&p, "barriers", "rank 1");
     dyn_exec_plan_free(&p);

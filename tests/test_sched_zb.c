@@ -15,18 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sched_testlib.h" /* defines: tl_equal_costs, tl_random_costs, tl_order, tl_simulate */
-
-static void build_ok(dyn_schedule kind, const dyn_stage_costs *c, const dyn_sched_options *o,
-                     dyn_exec_plan *p)
-{
-    dyn_error err;
-    dyn_error_clear(&err);
-    if (dyn_schedule_build(kind, c, NULL, o, p, &err) != DYN_OK)
-        fail_msg("%s: %s", dyn_schedule_name(kind), err.msg);
-    if (dyn_exec_plan_validate(p, &err) != DYN_OK)
-        fail_msg("%s: %s", dyn_schedule_name(kind), err.msg);
-}
+#include "sched_testlib.h" /* defines: tl_build_ok, tl_equal_costs, tl_random_costs, tl_order, tl_simulate */
 
 /* Equal costs f, b (B), w (W) per unit; stored 10 MB, peak 1 MB, no states. */
 static void split_costs(dyn_stage_costs *c, int32_t M, int32_t S, double f, double b, double w)
@@ -86,7 +75,7 @@ static void test_zb_h1_order_s4_m8(void **state)
     dyn_sched_options_default(&o);
     o.n_ranks = 4;
     dyn_exec_plan p;
-    build_ok(DYN_SCHED_ZB, &c, &o, &p);
+    tl_build_ok(DYN_SCHED_ZB, &c, &o, &p);
     char buf[1024];
     for (int r = 0; r < 4; r++) {
         tl_order(&p, r, buf, sizeof buf);
@@ -95,7 +84,7 @@ static void test_zb_h1_order_s4_m8(void **state)
     double zb = tl_simulate(&p, &c, 0);
     if (fabs(zb - 27.0) > 1e-9) fail_msg("zb makespan %.4f, want 27", zb);
     dyn_exec_plan_free(&p);
-    build_ok(DYN_SCHED_1F1B, &c, &o, &p);
+    tl_build_ok(DYN_SCHED_1F1B, &c, &o, &p);
     assert_true(fabs(tl_simulate(&p, &c, 0) - 33.0) < 1e-9);
     dyn_exec_plan_free(&p);
     dyn_stage_costs_free(&c);
@@ -132,8 +121,8 @@ static void test_zb_h1_closed_form(void **state)
                 dyn_sched_options_default(&o);
                 o.n_ranks = S;
                 dyn_exec_plan z, q;
-                build_ok(DYN_SCHED_ZB, &c, &o, &z);
-                build_ok(DYN_SCHED_1F1B, &c, &o, &q);
+                tl_build_ok(DYN_SCHED_ZB, &c, &o, &z);
+                tl_build_ok(DYN_SCHED_1F1B, &c, &o, &q);
                 double t = tl_simulate(&z, &c, 0), t1 = tl_simulate(&q, &c, 0);
                 if (fabs(t - want) > 1e-9)
                     fail_msg("S=%d M=%d f=%g b=%g w=%g: zb %.6f, ZB-H1 closed form %.6f", S, M, f, b,
@@ -249,8 +238,8 @@ static void test_zb_uneven_keeps_1f1b(void **state)
     dyn_sched_options_default(&o);
     o.n_ranks = 2;
     dyn_exec_plan z, q;
-    build_ok(DYN_SCHED_ZB, &c, &o, &z);
-    build_ok(DYN_SCHED_1F1B, &c, &o, &q);
+    tl_build_ok(DYN_SCHED_ZB, &c, &o, &z);
+    tl_build_ok(DYN_SCHED_1F1B, &c, &o, &q);
     double tz = tl_simulate(&z, &c, 0), tq = tl_simulate(&q, &c, 0);
     if (tz > tq + 1e-9) fail_msg("zb %.4f slower than 1f1b %.4f", tz, tq);
     dyn_exec_plan_free(&z);

@@ -34,7 +34,7 @@ typedef struct pending_send {
 struct sched_emitter {
     dyn_exec_plan *plan;
     const dyn_stage_costs *c;
-    int32_t S, ns, M;
+    int32_t S, ns;
     dyn_recompute rc;
     int32_t *cap;         /* [S] instruction capacity */
     int32_t **free_stack; /* [S][cap] free slots, LIFO */
@@ -101,7 +101,6 @@ dyn_status sched_emitter_create(sched_emitter **out, dyn_exec_plan *plan, dyn_sc
     e->c = c;
     e->S = S;
     e->ns = ns;
-    e->M = M;
     e->rc = opt->recompute;
     e->clock = NULL;
     e->now = INFINITY;

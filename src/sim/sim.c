@@ -56,7 +56,7 @@ typedef struct heap_item {
 
 struct dyn_sim {
     /* capacities */
-    int32_t cap_ranks, cap_instrs, cap_msgs, cap_buckets, cap_slots;
+    int32_t cap_ranks, cap_instrs, cap_buckets, cap_slots;
     /* per rank */
     int32_t *rank_off; /* [R + 1] */
     int32_t *slot_off; /* [R + 1] offsets into the per-slot arrays */
