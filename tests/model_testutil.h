@@ -28,6 +28,41 @@ static inline double tol_ratio(const float *a, const float *b, size_t n, double 
     return worst;
 }
 
+/* Central differences of loss(ctx) at o->trials random entries of x (n
+ * floats) against the analytic gradient g: |fd - g| <= atol + rtol*|fd|.
+ * With o->ld > 0, an entry whose column i % ld is >= o->width (a padding
+ * column) is drawn but not checked. Each mismatch is printed, named o->what;
+ * returns their count. x is left as it was; the last loss call saw x[i]-eps. */
+typedef struct fd_opts {
+    int trials;
+    float eps;
+    double atol, rtol;
+    size_t ld, width;
+    const char *what;
+} fd_opts;
+
+static inline int fd_mismatches(double (*loss)(void *), void *ctx, float *x, const float *g, size_t n,
+                                const fd_opts *o, dyn_rng *rng)
+{
+    int bad = 0;
+    for (int t = 0; t < o->trials; t++) {
+        size_t i = (size_t)dyn_rng_below(rng, n);
+        if (o->ld > 0 && i % o->ld >= o->width) continue;
+        float x0 = x[i];
+        x[i] = x0 + o->eps;
+        double lp = loss(ctx);
+        x[i] = x0 - o->eps;
+        double lm = loss(ctx);
+        x[i] = x0;
+        double fd = (lp - lm) / (2.0 * o->eps);
+        if (fabs(fd - g[i]) > o->atol + o->rtol * fabs(fd)) {
+            fprintf(stderr, "%s[%zu]: fd %.6f analytic %.6f\n", o->what, i, fd, g[i]);
+            bad++;
+        }
+    }
+    return bad;
+}
+
 static inline void *xcalloc(size_t n, size_t sz)
 {
     void *p = calloc(n ? n : 1, sz);
