@@ -9,7 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "util/rng.h" /* defines: dyn_rng, dyn_rng_seed, dyn_rng_uniform */
+#include "model/layout.h" /* defines: dyn_layout_create_* */
+#include "util/rng.h"     /* defines: dyn_rng, dyn_rng_seed, dyn_rng_uniform */
 
 /* Uniform in [-scale, scale). */
 static inline void fill_uniform(float *x, size_t n, float scale, dyn_rng *rng)
@@ -71,6 +72,27 @@ static inline void *xcalloc(size_t n, size_t sz)
         abort();
     }
     return p;
+}
+
+/* Layouts that must build (test inputs are valid); abort otherwise. */
+static inline dyn_layout *lay_padded(const int32_t *lens, int B, int T)
+{
+    dyn_layout *l = dyn_layout_create_padded(lens, B, T, NULL);
+    if (!l) {
+        fprintf(stderr, "test: padded layout refused\n");
+        abort();
+    }
+    return l;
+}
+
+static inline dyn_layout *lay_packed(const int32_t *lens, const int32_t *counts, int B, int T, int docmask)
+{
+    dyn_layout *l = dyn_layout_create_packed(lens, counts, B, T, docmask, NULL);
+    if (!l) {
+        fprintf(stderr, "test: packed layout refused\n");
+        abort();
+    }
+    return l;
 }
 
 #endif

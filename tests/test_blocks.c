@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "model/blocks.h"   /* defines: dyn_gpt_block_*, dyn_t5_* */
-#include "model_testutil.h" /* defines: fill_uniform, tol_ratio, fd_mismatches, xcalloc */
+#include "model_testutil.h" /* defines: fill_uniform, tol_ratio, fd_mismatches, lay_*, xcalloc */
 
 enum { GPT = 0, ENC = 1, DEC = 2 };
 
@@ -190,19 +190,6 @@ static void fd_block(int kind, const dyn_layout *lay, const dyn_layout *elay, in
 static const dyn_block_dims GPT_D = {16, 2, 8, 64, 2};
 static const dyn_block_dims T5_D = {16, 2, 6, 20, 2}; /* inner 12 != C */
 
-static dyn_layout *lay_padded(const int32_t *lens, int B, int T)
-{
-    dyn_layout *l = dyn_layout_create_padded(lens, B, T, NULL);
-    assert_non_null(l);
-    return l;
-}
-
-static dyn_layout *lay_packed(const int32_t *lens, const int32_t *counts, int B, int T, int dm)
-{
-    dyn_layout *l = dyn_layout_create_packed(lens, counts, B, T, dm, NULL);
-    assert_non_null(l);
-    return l;
-}
 
 static void test_gpt_block_fd(void **state)
 {
