@@ -13,7 +13,7 @@
 
 #include "model/layers.h"        /* defines: dyn_attention_*, dyn_t5_bucket */
 #include "model/layout.h"        /* defines: dyn_layout_create_* */
-#include "model_testutil.h"      /* defines: fill_uniform, tol_ratio, xcalloc */
+#include "model_testutil.h"      /* defines: fill_uniform, tol_ratio, fd_mismatches, lay_*, xcalloc */
 
 /* One attention problem: layouts, config, inputs, and outputs of both
  * kernels. q/k/v are stored with row strides ldq/ldk/ldv wider than NH*HD
@@ -154,20 +154,6 @@ static void check_fast_vs_ref(problem *p)
     result_free(&r);
 }
 
-static dyn_layout *padded(const int32_t *lens, int B, int T)
-{
-    dyn_layout *l = dyn_layout_create_padded(lens, B, T, NULL);
-    assert_non_null(l);
-    return l;
-}
-
-static dyn_layout *packed(const int32_t *lens, const int32_t *counts, int B, int T, int docmask)
-{
-    dyn_layout *l = dyn_layout_create_packed(lens, counts, B, T, docmask, NULL);
-    assert_non_null(l);
-    return l;
-}
-
 static void test_fast_matches_ref_padded(void **state)
 {
     (void)state;
@@ -175,7 +161,7 @@ static void test_fast_matches_ref_padded(void **state)
     for (int causal = 0; causal <= 1; causal++)
         for (int bias = 0; bias <= 1; bias++) {
             problem p;
-            problem_init(&p, padded(lens, 3, 160), NULL, 2, 16, causal, bias, !causal, 2, 11);
+            problem_init(&p, lay_padded(lens, 3, 160), NULL, 2, 16, causal, bias, !causal, 2, 11);
             check_fast_vs_ref(&p);
             problem_free(&p);
         }
@@ -190,7 +176,7 @@ static void test_fast_matches_ref_docmask(void **state)
     for (int causal = 0; causal <= 1; causal++)
         for (int bias = 0; bias <= 1; bias++) {
             problem p;
-            problem_init(&p, packed(lens, counts, 2, 200, 1), NULL, 2, 8, causal, bias, !causal, 2, 12);
+            problem_init(&p, lay_packed(lens, counts, 2, 200, 1), NULL, 2, 8, causal, bias, !causal, 2, 12);
             check_fast_vs_ref(&p);
             problem_free(&p);
         }
@@ -202,7 +188,7 @@ static void test_fast_matches_ref_nomask(void **state)
     const int32_t lens[4] = {40, 50, 100, 30};
     const int32_t counts[2] = {2, 2};
     problem p;
-    problem_init(&p, packed(lens, counts, 2, 140, 0), NULL, 3, 8, 1, 0, 0, 2, 13);
+    problem_init(&p, lay_packed(lens, counts, 2, 140, 0), NULL, 3, 8, 1, 0, 0, 2, 13);
     assert_int_equal(p.ql->n_seg, 2);
     check_fast_vs_ref(&p);
     problem_free(&p);
@@ -216,7 +202,7 @@ static void test_fast_matches_ref_cross(void **state)
     const int32_t elens[3] = {150, 3, 80};
     const int32_t counts[2] = {2, 1};
     problem p;
-    problem_init(&p, packed(dlens, counts, 2, 96, 1), packed(elens, counts, 2, 160, 1), 2, 16, 0,
+    problem_init(&p, lay_packed(dlens, counts, 2, 96, 1), lay_packed(elens, counts, 2, 160, 1), 2, 16, 0,
                  0, 0, 2, 14);
     check_fast_vs_ref(&p);
     problem_free(&p);
@@ -249,16 +235,16 @@ static void test_fast_matches_ref_random_layouts(void **state)
         }
         dyn_layout *ql, *kl = NULL;
         if (kind == DYN_LAYOUT_PADDED) {
-            ql = padded(lens, B, T);
-            if (cross) kl = padded(elens, B, 150);
+            ql = lay_padded(lens, B, T);
+            if (cross) kl = lay_padded(elens, B, 150);
         } else {
-            ql = packed(lens, counts, B, T, kind == DYN_LAYOUT_PACKED_DOCMASK);
+            ql = lay_packed(lens, counts, B, T, kind == DYN_LAYOUT_PACKED_DOCMASK);
             if (cross) {
                 /* Cross pairs segments by index: give the encoder one
                  * segment per query segment. */
                 int32_t ecounts[3] = {0, 0, 0};
                 ecounts[0] = ql->n_seg;
-                kl = packed(elens, ecounts, B, 150 * ql->n_seg, 1);
+                kl = lay_packed(elens, ecounts, B, 150 * ql->n_seg, 1);
             }
         }
         int causal = cross ? 0 : (int)dyn_rng_below(&rng, 2);
@@ -275,7 +261,7 @@ static void test_fast_matches_ref_long(void **state)
     (void)state;
     const int32_t lens[1] = {700};
     problem p;
-    problem_init(&p, padded(lens, 1, 720), NULL, 2, 32, 1, 1, 0, 2, 15);
+    problem_init(&p, lay_padded(lens, 1, 720), NULL, 2, 32, 1, 1, 0, 2, 15);
     check_fast_vs_ref(&p);
     problem_free(&p);
 }
@@ -291,26 +277,25 @@ static double ref_loss(problem *p, float *out, float *lse)
     return L;
 }
 
+typedef struct ref_ctx {
+    problem *p;
+    float *out, *lse;
+} ref_ctx;
+
+static double ref_loss_cb(void *c)
+{
+    ref_ctx *r = c;
+    return ref_loss(r->p, r->out, r->lse);
+}
+
+/* With stride_ld > 0, entries in columns >= W of each row are padding and
+ * are not checked. */
 static void fd_check(problem *p, float *x, const float *g, size_t n, int stride_ld, int W,
                      dyn_rng *rng, float *out, float *lse)
 {
-    const float eps = 1e-2f;
-    for (int trial = 0; trial < 25; trial++) {
-        size_t i = (size_t)dyn_rng_below(rng, n);
-        if (stride_ld > 0 && (int)(i % (size_t)stride_ld) >= W) continue;
-        float x0 = x[i];
-        x[i] = x0 + eps;
-        double lp = ref_loss(p, out, lse);
-        x[i] = x0 - eps;
-        double lm = ref_loss(p, out, lse);
-        x[i] = x0;
-        double fd = (lp - lm) / (2.0 * eps);
-        double err = fabs(fd - g[i]);
-        if (err > 5e-4 + 5e-3 * fabs(fd)) {
-            fprintf(stderr, "fd mismatch at %zu: fd %.6f analytic %.6f\n", i, fd, g[i]);
-            fail();
-        }
-    }
+    ref_ctx c = {p, out, lse};
+    const fd_opts o = {25, 1e-2f, 5e-4, 5e-3, (size_t)(stride_ld > 0 ? stride_ld : 0), (size_t)W, "x"};
+    assert_int_equal(fd_mismatches(ref_loss_cb, &c, x, g, n, &o, rng), 0);
 }
 
 static void test_ref_backward_matches_finite_differences(void **state)
@@ -320,7 +305,7 @@ static void test_ref_backward_matches_finite_differences(void **state)
     const int32_t counts[2] = {2, 1};
     for (int causal = 0; causal <= 1; causal++) {
         problem p;
-        problem_init(&p, packed(lens, counts, 2, 24, 1), NULL, 2, 4, causal, 1, !causal, 1, 21);
+        problem_init(&p, lay_packed(lens, counts, 2, 24, 1), NULL, 2, 4, causal, 1, !causal, 1, 21);
             result r;
         result_alloc(&r, &p);
         run_ref(&r, &p);
@@ -364,7 +349,7 @@ static void test_deterministic_across_runs_and_threads(void **state)
     result r[3];
     for (int run = 0; run < 3; run++) {
         problem p;
-        problem_init(&p, packed(lens, counts, 2, 260, 1), NULL, 4, 8, 1, 1, 0, run == 2 ? 1 : 2, 31);
+        problem_init(&p, lay_packed(lens, counts, 2, 260, 1), NULL, 4, 8, 1, 1, 0, run == 2 ? 1 : 2, 31);
             result_alloc(&r[run], &p);
         run_fast(&r[run], &p);
         if (run > 0) {
@@ -384,7 +369,7 @@ static void test_layout_constructors(void **state)
     (void)state;
     const int32_t lens[4] = {3, 2, 4, 1};
     const int32_t counts[2] = {2, 2};
-    dyn_layout *d = packed(lens, counts, 2, 6, 1), *n = packed(lens, counts, 2, 6, 0);
+    dyn_layout *d = lay_packed(lens, counts, 2, 6, 1), *n = lay_packed(lens, counts, 2, 6, 0);
     int32_t pos[12];
     float mask[12];
     dyn_layout_positions(d, pos);

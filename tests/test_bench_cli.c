@@ -11,13 +11,14 @@
 #include <string.h>
 #include <sys/wait.h>
 
-/* Run the CLI with args; capture stdout+stderr into buf; return exit code. */
-static int run_cli(const char *args, char *buf, size_t cap)
+/* Run the CLI with args, after the command prefix env (e.g. "env -u X ");
+ * capture stdout+stderr into buf; return exit code. */
+static int run_cli_env(const char *env, const char *args, char *buf, size_t cap)
 {
     const char *cli = getenv("DYN_CLI");
     assert_non_null(cli);
     char cmd[1024];
-    snprintf(cmd, sizeof(cmd), "'%s' %s 2>&1", cli, args);
+    snprintf(cmd, sizeof(cmd), "%s'%s' %s 2>&1", env, cli, args);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
     size_t n = fread(buf, 1, cap - 1, p);
@@ -25,6 +26,8 @@ static int run_cli(const char *args, char *buf, size_t cap)
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+static int run_cli(const char *args, char *buf, size_t cap) { return run_cli_env("", args, buf, cap); }
 
 static void test_bench_layer_gpt_runs(void **state)
 {
@@ -56,16 +59,10 @@ static void test_bench_layer_sets_wait_policy(void **state)
     assert_int_equal(rc, 0);
     assert_non_null(strstr(out, "OpenBLAS openmp"));
     /* ctest sets PASSIVE itself; check the re-execution path without it. */
-    char cmd[256];
-    snprintf(cmd, sizeof(cmd), "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT '%s'", getenv("DYN_CLI"));
-    char buf[1024];
-    snprintf(buf, sizeof(buf), "%s bench layer --model gpt --hidden 32 --heads 4 --batch 1 --seq 8 "
-             "--repeat 1 2>&1", cmd);
-    FILE *p = popen(buf, "r");
-    assert_non_null(p);
-    size_t n = fread(out, 1, sizeof(out) - 1, p);
-    out[n] = '\0';
-    assert_int_equal(pclose(p), 0);
+    rc = run_cli_env("env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT ",
+                     "bench layer --model gpt --hidden 32 --heads 4 --batch 1 --seq 8 --repeat 1", out,
+                     sizeof(out));
+    assert_int_equal(rc, 0);
     const char *first = strstr(out, "OMP_WAIT_POLICY PASSIVE");
     assert_non_null(first);
     assert_null(strstr(first + 1, "OMP_WAIT_POLICY")); /* printed once */

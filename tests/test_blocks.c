@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "model/blocks.h"   /* defines: dyn_gpt_block_*, dyn_t5_* */
-#include "model_testutil.h" /* defines: fill_uniform, tol_ratio, xcalloc */
+#include "model_testutil.h" /* defines: fill_uniform, tol_ratio, fd_mismatches, lay_*, xcalloc */
 
 enum { GPT = 0, ENC = 1, DEC = 2 };
 
@@ -156,27 +156,13 @@ static double blk_loss(blk *b)
     return L;
 }
 
+static double blk_loss_cb(void *b) { return blk_loss(b); }
+
 static void fd_compare(blk *b, float *x, const float *g, size_t n, int trials, dyn_rng *rng,
                        const char *what)
 {
-    const float eps = 1e-2f;
-    int checked = 0;
-    for (int t = 0; t < trials; t++) {
-        size_t i = (size_t)dyn_rng_below(rng, n);
-        float x0 = x[i];
-        x[i] = x0 + eps;
-        double lp = blk_loss(b);
-        x[i] = x0 - eps;
-        double lm = blk_loss(b);
-        x[i] = x0;
-        double fd = (lp - lm) / (2.0 * eps);
-        if (fabs(fd - g[i]) > 1e-3 + 5e-3 * fabs(fd)) {
-            fprintf(stderr, "%s[%zu]: fd %.6f analytic %.6f\n", what, i, fd, g[i]);
-            fail();
-        }
-        checked++;
-    }
-    assert_true(checked == trials);
+    const fd_opts o = {trials, 1e-2f, 1e-3, 5e-3, 0, 0, what};
+    assert_int_equal(fd_mismatches(blk_loss_cb, b, x, g, n, &o, rng), 0);
 }
 
 static void fd_block(int kind, const dyn_layout *lay, const dyn_layout *elay, int with_rel,
@@ -204,19 +190,6 @@ static void fd_block(int kind, const dyn_layout *lay, const dyn_layout *elay, in
 static const dyn_block_dims GPT_D = {16, 2, 8, 64, 2};
 static const dyn_block_dims T5_D = {16, 2, 6, 20, 2}; /* inner 12 != C */
 
-static dyn_layout *lay_padded(const int32_t *lens, int B, int T)
-{
-    dyn_layout *l = dyn_layout_create_padded(lens, B, T, NULL);
-    assert_non_null(l);
-    return l;
-}
-
-static dyn_layout *lay_packed(const int32_t *lens, const int32_t *counts, int B, int T, int dm)
-{
-    dyn_layout *l = dyn_layout_create_packed(lens, counts, B, T, dm, NULL);
-    assert_non_null(l);
-    return l;
-}
 
 static void test_gpt_block_fd(void **state)
 {

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "model/layers.h"   /* defines: the kernels under test */
-#include "model_testutil.h" /* defines: fill_uniform, tol_ratio, xcalloc */
+#include "model_testutil.h" /* defines: fill_uniform, tol_ratio, fd_mismatches, xcalloc */
 
 /* A kernel under test: fwd computes out from the current inputs; the
  * harness forms L = sum(out ∘ R). */
@@ -32,25 +32,15 @@ static double kloss(kcase *k)
     return L;
 }
 
+static double kloss_cb(void *k) { return kloss(k); }
+
 /* Central differences on `trials` random entries of x (n floats) vs the
  * analytic gradient g. */
 static void fd_compare(kcase *k, float *x, const float *g, size_t n, int trials, float eps,
                        dyn_rng *rng)
 {
-    for (int t = 0; t < trials; t++) {
-        size_t i = (size_t)dyn_rng_below(rng, n);
-        float x0 = x[i];
-        x[i] = x0 + eps;
-        double lp = kloss(k);
-        x[i] = x0 - eps;
-        double lm = kloss(k);
-        x[i] = x0;
-        double fd = (lp - lm) / (2.0 * eps);
-        if (fabs(fd - g[i]) > 5e-4 + 3e-3 * fabs(fd)) {
-            fprintf(stderr, "fd mismatch at %zu: fd %.6f analytic %.6f\n", i, fd, g[i]);
-            fail();
-        }
-    }
+    const fd_opts o = {trials, eps, 5e-4, 3e-3, 0, 0, "x"};
+    assert_int_equal(fd_mismatches(kloss_cb, k, x, g, n, &o, rng), 0);
     kloss(k); /* leave out consistent with unperturbed inputs */
 }
 

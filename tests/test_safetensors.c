@@ -109,61 +109,51 @@ static void test_bad_files_are_rejected(void **state)
     tmp_path(path, sizeof path, "bad");
     float d[4] = {1, 2, 3, 4};
 
-    write_raw(path, "", NULL, 0, 0);
-    FILE *fp = fopen(path, "wb"); /* 3 bytes: not even a length */
-    assert_int_equal(fwrite("abc", 1, 3, fp), 3);
-    fclose(fp);
+    /* 3 bytes: not even a length */
+    dyn_error err;
+    assert_int_equal(dyn_file_write_atomic(path, "abc", 3, &err), DYN_OK);
     expect_bad(path, "truncated");
 
-    write_raw(path, "{\"a\":{}}", NULL, 0, 1000);
-    expect_bad(path, "header length 1000 does not fit");
-
-    write_raw(path, "{\"a\": [1, 2", NULL, 0, 0);
-    expect_bad(path, "not a valid JSON object");
-
-    write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4]}}", d, 16, 0);
-    expect_bad(path, "'a' needs dtype");
-
-    write_raw(path, "{\"a\":{\"dtype\":\"Q4\",\"shape\":[4],\"data_offsets\":[0,16]}}", d, 16, 0);
-    expect_bad(path, "'a': unknown dtype 'Q4'");
-
-    /* truncated data: header promises 16 bytes, 8 present */
-    write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", d, 8, 0);
-    expect_bad(path, "'a': data_offsets [0, 16] beyond the 8 data bytes");
-
-    write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,16]}}", d, 16, 0);
-    expect_bad(path, "'a': 16 data bytes, but F32 of shape needs 12");
-
-    write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[-3],\"data_offsets\":[0,16]}}", d, 16, 0);
-    expect_bad(path, "'a': shape[0] is not a valid size");
-
-    write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", d, 16, 0);
-    expect_bad(path, "'a': data_offsets must be");
-
-    write_raw(path,
-              "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-              "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
-              d, 12, 0);
-    expect_bad(path, "'b' data [4, 12) overlaps tensor 'a'");
-
-    write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", d, 16, 0);
-    expect_bad(path, "hole of 8 bytes before tensor 'a'");
-
-    write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", d, 16, 0);
-    expect_bad(path, "8 trailing data bytes");
-
-    write_raw(path,
-              "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-              "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
-              d, 8, 0);
-    expect_bad(path, "duplicate tensor 'a'");
-
-    write_raw(path, "{\"__metadata__\":{\"k\":3}}", NULL, 0, 0);
-    expect_bad(path, "value of 'k' is not a string");
+    /* Each header (with dlen bytes of d after it) must be refused naming
+     * what is wrong; hlen != 0 overrides the stored header length. */
+    static const struct { const char *header; size_t dlen; uint64_t hlen; const char *needle; } bad[] = {
+        {"{\"a\":{}}",
+         0, 1000, "header length 1000 does not fit"},
+        {"{\"a\": [1, 2",
+         0, 0, "not a valid JSON object"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4]}}",
+         16, 0, "'a' needs dtype"},
+        {"{\"a\":{\"dtype\":\"Q4\",\"shape\":[4],\"data_offsets\":[0,16]}}",
+         16, 0, "'a': unknown dtype 'Q4'"},
+        /* truncated data: header promises 16 bytes, 8 present */
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",
+         8, 0, "'a': data_offsets [0, 16] beyond the 8 data bytes"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,16]}}",
+         16, 0, "'a': 16 data bytes, but F32 of shape needs 12"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[-3],\"data_offsets\":[0,16]}}",
+         16, 0, "'a': shape[0] is not a valid size"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}",
+         16, 0, "'a': data_offsets must be"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+         12, 0, "'b' data [4, 12) overlaps tensor 'a'"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+         16, 0, "hole of 8 bytes before tensor 'a'"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+         16, 0, "8 trailing data bytes"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+         "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+         8, 0, "duplicate tensor 'a'"},
+        {"{\"__metadata__\":{\"k\":3}}",
+         0, 0, "value of 'k' is not a string"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_raw(path, bad[i].header, d, bad[i].dlen, bad[i].hlen);
+        expect_bad(path, bad[i].needle);
+    }
 
     /* A well-formed F16 tensor opens, but reading it as F32 is refused. */
     write_raw(path, "{\"h\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", d, 4, 0);
-    dyn_error err;
     dyn_safetensors *st = dyn_safetensors_open(path, &err);
     assert_non_null(st);
     int64_t s2[1] = {2};

@@ -10,8 +10,10 @@
 
 #include "model/layers.h" /* defines: dyn_attn_cfg, dyn_t5_bucket */
 
-/* Probabilities P (Lq × Lk, double) of pair (qs, ks), head h; masked = 0. */
-static void ref_probs(double *P, const float *q, int ldq, const float *k, int ldk,
+/* Probabilities P (Lq × Lk, double) of pair (qs, ks), head h; masked = 0.
+ * If lse_row is not NULL, lse_row[a] receives query a's log-sum-exp of the
+ * raw scores, in double until the final rounding. */
+static void ref_probs(double *P, float *lse_row, const float *q, int ldq, const float *k, int ldk,
                       const float *rel_bias, const dyn_segment *qs, const dyn_segment *ks, int h,
                       int Tq, int Tk, const dyn_attn_cfg *cfg)
 {
@@ -42,6 +44,7 @@ static void ref_probs(double *P, const float *q, int ldq, const float *k, int ld
             sum += p[c];
         }
         for (int c = 0; c < ks->len; c++) p[c] /= sum;
+        if (lse_row) lse_row[a] = (float)(mx + log(sum));
     }
 }
 
@@ -58,7 +61,8 @@ int dyn_attention_forward_ref(float *out, float *lse, const float *q, int ldq, c
         double *P = malloc((size_t)qs->len * ks->len * sizeof(double));
         if (!P) return 1;
         for (int h = 0; h < NH; h++) {
-            ref_probs(P, q, ldq, k, ldk, rel_bias, qs, ks, h, Tq, Tk, cfg);
+            ref_probs(P, lse + ((size_t)qs->row * NH + h) * Tq + qs->start, q, ldq, k, ldk, rel_bias,
+                      qs, ks, h, Tq, Tk, cfg);
             for (int a = 0; a < qs->len; a++) {
                 size_t row = (size_t)qs->row * Tq + qs->start + a;
                 for (int x = 0; x < HD; x++) {
@@ -68,32 +72,6 @@ int dyn_attention_forward_ref(float *out, float *lse, const float *q, int ldq, c
                                v[((size_t)ks->row * Tk + ks->start + c) * ldv + (size_t)h * HD + x];
                     out[row * ldo + (size_t)h * HD + x] = (float)acc;
                 }
-                /* lse from the raw scores, recomputed in double. */
-                const float *qa = q + row * ldq + (size_t)h * HD;
-                double mx = -INFINITY, sum = 0.0;
-                double *sc = malloc((size_t)ks->len * sizeof(double));
-                if (!sc) {
-                    free(P);
-                    return 1;
-                }
-                for (int c = 0; c < ks->len; c++) {
-                    sc[c] = -INFINITY;
-                    if (cfg->causal && c > a) continue;
-                    const float *kc = k + ((size_t)ks->row * Tk + ks->start + c) * ldk + (size_t)h * HD;
-                    double d = 0.0;
-                    for (int x = 0; x < HD; x++) d += (double)qa[x] * kc[x];
-                    d *= cfg->scale;
-                    if (rel_bias)
-                        d += rel_bias[(size_t)h * cfg->num_buckets +
-                                      dyn_t5_bucket(c - a, cfg->bidirectional, cfg->num_buckets,
-                                                    cfg->max_distance)];
-                    sc[c] = d;
-                    if (d > mx) mx = d;
-                }
-                for (int c = 0; c < ks->len; c++)
-                    if (sc[c] != -INFINITY) sum += exp(sc[c] - mx);
-                free(sc);
-                lse[((size_t)qs->row * NH + h) * Tq + qs->start + a] = (float)(mx + log(sum));
             }
         }
         free(P);
@@ -124,7 +102,7 @@ int dyn_attention_backward_ref(float *dq, float *dk, float *dv, float *drel_bias
             return 1;
         }
         for (int h = 0; h < NH; h++) {
-            ref_probs(P, q, ldq, k, ldk, rel_bias, qs, ks, h, Tq, Tk, cfg);
+            ref_probs(P, NULL, q, ldq, k, ldk, rel_bias, qs, ks, h, Tq, Tk, cfg);
             /* dP = dO Vᵀ, dS = P (dP - rowsum(P dP)); dV = Pᵀ dO. */
             for (int a = 0; a < Lq; a++) {
                 const float *g = dout + ((size_t)qs->row * Tq + qs->start + a) * ldo + (size_t)h * HD;

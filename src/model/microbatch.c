@@ -78,8 +78,35 @@ static dyn_status fill(dyn_microbatch *mb, const dyn_token_sample *s, dyn_error 
     return DYN_OK;
 }
 
-static dyn_microbatch *finish(dyn_microbatch *mb, const dyn_token_sample *s, dyn_error *err)
+/* A micro-batch shell for n samples, with each sample's length in the
+ * (encoder or GPT) layout in *lens and in the decoder layout in *dlens, which
+ * finish() frees. NULL when out of memory. */
+static dyn_microbatch *begin(dyn_model_kind kind, const dyn_token_sample *s, int32_t n, int32_t **lens,
+                             int32_t **dlens, dyn_error *err)
 {
+    dyn_microbatch *mb = dyn_calloc(1, sizeof *mb, "micro-batch", err);
+    *lens = dyn_calloc((size_t)n, sizeof(int32_t), "micro-batch lengths", err);
+    *dlens = dyn_calloc((size_t)n, sizeof(int32_t), "micro-batch lengths", err);
+    if (mb == NULL || *lens == NULL || *dlens == NULL) {
+        free(mb);
+        free(*lens);
+        free(*dlens);
+        return NULL;
+    }
+    mb->kind = kind;
+    mb->n_samples = n;
+    for (int32_t i = 0; i < n; i++) {
+        (*lens)[i] = kind == DYN_MODEL_GPT ? s[i].input_len + s[i].target_len : s[i].input_len;
+        (*dlens)[i] = s[i].target_len;
+    }
+    return mb;
+}
+
+static dyn_microbatch *finish(dyn_microbatch *mb, const dyn_token_sample *s, int32_t *lens, int32_t *dlens,
+                              dyn_error *err)
+{
+    free(lens);
+    free(dlens);
     if (mb->lay == NULL || (mb->kind == DYN_MODEL_T5 && mb->dec_lay == NULL) || fill(mb, s, err) != DYN_OK) {
         dyn_microbatch_free(mb);
         return NULL;
@@ -91,29 +118,17 @@ dyn_microbatch *dyn_microbatch_create_padded(dyn_model_kind kind, const dyn_toke
                                              dyn_error *err)
 {
     if (check_samples(s, n, err) != DYN_OK) return NULL;
-    dyn_microbatch *mb = dyn_calloc(1, sizeof *mb, "micro-batch", err);
-    int32_t *lens = dyn_calloc((size_t)n, sizeof(int32_t), "micro-batch lengths", err);
-    int32_t *dlens = dyn_calloc((size_t)n, sizeof(int32_t), "micro-batch lengths", err);
-    if (mb == NULL || lens == NULL || dlens == NULL) {
-        free(mb);
-        free(lens);
-        free(dlens);
-        return NULL;
-    }
-    mb->kind = kind;
-    mb->n_samples = n;
+    int32_t *lens, *dlens;
+    dyn_microbatch *mb = begin(kind, s, n, &lens, &dlens, err);
+    if (mb == NULL) return NULL;
     int32_t T = 0, Td = 0;
     for (int32_t i = 0; i < n; i++) {
-        lens[i] = kind == DYN_MODEL_GPT ? s[i].input_len + s[i].target_len : s[i].input_len;
-        dlens[i] = s[i].target_len;
         if (lens[i] > T) T = lens[i];
         if (dlens[i] > Td) Td = dlens[i];
     }
     mb->lay = dyn_layout_create_padded(lens, n, T, err);
     if (mb->lay && kind == DYN_MODEL_T5) mb->dec_lay = dyn_layout_create_padded(dlens, n, Td, err);
-    free(lens);
-    free(dlens);
-    return finish(mb, s, err);
+    return finish(mb, s, lens, dlens, err);
 }
 
 dyn_microbatch *dyn_microbatch_create_packed(dyn_model_kind kind, const dyn_token_sample *s, int32_t n,
@@ -133,28 +148,18 @@ dyn_microbatch *dyn_microbatch_create_packed(dyn_model_kind kind, const dyn_toke
         }
         total += row_counts[b];
     }
-    if (B < 1 || total != n) {
+    if (total != n) {
         dyn_error_set(err, DYN_ERR_INVALID_ARG, "row counts of %d rows place %lld samples, expected %d", B,
                       (long long)total, n);
         return NULL;
     }
-    dyn_microbatch *mb = dyn_calloc(1, sizeof *mb, "micro-batch", err);
-    int32_t *lens = dyn_calloc((size_t)n, sizeof(int32_t), "micro-batch lengths", err);
-    int32_t *dlens = dyn_calloc((size_t)n, sizeof(int32_t), "micro-batch lengths", err);
-    if (mb == NULL || lens == NULL || dlens == NULL) {
-        free(mb);
-        free(lens);
-        free(dlens);
-        return NULL;
-    }
-    mb->kind = kind;
-    mb->n_samples = n;
+    int32_t *lens, *dlens;
+    dyn_microbatch *mb = begin(kind, s, n, &lens, &dlens, err);
+    if (mb == NULL) return NULL;
     int32_t k = 0, autoT = 0, autoTd = 0;
     for (int32_t b = 0; b < B; b++) {
         int32_t used = 0, dused = 0;
         for (int32_t c = 0; c < row_counts[b]; c++, k++) {
-            lens[k] = kind == DYN_MODEL_GPT ? s[k].input_len + s[k].target_len : s[k].input_len;
-            dlens[k] = s[k].target_len;
             used += lens[k];
             dused += dlens[k];
         }
@@ -165,7 +170,5 @@ dyn_microbatch *dyn_microbatch_create_packed(dyn_model_kind kind, const dyn_toke
     if (Td <= 0) Td = autoTd;
     mb->lay = dyn_layout_create_packed(lens, row_counts, B, T, docmask, err);
     if (mb->lay && kind == DYN_MODEL_T5) mb->dec_lay = dyn_layout_create_packed(dlens, row_counts, B, Td, docmask, err);
-    free(lens);
-    free(dlens);
-    return finish(mb, s, err);
+    return finish(mb, s, lens, dlens, err);
 }

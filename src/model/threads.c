@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "model/threads.h" /* defines: dyn_threads_* */
+#include "util/util.h"     /* defines: dyn_file_read_all */
 
 static int g_threads = 1;
 
@@ -15,24 +16,11 @@ static int g_threads = 1;
  * malloc'd NULL-terminated array whose strings live in *buf, or NULL. */
 static char **read_cmdline(char **buf)
 {
-    FILE *f = fopen("/proc/self/cmdline", "rb");
-    if (f == NULL) return NULL;
-    size_t cap = 4096, len = 0;
-    char *b = malloc(cap);
-    while (b != NULL) {
-        len += fread(b + len, 1, cap - len, f);
-        if (len < cap) break;
-        char *nb = realloc(b, cap * 2);
-        if (nb == NULL) {
-            free(b);
-            b = NULL;
-            break;
-        }
-        b = nb;
-        cap *= 2;
-    }
-    fclose(f);
-    if (b == NULL || len == 0 || b[len - 1] != '\0') {
+    char *b = NULL;
+    size_t len = 0;
+    dyn_error err;
+    if (dyn_file_read_all("/proc/self/cmdline", &b, &len, &err) != DYN_OK) return NULL;
+    if (len == 0 || b[len - 1] != '\0') {
         free(b);
         return NULL;
     }
