@@ -11,17 +11,7 @@
 
 #include "model/layer_bench.h" /* defines: dyn_layer_bench_compare */
 #include "model/threads.h"     /* defines: dyn_threads_blas_kind */
-
-static void print_loadavg(const char *when)
-{
-    double l1 = -1, l5 = -1, l15 = -1;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf %lf %lf", &l1, &l5, &l15) != 3) l1 = l5 = l15 = -1;
-        fclose(f);
-    }
-    printf("load average %s: %.2f %.2f %.2f\n", when, l1, l5, l15);
-}
+#include "util/util.h" /* defines: dyn_loadavg_print */
 
 int main(int argc, char **argv)
 {
@@ -38,7 +28,7 @@ int main(int argc, char **argv)
     const int threads[2] = {1, 2};
     printf("bench_layer: medians of %d repeats, 1 and 2 threads alternating; OpenBLAS %s, OMP_WAIT_POLICY %s\n",
            repeat, dyn_threads_blas_kind(), getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "unset");
-    print_loadavg("before");
+    dyn_loadavg_print("before");
     printf("%-5s %5s %5s %5s %9s %9s %8s %8s %9s %9s %8s %7s\n", "model", "batch", "seq", "enc",
            "ms 1T", "ms 2T", "GF/s 1T", "GF/s 2T", "sgemm 1T", "sgemm 2T", "1T/sgm", "2T/1T");
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
@@ -57,6 +47,6 @@ int main(int argc, char **argv)
                r[1].sgemm_gflops, r[0].gflops / r[0].sgemm_gflops, speedup[1]);
         fflush(stdout);
     }
-    print_loadavg("after");
+    dyn_loadavg_print("after");
     return 0;
 }

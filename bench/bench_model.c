@@ -11,19 +11,7 @@
 #include "model/model.h"   /* defines: dyn_model_*, dyn_microbatch_* */
 #include "model/threads.h" /* defines: dyn_threads_init */
 #include "util/rng.h"    /* defines: dyn_rng_* */
-#include "util/util.h"   /* defines: dyn_time_ms */
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "util/util.h"   /* defines: dyn_time_ms, dyn_median */
 
 static int run(const char *name, dyn_model_config cfg, int B, int in_len, int tgt_len, int repeats, int threads)
 {
@@ -65,7 +53,7 @@ static int run(const char *name, dyn_model_config cfg, int B, int in_len, int tg
             if (rep >= 0) t[rc][rep] = dyn_time_ms() - t0;
         }
     }
-    double keep = median(t[0], repeats), rec = median(t[1], repeats);
+    double keep = dyn_median(t[0], repeats), rec = dyn_median(t[1], repeats);
     printf("%-44s keep %8.1f ms  recompute %8.1f ms  time x%.2f | stored %7.2f MB -> %7.2f MB (x%.2f), arena %7.2f "
            "MB -> %7.2f MB\n",
            name, keep, rec, rec / keep, dyn_model_acts_stored_bytes(acts[0]) / 1048576.0,

@@ -16,19 +16,7 @@
 
 #include "dynapipe/sched.h"
 #include "util/rng.h"  /* defines: dyn_rng_* */
-#include "util/util.h" /* defines: dyn_time_ms */
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return v[n / 2];
-}
+#include "util/util.h" /* defines: dyn_time_ms, dyn_median */
 
 static void random_costs(dyn_stage_costs *c, int32_t M, int32_t ns, uint64_t seed)
 {
@@ -135,10 +123,10 @@ int main(int argc, char **argv)
                 dyn_exec_plan_free(&p);
                 dyn_exec_plan_free(&q);
             }
-            double b = median(tb, reps);
+            double b = dyn_median(tb, reps);
             printf("%-17s %2d %3d %2d %8lld %11.4f %9.1f %8.2f %11.4f %10.4f\n",
                    dyn_schedule_name((dyn_schedule)k), S, M, v, (long long)n_instrs, b,
-                   b * 1e6 / (double)n_instrs, median(tr, reps), median(tv, reps), median(ts, reps));
+                   b * 1e6 / (double)n_instrs, dyn_median(tr, reps), dyn_median(tv, reps), dyn_median(ts, reps));
             dyn_stage_costs_free(&c);
         }
     }

@@ -26,7 +26,7 @@
 #include "dynapipe/plan.h"         /* defines: dyn_planner_* */
 #include "dynapipe/sched.h"        /* defines: dyn_schedule_build */
 #include "dynapipe/sim.h"          /* defines: dyn_sim_*, dyn_schedule_auto, dyn_batch_costs_* */
-#include "util/util.h"             /* defines: dyn_time_ms */
+#include "util/util.h"             /* defines: dyn_time_ms, dyn_median */
 
 static int BATCHES = 8, REPS = 21;
 
@@ -37,18 +37,6 @@ static int BATCHES = 8, REPS = 21;
             exit(1);                                                                  \
         }                                                                             \
     } while (0)
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void bench_stages(int32_t S, const dyn_dataset *ds, const dyn_cost_model *cm, const dyn_machine *m)
 {
@@ -87,7 +75,7 @@ static void bench_stages(int32_t S, const dyn_dataset *ds, const dyn_cost_model 
             reps[r] = dyn_time_ms() - t0;
             dyn_batch_plan_free(&again);
         }
-        dp_ms[nb] = median(reps, REPS);
+        dp_ms[nb] = dyn_median(reps, REPS);
         CHECK(dyn_batch_costs_set_batch(bc, &bp, 0, &err), err);
         int32_t M;
         const dyn_mb_shape *shapes = dyn_batch_costs_shapes(bc, &M);
@@ -108,7 +96,7 @@ static void bench_stages(int32_t S, const dyn_dataset *ds, const dyn_cost_model 
                 reps[r] = dyn_time_ms() - t0;
                 if (r + 1 < REPS) dyn_exec_plan_free(&plan);
             }
-            build_ms[k][nb] = median(reps, REPS);
+            build_ms[k][nb] = dyn_median(reps, REPS);
             const dyn_sim_result *res;
             CHECK(dyn_sim_run(sim, &plan, c, &so, &res, &err), err); /* warm the workspace */
             instrs[k][nb] = res->n_instrs;
@@ -117,7 +105,7 @@ static void bench_stages(int32_t S, const dyn_dataset *ds, const dyn_cost_model 
                 CHECK(dyn_sim_run(sim, &plan, c, &so, &res, &err), err);
                 reps[r] = dyn_time_ms() - t0;
             }
-            sim_ms[k][nb] = median(reps, REPS);
+            sim_ms[k][nb] = dyn_median(reps, REPS);
             dyn_exec_plan_free(&plan);
         }
         /* Pruned (the default) and unpruned (no_prune) alternately, so
@@ -145,23 +133,23 @@ static void bench_stages(int32_t S, const dyn_dataset *ds, const dyn_cost_model 
                 exit(1);
             }
         }
-        auto_ms[nb] = median(reps, REPS);
-        auto_u_ms[nb] = median(reps_u, REPS);
+        auto_ms[nb] = dyn_median(reps, REPS);
+        auto_u_ms[nb] = dyn_median(reps_u, REPS);
         free(reps_u);
         free(order);
         dyn_batch_plan_free(&bp);
     }
-    printf("S = %d: %d global batches, median %.0f micro-batches (replica 0)\n", S, nb, median(n_mb, nb));
+    printf("S = %d: %d global batches, median %.0f micro-batches (replica 0)\n", S, nb, dyn_median(n_mb, nb));
     printf("  %-17s %12s %14s %14s\n", "schedule", "instructions", "simulate_ms", "generate_ms");
     for (int k = 0; k < DYN_SCHEDULE_COUNT; k++)
-        printf("  %-17s %12.0f %14.4f %14.4f\n", dyn_schedule_name((dyn_schedule)k), median(instrs[k], nb),
-               median(sim_ms[k], nb), median(build_ms[k], nb));
-    double u = median(auto_u_ms, nb), us = median(n_sims_u, nb);
-    double a = median(auto_ms, nb), d = median(dp_ms, nb);
+        printf("  %-17s %12.0f %14.4f %14.4f\n", dyn_schedule_name((dyn_schedule)k), dyn_median(instrs[k], nb),
+               dyn_median(sim_ms[k], nb), dyn_median(build_ms[k], nb));
+    double u = dyn_median(auto_u_ms, nb), us = dyn_median(n_sims_u, nb);
+    double a = dyn_median(auto_ms, nb), d = dyn_median(dp_ms, nb);
     printf("  auto unpruned (%.0f simulations): %.3f ms\n", us, u);
     printf("  auto (all schedules x order search, pruned: %.0f simulations): %.3f ms (%.2fx faster, same choice); "
            "DP %.3f ms; complete plan %.3f ms\n",
-           median(n_sims, nb), a, u / a, d, a + d);
+           dyn_median(n_sims, nb), a, u / a, d, a + d);
     free(reps);
     dyn_sim_free(sim);
     dyn_sampler_free(sampler);
@@ -212,10 +200,10 @@ static void bench_auto_packing(int32_t S, const dyn_dataset *ds, const dyn_cost_
             free(order);
         }
         n_mb[nb] = M;
-        auto_ms[nb] = median(reps, REPS);
+        auto_ms[nb] = dyn_median(reps, REPS);
         dyn_batch_plan_free(&bp);
     }
-    printf("  auto on packing's micro-batches (median %.0f): %.3f ms\n", median(n_mb, nb), median(auto_ms, nb));
+    printf("  auto on packing's micro-batches (median %.0f): %.3f ms\n", dyn_median(n_mb, nb), dyn_median(auto_ms, nb));
     free(reps);
     dyn_sim_free(sim);
     dyn_sampler_free(sampler);

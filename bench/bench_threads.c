@@ -20,30 +20,7 @@
 #include "model/model.h"   /* defines: dyn_model_*, dyn_microbatch_* */
 #include "model/threads.h" /* defines: dyn_threads_* */
 #include "util/rng.h"      /* defines: dyn_rng_* */
-#include "util/util.h"     /* defines: dyn_time_ms */
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static void print_loadavg(const char *when)
-{
-    double l1 = -1, l5 = -1, l15 = -1;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf %lf %lf", &l1, &l5, &l15) != 3) l1 = l5 = l15 = -1;
-        fclose(f);
-    }
-    printf("load average %s: %.2f %.2f %.2f\n", when, l1, l5, l15);
-}
+#include "util/util.h"     /* defines: dyn_time_ms, dyn_median, dyn_loadavg_print */
 
 /* One training step; returns its wall time in ms, or -1 on error. */
 static double step(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, float dloss)
@@ -121,8 +98,8 @@ static int run(const char *name, dyn_model_config cfg, int B, int in_len, int tg
     free(ga);
     free(gb);
     free(gc);
-    double m1 = median(t1, repeats), m2 = median(t2, repeats), q = median(ratio, repeats);
-    printf("%-40s %10.2f %10.2f %8.2f %10.2f\n", name, m1, m2, q, median(gratio, repeats));
+    double m1 = dyn_median(t1, repeats), m2 = dyn_median(t2, repeats), q = dyn_median(ratio, repeats);
+    printf("%-40s %10.2f %10.2f %8.2f %10.2f\n", name, m1, m2, q, dyn_median(gratio, repeats));
     fflush(stdout);
     free(t);
     dyn_model_acts_free(a);
@@ -144,7 +121,7 @@ int main(int argc, char **argv)
     printf("bench_threads: training step (forward+backward+AdamW), medians of %d repeats, 1 and 2 "
            "threads alternating; OpenBLAS %s, OMP_WAIT_POLICY %s\n",
            repeats, dyn_threads_blas_kind(), getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "unset");
-    print_loadavg("before");
+    dyn_loadavg_print("before");
     printf("%-40s %10s %10s %8s %10s\n", "model / micro-batch", "ms 1T", "ms 2T", "2T/1T",
            "sgemm 2/1");
     dyn_model_config tg = dyn_model_config_tiny(DYN_MODEL_GPT, 2, 48, 4, 16);
@@ -158,6 +135,6 @@ int main(int argc, char **argv)
     if (rc == 0) rc = run("T5 2+2x256 ffn 512, B=4, enc 192 / dec 64", mt, 4, 192, 64, repeats);
     dyn_model_config lg = dyn_model_config_tiny(DYN_MODEL_GPT, 4, 512, 8, 512);
     if (rc == 0) rc = run("GPT 4x512, B=4, in 192 + tgt 64", lg, 4, 192, 64, repeats);
-    print_loadavg("after");
+    dyn_loadavg_print("after");
     return rc;
 }

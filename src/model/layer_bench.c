@@ -11,19 +11,7 @@
 #include "model/layer_bench.h" /* defines: dyn_layer_bench_* */
 #include "model/threads.h"     /* defines: dyn_threads_set */
 #include "util/rng.h"          /* defines: dyn_rng_* */
-#include "util/util.h"         /* defines: dyn_calloc, dyn_time_ms */
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "util/util.h"         /* defines: dyn_calloc, dyn_time_ms, dyn_median */
 
 static void fill(float *x, size_t n, float scale, dyn_rng *rng)
 {
@@ -180,12 +168,12 @@ dyn_status dyn_layer_bench_compare(const dyn_layer_bench_cfg *cfg, const int *th
         double *tb = t_blk + (size_t)i * cfg->repeat, *tg = t_gemm + (size_t)i * cfg->repeat;
         dyn_layer_bench_result *o = &res[i];
         o->gflop = gflop;
-        o->ms = median(tb, cfg->repeat);
-        o->ms_min = tb[0]; /* sorted by median() */
+        o->ms = dyn_median(tb, cfg->repeat);
+        o->ms_min = tb[0]; /* sorted by dyn_median() */
         o->gflops = o->gflop / (o->ms * 1e-3);
-        o->sgemm_gflops = 2.0 * (double)N * 4.0 * C * C * 1e-9 / (median(tg, cfg->repeat) * 1e-3);
+        o->sgemm_gflops = 2.0 * (double)N * 4.0 * C * C * 1e-9 / (dyn_median(tg, cfg->repeat) * 1e-3);
         o->act_mb = (double)na * 4.0 / (1024.0 * 1024.0);
-        if (speedup) speedup[i] = median(t_ratio + (size_t)i * cfg->repeat, cfg->repeat);
+        if (speedup) speedup[i] = dyn_median(t_ratio + (size_t)i * cfg->repeat, cfg->repeat);
     }
 done:
     free(lens);

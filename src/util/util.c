@@ -27,6 +27,29 @@ double dyn_time_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double dyn_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void dyn_loadavg_print(const char *when)
+{
+    double l1 = -1, l5 = -1, l15 = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf %lf %lf", &l1, &l5, &l15) != 3) l1 = l5 = l15 = -1;
+        fclose(f);
+    }
+    printf("load average %s: %.2f %.2f %.2f\n", when, l1, l5, l15);
+}
+
 dyn_status dyn_file_read_all(const char *path, char **data, size_t *len, dyn_error *err)
 {
     FILE *fp = fopen(path, "rb");

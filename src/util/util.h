@@ -19,6 +19,14 @@ void *dyn_calloc(size_t n, size_t size, const char *what, dyn_error *err);
 /* Monotonic wall clock in milliseconds. */
 double dyn_time_ms(void);
 
+/* Median of v[0..n) (n >= 1; the mean of the middle two when n is even).
+ * Sorts v in place. For benchmarks, which report medians of repeats. */
+double dyn_median(double *v, int n);
+
+/* Print "load average <when>: l1 l5 l15" (from /proc/loadavg; -1 where it
+ * cannot be read), so a benchmark records how busy the machine was. */
+void dyn_loadavg_print(const char *when);
+
 /* Read a whole file into a NUL-terminated buffer the caller frees.
  * *len (if not NULL) receives the byte count without the NUL. */
 dyn_status dyn_file_read_all(const char *path, char **data, size_t *len, dyn_error *err);
