@@ -138,6 +138,20 @@ static dyn_status overhead_fn(void *ctx, const dyn_mb_shape *mb, dyn_mb_cost *ou
 
 static overhead_ctx overhead_slot;
 
+/* The analytic cost model of a preset on the a100 at max length maxlen. */
+static dyn_cost_model *a100_model(const char *preset, int32_t maxlen)
+{
+    dyn_machine m;
+    dyn_error err;
+    CHECK(dyn_machine_resolve("a100", &m, &err), err);
+    dyn_model_config cfg;
+    CHECK(dyn_model_config_preset(preset, &cfg, &err), err);
+    cfg.max_seqlen = maxlen;
+    dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, &m, &err);
+    if (cm == NULL) CHECK(err.code, err);
+    return cm;
+}
+
 /* A planner over the analytic costs whose memory limit is the model states
  * plus S * per_stage * peak(sh) (sh == NULL: the machine's memory). */
 static dyn_planner *make_planner_for(const dyn_cost_model *cm, int32_t maxlen, int32_t S,
@@ -220,16 +234,9 @@ static void bench_grid(void)
     printf("%-4s %6s %2s %-6s %8s %9s %5s %6s %6s %8s %8s %7s %10s %9s %8s\n", "model", "maxlen",
            "S", "memory", "overhead", "limit_MB", "n", "mbs", "evals", "cold_ms", "fast_ms",
            "p90/p50", "naive_ms", "fast_same", "speedup");
-    dyn_machine m;
-    dyn_error err;
-    CHECK(dyn_machine_resolve("a100", &m, &err), err);
     for (int kind = ONLY_T5; kind < 2; kind++)
         for (int32_t maxlen = 2048; maxlen <= 4096; maxlen *= 2) {
-            dyn_model_config cfg;
-            CHECK(dyn_model_config_preset(kind == 0 ? "gpt2-124m" : "t5-base", &cfg, &err), err);
-            cfg.max_seqlen = maxlen;
-            dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, &m, &err);
-            if (cm == NULL) CHECK(err.code, err);
+            dyn_cost_model *cm = a100_model(kind == 0 ? "gpt2-124m" : "t5-base", maxlen);
             dyn_dataset ds = {0};
             batch *b = calloc((size_t)BATCHES, sizeof *b);
             if (b == NULL) exit(1);
@@ -295,14 +302,7 @@ static void bench_scaling(void)
            OVERHEAD_MS);
     printf("%6s | %9s %9s %6s %6s %9s | %9s %9s %6s %6s %9s\n", "n", "A fast_ms", "us/sample", "mbs",
            "evals", "naive_ms", "B fast_ms", "us/sample", "mbs", "evals", "naive_ms");
-    dyn_machine m;
-    dyn_error err;
-    CHECK(dyn_machine_resolve("a100", &m, &err), err);
-    dyn_model_config cfg;
-    CHECK(dyn_model_config_preset("gpt2-124m", &cfg, &err), err);
-    cfg.max_seqlen = 2048;
-    dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, &m, &err);
-    if (cm == NULL) CHECK(err.code, err);
+    dyn_cost_model *cm = a100_model("gpt2-124m", 2048);
     dyn_sample *s = short_samples();
     for (int32_t n = 256; n <= NMAX; n *= 2) {
         batch b = {s, n};
@@ -341,14 +341,7 @@ static void bench_scaling_t5(void)
            "   S = 4, t5-base, a100, analytic + %.1f ms per micro-batch, memory for 64 rows of 64+64\n",
            OVERHEAD_MS);
     printf("%6s %10s %10s %6s %6s %10s\n", "n", "fast_ms", "us/sample", "mbs", "evals", "naive_ms");
-    dyn_machine m;
-    dyn_error err;
-    CHECK(dyn_machine_resolve("a100", &m, &err), err);
-    dyn_model_config cfg;
-    CHECK(dyn_model_config_preset("t5-base", &cfg, &err), err);
-    cfg.max_seqlen = 2048;
-    dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, &m, &err);
-    if (cm == NULL) CHECK(err.code, err);
+    dyn_cost_model *cm = a100_model("t5-base", 2048);
     dyn_sample *s = short_samples();
     dyn_mb_shape sh = {.rows = 64, .enc_len = 64, .dec_len = 64};
     dyn_planner *p = add_overhead(make_planner_for(cm, 2048, 4, &sh, 1.0));
@@ -376,15 +369,8 @@ static void bench_t5_order(void)
     printf("== T5 ordering: planner's order (best of lexicographic and serpentine) vs lexicographic\n");
     printf("%6s %2s %-6s %14s %14s %9s %12s %12s\n", "maxlen", "S", "memory", "objective_lex",
            "objective", "gain", "padded_lex", "padded");
-    dyn_machine m;
-    dyn_error err;
-    CHECK(dyn_machine_resolve("a100", &m, &err), err);
     for (int32_t maxlen = 2048; maxlen <= 4096; maxlen *= 2) {
-        dyn_model_config cfg;
-        CHECK(dyn_model_config_preset("t5-base", &cfg, &err), err);
-        cfg.max_seqlen = maxlen;
-        dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, &m, &err);
-        if (cm == NULL) CHECK(err.code, err);
+        dyn_cost_model *cm = a100_model("t5-base", maxlen);
         dyn_dataset ds = {0};
         batch *b = calloc((size_t)BATCHES, sizeof *b);
         if (b == NULL) exit(1);
