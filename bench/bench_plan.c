@@ -138,8 +138,24 @@ static dyn_status overhead_fn(void *ctx, const dyn_mb_shape *mb, dyn_mb_cost *ou
 
 static overhead_ctx overhead_slot;
 
-static dyn_planner *make_planner(const dyn_cost_model *cm, int32_t maxlen, int32_t S, int tight,
-                                 double *limit_out)
+/* The analytic cost model of a preset on the a100 at max length maxlen. */
+static dyn_cost_model *a100_model(const char *preset, int32_t maxlen)
+{
+    dyn_machine m;
+    dyn_error err;
+    CHECK(dyn_machine_resolve("a100", &m, &err), err);
+    dyn_model_config cfg;
+    CHECK(dyn_model_config_preset(preset, &cfg, &err), err);
+    cfg.max_seqlen = maxlen;
+    dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, &m, &err);
+    if (cm == NULL) CHECK(err.code, err);
+    return cm;
+}
+
+/* A planner over the analytic costs whose memory limit is the model states
+ * plus S * per_stage * peak(sh) (sh == NULL: the machine's memory). */
+static dyn_planner *make_planner_for(const dyn_cost_model *cm, int32_t maxlen, int32_t S,
+                                     const dyn_mb_shape *sh, double per_stage)
 {
     dyn_error err;
     dyn_plan_options o;
@@ -148,35 +164,59 @@ static dyn_planner *make_planner(const dyn_cost_model *cm, int32_t maxlen, int32
     o.stages = S;
     dyn_planner *p = dyn_planner_create(cm, &o, &err);
     if (p == NULL) CHECK(err.code, err);
-    if (tight) {
-        /* room for 1.5 max-length sequences per micro-batch on each of the S
-         * in flight (T5: a max-length input with a quarter-length target) */
-        int t5 = dyn_cost_model_config(cm)->kind == DYN_MODEL_T5;
-        dyn_mb_shape sh = {.rows = 1, .enc_len = maxlen, .dec_len = t5 ? maxlen / 4 : 0};
+    if (sh != NULL) {
         dyn_mb_cost c;
-        CHECK(p->fn(p->ctx, &sh, &c, &err), err);
-        o.memory_limit_mb = p->states_mb + S * 1.5 * c.peak_mb;
+        CHECK(p->fn(p->ctx, sh, &c, &err), err);
+        o.memory_limit_mb = p->states_mb + S * per_stage * c.peak_mb;
         dyn_planner_free(p);
         p = dyn_planner_create(cm, &o, &err);
         if (p == NULL) CHECK(err.code, err);
     }
+    return p;
+}
+
+static dyn_planner *make_planner(const dyn_cost_model *cm, int32_t maxlen, int32_t S, int tight,
+                                 double *limit_out)
+{
+    /* tight: room for 1.5 max-length sequences per micro-batch on each of
+     * the S in flight (T5: a max-length input with a quarter-length target) */
+    int t5 = dyn_cost_model_config(cm)->kind == DYN_MODEL_T5;
+    dyn_mb_shape sh = {.rows = 1, .enc_len = maxlen, .dec_len = t5 ? maxlen / 4 : 0};
+    dyn_planner *p = make_planner_for(cm, maxlen, S, tight ? &sh : NULL, 1.5);
     *limit_out = p->opt.memory_limit_mb;
     return p;
 }
 
-/* A planner over the analytic costs plus OVERHEAD_MS per micro-batch; the
- * base planner lives in overhead_slot until free_overhead. */
+/* Wraps base in a planner over its costs plus OVERHEAD_MS per micro-batch;
+ * base lives in overhead_slot until free_planner. */
+static dyn_planner *add_overhead(dyn_planner *base)
+{
+    dyn_error err;
+    overhead_slot.base = base;
+    overhead_slot.ms = OVERHEAD_MS;
+    dyn_planner *p = dyn_planner_create_custom(base->kind, overhead_fn, &overhead_slot,
+                                               base->states_mb, &base->opt, &err);
+    if (p == NULL) CHECK(err.code, err);
+    return p;
+}
+
 static dyn_planner *make_overhead_planner(const dyn_cost_model *cm, int32_t maxlen, int32_t S,
                                           int tight, double *limit_out)
 {
-    dyn_error err;
-    overhead_slot.base = make_planner(cm, maxlen, S, tight, limit_out);
-    overhead_slot.ms = OVERHEAD_MS;
-    dyn_planner *p = dyn_planner_create_custom(dyn_cost_model_config(cm)->kind, overhead_fn,
-                                               &overhead_slot, overhead_slot.base->states_mb,
-                                               &overhead_slot.base->opt, &err);
-    if (p == NULL) CHECK(err.code, err);
-    return p;
+    return add_overhead(make_planner(cm, maxlen, S, tight, limit_out));
+}
+
+/* The scaling workload: NMAX short samples (input 4..43, target 4..23 tokens). */
+enum { NMAX = 8192 };
+static dyn_sample *short_samples(void)
+{
+    dyn_sample *s = calloc(NMAX, sizeof *s);
+    if (s == NULL) exit(1);
+    dyn_rng rng;
+    dyn_rng_seed(&rng, 5);
+    for (int32_t i = 0; i < NMAX; i++)
+        s[i] = (dyn_sample){i, -1, 4 + (int32_t)dyn_rng_below(&rng, 40), 4 + (int32_t)dyn_rng_below(&rng, 20)};
+    return s;
 }
 
 static void free_planner(dyn_planner *p)
@@ -194,16 +234,9 @@ static void bench_grid(void)
     printf("%-4s %6s %2s %-6s %8s %9s %5s %6s %6s %8s %8s %7s %10s %9s %8s\n", "model", "maxlen",
            "S", "memory", "overhead", "limit_MB", "n", "mbs", "evals", "cold_ms", "fast_ms",
            "p90/p50", "naive_ms", "fast_same", "speedup");
-    dyn_machine m;
-    dyn_error err;
-    CHECK(dyn_machine_resolve("a100", &m, &err), err);
     for (int kind = ONLY_T5; kind < 2; kind++)
         for (int32_t maxlen = 2048; maxlen <= 4096; maxlen *= 2) {
-            dyn_model_config cfg;
-            CHECK(dyn_model_config_preset(kind == 0 ? "gpt2-124m" : "t5-base", &cfg, &err), err);
-            cfg.max_seqlen = maxlen;
-            dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, &m, &err);
-            if (cm == NULL) CHECK(err.code, err);
+            dyn_cost_model *cm = a100_model(kind == 0 ? "gpt2-124m" : "t5-base", maxlen);
             dyn_dataset ds = {0};
             batch *b = calloc((size_t)BATCHES, sizeof *b);
             if (b == NULL) exit(1);
@@ -269,44 +302,16 @@ static void bench_scaling(void)
            OVERHEAD_MS);
     printf("%6s | %9s %9s %6s %6s %9s | %9s %9s %6s %6s %9s\n", "n", "A fast_ms", "us/sample", "mbs",
            "evals", "naive_ms", "B fast_ms", "us/sample", "mbs", "evals", "naive_ms");
-    dyn_machine m;
-    dyn_error err;
-    CHECK(dyn_machine_resolve("a100", &m, &err), err);
-    dyn_model_config cfg;
-    CHECK(dyn_model_config_preset("gpt2-124m", &cfg, &err), err);
-    cfg.max_seqlen = 2048;
-    dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, &m, &err);
-    if (cm == NULL) CHECK(err.code, err);
-    enum { NMAX = 8192 };
-    dyn_sample *s = calloc(NMAX, sizeof *s);
-    if (s == NULL) exit(1);
-    dyn_rng rng;
-    dyn_rng_seed(&rng, 5);
-    for (int32_t i = 0; i < NMAX; i++)
-        s[i] = (dyn_sample){i, -1, 4 + (int32_t)dyn_rng_below(&rng, 40), 4 + (int32_t)dyn_rng_below(&rng, 20)};
+    dyn_cost_model *cm = a100_model("gpt2-124m", 2048);
+    dyn_sample *s = short_samples();
     for (int32_t n = 256; n <= NMAX; n *= 2) {
         batch b = {s, n};
         printf("%6d", n);
         for (int mem = 0; mem < 2; mem++) {
             double limit;
+            dyn_mb_shape sh = {.rows = 64, .enc_len = 64}; /* B: limit = states + S * peak(64 x 64) */
             dyn_planner *p = mem == 0 ? make_planner(cm, 2048, 4, 1, &limit)
-                                      : make_overhead_planner(cm, 2048, 4, 1, &limit);
-            if (mem == 1) {
-                /* limit = states + S * peak(64 x 64): rebuild with that limit */
-                dyn_mb_shape sh = {.rows = 64, .enc_len = 64};
-                dyn_mb_cost c;
-                CHECK(p->fn(p->ctx, &sh, &c, &err), err);
-                dyn_plan_options o = p->opt;
-                o.memory_limit_mb = p->states_mb + 4 * c.peak_mb;
-                free_planner(p);
-                dyn_planner *base = make_planner(cm, 2048, 4, 0, &limit);
-                dyn_planner_free(base);
-                overhead_slot.base = dyn_planner_create(cm, &o, &err);
-                if (overhead_slot.base == NULL) CHECK(err.code, err);
-                p = dyn_planner_create_custom(DYN_MODEL_GPT, overhead_fn, &overhead_slot,
-                                              overhead_slot.base->states_mb, &o, &err);
-                if (p == NULL) CHECK(err.code, err);
-            }
+                                      : add_overhead(make_planner_for(cm, 2048, 4, &sh, 1.0));
             time_batches(p, &b, 1, 1); /* warm the cache */
             run_stats r = time_batches(p, &b, 1, REPS);
             double naive_ms = NAN;
@@ -336,35 +341,10 @@ static void bench_scaling_t5(void)
            "   S = 4, t5-base, a100, analytic + %.1f ms per micro-batch, memory for 64 rows of 64+64\n",
            OVERHEAD_MS);
     printf("%6s %10s %10s %6s %6s %10s\n", "n", "fast_ms", "us/sample", "mbs", "evals", "naive_ms");
-    dyn_machine m;
-    dyn_error err;
-    CHECK(dyn_machine_resolve("a100", &m, &err), err);
-    dyn_model_config cfg;
-    CHECK(dyn_model_config_preset("t5-base", &cfg, &err), err);
-    cfg.max_seqlen = 2048;
-    dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, &m, &err);
-    if (cm == NULL) CHECK(err.code, err);
-    enum { NMAX = 8192 };
-    dyn_sample *s = calloc(NMAX, sizeof *s);
-    if (s == NULL) exit(1);
-    dyn_rng rng;
-    dyn_rng_seed(&rng, 5);
-    for (int32_t i = 0; i < NMAX; i++)
-        s[i] = (dyn_sample){i, -1, 4 + (int32_t)dyn_rng_below(&rng, 40), 4 + (int32_t)dyn_rng_below(&rng, 20)};
-    double limit;
-    dyn_planner *probe = make_planner(cm, 2048, 4, 0, &limit);
+    dyn_cost_model *cm = a100_model("t5-base", 2048);
+    dyn_sample *s = short_samples();
     dyn_mb_shape sh = {.rows = 64, .enc_len = 64, .dec_len = 64};
-    dyn_mb_cost c;
-    CHECK(probe->fn(probe->ctx, &sh, &c, &err), err);
-    dyn_plan_options o = probe->opt;
-    o.memory_limit_mb = probe->states_mb + 4 * c.peak_mb;
-    dyn_planner_free(probe);
-    overhead_slot.base = dyn_planner_create(cm, &o, &err);
-    overhead_slot.ms = OVERHEAD_MS;
-    if (overhead_slot.base == NULL) CHECK(err.code, err);
-    dyn_planner *p = dyn_planner_create_custom(DYN_MODEL_T5, overhead_fn, &overhead_slot,
-                                               overhead_slot.base->states_mb, &o, &err);
-    if (p == NULL) CHECK(err.code, err);
+    dyn_planner *p = add_overhead(make_planner_for(cm, 2048, 4, &sh, 1.0));
     for (int32_t n = 256; n <= NMAX; n *= 2) {
         batch b = {s, n};
         time_batches(p, &b, 1, 1); /* warm the cache */
@@ -389,15 +369,8 @@ static void bench_t5_order(void)
     printf("== T5 ordering: planner's order (best of lexicographic and serpentine) vs lexicographic\n");
     printf("%6s %2s %-6s %14s %14s %9s %12s %12s\n", "maxlen", "S", "memory", "objective_lex",
            "objective", "gain", "padded_lex", "padded");
-    dyn_machine m;
-    dyn_error err;
-    CHECK(dyn_machine_resolve("a100", &m, &err), err);
     for (int32_t maxlen = 2048; maxlen <= 4096; maxlen *= 2) {
-        dyn_model_config cfg;
-        CHECK(dyn_model_config_preset("t5-base", &cfg, &err), err);
-        cfg.max_seqlen = maxlen;
-        dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, &m, &err);
-        if (cm == NULL) CHECK(err.code, err);
+        dyn_cost_model *cm = a100_model("t5-base", maxlen);
         dyn_dataset ds = {0};
         batch *b = calloc((size_t)BATCHES, sizeof *b);
         if (b == NULL) exit(1);
