@@ -35,32 +35,9 @@
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_preset */
 #include "model/layer_bench.h"     /* defines: dyn_layer_bench_run */
 #include "model/threads.h"         /* defines: dyn_threads_set */
-#include "util/util.h"             /* defines: dyn_calloc, dyn_time_ms */
+#include "util/util.h"             /* defines: dyn_calloc, dyn_time_ms, dyn_median, dyn_loadavg_print */
 
 #define MAX_REPEAT 31
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static void print_loadavg(const char *when)
-{
-    FILE *fp = fopen("/proc/loadavg", "r");
-    char buf[128] = "?";
-    if (fp != NULL) {
-        if (fgets(buf, sizeof buf, fp) == NULL) buf[0] = '\0';
-        fclose(fp);
-    }
-    printf("load average %s: %s%s", when, buf, buf[0] && buf[strlen(buf) - 1] == '\n' ? "" : "\n");
-}
 
 enum { OP_FWD, OP_DX, OP_DW, N_OPS };
 static const char *const OP_NAMES[N_OPS] = {"fwd", "dX", "dW"};
@@ -91,7 +68,7 @@ static double time_gemm(int op, int n, int K, int N, float *const bufs[6], int r
         } while ((el = dyn_time_ms() - t0) < 20.0);
         t[r] = el / iters;
     }
-    return median(t, repeat);
+    return dyn_median(t, repeat);
 }
 
 /* Least squares of y ~ a x1 + b x2 weighting residual i by 1/scale[i]
@@ -154,7 +131,7 @@ int main(int argc, char **argv)
         return 2;
     }
     dyn_threads_set(1);
-    print_loadavg("at start");
+    dyn_loadavg_print("at start");
 
     /* ---- 1. GEMM efficiency -------------------------------------------- */
     const int rows[N_ROWS] = {8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
@@ -305,6 +282,6 @@ int main(int argc, char **argv)
     }
     printf("(ratio = predicted / measured; no-terms: built-in rates, n_half 0, overhead 0;\n"
            " gemm-only: this run's GEMM fit, overhead 0)\n\n");
-    print_loadavg("at end");
+    dyn_loadavg_print("at end");
     return 0;
 }

@@ -11,21 +11,9 @@
 #include "dynapipe/cost.h"         /* defines: dyn_cost_* */
 #include "dynapipe/data.h"         /* defines: dyn_dataset_synthetic_flan */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_preset */
-#include "util/util.h"             /* defines: dyn_time_ms */
+#include "util/util.h"             /* defines: dyn_time_ms, dyn_median */
 
 #define MAX_RUNS 31
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* ns per dyn_cost_layer call over a sweep of shapes like the planner's. The
  * sum is returned through *sink so the calls cannot be optimised away. */
@@ -79,7 +67,7 @@ int main(int argc, char **argv)
             ratio[r] = tt[r] / ta[r];
         }
         printf("  %-10s analytic %6.1f ns/query   table %6.1f ns/query   table/analytic %.2fx\n", models[mi],
-               median(ta, runs), median(tt, runs), median(ratio, runs));
+               dyn_median(ta, runs), dyn_median(tt, runs), dyn_median(ratio, runs));
         dyn_cost_model_free(an);
         dyn_cost_model_free(tb);
     }
@@ -92,7 +80,7 @@ int main(int argc, char **argv)
         sink += ds.samples[ds.n - 1].input_len;
         dyn_dataset_free(&ds);
     }
-    printf("  synthetic flan: %.1f ns/sample (1M samples)\n", median(tg, runs));
+    printf("  synthetic flan: %.1f ns/sample (1M samples)\n", dyn_median(tg, runs));
     printf("  (checksum %g)\n", sink);
     return 0;
 }

@@ -29,7 +29,7 @@
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_preset, dyn_machine_resolve */
 #include "plan/plan_internal.h"    /* defines: struct dyn_planner (benchmark knobs) */
 #include "util/rng.h"              /* defines: dyn_rng_* */
-#include "util/util.h"             /* defines: dyn_time_ms */
+#include "util/util.h"             /* defines: dyn_time_ms, dyn_median */
 
 static int BATCHES = 32, REPS = 5, NAIVE_BATCHES = 2;
 static int ONLY_T5 = 0; /* --t5: only the T5 grid rows and T5 scaling, no naive DP (profiling) */
@@ -41,18 +41,6 @@ static int ONLY_T5 = 0; /* --t5: only the T5 grid rows and T5 scaling, no naive 
             exit(1);                                                                   \
         }                                                                              \
     } while (0)
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 typedef struct batch {
     const dyn_sample *s;
@@ -107,11 +95,11 @@ static run_stats time_batches(dyn_planner *p, const batch *b, int nb, int reps)
             }
             dyn_batch_plan_free(&pl);
         }
-        per[i] = median(rep, reps);
+        per[i] = dyn_median(rep, reps);
         r.mean_ms += per[i] / nb;
     }
     r.evals = (double)(p->dp_evals - evals0) / ((double)nb * reps);
-    r.med_ms = median(per, nb);
+    r.med_ms = dyn_median(per, nb);
     free(per);
     free(rep);
     return r;
