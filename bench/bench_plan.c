@@ -42,6 +42,12 @@ static int ONLY_T5 = 0; /* --t5: only the T5 grid rows and T5 scaling, no naive 
         }                                                                              \
     } while (0)
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 typedef struct batch {
     const dyn_sample *s;
     int32_t n;
