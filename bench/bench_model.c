@@ -34,7 +34,7 @@ static int run(const char *name, dyn_model_config cfg, int B, int in_len, int tg
         s[i].target = s[i].input + in_len;
         s[i].target_len = tgt_len;
     }
-    dyn_microbatch *mb = dyn_microbatch_create_padded(cfg.kind, s, B, &err);
+    dyn_model_microbatch *mb = dyn_model_microbatch_create_padded(cfg.kind, s, B, &err);
     dyn_model_acts *acts[2] = {dyn_model_acts_create(&err), dyn_model_acts_create(&err)};
     if (mb == NULL || acts[0] == NULL || acts[1] == NULL) {
         fprintf(stderr, "bench_model: %s\n", err.msg);
@@ -64,7 +64,7 @@ static int run(const char *name, dyn_model_config cfg, int B, int in_len, int tg
     free(t[1]);
     dyn_model_acts_free(acts[0]);
     dyn_model_acts_free(acts[1]);
-    dyn_microbatch_free(mb);
+    dyn_model_microbatch_free(mb);
     free(s);
     free(tok);
     dyn_model_free(m);

@@ -23,7 +23,7 @@
 #include "util/util.h"     /* defines: dyn_time_ms, dyn_median, dyn_loadavg_print */
 
 /* One training step; returns its wall time in ms, or -1 on error. */
-static double step(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, float dloss)
+static double step(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, float dloss)
 {
     dyn_error err;
     dyn_adamw_config ac = dyn_adamw_default();
@@ -59,7 +59,7 @@ static int run(const char *name, dyn_model_config cfg, int B, int in_len, int tg
         s[i].target = s[i].input + in_len;
         s[i].target_len = tgt_len;
     }
-    dyn_microbatch *mb = dyn_microbatch_create_padded(cfg.kind, s, B, &err);
+    dyn_model_microbatch *mb = dyn_model_microbatch_create_padded(cfg.kind, s, B, &err);
     dyn_model_acts *a = dyn_model_acts_create(&err);
     if (mb == NULL || a == NULL) {
         fprintf(stderr, "bench_threads: %s\n", err.msg);
@@ -103,7 +103,7 @@ static int run(const char *name, dyn_model_config cfg, int B, int in_len, int tg
     fflush(stdout);
     free(t);
     dyn_model_acts_free(a);
-    dyn_microbatch_free(mb);
+    dyn_model_microbatch_free(mb);
     free(s);
     free(tok);
     dyn_model_free(m);

@@ -30,7 +30,7 @@ static inline void make_samples(dyn_token_sample *s, int n, int in_lo, int in_hi
 }
 
 /* Zero grads, forward + backward with dloss; returns the loss sum. */
-static inline double loss_and_grad(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, float dloss,
+static inline double loss_and_grad(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, float dloss,
                                    int recompute, float *sample_loss)
 {
     dyn_error err;
@@ -46,7 +46,7 @@ static inline double loss_and_grad(dyn_model *m, dyn_model_acts *a, const dyn_mi
     return loss;
 }
 
-static inline double loss_only(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb)
+static inline double loss_only(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb)
 {
     dyn_error err;
     double loss = 0;

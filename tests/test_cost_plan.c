@@ -154,7 +154,7 @@ static void test_dp_equals_brute_force_with_overheads(void **state)
                 fail_msg("%s n=%d S=%d: planner %.17g, brute force %.17g", names[k], n, S,
                          plan.objective_ms, best);
             for (int32_t j = 0; j < plan.n_microbatches; j++) {
-                const dyn_microbatch *mb = &plan.mbs[j];
+                const dyn_plan_microbatch *mb = &plan.mbs[j];
                 double t = stage_time(cm, S, mb->shape.rows, mb->shape.enc_len);
                 assert_true(fabs(mb->time_ms - t) <= 1e-12 * t);
             }

@@ -19,13 +19,15 @@
 #include <stdio.h>
 
 #include "model_test_util.h" /* defines: make_samples, loss_and_grad, loss_only */
+#include "dynapipe/plan.h"    /* the planner's micro-batch beside the model's: both names must coexist */
+#include "dynapipe/sched.h"
 
 /* Per-tensor directional derivative check. For tensor t the direction u is
  * its analytic gradient (normalised) plus a random unit vector, so a wrong
  * magnitude, sign or a missing contribution all show up, and the signal is
  * well above fp32 noise. FD: (f(p + h u) - f(p - h u)) / 2h, h = 1e-2 in
  * parameter-norm units. Tolerance: 3% relative + 2e-3 absolute. */
-static void grad_check(dyn_model *m, const dyn_microbatch *mb, const char *what)
+static void grad_check(dyn_model *m, const dyn_model_microbatch *mb, const char *what)
 {
     dyn_model_acts *a = dyn_model_acts_create(NULL);
     assert_non_null(a);
@@ -89,19 +91,19 @@ static void run_grad_checks(dyn_model_kind kind)
     dyn_token_sample s[4];
     int32_t *store;
     make_samples(s, 4, 2, 6, 2, 5, 11, &store);
-    dyn_microbatch *pad = dyn_microbatch_create_padded(kind, s, 4, &err);
+    dyn_model_microbatch *pad = dyn_model_microbatch_create_padded(kind, s, 4, &err);
     int32_t rows[2] = {3, 1};
-    dyn_microbatch *doc = dyn_microbatch_create_packed(kind, s, 4, rows, 2, 0, 0, 1, &err);
-    dyn_microbatch *nomask = dyn_microbatch_create_packed(kind, s, 4, rows, 2, 0, 0, 0, &err);
+    dyn_model_microbatch *doc = dyn_model_microbatch_create_packed(kind, s, 4, rows, 2, 0, 0, 1, &err);
+    dyn_model_microbatch *nomask = dyn_model_microbatch_create_packed(kind, s, 4, rows, 2, 0, 0, 0, &err);
     assert_non_null(pad);
     assert_non_null(doc);
     assert_non_null(nomask);
     grad_check(m, pad, "padded");
     grad_check(m, doc, "docmask");
     grad_check(m, nomask, "packed no mask");
-    dyn_microbatch_free(pad);
-    dyn_microbatch_free(doc);
-    dyn_microbatch_free(nomask);
+    dyn_model_microbatch_free(pad);
+    dyn_model_microbatch_free(doc);
+    dyn_model_microbatch_free(nomask);
     dyn_model_free(m);
     free(store);
 }
@@ -146,7 +148,7 @@ static void run_alone_vs_batched(dyn_model_kind kind)
     /* each sample alone, gradients accumulated */
     dyn_model_zero_grad(m);
     for (int i = 0; i < NS; i++) {
-        dyn_microbatch *one = dyn_microbatch_create_padded(kind, &s[i], 1, &err);
+        dyn_model_microbatch *one = dyn_model_microbatch_create_padded(kind, &s[i], 1, &err);
         assert_non_null(one);
         float l;
         double sum = 0;
@@ -154,12 +156,12 @@ static void run_alone_vs_batched(dyn_model_kind kind)
         assert_int_equal(dyn_model_backward(m, a, one, 1.0f, &err), DYN_OK);
         assert_float_equal(l, sum, 1e-4 * sum);
         alone_loss[i] = l;
-        dyn_microbatch_free(one);
+        dyn_model_microbatch_free(one);
     }
     memcpy(alone, dyn_model_grads(m), np * sizeof(float));
     int32_t rows[2] = {2, 3};
-    dyn_microbatch *mbs[2] = {dyn_microbatch_create_padded(kind, s, NS, &err),
-                              dyn_microbatch_create_packed(kind, s, NS, rows, 2, 0, 0, 1, &err)};
+    dyn_model_microbatch *mbs[2] = {dyn_model_microbatch_create_padded(kind, s, NS, &err),
+                              dyn_model_microbatch_create_packed(kind, s, NS, rows, 2, 0, 0, 1, &err)};
     const char *names[2] = {"padded", "docmask"};
     for (int k = 0; k < 2; k++) {
         assert_non_null(mbs[k]);
@@ -174,7 +176,7 @@ static void run_alone_vs_batched(dyn_model_kind kind)
         }
         assert_float_equal(total, ref, 1e-5 * ref);
         assert_close(dyn_model_grads(m), alone, np, 1e-5, names[k]);
-        dyn_microbatch_free(mbs[k]);
+        dyn_model_microbatch_free(mbs[k]);
     }
     free(alone);
     free(store);
@@ -215,31 +217,31 @@ static void run_loss_normalisation(dyn_model_kind kind)
     assert_non_null(ref);
 
     dyn_model_zero_grad(m);
-    dyn_microbatch *one = dyn_microbatch_create_padded(kind, s, NS, &err);
+    dyn_model_microbatch *one = dyn_model_microbatch_create_padded(kind, s, NS, &err);
     double loss_one = loss_and_grad(m, a, one, dloss, 0, NULL) / (double)tokens;
     memcpy(ref, dyn_model_grads(m), np * sizeof(float));
-    dyn_microbatch_free(one);
+    dyn_model_microbatch_free(one);
 
     dyn_model_zero_grad(m);
     double loss3 = 0;
     for (int k = 0; k < 3; k++) {
-        dyn_microbatch *mb = dyn_microbatch_create_padded(kind, s + 2 * k, 2, &err);
+        dyn_model_microbatch *mb = dyn_model_microbatch_create_padded(kind, s + 2 * k, 2, &err);
         loss3 += loss_and_grad(m, a, mb, dloss, 0, NULL) / (double)tokens;
-        dyn_microbatch_free(mb);
+        dyn_model_microbatch_free(mb);
     }
     assert_float_equal(loss3, loss_one, 1e-6 * loss_one);
     assert_close(dyn_model_grads(m), ref, np, 1e-5, "three padded micro-batches");
 
     dyn_model_zero_grad(m);
     int32_t r1[2] = {2, 1}, r2[1] = {3};
-    dyn_microbatch *p1 = dyn_microbatch_create_packed(kind, s, 3, r1, 2, 0, 0, 1, &err);
-    dyn_microbatch *p2 = dyn_microbatch_create_packed(kind, s + 3, 3, r2, 1, 0, 0, 1, &err);
+    dyn_model_microbatch *p1 = dyn_model_microbatch_create_packed(kind, s, 3, r1, 2, 0, 0, 1, &err);
+    dyn_model_microbatch *p2 = dyn_model_microbatch_create_packed(kind, s + 3, 3, r2, 1, 0, 0, 1, &err);
     double lossp = loss_and_grad(m, a, p1, dloss, 0, NULL) / (double)tokens;
     lossp += loss_and_grad(m, a, p2, dloss, 0, NULL) / (double)tokens;
     assert_float_equal(lossp, loss_one, 1e-6 * loss_one);
     assert_close(dyn_model_grads(m), ref, np, 1e-5, "two packed micro-batches");
-    dyn_microbatch_free(p1);
-    dyn_microbatch_free(p2);
+    dyn_model_microbatch_free(p1);
+    dyn_model_microbatch_free(p2);
     free(ref);
     free(store);
     dyn_model_acts_free(a);
@@ -269,7 +271,7 @@ static void run_recompute(dyn_model_kind kind)
     dyn_token_sample s[4];
     int32_t *store;
     make_samples(s, 4, 10, 20, 5, 10, 41, &store);
-    dyn_microbatch *mb = dyn_microbatch_create_padded(kind, s, 4, &err);
+    dyn_model_microbatch *mb = dyn_model_microbatch_create_padded(kind, s, 4, &err);
     size_t np = dyn_model_num_params(m);
     float *g0 = malloc(np * sizeof(float));
     assert_non_null(g0);
@@ -283,10 +285,10 @@ static void run_recompute(dyn_model_kind kind)
     /* The arena grows for a bigger micro-batch and is reused (not shrunk)
      * for a smaller one. */
     size_t cap = dyn_model_acts_capacity_bytes(a);
-    dyn_microbatch *small = dyn_microbatch_create_padded(kind, s, 1, &err);
+    dyn_model_microbatch *small = dyn_model_microbatch_create_padded(kind, s, 1, &err);
     loss_only(m, a, small);
     assert_int_equal(dyn_model_acts_capacity_bytes(a), cap);
-    dyn_microbatch_free(small);
+    dyn_model_microbatch_free(small);
     loss_only(m, a, mb); /* restore its stored-bytes figure for mb */
     size_t keep = dyn_model_acts_stored_bytes(a), rec = dyn_model_acts_stored_bytes(b);
     printf("    %s 4 blocks: stored activations %zu bytes, with recompute %zu bytes (%.0f%%)\n",
@@ -296,7 +298,7 @@ static void run_recompute(dyn_model_kind kind)
     assert_true(dyn_model_acts_capacity_bytes(b) < dyn_model_acts_capacity_bytes(a));
     free(g0);
     free(store);
-    dyn_microbatch_free(mb);
+    dyn_model_microbatch_free(mb);
     dyn_model_acts_free(a);
     dyn_model_acts_free(b);
     dyn_model_free(m);
@@ -327,7 +329,7 @@ static void run_stages(dyn_model_kind kind, const int *cuts, int ncuts)
     int32_t *store;
     make_samples(s, 3, 2, 7, 2, 6, 51, &store);
     int32_t rows[2] = {2, 1};
-    dyn_microbatch *mb = dyn_microbatch_create_packed(kind, s, 3, rows, 2, 0, 0, 1, &err);
+    dyn_model_microbatch *mb = dyn_model_microbatch_create_packed(kind, s, 3, rows, 2, 0, 0, 1, &err);
     assert_non_null(mb);
     size_t np = dyn_model_num_params(m);
     float *ref = malloc(np * sizeof(float));
@@ -365,7 +367,7 @@ static void run_stages(dyn_model_kind kind, const int *cuts, int ncuts)
     dyn_model_acts_free(whole);
     free(ref);
     free(store);
-    dyn_microbatch_free(mb);
+    dyn_model_microbatch_free(mb);
     dyn_model_free(m);
 }
 
@@ -413,39 +415,39 @@ static void test_bad_input_is_refused(void **state)
     dyn_model_acts *a = dyn_model_acts_create(&err);
     int32_t in[6] = {1, 2, 300, 4, 5, 6}, tg[2] = {7, 8};
     dyn_token_sample s = {in, 2, tg, 2};
-    dyn_microbatch *ok = dyn_microbatch_create_padded(DYN_MODEL_GPT, &s, 1, &err);
+    dyn_model_microbatch *ok = dyn_model_microbatch_create_padded(DYN_MODEL_GPT, &s, 1, &err);
     double loss;
     assert_int_equal(dyn_model_backward(m, a, ok, 1.0f, &err), DYN_ERR_INVALID_ARG); /* no forward yet */
     assert_int_equal(dyn_model_stage_forward(m, a, ok, 1, 3, NULL, NULL, 0, &loss, NULL, &err), DYN_ERR_INVALID_ARG);
     assert_int_equal(dyn_model_stage_forward(m, a, ok, 2, 2, NULL, NULL, 0, &loss, NULL, &err), DYN_ERR_INVALID_ARG);
     s.input_len = 3; /* includes token 300 >= vocab 260 */
-    dyn_microbatch *badtok = dyn_microbatch_create_padded(DYN_MODEL_GPT, &s, 1, &err);
+    dyn_model_microbatch *badtok = dyn_model_microbatch_create_padded(DYN_MODEL_GPT, &s, 1, &err);
     assert_int_equal(dyn_model_forward(m, a, badtok, 0, &loss, NULL, &err), DYN_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "outside the vocabulary"));
     in[2] = 3;
     s.input_len = 6; /* 6 + 2 tokens > max_seqlen 8? no: positions 0..7 fit */
-    dyn_microbatch *fits = dyn_microbatch_create_padded(DYN_MODEL_GPT, &s, 1, &err);
+    dyn_model_microbatch *fits = dyn_model_microbatch_create_padded(DYN_MODEL_GPT, &s, 1, &err);
     assert_int_equal(dyn_model_forward(m, a, fits, 0, &loss, NULL, &err), DYN_OK);
     int32_t tg3[3] = {7, 8, 9};
     dyn_token_sample s9 = {in, 6, tg3, 3};
-    dyn_microbatch *longer = dyn_microbatch_create_padded(DYN_MODEL_GPT, &s9, 1, &err);
+    dyn_model_microbatch *longer = dyn_model_microbatch_create_padded(DYN_MODEL_GPT, &s9, 1, &err);
     assert_int_equal(dyn_model_forward(m, a, longer, 0, &loss, NULL, &err), DYN_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "max_seqlen"));
-    dyn_microbatch *t5mb = dyn_microbatch_create_padded(DYN_MODEL_T5, &s, 1, &err);
+    dyn_model_microbatch *t5mb = dyn_model_microbatch_create_padded(DYN_MODEL_T5, &s, 1, &err);
     assert_int_equal(dyn_model_forward(m, a, t5mb, 0, &loss, NULL, &err), DYN_ERR_INVALID_ARG);
     dyn_token_sample empty = {in, 0, tg, 2};
-    assert_null(dyn_microbatch_create_padded(DYN_MODEL_GPT, &empty, 1, &err));
+    assert_null(dyn_model_microbatch_create_padded(DYN_MODEL_GPT, &empty, 1, &err));
     int32_t rows[1] = {2};
-    assert_null(dyn_microbatch_create_packed(DYN_MODEL_GPT, &s, 1, rows, 1, 0, 0, 1, &err));
+    assert_null(dyn_model_microbatch_create_packed(DYN_MODEL_GPT, &s, 1, rows, 1, 0, 0, 1, &err));
     dyn_model_config bad = c;
     bad.ffn = 3 * c.hidden;
     assert_null(dyn_model_create(&bad, 1, &err));
     assert_int_equal(err.code, DYN_ERR_INVALID_ARG);
-    dyn_microbatch_free(ok);
-    dyn_microbatch_free(badtok);
-    dyn_microbatch_free(fits);
-    dyn_microbatch_free(longer);
-    dyn_microbatch_free(t5mb);
+    dyn_model_microbatch_free(ok);
+    dyn_model_microbatch_free(badtok);
+    dyn_model_microbatch_free(fits);
+    dyn_model_microbatch_free(longer);
+    dyn_model_microbatch_free(t5mb);
     dyn_model_acts_free(a);
     dyn_model_free(m);
 }

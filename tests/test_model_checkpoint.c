@@ -284,7 +284,7 @@ static void test_train_state_round_trip(void **state)
     dyn_token_sample s[2];
     int32_t *store;
     make_samples(s, 2, 2, 5, 2, 5, 3, &store);
-    dyn_microbatch *mb = dyn_microbatch_create_padded(DYN_MODEL_GPT, s, 2, &err);
+    dyn_model_microbatch *mb = dyn_model_microbatch_create_padded(DYN_MODEL_GPT, s, 2, &err);
     dyn_adamw_config ac = dyn_adamw_default();
     for (int step = 0; step < 3; step++) {
         dyn_model_zero_grad(m);
@@ -321,7 +321,7 @@ static void test_train_state_round_trip(void **state)
     assert_non_null(strstr(err.msg, "metadata 'dynapipe.step' missing"));
     unlink(path);
     free(store);
-    dyn_microbatch_free(mb);
+    dyn_model_microbatch_free(mb);
     dyn_model_acts_free(a);
     dyn_model_free(m);
     dyn_model_free(r);

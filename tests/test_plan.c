@@ -415,7 +415,7 @@ static void test_plans_are_deterministic(void **state)
         assert_int_equal(dyn_planner_plan(p, s, N, &b, NULL), DYN_OK);
         assert_int_equal(a.n_microbatches, b.n_microbatches);
         assert_memory_equal(a.sample_ids, b.sample_ids, N * sizeof(int32_t));
-        assert_memory_equal(a.mbs, b.mbs, (size_t)a.n_microbatches * sizeof(dyn_microbatch));
+        assert_memory_equal(a.mbs, b.mbs, (size_t)a.n_microbatches * sizeof(dyn_plan_microbatch));
         assert_true(a.objective_ms == b.objective_ms);
         dyn_batch_plan_free(&b);
         dyn_planner_free(p);

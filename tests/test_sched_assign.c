@@ -156,7 +156,7 @@ static void test_costs_from_batch_to_plan(void **state)
     assert_int_equal(dyn_model_config_preset("t5-base", &cfg, NULL), DYN_OK);
     dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, dyn_machine_builtin("a100"), &err);
     assert_non_null(cm);
-    dyn_microbatch mbs[5];
+    dyn_plan_microbatch mbs[5];
     memset(mbs, 0, sizeof mbs);
     for (int i = 0; i < 5; i++) {
         mbs[i].replica = i % 2;

@@ -123,7 +123,7 @@ static float *gpt_grads(int threads, size_t *n)
         s[b].target = tok[b] + IN;
         s[b].target_len = TG;
     }
-    dyn_microbatch *mb = dyn_microbatch_create_padded(DYN_MODEL_GPT, s, B, &err);
+    dyn_model_microbatch *mb = dyn_model_microbatch_create_padded(DYN_MODEL_GPT, s, B, &err);
     dyn_model_acts *a = dyn_model_acts_create(&err);
     assert_non_null(mb);
     assert_non_null(a);
@@ -135,7 +135,7 @@ static float *gpt_grads(int threads, size_t *n)
     assert_non_null(g);
     memcpy(g, dyn_model_grads(m), *n * sizeof(float));
     dyn_model_acts_free(a);
-    dyn_microbatch_free(mb);
+    dyn_model_microbatch_free(mb);
     dyn_model_free(m);
     return g;
 }

@@ -66,8 +66,8 @@ static void train_threads(dyn_model_kind kind, uint64_t seed, int steps, double 
             tokens += s[i].target_len;
         }
         int32_t rows[2] = {4, 4};
-        dyn_microbatch *mb[2] = {dyn_microbatch_create_padded(kind, s, TOY_BATCH / 2, &err),
-                                 dyn_microbatch_create_packed(kind, s + TOY_BATCH / 2, TOY_BATCH / 2, rows, 2, 0, 0, 1,
+        dyn_model_microbatch *mb[2] = {dyn_model_microbatch_create_padded(kind, s, TOY_BATCH / 2, &err),
+                                 dyn_model_microbatch_create_packed(kind, s + TOY_BATCH / 2, TOY_BATCH / 2, rows, 2, 0, 0, 1,
                                                               &err)};
         dyn_model_zero_grad(m);
         double loss = 0;
@@ -77,7 +77,7 @@ static void train_threads(dyn_model_kind kind, uint64_t seed, int steps, double 
             assert_int_equal(dyn_model_forward(m, acts[k], mb[k], k, &l, NULL, &err), DYN_OK);
             assert_int_equal(dyn_model_backward(m, acts[k], mb[k], (float)(1.0 / (double)tokens), &err), DYN_OK);
             loss += l;
-            dyn_microbatch_free(mb[k]);
+            dyn_model_microbatch_free(mb[k]);
         }
         losses[step] = loss / (double)tokens;
         dyn_model_adamw_step(m, dyn_lr_at(&sch, step), &ac, 1.0);

@@ -47,7 +47,7 @@ typedef struct dyn_plan_options {
 /* One micro-batch. Its samples are plan->sample_ids[first .. first+n_samples);
  * sample k of the plan sits in row plan->sample_row[k] at token offset
  * plan->sample_offset[k] (0 unless packed). */
-typedef struct dyn_microbatch {
+typedef struct dyn_plan_microbatch {
     int32_t first;
     int32_t n_samples;
     int32_t replica;    /* data-parallel replica that runs it, 0..dp-1 */
@@ -55,11 +55,11 @@ typedef struct dyn_microbatch {
     double time_ms;     /* predicted fwd+bwd time on one pipeline stage */
     double stored_mb;   /* activations one stage stores for it */
     double peak_mb;     /* predicted peak memory of one stage while it runs */
-} dyn_microbatch;
+} dyn_plan_microbatch;
 
 typedef struct dyn_batch_plan {
     int32_t n_microbatches;
-    dyn_microbatch *mbs; /* in execution order within each replica */
+    dyn_plan_microbatch *mbs; /* in execution order within each replica */
     int32_t n_samples;
     int32_t *sample_ids;    /* sample ids, grouped by micro-batch */
     int32_t *sample_row;    /* parallel to sample_ids */

@@ -71,7 +71,7 @@ static cJSON *batch_json(int32_t index, const dyn_batch_plan *pl, int t5)
              cJSON_AddNumberToObject(b, "padding_efficiency",
                                      pl->padded_tokens ? (double)pl->real_tokens / pl->padded_tokens : 0);
     for (int32_t m = 0; ok && m < pl->n_microbatches; m++) {
-        const dyn_microbatch *mb = &pl->mbs[m];
+        const dyn_plan_microbatch *mb = &pl->mbs[m];
         cJSON *o = cJSON_CreateObject();
         cJSON *ids = cJSON_CreateIntArray(pl->sample_ids + mb->first, mb->n_samples);
         if (o == NULL || ids == NULL) {
@@ -140,7 +140,7 @@ static void print_batch(int32_t index, const dyn_batch_plan *pl, int t5, int ver
     printf("  %4s %7s %7s %14s %10s %10s %10s\n", "mb", "replica", "samples", "rows x len", "time_ms",
            "stored_mb", "peak_mb");
     for (int32_t m = 0; m < pl->n_microbatches; m++) {
-        const dyn_microbatch *mb = &pl->mbs[m];
+        const dyn_plan_microbatch *mb = &pl->mbs[m];
         char shape[48];
         if (t5)
             snprintf(shape, sizeof shape, "%d x %d+%d", mb->shape.rows, mb->shape.enc_len, mb->shape.dec_len);

@@ -82,13 +82,13 @@ dyn_status gpt_bind(dyn_model *m, dyn_error *err)
     return DYN_OK;
 }
 
-size_t gpt_boundary_floats(const dyn_model *m, int l, const dyn_microbatch *mb)
+size_t gpt_boundary_floats(const dyn_model *m, int l, const dyn_model_microbatch *mb)
 {
     (void)l;
     return (size_t)mb->lay->B * (size_t)mb->lay->T * (size_t)m->cfg.hidden;
 }
 
-size_t gpt_carve(const dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last, int recompute,
+size_t gpt_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last, int recompute,
                  float *base, size_t *stored)
 {
     int B = mb->lay->B, T = mb->lay->T, n = m->cfg.n_layers, L = m->L;
@@ -122,7 +122,7 @@ size_t gpt_carve(const dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb
     return b.used;
 }
 
-dyn_status gpt_forward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last,
+dyn_status gpt_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
                        const float *in, float *out, int recompute, double *loss_sum, dyn_error *err)
 {
     (void)recompute; /* the forward is the same; the arena was carved for it */
@@ -150,7 +150,7 @@ dyn_status gpt_forward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb
     return DYN_OK;
 }
 
-dyn_status gpt_backward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last,
+dyn_status gpt_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
                         const float *dout, float *din, float dloss, dyn_error *err)
 {
     (void)err;

@@ -1,14 +1,14 @@
 /* microbatch.c — turn token samples into model inputs placed in a layout
  * (padded rows, packed rows with or without document masks): token ids,
  * next-token targets, loss weights and the sample each target belongs to.
- * See dyn_microbatch in model.h for what each model kind sees. */
+ * See dyn_model_microbatch in model.h for what each model kind sees. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/model.h"
 #include "util/util.h" /* defines: dyn_calloc */
 
-void dyn_microbatch_free(dyn_microbatch *mb)
+void dyn_model_microbatch_free(dyn_model_microbatch *mb)
 {
     if (mb == NULL) return;
     dyn_layout_free(mb->lay);
@@ -33,7 +33,7 @@ static dyn_status check_samples(const dyn_token_sample *s, int32_t n, dyn_error 
 }
 
 /* Fill tokens/targets/weights once the layouts exist. */
-static dyn_status fill(dyn_microbatch *mb, const dyn_token_sample *s, dyn_error *err)
+static dyn_status fill(dyn_model_microbatch *mb, const dyn_token_sample *s, dyn_error *err)
 {
     const dyn_layout *lay = mb->lay;
     size_t N = (size_t)lay->B * (size_t)lay->T;
@@ -81,10 +81,10 @@ static dyn_status fill(dyn_microbatch *mb, const dyn_token_sample *s, dyn_error 
 /* A micro-batch shell for n samples, with each sample's length in the
  * (encoder or GPT) layout in *lens and in the decoder layout in *dlens, which
  * finish() frees. NULL when out of memory. */
-static dyn_microbatch *begin(dyn_model_kind kind, const dyn_token_sample *s, int32_t n, int32_t **lens,
+static dyn_model_microbatch *begin(dyn_model_kind kind, const dyn_token_sample *s, int32_t n, int32_t **lens,
                              int32_t **dlens, dyn_error *err)
 {
-    dyn_microbatch *mb = dyn_calloc(1, sizeof *mb, "micro-batch", err);
+    dyn_model_microbatch *mb = dyn_calloc(1, sizeof *mb, "micro-batch", err);
     *lens = dyn_calloc((size_t)n, sizeof(int32_t), "micro-batch lengths", err);
     *dlens = dyn_calloc((size_t)n, sizeof(int32_t), "micro-batch lengths", err);
     if (mb == NULL || *lens == NULL || *dlens == NULL) {
@@ -102,24 +102,24 @@ static dyn_microbatch *begin(dyn_model_kind kind, const dyn_token_sample *s, int
     return mb;
 }
 
-static dyn_microbatch *finish(dyn_microbatch *mb, const dyn_token_sample *s, int32_t *lens, int32_t *dlens,
+static dyn_model_microbatch *finish(dyn_model_microbatch *mb, const dyn_token_sample *s, int32_t *lens, int32_t *dlens,
                               dyn_error *err)
 {
     free(lens);
     free(dlens);
     if (mb->lay == NULL || (mb->kind == DYN_MODEL_T5 && mb->dec_lay == NULL) || fill(mb, s, err) != DYN_OK) {
-        dyn_microbatch_free(mb);
+        dyn_model_microbatch_free(mb);
         return NULL;
     }
     return mb;
 }
 
-dyn_microbatch *dyn_microbatch_create_padded(dyn_model_kind kind, const dyn_token_sample *s, int32_t n,
+dyn_model_microbatch *dyn_model_microbatch_create_padded(dyn_model_kind kind, const dyn_token_sample *s, int32_t n,
                                              dyn_error *err)
 {
     if (check_samples(s, n, err) != DYN_OK) return NULL;
     int32_t *lens, *dlens;
-    dyn_microbatch *mb = begin(kind, s, n, &lens, &dlens, err);
+    dyn_model_microbatch *mb = begin(kind, s, n, &lens, &dlens, err);
     if (mb == NULL) return NULL;
     int32_t T = 0, Td = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -131,7 +131,7 @@ dyn_microbatch *dyn_microbatch_create_padded(dyn_model_kind kind, const dyn_toke
     return finish(mb, s, lens, dlens, err);
 }
 
-dyn_microbatch *dyn_microbatch_create_packed(dyn_model_kind kind, const dyn_token_sample *s, int32_t n,
+dyn_model_microbatch *dyn_model_microbatch_create_packed(dyn_model_kind kind, const dyn_token_sample *s, int32_t n,
                                              const int32_t *row_counts, int32_t B, int32_t T, int32_t Td,
                                              int docmask, dyn_error *err)
 {
@@ -154,7 +154,7 @@ dyn_microbatch *dyn_microbatch_create_packed(dyn_model_kind kind, const dyn_toke
         return NULL;
     }
     int32_t *lens, *dlens;
-    dyn_microbatch *mb = begin(kind, s, n, &lens, &dlens, err);
+    dyn_model_microbatch *mb = begin(kind, s, n, &lens, &dlens, err);
     if (mb == NULL) return NULL;
     int32_t k = 0, autoT = 0, autoTd = 0;
     for (int32_t b = 0; b < B; b++) {

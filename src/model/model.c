@@ -198,7 +198,7 @@ void dyn_model_layer_params(const dyn_model *m, int first, int last, size_t *off
     *count = hi - lo;
 }
 
-size_t dyn_model_boundary_floats(const dyn_model *m, int l, const dyn_microbatch *mb)
+size_t dyn_model_boundary_floats(const dyn_model *m, int l, const dyn_model_microbatch *mb)
 {
     if (l <= 0 || l >= m->L) return 0;
     return m->cfg.kind == DYN_MODEL_GPT ? gpt_boundary_floats(m, l, mb) : t5_boundary_floats(m, l, mb);
@@ -225,7 +225,7 @@ size_t dyn_model_acts_stored_bytes(const dyn_model_acts *a) { return a->stored *
 
 /* Size the arena for (mb, range, recompute), growing it only when this shape
  * needs more than it has, and lay the pointers over it. */
-static dyn_status acts_prepare(const dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last,
+static dyn_status acts_prepare(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
                                int recompute, dyn_error *err)
 {
     if (a->L != m->L) {
@@ -255,7 +255,7 @@ static dyn_status acts_prepare(const dyn_model *m, dyn_model_acts *a, const dyn_
 
 /* ------------------------------------------------------------ forward/backward */
 
-static dyn_status check_call(const dyn_model *m, const dyn_microbatch *mb, int first, int last, const void *in,
+static dyn_status check_call(const dyn_model *m, const dyn_model_microbatch *mb, int first, int last, const void *in,
                              const void *out, dyn_error *err)
 {
     if (mb == NULL || mb->kind != m->cfg.kind)
@@ -279,7 +279,7 @@ static dyn_status check_tokens(const dyn_model *m, const int32_t *tok, size_t n,
     return DYN_OK;
 }
 
-dyn_status dyn_model_stage_forward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last,
+dyn_status dyn_model_stage_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
                                    const float *in, float *out, int recompute, double *loss_sum, float *sample_loss,
                                    dyn_error *err)
 {
@@ -317,7 +317,7 @@ dyn_status dyn_model_stage_forward(dyn_model *m, dyn_model_acts *a, const dyn_mi
     return DYN_OK;
 }
 
-dyn_status dyn_model_stage_backward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last,
+dyn_status dyn_model_stage_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
                                     const float *dout, float *din, float dloss, dyn_error *err)
 {
     dyn_status st = check_call(m, mb, first, last, din, dout, err);
@@ -332,13 +332,13 @@ dyn_status dyn_model_stage_backward(dyn_model *m, dyn_model_acts *a, const dyn_m
     return st;
 }
 
-dyn_status dyn_model_forward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int recompute,
+dyn_status dyn_model_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int recompute,
                              double *loss_sum, float *sample_loss, dyn_error *err)
 {
     return dyn_model_stage_forward(m, a, mb, 0, m->L, NULL, NULL, recompute, loss_sum, sample_loss, err);
 }
 
-dyn_status dyn_model_backward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, float dloss, dyn_error *err)
+dyn_status dyn_model_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, float dloss, dyn_error *err)
 {
     return dyn_model_stage_backward(m, a, mb, 0, m->L, NULL, NULL, dloss, err);
 }

@@ -96,7 +96,7 @@ typedef struct dyn_token_sample {
  *        order) targets; decoder tokens are [bos] + target[:-1]; every
  *        decoder position predicts its target token.
  * Pad positions hold DYN_TOK_PAD, weight 0, sample_of -1. */
-typedef struct dyn_microbatch {
+typedef struct dyn_model_microbatch {
     dyn_model_kind kind;
     dyn_layout *lay;       /* GPT sequences, or T5 encoder inputs: B rows × T */
     dyn_layout *dec_lay;   /* T5 decoder: B rows × Td; NULL for GPT */
@@ -107,20 +107,20 @@ typedef struct dyn_microbatch {
     int32_t *sample_of;    /* same size: sample index of a counted prediction, else -1 */
     int32_t n_samples;
     int64_t n_target_tokens; /* sum of target_len = sum of weights */
-} dyn_microbatch;
+} dyn_model_microbatch;
 
 /* Padded rows: sample i alone in row i, rows as long as the longest sample
  * (GPT: in+tgt; T5: inputs and targets padded separately). */
-dyn_microbatch *dyn_microbatch_create_padded(dyn_model_kind kind, const dyn_token_sample *s,
+dyn_model_microbatch *dyn_model_microbatch_create_padded(dyn_model_kind kind, const dyn_token_sample *s,
                                              int32_t n, dyn_error *err);
 /* Packed rows: row b holds the next row_counts[b] samples back to back.
  * docmask != 0: attention within each sample only, positions restart per
  * sample; docmask == 0: classic packing (attention across the row, GPT
  * positions continue). T, Td: row lengths (0 = the longest row). */
-dyn_microbatch *dyn_microbatch_create_packed(dyn_model_kind kind, const dyn_token_sample *s,
+dyn_model_microbatch *dyn_model_microbatch_create_packed(dyn_model_kind kind, const dyn_token_sample *s,
                                              int32_t n, const int32_t *row_counts, int32_t B,
                                              int32_t T, int32_t Td, int docmask, dyn_error *err);
-void dyn_microbatch_free(dyn_microbatch *mb);
+void dyn_model_microbatch_free(dyn_model_microbatch *mb);
 
 /* ---- the model ---------------------------------------------------------- */
 
@@ -187,7 +187,7 @@ void dyn_model_layer_params(const dyn_model *m, int first, int last, size_t *off
 
 /* Floats of the boundary activation entering layer l (0 <= l <= L) for the
  * shape of mb. 0 for l = 0 and l = L. */
-size_t dyn_model_boundary_floats(const dyn_model *m, int l, const dyn_microbatch *mb);
+size_t dyn_model_boundary_floats(const dyn_model *m, int l, const dyn_model_microbatch *mb);
 
 /* ---- activations ------------------------------------------------------- */
 
@@ -210,7 +210,7 @@ size_t dyn_model_acts_stored_bytes(const dyn_model_acts *a);
  * recompute != 0: store only layer inputs (full recomputation).
  * Fails (nothing run) on token ids >= vocab, sequences longer than
  * max_seqlen, a micro-batch of the other model kind, or a bad range. */
-dyn_status dyn_model_stage_forward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb,
+dyn_status dyn_model_stage_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb,
                                    int first, int last, const float *in, float *out,
                                    int recompute, double *loss_sum, float *sample_loss,
                                    dyn_error *err);
@@ -220,14 +220,14 @@ dyn_status dyn_model_stage_forward(dyn_model *m, dyn_model_acts *a, const dyn_mi
  *   din:  gradient of the boundary entering `first`, overwritten (NULL when
  *         first = 0).
  * Parameter gradients ACCUMULATE (+=) into dyn_model_grads. */
-dyn_status dyn_model_stage_backward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb,
+dyn_status dyn_model_stage_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb,
                                     int first, int last, const float *dout, float *din,
                                     float dloss, dyn_error *err);
 
 /* Whole model = one stage [0, L). */
-dyn_status dyn_model_forward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb,
+dyn_status dyn_model_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb,
                              int recompute, double *loss_sum, float *sample_loss, dyn_error *err);
-dyn_status dyn_model_backward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb,
+dyn_status dyn_model_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb,
                               float dloss, dyn_error *err);
 
 /* ---- optimizer ----------------------------------------------------------- */

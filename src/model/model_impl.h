@@ -46,7 +46,7 @@ struct dyn_model_acts {
     float *denc;   /* (N, C) T5 encoder-output gradient accumulator */
     /* What the last forward ran, checked by the backward. */
     int fwd_first, fwd_last, fwd_recompute, fwd_done;
-    const dyn_microbatch *fwd_mb;
+    const dyn_model_microbatch *fwd_mb;
 };
 
 /* gradient twin of a parameter pointer */
@@ -77,22 +77,22 @@ static inline float *model_take(model_bump *b, size_t n)
 /* Per-architecture parts (gpt.c, t5.c). */
 dyn_status gpt_build(dyn_model *m, dyn_error *err);   /* tensors; after alloc: gpt_bind */
 dyn_status gpt_bind(dyn_model *m, dyn_error *err);
-size_t gpt_carve(const dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last, int recompute,
+size_t gpt_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last, int recompute,
                  float *base, size_t *stored);
-size_t gpt_boundary_floats(const dyn_model *m, int l, const dyn_microbatch *mb);
-dyn_status gpt_forward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last,
+size_t gpt_boundary_floats(const dyn_model *m, int l, const dyn_model_microbatch *mb);
+dyn_status gpt_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
                        const float *in, float *out, int recompute, double *loss_sum, dyn_error *err);
-dyn_status gpt_backward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last,
+dyn_status gpt_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
                         const float *dout, float *din, float dloss, dyn_error *err);
 
 dyn_status t5_build(dyn_model *m, dyn_error *err);
 dyn_status t5_bind(dyn_model *m, dyn_error *err);
-size_t t5_carve(const dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last, int recompute,
+size_t t5_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last, int recompute,
                 float *base, size_t *stored);
-size_t t5_boundary_floats(const dyn_model *m, int l, const dyn_microbatch *mb);
-dyn_status t5_forward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last,
+size_t t5_boundary_floats(const dyn_model *m, int l, const dyn_model_microbatch *mb);
+dyn_status t5_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
                       const float *in, float *out, int recompute, double *loss_sum, dyn_error *err);
-dyn_status t5_backward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last,
+dyn_status t5_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
                        const float *dout, float *din, float dloss, dyn_error *err);
 
 #endif

@@ -141,7 +141,7 @@ dyn_status t5_bind(dyn_model *m, dyn_error *err)
     return DYN_OK;
 }
 
-size_t t5_boundary_floats(const dyn_model *m, int l, const dyn_microbatch *mb)
+size_t t5_boundary_floats(const dyn_model *m, int l, const dyn_model_microbatch *mb)
 {
     int D = m->cfg.n_layers + 2;
     size_t C = (size_t)m->cfg.hidden;
@@ -149,7 +149,7 @@ size_t t5_boundary_floats(const dyn_model *m, int l, const dyn_microbatch *mb)
     return l <= D ? N * C : (N + Nd) * C;
 }
 
-size_t t5_carve(const dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last, int recompute,
+size_t t5_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last, int recompute,
                 float *base, size_t *stored)
 {
     int ne = m->cfg.n_layers, nd = m->cfg.n_dec_layers;
@@ -196,7 +196,7 @@ size_t t5_carve(const dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb,
     return b.used;
 }
 
-dyn_status t5_forward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last,
+dyn_status t5_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
                       const float *in, float *out, int recompute, double *loss_sum, dyn_error *err)
 {
     (void)recompute;
@@ -237,7 +237,7 @@ dyn_status t5_forward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb,
     return DYN_OK;
 }
 
-dyn_status t5_backward(dyn_model *m, dyn_model_acts *a, const dyn_microbatch *mb, int first, int last,
+dyn_status t5_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
                        const float *dout, float *din, float dloss, dyn_error *err)
 {
     (void)err;

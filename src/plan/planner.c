@@ -776,7 +776,7 @@ dyn_status dyn_plan_assemble(const dyn_planner *p, const dyn_sample *s, int32_t 
                              dyn_error *err)
 {
     const int32_t r = p->opt.round_to;
-    dyn_microbatch *mbs = dyn_calloc((size_t)n_groups, sizeof *mbs, "micro-batches", err);
+    dyn_plan_microbatch *mbs = dyn_calloc((size_t)n_groups, sizeof *mbs, "micro-batches", err);
     int32_t *first = dyn_calloc((size_t)n_groups, sizeof(int32_t), "micro-batch offsets", err);
     int32_t *rep = dyn_calloc((size_t)n_groups, sizeof(int32_t), "replica assignment", err);
     int32_t *order = dyn_calloc((size_t)n_groups, sizeof(int32_t), "micro-batch order", err);
@@ -861,7 +861,7 @@ dyn_status dyn_plan_assemble(const dyn_planner *p, const dyn_sample *s, int32_t 
     out->n_microbatches = n_groups;
     out->n_samples = n;
     pos = 0;
-    dyn_microbatch *sorted = dyn_calloc((size_t)n_groups, sizeof *sorted, "micro-batches", err);
+    dyn_plan_microbatch *sorted = dyn_calloc((size_t)n_groups, sizeof *sorted, "micro-batches", err);
     if (sorted == NULL) {
         st = DYN_ERR_NOMEM;
         goto done;
