@@ -19,6 +19,7 @@ static const cli_command commands[] = {
     {"simulate", cli_simulate_main, "schedule and simulate plans; compare batching methods and schedules"},
 
     /* model and training */
+    {"train", cli_train_main, "train GPT or T5 on a pipeline of MPI ranks with dynamic micro-batches"},
     {"bench", cli_bench_main, "benchmark model layers on this CPU (bench layer)"},
 
     {NULL, NULL, NULL}

@@ -117,14 +117,30 @@ static dyn_model_microbatch *finish(dyn_model_microbatch *mb, const dyn_token_sa
 dyn_model_microbatch *dyn_model_microbatch_create_padded(dyn_model_kind kind, const dyn_token_sample *s, int32_t n,
                                              dyn_error *err)
 {
+    return dyn_model_microbatch_create_padded_to(kind, s, n, 0, 0, err);
+}
+
+dyn_model_microbatch *dyn_model_microbatch_create_padded_to(dyn_model_kind kind, const dyn_token_sample *s,
+                                                            int32_t n, int32_t T, int32_t Td, dyn_error *err)
+{
     if (check_samples(s, n, err) != DYN_OK) return NULL;
     int32_t *lens, *dlens;
     dyn_model_microbatch *mb = begin(kind, s, n, &lens, &dlens, err);
     if (mb == NULL) return NULL;
-    int32_t T = 0, Td = 0;
+    int32_t longest = 0, dlongest = 0;
     for (int32_t i = 0; i < n; i++) {
-        if (lens[i] > T) T = lens[i];
-        if (dlens[i] > Td) Td = dlens[i];
+        if (lens[i] > longest) longest = lens[i];
+        if (dlens[i] > dlongest) dlongest = dlens[i];
+    }
+    if (T <= 0) T = longest;
+    if (Td <= 0) Td = dlongest;
+    if (T < longest || (kind == DYN_MODEL_T5 && Td < dlongest)) {
+        dyn_error_set(err, DYN_ERR_INVALID_ARG, "padded micro-batch: rows of %d (decoder %d) positions hold a %d-token "
+                      "sample (decoder %d)", T, Td, longest, dlongest);
+        free(lens);
+        free(dlens);
+        dyn_model_microbatch_free(mb);
+        return NULL;
     }
     mb->lay = dyn_layout_create_padded(lens, n, T, err);
     if (mb->lay && kind == DYN_MODEL_T5) mb->dec_lay = dyn_layout_create_padded(dlens, n, Td, err);

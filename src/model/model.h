@@ -113,6 +113,13 @@ typedef struct dyn_model_microbatch {
  * (GPT: in+tgt; T5: inputs and targets padded separately). */
 dyn_model_microbatch *dyn_model_microbatch_create_padded(dyn_model_kind kind, const dyn_token_sample *s,
                                              int32_t n, dyn_error *err);
+/* The same with rows of T positions (T5 decoder: Td), at least the longest
+ * sample; 0 = the longest (what dyn_model_microbatch_create_padded does).
+ * A planner pads lengths up (multiples of 8), and the runtime builds the
+ * micro-batch at exactly the planned shape so boundary sizes match the
+ * plan's. */
+dyn_model_microbatch *dyn_model_microbatch_create_padded_to(dyn_model_kind kind, const dyn_token_sample *s,
+                                                            int32_t n, int32_t T, int32_t Td, dyn_error *err);
 /* Packed rows: row b holds the next row_counts[b] samples back to back.
  * docmask != 0: attention within each sample only, positions restart per
  * sample; docmask == 0: classic packing (attention across the row, GPT

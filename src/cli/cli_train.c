@@ -1,0 +1,230 @@
+/* cli_train.c — `dynapipe train`: pipeline-parallel training on MPI ranks
+ * (src/runtime). Typed by hand it re-executes itself under mpirun with one
+ * rank per stage per replica; under mpirun each rank parses the same flags
+ * and runs its part. Bad flags are reported once, before any rank starts. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/plan_args.h"
+#include "dynapipe/model_config.h"
+#include "dynapipe/sched.h"
+#include "model/threads.h"
+#include "runtime/group.h"
+#include "runtime/train.h"
+
+#define CMD "train"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: dynapipe train --model gpt|t5 [flags]\n\n"
+            "Train a model with dynamic micro-batches on a pipeline of MPI ranks (one per\n"
+            "stage per data-parallel replica; started with mpirun automatically).\n\n"
+            "training flags:\n"
+            "  --steps N                 iterations (global batches), default 20\n"
+            "  --schedule NAME|auto      1f1b, cyclic, wait-free-cyclic, interleaved (needs --chunks),\n"
+            "                            zb, or auto: best schedule per batch by simulation (default)\n"
+            "  --threads T               threads per rank (default: cores / ranks, at least 1)\n"
+            "  --lr X --min-lr X --warmup N  AdamW learning rate: warm-up, then cosine (1e-3, 1e-4, 5)\n"
+            "  --clip X                  global gradient-norm clip (default 1.0; 0: none)\n"
+            "  --seed N                  model initialisation seed (default 1)\n"
+            "  --data-seed N --samples N synthetic training data: seed and size (1, 20000)\n"
+            "  --timeout S               deadline of every wait for a peer, seconds (default 60)\n"
+            "  --plan-ahead K            global batches planned ahead of training (default 2)\n"
+            "  --order-groups K          auto's micro-batch order search, 1..4 (default 2)\n"
+            "  --metrics FILE.jsonl      one record per iteration\n"
+            "  --trace FILE.json         Perfetto/Chrome trace of every rank's instructions\n"
+            "  --save FILE.safetensors   final weights (Hugging Face names)\n"
+            "  --hostfile FILE           hosts for mpirun (default: this machine)\n"
+            "  --quiet | --verbose\n\n"
+            "Defaults for the planning flags below: --model-config gpt-tiny / t5-tiny,\n"
+            "--stages 2, --global-batch-tokens 8192, --max-seqlen 512.\n\n");
+    plan_args_usage(out);
+}
+
+/* "R:STEP" of the fault-injection flags. */
+static int parse_fault(const char *v, int32_t *rank, int32_t *step)
+{
+    char *end;
+    long r = strtol(v, &end, 10);
+    if (end == v || *end != ':') return -1;
+    const char *s = end + 1;
+    long k = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || r < 0 || k < 0) return -1;
+    *rank = (int32_t)r;
+    *step = (int32_t)k;
+    return 0;
+}
+
+static int parse_train_flag(dyn_train_options *o, const char **hostfile, int argc, char **argv, int *i)
+{
+    const char *f = argv[*i];
+    int64_t v;
+    double d;
+#define VAL() const char *val = cli_flag_value(CMD, argc, argv, i); if (val == NULL) return -1
+    if (strcmp(f, "--steps") == 0) {
+        VAL();
+        if (cli_parse_i64(CMD, f, val, 1, 100000000, &v)) return -1;
+        o->steps = v;
+    } else if (strcmp(f, "--schedule") == 0) {
+        VAL();
+        if (strcmp(val, "auto") == 0) {
+            o->schedule = DYN_TRAIN_SCHED_AUTO;
+        } else {
+            dyn_schedule s;
+            dyn_error e;
+            if (dyn_schedule_parse(val, &s, &e) != DYN_OK) {
+                cli_errorf(CMD, "--schedule: %s, or auto", e.msg);
+                return -1;
+            }
+            o->schedule = s;
+        }
+    } else if (strcmp(f, "--threads") == 0) {
+        VAL();
+        if (cli_parse_i64(CMD, f, val, 1, 1024, &v)) return -1;
+        o->threads = (int32_t)v;
+    } else if (strcmp(f, "--lr") == 0 || strcmp(f, "--min-lr") == 0) {
+        VAL();
+        if (cli_parse_f64(CMD, f, val, 0, 10, &d)) return -1;
+        if (f[2] == 'l') o->lr.max_lr = (float)d;
+        else o->lr.min_lr = (float)d;
+    } else if (strcmp(f, "--warmup") == 0) {
+        VAL();
+        if (cli_parse_i64(CMD, f, val, 0, 100000000, &v)) return -1;
+        o->lr.warmup_steps = v;
+    } else if (strcmp(f, "--clip") == 0) {
+        VAL();
+        if (cli_parse_f64(CMD, f, val, 0, 1e30, &d)) return -1;
+        o->clip_norm = d;
+    } else if (strcmp(f, "--seed") == 0 || strcmp(f, "--data-seed") == 0) {
+        VAL();
+        if (cli_parse_i64(CMD, f, val, 0, INT64_MAX, &v)) return -1;
+        if (f[2] == 's') o->seed = (uint64_t)v;
+        else o->data_seed = (uint64_t)v;
+    } else if (strcmp(f, "--samples") == 0) {
+        VAL();
+        if (cli_parse_i64(CMD, f, val, 1, 100000000, &v)) return -1;
+        o->n_samples = (int32_t)v;
+    } else if (strcmp(f, "--timeout") == 0) {
+        VAL();
+        if (cli_parse_f64(CMD, f, val, 0.1, 1e6, &d)) return -1;
+        o->timeout_s = d;
+    } else if (strcmp(f, "--plan-ahead") == 0) {
+        VAL();
+        if (cli_parse_i64(CMD, f, val, 1, 64, &v)) return -1;
+        o->plan_ahead = (int32_t)v;
+    } else if (strcmp(f, "--order-groups") == 0) {
+        VAL();
+        if (cli_parse_i64(CMD, f, val, 1, 4, &v)) return -1;
+        o->order_groups = (int32_t)v;
+    } else if (strcmp(f, "--metrics") == 0) {
+        VAL();
+        o->metrics_path = val;
+    } else if (strcmp(f, "--trace") == 0) {
+        VAL();
+        o->trace_path = val;
+    } else if (strcmp(f, "--save") == 0) {
+        VAL();
+        o->save_path = val;
+    } else if (strcmp(f, "--hostfile") == 0) {
+        VAL();
+        *hostfile = val;
+    } else if (strcmp(f, "--debug-kill") == 0 || strcmp(f, "--debug-hang") == 0) {
+        VAL();
+        int kill = f[8] == 'k';
+        if (parse_fault(val, kill ? &o->kill_rank : &o->hang_rank, kill ? &o->kill_step : &o->hang_step)) {
+            cli_errorf(CMD, "%s: expected RANK:STEP, got '%s'", f, val);
+            return -1;
+        }
+    } else if (strcmp(f, "--quiet") == 0) {
+        o->progress = -1;
+    } else if (strcmp(f, "--verbose") == 0) {
+        o->verbose = 1;
+    } else {
+        return 0;
+    }
+#undef VAL
+    return 1;
+}
+
+/* Parse everything into o; 0 or an exit code (message printed). */
+static int parse(int argc, char **argv, dyn_train_options *o, const char **hostfile)
+{
+    plan_args a;
+    plan_args_init(&a);
+    dyn_train_options_default(o);
+    int have_warmup = 0, have_config = 0, have_gbt = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return -1;
+        }
+        if (strcmp(argv[i], "--lengths") == 0 || strcmp(argv[i], "--synthetic") == 0) {
+            cli_errorf(CMD, "%s: training needs samples with tokens; use --data-seed / --samples", argv[i]);
+            return CLI_EXIT_USAGE;
+        }
+        have_warmup |= strcmp(argv[i], "--warmup") == 0;
+        have_config |= strcmp(argv[i], "--model-config") == 0;
+        have_gbt |= strcmp(argv[i], "--global-batch-tokens") == 0;
+        int r = parse_train_flag(o, hostfile, argc, argv, &i);
+        if (r < 0) return CLI_EXIT_USAGE;
+        if (r > 0) continue;
+        r = plan_args_parse_one(CMD, &a, argc, argv, &i);
+        if (r < 0) return CLI_EXIT_USAGE;
+        if (r == 0) {
+            cli_errorf(CMD, "unknown flag '%s' (try 'dynapipe train --help')", argv[i]);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    /* training defaults for the planning flags */
+    a.synthetic = 1;
+    a.seed = o->data_seed;
+    if (!have_config && a.have_kind) a.model_config = a.kind == DYN_MODEL_GPT ? "gpt-tiny" : "t5-tiny";
+    if (!have_gbt) a.global_batch_tokens = o->global_batch_tokens;
+    if (!a.have_max_seqlen) {
+        a.have_max_seqlen = 1;
+        a.opt.max_seqlen = 512;
+    }
+    if (!a.have_stages) {
+        a.have_stages = 1;
+        a.opt.stages = 2;
+    }
+    if (plan_args_finish(CMD, &a) != 0) return CLI_EXIT_USAGE;
+    plan_inputs in;
+    int rc = plan_inputs_open(CMD, &a, &in);
+    if (rc != 0) return rc;
+    o->model = in.model;
+    o->machine = in.machine;
+    o->plan = *dyn_planner_options(in.planner);
+    plan_inputs_close(&in);
+    o->cost_table = strcmp(a.cost_model, "analytic") == 0 ? NULL : a.cost_model;
+    o->global_batch_tokens = a.global_batch_tokens;
+    o->lr.total_steps = o->steps > o->lr.warmup_steps ? o->steps : o->lr.warmup_steps + 1;
+    if (!have_warmup && o->lr.warmup_steps >= o->steps) o->lr.warmup_steps = o->steps / 4;
+    if (o->schedule == DYN_SCHED_INTERLEAVED && o->plan.chunks < 2) {
+        cli_errorf(CMD, "--schedule interleaved needs --chunks 2 or more");
+        return CLI_EXIT_USAGE;
+    }
+    if (o->schedule != DYN_SCHED_INTERLEAVED && o->plan.chunks > 1) {
+        cli_errorf(CMD, "--chunks %d applies to --schedule interleaved only", o->plan.chunks);
+        return CLI_EXIT_USAGE;
+    }
+    return 0;
+}
+
+int cli_train_main(int argc, char **argv)
+{
+    int mpi = dyn_rt_under_mpirun();
+    /* Each rank sets its OpenMP wait policy (and BLAS kernel) before any
+     * library reads them: this may re-execute the rank once. */
+    if (mpi) dyn_threads_init();
+    dyn_train_options o;
+    const char *hostfile = NULL;
+    int rc = parse(argc, argv, &o, &hostfile);
+    if (rc != 0) return rc < 0 ? CLI_EXIT_OK : rc;
+    if (!mpi) return dyn_train_launch(&o, hostfile, argc + 1, argv - 1);
+    return dyn_train_rank_main(&o, &argc, &argv);
+}

@@ -1,0 +1,60 @@
+/* group.h — who this MPI rank is: everything about the process group in one
+ * small struct (llm.c's multi-process setup), with an _init / _free pair.
+ *
+ * Rank layout. World size = stages S x replicas D. World rank
+ *     w = replica * S + stage_rank
+ * so the S stages of one data-parallel replica are consecutive ranks: on a
+ * host list filled rank by rank (mpirun's default "by slot" mapping), the
+ * pipeline neighbours that exchange activations every micro-batch share a
+ * host, and only the once-per-iteration gradient allreduce crosses hosts.
+ * Two communicators split the world:
+ *     pipe  — the S ranks of one replica (rank in it = stage_rank);
+ *     dpc   — the D ranks holding the same stage (rank in it = replica). */
+#ifndef DYN_RUNTIME_GROUP_H
+#define DYN_RUNTIME_GROUP_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "dynapipe/common.h"
+
+typedef struct dyn_rt_group {
+    int world_rank, world_size;
+    int stages;     /* S: pipeline ranks per replica */
+    int dp;         /* D: data-parallel replicas */
+    int stage_rank; /* this rank's position in its pipeline, 0..S-1 */
+    int replica;    /* this rank's replica, 0..D-1 */
+    MPI_Comm world; /* MPI_COMM_WORLD */
+    MPI_Comm pipe;  /* the ranks of this replica */
+    MPI_Comm dpc;   /* the ranks of this stage rank across replicas */
+    char host[64];  /* this rank's host name */
+} dyn_rt_group;
+
+/* MPI_Init_thread (FUNNELED: only the main thread calls MPI) and the two
+ * communicators. Fails when the world size is not stages * dp. Errors of MPI
+ * calls return DYN_ERR_INTERNAL naming the call (MPI_ERRORS_RETURN is set
+ * on the communicators so that a failing call returns instead of
+ * aborting). */
+dyn_status dyn_rt_group_init(dyn_rt_group *g, int *argc, char ***argv, int stages, int dp,
+                             dyn_error *err);
+/* Free the communicators and MPI_Finalize. */
+void dyn_rt_group_free(dyn_rt_group *g);
+/* End the whole job now with exit code `code` (MPI_Abort), after printing
+ * msg (one line) on stderr prefixed with this rank. Never returns. */
+_Noreturn void dyn_rt_group_abort(const dyn_rt_group *g, int code, const char *msg);
+
+/* World rank of (replica, stage_rank). */
+static inline int dyn_rt_world_rank(const dyn_rt_group *g, int replica, int stage_rank)
+{
+    return replica * g->stages + stage_rank;
+}
+
+/* An MPI return code as a dyn_error: DYN_OK for MPI_SUCCESS, else
+ * DYN_ERR_INTERNAL "<what>: <MPI error string>". */
+dyn_status dyn_rt_mpi_check(int rc, const char *what, dyn_error *err);
+
+/* 1 when this process was started by mpirun / mpiexec (Open MPI or a PMIx
+ * launcher), 0 when started by hand. */
+int dyn_rt_under_mpirun(void);
+
+#endif

@@ -1,0 +1,48 @@
+/* planner.h — the planner thread of world rank 0: it plans global batches
+ * ahead of training (sampler -> micro-batches -> schedule per replica ->
+ * validated plans -> work messages) into a bounded queue that the main
+ * thread drains. It makes no MPI calls (MPI_THREAD_FUNNELED). */
+#ifndef DYN_RUNTIME_PLANNER_H
+#define DYN_RUNTIME_PLANNER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dynapipe/data.h"
+#include "runtime/train.h"
+
+/* One planned iteration: a packed work message per replica. */
+typedef struct rt_planned {
+    int64_t iteration;
+    int32_t dp;
+    uint8_t **msg;    /* [dp] dyn_rt_work_pack output */
+    size_t *len;      /* [dp] */
+    double plan_ms;   /* planner wall time for this global batch, ms */
+    int32_t schedule; /* replica 0's schedule (dyn_schedule) */
+    int32_t n_mb;     /* micro-batches over all replicas */
+} rt_planned;
+
+void rt_planned_free(rt_planned *p);
+
+typedef struct rt_planner rt_planner;
+
+/* lengths: the dataset (borrowed; must outlive the planner). */
+rt_planner *rt_planner_create(const dyn_train_options *o, const dyn_dataset *lengths, dyn_error *err);
+/* Start the thread; it plans iterations 0..o->steps-1, at most
+ * o->plan_ahead ahead of the consumer. */
+dyn_status rt_planner_start(rt_planner *p, dyn_error *err);
+/* Iteration k's plans (taken in order, k = 0, 1, ...). block = 0: *out =
+ * NULL when not ready yet. block = 1: wait up to timeout_s, then
+ * DYN_ERR_INTERNAL "planner: no plan for iteration k after T s". A planning
+ * error (e.g. a sample that fits no micro-batch) is returned as the
+ * planner reported it. */
+dyn_status rt_planner_take(rt_planner *p, int64_t k, int block, double timeout_s, rt_planned **out,
+                           dyn_error *err);
+/* Stop the thread (it finishes the batch it is planning) and free. */
+void rt_planner_free(rt_planner *p);
+
+/* Plan one iteration synchronously on the calling thread (what the thread
+ * runs; tests call it directly). */
+dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_error *err);
+
+#endif

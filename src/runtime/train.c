@@ -1,0 +1,703 @@
+/* train.c — one rank of `dynapipe train` (see train.h): start-up, the
+ * iteration loop, plan delivery, the optimizer step, metrics and outputs.
+ *
+ * Plan delivery. World rank 0's planner thread fills a queue; rank 0's
+ * main thread sends iteration k+1's work to every rank (an 8-byte length,
+ * then the payload, MPI_Isend) as soon as it is planned, while iteration k
+ * trains; every rank keeps a receive for its next work posted and advances
+ * it whenever the interpreter polls. A rank therefore waits for a plan only
+ * when planning is slower than training (plan_wait_ms in the metrics).
+ *
+ * The step. Every rank holds the whole model's parameters (each updates and
+ * runs only its stages' layers), and the gradients of all ranks are summed
+ * with one allreduce over the world: that sums the copies of shared tensors
+ * (GPT's tied embedding on the first and last stage, T5's shared embedding
+ * and bias tables) and the data-parallel replicas in one call, after which
+ * every rank takes the same AdamW step and the models stay identical.
+ * Memory and bandwidth scale with the whole model, not the stage: see
+ * docs/architecture.md, "Runtime", for what remains to split. */
+#include "runtime/train.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dynapipe/cost.h"
+#include "dynapipe/sched.h"
+#include "model/model.h"
+#include "model/threads.h"
+#include "runtime/exec.h"
+#include "runtime/group.h"
+#include "runtime/planner.h"
+#include "runtime/source.h"
+#include "runtime/work.h"
+#include "util/util.h"
+
+enum { TAG_WORK_LEN = 10, TAG_WORK = 11 };
+
+void dyn_train_options_default(dyn_train_options *o)
+{
+    memset(o, 0, sizeof *o);
+    dyn_plan_options_default(&o->plan);
+    o->plan.stages = 2;
+    o->schedule = DYN_TRAIN_SCHED_AUTO;
+    o->order_groups = 2;
+    o->plan_ahead = 2;
+    o->data_seed = 1;
+    o->n_samples = 20000;
+    o->global_batch_tokens = 8192;
+    o->steps = 20;
+    o->seed = 1;
+    o->lr = (dyn_lr_schedule){1e-3f, 1e-4f, 5, 20};
+    o->adamw = dyn_adamw_default();
+    o->clip_norm = 1.0;
+    o->timeout_s = 60;
+    o->kill_rank = o->hang_rank = -1;
+}
+
+/* ---- plan delivery ---------------------------------------------------------- */
+
+typedef struct rt_outgoing {
+    rt_planned *pl;
+    MPI_Request *req; /* [2 * world]: length and payload per rank */
+    uint64_t *len;    /* [world] */
+} rt_outgoing;
+
+#define OUT_CAP 4
+
+typedef struct rt_mail {
+    const dyn_rt_group *g;
+    int64_t steps;
+    double timeout_s;
+    /* receiving (every rank): the next iteration's work */
+    int64_t want;
+    int state; /* 0 nothing posted, 1 length posted, 2 payload posted, 3 ready */
+    uint64_t len;
+    uint8_t *buf;
+    MPI_Request req;
+    dyn_status fail;
+    dyn_error err;
+    /* sending (rank 0) */
+    rt_planner *planner;
+    int64_t next_send;
+    rt_outgoing out[OUT_CAP];
+    double plan_ms_sent;
+} rt_mail;
+
+static void mail_fail(rt_mail *m, dyn_status st, const dyn_error *e)
+{
+    if (m->fail == DYN_OK) {
+        m->fail = st;
+        m->err = *e;
+    }
+}
+
+/* Send planned iteration pl to every rank (rank 0 included: MPI sends to
+ * self like to anyone). */
+static void mail_send(rt_mail *m, rt_planned *pl)
+{
+    const dyn_rt_group *g = m->g;
+    rt_outgoing *o = NULL;
+    for (int i = 0; i < OUT_CAP && o == NULL; i++)
+        if (m->out[i].pl == NULL) o = &m->out[i];
+    dyn_error e;
+    if (o == NULL) {
+        dyn_error_set(&e, DYN_ERR_INTERNAL, "more than %d iterations of plans in flight", OUT_CAP);
+        mail_fail(m, e.code, &e);
+        rt_planned_free(pl);
+        return;
+    }
+    o->pl = pl;
+    for (int w = 0; w < g->world_size; w++) {
+        int r = w / g->stages;
+        o->len[w] = pl->len[r];
+        int rc = MPI_Isend(&o->len[w], 1, MPI_UINT64_T, w, TAG_WORK_LEN, g->world, &o->req[2 * w]);
+        if (rc == MPI_SUCCESS)
+            rc = MPI_Isend(pl->msg[r], (int)pl->len[r], MPI_BYTE, w, TAG_WORK, g->world, &o->req[2 * w + 1]);
+        if (rc != MPI_SUCCESS) {
+            dyn_rt_mpi_check(rc, "MPI_Isend (plan)", &e);
+            mail_fail(m, e.code, &e);
+            return;
+        }
+    }
+    m->next_send = pl->iteration + 1;
+}
+
+/* Rank 0: complete finished sends; send the next planned iteration if the
+ * planner has it (never waits). */
+static void mail_progress_send(rt_mail *m)
+{
+    for (int i = 0; i < OUT_CAP; i++) {
+        rt_outgoing *o = &m->out[i];
+        if (o->pl == NULL) continue;
+        int done = 0;
+        MPI_Testall(2 * m->g->world_size, o->req, &done, MPI_STATUSES_IGNORE);
+        if (done) {
+            rt_planned_free(o->pl);
+            o->pl = NULL;
+        }
+    }
+    if (m->fail != DYN_OK || m->next_send >= m->steps) return;
+    rt_planned *pl = NULL;
+    dyn_error e;
+    dyn_status st = rt_planner_take(m->planner, m->next_send, 0, 0, &pl, &e);
+    if (st != DYN_OK) mail_fail(m, st, &e);
+    else if (pl != NULL) mail_send(m, pl);
+}
+
+static void mail_progress_recv(rt_mail *m)
+{
+    dyn_error e;
+    for (;;) {
+        if (m->state == 1 || m->state == 2) {
+            int done = 0;
+            int rc = MPI_Test(&m->req, &done, MPI_STATUS_IGNORE);
+            if (rc != MPI_SUCCESS) {
+                dyn_rt_mpi_check(rc, "MPI_Test (plan)", &e);
+                mail_fail(m, e.code, &e);
+                return;
+            }
+            if (!done) return;
+            if (m->state == 2) {
+                m->state = 3;
+                return;
+            }
+            free(m->buf);
+            m->buf = malloc(m->len ? m->len : 1);
+            if (m->buf == NULL) {
+                dyn_error_set(&e, DYN_ERR_NOMEM, "out of memory for a %llu-byte plan", (unsigned long long)m->len);
+                mail_fail(m, e.code, &e);
+                return;
+            }
+            rc = MPI_Irecv(m->buf, (int)m->len, MPI_BYTE, 0, TAG_WORK, m->g->world, &m->req);
+            if (rc != MPI_SUCCESS) {
+                dyn_rt_mpi_check(rc, "MPI_Irecv (plan)", &e);
+                mail_fail(m, e.code, &e);
+                return;
+            }
+            m->state = 2;
+            continue;
+        }
+        return;
+    }
+}
+
+static void mail_post(rt_mail *m, int64_t k)
+{
+    if (k >= m->steps) return;
+    m->want = k;
+    int rc = MPI_Irecv(&m->len, 1, MPI_UINT64_T, 0, TAG_WORK_LEN, m->g->world, &m->req);
+    if (rc != MPI_SUCCESS) {
+        dyn_error e;
+        dyn_rt_mpi_check(rc, "MPI_Irecv (plan length)", &e);
+        mail_fail(m, e.code, &e);
+        return;
+    }
+    m->state = 1;
+}
+
+static void mail_poll(void *ctx)
+{
+    rt_mail *m = ctx;
+    if (m->planner) mail_progress_send(m);
+    mail_progress_recv(m);
+}
+
+/* Iteration k's work message (blocking, with the deadline). On rank 0 this
+ * first makes sure iteration k was sent: waiting here for the planner is
+ * the "planning not hidden" time. *wait_ms: time spent waiting. */
+static dyn_status mail_take(rt_mail *m, int64_t k, uint8_t **buf, size_t *len, double *wait_ms, dyn_error *err)
+{
+    double t0 = dyn_time_ms();
+    if (m->planner && m->next_send <= k) {
+        rt_planned *pl = NULL;
+        dyn_status st = rt_planner_take(m->planner, k, 1, m->timeout_s, &pl, err);
+        if (st != DYN_OK) return st;
+        mail_send(m, pl);
+    }
+    double deadline = t0 + m->timeout_s * 1e3;
+    while (m->state != 3) {
+        if (m->fail != DYN_OK) {
+            *err = m->err;
+            return m->fail;
+        }
+        mail_poll(m);
+        if (m->state == 3) break;
+        if (dyn_time_ms() > deadline)
+            return dyn_error_set(err, DYN_ERR_INTERNAL, "timeout after %.0f s waiting for the plan of iteration %lld "
+                                 "from rank 0", m->timeout_s, (long long)k);
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+    if (m->fail != DYN_OK) {
+        *err = m->err;
+        return m->fail;
+    }
+    *buf = m->buf;
+    *len = m->len;
+    m->buf = NULL;
+    m->state = 0;
+    *wait_ms = dyn_time_ms() - t0;
+    mail_post(m, k + 1);
+    return DYN_OK;
+}
+
+static void mail_free(rt_mail *m)
+{
+    if (m->state == 1 || m->state == 2) {
+        MPI_Cancel(&m->req);
+        MPI_Request_free(&m->req);
+    }
+    free(m->buf);
+    for (int i = 0; i < OUT_CAP; i++) {
+        rt_planned_free(m->out[i].pl);
+        free(m->out[i].req);
+        free(m->out[i].len);
+    }
+}
+
+/* ---- layers per stage ------------------------------------------------------- */
+
+/* The model layer where cost layer c begins (c = the cost model's flattened
+ * layer list of sched.h: GPT [embed, blocks, head], T5 [embed, encoder
+ * blocks, decoder blocks, head]; c = its length maps to L). The model's T5
+ * list has two more layers, the encoder's final norm and the decoder
+ * embedding (model.h): they go with the stage before the first decoder
+ * block, which then sends the encoder output and the decoder hidden state
+ * together, as the cost model's boundary does. */
+static int32_t model_layer_of(const dyn_model_config *cfg, int32_t c)
+{
+    if (cfg->kind == DYN_MODEL_GPT) return c;
+    int32_t ne = cfg->n_layers;
+    return c <= ne ? c : c + 2;
+}
+
+static dyn_status stage_layers(const dyn_train_options *o, int32_t **lay_first, int32_t *n_stages, dyn_error *err)
+{
+    dyn_cost_model *cm = o->cost_table ? dyn_cost_model_load_table(o->cost_table, err)
+                                       : dyn_cost_model_create_analytic(&o->model, &o->machine, err);
+    if (cm == NULL) return err->code;
+    /* The same assignment dyn_batch_costs makes for the planner (one row of
+     * max_seqlen tokens, no recompute), so plan stages and model layers
+     * agree on every rank. */
+    int32_t v = o->schedule == DYN_SCHED_INTERLEAVED ? o->plan.chunks : 1;
+    dyn_mb_shape ref;
+    memset(&ref, 0, sizeof ref);
+    ref.rows = 1;
+    ref.enc_len = o->model.max_seqlen;
+    ref.dec_len = o->model.kind == DYN_MODEL_T5 ? o->model.max_seqlen : 0;
+    dyn_stage_assignment a;
+    memset(&a, 0, sizeof a);
+    dyn_status st = dyn_stage_assign(cm, o->plan.stages * v, &ref, DYN_RECOMPUTE_NONE, &a, err);
+    dyn_cost_model_free(cm);
+    if (st != DYN_OK) return st;
+    *n_stages = a.n_stages;
+    *lay_first = dyn_calloc((size_t)a.n_stages + 1, sizeof(int32_t), "stage layers", err);
+    if (*lay_first == NULL) {
+        dyn_stage_assignment_free(&a);
+        return DYN_ERR_NOMEM;
+    }
+    for (int32_t s = 0; s <= a.n_stages; s++) (*lay_first)[s] = model_layer_of(&o->model, a.stage_first[s]);
+    dyn_stage_assignment_free(&a);
+    return DYN_OK;
+}
+
+/* ---- per-iteration records -------------------------------------------------- */
+
+/* What each rank reports to rank 0 after an iteration. */
+enum { R_ITER_MS, R_BUSY_MS, R_COMM_MS, R_PLAN_WAIT_MS, R_ALLOC_MB, R_LOSS, R_TOKENS, R_PRED_PEAK_MB, R_COUNT };
+
+typedef struct rt_iter {
+    int64_t step;
+    double loss, iteration_ms, predicted_ms, bubble, plan_ms, plan_wait_ms, comm_wait_ms, lr, grad_norm;
+    int64_t tokens, target_tokens;
+    int32_t schedule, n_mb;
+    double *peak_mb;      /* [world] allocated per rank */
+    double *pred_peak_mb; /* [world] */
+} rt_iter;
+
+typedef struct rt_run {
+    dyn_train_options o;
+    dyn_rt_group g;
+    rt_source *src;
+    dyn_model *model;
+    int32_t *lay_first, n_stages;
+    rt_exec *x;
+    rt_mail mail;
+    rt_planner *planner;
+    rt_iter *iters;
+    double epoch_ms;
+    double states_mb;
+    int tty;
+} rt_run;
+
+static dyn_model *model_of(void *ctx, int32_t stage)
+{
+    (void)stage;
+    return ((rt_run *)ctx)->model;
+}
+
+/* ---- the step --------------------------------------------------------------- */
+
+static dyn_status allreduce(rt_run *R, void *buf, int count, MPI_Datatype t, const char *what, dyn_error *err)
+{
+    MPI_Request req;
+    dyn_status st = dyn_rt_mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, count, t, MPI_SUM, R->g.world, &req),
+                                     what, err);
+    if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, mail_poll, &R->mail, what, err);
+    return st;
+}
+
+static dyn_status step(rt_run *R, int64_t k, double *grad_norm, double *lr, dyn_error *err)
+{
+    dyn_model *m = R->model;
+    size_t n = dyn_model_num_params(m);
+    float *g = dyn_model_grads(m);
+    /* one call per 2^30 floats keeps counts inside MPI's int */
+    for (size_t at = 0; at < n; at += (size_t)1 << 30) {
+        size_t c = n - at < ((size_t)1 << 30) ? n - at : (size_t)1 << 30;
+        dyn_status st = allreduce(R, g + at, (int)c, MPI_FLOAT, "the gradient allreduce", err);
+        if (st != DYN_OK) return st;
+    }
+    *lr = dyn_lr_at(&R->o.lr, k);
+    *grad_norm = dyn_model_adamw_step(m, (float)*lr, &R->o.adamw, R->o.clip_norm);
+    dyn_model_zero_grad(m);
+    return DYN_OK;
+}
+
+/* ---- output ----------------------------------------------------------------- */
+
+static void print_progress(rt_run *R, const rt_iter *it)
+{
+    double tps = it->iteration_ms > 0 ? (double)it->tokens / (it->iteration_ms / 1e3) : 0;
+    double hidden = it->plan_ms > 0 ? 100.0 * (1.0 - (it->plan_wait_ms > it->plan_ms ? it->plan_ms : it->plan_wait_ms) /
+                                                       it->plan_ms)
+                                    : 100.0;
+    char line[256];
+    snprintf(line, sizeof line,
+             "step %lld/%lld  loss %.4f  %.0f tokens/s  %.0f ms/iter (predicted %.0f)  bubble %.2f  "
+             "plan %.1f ms, %.0f%% hidden  %s x%d",
+             (long long)it->step + 1, (long long)R->o.steps, it->loss, tps, it->iteration_ms, it->predicted_ms,
+             it->bubble, it->plan_ms, hidden,
+             it->schedule >= 0 ? dyn_schedule_name((dyn_schedule)it->schedule) : "-", it->n_mb);
+    if (R->tty && it->step + 1 < R->o.steps)
+        fprintf(stderr, "\r%s\033[K", line);
+    else
+        fprintf(stderr, "%s%s\n", R->tty ? "\r" : "", line);
+}
+
+static dyn_status write_metrics(rt_run *R, dyn_error *err)
+{
+    dyn_atomic_file af;
+    dyn_status st = dyn_atomic_open(&af, R->o.metrics_path, err);
+    if (st != DYN_OK) return st;
+    for (int64_t k = 0; k < R->o.steps; k++) {
+        const rt_iter *it = &R->iters[k];
+        double tps = it->iteration_ms > 0 ? (double)it->tokens / (it->iteration_ms / 1e3) : 0;
+        fprintf(af.fp,
+                "{\"step\":%lld,\"loss\":%.6f,\"tokens\":%lld,\"target_tokens\":%lld,\"tokens_per_s\":%.1f,"
+                "\"iteration_ms\":%.3f,\"predicted_ms\":%.3f,\"bubble_fraction\":%.4f,\"plan_ms\":%.3f,"
+                "\"plan_wait_ms\":%.3f,\"comm_wait_ms\":%.3f,\"lr\":%.6g,\"grad_norm\":%.6g,\"schedule\":\"%s\","
+                "\"n_microbatches\":%d,\"peak_mem_mb\":[",
+                (long long)it->step, it->loss, (long long)it->tokens, (long long)it->target_tokens, tps,
+                it->iteration_ms, it->predicted_ms, it->bubble, it->plan_ms, it->plan_wait_ms, it->comm_wait_ms,
+                it->lr, it->grad_norm, it->schedule >= 0 ? dyn_schedule_name((dyn_schedule)it->schedule) : "-",
+                it->n_mb);
+        for (int w = 0; w < R->g.world_size; w++) fprintf(af.fp, "%s%.2f", w ? "," : "", it->peak_mb[w]);
+        fprintf(af.fp, "],\"predicted_peak_mem_mb\":[");
+        for (int w = 0; w < R->g.world_size; w++) fprintf(af.fp, "%s%.2f", w ? "," : "", it->pred_peak_mb[w]);
+        fprintf(af.fp, "]}\n");
+    }
+    if (ferror(af.fp)) {
+        dyn_atomic_abort(&af);
+        return dyn_error_set(err, DYN_ERR_IO, "%s: write failed", R->o.metrics_path);
+    }
+    return dyn_atomic_commit(&af, err);
+}
+
+/* The trace: every rank's events gathered on rank 0, one track per rank. */
+static const char *op_label(int op)
+{
+    static const char *const names[DYN_OP_COUNT] = {
+        "load", "F", "B", "Bi", "W", "send act", "wait send act", "recv act", "wait recv act", "send grad",
+        "wait send grad", "recv grad", "wait recv grad", "free", "barrier"};
+    return (unsigned)op < DYN_OP_COUNT ? names[op] : "?";
+}
+
+static const char *op_category(int op)
+{
+    switch (op) {
+    case DYN_OP_FORWARD: return "forward";
+    case DYN_OP_BACKWARD:
+    case DYN_OP_BACKWARD_INPUT:
+    case DYN_OP_BACKWARD_WEIGHT: return "backward";
+    case DYN_OP_FREE_BUFFER:
+    case DYN_OP_LOAD_INPUT: return "memory";
+    case DYN_OP_BARRIER: return "sync";
+    default: return "communication";
+    }
+}
+
+static dyn_status gather_trace(rt_run *R, dyn_error *err)
+{
+    int64_t n = 0;
+    const rt_event *ev = rt_exec_events(R->x, &n);
+    int W = R->g.world_size;
+    int bytes = (int)(n * (int64_t)sizeof(rt_event));
+    int *counts = NULL, *displs = NULL;
+    char *all = NULL;
+    dyn_status st = DYN_OK;
+    if (R->g.world_rank == 0) {
+        counts = dyn_calloc((size_t)W, sizeof(int), "trace", err);
+        displs = dyn_calloc((size_t)W, sizeof(int), "trace", err);
+        if (counts == NULL || displs == NULL) st = DYN_ERR_NOMEM;
+    }
+    MPI_Request req;
+    if (st == DYN_OK)
+        st = dyn_rt_mpi_check(MPI_Igather(&bytes, 1, MPI_INT, counts, 1, MPI_INT, 0, R->g.world, &req), "MPI_Igather", err);
+    if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, NULL, NULL, "the trace gather", err);
+    int64_t total = 0;
+    if (st == DYN_OK && R->g.world_rank == 0) {
+        for (int w = 0; w < W; w++) {
+            displs[w] = (int)total;
+            total += counts[w];
+        }
+        if ((all = malloc(total ? (size_t)total : 1)) == NULL) st = dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the trace");
+    }
+    if (st == DYN_OK)
+        st = dyn_rt_mpi_check(MPI_Igatherv(ev, bytes, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, R->g.world, &req),
+                              "MPI_Igatherv", err);
+    if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, NULL, NULL, "the trace gather", err);
+    if (st == DYN_OK && R->g.world_rank == 0) {
+        dyn_atomic_file af;
+        st = dyn_atomic_open(&af, R->o.trace_path, err);
+        if (st == DYN_OK) {
+            FILE *f = af.fp;
+            fprintf(f, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"source\":\"dynapipe train\",\"stages\":%d,\"dp\":%d},\n"
+                       "\"traceEvents\":[\n",
+                    R->g.stages, R->g.dp);
+            fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"pipeline\"}}");
+            for (int w = 0; w < W; w++)
+                fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d "
+                           "(stage %d, replica %d)\"}}",
+                        w, w, w % R->g.stages, w / R->g.stages);
+            for (int w = 0; w < W; w++) {
+                const rt_event *e = (const rt_event *)(all + displs[w]);
+                int64_t ne = counts[w] / (int)sizeof(rt_event);
+                for (int64_t i = 0; i < ne; i++)
+                    fprintf(f, ",\n{\"name\":\"%s%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,"
+                               "\"dur\":%.3f,\"args\":{\"op\":\"%s\",\"instr\":%d,\"microbatch\":%d,\"stage\":%d}}",
+                            op_label(e[i].op), e[i].microbatch, op_category(e[i].op), w, e[i].t0_ms * 1e3,
+                            (e[i].t1_ms - e[i].t0_ms) * 1e3, op_label(e[i].op), e[i].instr, e[i].microbatch,
+                            e[i].stage);
+            }
+            fprintf(f, "\n]}\n");
+            if (ferror(f)) {
+                dyn_atomic_abort(&af);
+                st = dyn_error_set(err, DYN_ERR_IO, "%s: write failed", R->o.trace_path);
+            } else {
+                st = dyn_atomic_commit(&af, err);
+            }
+        }
+    }
+    free(counts);
+    free(displs);
+    free(all);
+    return st;
+}
+
+/* ---- the run ---------------------------------------------------------------- */
+
+static dyn_status setup(rt_run *R, dyn_error *err)
+{
+    const dyn_train_options *o = &R->o;
+    int threads = o->threads;
+    if (threads <= 0) {
+        const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        long local = ls ? atol(ls) : R->g.world_size;
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = local > 0 && cores > 0 ? (int)(cores / local) : 1;
+        if (threads < 1) threads = 1;
+    }
+    dyn_status st = stage_layers(o, &R->lay_first, &R->n_stages, err);
+    if (st != DYN_OK) return st;
+    if ((R->src = rt_source_open(o, err)) == NULL) return err->code;
+    if ((R->model = dyn_model_create(&o->model, o->seed, err)) == NULL) return err->code;
+    dyn_model_set_threads(R->model, threads);
+    R->states_mb = 16.0 * (double)dyn_model_num_params(R->model) / (1024.0 * 1024.0);
+    rt_exec_env env;
+    memset(&env, 0, sizeof env);
+    env.g = &R->g;
+    env.kind = o->model.kind;
+    env.model_of = model_of;
+    env.model_ctx = R;
+    env.lay_first = R->lay_first;
+    env.n_stages = R->n_stages;
+    env.n_layers = dyn_model_num_layers(R->model);
+    env.src = R->src;
+    env.timeout_s = o->timeout_s;
+    env.poll = mail_poll;
+    env.poll_ctx = &R->mail;
+    env.record = o->trace_path != NULL;
+    if ((R->x = rt_exec_create(&env, err)) == NULL) return err->code;
+    R->iters = dyn_calloc((size_t)o->steps, sizeof(rt_iter), "metrics", err);
+    if (R->iters == NULL) return DYN_ERR_NOMEM;
+    R->mail.g = &R->g;
+    R->mail.steps = o->steps;
+    R->mail.timeout_s = o->timeout_s;
+    if (R->g.world_rank == 0) {
+        for (int i = 0; i < OUT_CAP; i++) {
+            R->mail.out[i].req = dyn_calloc((size_t)2 * R->g.world_size, sizeof(MPI_Request), "plan sends", err);
+            R->mail.out[i].len = dyn_calloc((size_t)R->g.world_size, sizeof(uint64_t), "plan sends", err);
+            if (R->mail.out[i].req == NULL || R->mail.out[i].len == NULL) return DYN_ERR_NOMEM;
+        }
+        if ((R->planner = rt_planner_create(o, rt_source_lengths(R->src), err)) == NULL) return err->code;
+        if ((st = rt_planner_start(R->planner, err)) != DYN_OK) return st;
+        R->mail.planner = R->planner;
+        if (o->verbose)
+            fprintf(stderr, "dynapipe train: %d ranks (%d stages x %d replicas), %d threads per rank, model %.2fM "
+                            "parameters, BLAS %s\n",
+                    R->g.world_size, R->g.stages, R->g.dp, threads, dyn_model_num_params(R->model) / 1e6,
+                    dyn_threads_blas_kind());
+    }
+    mail_post(&R->mail, 0);
+    return DYN_OK;
+}
+
+static void fault_injection(const rt_run *R, int64_t k)
+{
+    if (R->g.world_rank == R->o.kill_rank && k == R->o.kill_step) raise(SIGKILL);
+    if (R->g.world_rank == R->o.hang_rank && k == R->o.hang_step)
+        for (;;) pause(); /* stop answering; the peers' deadlines must end the job */
+}
+
+static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
+{
+    rt_iter *it = &R->iters[k];
+    double t0 = dyn_time_ms();
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    double wait_ms = 0;
+    fault_injection(R, k);
+    dyn_status st = mail_take(&R->mail, k, &buf, &len, &wait_ms, err);
+    dyn_rt_work w;
+    memset(&w, 0, sizeof w);
+    if (st == DYN_OK) st = dyn_rt_work_unpack(buf, len, rt_source_lengths(R->src)->n, &w, err);
+    free(buf);
+    if (st == DYN_OK && w.iteration != k)
+        st = dyn_error_set(err, DYN_ERR_INTERNAL, "received the plan of iteration %lld for %lld",
+                           (long long)w.iteration, (long long)k);
+    if (st == DYN_OK && w.replica != R->g.replica)
+        st = dyn_error_set(err, DYN_ERR_INTERNAL, "received replica %d's plan on replica %d", w.replica, R->g.replica);
+    if (st == DYN_OK && w.n_mb > 0 && (w.n_stages != R->n_stages || w.n_ranks != R->g.stages))
+        st = dyn_error_set(err, DYN_ERR_INTERNAL, "plan of %d stages on %d ranks; this run has %d stages on %d ranks",
+                           w.n_stages, w.n_ranks, R->n_stages, R->g.stages);
+    rt_exec_stats xs;
+    memset(&xs, 0, sizeof xs);
+    if (st == DYN_OK) st = rt_exec_run(R->x, &w, R->epoch_ms, &xs, err);
+    double grad_norm = 0, lr = 0;
+    if (st == DYN_OK) st = step(R, k, &grad_norm, &lr, err);
+    double rec[R_COUNT] = {0};
+    rec[R_ITER_MS] = dyn_time_ms() - t0;
+    rec[R_BUSY_MS] = xs.busy_ms;
+    rec[R_COMM_MS] = xs.comm_wait_ms;
+    rec[R_PLAN_WAIT_MS] = wait_ms;
+    rec[R_ALLOC_MB] = R->states_mb + (double)xs.alloc_bytes / (1024.0 * 1024.0);
+    rec[R_LOSS] = xs.loss_sum;
+    rec[R_TOKENS] = (double)xs.target_tokens;
+    rec[R_PRED_PEAK_MB] = w.n_mb > 0 ? w.peak_mb[R->g.stage_rank] : 0;
+    double *all = NULL;
+    if (st == DYN_OK && R->g.world_rank == 0) {
+        all = dyn_calloc((size_t)R_COUNT * (size_t)R->g.world_size, sizeof(double), "metrics", err);
+        it->peak_mb = dyn_calloc((size_t)R->g.world_size, sizeof(double), "metrics", err);
+        it->pred_peak_mb = dyn_calloc((size_t)R->g.world_size, sizeof(double), "metrics", err);
+        if (all == NULL || it->peak_mb == NULL || it->pred_peak_mb == NULL) st = DYN_ERR_NOMEM;
+    }
+    MPI_Request req;
+    if (st == DYN_OK)
+        st = dyn_rt_mpi_check(MPI_Igather(rec, R_COUNT, MPI_DOUBLE, all, R_COUNT, MPI_DOUBLE, 0, R->g.world, &req),
+                              "MPI_Igather (metrics)", err);
+    if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, mail_poll, &R->mail, "the metrics gather", err);
+    if (st == DYN_OK && R->g.world_rank == 0) {
+        double loss = 0, busy = 0, comm = 0, wait = 0, iter_ms = 0;
+        for (int r = 0; r < R->g.world_size; r++) {
+            const double *q = all + (size_t)r * R_COUNT;
+            loss += q[R_LOSS];
+            busy += q[R_BUSY_MS];
+            comm += q[R_COMM_MS];
+            if (q[R_PLAN_WAIT_MS] > wait) wait = q[R_PLAN_WAIT_MS];
+            if (q[R_ITER_MS] > iter_ms) iter_ms = q[R_ITER_MS];
+            it->peak_mb[r] = q[R_ALLOC_MB];
+            it->pred_peak_mb[r] = q[R_PRED_PEAK_MB];
+        }
+        it->step = k;
+        it->loss = loss / (double)w.global_target_tokens;
+        it->tokens = w.global_real_tokens;
+        it->target_tokens = w.global_target_tokens;
+        it->iteration_ms = iter_ms;
+        it->predicted_ms = w.predicted_ms;
+        it->bubble = iter_ms > 0 ? 1.0 - busy / ((double)R->g.world_size * iter_ms) : 0;
+        it->plan_ms = w.plan_ms;
+        it->plan_wait_ms = wait;
+        it->comm_wait_ms = comm;
+        it->lr = lr;
+        it->grad_norm = grad_norm;
+        it->schedule = w.n_mb > 0 ? w.plan.schedule : -1;
+        it->n_mb = w.n_mb;
+        if (R->o.progress >= 0) print_progress(R, it);
+    }
+    free(all);
+    dyn_rt_work_free(&w);
+    return st;
+}
+
+static void run_free(rt_run *R)
+{
+    rt_planner_free(R->planner);
+    mail_free(&R->mail);
+    rt_exec_free(R->x);
+    dyn_model_free(R->model);
+    rt_source_free(R->src);
+    free(R->lay_first);
+    if (R->iters)
+        for (int64_t k = 0; k < R->o.steps; k++) {
+            free(R->iters[k].peak_mb);
+            free(R->iters[k].pred_peak_mb);
+        }
+    free(R->iters);
+}
+
+int dyn_train_rank_main(const dyn_train_options *o, int *argc, char ***argv)
+{
+    rt_run R;
+    memset(&R, 0, sizeof R);
+    R.o = *o;
+    R.tty = isatty(2);
+    dyn_error err;
+    dyn_status st = dyn_rt_group_init(&R.g, argc, argv, o->plan.stages, o->plan.dp, &err);
+    if (st != DYN_OK) {
+        int init = 0;
+        MPI_Initialized(&init);
+        if (init) dyn_rt_group_abort(&R.g, 1, err.msg);
+        fprintf(stderr, "dynapipe train: %s\n", err.msg);
+        return 1;
+    }
+    st = setup(&R, &err);
+    if (st == DYN_OK) {
+        MPI_Request req;
+        st = dyn_rt_mpi_check(MPI_Ibarrier(R.g.world, &req), "MPI_Ibarrier", &err);
+        if (st == DYN_OK) st = rt_wait(&req, o->timeout_s, NULL, NULL, "the start-up barrier", &err);
+        R.epoch_ms = dyn_time_ms();
+    }
+    for (int64_t k = 0; st == DYN_OK && k < o->steps; k++) st = iteration(&R, k, &err);
+    if (st == DYN_OK && o->trace_path) st = gather_trace(&R, &err);
+    if (st == DYN_OK && R.g.world_rank == 0 && o->metrics_path) st = write_metrics(&R, &err);
+    if (st == DYN_OK && R.g.world_rank == 0 && o->save_path) st = dyn_model_save(R.model, o->save_path, &err);
+    if (st != DYN_OK) dyn_rt_group_abort(&R.g, 1, err.msg);
+    run_free(&R);
+    dyn_rt_group_free(&R.g);
+    return 0;
+}

@@ -1,0 +1,72 @@
+/* train.h — `dynapipe train`: pipeline-parallel training on MPI ranks that
+ * execute the planner's validated execution plans.
+ *
+ * One MPI rank per pipeline stage per data-parallel replica (group.h). World
+ * rank 0 also runs the planner thread, which plans global batches ahead
+ * (sampler -> micro-batches -> schedule -> per-replica plans) and makes no
+ * MPI calls; its main thread sends each rank its work (work.h) with
+ * non-blocking MPI while the previous iteration trains. Every rank
+ * interprets its instruction list (exec.h), then the step: gradients of
+ * shared tensors and of data-parallel replicas are summed, the global
+ * gradient norm clipped, AdamW applied (step.h). */
+#ifndef DYN_RUNTIME_TRAIN_H
+#define DYN_RUNTIME_TRAIN_H
+
+#include <stdint.h>
+
+#include "dynapipe/common.h"
+#include "dynapipe/plan.h"
+#include "model/optim.h" /* defines: dyn_adamw_config, dyn_lr_schedule */
+
+#define DYN_TRAIN_SCHED_AUTO 100 /* --schedule auto: best schedule per batch by simulation */
+
+typedef struct dyn_train_options {
+    /* model and costs */
+    dyn_model_config model;  /* shape; model.max_seqlen = the run's sequence limit */
+    dyn_machine machine;     /* the planner's machine description */
+    const char *cost_table;  /* cost table file, or NULL for the analytic model on machine */
+    /* planning */
+    dyn_plan_options plan;   /* method, stages S, dp D, chunks, memory, rounding, baseline knobs */
+    int32_t schedule;        /* dyn_schedule or DYN_TRAIN_SCHED_AUTO */
+    int32_t order_groups;    /* auto's order search, 1..4 */
+    int32_t plan_ahead;      /* global batches planned ahead of training, >= 1 */
+    /* data */
+    uint64_t data_seed;      /* the sample stream */
+    int32_t n_samples;       /* samples in the (synthetic) dataset; the sampler wraps around */
+    int64_t global_batch_tokens; /* input + target tokens per global batch */
+    /* training */
+    int64_t steps;
+    uint64_t seed;           /* model initialisation */
+    dyn_lr_schedule lr;
+    dyn_adamw_config adamw;
+    double clip_norm;        /* global gradient-norm clip; <= 0: none */
+    int32_t threads;         /* per rank; 0: cores / ranks on this host, at least 1 */
+    double timeout_s;        /* deadline of every wait (message, plan, collective) */
+    /* outputs (written at the end, only if the run succeeds) */
+    const char *metrics_path; /* JSONL, one record per iteration */
+    const char *trace_path;   /* Chrome/Perfetto trace of every rank */
+    const char *save_path;    /* final weights, one safetensors file (Hugging Face names) */
+    int32_t progress;         /* 1 live line, 0 plain lines, -1 quiet; set from isatty */
+    int32_t verbose;
+    /* fault injection for the tests: rank kill_rank raises SIGKILL at the start of
+     * step kill_step (its 1st instruction); hang_rank stops answering at hang_step */
+    int32_t kill_rank, kill_step, hang_rank, hang_step;
+} dyn_train_options;
+
+/* Defaults for everything but the model and machine. */
+void dyn_train_options_default(dyn_train_options *o);
+
+/* Run training on this MPI rank (the process must have been started by
+ * mpirun with stages * dp ranks). argc/argv go to MPI_Init. Returns the
+ * exit status: 0, or 1 after printing one error line (a failure on one rank
+ * aborts the whole job with MPI_Abort). */
+int dyn_train_rank_main(const dyn_train_options *o, int *argc, char ***argv);
+
+/* Not under mpirun: re-execute this program as `mpirun -np stages*dp` with
+ * the flags this machine needs (oversubscription when ranks exceed cores;
+ * --allow-run-as-root and the OMPI_ALLOW_RUN_AS_ROOT variables as root),
+ * same arguments. hostfile: passed to mpirun (NULL: this host). Returns
+ * only on failure (1, message printed). */
+int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc, char **argv);
+
+#endif
