@@ -172,10 +172,14 @@ dyn_status dyn_stage_costs_build(const dyn_cost_model *cm, const dyn_stage_assig
             dyn_stage_costs_free(out);
             return st;
         }
-        /* What crosses a stage boundary: GPT the hidden state; T5 the encoder
-         * hidden state and the decoder-side one (the embedded decoder input
-         * before the first decoder layer, the encoder output after). */
-        double boundary = lc[DYN_LAYER_ENCODER].output_mb + (t5 ? lc[DYN_LAYER_DECODER].output_mb : 0);
+        /* What crosses a stage boundary, as the model's stage ranges send it
+         * (src/model/model.h): GPT the hidden state; T5 inside the encoder
+         * the encoder hidden state, and from the first decoder layer on the
+         * encoder output and the decoder hidden state together (the
+         * encoder's final norm and the decoder embedding run on the stage
+         * before the first decoder layer). */
+        double enc_boundary = lc[DYN_LAYER_ENCODER].output_mb;
+        double dec_boundary = t5 ? lc[DYN_LAYER_DECODER].output_mb : enc_boundary; /* it carries the encoder output */
         for (int32_t s = 0; s < S; s++) {
             size_t i = (size_t)m * S + s;
             for (int32_t l = a->stage_first[s]; l < a->stage_first[s + 1]; l++) {
@@ -187,7 +191,8 @@ dyn_status dyn_stage_costs_build(const dyn_cost_model *cm, const dyn_stage_assig
                 out->stored_mb[i] += c->stored_mb;
                 if (c->peak_mb > out->peak_mb[i]) out->peak_mb[i] = c->peak_mb;
             }
-            out->send_mb[i] = s < S - 1 ? boundary : 0;
+            int32_t next = s < S - 1 ? a->layer_kind[a->stage_first[s + 1]] : -1;
+            out->send_mb[i] = next < 0 ? 0 : next == DYN_LAYER_ENCODER ? enc_boundary : dec_boundary;
         }
     }
     return DYN_OK;
