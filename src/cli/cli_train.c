@@ -30,6 +30,7 @@ static void usage(FILE *out)
             "  --threads T               threads per rank (default: cores / ranks, at least 1)\n"
             "  --lr X --min-lr X --warmup N  AdamW learning rate: warm-up, then cosine (1e-3, 1e-4, 5)\n"
             "  --clip X                  global gradient-norm clip (default 1.0; 0: none)\n"
+            "  --adam-eps X --weight-decay X  AdamW epsilon and decoupled decay (1e-8, 0.01)\n"
             "  --seed N                  model initialisation seed (default 1)\n"
             "  --data-seed N --samples N synthetic training data: seed and size (1, 20000)\n"
             "  --timeout S               deadline of every wait for a peer, seconds (default 60)\n"
@@ -91,6 +92,11 @@ static int parse_train_flag(dyn_train_options *o, const char **hostfile, int arg
         if (cli_parse_f64(CMD, f, val, 0, 10, &d)) return -1;
         if (f[2] == 'l') o->lr.max_lr = (float)d;
         else o->lr.min_lr = (float)d;
+    } else if (strcmp(f, "--adam-eps") == 0 || strcmp(f, "--weight-decay") == 0) {
+        VAL();
+        if (cli_parse_f64(CMD, f, val, 0, 1e6, &d)) return -1;
+        if (f[2] == 'a') o->adamw.eps = (float)d;
+        else o->adamw.weight_decay = (float)d;
     } else if (strcmp(f, "--warmup") == 0) {
         VAL();
         if (cli_parse_i64(CMD, f, val, 0, 100000000, &v)) return -1;

@@ -1,0 +1,268 @@
+/* test_runtime.c — `dynapipe train` on MPI ranks against one process.
+ *
+ * One training step on the same global batch must give the same parameters
+ * however it is cut into micro-batches, pipelined and replicated. The
+ * independent computation here: one process runs the batch's samples one at
+ * a time through the whole model (each sample alone in a padded micro-batch,
+ * loss scaled by the global batch's target tokens), then one AdamW step with
+ * the same learning rate and clipping.
+ *
+ * AdamW's epsilon is 1 in these runs. Adam's first step divides each
+ * gradient by its own magnitude, so a gradient that is zero in exact
+ * arithmetic (GPT's key bias: softmax ignores a shift shared by a query's
+ * scores) becomes a full +-lr step from rounding noise alone, in either
+ * direction; with eps = 1 the step is lr * g / (|g| + 1), about lr * g, so
+ * the parameters compare the gradients the pipeline computed. The runs under test: `dynapipe train
+ * --steps 1 --save F` with 2 and 4 stages under every schedule, with
+ * document-masked packing and padding, and with 2 data-parallel replicas;
+ * GPT (whose tied embedding is used by the first and the last stage, so its
+ * gradient is summed across them) and T5.
+ *
+ * Every mpirun runs under `timeout`. Also: a rank killed mid-iteration and a
+ * rank that hangs end the job non-zero within the deadline, with a message
+ * naming the rank. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "cli_testlib.h"
+#include "dynapipe/data.h"
+#include "dynapipe/model_config.h"
+#include "model/model.h"
+#include "runtime/source.h"
+#include "runtime/train.h"
+
+#define GBT 2048    /* global batch tokens */
+#define SEQ 256     /* max sequence length */
+#define LR 1e-3f
+
+/* The training options the CLI builds for `--model KIND --layers N` and the
+ * flags below (mirrored here, not shared, so the test checks the CLI). */
+static dyn_train_options options(dyn_model_kind kind, int layers)
+{
+    dyn_train_options o;
+    dyn_train_options_default(&o);
+    dyn_error err;
+    assert_int_equal(dyn_model_config_preset(kind == DYN_MODEL_GPT ? "gpt-tiny" : "t5-tiny", &o.model, &err), DYN_OK);
+    o.model.n_layers = layers;
+    if (kind == DYN_MODEL_T5) o.model.n_dec_layers = layers;
+    o.model.max_seqlen = SEQ;
+    o.n_samples = 2000;
+    o.data_seed = 3;
+    o.global_batch_tokens = GBT;
+    o.lr = (dyn_lr_schedule){LR, 1e-4f, 0, 1};
+    o.adamw.eps = 1.0f;
+    return o;
+}
+
+/* The reference step: samples of the first global batch one at a time. */
+static dyn_model *reference(dyn_model_kind kind, int layers)
+{
+    dyn_train_options o = options(kind, layers);
+    dyn_error err;
+    rt_source *src = rt_source_open(&o, &err);
+    assert_non_null(src);
+    const dyn_dataset *ds = rt_source_lengths(src);
+    dyn_sampler *smp = dyn_sampler_create(ds, o.global_batch_tokens, &err);
+    assert_non_null(smp);
+    const dyn_sample *batch;
+    int32_t n;
+    assert_int_equal(dyn_sampler_next(smp, &batch, &n, &err), DYN_OK);
+    assert_true(n > 4);
+    int64_t tgt = 0;
+    for (int32_t i = 0; i < n; i++) tgt += batch[i].target_len;
+    dyn_model *m = dyn_model_create(&o.model, o.seed, &err);
+    assert_non_null(m);
+    dyn_model_acts *a = dyn_model_acts_create(&err);
+    for (int32_t i = 0; i < n; i++) {
+        int32_t in[2 * SEQ], tg[2 * SEQ];
+        assert_int_equal(rt_source_tokens(src, batch[i].id, in, tg, &err), DYN_OK);
+        dyn_token_sample s = {in, batch[i].input_len, tg, batch[i].target_len};
+        dyn_model_microbatch *mb = dyn_model_microbatch_create_padded(kind, &s, 1, &err);
+        assert_non_null(mb);
+        double loss;
+        assert_int_equal(dyn_model_forward(m, a, mb, 0, &loss, NULL, &err), DYN_OK);
+        assert_int_equal(dyn_model_backward(m, a, mb, (float)(1.0 / (double)tgt), &err), DYN_OK);
+        dyn_model_microbatch_free(mb);
+    }
+    /* a one-step run's cosine ends at once: its step takes min_lr */
+    dyn_model_adamw_step(m, dyn_lr_at(&o.lr, 0), &o.adamw, o.clip_norm);
+    dyn_model_acts_free(a);
+    dyn_sampler_free(smp);
+    rt_source_free(src);
+    return m;
+}
+
+/* Run `dynapipe train` with timeout; returns its exit code. */
+static int train(const char *args)
+{
+    const char *cli = getenv("DYN_CLI");
+    assert_non_null(cli);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 '%s' train --steps 1 "
+             "--samples 2000 --data-seed 3 --global-batch-tokens %d --max-seqlen %d --lr 0.001 --warmup 0 --adam-eps 1 "
+             "--quiet %s >'%s' 2>'%s'",
+             cli, GBT, SEQ, args, out_path, err_path);
+    int st = system(cmd);
+    assert_true(WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+/* Largest |a - b| over a tensor relative to the tensor's largest |a|. */
+static void expect_same(const dyn_model *ref, const char *what)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    dyn_error err;
+    dyn_model *m = dyn_model_create(dyn_model_cfg(ref), 999, &err); /* other seed: load must overwrite */
+    assert_non_null(m);
+    if (dyn_model_load(m, path, &err) != DYN_OK) fail_msg("%s: %s", what, err.msg);
+    const float *a = dyn_model_params((dyn_model *)ref), *b = dyn_model_params(m);
+    double worst = 0;
+    const char *worst_name = "";
+    for (int t = 0; t < dyn_model_num_tensors(ref); t++) {
+        const dyn_param_tensor *T = dyn_model_tensor(ref, t);
+        double amax = 0, dmax = 0;
+        for (size_t i = 0; i < T->numel; i++) {
+            double x = a[T->offset + i], d = fabs(x - b[T->offset + i]);
+            if (fabs(x) > amax) amax = fabs(x);
+            if (d > dmax) dmax = d;
+        }
+        double rel = amax > 0 ? dmax / amax : dmax;
+        if (rel > worst) {
+            worst = rel;
+            worst_name = T->name;
+        }
+    }
+    print_message("  %-40s max relative difference %.2e (%s)\n", what, worst, worst_name);
+    if (worst > 1e-5) fail_msg("%s: parameters differ from the single-process step by %.3g (%s)", what, worst, worst_name);
+    dyn_model_free(m);
+}
+
+static void run_same(const dyn_model *ref, const char *args)
+{
+    char full[2048];
+    snprintf(full, sizeof full, "%s --save '%s/w.safetensors'", args, dir);
+    int rc = train(full);
+    if (rc != 0) {
+        char *e = slurp(err_path);
+        fail_msg("dynapipe train %s: exit %d: %s", args, rc, e);
+    }
+    expect_same(ref, args);
+}
+
+static void test_gpt_schedules(void **state)
+{
+    (void)state;
+    dyn_model *ref = reference(DYN_MODEL_GPT, 4);
+    static const char *const runs[] = {
+        "--model gpt --layers 4 --stages 2 --schedule 1f1b",
+        "--model gpt --layers 4 --stages 2 --schedule cyclic",
+        "--model gpt --layers 4 --stages 2 --schedule wait-free-cyclic",
+        "--model gpt --layers 4 --stages 2 --schedule interleaved --chunks 2",
+        "--model gpt --layers 4 --stages 2 --schedule zb",
+        "--model gpt --layers 4 --stages 2 --schedule auto",
+        "--model gpt --layers 4 --stages 4 --schedule 1f1b",
+        "--model gpt --layers 4 --stages 4 --schedule zb",
+        "--model gpt --layers 4 --stages 4 --schedule wait-free-cyclic",
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) run_same(ref, runs[i]);
+    dyn_model_free(ref);
+}
+
+static void test_gpt_methods_and_dp(void **state)
+{
+    (void)state;
+    dyn_model *ref = reference(DYN_MODEL_GPT, 4);
+    run_same(ref, "--model gpt --layers 4 --stages 2 --method packing-docmask --schedule 1f1b");
+    run_same(ref, "--model gpt --layers 4 --stages 2 --method padding --schedule 1f1b");
+    run_same(ref, "--model gpt --layers 4 --stages 2 --dp 2 --schedule 1f1b");
+    dyn_model_free(ref);
+}
+
+static void test_t5(void **state)
+{
+    (void)state;
+    dyn_model *ref = reference(DYN_MODEL_T5, 2);
+    run_same(ref, "--model t5 --layers 2 --dec-layers 2 --stages 2 --schedule 1f1b");
+    run_same(ref, "--model t5 --layers 2 --dec-layers 2 --stages 4 --schedule zb");
+    run_same(ref, "--model t5 --layers 2 --dec-layers 2 --stages 2 --schedule cyclic");
+    run_same(ref, "--model t5 --layers 2 --dec-layers 2 --stages 2 --method packing-docmask --schedule 1f1b");
+    run_same(ref, "--model t5 --layers 2 --dec-layers 2 --stages 2 --dp 2 --schedule auto");
+    dyn_model_free(ref);
+}
+
+/* A dead or hung rank ends the job non-zero within the deadline, naming a
+ * rank; no weights are written. */
+static void test_faults(void **state)
+{
+    (void)state;
+    char path[700];
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    remove(path);
+    char args[1024];
+    snprintf(args, sizeof args, "--model gpt --layers 4 --stages 2 --steps 3 --timeout 5 --debug-kill 1:1 --save '%s'", path);
+    double t0 = dyn_time_ms();
+    int rc = train(args);
+    double secs = (dyn_time_ms() - t0) / 1e3;
+    char *e = slurp(err_path);
+    print_message("  killed rank: exit %d after %.1f s\n", rc, secs);
+    assert_true(rc != 0 && rc != 124); /* not the timeout command's */
+    assert_non_null(strstr(e, "rank 1"));
+    free(e);
+    assert_int_equal(access(path, F_OK), -1);
+
+    snprintf(args, sizeof args, "--model gpt --layers 4 --stages 2 --steps 3 --timeout 3 --debug-hang 1:1 --save '%s'", path);
+    t0 = dyn_time_ms();
+    rc = train(args);
+    secs = (dyn_time_ms() - t0) / 1e3;
+    e = slurp(err_path);
+    print_message("  hung rank: exit %d after %.1f s\n", rc, secs);
+    assert_true(rc != 0 && rc != 124);
+    assert_non_null(strstr(e, "timeout after 3 s waiting for"));
+    assert_non_null(strstr(e, "peer 1"));
+    free(e);
+    assert_int_equal(access(path, F_OK), -1);
+}
+
+/* Bad input: one clear line before any rank starts. */
+static void test_bad_flags(void **state)
+{
+    (void)state;
+    static const struct { const char *args; int rc; const char *needle; } bad[] = {
+        {"--model gpt --stages 9", 2, "stages"},
+        {"--model gpt --schedule nope", 2, "--schedule"},
+        {"--model gpt --schedule interleaved", 2, "--chunks"},
+        {"--model gpt --steps 0", 2, "--steps"},
+        {"--model gpt --lengths x.tsv", 2, "tokens"},
+        {"--stages 2", 2, "--model"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cli_assert_one_line_error("train", bad[i].args, train(bad[i].args), bad[i].rc, bad[i].needle);
+    /* unused by this file; keep the shared helpers referenced */
+    (void)cli_run;
+    (void)write_file;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_gpt_schedules),
+        cmocka_unit_test(test_gpt_methods_and_dp),
+        cmocka_unit_test(test_t5),
+        cmocka_unit_test(test_faults),
+    };
+    if (cli_setup_dir() != 0) return 1;
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    cli_teardown_dir();
+    return rc;
+}
