@@ -437,7 +437,7 @@ size_t dyn_t5_dec_dy_floats(dyn_block_dims d, const dyn_layout *dlay, const dyn_
     size_t Nd = (size_t)dlay->B * dlay->T, Ne = (size_t)elay->B * elay->T, C = (size_t)d.C;
     size_t I = (size_t)d.NH * d.HD, F = (size_t)d.F;
     dyn_attn_cfg self = t5_attn_cfg(d, 1, 0);
-    return Nd * (5 * C + 5 * I + 2 * F) + Ne * 2 * I + dyn_attention_rel_items_floats(dlay, dlay, &self);
+    return Nd * (6 * C + 4 * I + 2 * F) + Ne * 2 * I + dyn_attention_rel_items_floats(dlay, dlay, &self);
 }
 
 void dyn_t5_dec_dy_layout(dyn_t5_dec_dy *k, float *arena, dyn_block_dims d,

@@ -216,7 +216,7 @@ void dyn_t5_dec_backward(float *dinp, float *denc, const dyn_t5_dec_params *g, f
  * dy floats per block (N = B*T rows, GPT I = C):
  *   GPT:     N (7C + F)
  *   encoder: N (4C + 3I + 2F) + bias items
- *   decoder: Nd (5C + 5I + 2F) + Ne 2I + bias items
+ *   decoder: Nd (6C + 4I + 2F) + Ne 2I + bias items
  * where bias items = segments × NH × 32 (dyn_attention_rel_items_floats). */
 typedef struct dyn_gpt_block_dy {
     float *dout; /* (N, C) block output gradient = dY of fcproj */

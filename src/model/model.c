@@ -217,11 +217,16 @@ void dyn_model_acts_free(dyn_model_acts *a)
     free(a->arena);
     free(a->hid);
     free(a->blk);
+    free(a->keep);
+    free(a->dy);
+    free(a->wblk);
     free(a);
 }
 
 size_t dyn_model_acts_capacity_bytes(const dyn_model_acts *a) { return a->cap * sizeof(float); }
 size_t dyn_model_acts_stored_bytes(const dyn_model_acts *a) { return a->stored * sizeof(float); }
+size_t dyn_model_acts_kept_bytes(const dyn_model_acts *a) { return a->kept * sizeof(float); }
+size_t dyn_model_acts_keep_capacity_bytes(const dyn_model_acts *a) { return a->keep_cap * sizeof(float); }
 
 /* Size the arena for (mb, range, recompute), growing it only when this shape
  * needs more than it has, and lay the pointers over it. */
@@ -231,10 +236,16 @@ static dyn_status acts_prepare(const dyn_model *m, dyn_model_acts *a, const dyn_
     if (a->L != m->L) {
         free(a->hid);
         free(a->blk);
+        free(a->dy);
+        free(a->wblk);
+        a->dy = NULL;
+        a->wblk = NULL;
         a->hid = dyn_calloc((size_t)m->L + 1, sizeof(float *), "activation pointers", err);
         a->blk = a->hid ? dyn_calloc((size_t)m->L, sizeof(model_block_acts), "block activations", err) : NULL;
-        a->L = a->blk ? m->L : 0;
-        if (a->blk == NULL) return DYN_ERR_NOMEM;
+        a->dy = a->blk ? dyn_calloc((size_t)m->L, sizeof(model_block_dy), "split-backward gradients", err) : NULL;
+        a->wblk = a->dy ? dyn_calloc((size_t)m->L, sizeof(model_block_acts), "split-backward activations", err) : NULL;
+        a->L = a->wblk ? m->L : 0;
+        if (a->wblk == NULL) return DYN_ERR_NOMEM;
     }
     size_t stored = 0;
     size_t need = m->cfg.kind == DYN_MODEL_GPT ? gpt_carve(m, a, mb, first, last, recompute, NULL, &stored)
@@ -255,13 +266,20 @@ static dyn_status acts_prepare(const dyn_model *m, dyn_model_acts *a, const dyn_
 
 /* ------------------------------------------------------------ forward/backward */
 
-static dyn_status check_call(const dyn_model *m, const dyn_model_microbatch *mb, int first, int last, const void *in,
-                             const void *out, dyn_error *err)
+static dyn_status check_range(const dyn_model *m, const dyn_model_microbatch *mb, int first, int last, dyn_error *err)
 {
     if (mb == NULL || mb->kind != m->cfg.kind)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "micro-batch is for a different model kind");
     if (first < 0 || last > m->L || first >= last)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "bad layer range [%d, %d) of %d layers", first, last, m->L);
+    return DYN_OK;
+}
+
+static dyn_status check_call(const dyn_model *m, const dyn_model_microbatch *mb, int first, int last, const void *in,
+                             const void *out, dyn_error *err)
+{
+    dyn_status st = check_range(m, mb, first, last, err);
+    if (st != DYN_OK) return st;
     if ((first > 0) != (in != NULL) || (last < m->L) != (out != NULL))
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                              "layer range [%d, %d): the boundary input must be given iff first > 0 and the output iff "
@@ -291,6 +309,11 @@ dyn_status dyn_model_stage_forward(dyn_model *m, dyn_model_acts *a, const dyn_mo
     if ((st = check_tokens(m, mb->tokens, N, "input", err)) != DYN_OK) return st;
     if (mb->dec_tokens && (st = check_tokens(m, mb->dec_tokens, No, "decoder", err)) != DYN_OK) return st;
     if ((st = check_tokens(m, mb->targets, No, "target", err)) != DYN_OK) return st;
+    if (a->w_pending)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "forward of layers [%d, %d) into activations whose weight-gradient half of layers "
+                             "[%d, %d) has not run yet",
+                             first, last, a->w_first, a->w_last);
     a->fwd_done = 0;
     if ((st = acts_prepare(m, a, mb, first, last, recompute, err)) != DYN_OK) return st;
     double loss = 0.0;
@@ -330,6 +353,78 @@ dyn_status dyn_model_stage_backward(dyn_model *m, dyn_model_acts *a, const dyn_m
                                       : t5_backward(m, a, mb, first, last, dout, din, dloss, err);
     a->fwd_done = 0; /* recompute mode overwrote the shared block arena */
     return st;
+}
+
+/* ------------------------------------------------------------ split backward */
+
+/* Size the B-to-W buffer for (mb, range, recompute), growing it only when
+ * this shape needs more, and lay the kept pointers over it. */
+static dyn_status keep_prepare(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first,
+                               int last, int recompute, dyn_error *err)
+{
+    size_t need = m->cfg.kind == DYN_MODEL_GPT ? gpt_keep_carve(m, a, mb, first, last, recompute, NULL)
+                                               : t5_keep_carve(m, a, mb, first, last, recompute, NULL);
+    if (need > a->keep_cap) {
+        free(a->keep);
+        a->keep_cap = 0;
+        a->keep = dyn_calloc(need, sizeof(float), "split-backward buffer", err);
+        if (a->keep == NULL) return DYN_ERR_NOMEM;
+        a->keep_cap = need;
+    }
+    if (m->cfg.kind == DYN_MODEL_GPT) gpt_keep_carve(m, a, mb, first, last, recompute, a->keep);
+    else t5_keep_carve(m, a, mb, first, last, recompute, a->keep);
+    a->kept = need;
+    return DYN_OK;
+}
+
+size_t dyn_model_split_kept_bytes(const dyn_model *m, const dyn_model_microbatch *mb, int first, int last,
+                                  int recompute)
+{
+    if (mb == NULL || mb->kind != m->cfg.kind || first < 0 || last > m->L || first >= last) return 0;
+    dyn_model_acts scratch;
+    memset(&scratch, 0, sizeof scratch); /* carving with base NULL only counts */
+    size_t n = m->cfg.kind == DYN_MODEL_GPT ? gpt_keep_carve(m, &scratch, mb, first, last, recompute, NULL)
+                                            : t5_keep_carve(m, &scratch, mb, first, last, recompute, NULL);
+    return n * sizeof(float);
+}
+
+dyn_status dyn_model_stage_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first,
+                                          int last, const float *dout, float *din, float dloss, dyn_error *err)
+{
+    dyn_status st = check_call(m, mb, first, last, din, dout, err);
+    if (st != DYN_OK) return st;
+    if (!a->fwd_done || a->fwd_first != first || a->fwd_last != last || a->fwd_mb != mb)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "input-gradient backward of layers [%d, %d) without the matching forward in these "
+                             "activations",
+                             first, last);
+    if ((st = keep_prepare(m, a, mb, first, last, a->fwd_recompute, err)) != DYN_OK) return st;
+    if (m->cfg.kind == DYN_MODEL_GPT) gpt_backward_input(m, a, mb, first, last, dout, din, dloss);
+    else t5_backward_input(m, a, mb, first, last, dout, din, dloss);
+    a->fwd_done = 0;
+    a->w_pending = 1;
+    a->w_first = first;
+    a->w_last = last;
+    a->w_dloss = dloss;
+    a->w_mb = mb;
+    return DYN_OK;
+}
+
+dyn_status dyn_model_stage_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first,
+                                           int last, dyn_error *err)
+{
+    dyn_status st = check_range(m, mb, first, last, err);
+    if (st != DYN_OK) return st;
+    if (!a->w_pending || a->w_first != first || a->w_last != last || a->w_mb != mb)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "weight-gradient backward of layers [%d, %d) without the matching input-gradient "
+                             "backward in these activations",
+                             first, last);
+    if (m->cfg.kind == DYN_MODEL_GPT) gpt_backward_weight(m, a, mb, first, last);
+    else t5_backward_weight(m, a, mb, first, last);
+    a->w_pending = 0;
+    a->kept = 0;
+    return DYN_OK;
 }
 
 dyn_status dyn_model_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int recompute,

@@ -199,6 +199,14 @@ void dyn_model_acts_free(dyn_model_acts *a);
  * excluding per-call scratch and gradient buffers) by the last forward. */
 size_t dyn_model_acts_capacity_bytes(const dyn_model_acts *a);
 size_t dyn_model_acts_stored_bytes(const dyn_model_acts *a);
+/* Split backward (below): bytes the input-gradient half keeps for the
+ * weight-gradient half, from dyn_model_stage_backward_input until
+ * dyn_model_stage_backward_weight (0 otherwise) — on top of the stored
+ * bytes, which also stay until W. The buffer holding them is a second
+ * allocation of the acts, grown only when a larger shape arrives and kept
+ * for reuse (keep_capacity_bytes). */
+size_t dyn_model_acts_kept_bytes(const dyn_model_acts *a);
+size_t dyn_model_acts_keep_capacity_bytes(const dyn_model_acts *a);
 
 /* ---- forward / backward -------------------------------------------------- */
 
@@ -223,6 +231,34 @@ dyn_status dyn_model_stage_forward(dyn_model *m, dyn_model_acts *a, const dyn_mo
 dyn_status dyn_model_stage_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb,
                                     int first, int last, const float *dout, float *din,
                                     float dloss, dyn_error *err);
+
+/* Split backward for zero-bubble schedules: the same backward as
+ * dyn_model_stage_backward in two halves, run at different times.
+ *   backward_input ("B"): after the range's forward on acts, computes din
+ *     (same arguments and meaning as dyn_model_stage_backward) doing only
+ *     the work input gradients need (with recompute, the re-run forward
+ *     too), and keeps in acts what the weight gradients need: the output
+ *     gradient dY of every linear and norm, the gradient entering each
+ *     embedding, T5's bias-table partial sums, and with recompute each
+ *     block's recomputed activations (dyn_model_acts_kept_bytes).
+ *   backward_weight ("W"): later, on the same acts, mb and range,
+ *     ACCUMULATES (+=) every parameter gradient of the range (dW += dY^T X,
+ *     bias and norm-gain reductions, embedding scatters; the LM head
+ *     recomputes its logits instead of keeping (targets, V) of them) and
+ *     releases what B kept.
+ * B then W leaves bit-identical din and gradients to the fused backward
+ * (tests/test_model_split.c). Between them the acts may not take another
+ * forward (refused), and the caller may run other micro-batches' halves on
+ * other acts; gradients then accumulate in the order the W halves run. */
+dyn_status dyn_model_stage_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb,
+                                          int first, int last, const float *dout, float *din,
+                                          float dloss, dyn_error *err);
+dyn_status dyn_model_stage_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb,
+                                           int first, int last, dyn_error *err);
+/* Bytes backward_input would keep for mb, layers [first, last) and the
+ * recompute mode, without running anything (0 for a bad range). */
+size_t dyn_model_split_kept_bytes(const dyn_model *m, const dyn_model_microbatch *mb, int first, int last,
+                                  int recompute);
 
 /* Whole model = one stage [0, L). */
 dyn_status dyn_model_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb,

@@ -294,3 +294,125 @@ dyn_status t5_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbat
     }
     return DYN_OK;
 }
+
+/* ---- split backward (zero-bubble B and W) ---------------------------------
+ * As in gpt.c: B runs the input-gradient halves in t5_backward's order and
+ * keeps what W needs; W runs the weight halves in the same layer order, so
+ * the shared embedding (decoder embedding first, then encoder) and each
+ * stack's bias table (blocks last to first) accumulate in the fused order
+ * and B + W is bit-identical to t5_backward. */
+
+size_t t5_keep_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                     int recompute, float *base)
+{
+    int ne = m->cfg.n_layers, E = ne + 1, D = ne + 2, H = ne + m->cfg.n_dec_layers + 3;
+    const dyn_layout *el = mb->lay, *dl = mb->dec_lay;
+    size_t N = (size_t)el->B * el->T, Nd = (size_t)dl->B * dl->T, C = (size_t)m->cfg.hidden;
+    model_bump b = {base, 0};
+    a->keep_emb = first == 0 ? model_take(&b, N * C) : NULL;
+    a->keep_enc_norm = first <= E && E < last ? model_take(&b, N * C) : NULL;
+    a->keep_dec_emb = first <= D && D < last ? model_take(&b, Nd * C) : NULL;
+    a->keep_head = last == H + 1 ? model_take(&b, Nd * C) : NULL;
+    for (int l = first; l < last; l++) {
+        if (l >= 1 && l <= ne) {
+            float *k = model_take(&b, dyn_t5_enc_dy_floats(m->dims, el));
+            if (base) dyn_t5_enc_dy_layout(&a->dy[l].enc, k, m->dims, el);
+            if (recompute) {
+                float *r = model_take(&b, dyn_t5_enc_act_floats(m->dims, el->B, el->T));
+                if (base) dyn_t5_enc_acts_layout(&a->wblk[l].enc, r, m->dims, el->B, el->T);
+            }
+        } else if (l > D && l < H) {
+            float *k = model_take(&b, dyn_t5_dec_dy_floats(m->dims, dl, el));
+            if (base) dyn_t5_dec_dy_layout(&a->dy[l].dec, k, m->dims, dl, el);
+            if (recompute) {
+                float *r = model_take(&b, dyn_t5_dec_act_floats(m->dims, dl->B, dl->T, el->T));
+                if (base) dyn_t5_dec_acts_layout(&a->wblk[l].dec, r, m->dims, dl->B, dl->T, el->T);
+            }
+        }
+    }
+    return b.used;
+}
+
+void t5_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                       const float *dout, float *din, float dloss)
+{
+    int ne = m->cfg.n_layers, nd = m->cfg.n_dec_layers;
+    int E = ne + 1, D = ne + 2, H = ne + nd + 3;
+    const dyn_layout *el = mb->lay, *dl = mb->dec_lay;
+    int C = m->cfg.hidden, V = m->cfg.vocab;
+    int N = el->B * el->T, Nd = dl->B * dl->T;
+    size_t eb = (size_t)N * C * sizeof(float), db = (size_t)Nd * C * sizeof(float);
+    int rc = a->fwd_recompute;
+    float *cur = a->d0;
+    if (last <= E) {
+        memcpy(cur, dout, eb);
+    } else if (last <= H) {
+        memcpy(a->denc, dout, eb);
+        if (last > D) memcpy(cur, dout + (size_t)N * C, db);
+    } else if (a->denc) {
+        memset(a->denc, 0, eb);
+    }
+    for (int l = last - 1; l >= first; l--) {
+        if (l == H) {
+            memset(a->keep_head, 0, db);
+            dyn_lmhead_ce_backward_input(a->keep_head, a->head_ln, m->lm_head, mb->targets, mb->weights, a->head_lse,
+                                         dloss, Nd, C, V, a->work);
+            memset(a->d0, 0, db);
+            dyn_rmsnorm_backward_input(a->d0, a->keep_head, a->hid[H], m->dec_lnf, a->head_rstd, Nd, C);
+            cur = a->d0;
+        } else if (l > D) {
+            float *next = cur == a->d0 ? a->d1 : a->d0;
+            dyn_t5_dec_backward_input(next, a->denc, &a->dy[l].dec, cur, a->hid[l], a->encout, &m->dp[l - D - 1],
+                                      m->dec_rel, rc ? &a->wblk[l].dec : &a->blk[l].dec, dl, el, m->dims, rc, a->work);
+            cur = next;
+        } else if (l == D) {
+            memcpy(a->keep_dec_emb, cur, db);
+        } else if (l == E) {
+            memcpy(a->keep_enc_norm, a->denc, eb);
+            memset(a->d0, 0, eb);
+            dyn_rmsnorm_backward_input(a->d0, a->keep_enc_norm, a->hid[E], m->enc_lnf, a->enc_rstd, N, C);
+            cur = a->d0;
+        } else if (l >= 1) {
+            float *next = cur == a->d0 ? a->d1 : a->d0;
+            dyn_t5_enc_backward_input(next, &a->dy[l].enc, cur, a->hid[l], &m->ep[l - 1], m->enc_rel,
+                                      rc ? &a->wblk[l].enc : &a->blk[l].enc, el, m->dims, rc, a->work);
+            cur = next;
+        } else {
+            memcpy(a->keep_emb, cur, eb);
+        }
+    }
+    if (first > 0 && first <= E) memcpy(din, cur, eb);
+    else if (first >= D) {
+        memcpy(din, a->denc, eb);
+        if (first > D) memcpy(din + (size_t)N * C, cur, db);
+    }
+}
+
+void t5_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last)
+{
+    int ne = m->cfg.n_layers, nd = m->cfg.n_dec_layers;
+    int E = ne + 1, D = ne + 2, H = ne + nd + 3;
+    const dyn_layout *el = mb->lay, *dl = mb->dec_lay;
+    int C = m->cfg.hidden, V = m->cfg.vocab;
+    int N = el->B * el->T, Nd = dl->B * dl->T;
+    int rc = a->fwd_recompute;
+    for (int l = last - 1; l >= first; l--) {
+        if (l == H) {
+            dyn_lmhead_ce_backward_weight(model_grad_of(m, m->lm_head), a->head_ln, m->lm_head, mb->targets,
+                                          mb->weights, a->head_lse, a->w_dloss, Nd, C, V, a->work);
+            dyn_rmsnorm_backward_weight(model_grad_of(m, m->dec_lnf), a->keep_head, a->hid[H], a->head_rstd, Nd, C);
+        } else if (l > D) {
+            dyn_t5_dec_backward_weight(&m->dg[l - D - 1], model_grad_of(m, m->dec_rel), &a->dy[l].dec, a->hid[l],
+                                       a->encout, rc ? &a->wblk[l].dec : &a->blk[l].dec, dl, el, m->dims);
+        } else if (l == D) {
+            dyn_embed_backward(model_grad_of(m, m->shared), a->keep_dec_emb, mb->dec_tokens, Nd, C);
+        } else if (l == E) {
+            dyn_rmsnorm_backward_weight(model_grad_of(m, m->enc_lnf), a->keep_enc_norm, a->hid[E], a->enc_rstd, N, C);
+        } else if (l >= 1) {
+            dyn_t5_enc_backward_weight(&m->eg[l - 1], model_grad_of(m, m->enc_rel), &a->dy[l].enc, a->hid[l],
+                                       rc ? &a->wblk[l].enc : &a->blk[l].enc, el, m->dims);
+        } else {
+            dyn_embed_backward(model_grad_of(m, m->shared), a->keep_emb, mb->tokens, N, C);
+        }
+    }
+}
