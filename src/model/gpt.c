@@ -66,6 +66,7 @@ dyn_status gpt_bind(dyn_model *m, dyn_error *err)
         char name[96];
         snprintf(name, sizeof name, "h.%d.ln_1.weight", i);
         float *base = model_tensor_ptr(m, name);
+        if (base == NULL) continue; /* a stage model without this block */
         size_t used = dyn_gpt_block_params_layout(&m->gp[i], base, m->dims);
         dyn_gpt_block_params_layout(&m->gg[i], model_grad_of(m, base), m->dims);
         /* Our names must sit exactly where the block expects its fields. */
@@ -80,6 +81,16 @@ dyn_status gpt_bind(dyn_model *m, dyn_error *err)
             return dyn_error_set(err, DYN_ERR_INTERNAL, "GPT block %d: parameter table disagrees with blocks.h layout", i);
     }
     return DYN_OK;
+}
+
+int gpt_borrows(const dyn_model_config *c, int l, const char **names)
+{
+    /* The head's LM projection is the embedding's wte (tied). */
+    if (l == c->n_layers + 1) {
+        names[0] = "wte.weight";
+        return 1;
+    }
+    return 0;
 }
 
 size_t gpt_boundary_floats(const dyn_model *m, int l, const dyn_model_microbatch *mb)

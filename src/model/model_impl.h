@@ -28,6 +28,11 @@ struct dyn_model {
     float *init_std; /* per tensor: > 0 normal std, 0 zeros, -1 ones (creation only) */
     int n_tensors, cap_tensors;
     int64_t step;
+    /* Layers held: [0, L) for a full model, the stage's range for a stage
+     * model (dyn_model_create_stage); n_owned floats of owned tensors come
+     * first in the buffers, shared copies after them. */
+    int first, last;
+    size_t n_owned;
     /* GPT */
     float *wte, *wpe, *lnf_w, *lnf_b;
     dyn_gpt_block_params *gp, *gg; /* (n_layers) over params / grads */
@@ -95,7 +100,13 @@ static inline float *model_take(model_bump *b, size_t n)
     return p;
 }
 
-/* Per-architecture parts (gpt.c, t5.c). */
+/* Per-architecture parts (gpt.c, t5.c). *_build registers the tensor
+ * table; *_bind lays the block structs over the held tensors (a stage
+ * model binds only its blocks); *_borrows lists the shared tensors layer l
+ * uses but does not own (names, at most 2), returning their count. */
+int gpt_borrows(const dyn_model_config *c, int l, const char **names);
+int t5_borrows(const dyn_model_config *c, int l, const char **names);
+
 dyn_status gpt_build(dyn_model *m, dyn_error *err);   /* tensors; after alloc: gpt_bind */
 dyn_status gpt_bind(dyn_model *m, dyn_error *err);
 size_t gpt_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last, int recompute,

@@ -18,6 +18,9 @@
 #include "model/model_impl.h"
 #include "util/util.h" /* defines: dyn_calloc */
 
+#define T5_ENC_REL "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+#define T5_DEC_REL "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+
 enum { T5_NORMAL_Q, T5_NORMAL_KV, T5_NORMAL_O, T5_NORMAL_WI, T5_NORMAL_WO, T5_ONES };
 
 /* HF T5 _init_weights with initializer_factor 1. */
@@ -104,8 +107,8 @@ dyn_status t5_bind(dyn_model *m, dyn_error *err)
     int ne = m->cfg.n_layers, nd = m->cfg.n_dec_layers;
     char name[96];
     m->shared = model_tensor_ptr(m, "shared.weight");
-    m->enc_rel = model_tensor_ptr(m, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
-    m->dec_rel = model_tensor_ptr(m, "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
+    m->enc_rel = model_tensor_ptr(m, T5_ENC_REL);
+    m->dec_rel = model_tensor_ptr(m, T5_DEC_REL);
     m->enc_lnf = model_tensor_ptr(m, "encoder.final_layer_norm.weight");
     m->dec_lnf = model_tensor_ptr(m, "decoder.final_layer_norm.weight");
     m->lm_head = model_tensor_ptr(m, "lm_head.weight");
@@ -117,6 +120,7 @@ dyn_status t5_bind(dyn_model *m, dyn_error *err)
     for (int i = 0; i < ne; i++) {
         snprintf(name, sizeof name, "encoder.block.%d.layer.0.layer_norm.weight", i);
         float *base = model_tensor_ptr(m, name);
+        if (base == NULL) continue; /* a stage model without this block */
         size_t used = dyn_t5_enc_params_layout(&m->ep[i], base, m->dims);
         dyn_t5_enc_params_layout(&m->eg[i], model_grad_of(m, base), m->dims);
         snprintf(name, sizeof name, "encoder.block.%d.layer.1.DenseReluDense.wo.weight", i);
@@ -129,6 +133,7 @@ dyn_status t5_bind(dyn_model *m, dyn_error *err)
     for (int i = 0; i < nd; i++) {
         snprintf(name, sizeof name, "decoder.block.%d.layer.0.layer_norm.weight", i);
         float *base = model_tensor_ptr(m, name);
+        if (base == NULL) continue; /* a stage model without this block */
         size_t used = dyn_t5_dec_params_layout(&m->dp[i], base, m->dims);
         dyn_t5_dec_params_layout(&m->dg[i], model_grad_of(m, base), m->dims);
         snprintf(name, sizeof name, "decoder.block.%d.layer.2.DenseReluDense.wo.weight", i);
@@ -139,6 +144,24 @@ dyn_status t5_bind(dyn_model *m, dyn_error *err)
             return dyn_error_set(err, DYN_ERR_INTERNAL, "T5 decoder block %d: table disagrees with blocks.h layout", i);
     }
     return DYN_OK;
+}
+
+int t5_borrows(const dyn_model_config *c, int l, const char **names)
+{
+    int ne = c->n_layers, D = ne + 2, H = ne + c->n_dec_layers + 3;
+    if (l == D) { /* the decoder embeds with the encoder's shared table */
+        names[0] = "shared.weight";
+        return 1;
+    }
+    if (l >= 2 && l <= ne) { /* encoder blocks after the first use its bias table */
+        names[0] = T5_ENC_REL;
+        return 1;
+    }
+    if (l >= D + 2 && l < H) {
+        names[0] = T5_DEC_REL;
+        return 1;
+    }
+    return 0;
 }
 
 size_t t5_boundary_floats(const dyn_model *m, int l, const dyn_model_microbatch *mb)
