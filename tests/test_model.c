@@ -22,64 +22,9 @@
 #include "dynapipe/plan.h"    /* the planner's micro-batch beside the model's: both names must coexist */
 #include "dynapipe/sched.h"
 
-/* Per-tensor directional derivative check. For tensor t the direction u is
- * its analytic gradient (normalised) plus a random unit vector, so a wrong
- * magnitude, sign or a missing contribution all show up, and the signal is
- * well above fp32 noise. FD: (f(p + h u) - f(p - h u)) / 2h, h = 1e-2 in
- * parameter-norm units. Tolerance: 3% relative + 2e-3 absolute. */
 static void grad_check(dyn_model *m, const dyn_model_microbatch *mb, const char *what)
 {
-    dyn_model_acts *a = dyn_model_acts_create(NULL);
-    assert_non_null(a);
-    dyn_model_zero_grad(m);
-    loss_and_grad(m, a, mb, 1.0f, 0, NULL);
-    size_t np = dyn_model_num_params(m);
-    float *g = malloc(np * sizeof(float)), *u = malloc(np * sizeof(float));
-    assert_non_null(g);
-    assert_non_null(u);
-    memcpy(g, dyn_model_grads(m), np * sizeof(float));
-    float *p = dyn_model_params(m);
-    dyn_rng r;
-    dyn_rng_seed(&r, 99);
-    const double h = 1e-2;
-    for (int ti = 0; ti < dyn_model_num_tensors(m); ti++) {
-        const dyn_param_tensor *t = dyn_model_tensor(m, ti);
-        float *gt = g + t->offset, *ut = u + t->offset, *pt = p + t->offset;
-        double gn = 0, rn = 0;
-        for (size_t k = 0; k < t->numel; k++) gn += (double)gt[k] * gt[k];
-        for (size_t k = 0; k < t->numel; k++) {
-            ut[k] = (float)dyn_rng_normal(&r);
-            rn += (double)ut[k] * ut[k];
-        }
-        gn = sqrt(gn);
-        rn = sqrt(rn);
-        double un = 0;
-        for (size_t k = 0; k < t->numel; k++) {
-            ut[k] = (float)((gn > 0 ? gt[k] / gn : 0.0) + ut[k] / rn);
-            un += (double)ut[k] * ut[k];
-        }
-        un = sqrt(un);
-        double an = 0;
-        for (size_t k = 0; k < t->numel; k++) {
-            ut[k] = (float)(ut[k] / un);
-            an += (double)gt[k] * ut[k];
-        }
-        float *save = malloc(t->numel * sizeof(float));
-        assert_non_null(save);
-        memcpy(save, pt, t->numel * sizeof(float));
-        for (size_t k = 0; k < t->numel; k++) pt[k] = (float)(save[k] + h * ut[k]);
-        double fp = loss_only(m, a, mb);
-        for (size_t k = 0; k < t->numel; k++) pt[k] = (float)(save[k] - h * ut[k]);
-        double fm = loss_only(m, a, mb);
-        memcpy(pt, save, t->numel * sizeof(float));
-        free(save);
-        double fd = (fp - fm) / (2 * h);
-        if (fabs(fd - an) > 3e-2 * fabs(an) + 2e-3)
-            fail_msg("%s: tensor %s: finite difference %.6g, analytic %.6g", what, t->name, fd, an);
-    }
-    free(g);
-    free(u);
-    dyn_model_acts_free(a);
+    assert_int_equal(model_grad_check(m, mb, what, 0), 0);
 }
 
 static void run_grad_checks(dyn_model_kind kind)

@@ -362,3 +362,47 @@ void dyn_attention_backward(float *dq, float *dk, float *dv, float *drel_bias,
         }
     }
 }
+
+/* ---- split backward: B keeps the bias partial sums, W adds them ---------- */
+
+static long rel_items(const dyn_layout *ql, const dyn_layout *kl, const dyn_attn_cfg *cfg)
+{
+    int nseg = ql->n_seg < kl->n_seg ? ql->n_seg : kl->n_seg;
+    return (long)nseg * cfg->NH;
+}
+
+size_t dyn_attention_rel_items_floats(const dyn_layout *ql, const dyn_layout *kl,
+                                      const dyn_attn_cfg *cfg)
+{
+    return cfg->num_buckets > 0 ? (size_t)rel_items(ql, kl, cfg) * (size_t)cfg->num_buckets : 0;
+}
+
+void dyn_attention_backward_input(float *dq, float *dk, float *dv, float *drel_items,
+                                  const float *dout, const float *q, int ldq, const float *k,
+                                  int ldk, const float *v, int ldv, const float *out,
+                                  const float *lse, const float *rel_bias, const dyn_layout *ql,
+                                  const dyn_layout *kl, const dyn_attn_cfg *cfg, float *work)
+{
+    /* The fused backward fills every item's slot in work whether or not it
+     * is asked for the table gradient; keep them instead of reducing. */
+    dyn_attention_backward(dq, dk, dv, NULL, dout, q, ldq, k, ldk, v, ldv, out, lse, rel_bias, ql,
+                           kl, cfg, work);
+    if (rel_bias && drel_items && cfg->num_buckets > 0) {
+        attn_work w = work_carve(work, ql, kl, cfg, 1);
+        memcpy(drel_items, w.drel_slots, dyn_attention_rel_items_floats(ql, kl, cfg) * sizeof(float));
+    }
+}
+
+void dyn_attention_rel_bias_backward_weight(float *drel_bias, const float *drel_items,
+                                            const dyn_layout *ql, const dyn_layout *kl,
+                                            const dyn_attn_cfg *cfg)
+{
+    /* The fused backward's reduction: items in order, segment-major. */
+    long n_items = rel_items(ql, kl, cfg);
+    for (long it = 0; it < n_items; it++) {
+        int h = (int)(it % cfg->NH);
+        const float *slot = drel_items + (size_t)it * cfg->num_buckets;
+        for (int b = 0; b < cfg->num_buckets; b++)
+            drel_bias[(size_t)h * cfg->num_buckets + b] += slot[b];
+    }
+}

@@ -140,3 +140,69 @@ double dyn_gpt_block_flops(int B, int T, int C)
     double b = B, s = T, h = C;
     return 3.0 * (24.0 * b * s * h * h + 4.0 * b * s * s * h);
 }
+
+/* ---- split backward (blocks.h "split backward") ------------------------ */
+
+size_t dyn_gpt_block_dy_floats(dyn_block_dims d, const dyn_layout *lay)
+{
+    size_t N = (size_t)lay->B * lay->T, C = (size_t)d.C, F = (size_t)d.F;
+    return N * (7 * C + F);
+}
+
+void dyn_gpt_block_dy_layout(dyn_gpt_block_dy *k, float *arena, dyn_block_dims d,
+                             const dyn_layout *lay)
+{
+    size_t N = (size_t)lay->B * lay->T, C = (size_t)d.C, F = (size_t)d.F;
+    float *x = arena;
+    k->dout = x; x += N * C;
+    k->dfch = x; x += N * F;
+    k->dln2 = x; x += N * C;
+    k->dx1 = x; x += N * C;
+    k->dqkv = x; x += N * 3 * C;
+    k->dln1 = x;
+}
+
+void dyn_gpt_block_backward_input(float *dinp, dyn_gpt_block_dy *k, const float *dout,
+                                  const float *inp, const dyn_gpt_block_params *p,
+                                  dyn_gpt_block_acts *a, const dyn_layout *lay, dyn_block_dims d,
+                                  int recompute, float *work)
+{
+    int N = lay->B * lay->T, C = d.C, F = d.F;
+    size_t NC = (size_t)N * C, NF = (size_t)N * F;
+    dyn_attn_cfg cfg = gpt_attn_cfg(d);
+    /* The fused backward's work layout; dF and dqkv live in k instead. */
+    float *dC = work + NF, *attn_work = dC + 4 * NC;
+    if (recompute) dyn_gpt_block_forward(dinp, inp, p, a, lay, d, work);
+    memcpy(k->dout, dout, NC * sizeof(float));
+    memcpy(dinp, dout, NC * sizeof(float));
+
+    memset(k->dfch, 0, NF * sizeof(float));
+    dyn_linear_backward_input(k->dfch, dinp, p->fcproj_w, N, F, C);
+    dyn_gelu_backward_inplace(k->dfch, a->fch, NF);
+    memset(k->dln2, 0, NC * sizeof(float));
+    dyn_linear_backward_input(k->dln2, k->dfch, p->fc_w, N, C, F);
+    dyn_layernorm_backward_input(dinp, k->dln2, a->x1, p->ln2_w, a->ln2_mean, a->ln2_rstd, N, C);
+
+    memcpy(k->dx1, dinp, NC * sizeof(float));
+    memset(dC, 0, NC * sizeof(float));
+    dyn_linear_backward_input(dC, dinp, p->proj_w, N, C, C);
+    dyn_attention_backward(k->dqkv, k->dqkv + C, k->dqkv + 2 * C, NULL, dC, a->qkv, 3 * C,
+                           a->qkv + C, 3 * C, a->qkv + 2 * C, 3 * C, a->atty, a->att_lse, NULL,
+                           lay, lay, &cfg, attn_work);
+    memset(k->dln1, 0, NC * sizeof(float));
+    dyn_linear_backward_input(k->dln1, k->dqkv, p->qkv_w, N, C, 3 * C);
+    dyn_layernorm_backward_input(dinp, k->dln1, inp, p->ln1_w, a->ln1_mean, a->ln1_rstd, N, C);
+}
+
+void dyn_gpt_block_backward_weight(const dyn_gpt_block_params *g, const dyn_gpt_block_dy *k,
+                                   const float *inp, const dyn_gpt_block_acts *a,
+                                   const dyn_layout *lay, dyn_block_dims d)
+{
+    int N = lay->B * lay->T, C = d.C, F = d.F;
+    dyn_linear_backward_weight(g->fcproj_w, g->fcproj_b, k->dout, a->fch_gelu, N, F, C);
+    dyn_linear_backward_weight(g->fc_w, g->fc_b, k->dfch, a->ln2, N, C, F);
+    dyn_layernorm_backward_weight(g->ln2_w, g->ln2_b, k->dln2, a->x1, a->ln2_mean, a->ln2_rstd, N, C);
+    dyn_linear_backward_weight(g->proj_w, g->proj_b, k->dx1, a->atty, N, C, C);
+    dyn_linear_backward_weight(g->qkv_w, g->qkv_b, k->dqkv, a->ln1, N, C, 3 * C);
+    dyn_layernorm_backward_weight(g->ln1_w, g->ln1_b, k->dln1, inp, a->ln1_mean, a->ln1_rstd, N, C);
+}

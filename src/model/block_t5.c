@@ -318,3 +318,194 @@ double dyn_t5_dec_flops(dyn_block_dims d, int B, int Td, int Te)
                  + 2.0 * Nd * C * 2.0 * F + 2.0 * Nd * F * C;      /* wi0|wi1, wo */
     return 3.0 * fwd;
 }
+
+/* ---- split backward (blocks.h "split backward") ------------------------
+ * The halves of ffn_backward and self_backward; the block functions below
+ * call them in the fused order. Work layout as in the fused backward. */
+
+/* B: dres holds d(out) on entry and d(x) on return; kdout, kdh, kdln kept. */
+static void ffn_backward_input(float *dres, float *kdout, float *kdh, float *kdln, const float *x,
+                               const float *ln_w, const float *wi_w, const float *wo_w,
+                               const float *rstd, const float *h, int N, dyn_block_dims d,
+                               float *dg)
+{
+    memcpy(kdout, dres, (size_t)N * d.C * sizeof(float));
+    memset(dg, 0, (size_t)N * d.F * sizeof(float));
+    dyn_linear_backward_input(dg, dres, wo_w, N, d.F, d.C);
+    dyn_gated_gelu_backward(kdh, dg, h, N, d.F);
+    memset(kdln, 0, (size_t)N * d.C * sizeof(float));
+    dyn_linear_backward_input(kdln, kdh, wi_w, N, d.C, 2 * d.F);
+    dyn_rmsnorm_backward_input(dres, kdln, x, ln_w, rstd, N, d.C);
+}
+
+static void ffn_backward_weight(float *gln_w, float *gwi_w, float *gwo_w, const float *kdout,
+                                const float *kdh, const float *kdln, const float *x,
+                                const float *ln, const float *rstd, const float *g, int N,
+                                dyn_block_dims d)
+{
+    dyn_linear_backward_weight(gwo_w, NULL, kdout, g, N, d.F, d.C);
+    dyn_linear_backward_weight(gwi_w, NULL, kdh, ln, N, d.C, 2 * d.F);
+    dyn_rmsnorm_backward_weight(gln_w, kdln, x, rstd, N, d.C);
+}
+
+static void self_backward_input(float *dres, float *kdy, float *kdqkv, float *kdln, float *krel,
+                                const float *x, const float *ln_w, const float *qkv_w,
+                                const float *o_w, const float *rel_bias, const float *rstd,
+                                const float *qkv, const float *y, const float *lse,
+                                const dyn_layout *lay, const dyn_attn_cfg *cfg, dyn_block_dims d,
+                                float *dA, float *attn_work)
+{
+    int N = lay->B * lay->T, I = d.NH * d.HD;
+    memcpy(kdy, dres, (size_t)N * d.C * sizeof(float));
+    memset(dA, 0, (size_t)N * I * sizeof(float));
+    dyn_linear_backward_input(dA, dres, o_w, N, I, d.C);
+    dyn_attention_backward_input(kdqkv, kdqkv + I, kdqkv + 2 * I, krel, dA, qkv, 3 * I, qkv + I,
+                                 3 * I, qkv + 2 * I, 3 * I, y, lse, rel_bias, lay, lay, cfg,
+                                 attn_work);
+    memset(kdln, 0, (size_t)N * d.C * sizeof(float));
+    dyn_linear_backward_input(kdln, kdqkv, qkv_w, N, d.C, 3 * I);
+    dyn_rmsnorm_backward_input(dres, kdln, x, ln_w, rstd, N, d.C);
+}
+
+static void self_backward_weight(float *gln_w, float *gqkv_w, float *go_w, float *drel,
+                                 const float *kdy, const float *kdqkv, const float *kdln,
+                                 const float *krel, const float *x, const float *ln,
+                                 const float *rstd, const float *y, const dyn_layout *lay,
+                                 const dyn_attn_cfg *cfg, dyn_block_dims d)
+{
+    int N = lay->B * lay->T, I = d.NH * d.HD;
+    dyn_linear_backward_weight(go_w, NULL, kdy, y, N, I, d.C);
+    if (drel) dyn_attention_rel_bias_backward_weight(drel, krel, lay, lay, cfg);
+    dyn_linear_backward_weight(gqkv_w, NULL, kdqkv, ln, N, d.C, 3 * I);
+    dyn_rmsnorm_backward_weight(gln_w, kdln, x, rstd, N, d.C);
+}
+
+size_t dyn_t5_enc_dy_floats(dyn_block_dims d, const dyn_layout *lay)
+{
+    size_t N = (size_t)lay->B * lay->T, C = (size_t)d.C, I = (size_t)d.NH * d.HD, F = (size_t)d.F;
+    dyn_attn_cfg cfg = t5_attn_cfg(d, 0, 1);
+    return N * (4 * C + 3 * I + 2 * F) + dyn_attention_rel_items_floats(lay, lay, &cfg);
+}
+
+void dyn_t5_enc_dy_layout(dyn_t5_enc_dy *k, float *arena, dyn_block_dims d, const dyn_layout *lay)
+{
+    size_t N = (size_t)lay->B * lay->T, C = (size_t)d.C, I = (size_t)d.NH * d.HD, F = (size_t)d.F;
+    float *x = arena;
+    k->dout = x; x += N * C;
+    k->dh = x; x += N * 2 * F;
+    k->dln2 = x; x += N * C;
+    k->dx1 = x; x += N * C;
+    k->dqkv = x; x += N * 3 * I;
+    k->dln1 = x; x += N * C;
+    k->drel = x;
+}
+
+void dyn_t5_enc_backward_input(float *dinp, dyn_t5_enc_dy *k, const float *dout,
+                               const float *inp, const dyn_t5_enc_params *p,
+                               const float *rel_bias, dyn_t5_enc_acts *a, const dyn_layout *lay,
+                               dyn_block_dims d, int recompute, float *work)
+{
+    size_t N = (size_t)lay->B * lay->T, C = (size_t)d.C, I = (size_t)d.NH * d.HD;
+    size_t F = (size_t)d.F;
+    dyn_attn_cfg cfg = t5_attn_cfg(d, 0, 1);
+    float *dg = work, *dA = dg + N * F + N * 2 * F + N * max_sz(C, I);
+    float *attn_work = work + scratch_floats(d, N, 0);
+    if (recompute) dyn_t5_enc_forward(dinp, inp, p, rel_bias, a, lay, d, work);
+    memcpy(dinp, dout, N * C * sizeof(float));
+    ffn_backward_input(dinp, k->dout, k->dh, k->dln2, a->x1, p->ln2_w, p->wi0_w, p->wo_w,
+                       a->ln2_rstd, a->h, (int)N, d, dg);
+    self_backward_input(dinp, k->dx1, k->dqkv, k->dln1, k->drel, inp, p->ln1_w, p->q_w, p->o_w,
+                        rel_bias, a->ln1_rstd, a->qkv, a->atty, a->att_lse, lay, &cfg, d, dA,
+                        attn_work);
+}
+
+void dyn_t5_enc_backward_weight(const dyn_t5_enc_params *g, float *drel_bias,
+                                const dyn_t5_enc_dy *k, const float *inp,
+                                const dyn_t5_enc_acts *a, const dyn_layout *lay,
+                                dyn_block_dims d)
+{
+    int N = lay->B * lay->T;
+    dyn_attn_cfg cfg = t5_attn_cfg(d, 0, 1);
+    ffn_backward_weight(g->ln2_w, g->wi0_w, g->wo_w, k->dout, k->dh, k->dln2, a->x1, a->ln2,
+                        a->ln2_rstd, a->g, N, d);
+    self_backward_weight(g->ln1_w, g->q_w, g->o_w, drel_bias, k->dx1, k->dqkv, k->dln1, k->drel,
+                         inp, a->ln1, a->ln1_rstd, a->atty, lay, &cfg, d);
+}
+
+size_t dyn_t5_dec_dy_floats(dyn_block_dims d, const dyn_layout *dlay, const dyn_layout *elay)
+{
+    size_t Nd = (size_t)dlay->B * dlay->T, Ne = (size_t)elay->B * elay->T, C = (size_t)d.C;
+    size_t I = (size_t)d.NH * d.HD, F = (size_t)d.F;
+    dyn_attn_cfg self = t5_attn_cfg(d, 1, 0);
+    return Nd * (6 * C + 4 * I + 2 * F) + Ne * 2 * I + dyn_attention_rel_items_floats(dlay, dlay, &self);
+}
+
+void dyn_t5_dec_dy_layout(dyn_t5_dec_dy *k, float *arena, dyn_block_dims d,
+                          const dyn_layout *dlay, const dyn_layout *elay)
+{
+    size_t Nd = (size_t)dlay->B * dlay->T, Ne = (size_t)elay->B * elay->T, C = (size_t)d.C;
+    size_t I = (size_t)d.NH * d.HD, F = (size_t)d.F;
+    float *x = arena;
+    k->dout = x; x += Nd * C;
+    k->dh = x; x += Nd * 2 * F;
+    k->dln3 = x; x += Nd * C;
+    k->dx2 = x; x += Nd * C;
+    k->dcq = x; x += Nd * I;
+    k->dckv = x; x += Ne * 2 * I;
+    k->dln2 = x; x += Nd * C;
+    k->dx1 = x; x += Nd * C;
+    k->dqkv = x; x += Nd * 3 * I;
+    k->dln1 = x; x += Nd * C;
+    k->drel = x;
+}
+
+void dyn_t5_dec_backward_input(float *dinp, float *denc, dyn_t5_dec_dy *k, const float *dout,
+                               const float *inp, const float *enc, const dyn_t5_dec_params *p,
+                               const float *rel_bias, dyn_t5_dec_acts *a,
+                               const dyn_layout *dlay, const dyn_layout *elay, dyn_block_dims d,
+                               int recompute, float *work)
+{
+    size_t Nd = (size_t)dlay->B * dlay->T, Ne = (size_t)elay->B * elay->T, C = (size_t)d.C;
+    size_t I = (size_t)d.NH * d.HD, F = (size_t)d.F;
+    dyn_attn_cfg self = t5_attn_cfg(d, 1, 0), cross = t5_attn_cfg(d, 0, 0);
+    float *dg = work, *dA = dg + Nd * F + Nd * 2 * F + Nd * max_sz(C, I);
+    float *attn_work = work + scratch_floats(d, Nd, Ne);
+    if (recompute) dyn_t5_dec_forward(dinp, inp, enc, p, rel_bias, a, dlay, elay, d, work);
+    memcpy(dinp, dout, Nd * C * sizeof(float));
+    ffn_backward_input(dinp, k->dout, k->dh, k->dln3, a->x2, p->ln3_w, p->wi0_w, p->wo_w,
+                       a->ln3_rstd, a->h, (int)Nd, d, dg);
+
+    /* Cross-attention branch; dinp holds d(x2). */
+    memcpy(k->dx2, dinp, Nd * C * sizeof(float));
+    memset(dA, 0, Nd * I * sizeof(float));
+    dyn_linear_backward_input(dA, dinp, p->co_w, (int)Nd, (int)I, (int)C);
+    dyn_attention_backward(k->dcq, k->dckv, k->dckv + I, NULL, dA, a->cq, (int)I, a->ckv,
+                           2 * (int)I, a->ckv + I, 2 * (int)I, a->ca_y, a->ca_lse, NULL, dlay,
+                           elay, &cross, attn_work);
+    if (denc) dyn_linear_backward_input(denc, k->dckv, p->ck_w, (int)Ne, (int)C, 2 * (int)I);
+    memset(k->dln2, 0, Nd * C * sizeof(float));
+    dyn_linear_backward_input(k->dln2, k->dcq, p->cq_w, (int)Nd, (int)C, (int)I);
+    dyn_rmsnorm_backward_input(dinp, k->dln2, a->x1, p->ln2_w, a->ln2_rstd, (int)Nd, (int)C);
+
+    /* Self-attention branch; dinp holds d(x1). */
+    self_backward_input(dinp, k->dx1, k->dqkv, k->dln1, k->drel, inp, p->ln1_w, p->q_w, p->o_w,
+                        rel_bias, a->ln1_rstd, a->qkv, a->sa_y, a->sa_lse, dlay, &self, d, dA,
+                        attn_work);
+}
+
+void dyn_t5_dec_backward_weight(const dyn_t5_dec_params *g, float *drel_bias,
+                                const dyn_t5_dec_dy *k, const float *inp, const float *enc,
+                                const dyn_t5_dec_acts *a, const dyn_layout *dlay,
+                                const dyn_layout *elay, dyn_block_dims d)
+{
+    int Nd = dlay->B * dlay->T, Ne = elay->B * elay->T, C = d.C, I = d.NH * d.HD;
+    dyn_attn_cfg self = t5_attn_cfg(d, 1, 0);
+    ffn_backward_weight(g->ln3_w, g->wi0_w, g->wo_w, k->dout, k->dh, k->dln3, a->x2, a->ln3,
+                        a->ln3_rstd, a->g, Nd, d);
+    dyn_linear_backward_weight(g->co_w, NULL, k->dx2, a->ca_y, Nd, I, C);
+    dyn_linear_backward_weight(g->ck_w, NULL, k->dckv, enc, Ne, C, 2 * I);
+    dyn_linear_backward_weight(g->cq_w, NULL, k->dcq, a->ln2, Nd, C, I);
+    dyn_rmsnorm_backward_weight(g->ln2_w, k->dln2, a->x1, a->ln2_rstd, Nd, C);
+    self_backward_weight(g->ln1_w, g->q_w, g->o_w, drel_bias, k->dx1, k->dqkv, k->dln1, k->drel,
+                         inp, a->ln1, a->ln1_rstd, a->sa_y, dlay, &self, d);
+}

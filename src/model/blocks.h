@@ -197,6 +197,100 @@ void dyn_t5_dec_backward(float *dinp, float *denc, const dyn_t5_dec_params *g, f
                          const dyn_layout *dlay, const dyn_layout *elay, dyn_block_dims d,
                          int recompute, float *work);
 
+/* ================= split backward (zero-bubble B and W) ================
+ * A zero-bubble schedule runs a block's backward in two halves at different
+ * times. *_backward_input (B) computes dinp (and the decoder's denc) only,
+ * and keeps in a caller-owned "dy" arena what the weight gradients need
+ * beyond the stored activations: the output gradient dY of every linear and
+ * norm of the block, and T5's relative-bias partial sums. *_backward_weight
+ * (W) later accumulates (+=) every parameter gradient of the block from dY
+ * and the activations: dW += dY^T X, bias and norm-gain reductions. B then W
+ * gives bit-identical dinp, denc and parameter gradients to the fused
+ * *_backward (same operations in the same order; tests/test_blocks.c).
+ *
+ * Between B and W nothing may overwrite acts, inp, enc or the dy arena. With
+ * recompute != 0, B re-runs the forward into acts first, as the fused
+ * backward does; W reads those recomputed activations, so a model running
+ * recompute must give each block its own acts until its W (it can no longer
+ * share one region between blocks). work: the same as the fused backward's.
+ * dy floats per block (N = B*T rows, GPT I = C):
+ *   GPT:     N (7C + F)
+ *   encoder: N (4C + 3I + 2F) + bias items
+ *   decoder: Nd (6C + 4I + 2F) + Ne 2I + bias items
+ * where bias items = segments × NH × 32 (dyn_attention_rel_items_floats). */
+typedef struct dyn_gpt_block_dy {
+    float *dout; /* (N, C) block output gradient = dY of fcproj */
+    float *dfch; /* (N, F) dY of fc (after the GELU backward) */
+    float *dln2; /* (N, C) gradient of ln2's output */
+    float *dx1;  /* (N, C) gradient of x1 = dY of proj */
+    float *dqkv; /* (N, 3C) dY of qkv */
+    float *dln1; /* (N, C) gradient of ln1's output */
+} dyn_gpt_block_dy;
+
+size_t dyn_gpt_block_dy_floats(dyn_block_dims d, const dyn_layout *lay);
+void dyn_gpt_block_dy_layout(dyn_gpt_block_dy *k, float *arena, dyn_block_dims d,
+                             const dyn_layout *lay);
+/* B: dinp (B*T, C) overwritten; k filled; no parameter gradient touched. */
+void dyn_gpt_block_backward_input(float *dinp, dyn_gpt_block_dy *k, const float *dout,
+                                  const float *inp, const dyn_gpt_block_params *p,
+                                  dyn_gpt_block_acts *a, const dyn_layout *lay, dyn_block_dims d,
+                                  int recompute, float *work);
+/* W: g += every parameter gradient of the block. */
+void dyn_gpt_block_backward_weight(const dyn_gpt_block_params *g, const dyn_gpt_block_dy *k,
+                                   const float *inp, const dyn_gpt_block_acts *a,
+                                   const dyn_layout *lay, dyn_block_dims d);
+
+typedef struct dyn_t5_enc_dy {
+    float *dout;  /* (N, C) dY of wo */
+    float *dh;    /* (N, 2F) dY of [wi0 | wi1] */
+    float *dln2;  /* (N, C) */
+    float *dx1;   /* (N, C) dY of o */
+    float *dqkv;  /* (N, 3I) */
+    float *dln1;  /* (N, C) */
+    float *drel;  /* bias items: per (segment, head) bucket sums */
+} dyn_t5_enc_dy;
+
+size_t dyn_t5_enc_dy_floats(dyn_block_dims d, const dyn_layout *lay);
+void dyn_t5_enc_dy_layout(dyn_t5_enc_dy *k, float *arena, dyn_block_dims d, const dyn_layout *lay);
+void dyn_t5_enc_backward_input(float *dinp, dyn_t5_enc_dy *k, const float *dout,
+                               const float *inp, const dyn_t5_enc_params *p,
+                               const float *rel_bias, dyn_t5_enc_acts *a, const dyn_layout *lay,
+                               dyn_block_dims d, int recompute, float *work);
+/* drel_bias += (may be NULL: the bias gradient is dropped, as in the fused
+ * backward). */
+void dyn_t5_enc_backward_weight(const dyn_t5_enc_params *g, float *drel_bias,
+                                const dyn_t5_enc_dy *k, const float *inp,
+                                const dyn_t5_enc_acts *a, const dyn_layout *lay,
+                                dyn_block_dims d);
+
+typedef struct dyn_t5_dec_dy {
+    float *dout;  /* (Nd, C) dY of wo */
+    float *dh;    /* (Nd, 2F) */
+    float *dln3;  /* (Nd, C) */
+    float *dx2;   /* (Nd, C) dY of co */
+    float *dcq;   /* (Nd, I) dY of cq */
+    float *dckv;  /* (Ne, 2I) dY of [ck | cv] */
+    float *dln2;  /* (Nd, C) */
+    float *dx1;   /* (Nd, C) dY of o */
+    float *dqkv;  /* (Nd, 3I) */
+    float *dln1;  /* (Nd, C) */
+    float *drel;  /* self-attention bias items */
+} dyn_t5_dec_dy;
+
+size_t dyn_t5_dec_dy_floats(dyn_block_dims d, const dyn_layout *dlay, const dyn_layout *elay);
+void dyn_t5_dec_dy_layout(dyn_t5_dec_dy *k, float *arena, dyn_block_dims d,
+                          const dyn_layout *dlay, const dyn_layout *elay);
+/* B: dinp overwritten, denc += (may be NULL). */
+void dyn_t5_dec_backward_input(float *dinp, float *denc, dyn_t5_dec_dy *k, const float *dout,
+                               const float *inp, const float *enc, const dyn_t5_dec_params *p,
+                               const float *rel_bias, dyn_t5_dec_acts *a,
+                               const dyn_layout *dlay, const dyn_layout *elay, dyn_block_dims d,
+                               int recompute, float *work);
+void dyn_t5_dec_backward_weight(const dyn_t5_dec_params *g, float *drel_bias,
+                                const dyn_t5_dec_dy *k, const float *inp, const float *enc,
+                                const dyn_t5_dec_acts *a, const dyn_layout *dlay,
+                                const dyn_layout *elay, dyn_block_dims d);
+
 /* FLOPs of one forward+backward (3 × forward matmul FLOPs, full s×s
  * attention counted as in the issue) — for benchmarks:
  *   GPT:  3 × (24·B·T·C² + 4·B·T²·C)            (F = 4C, I = C)

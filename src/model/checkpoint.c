@@ -40,11 +40,24 @@ static void hf_shape(const dyn_param_tensor *t, int64_t *shape)
     shape[1] = t->hf_transposed ? t->shape[0] : t->shape[1];
 }
 
+/* Stage models (dyn_model_create_stage) save their owned tensors only and
+ * cannot load yet: a file holds a whole model, a stage only part of it. */
+static int is_stage(const dyn_model *m) { return m->first != 0 || m->last != m->L; }
+
+static dyn_status refuse_stage(const dyn_model *m, const char *what, const char *path, dyn_error *err)
+{
+    return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                         "%s: %s of a stage model (layers [%d, %d) of %d) is not supported (no sharded checkpoints yet)",
+                         path, what, m->first, m->last, m->L);
+}
+
 dyn_status dyn_model_save(const dyn_model *m, const char *path, dyn_error *err)
 {
-    int n = m->n_tensors;
-    dyn_st_entry *e = dyn_calloc((size_t)n, sizeof *e, "checkpoint entries", err);
-    float **tmp = dyn_calloc((size_t)n, sizeof *tmp, "checkpoint transposes", err);
+    int n = 0; /* owned tensors: they come first in the table */
+    while (n < m->n_tensors && !m->tensors[n].shared_copy) n++;
+    size_t cap = n > 0 ? (size_t)n : 1; /* a stage may own no tensor */
+    dyn_st_entry *e = dyn_calloc(cap, sizeof *e, "checkpoint entries", err);
+    float **tmp = dyn_calloc(cap, sizeof *tmp, "checkpoint transposes", err);
     dyn_status st = e && tmp ? DYN_OK : DYN_ERR_NOMEM;
     for (int i = 0; i < n && st == DYN_OK; i++) {
         const dyn_param_tensor *t = &m->tensors[i];
@@ -68,8 +81,11 @@ dyn_status dyn_model_save(const dyn_model *m, const char *path, dyn_error *err)
                  "\"head_dim\":%d,\"ffn\":%d,\"vocab\":%d,\"max_seqlen\":%d}",
                  c->kind == DYN_MODEL_GPT ? "gpt" : "t5", c->n_layers, c->n_dec_layers, c->hidden, c->heads,
                  c->head_dim, c->ffn, c->vocab, c->max_seqlen);
-        const char *meta[4] = {"format", "pt", "dynapipe.config", cfg};
-        st = dyn_safetensors_write(path, e, n, meta, 2, err);
+        char layers[64];
+        snprintf(layers, sizeof layers, "%d %d", m->first, m->last);
+        /* dynapipe.layers "first last": the layers whose tensors the file holds */
+        const char *meta[6] = {"format", "pt", "dynapipe.config", cfg, "dynapipe.layers", layers};
+        st = dyn_safetensors_write(path, e, n, meta, is_stage(m) ? 3 : 2, err);
     }
     for (int i = 0; tmp && i < n; i++) free(tmp[i]);
     free(tmp);
@@ -112,6 +128,7 @@ static size_t max_numel(const dyn_model *m)
 
 dyn_status dyn_model_load(dyn_model *m, const char *path, dyn_error *err)
 {
+    if (is_stage(m)) return refuse_stage(m, "loading weights", path, err);
     dyn_safetensors *st = dyn_safetensors_open(path, err);
     if (st == NULL) return err ? err->code : DYN_ERR_CORRUPT;
     dyn_status s = DYN_OK;
@@ -139,6 +156,7 @@ dyn_status dyn_model_load(dyn_model *m, const char *path, dyn_error *err)
 
 dyn_status dyn_model_save_train_state(const dyn_model *m, const dyn_train_state *ts, const char *path, dyn_error *err)
 {
+    if (is_stage(m)) return refuse_stage(m, "saving the train state", path, err);
     int n = m->n_tensors;
     dyn_st_entry *e = dyn_calloc((size_t)(2 * n), sizeof *e, "train-state entries", err);
     char *names = e ? dyn_calloc((size_t)(2 * n), 128, "train-state names", err) : NULL;
@@ -189,6 +207,7 @@ static dyn_status meta_i64(const dyn_safetensors *st, const char *path, const ch
 
 dyn_status dyn_model_load_train_state(dyn_model *m, dyn_train_state *ts, const char *path, dyn_error *err)
 {
+    if (is_stage(m)) return refuse_stage(m, "loading the train state", path, err);
     dyn_safetensors *st = dyn_safetensors_open(path, err);
     if (st == NULL) return err ? err->code : DYN_ERR_CORRUPT;
     int64_t step = 0, cursor = 0, np = 0;

@@ -66,6 +66,7 @@ dyn_status gpt_bind(dyn_model *m, dyn_error *err)
         char name[96];
         snprintf(name, sizeof name, "h.%d.ln_1.weight", i);
         float *base = model_tensor_ptr(m, name);
+        if (base == NULL) continue; /* a stage model without this block */
         size_t used = dyn_gpt_block_params_layout(&m->gp[i], base, m->dims);
         dyn_gpt_block_params_layout(&m->gg[i], model_grad_of(m, base), m->dims);
         /* Our names must sit exactly where the block expects its fields. */
@@ -80,6 +81,16 @@ dyn_status gpt_bind(dyn_model *m, dyn_error *err)
             return dyn_error_set(err, DYN_ERR_INTERNAL, "GPT block %d: parameter table disagrees with blocks.h layout", i);
     }
     return DYN_OK;
+}
+
+int gpt_borrows(const dyn_model_config *c, int l, const char **names)
+{
+    /* The head's LM projection is the embedding's wte (tied). */
+    if (l == c->n_layers + 1) {
+        names[0] = "wte.weight";
+        return 1;
+    }
+    return 0;
 }
 
 size_t gpt_boundary_floats(const dyn_model *m, int l, const dyn_model_microbatch *mb)
@@ -181,4 +192,90 @@ dyn_status gpt_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microba
     }
     if (first > 0) memcpy(din, cur, bytes);
     return DYN_OK;
+}
+
+/* ---- split backward (zero-bubble B and W) ---------------------------------
+ * B walks the layers as gpt_backward does but calls only the input-gradient
+ * halves, keeping per layer what its W needs (model_impl.h keep_*, dy);
+ * W walks the same layers in the same order, so a shared tensor (the tied
+ * wte: head first, then embedding) receives its contributions in the fused
+ * order and B + W is bit-identical to gpt_backward. */
+
+size_t gpt_keep_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                      int recompute, float *base)
+{
+    const dyn_layout *lay = mb->lay;
+    int n = m->cfg.n_layers, L = m->L;
+    size_t N = (size_t)lay->B * lay->T, C = (size_t)m->cfg.hidden;
+    model_bump b = {base, 0};
+    a->keep_emb = first == 0 ? model_take(&b, N * C) : NULL;
+    a->keep_head = last == L ? model_take(&b, N * C) : NULL;
+    a->keep_enc_norm = a->keep_dec_emb = NULL;
+    for (int l = first; l < last; l++) {
+        if (l < 1 || l > n) continue;
+        float *k = model_take(&b, dyn_gpt_block_dy_floats(m->dims, lay));
+        if (base) dyn_gpt_block_dy_layout(&a->dy[l].gpt, k, m->dims, lay);
+        if (recompute) {
+            float *r = model_take(&b, dyn_gpt_block_act_floats(m->dims, lay->B, lay->T));
+            if (base) dyn_gpt_block_acts_layout(&a->wblk[l].gpt, r, m->dims, lay->B, lay->T);
+        }
+    }
+    return b.used;
+}
+
+/* The activations block layer l's backward halves use. */
+static dyn_gpt_block_acts *gpt_split_acts(dyn_model_acts *a, int l)
+{
+    return a->fwd_recompute ? &a->wblk[l].gpt : &a->blk[l].gpt;
+}
+
+void gpt_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                        const float *dout, float *din, float dloss)
+{
+    const dyn_layout *lay = mb->lay;
+    int L = m->L, C = m->cfg.hidden, V = m->cfg.vocab;
+    int N = lay->B * lay->T;
+    size_t bytes = (size_t)N * C * sizeof(float);
+    float *cur = a->d0;
+    if (last < L) memcpy(cur, dout, bytes);
+    for (int l = last - 1; l >= first; l--) {
+        if (l == L - 1) {
+            /* keep_head is the LM head's input gradient, which W's ln_f
+             * reduction needs too. */
+            memset(a->keep_head, 0, bytes);
+            dyn_lmhead_ce_backward_input(a->keep_head, a->head_ln, m->wte, mb->targets, mb->weights, a->head_lse,
+                                         dloss, N, C, V, a->work);
+            memset(a->d0, 0, bytes);
+            dyn_layernorm_backward_input(a->d0, a->keep_head, a->hid[l], m->lnf_w, a->head_mean, a->head_rstd, N, C);
+            cur = a->d0;
+        } else if (l >= 1) {
+            float *next = cur == a->d0 ? a->d1 : a->d0;
+            dyn_gpt_block_backward_input(next, &a->dy[l].gpt, cur, a->hid[l], &m->gp[l - 1], gpt_split_acts(a, l), lay,
+                                         m->dims, a->fwd_recompute, a->work);
+            cur = next;
+        } else {
+            memcpy(a->keep_emb, cur, bytes); /* the embedding is all weight gradient */
+        }
+    }
+    if (first > 0) memcpy(din, cur, bytes);
+}
+
+void gpt_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last)
+{
+    const dyn_layout *lay = mb->lay;
+    int L = m->L, C = m->cfg.hidden, V = m->cfg.vocab;
+    int N = lay->B * lay->T;
+    for (int l = last - 1; l >= first; l--) {
+        if (l == L - 1) {
+            dyn_lmhead_ce_backward_weight(model_grad_of(m, m->wte), a->head_ln, m->wte, mb->targets, mb->weights,
+                                          a->head_lse, a->w_dloss, N, C, V, a->work);
+            dyn_layernorm_backward_weight(model_grad_of(m, m->lnf_w), model_grad_of(m, m->lnf_b), a->keep_head,
+                                          a->hid[l], a->head_mean, a->head_rstd, N, C);
+        } else if (l >= 1) {
+            dyn_gpt_block_backward_weight(&m->gg[l - 1], &a->dy[l].gpt, a->hid[l], gpt_split_acts(a, l), lay, m->dims);
+        } else {
+            dyn_embed_pos_backward(model_grad_of(m, m->wte), model_grad_of(m, m->wpe), a->keep_emb, mb->tokens, a->pos,
+                                   N, C);
+        }
+    }
 }

@@ -421,3 +421,176 @@ void dyn_lmhead_ce_backward(float *dx, float *dw, const float *x, const float *w
         }
     }
 }
+
+/* ---- split backward (zero-bubble B and W halves) ---------------------------
+ * Each pair below does exactly the operations of the fused *_backward above,
+ * in the same order, split into the input-gradient half and the
+ * weight-gradient half: B + W gives bit-identical results to the fused call
+ * (tests/test_layers.c checks it). The fused functions are kept unchanged
+ * beside them. */
+
+void dyn_linear_backward_input(float *dinp, const float *dout, const float *w, int N, int C, int OC)
+{
+    dyn_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
+}
+
+void dyn_linear_backward_weight(float *dw, float *dbias, const float *dout, const float *inp,
+                                int N, int C, int OC)
+{
+    dyn_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+    if (dbias) {
+#pragma omp parallel if (dyn_par((size_t)N * OC))
+        {
+            int c0, c1;
+            channel_range(OC, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
+            for (int n = 0; n < N; n++) {
+                const float *d = dout + (size_t)n * OC;
+                for (int c = c0; c < c1; c++) dbias[c] += d[c];
+            }
+        }
+    }
+}
+
+void dyn_layernorm_backward_input(float *dinp, const float *dout, const float *inp, const float *w,
+                                  const float *mean, const float *rstd, int N, int C)
+{
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        const float *d = dout + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C;
+        float m = mean[n], s = rstd[n];
+        float sum_dn = 0.0f, sum_dnx = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float dn = d[c] * w[c];
+            sum_dn += dn;
+            sum_dnx += dn * (x[c] - m) * s;
+        }
+        sum_dn /= (float)C;
+        sum_dnx /= (float)C;
+        for (int c = 0; c < C; c++) {
+            float xhat = (x[c] - m) * s;
+            dx[c] += s * (d[c] * w[c] - sum_dn - xhat * sum_dnx);
+        }
+    }
+}
+
+void dyn_layernorm_backward_weight(float *dw, float *db, const float *dout, const float *inp,
+                                   const float *mean, const float *rstd, int N, int C)
+{
+#pragma omp parallel if (dyn_par((size_t)N * C))
+    {
+        int c0, c1;
+        channel_range(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C;
+            const float *d = dout + (size_t)n * C;
+            float m = mean[n], s = rstd[n];
+            for (int c = c0; c < c1; c++) {
+                dw[c] += d[c] * (x[c] - m) * s;
+                db[c] += d[c];
+            }
+        }
+    }
+}
+
+void dyn_rmsnorm_backward_input(float *dinp, const float *dout, const float *inp, const float *w,
+                                const float *rstd, int N, int C)
+{
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        const float *d = dout + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C;
+        float s = rstd[n];
+        float dot = 0.0f;
+        for (int c = 0; c < C; c++) dot += d[c] * w[c] * x[c];
+        float k = s * s * dot / (float)C;
+        for (int c = 0; c < C; c++) dx[c] += s * (d[c] * w[c] - x[c] * k);
+    }
+}
+
+void dyn_rmsnorm_backward_weight(float *dw, const float *dout, const float *inp, const float *rstd,
+                                 int N, int C)
+{
+#pragma omp parallel if (dyn_par((size_t)N * C))
+    {
+        int c0, c1;
+        channel_range(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C;
+            const float *d = dout + (size_t)n * C;
+            float s = rstd[n];
+            for (int c = c0; c < c1; c++) dw[c] += d[c] * x[c] * s;
+        }
+    }
+}
+
+/* The LM head's dlogits are (target rows, V): far larger than anything else
+ * a block keeps, so neither half stores them. Each half recomputes the
+ * logits chunk by chunk, turns them into dlogits with the same expression as
+ * the fused backward, and applies its own product: one extra logits sgemm
+ * (2·rows·C·V FLOPs) for never holding (rows, V) floats between B and W. */
+static void lmhead_dlogits(float *lg, const int *idx, int m, int v0, int nv, const int32_t *targets,
+                           const float *weights, const float *lse, float dloss)
+{
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)m * nv))
+    for (int i = 0; i < m; i++) {
+        int n = idx[i];
+        float *l = lg + (size_t)i * nv;
+        float g = dloss * weights[n], ls = lse[n];
+        for (int v = 0; v < nv; v++) l[v] = g * dyn_fast_expf(l[v] - ls);
+        int t = targets[n];
+        if (t >= v0 && t < v0 + nv) l[t - v0] -= g;
+    }
+}
+
+void dyn_lmhead_ce_backward_input(float *dx, const float *x, const float *w, const int32_t *targets,
+                                  const float *weights, const float *lse, float dloss, int N, int C,
+                                  int V, float *work)
+{
+    int rb = N < LMHEAD_RB ? N : LMHEAD_RB;
+    int vch = V < DYN_LMHEAD_VCHUNK ? V : DYN_LMHEAD_VCHUNK;
+    if (rb < 1) return;
+    float *xs = work, *dxs = xs + (size_t)rb * C, *lg = dxs + (size_t)rb * C;
+    int idx[LMHEAD_RB];
+    int next = 0;
+    for (;;) {
+        int m = lmhead_gather(idx, xs, x, weights, N, C, rb, &next);
+        if (m == 0) break;
+        memset(dxs, 0, (size_t)m * C * sizeof(float));
+        for (int v0 = 0; v0 < V; v0 += vch) {
+            int nv = V - v0 < vch ? V - v0 : vch;
+            dyn_sgemm(0, 1, m, nv, C, 1.0f, xs, C, w + (size_t)v0 * C, C, 0.0f, lg, nv);
+            lmhead_dlogits(lg, idx, m, v0, nv, targets, weights, lse, dloss);
+            dyn_sgemm(0, 0, m, C, nv, 1.0f, lg, nv, w + (size_t)v0 * C, C, 1.0f, dxs, C);
+        }
+        for (int i = 0; i < m; i++) {
+            float *d = dx + (size_t)idx[i] * C;
+            const float *s = dxs + (size_t)i * C;
+            for (int c = 0; c < C; c++) d[c] += s[c];
+        }
+    }
+}
+
+void dyn_lmhead_ce_backward_weight(float *dw, const float *x, const float *w, const int32_t *targets,
+                                   const float *weights, const float *lse, float dloss, int N, int C,
+                                   int V, float *work)
+{
+    int rb = N < LMHEAD_RB ? N : LMHEAD_RB;
+    int vch = V < DYN_LMHEAD_VCHUNK ? V : DYN_LMHEAD_VCHUNK;
+    if (rb < 1) return;
+    float *xs = work, *lg = xs + 2 * (size_t)rb * C;
+    int idx[LMHEAD_RB];
+    int next = 0;
+    for (;;) {
+        int m = lmhead_gather(idx, xs, x, weights, N, C, rb, &next);
+        if (m == 0) break;
+        for (int v0 = 0; v0 < V; v0 += vch) {
+            int nv = V - v0 < vch ? V - v0 : vch;
+            dyn_sgemm(0, 1, m, nv, C, 1.0f, xs, C, w + (size_t)v0 * C, C, 0.0f, lg, nv);
+            lmhead_dlogits(lg, idx, m, v0, nv, targets, weights, lse, dloss);
+            dyn_sgemm(1, 0, nv, C, m, 1.0f, lg, nv, xs, C, 1.0f, dw + (size_t)v0 * C, C);
+        }
+    }
+}

@@ -129,6 +129,42 @@ void dyn_lmhead_ce_backward(float *dx, float *dw, const float *x, const float *w
                             const int32_t *targets, const float *weights, const float *lse,
                             float dloss, int N, int C, int V, float *work);
 
+/* ---- split backward: input-gradient (B) and weight-gradient (W) halves ----
+ * For zero-bubble schedules, which run the two halves of a backward at
+ * different times. Each *_backward_input computes only what the fused
+ * *_backward adds to the input gradient, each *_backward_weight only what it
+ * adds to the parameter gradients, with the same operations in the same
+ * order: B then W (or W then B) gives bit-identical results to the fused
+ * call. Accumulation (+=) as for the fused kernels. Attention has no weights
+ * except T5's bias table; its split is dyn_attention_backward_input below.
+ * Embeddings have no input gradient: their fused backward is all W. */
+/* dinp (N,C) += dout (N,OC) · w (OC,C). */
+void dyn_linear_backward_input(float *dinp, const float *dout, const float *w, int N, int C, int OC);
+/* dw (OC,C) += dout^T · inp (N,C); dbias (OC) += column sums of dout (may
+ * be NULL). */
+void dyn_linear_backward_weight(float *dw, float *dbias, const float *dout, const float *inp,
+                                int N, int C, int OC);
+/* dinp (N,C) +=. */
+void dyn_layernorm_backward_input(float *dinp, const float *dout, const float *inp, const float *w,
+                                  const float *mean, const float *rstd, int N, int C);
+/* dw (C) +=, db (C) +=; needs dout, inp, mean, rstd only. */
+void dyn_layernorm_backward_weight(float *dw, float *db, const float *dout, const float *inp,
+                                   const float *mean, const float *rstd, int N, int C);
+void dyn_rmsnorm_backward_input(float *dinp, const float *dout, const float *inp, const float *w,
+                                const float *rstd, int N, int C);
+void dyn_rmsnorm_backward_weight(float *dw, const float *dout, const float *inp, const float *rstd,
+                                 int N, int C);
+/* LM head halves: dx (N,C) += (B) and dw (V,C) += (W). Neither keeps the
+ * (target rows, V) logit gradients: both recompute the logits by chunks
+ * (so B + W cost one logits product more than the fused backward). Same
+ * arguments and work as dyn_lmhead_ce_backward. */
+void dyn_lmhead_ce_backward_input(float *dx, const float *x, const float *w, const int32_t *targets,
+                                  const float *weights, const float *lse, float dloss, int N, int C,
+                                  int V, float *work);
+void dyn_lmhead_ce_backward_weight(float *dw, const float *x, const float *w, const int32_t *targets,
+                                   const float *weights, const float *lse, float dloss, int N, int C,
+                                   int V, float *work);
+
 /* ---- attention ------------------------------------------------------------
  * Multi-head scaled dot-product attention over a layout. q rows come from
  * layout ql (B rows × Tq), k/v rows from kl (B rows × Tk, same B); query
@@ -194,6 +230,24 @@ void dyn_attention_backward(float *dq, float *dk, float *dv, float *drel_bias,
                             const float *v, int ldv, const float *out, const float *lse,
                             const float *rel_bias, const dyn_layout *ql, const dyn_layout *kl,
                             const dyn_attn_cfg *cfg, float *work);
+
+/* Split attention backward (zero-bubble B): dq, dk, dv exactly as
+ * dyn_attention_backward, and instead of adding the bias gradient to the
+ * table's gradient, the per-(segment, head) partial sums are copied to
+ * drel_items (dyn_attention_rel_items_floats floats; ignored when rel_bias
+ * or drel_items is NULL). dyn_attention_rel_bias_backward_weight (W) later
+ * adds them to drel_bias (NH, num_buckets) in the order the fused backward
+ * does, so B + W is bit-identical to it. */
+size_t dyn_attention_rel_items_floats(const dyn_layout *ql, const dyn_layout *kl,
+                                      const dyn_attn_cfg *cfg);
+void dyn_attention_backward_input(float *dq, float *dk, float *dv, float *drel_items,
+                                  const float *dout, const float *q, int ldq, const float *k,
+                                  int ldk, const float *v, int ldv, const float *out,
+                                  const float *lse, const float *rel_bias, const dyn_layout *ql,
+                                  const dyn_layout *kl, const dyn_attn_cfg *cfg, float *work);
+void dyn_attention_rel_bias_backward_weight(float *drel_bias, const float *drel_items,
+                                            const dyn_layout *ql, const dyn_layout *kl,
+                                            const dyn_attn_cfg *cfg);
 
 /* Naive reference (attention_ref.c): same contract and arguments, single
  * threaded, materialises the full score matrix of each segment pair and

@@ -110,21 +110,34 @@ void dyn_model_free(dyn_model *m)
     free(m);
 }
 
-/* Fill every tensor from its init rule, drawing normals in table order from
- * one RNG so the result depends on the seed alone. */
-static void model_init(dyn_model *m, uint64_t seed)
+/* One value of a tensor with init rule std (> 0 normal, 0 zeros, -1 ones). */
+static float init_value(float std, dyn_rng *rng)
+{
+    return std > 0 ? (float)(std * dyn_rng_normal(rng)) : (std < 0 ? 1.0f : 0.0f);
+}
+
+/* Fill every tensor of m from the init rules of the whole model's table
+ * tmpl, drawing normals in tmpl's order from one RNG so the result depends
+ * on the seed alone; a tensor of tmpl that m does not hold is drawn and
+ * dropped, so a stage model gets exactly the full model's values. tmpl may
+ * be m itself. */
+static void model_init(dyn_model *m, const dyn_model *tmpl, uint64_t seed)
 {
     dyn_rng rng;
     dyn_rng_seed(&rng, seed);
-    for (int i = 0; i < m->n_tensors; i++) {
-        float *p = m->params + m->tensors[i].offset;
-        float std = m->init_std[i];
-        for (size_t k = 0; k < m->tensors[i].numel; k++)
-            p[k] = std > 0 ? (float)(std * dyn_rng_normal(&rng)) : (std < 0 ? 1.0f : 0.0f);
+    for (int i = 0; i < tmpl->n_tensors; i++) {
+        const dyn_param_tensor *t = tmpl == m ? &m->tensors[i] : dyn_model_find_tensor(m, tmpl->tensors[i].name);
+        float std = tmpl->init_std[i];
+        float *p = t ? m->params + t->offset : NULL;
+        for (size_t k = 0; k < tmpl->tensors[i].numel; k++) {
+            float v = init_value(std, &rng);
+            if (p) p[k] = v;
+        }
     }
 }
 
-dyn_model *dyn_model_create(const dyn_model_config *cfg, uint64_t seed, dyn_error *err)
+/* A model shell with the whole tensor table of cfg (no buffers). */
+static dyn_model *model_table_create(const dyn_model_config *cfg, dyn_error *err)
 {
     if (check_config(cfg, err) != DYN_OK) return NULL;
     dyn_model *m = dyn_calloc(1, sizeof *m, "model", err);
@@ -135,21 +148,168 @@ dyn_model *dyn_model_create(const dyn_model_config *cfg, uint64_t seed, dyn_erro
     m->dims.HD = cfg->head_dim;
     m->dims.F = cfg->ffn;
     m->dims.nthreads = 1;
-    dyn_status st = cfg->kind == DYN_MODEL_GPT ? gpt_build(m, err) : t5_build(m, err);
-    if (st == DYN_OK) {
-        m->params = dyn_calloc(m->n_params, sizeof(float), "parameters", err);
-        m->grads = m->params ? dyn_calloc(m->n_params, sizeof(float), "gradients", err) : NULL;
-        m->m1 = m->grads ? dyn_calloc(m->n_params, sizeof(float), "AdamW first moments", err) : NULL;
-        m->m2 = m->m1 ? dyn_calloc(m->n_params, sizeof(float), "AdamW second moments", err) : NULL;
-        st = m->m2 ? DYN_OK : DYN_ERR_NOMEM;
+    if ((cfg->kind == DYN_MODEL_GPT ? gpt_build(m, err) : t5_build(m, err)) != DYN_OK) {
+        dyn_model_free(m);
+        return NULL;
     }
-    if (st == DYN_OK) st = cfg->kind == DYN_MODEL_GPT ? gpt_bind(m, err) : t5_bind(m, err);
+    m->first = 0;
+    m->last = m->L;
+    m->n_owned = m->n_params;
+    return m;
+}
+
+/* The four flat buffers for m's table, then the block structs over them. */
+static dyn_status model_alloc_bind(dyn_model *m, dyn_error *err)
+{
+    size_t n = m->n_params ? m->n_params : 1; /* a stage may hold no parameters */
+    m->params = dyn_calloc(n, sizeof(float), "parameters", err);
+    m->grads = m->params ? dyn_calloc(n, sizeof(float), "gradients", err) : NULL;
+    m->m1 = m->grads ? dyn_calloc(n, sizeof(float), "AdamW first moments", err) : NULL;
+    m->m2 = m->m1 ? dyn_calloc(n, sizeof(float), "AdamW second moments", err) : NULL;
+    if (m->m2 == NULL) return DYN_ERR_NOMEM;
+    return m->cfg.kind == DYN_MODEL_GPT ? gpt_bind(m, err) : t5_bind(m, err);
+}
+
+dyn_model *dyn_model_create(const dyn_model_config *cfg, uint64_t seed, dyn_error *err)
+{
+    dyn_model *m = model_table_create(cfg, err);
+    if (m == NULL) return NULL;
+    if (model_alloc_bind(m, err) != DYN_OK) {
+        dyn_model_free(m);
+        return NULL;
+    }
+    model_init(m, m, seed);
+    return m;
+}
+
+/* Does a layer of [first, last) use tensor `name` that it does not own? */
+static int range_borrows(const dyn_model_config *c, int first, int last, const char *name)
+{
+    for (int l = first; l < last; l++) {
+        const char *names[2];
+        int n = c->kind == DYN_MODEL_GPT ? gpt_borrows(c, l, names) : t5_borrows(c, l, names);
+        for (int k = 0; k < n; k++)
+            if (strcmp(names[k], name) == 0) return 1;
+    }
+    return 0;
+}
+
+/* Copy tensor i of tmpl into m's table (at m's next offset). */
+static dyn_status table_copy(dyn_model *m, const dyn_model *tmpl, int i, int shared_copy, dyn_error *err)
+{
+    const dyn_param_tensor *t = &tmpl->tensors[i];
+    dyn_status st = model_add_tensor(m, t->name, t->ndim, t->shape[0], t->shape[1], t->hf_transposed, t->decay,
+                                     tmpl->init_std[i], t->layer, err);
+    if (st == DYN_OK) m->tensors[m->n_tensors - 1].shared_copy = shared_copy;
+    return st;
+}
+
+dyn_model *dyn_model_create_stage(const dyn_model_config *cfg, uint64_t seed, int first, int last, dyn_error *err)
+{
+    dyn_model *tmpl = model_table_create(cfg, err);
+    if (tmpl == NULL) return NULL;
+    if (first < 0 || last > tmpl->L || first >= last) {
+        dyn_error_set(err, DYN_ERR_INVALID_ARG, "stage model: bad layer range [%d, %d) of %d layers", first, last,
+                      tmpl->L);
+        dyn_model_free(tmpl);
+        return NULL;
+    }
+    dyn_model *m = dyn_calloc(1, sizeof *m, "stage model", err);
+    dyn_status st = m ? DYN_OK : DYN_ERR_NOMEM;
+    if (st == DYN_OK) {
+        m->cfg = tmpl->cfg;
+        m->dims = tmpl->dims;
+        m->L = tmpl->L;
+        m->first = first;
+        m->last = last;
+    }
+    /* Owned tensors first, in layer order, so they stay one slice. */
+    for (int i = 0; i < tmpl->n_tensors && st == DYN_OK; i++) {
+        int layer = tmpl->tensors[i].layer;
+        if (layer >= first && layer < last) st = table_copy(m, tmpl, i, 0, err);
+    }
+    if (st == DYN_OK) m->n_owned = m->n_params;
+    for (int i = 0; i < tmpl->n_tensors && st == DYN_OK; i++) {
+        int layer = tmpl->tensors[i].layer;
+        if ((layer < first || layer >= last) && range_borrows(cfg, first, last, tmpl->tensors[i].name))
+            st = table_copy(m, tmpl, i, 1, err);
+    }
+    if (st == DYN_OK) st = model_alloc_bind(m, err);
+    if (st == DYN_OK) model_init(m, tmpl, seed);
+    dyn_model_free(tmpl);
     if (st != DYN_OK) {
         dyn_model_free(m);
         return NULL;
     }
-    model_init(m, seed);
     return m;
+}
+
+void dyn_model_stage_range(const dyn_model *m, int *first, int *last)
+{
+    *first = m->first;
+    *last = m->last;
+}
+
+size_t dyn_model_state_bytes(const dyn_model *m, size_t *shared_bytes)
+{
+    if (shared_bytes) *shared_bytes = 4 * (m->n_params - m->n_owned) * sizeof(float);
+    return 4 * m->n_params * sizeof(float);
+}
+
+void dyn_model_shared_tensors_free(dyn_shared_tensor *s, int n)
+{
+    if (s == NULL) return;
+    for (int i = 0; i < n; i++) free(s[i].holders);
+    free(s);
+}
+
+dyn_shared_tensor *dyn_model_shared_tensors(const dyn_model_config *cfg, const int32_t *cuts, int n_stages,
+                                            int *n_out, dyn_error *err)
+{
+    *n_out = 0;
+    dyn_model *tmpl = model_table_create(cfg, err);
+    if (tmpl == NULL) return NULL;
+    int ok = n_stages >= 1 && cuts[0] == 0 && cuts[n_stages] == tmpl->L;
+    for (int s = 0; ok && s < n_stages; s++) ok = cuts[s] < cuts[s + 1];
+    if (!ok) {
+        dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                      "shared tensors: stage cuts must rise strictly from 0 to the %d layers of the model", tmpl->L);
+        dyn_model_free(tmpl);
+        return NULL;
+    }
+    dyn_shared_tensor *out = dyn_calloc((size_t)tmpl->n_tensors, sizeof *out, "shared-tensor list", err);
+    int32_t *holders = dyn_calloc((size_t)n_stages, sizeof *holders, "shared-tensor holders", err);
+    dyn_status st = out && holders ? DYN_OK : DYN_ERR_NOMEM;
+    int n = 0;
+    for (int i = 0; i < tmpl->n_tensors && st == DYN_OK; i++) {
+        const dyn_param_tensor *t = &tmpl->tensors[i];
+        int nh = 0, owner = -1;
+        for (int s = 0; s < n_stages; s++) {
+            int owns = t->layer >= cuts[s] && t->layer < cuts[s + 1];
+            if (owns) owner = s;
+            if (owns || range_borrows(cfg, cuts[s], cuts[s + 1], t->name)) holders[nh++] = s;
+        }
+        if (nh < 2) continue;
+        dyn_shared_tensor *g = &out[n];
+        snprintf(g->name, sizeof g->name, "%s", t->name);
+        g->owner = owner;
+        g->n_holders = nh;
+        g->holders = dyn_calloc((size_t)nh, sizeof *g->holders, "shared-tensor holders", err);
+        if (g->holders == NULL) {
+            st = DYN_ERR_NOMEM;
+            break;
+        }
+        memcpy(g->holders, holders, (size_t)nh * sizeof *holders);
+        n++;
+    }
+    free(holders);
+    dyn_model_free(tmpl);
+    if (st != DYN_OK) {
+        dyn_model_shared_tensors_free(out, n);
+        return NULL;
+    }
+    *n_out = n;
+    return out;
 }
 
 const dyn_model_config *dyn_model_cfg(const dyn_model *m) { return &m->cfg; }
@@ -181,14 +341,14 @@ void dyn_model_layer_params(const dyn_model *m, int first, int last, size_t *off
     size_t lo = m->n_params, hi = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         const dyn_param_tensor *t = &m->tensors[i];
-        if (t->layer < first || t->layer >= last) continue;
+        if (t->layer < first || t->layer >= last || t->shared_copy) continue;
         if (t->offset < lo) lo = t->offset;
         if (t->offset + t->numel > hi) hi = t->offset + t->numel;
     }
     if (hi == 0) { /* no parameters in the range: an empty slice where it would start */
-        lo = m->n_params;
+        lo = m->n_owned;
         for (int i = 0; i < m->n_tensors; i++)
-            if (m->tensors[i].layer >= first) {
+            if (m->tensors[i].layer >= first && !m->tensors[i].shared_copy) {
                 lo = m->tensors[i].offset;
                 break;
             }
@@ -217,11 +377,16 @@ void dyn_model_acts_free(dyn_model_acts *a)
     free(a->arena);
     free(a->hid);
     free(a->blk);
+    free(a->keep);
+    free(a->dy);
+    free(a->wblk);
     free(a);
 }
 
 size_t dyn_model_acts_capacity_bytes(const dyn_model_acts *a) { return a->cap * sizeof(float); }
 size_t dyn_model_acts_stored_bytes(const dyn_model_acts *a) { return a->stored * sizeof(float); }
+size_t dyn_model_acts_kept_bytes(const dyn_model_acts *a) { return a->kept * sizeof(float); }
+size_t dyn_model_acts_keep_capacity_bytes(const dyn_model_acts *a) { return a->keep_cap * sizeof(float); }
 
 /* Size the arena for (mb, range, recompute), growing it only when this shape
  * needs more than it has, and lay the pointers over it. */
@@ -231,10 +396,16 @@ static dyn_status acts_prepare(const dyn_model *m, dyn_model_acts *a, const dyn_
     if (a->L != m->L) {
         free(a->hid);
         free(a->blk);
+        free(a->dy);
+        free(a->wblk);
+        a->dy = NULL;
+        a->wblk = NULL;
         a->hid = dyn_calloc((size_t)m->L + 1, sizeof(float *), "activation pointers", err);
         a->blk = a->hid ? dyn_calloc((size_t)m->L, sizeof(model_block_acts), "block activations", err) : NULL;
-        a->L = a->blk ? m->L : 0;
-        if (a->blk == NULL) return DYN_ERR_NOMEM;
+        a->dy = a->blk ? dyn_calloc((size_t)m->L, sizeof(model_block_dy), "split-backward gradients", err) : NULL;
+        a->wblk = a->dy ? dyn_calloc((size_t)m->L, sizeof(model_block_acts), "split-backward activations", err) : NULL;
+        a->L = a->wblk ? m->L : 0;
+        if (a->wblk == NULL) return DYN_ERR_NOMEM;
     }
     size_t stored = 0;
     size_t need = m->cfg.kind == DYN_MODEL_GPT ? gpt_carve(m, a, mb, first, last, recompute, NULL, &stored)
@@ -255,13 +426,24 @@ static dyn_status acts_prepare(const dyn_model *m, dyn_model_acts *a, const dyn_
 
 /* ------------------------------------------------------------ forward/backward */
 
-static dyn_status check_call(const dyn_model *m, const dyn_model_microbatch *mb, int first, int last, const void *in,
-                             const void *out, dyn_error *err)
+static dyn_status check_range(const dyn_model *m, const dyn_model_microbatch *mb, int first, int last, dyn_error *err)
 {
     if (mb == NULL || mb->kind != m->cfg.kind)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "micro-batch is for a different model kind");
     if (first < 0 || last > m->L || first >= last)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "bad layer range [%d, %d) of %d layers", first, last, m->L);
+    if (first < m->first || last > m->last)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "layers [%d, %d) are outside this stage model's layers [%d, %d)", first, last, m->first,
+                             m->last);
+    return DYN_OK;
+}
+
+static dyn_status check_call(const dyn_model *m, const dyn_model_microbatch *mb, int first, int last, const void *in,
+                             const void *out, dyn_error *err)
+{
+    dyn_status st = check_range(m, mb, first, last, err);
+    if (st != DYN_OK) return st;
     if ((first > 0) != (in != NULL) || (last < m->L) != (out != NULL))
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                              "layer range [%d, %d): the boundary input must be given iff first > 0 and the output iff "
@@ -291,6 +473,11 @@ dyn_status dyn_model_stage_forward(dyn_model *m, dyn_model_acts *a, const dyn_mo
     if ((st = check_tokens(m, mb->tokens, N, "input", err)) != DYN_OK) return st;
     if (mb->dec_tokens && (st = check_tokens(m, mb->dec_tokens, No, "decoder", err)) != DYN_OK) return st;
     if ((st = check_tokens(m, mb->targets, No, "target", err)) != DYN_OK) return st;
+    if (a->w_pending)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "forward of layers [%d, %d) into activations whose weight-gradient half of layers "
+                             "[%d, %d) has not run yet",
+                             first, last, a->w_first, a->w_last);
     a->fwd_done = 0;
     if ((st = acts_prepare(m, a, mb, first, last, recompute, err)) != DYN_OK) return st;
     double loss = 0.0;
@@ -332,6 +519,78 @@ dyn_status dyn_model_stage_backward(dyn_model *m, dyn_model_acts *a, const dyn_m
     return st;
 }
 
+/* ------------------------------------------------------------ split backward */
+
+/* Size the B-to-W buffer for (mb, range, recompute), growing it only when
+ * this shape needs more, and lay the kept pointers over it. */
+static dyn_status keep_prepare(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first,
+                               int last, int recompute, dyn_error *err)
+{
+    size_t need = m->cfg.kind == DYN_MODEL_GPT ? gpt_keep_carve(m, a, mb, first, last, recompute, NULL)
+                                               : t5_keep_carve(m, a, mb, first, last, recompute, NULL);
+    if (need > a->keep_cap) {
+        free(a->keep);
+        a->keep_cap = 0;
+        a->keep = dyn_calloc(need, sizeof(float), "split-backward buffer", err);
+        if (a->keep == NULL) return DYN_ERR_NOMEM;
+        a->keep_cap = need;
+    }
+    if (m->cfg.kind == DYN_MODEL_GPT) gpt_keep_carve(m, a, mb, first, last, recompute, a->keep);
+    else t5_keep_carve(m, a, mb, first, last, recompute, a->keep);
+    a->kept = need;
+    return DYN_OK;
+}
+
+size_t dyn_model_split_kept_bytes(const dyn_model *m, const dyn_model_microbatch *mb, int first, int last,
+                                  int recompute)
+{
+    if (mb == NULL || mb->kind != m->cfg.kind || first < 0 || last > m->L || first >= last) return 0;
+    dyn_model_acts scratch;
+    memset(&scratch, 0, sizeof scratch); /* carving with base NULL only counts */
+    size_t n = m->cfg.kind == DYN_MODEL_GPT ? gpt_keep_carve(m, &scratch, mb, first, last, recompute, NULL)
+                                            : t5_keep_carve(m, &scratch, mb, first, last, recompute, NULL);
+    return n * sizeof(float);
+}
+
+dyn_status dyn_model_stage_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first,
+                                          int last, const float *dout, float *din, float dloss, dyn_error *err)
+{
+    dyn_status st = check_call(m, mb, first, last, din, dout, err);
+    if (st != DYN_OK) return st;
+    if (!a->fwd_done || a->fwd_first != first || a->fwd_last != last || a->fwd_mb != mb)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "input-gradient backward of layers [%d, %d) without the matching forward in these "
+                             "activations",
+                             first, last);
+    if ((st = keep_prepare(m, a, mb, first, last, a->fwd_recompute, err)) != DYN_OK) return st;
+    if (m->cfg.kind == DYN_MODEL_GPT) gpt_backward_input(m, a, mb, first, last, dout, din, dloss);
+    else t5_backward_input(m, a, mb, first, last, dout, din, dloss);
+    a->fwd_done = 0;
+    a->w_pending = 1;
+    a->w_first = first;
+    a->w_last = last;
+    a->w_dloss = dloss;
+    a->w_mb = mb;
+    return DYN_OK;
+}
+
+dyn_status dyn_model_stage_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first,
+                                           int last, dyn_error *err)
+{
+    dyn_status st = check_range(m, mb, first, last, err);
+    if (st != DYN_OK) return st;
+    if (!a->w_pending || a->w_first != first || a->w_last != last || a->w_mb != mb)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "weight-gradient backward of layers [%d, %d) without the matching input-gradient "
+                             "backward in these activations",
+                             first, last);
+    if (m->cfg.kind == DYN_MODEL_GPT) gpt_backward_weight(m, a, mb, first, last);
+    else t5_backward_weight(m, a, mb, first, last);
+    a->w_pending = 0;
+    a->kept = 0;
+    return DYN_OK;
+}
+
 dyn_status dyn_model_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int recompute,
                              double *loss_sum, float *sample_loss, dyn_error *err)
 {
@@ -355,4 +614,25 @@ double dyn_model_adamw_step(dyn_model *m, float lr, const dyn_adamw_config *cfg,
                          m->step, lr, cfg, t->decay);
     }
     return norm;
+}
+
+double dyn_model_grad_sqnorm_owned(const dyn_model *m)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < m->n_owned; i++) s += (double)m->grads[i] * (double)m->grads[i];
+    return s;
+}
+
+void dyn_model_adamw_step_norm(dyn_model *m, float lr, const dyn_adamw_config *cfg, double norm, double max_norm)
+{
+    if (max_norm > 0 && norm > max_norm) {
+        float scale = (float)(max_norm / norm);
+        for (size_t i = 0; i < m->n_params; i++) m->grads[i] *= scale;
+    }
+    m->step++;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dyn_param_tensor *t = &m->tensors[i];
+        dyn_adamw_update(m->params + t->offset, m->grads + t->offset, m->m1 + t->offset, m->m2 + t->offset, t->numel,
+                         m->step, lr, cfg, t->decay);
+    }
 }

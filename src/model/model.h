@@ -143,6 +143,8 @@ typedef struct dyn_param_tensor {
     size_t numel;
     int32_t decay;     /* 1: AdamW weight decay applies (matrices) */
     int32_t layer;     /* owning layer index */
+    int32_t shared_copy; /* 1: a stage model's copy of a tensor its owning layer (outside the
+                          * stage) also holds (dyn_model_create_stage); 0: owned */
 } dyn_param_tensor;
 
 /* Build a model of cfg (GPT: n_dec_layers 0, head_dim hidden/heads; T5:
@@ -159,6 +161,55 @@ typedef struct dyn_param_tensor {
  * process-wide OpenMP / OpenBLAS settings. */
 dyn_model *dyn_model_create(const dyn_model_config *cfg, uint64_t seed, dyn_error *err);
 void dyn_model_free(dyn_model *m);
+
+/* ---- stage-only models (one pipeline stage per rank) ---------------------
+ * A model holding only what layers [first, last) need: the tensors those
+ * layers own, plus a copy (shared_copy = 1) of each shared tensor they use
+ * but do not own:
+ *   GPT: wte, when the range holds the head (layer n+1) but not layer 0;
+ *   T5:  shared.weight, when it holds the decoder embedding (ne+2) but not
+ *        layer 0; a stack's relative-bias table, when it holds a block of
+ *        that stack but not the stack's block 0 (layer 1, resp. ne+3).
+ * Every tensor has exactly the values dyn_model_create(cfg, seed) gives it
+ * (creation draws the whole model's random stream and keeps the held
+ * tensors' part; memory is the stage's only), so a pipeline of stage models
+ * starts identical to one full model. Flat buffers: the owned tensors in
+ * layer order (one contiguous slice, dyn_model_layer_params), then the
+ * shared copies. Layer indices stay global: stage forward/backward, split
+ * backward, zero_grad, AdamW and the tensor queries work as on the full
+ * model for ranges inside [first, last); other ranges are refused.
+ * Training with stage models: after the backward, sum each shared tensor's
+ * gradient over the stages holding it (dyn_model_shared_tensors; as
+ * Megatron does for tied embeddings) into every holder, then every holder
+ * takes the same AdamW step and the copies stay identical. Gradient-norm
+ * clipping across stages: dyn_model_grad_sqnorm_owned and
+ * dyn_model_adamw_step_norm. */
+dyn_model *dyn_model_create_stage(const dyn_model_config *cfg, uint64_t seed, int first, int last,
+                                  dyn_error *err);
+/* Layers held: [*first, *last) ([0, L) for a full model). */
+void dyn_model_stage_range(const dyn_model *m, int *first, int *last);
+/* Bytes of parameters + gradients + both AdamW moments held (16 per
+ * float held, shared copies included): the figure to set beside a plan's
+ * states_mb prediction for the stage. *shared_bytes (may be NULL): the part
+ * spent on shared copies. */
+size_t dyn_model_state_bytes(const dyn_model *m, size_t *shared_bytes);
+
+/* A tensor held by more than one stage of a split of the layer list. */
+typedef struct dyn_shared_tensor {
+    char name[96];      /* Hugging Face name */
+    int32_t owner;      /* stage whose layers own it */
+    int32_t n_holders;  /* stages holding it, owner included (>= 2) */
+    int32_t *holders;   /* (n_holders) stage indices, ascending */
+} dyn_shared_tensor;
+/* For cfg split into n_stages stages at cuts (n_stages + 1 layer indices,
+ * cuts[0] = 0 < cuts[1] < ... < cuts[n_stages] = L): every tensor that more
+ * than one stage model holds, in table order; *n_out of them (0 and a
+ * non-NULL empty array when none). Stage s is layers [cuts[s], cuts[s+1]).
+ * NULL and err on a bad config or bad cuts. Free with
+ * dyn_model_shared_tensors_free. */
+dyn_shared_tensor *dyn_model_shared_tensors(const dyn_model_config *cfg, const int32_t *cuts,
+                                            int n_stages, int *n_out, dyn_error *err);
+void dyn_model_shared_tensors_free(dyn_shared_tensor *s, int n);
 
 const dyn_model_config *dyn_model_cfg(const dyn_model *m);
 /* Threads for the kernels: sets the blocks' thread count and, through
@@ -206,6 +257,14 @@ void dyn_model_acts_free(dyn_model_acts *a);
  * excluding per-call scratch and gradient buffers) by the last forward. */
 size_t dyn_model_acts_capacity_bytes(const dyn_model_acts *a);
 size_t dyn_model_acts_stored_bytes(const dyn_model_acts *a);
+/* Split backward (below): bytes the input-gradient half keeps for the
+ * weight-gradient half, from dyn_model_stage_backward_input until
+ * dyn_model_stage_backward_weight (0 otherwise) — on top of the stored
+ * bytes, which also stay until W. The buffer holding them is a second
+ * allocation of the acts, grown only when a larger shape arrives and kept
+ * for reuse (keep_capacity_bytes). */
+size_t dyn_model_acts_kept_bytes(const dyn_model_acts *a);
+size_t dyn_model_acts_keep_capacity_bytes(const dyn_model_acts *a);
 
 /* ---- forward / backward -------------------------------------------------- */
 
@@ -231,6 +290,34 @@ dyn_status dyn_model_stage_backward(dyn_model *m, dyn_model_acts *a, const dyn_m
                                     int first, int last, const float *dout, float *din,
                                     float dloss, dyn_error *err);
 
+/* Split backward for zero-bubble schedules: the same backward as
+ * dyn_model_stage_backward in two halves, run at different times.
+ *   backward_input ("B"): after the range's forward on acts, computes din
+ *     (same arguments and meaning as dyn_model_stage_backward) doing only
+ *     the work input gradients need (with recompute, the re-run forward
+ *     too), and keeps in acts what the weight gradients need: the output
+ *     gradient dY of every linear and norm, the gradient entering each
+ *     embedding, T5's bias-table partial sums, and with recompute each
+ *     block's recomputed activations (dyn_model_acts_kept_bytes).
+ *   backward_weight ("W"): later, on the same acts, mb and range,
+ *     ACCUMULATES (+=) every parameter gradient of the range (dW += dY^T X,
+ *     bias and norm-gain reductions, embedding scatters; the LM head
+ *     recomputes its logits instead of keeping (targets, V) of them) and
+ *     releases what B kept.
+ * B then W leaves bit-identical din and gradients to the fused backward
+ * (tests/test_model_split.c). Between them the acts may not take another
+ * forward (refused), and the caller may run other micro-batches' halves on
+ * other acts; gradients then accumulate in the order the W halves run. */
+dyn_status dyn_model_stage_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb,
+                                          int first, int last, const float *dout, float *din,
+                                          float dloss, dyn_error *err);
+dyn_status dyn_model_stage_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb,
+                                           int first, int last, dyn_error *err);
+/* Bytes backward_input would keep for mb, layers [first, last) and the
+ * recompute mode, without running anything (0 for a bad range). */
+size_t dyn_model_split_kept_bytes(const dyn_model *m, const dyn_model_microbatch *mb, int first, int last,
+                                  int recompute);
+
 /* Whole model = one stage [0, L). */
 dyn_status dyn_model_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb,
                              int recompute, double *loss_sum, float *sample_loss, dyn_error *err);
@@ -245,10 +332,26 @@ dyn_status dyn_model_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_m
  * clipping. Does not zero the gradients. */
 double dyn_model_adamw_step(dyn_model *m, float lr, const dyn_adamw_config *cfg, double max_norm);
 
+/* Sum of squared gradients of the OWNED tensors (shared copies excluded),
+ * in double: summed over the stages of a pipeline it counts every tensor
+ * once, giving the square of the whole model's gradient norm (after the
+ * shared gradients were summed). */
+double dyn_model_grad_sqnorm_owned(const dyn_model *m);
+/* dyn_model_adamw_step for a stage model with the whole model's gradient
+ * norm `norm` computed outside (sqrt of the stages' sqnorms): scales the
+ * gradients by max_norm / norm when norm > max_norm > 0, then steps every
+ * held tensor. On a full model with norm = its own gradient norm it equals
+ * dyn_model_adamw_step. */
+void dyn_model_adamw_step_norm(dyn_model *m, float lr, const dyn_adamw_config *cfg, double norm,
+                               double max_norm);
+
 /* ---- checkpoints (checkpoint.c) ------------------------------------------- */
 
 /* Weights as safetensors with Hugging Face names and shapes (GPT-2 Conv1D
- * matrices and T5 bias tables transposed to HF layout), atomically. */
+ * matrices and T5 bias tables transposed to HF layout), atomically. A stage
+ * model writes the tensors it owns (not its shared copies); loading and the
+ * train-state files refuse stage models for now (sharded checkpoints are
+ * not built yet). */
 dyn_status dyn_model_save(const dyn_model *m, const char *path, dyn_error *err);
 /* Load weights saved by dyn_model_save (or by Hugging Face for the same
  * config). Every tensor is read and checked into a staging copy first; the

@@ -12,6 +12,12 @@ typedef union model_block_acts {
     dyn_t5_dec_acts dec;
 } model_block_acts;
 
+typedef union model_block_dy {
+    dyn_gpt_block_dy gpt;
+    dyn_t5_enc_dy enc;
+    dyn_t5_dec_dy dec;
+} model_block_dy;
+
 struct dyn_model {
     dyn_model_config cfg;
     dyn_block_dims dims;
@@ -22,6 +28,11 @@ struct dyn_model {
     float *init_std; /* per tensor: > 0 normal std, 0 zeros, -1 ones (creation only) */
     int n_tensors, cap_tensors;
     int64_t step;
+    /* Layers held: [0, L) for a full model, the stage's range for a stage
+     * model (dyn_model_create_stage); n_owned floats of owned tensors come
+     * first in the buffers, shared copies after them. */
+    int first, last;
+    size_t n_owned;
     /* GPT */
     float *wte, *wpe, *lnf_w, *lnf_b;
     dyn_gpt_block_params *gp, *gg; /* (n_layers) over params / grads */
@@ -47,6 +58,21 @@ struct dyn_model_acts {
     /* What the last forward ran, checked by the backward. */
     int fwd_first, fwd_last, fwd_recompute, fwd_done;
     const dyn_model_microbatch *fwd_mb;
+    /* Split backward: what the input-gradient half (B) keeps for the
+     * weight-gradient half (W), in a second allocation grown like the arena
+     * (the arena itself cannot grow while it holds stored activations). */
+    float *keep;
+    size_t keep_cap;        /* floats allocated */
+    size_t kept;            /* floats B keeps until W (0 when none pending) */
+    model_block_dy *dy;     /* (L) per block layer: output gradients of its linears and norms */
+    model_block_acts *wblk; /* (L) recompute: each block's recomputed activations */
+    float *keep_emb;        /* gradient entering layer 0's output (N,C) */
+    float *keep_enc_norm;   /* T5: gradient of the normalised encoder output (N,C) */
+    float *keep_dec_emb;    /* T5: gradient of the decoder embedding (Nd,C) */
+    float *keep_head;       /* gradient of the final norm's output (No,C) */
+    int w_pending, w_first, w_last;
+    float w_dloss;
+    const dyn_model_microbatch *w_mb;
 };
 
 /* gradient twin of a parameter pointer */
@@ -74,7 +100,13 @@ static inline float *model_take(model_bump *b, size_t n)
     return p;
 }
 
-/* Per-architecture parts (gpt.c, t5.c). */
+/* Per-architecture parts (gpt.c, t5.c). *_build registers the tensor
+ * table; *_bind lays the block structs over the held tensors (a stage
+ * model binds only its blocks); *_borrows lists the shared tensors layer l
+ * uses but does not own (names, at most 2), returning their count. */
+int gpt_borrows(const dyn_model_config *c, int l, const char **names);
+int t5_borrows(const dyn_model_config *c, int l, const char **names);
+
 dyn_status gpt_build(dyn_model *m, dyn_error *err);   /* tensors; after alloc: gpt_bind */
 dyn_status gpt_bind(dyn_model *m, dyn_error *err);
 size_t gpt_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last, int recompute,
@@ -85,6 +117,12 @@ dyn_status gpt_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbat
 dyn_status gpt_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
                         const float *dout, float *din, float dloss, dyn_error *err);
 
+size_t gpt_keep_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                      int recompute, float *base);
+void gpt_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                        const float *dout, float *din, float dloss);
+void gpt_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last);
+
 dyn_status t5_build(dyn_model *m, dyn_error *err);
 dyn_status t5_bind(dyn_model *m, dyn_error *err);
 size_t t5_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last, int recompute,
@@ -94,5 +132,11 @@ dyn_status t5_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatc
                       const float *in, float *out, int recompute, double *loss_sum, dyn_error *err);
 dyn_status t5_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
                        const float *dout, float *din, float dloss, dyn_error *err);
+
+size_t t5_keep_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                     int recompute, float *base);
+void t5_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                       const float *dout, float *din, float dloss);
+void t5_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last);
 
 #endif

@@ -18,6 +18,9 @@
 #include "model/model_impl.h"
 #include "util/util.h" /* defines: dyn_calloc */
 
+#define T5_ENC_REL "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+#define T5_DEC_REL "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+
 enum { T5_NORMAL_Q, T5_NORMAL_KV, T5_NORMAL_O, T5_NORMAL_WI, T5_NORMAL_WO, T5_ONES };
 
 /* HF T5 _init_weights with initializer_factor 1. */
@@ -104,8 +107,8 @@ dyn_status t5_bind(dyn_model *m, dyn_error *err)
     int ne = m->cfg.n_layers, nd = m->cfg.n_dec_layers;
     char name[96];
     m->shared = model_tensor_ptr(m, "shared.weight");
-    m->enc_rel = model_tensor_ptr(m, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
-    m->dec_rel = model_tensor_ptr(m, "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
+    m->enc_rel = model_tensor_ptr(m, T5_ENC_REL);
+    m->dec_rel = model_tensor_ptr(m, T5_DEC_REL);
     m->enc_lnf = model_tensor_ptr(m, "encoder.final_layer_norm.weight");
     m->dec_lnf = model_tensor_ptr(m, "decoder.final_layer_norm.weight");
     m->lm_head = model_tensor_ptr(m, "lm_head.weight");
@@ -117,6 +120,7 @@ dyn_status t5_bind(dyn_model *m, dyn_error *err)
     for (int i = 0; i < ne; i++) {
         snprintf(name, sizeof name, "encoder.block.%d.layer.0.layer_norm.weight", i);
         float *base = model_tensor_ptr(m, name);
+        if (base == NULL) continue; /* a stage model without this block */
         size_t used = dyn_t5_enc_params_layout(&m->ep[i], base, m->dims);
         dyn_t5_enc_params_layout(&m->eg[i], model_grad_of(m, base), m->dims);
         snprintf(name, sizeof name, "encoder.block.%d.layer.1.DenseReluDense.wo.weight", i);
@@ -129,6 +133,7 @@ dyn_status t5_bind(dyn_model *m, dyn_error *err)
     for (int i = 0; i < nd; i++) {
         snprintf(name, sizeof name, "decoder.block.%d.layer.0.layer_norm.weight", i);
         float *base = model_tensor_ptr(m, name);
+        if (base == NULL) continue; /* a stage model without this block */
         size_t used = dyn_t5_dec_params_layout(&m->dp[i], base, m->dims);
         dyn_t5_dec_params_layout(&m->dg[i], model_grad_of(m, base), m->dims);
         snprintf(name, sizeof name, "decoder.block.%d.layer.2.DenseReluDense.wo.weight", i);
@@ -139,6 +144,24 @@ dyn_status t5_bind(dyn_model *m, dyn_error *err)
             return dyn_error_set(err, DYN_ERR_INTERNAL, "T5 decoder block %d: table disagrees with blocks.h layout", i);
     }
     return DYN_OK;
+}
+
+int t5_borrows(const dyn_model_config *c, int l, const char **names)
+{
+    int ne = c->n_layers, D = ne + 2, H = ne + c->n_dec_layers + 3;
+    if (l == D) { /* the decoder embeds with the encoder's shared table */
+        names[0] = "shared.weight";
+        return 1;
+    }
+    if (l >= 2 && l <= ne) { /* encoder blocks after the first use its bias table */
+        names[0] = T5_ENC_REL;
+        return 1;
+    }
+    if (l >= D + 2 && l < H) {
+        names[0] = T5_DEC_REL;
+        return 1;
+    }
+    return 0;
 }
 
 size_t t5_boundary_floats(const dyn_model *m, int l, const dyn_model_microbatch *mb)
@@ -293,4 +316,126 @@ dyn_status t5_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbat
         if (first > D) memcpy(din + (size_t)N * C, cur, db);
     }
     return DYN_OK;
+}
+
+/* ---- split backward (zero-bubble B and W) ---------------------------------
+ * As in gpt.c: B runs the input-gradient halves in t5_backward's order and
+ * keeps what W needs; W runs the weight halves in the same layer order, so
+ * the shared embedding (decoder embedding first, then encoder) and each
+ * stack's bias table (blocks last to first) accumulate in the fused order
+ * and B + W is bit-identical to t5_backward. */
+
+size_t t5_keep_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                     int recompute, float *base)
+{
+    int ne = m->cfg.n_layers, E = ne + 1, D = ne + 2, H = ne + m->cfg.n_dec_layers + 3;
+    const dyn_layout *el = mb->lay, *dl = mb->dec_lay;
+    size_t N = (size_t)el->B * el->T, Nd = (size_t)dl->B * dl->T, C = (size_t)m->cfg.hidden;
+    model_bump b = {base, 0};
+    a->keep_emb = first == 0 ? model_take(&b, N * C) : NULL;
+    a->keep_enc_norm = first <= E && E < last ? model_take(&b, N * C) : NULL;
+    a->keep_dec_emb = first <= D && D < last ? model_take(&b, Nd * C) : NULL;
+    a->keep_head = last == H + 1 ? model_take(&b, Nd * C) : NULL;
+    for (int l = first; l < last; l++) {
+        if (l >= 1 && l <= ne) {
+            float *k = model_take(&b, dyn_t5_enc_dy_floats(m->dims, el));
+            if (base) dyn_t5_enc_dy_layout(&a->dy[l].enc, k, m->dims, el);
+            if (recompute) {
+                float *r = model_take(&b, dyn_t5_enc_act_floats(m->dims, el->B, el->T));
+                if (base) dyn_t5_enc_acts_layout(&a->wblk[l].enc, r, m->dims, el->B, el->T);
+            }
+        } else if (l > D && l < H) {
+            float *k = model_take(&b, dyn_t5_dec_dy_floats(m->dims, dl, el));
+            if (base) dyn_t5_dec_dy_layout(&a->dy[l].dec, k, m->dims, dl, el);
+            if (recompute) {
+                float *r = model_take(&b, dyn_t5_dec_act_floats(m->dims, dl->B, dl->T, el->T));
+                if (base) dyn_t5_dec_acts_layout(&a->wblk[l].dec, r, m->dims, dl->B, dl->T, el->T);
+            }
+        }
+    }
+    return b.used;
+}
+
+void t5_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                       const float *dout, float *din, float dloss)
+{
+    int ne = m->cfg.n_layers, nd = m->cfg.n_dec_layers;
+    int E = ne + 1, D = ne + 2, H = ne + nd + 3;
+    const dyn_layout *el = mb->lay, *dl = mb->dec_lay;
+    int C = m->cfg.hidden, V = m->cfg.vocab;
+    int N = el->B * el->T, Nd = dl->B * dl->T;
+    size_t eb = (size_t)N * C * sizeof(float), db = (size_t)Nd * C * sizeof(float);
+    int rc = a->fwd_recompute;
+    float *cur = a->d0;
+    if (last <= E) {
+        memcpy(cur, dout, eb);
+    } else if (last <= H) {
+        memcpy(a->denc, dout, eb);
+        if (last > D) memcpy(cur, dout + (size_t)N * C, db);
+    } else if (a->denc) {
+        memset(a->denc, 0, eb);
+    }
+    for (int l = last - 1; l >= first; l--) {
+        if (l == H) {
+            memset(a->keep_head, 0, db);
+            dyn_lmhead_ce_backward_input(a->keep_head, a->head_ln, m->lm_head, mb->targets, mb->weights, a->head_lse,
+                                         dloss, Nd, C, V, a->work);
+            memset(a->d0, 0, db);
+            dyn_rmsnorm_backward_input(a->d0, a->keep_head, a->hid[H], m->dec_lnf, a->head_rstd, Nd, C);
+            cur = a->d0;
+        } else if (l > D) {
+            float *next = cur == a->d0 ? a->d1 : a->d0;
+            dyn_t5_dec_backward_input(next, a->denc, &a->dy[l].dec, cur, a->hid[l], a->encout, &m->dp[l - D - 1],
+                                      m->dec_rel, rc ? &a->wblk[l].dec : &a->blk[l].dec, dl, el, m->dims, rc, a->work);
+            cur = next;
+        } else if (l == D) {
+            memcpy(a->keep_dec_emb, cur, db);
+        } else if (l == E) {
+            memcpy(a->keep_enc_norm, a->denc, eb);
+            memset(a->d0, 0, eb);
+            dyn_rmsnorm_backward_input(a->d0, a->keep_enc_norm, a->hid[E], m->enc_lnf, a->enc_rstd, N, C);
+            cur = a->d0;
+        } else if (l >= 1) {
+            float *next = cur == a->d0 ? a->d1 : a->d0;
+            dyn_t5_enc_backward_input(next, &a->dy[l].enc, cur, a->hid[l], &m->ep[l - 1], m->enc_rel,
+                                      rc ? &a->wblk[l].enc : &a->blk[l].enc, el, m->dims, rc, a->work);
+            cur = next;
+        } else {
+            memcpy(a->keep_emb, cur, eb);
+        }
+    }
+    if (first > 0 && first <= E) memcpy(din, cur, eb);
+    else if (first >= D) {
+        memcpy(din, a->denc, eb);
+        if (first > D) memcpy(din + (size_t)N * C, cur, db);
+    }
+}
+
+void t5_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last)
+{
+    int ne = m->cfg.n_layers, nd = m->cfg.n_dec_layers;
+    int E = ne + 1, D = ne + 2, H = ne + nd + 3;
+    const dyn_layout *el = mb->lay, *dl = mb->dec_lay;
+    int C = m->cfg.hidden, V = m->cfg.vocab;
+    int N = el->B * el->T, Nd = dl->B * dl->T;
+    int rc = a->fwd_recompute;
+    for (int l = last - 1; l >= first; l--) {
+        if (l == H) {
+            dyn_lmhead_ce_backward_weight(model_grad_of(m, m->lm_head), a->head_ln, m->lm_head, mb->targets,
+                                          mb->weights, a->head_lse, a->w_dloss, Nd, C, V, a->work);
+            dyn_rmsnorm_backward_weight(model_grad_of(m, m->dec_lnf), a->keep_head, a->hid[H], a->head_rstd, Nd, C);
+        } else if (l > D) {
+            dyn_t5_dec_backward_weight(&m->dg[l - D - 1], model_grad_of(m, m->dec_rel), &a->dy[l].dec, a->hid[l],
+                                       a->encout, rc ? &a->wblk[l].dec : &a->blk[l].dec, dl, el, m->dims);
+        } else if (l == D) {
+            dyn_embed_backward(model_grad_of(m, m->shared), a->keep_dec_emb, mb->dec_tokens, Nd, C);
+        } else if (l == E) {
+            dyn_rmsnorm_backward_weight(model_grad_of(m, m->enc_lnf), a->keep_enc_norm, a->hid[E], a->enc_rstd, N, C);
+        } else if (l >= 1) {
+            dyn_t5_enc_backward_weight(&m->eg[l - 1], model_grad_of(m, m->enc_rel), &a->dy[l].enc, a->hid[l],
+                                       rc ? &a->wblk[l].enc : &a->blk[l].enc, el, m->dims);
+        } else {
+            dyn_embed_backward(model_grad_of(m, m->shared), a->keep_emb, mb->tokens, N, C);
+        }
+    }
 }
