@@ -73,7 +73,7 @@ static int parse_train_flag(dyn_train_options *o, const char **hostfile, int arg
     } else if (strcmp(f, "--schedule") == 0) {
         VAL();
         if (strcmp(val, "auto") == 0) {
-            o->schedule = DYN_TRAIN_SCHED_AUTO;
+            o->schedule = DYN_SCHEDULE_AUTO;
         } else {
             dyn_schedule s;
             dyn_error e;

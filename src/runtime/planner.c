@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "dynapipe/cost.h"
-#include "dynapipe/sim.h"
+#include "dynapipe/pipeline.h"
 #include "runtime/work.h"
 #include "util/util.h"
 
@@ -19,8 +19,7 @@ struct rt_planner {
     dyn_cost_model *cm;
     dyn_planner *planner;
     dyn_sampler *sampler;
-    dyn_batch_costs *bc;
-    dyn_sim *sim;
+    dyn_pipeline *pipeline;
     /* the queue: iterations next_take .. next_take+count-1 */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -51,10 +50,12 @@ rt_planner *rt_planner_create(const dyn_train_options *o, const dyn_dataset *len
                           : dyn_cost_model_create_analytic(&o->model, &o->machine, err);
     if (p->cm != NULL) p->planner = dyn_planner_create(p->cm, &o->plan, err);
     if (p->planner != NULL) p->sampler = dyn_sampler_create(lengths, o->global_batch_tokens, err);
-    int32_t v = o->schedule == DYN_SCHED_INTERLEAVED ? o->plan.chunks : 1;
-    if (p->sampler != NULL) p->bc = dyn_batch_costs_create(p->cm, o->plan.stages, v, err);
-    if (p->bc != NULL) p->sim = dyn_sim_create(err);
-    if (p->sim == NULL) {
+    dyn_pipeline_options po;
+    dyn_pipeline_options_default(&po);
+    po.schedule = o->schedule;
+    po.order_groups = o->order_groups;
+    if (p->sampler != NULL) p->pipeline = dyn_pipeline_create(p->planner, &po, err);
+    if (p->pipeline == NULL) {
         rt_planner_free(p);
         return NULL;
     }
@@ -63,123 +64,45 @@ rt_planner *rt_planner_create(const dyn_train_options *o, const dyn_dataset *len
 
 /* ---- one global batch ------------------------------------------------------ */
 
-/* The replica's micro-batches, as indices into bp->mbs, in plan order. */
-static int32_t replica_mbs(const dyn_batch_plan *bp, int32_t replica, int32_t *idx)
+/* Replica r's work message from its planned replica plan rp. */
+static dyn_status replica_work(const dyn_batch_plan *bp, const dyn_replica_plan *rp, dyn_rt_work *w,
+                               dyn_error *err)
 {
+    int32_t M = rp->n_microbatches;
+    if (M == 0) return DYN_OK; /* an idle replica this iteration */
+    w->plan = rp->plan;        /* borrowed for packing; not freed through w */
+    w->predicted_ms = rp->makespan_ms;
+    w->n_mb = M;
+    w->n_stages = rp->plan.n_stages;
+    w->n_ranks = rp->plan.n_ranks;
+    size_t nc = (size_t)M * (size_t)w->n_stages;
+    w->mb_first = dyn_calloc((size_t)M + 1, sizeof(int32_t), "work", err);
+    w->fwd_ms = dyn_calloc(nc, sizeof(double), "work", err);
+    w->bwd_ms = dyn_calloc(nc, sizeof(double), "work", err);
+    w->peak_mb = dyn_calloc((size_t)w->n_ranks, sizeof(double), "work", err);
+    if (!w->mb_first || !w->fwd_ms || !w->bwd_ms || !w->peak_mb) return DYN_ERR_NOMEM;
+    memcpy(w->fwd_ms, rp->costs.fwd_ms, nc * sizeof(double));
+    memcpy(w->bwd_ms, rp->costs.bwd_ms, nc * sizeof(double));
+    memcpy(w->peak_mb, rp->rank_peak_mb, (size_t)w->n_ranks * sizeof(double));
     int32_t n = 0;
-    for (int32_t i = 0; i < bp->n_microbatches; i++)
-        if (bp->mbs[i].replica == replica) idx[n++] = i;
-    return n;
-}
-
-/* Build, validate and simulate replica r's plan; fill w (plan, costs,
- * samples). order[j] = index (among the replica's micro-batches) of the
- * plan's micro-batch j. */
-static dyn_status plan_replica(rt_planner *p, const dyn_batch_plan *bp, int32_t r, int64_t real_tokens,
-                               dyn_rt_work *w, int32_t *schedule, dyn_error *err)
-{
-    const dyn_train_options *o = &p->o;
-    dyn_status st = dyn_batch_costs_set_batch(p->bc, bp, r, err);
-    if (st != DYN_OK) return st;
-    int32_t M = 0;
-    const dyn_mb_shape *shapes = dyn_batch_costs_shapes(p->bc, &M);
-    if (M == 0) return DYN_OK; /* nothing for this replica (w->n_mb = 0) */
-    int32_t *order = dyn_calloc((size_t)M, sizeof(int32_t), "plan order", err);
-    int32_t *idx = dyn_calloc((size_t)bp->n_microbatches, sizeof(int32_t), "plan order", err);
-    if (order == NULL || idx == NULL) {
-        free(order);
-        free(idx);
-        return DYN_ERR_NOMEM;
+    for (int32_t j = 0; j < M; j++) {
+        n += bp->mbs[rp->mb_index[j]].n_samples;
+        w->mb_first[j + 1] = n;
     }
-    dyn_sim_options simopt;
-    dyn_sim_options_from_machine(&simopt, &o->machine, real_tokens);
-    simopt.skip_events = 1;
-    const dyn_stage_costs *costs = NULL;
-    dyn_stage_costs own;
-    memset(&own, 0, sizeof own);
-    if (o->schedule == DYN_TRAIN_SCHED_AUTO) {
-        dyn_auto_options ao;
-        memset(&ao, 0, sizeof ao);
-        ao.n_ranks = o->plan.stages;
-        ao.chunks = 1; /* the layer assignment is fixed for a run: no interleaving in auto */
-        ao.memory_limit_mb = dyn_planner_options(p->planner)->memory_limit_mb;
-        ao.order_groups = o->order_groups;
-        ao.replica = r;
-        dyn_auto_choice choice;
-        memset(&choice, 0, sizeof choice);
-        choice.order = order;
-        st = dyn_schedule_auto(p->sim, dyn_batch_costs_get, p->bc, shapes, &ao, &simopt, &choice, &w->plan,
-                               &own, err);
-        costs = &own;
-        *schedule = choice.schedule;
-    } else {
-        int32_t v = o->schedule == DYN_SCHED_INTERLEAVED ? o->plan.chunks : 1;
-        st = dyn_batch_costs_get(p->bc, v, o->plan.recompute, &costs, err);
-        dyn_sched_options so;
-        dyn_sched_options_default(&so);
-        so.n_ranks = o->plan.stages;
-        so.chunks = v;
-        so.memory_limit_mb = dyn_planner_options(p->planner)->memory_limit_mb;
-        so.recompute = o->plan.recompute;
-        so.replica = r;
-        if (st == DYN_OK) st = dyn_schedule_build((dyn_schedule)o->schedule, costs, shapes, &so, &w->plan, err);
-        for (int32_t j = 0; j < M; j++) order[j] = j;
-        *schedule = o->schedule;
-    }
-    if (st == DYN_OK) st = dyn_exec_plan_validate(&w->plan, err);
-    const dyn_sim_result *res = NULL;
-    if (st == DYN_OK) st = dyn_sim_run(p->sim, &w->plan, costs, &simopt, &res, err);
-    /* fill the message */
-    int32_t n_idx = replica_mbs(bp, r, idx);
-    if (st == DYN_OK && n_idx != M)
-        st = dyn_error_set(err, DYN_ERR_INTERNAL, "planner: replica %d has %d micro-batches, its costs %d", r,
-                           n_idx, M);
-    if (st == DYN_OK) {
-        w->predicted_ms = res->makespan_ms;
-        w->n_mb = M;
-        w->n_stages = w->plan.n_stages;
-        w->n_ranks = w->plan.n_ranks;
-        size_t nc = (size_t)M * (size_t)w->n_stages;
-        w->mb_first = dyn_calloc((size_t)M + 1, sizeof(int32_t), "work", err);
-        w->fwd_ms = dyn_calloc(nc, sizeof(double), "work", err);
-        w->bwd_ms = dyn_calloc(nc, sizeof(double), "work", err);
-        w->peak_mb = dyn_calloc((size_t)w->n_ranks, sizeof(double), "work", err);
-        if (!w->mb_first || !w->fwd_ms || !w->bwd_ms || !w->peak_mb) st = DYN_ERR_NOMEM;
-    }
-    if (st == DYN_OK) st = dyn_exec_plan_memory(&w->plan, costs, w->peak_mb, err);
-    if (st == DYN_OK) {
-        memcpy(w->fwd_ms, costs->fwd_ms, (size_t)M * (size_t)w->n_stages * sizeof(double));
-        memcpy(w->bwd_ms, costs->bwd_ms, (size_t)M * (size_t)w->n_stages * sizeof(double));
-        int32_t n = 0;
-        for (int32_t j = 0; j < M; j++) {
-            const dyn_plan_microbatch *mb = &bp->mbs[idx[order[j]]];
-            if (memcmp(&mb->shape, &w->plan.mb_shape[j], sizeof mb->shape) != 0) {
-                st = dyn_error_set(err, DYN_ERR_INTERNAL,
-                                   "planner: plan micro-batch %d does not have the shape of its samples", j);
-                break;
-            }
-            n += mb->n_samples;
-            w->mb_first[j + 1] = n;
-        }
-        w->n_samples = n;
-        if (st == DYN_OK) w->samples = dyn_calloc((size_t)n, sizeof(dyn_rt_sample), "work", err);
-        if (st == DYN_OK && w->samples == NULL) st = DYN_ERR_NOMEM;
-        for (int32_t j = 0; st == DYN_OK && j < M; j++) {
-            const dyn_plan_microbatch *mb = &bp->mbs[idx[order[j]]];
-            for (int32_t k = 0; k < mb->n_samples; k++) {
-                int32_t q = mb->first + k;
-                dyn_rt_sample *s = &w->samples[w->mb_first[j] + k];
-                s->id = bp->sample_ids[q];
-                s->row = bp->sample_row[q];
-                s->offset = bp->sample_offset[q];
-                s->dec_offset = bp->sample_dec_offset ? bp->sample_dec_offset[q] : 0;
-            }
+    w->n_samples = n;
+    if ((w->samples = dyn_calloc((size_t)n, sizeof(dyn_rt_sample), "work", err)) == NULL) return DYN_ERR_NOMEM;
+    for (int32_t j = 0; j < M; j++) {
+        const dyn_plan_microbatch *mb = &bp->mbs[rp->mb_index[j]];
+        for (int32_t k = 0; k < mb->n_samples; k++) {
+            int32_t q = mb->first + k;
+            dyn_rt_sample *s = &w->samples[w->mb_first[j] + k];
+            s->id = bp->sample_ids[q];
+            s->row = bp->sample_row[q];
+            s->offset = bp->sample_offset[q];
+            s->dec_offset = bp->sample_dec_offset ? bp->sample_dec_offset[q] : 0;
         }
     }
-    dyn_stage_costs_free(&own);
-    free(order);
-    free(idx);
-    return st;
+    return DYN_OK;
 }
 
 dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_error *err)
@@ -200,10 +123,10 @@ dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_e
         tgt += batch[i].target_len;
         real += batch[i].input_len + batch[i].target_len;
     }
-    dyn_batch_plan bp;
-    memset(&bp, 0, sizeof bp);
-    if ((st = dyn_planner_plan(p->planner, batch, n, &bp, err)) != DYN_OK) return st;
-    int32_t dp = p->o.plan.dp;
+    dyn_pipeline_result res;
+    if ((st = dyn_pipeline_plan(p->pipeline, batch, n, &res, err)) != DYN_OK) return st;
+    double plan_ms = dyn_time_ms() - t0;
+    int32_t dp = res.n_replicas;
     rt_planned *pl = dyn_calloc(1, sizeof *pl, "planned iteration", err);
     if (pl != NULL) {
         pl->msg = dyn_calloc((size_t)dp, sizeof(uint8_t *), "planned iteration", err);
@@ -212,12 +135,14 @@ dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_e
     if (pl == NULL || pl->msg == NULL || pl->len == NULL) {
         if (pl) pl->dp = 0;
         rt_planned_free(pl);
-        dyn_batch_plan_free(&bp);
+        dyn_pipeline_result_free(&res);
         return DYN_ERR_NOMEM;
     }
     pl->iteration = k;
     pl->dp = dp;
-    pl->n_mb = bp.n_microbatches;
+    pl->n_mb = res.batch.n_microbatches;
+    pl->schedule = res.replicas[0].n_microbatches > 0 ? (int32_t)res.replicas[0].schedule : -1;
+    pl->plan_ms = plan_ms;
     for (int32_t r = 0; st == DYN_OK && r < dp; r++) {
         dyn_rt_work w;
         memset(&w, 0, sizeof w);
@@ -226,15 +151,13 @@ dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_e
         w.method = p->o.plan.method;
         w.global_target_tokens = tgt;
         w.global_real_tokens = real;
-        int32_t sched = -1;
-        st = plan_replica(p, &bp, r, real, &w, &sched, err);
-        if (r == 0) pl->schedule = sched;
-        w.plan_ms = dyn_time_ms() - t0;
+        w.plan_ms = plan_ms;
+        st = replica_work(&res.batch, &res.replicas[r], &w, err);
         if (st == DYN_OK) st = dyn_rt_work_pack(&w, &pl->msg[r], &pl->len[r], err);
+        memset(&w.plan, 0, sizeof w.plan); /* the result owns it */
         dyn_rt_work_free(&w);
     }
-    dyn_batch_plan_free(&bp);
-    pl->plan_ms = dyn_time_ms() - t0;
+    dyn_pipeline_result_free(&res);
     if (st != DYN_OK) {
         rt_planned_free(pl);
         return st;
@@ -345,8 +268,7 @@ void rt_planner_free(rt_planner *p)
         p->head = (p->head + 1) % QUEUE_CAP;
         p->count--;
     }
-    dyn_sim_free(p->sim);
-    dyn_batch_costs_free(p->bc);
+    dyn_pipeline_free(p->pipeline);
     dyn_sampler_free(p->sampler);
     dyn_planner_free(p->planner);
     dyn_cost_model_free(p->cm);

@@ -43,7 +43,7 @@ void dyn_train_options_default(dyn_train_options *o)
     memset(o, 0, sizeof *o);
     dyn_plan_options_default(&o->plan);
     o->plan.stages = 2;
-    o->schedule = DYN_TRAIN_SCHED_AUTO;
+    o->schedule = DYN_SCHEDULE_AUTO;
     o->order_groups = 2;
     o->plan_ahead = 2;
     o->data_seed = 1;
