@@ -338,8 +338,8 @@ static dyn_status h_forward(rt_exec *x, int32_t i, dyn_error *err)
     return st;
 }
 
-/* Whole backward (BACKWARD) or its input half (BACKWARD_INPUT). */
-static dyn_status backward(rt_exec *x, int32_t i, int release, dyn_error *err)
+/* Whole backward (BACKWARD, whole = 1) or its input half (BACKWARD_INPUT). */
+static dyn_status backward(rt_exec *x, int32_t i, int whole, dyn_error *err)
 {
     const dyn_instr *in = &x->rp->instrs[i];
     int32_t lf = x->env.lay_first[in->stage], ll = x->env.lay_first[in->stage + 1];
@@ -353,26 +353,35 @@ static dyn_status backward(rt_exec *x, int32_t i, int release, dyn_error *err)
     if (st == DYN_OK) st = acts_get(x, in->microbatch, in->stage, 0, &a, err);
     if (st != DYN_OK) return st;
     double t0 = dyn_time_ms();
-    st = dyn_model_stage_backward(m, a, mb, lf, ll, dout ? dout->data : NULL,
-                                  lf > 0 ? x->slots[in->buf_out].data : NULL, x->dloss, err);
+    const float *g = dout ? dout->data : NULL;
+    float *din = lf > 0 ? x->slots[in->buf_out].data : NULL;
+    st = whole ? dyn_model_stage_backward(m, a, mb, lf, ll, g, din, x->dloss, err)
+               : dyn_model_stage_backward_input(m, a, mb, lf, ll, g, din, x->dloss, err);
     busy_add(x, t0);
-    if (release) acts_put(x, in->microbatch, in->stage);
+    if (whole) acts_put(x, in->microbatch, in->stage);
     return st;
 }
 
 static dyn_status h_backward(rt_exec *x, int32_t i, dyn_error *err) { return backward(x, i, 1, err); }
 
-/* TODO(split backward): until src/model has the input/weight halves, the
- * input half runs the whole backward and the weight half only releases the
- * activations; results are identical, the overlap zero bubble wants is not. */
+/* Zero bubble's B: the input gradient only; the activations stay for W. */
 static dyn_status h_backward_input(rt_exec *x, int32_t i, dyn_error *err) { return backward(x, i, 0, err); }
 
+/* Zero bubble's W: the weight gradients, later; then the activations go. */
 static dyn_status h_backward_weight(rt_exec *x, int32_t i, dyn_error *err)
 {
-    (void)err;
     const dyn_instr *in = &x->rp->instrs[i];
+    int32_t lf = x->env.lay_first[in->stage], ll = x->env.lay_first[in->stage + 1];
+    dyn_model_microbatch *mb;
+    dyn_model_acts *a = NULL;
+    dyn_status st = mb_get(x, in->microbatch, &mb, err);
+    if (st == DYN_OK) st = acts_get(x, in->microbatch, in->stage, 0, &a, err);
+    if (st != DYN_OK) return st;
+    double t0 = dyn_time_ms();
+    st = dyn_model_stage_backward_weight(x->env.model_of(x->env.model_ctx, in->stage), a, mb, lf, ll, err);
+    busy_add(x, t0);
     acts_put(x, in->microbatch, in->stage);
-    return DYN_OK;
+    return st;
 }
 
 static dyn_status send_start(rt_exec *x, int32_t i, int tag, int out_side, dyn_error *err)

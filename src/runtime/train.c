@@ -8,16 +8,23 @@
  * it whenever the interpreter polls. A rank therefore waits for a plan only
  * when planning is slower than training (plan_wait_ms in the metrics).
  *
- * The step. Every rank holds the whole model's parameters (each updates and
- * runs only its stages' layers), and the gradients of all ranks are summed
- * with one allreduce over the world: that sums the copies of shared tensors
- * (GPT's tied embedding on the first and last stage, T5's shared embedding
- * and bias tables) and the data-parallel replicas in one call, after which
- * every rank takes the same AdamW step and the models stay identical.
- * Memory and bandwidth scale with the whole model, not the stage: see
- * docs/architecture.md, "Runtime", for what remains to split. */
+ * Stage models. A rank holds the parameters, gradients and AdamW moments of
+ * its own stages only (one stage model per chunk: dyn_model_create_stage),
+ * plus copies of the shared tensors those stages use (GPT's tied embedding
+ * on the first and the last stage; T5's shared embedding and relative-bias
+ * tables).
+ *
+ * The step, after the plan's last instruction: (1) each shared tensor's
+ * gradient is summed over the ranks holding it (one small communicator
+ * per tensor) and written back into every copy; (2) with data parallelism,
+ * every held gradient is summed over the replicas of the stage; (3) the
+ * global gradient norm is the square root of the owned tensors' squared
+ * norms summed over the pipeline (dyn_model_grad_sqnorm_owned counts each
+ * tensor once); (4) every rank clips by that norm and takes the same AdamW
+ * step, so shared copies and replicas stay identical. */
 #include "runtime/train.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +33,7 @@
 #include <unistd.h>
 
 #include "dynapipe/cost.h"
+#include "dynapipe/model_config.h"
 #include "dynapipe/sched.h"
 #include "model/model.h"
 #include "model/threads.h"
@@ -319,12 +327,26 @@ typedef struct rt_iter {
     double *pred_peak_mb; /* [world] */
 } rt_iter;
 
+/* A shared tensor held by this rank: the local chunks holding a copy, and
+ * the communicator of the ranks holding one (MPI_COMM_NULL when all
+ * holders are on this rank). */
+typedef struct rt_shared {
+    char name[96];
+    int32_t n_local, local[8]; /* chunk indices */
+    size_t numel;
+    float *sum;                /* numel scratch */
+    MPI_Comm comm;
+} rt_shared;
+
 typedef struct rt_run {
     dyn_train_options o;
     dyn_rt_group g;
     rt_source *src;
-    dyn_model *model;
+    dyn_model **models;           /* [n_local]: chunk c holds plan stage c * S + stage_rank */
+    int32_t n_local;
     int32_t *lay_first, n_stages;
+    rt_shared *shared;            /* [n_shared] shared tensors this rank holds */
+    int n_shared;
     rt_exec *x;
     rt_mail mail;
     rt_planner *planner;
@@ -336,35 +358,66 @@ typedef struct rt_run {
 
 static dyn_model *model_of(void *ctx, int32_t stage)
 {
-    (void)stage;
-    return ((rt_run *)ctx)->model;
+    rt_run *R = ctx;
+    return R->models[stage / R->g.stages];
 }
 
 /* ---- the step --------------------------------------------------------------- */
 
-static dyn_status allreduce(rt_run *R, void *buf, int count, MPI_Datatype t, const char *what, dyn_error *err)
+/* Sum count values of buf over comm, in place, with the deadline. */
+static dyn_status allreduce_on(rt_run *R, MPI_Comm comm, void *buf, size_t count, MPI_Datatype t, const char *what,
+                               dyn_error *err)
 {
-    MPI_Request req;
-    dyn_status st = dyn_rt_mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, count, t, MPI_SUM, R->g.world, &req),
-                                     what, err);
-    if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, mail_poll, &R->mail, what, err);
-    return st;
+    size_t esz = t == MPI_DOUBLE ? 8 : 4;
+    for (size_t at = 0; at < count; at += (size_t)1 << 30) {
+        size_t c = count - at < ((size_t)1 << 30) ? count - at : (size_t)1 << 30; /* MPI counts are int */
+        MPI_Request req;
+        dyn_status st = dyn_rt_mpi_check(
+            MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + at * esz, (int)c, t, MPI_SUM, comm, &req), what, err);
+        if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, mail_poll, &R->mail, what, err);
+        if (st != DYN_OK) return st;
+    }
+    return DYN_OK;
+}
+
+static dyn_status sum_shared(rt_run *R, dyn_error *err)
+{
+    for (int i = 0; i < R->n_shared; i++) {
+        rt_shared *sh = &R->shared[i];
+        memset(sh->sum, 0, sh->numel * sizeof(float));
+        for (int32_t c = 0; c < sh->n_local; c++) {
+            dyn_model *m = R->models[sh->local[c]];
+            const float *g = dyn_model_grads(m) + dyn_model_find_tensor(m, sh->name)->offset;
+            for (size_t j = 0; j < sh->numel; j++) sh->sum[j] += g[j];
+        }
+        if (sh->comm != MPI_COMM_NULL) {
+            dyn_status st = allreduce_on(R, sh->comm, sh->sum, sh->numel, MPI_FLOAT, "the shared-tensor allreduce", err);
+            if (st != DYN_OK) return st;
+        }
+        for (int32_t c = 0; c < sh->n_local; c++) {
+            dyn_model *m = R->models[sh->local[c]];
+            memcpy(dyn_model_grads(m) + dyn_model_find_tensor(m, sh->name)->offset, sh->sum, sh->numel * sizeof(float));
+        }
+    }
+    return DYN_OK;
 }
 
 static dyn_status step(rt_run *R, int64_t k, double *grad_norm, double *lr, dyn_error *err)
 {
-    dyn_model *m = R->model;
-    size_t n = dyn_model_num_params(m);
-    float *g = dyn_model_grads(m);
-    /* one call per 2^30 floats keeps counts inside MPI's int */
-    for (size_t at = 0; at < n; at += (size_t)1 << 30) {
-        size_t c = n - at < ((size_t)1 << 30) ? n - at : (size_t)1 << 30;
-        dyn_status st = allreduce(R, g + at, (int)c, MPI_FLOAT, "the gradient allreduce", err);
-        if (st != DYN_OK) return st;
-    }
+    dyn_status st = sum_shared(R, err);
+    for (int32_t c = 0; st == DYN_OK && R->g.dp > 1 && c < R->n_local; c++)
+        st = allreduce_on(R, R->g.dpc, dyn_model_grads(R->models[c]), dyn_model_num_params(R->models[c]), MPI_FLOAT,
+                          "the data-parallel gradient allreduce", err);
+    double sq = 0;
+    for (int32_t c = 0; c < R->n_local; c++) sq += dyn_model_grad_sqnorm_owned(R->models[c]);
+    if (st == DYN_OK) st = allreduce_on(R, R->g.pipe, &sq, 1, MPI_DOUBLE, "the gradient-norm allreduce", err);
+    if (st != DYN_OK) return st;
+    *grad_norm = sqrt(sq);
     *lr = dyn_lr_at(&R->o.lr, k);
-    *grad_norm = dyn_model_adamw_step(m, (float)*lr, &R->o.adamw, R->o.clip_norm);
-    dyn_model_zero_grad(m);
+    for (int32_t c = 0; c < R->n_local; c++) {
+        dyn_model_adamw_step_norm(R->models[c], (float)*lr, &R->o.adamw, *grad_norm, R->o.clip_norm);
+        dyn_model_zero_grad(R->models[c]);
+    }
     return DYN_OK;
 }
 
@@ -511,6 +564,169 @@ static dyn_status gather_trace(rt_run *R, dyn_error *err)
 
 /* ---- the run ---------------------------------------------------------------- */
 
+/* This rank's stage models and the shared tensors among them and its
+ * pipeline peers. Collective over the pipeline (MPI_Comm_split). */
+static dyn_status create_models(rt_run *R, int threads, dyn_error *err)
+{
+    const dyn_train_options *o = &R->o;
+    int S = R->g.stages;
+    R->n_local = R->n_stages / S;
+    R->models = dyn_calloc((size_t)R->n_local, sizeof(dyn_model *), "stage models", err);
+    if (R->models == NULL) return DYN_ERR_NOMEM;
+    size_t bytes = 0;
+    for (int32_t c = 0; c < R->n_local; c++) {
+        int32_t s = c * S + R->g.stage_rank;
+        R->models[c] = dyn_model_create_stage(&o->model, o->seed, R->lay_first[s], R->lay_first[s + 1], err);
+        if (R->models[c] == NULL) return err->code;
+        dyn_model_set_threads(R->models[c], threads);
+        bytes += dyn_model_state_bytes(R->models[c], NULL);
+    }
+    R->states_mb = (double)bytes / (1024.0 * 1024.0);
+    int n = 0;
+    dyn_shared_tensor *sh = dyn_model_shared_tensors(&o->model, R->lay_first, R->n_stages, &n, err);
+    if (sh == NULL) return err->code;
+    R->shared = dyn_calloc((size_t)n + 1, sizeof(rt_shared), "shared tensors", err);
+    dyn_status st = R->shared ? DYN_OK : DYN_ERR_NOMEM;
+    for (int i = 0; st == DYN_OK && i < n; i++) {
+        rt_shared *t = &R->shared[R->n_shared];
+        int here = 0, spread = 0; /* a holder on this rank; holders on several ranks */
+        for (int32_t h = 0; h < sh[i].n_holders; h++) {
+            int32_t stage = sh[i].holders[h];
+            if (stage % S == R->g.stage_rank) {
+                if (t->n_local == 8) {
+                    st = dyn_error_set(err, DYN_ERR_INTERNAL, "%s held by more than 8 chunks of a rank", sh[i].name);
+                    break;
+                }
+                t->local[t->n_local++] = stage / S;
+                here = 1;
+            }
+            if (stage % S != sh[i].holders[0] % S) spread = 1;
+        }
+        /* Every pipeline rank takes part in the split, holder or not; the
+         * holders of a tensor kept on one rank need no communicator. */
+        MPI_Comm comm = MPI_COMM_NULL;
+        if (st == DYN_OK && spread)
+            st = dyn_rt_mpi_check(MPI_Comm_split(R->g.pipe, here ? 0 : MPI_UNDEFINED, R->g.stage_rank, &comm),
+                                  "MPI_Comm_split (shared tensor)", err);
+        if (st != DYN_OK || !here) {
+            t->n_local = 0;
+            continue;
+        }
+        const dyn_param_tensor *pt = dyn_model_find_tensor(R->models[t->local[0]], sh[i].name);
+        if (pt == NULL) {
+            st = dyn_error_set(err, DYN_ERR_INTERNAL, "stage model lacks shared tensor %s", sh[i].name);
+            break;
+        }
+        snprintf(t->name, sizeof t->name, "%s", sh[i].name);
+        t->numel = pt->numel;
+        t->comm = comm;
+        if ((t->sum = dyn_calloc(t->numel, sizeof(float), "shared tensor", err)) == NULL) st = DYN_ERR_NOMEM;
+        R->n_shared++;
+    }
+    dyn_model_shared_tensors_free(sh, n);
+    return st;
+}
+
+/* Bytes of this rank's owned tensors packed for --save: per tensor a
+ * 96-byte name, a u64 float count, the floats. buf NULL: only count. */
+static size_t pack_owned(const rt_run *R, char *buf)
+{
+    size_t at = 0;
+    for (int32_t c = 0; c < R->n_local; c++)
+        for (int t = 0; t < dyn_model_num_tensors(R->models[c]); t++) {
+            const dyn_param_tensor *pt = dyn_model_tensor(R->models[c], t);
+            if (pt->shared_copy) continue;
+            uint64_t numel = pt->numel;
+            if (buf) {
+                memset(buf + at, 0, 96);
+                memcpy(buf + at, pt->name, strnlen(pt->name, 95));
+                memcpy(buf + at + 96, &numel, 8);
+                memcpy(buf + at + 104, dyn_model_params(R->models[c]) + pt->offset, numel * sizeof(float));
+            }
+            at += 104 + numel * sizeof(float);
+        }
+    return at;
+}
+
+/* Rank 0: a whole model from the packed tensors of every stage. */
+static dyn_status unpack_full(const rt_run *R, const char *all, size_t total, dyn_model **out, dyn_error *err)
+{
+    dyn_model *full = dyn_model_create(&R->o.model, R->o.seed, err);
+    if (full == NULL) return err->code;
+    int filled = 0;
+    for (size_t p = 0; p < total;) {
+        char name[97];
+        memcpy(name, all + p, 96);
+        name[96] = '\0';
+        uint64_t numel;
+        memcpy(&numel, all + p + 96, 8);
+        const dyn_param_tensor *pt = dyn_model_find_tensor(full, name);
+        if (pt == NULL || pt->numel != numel) {
+            dyn_model_free(full);
+            return dyn_error_set(err, DYN_ERR_INTERNAL, "--save: tensor %s of %llu floats does not fit the model", name,
+                                 (unsigned long long)numel);
+        }
+        memcpy(dyn_model_params(full) + pt->offset, all + p + 104, numel * sizeof(float));
+        filled++;
+        p += 104 + numel * sizeof(float);
+    }
+    if (filled != dyn_model_num_tensors(full)) {
+        dyn_model_free(full);
+        return dyn_error_set(err, DYN_ERR_INTERNAL, "--save: %d of %d tensors gathered", filled,
+                             dyn_model_num_tensors(full));
+    }
+    *out = full;
+    return DYN_OK;
+}
+
+/* --save: replica 0's ranks send their owned tensors to rank 0, which
+ * writes the whole model as one safetensors file (so rank 0 holds the
+ * whole model once, at the end). */
+static dyn_status save_full(rt_run *R, dyn_error *err)
+{
+    if (R->g.replica != 0) return DYN_OK;
+    size_t bytes = pack_owned(R, NULL);
+    if (bytes > (size_t)INT32_MAX) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "--save: a stage of %zu bytes", bytes);
+    char *buf = malloc(bytes ? bytes : 1);
+    if (buf == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for --save");
+    pack_owned(R, buf);
+    int S = R->g.stages, me = R->g.stage_rank, len = (int)bytes;
+    int *counts = NULL, *displs = NULL;
+    char *all = NULL;
+    dyn_status st = DYN_OK;
+    if (me == 0) {
+        counts = dyn_calloc((size_t)S, sizeof(int), "--save", err);
+        displs = dyn_calloc((size_t)S, sizeof(int), "--save", err);
+        if (counts == NULL || displs == NULL) st = DYN_ERR_NOMEM;
+    }
+    MPI_Request req;
+    if (st == DYN_OK)
+        st = dyn_rt_mpi_check(MPI_Igather(&len, 1, MPI_INT, counts, 1, MPI_INT, 0, R->g.pipe, &req), "MPI_Igather", err);
+    if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, NULL, NULL, "the weights gather", err);
+    size_t total = 0;
+    if (st == DYN_OK && me == 0) {
+        for (int r = 0; r < S; r++) {
+            displs[r] = (int)total;
+            total += (size_t)counts[r];
+        }
+        if (total > (size_t)INT32_MAX || (all = malloc(total ? total : 1)) == NULL)
+            st = dyn_error_set(err, DYN_ERR_NOMEM, "out of memory gathering %zu bytes of weights", total);
+    }
+    if (st == DYN_OK)
+        st = dyn_rt_mpi_check(MPI_Igatherv(buf, len, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, R->g.pipe, &req),
+                              "MPI_Igatherv", err);
+    if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, NULL, NULL, "the weights gather", err);
+    free(buf);
+    dyn_model *full = NULL;
+    if (st == DYN_OK && me == 0) st = unpack_full(R, all, total, &full, err);
+    if (st == DYN_OK && me == 0) st = dyn_model_save(full, R->o.save_path, err);
+    dyn_model_free(full);
+    free(counts);
+    free(displs);
+    free(all);
+    return st;
+}
+
 static dyn_status setup(rt_run *R, dyn_error *err)
 {
     const dyn_train_options *o = &R->o;
@@ -525,9 +741,7 @@ static dyn_status setup(rt_run *R, dyn_error *err)
     dyn_status st = stage_layers(o, &R->lay_first, &R->n_stages, err);
     if (st != DYN_OK) return st;
     if ((R->src = rt_source_open(o, err)) == NULL) return err->code;
-    if ((R->model = dyn_model_create(&o->model, o->seed, err)) == NULL) return err->code;
-    dyn_model_set_threads(R->model, threads);
-    R->states_mb = 16.0 * (double)dyn_model_num_params(R->model) / (1024.0 * 1024.0);
+    if ((st = create_models(R, threads, err)) != DYN_OK) return st;
     rt_exec_env env;
     memset(&env, 0, sizeof env);
     env.g = &R->g;
@@ -536,7 +750,7 @@ static dyn_status setup(rt_run *R, dyn_error *err)
     env.model_ctx = R;
     env.lay_first = R->lay_first;
     env.n_stages = R->n_stages;
-    env.n_layers = dyn_model_num_layers(R->model);
+    env.n_layers = dyn_model_num_layers(R->models[0]);
     env.src = R->src;
     env.timeout_s = o->timeout_s;
     env.poll = mail_poll;
@@ -559,9 +773,9 @@ static dyn_status setup(rt_run *R, dyn_error *err)
         R->mail.planner = R->planner;
         if (o->verbose)
             fprintf(stderr, "dynapipe train: %d ranks (%d stages x %d replicas), %d threads per rank, model %.2fM "
-                            "parameters, BLAS %s\n",
-                    R->g.world_size, R->g.stages, R->g.dp, threads, dyn_model_num_params(R->model) / 1e6,
-                    dyn_threads_blas_kind());
+                            "parameters (%.1f MB of states on rank 0), BLAS %s\n",
+                    R->g.world_size, R->g.stages, R->g.dp, threads, dyn_model_config_params(&o->model) / 1e6,
+                    R->states_mb, dyn_threads_blas_kind());
     }
     mail_post(&R->mail, 0);
     return DYN_OK;
@@ -659,7 +873,13 @@ static void run_free(rt_run *R)
     rt_planner_free(R->planner);
     mail_free(&R->mail);
     rt_exec_free(R->x);
-    dyn_model_free(R->model);
+    for (int32_t c = 0; c < R->n_local && R->models; c++) dyn_model_free(R->models[c]);
+    free(R->models);
+    for (int i = 0; i < R->n_shared; i++) {
+        free(R->shared[i].sum);
+        if (R->shared[i].comm != MPI_COMM_NULL) MPI_Comm_free(&R->shared[i].comm);
+    }
+    free(R->shared);
     rt_source_free(R->src);
     free(R->lay_first);
     if (R->iters)
@@ -695,7 +915,7 @@ int dyn_train_rank_main(const dyn_train_options *o, int *argc, char ***argv)
     for (int64_t k = 0; st == DYN_OK && k < o->steps; k++) st = iteration(&R, k, &err);
     if (st == DYN_OK && o->trace_path) st = gather_trace(&R, &err);
     if (st == DYN_OK && R.g.world_rank == 0 && o->metrics_path) st = write_metrics(&R, &err);
-    if (st == DYN_OK && R.g.world_rank == 0 && o->save_path) st = dyn_model_save(R.model, o->save_path, &err);
+    if (st == DYN_OK && o->save_path) st = save_full(&R, &err);
     if (st != DYN_OK) dyn_rt_group_abort(&R.g, 1, err.msg);
     run_free(&R);
     dyn_rt_group_free(&R.g);
