@@ -50,12 +50,12 @@ dyn_status corpus_fit_lengths(const dyn_corpus_options *opt, const char *where, 
         if (opt->kind == DYN_MODEL_GPT)
             return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                  "%s: record %lld: input + target = %lld tokens exceeds max_seqlen %d "
-                                 "(GPT: the limit is on input+target; truncate to cut it)",
+                                 "(GPT: the limit is on input+target; --truncate cuts it)",
                                  where, (long long)record, (long long)(*in + *tgt), opt->max_seqlen);
         int in_side = *in > opt->max_seqlen;
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                              "%s: record %lld: %s = %lld tokens exceeds max_seqlen %d (T5: the limit "
-                             "is on each side; truncate to cut it)",
+                             "is on each side; --truncate cuts it)",
                              where, (long long)record, in_side ? "input" : "target",
                              (long long)(in_side ? *in : *tgt), opt->max_seqlen);
     }
