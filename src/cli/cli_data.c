@@ -52,6 +52,15 @@ static void data_usage(FILE *out)
             "  --split train|heldout     builtin: which stream (default train)\n");
 }
 
+static int takes_value(const char *flag)
+{
+    static const char *const names[] = {"--out", "--tsv", "--model", "--max-seqlen", "--vocab",
+                                        "--samples", "--index", "--count", "--split"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (strcmp(flag, names[k]) == 0) return 1;
+    return 0;
+}
+
 static int data_parse(const char *cmd, int argc, char **argv, data_args *a)
 {
     memset(a, 0, sizeof *a);
@@ -71,6 +80,9 @@ static int data_parse(const char *cmd, int argc, char **argv, data_args *a)
             a->src = f;
         } else if (strcmp(f, "--truncate") == 0) {
             a->opt.truncate = 1;
+        } else if (!takes_value(f)) {
+            cli_errorf(cmd, "unknown option '%s' (try --help)", f);
+            return -1;
         } else if ((v = cli_flag_value(cmd, argc, argv, &i)) == NULL) {
             return -1;
         } else if (strcmp(f, "--out") == 0 || strcmp(f, "--tsv") == 0) {
@@ -99,9 +111,6 @@ static int data_parse(const char *cmd, int argc, char **argv, data_args *a)
                 cli_errorf(cmd, "--split: '%s' is not train or heldout", v);
                 return -1;
             }
-        } else {
-            cli_errorf(cmd, "unknown option '%s' (try --help)", f);
-            return -1;
         }
     }
     if (a->src == NULL) {
