@@ -127,6 +127,10 @@ static int is_flan(const char *src) { return strncmp(src, "flan", 4) == 0 && (sr
 static dyn_corpus *open_source(const char *cmd, const data_args *a)
 {
     dyn_error err;
+    if (is_flan(a->src)) {
+        cli_errorf(cmd, "%s has lengths only, no tokens: use it with 'dynapipe data stats'", a->src);
+        return NULL;
+    }
     dyn_corpus *c = dyn_corpus_open(a->src, &a->opt, &err);
     if (c == NULL) cli_errorf(cmd, "%s", err.msg);
     return c;
