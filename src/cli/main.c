@@ -18,6 +18,9 @@ static const cli_command commands[] = {
     /* simulation */
     {"simulate", cli_simulate_main, "schedule and simulate plans; compare batching methods and schedules"},
 
+    /* data */
+    {"data", cli_data_main, "convert, inspect and measure token data (JSONL, Megatron, built-in)"},
+
     /* model and training */
     {"train", cli_train_main, "train GPT or T5 on a pipeline of MPI ranks with dynamic micro-batches"},
     {"bench", cli_bench_main, "benchmark model layers on this CPU (bench layer)"},

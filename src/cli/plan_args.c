@@ -8,7 +8,7 @@
  *   machine      "cpu" (built-in); memory limit = its device memory
  *   cost model   analytic on that machine
  *   method       dynapipe; stages 1, dp 1, chunks 1; recompute none
- *   batches      synthetic: 4 global batches; file: all of them
+ *   batches      synthetic and --data builtin: 4 global batches; file: all
  */
 #include "cli/plan_args.h"
 
@@ -40,11 +40,15 @@ void plan_args_usage(FILE *out)
             "data:\n"
             "  --lengths FILE.tsv        sample lengths, 'input<TAB>target' per line\n"
             "  --synthetic flan[:SEED]   built-in FLAN-like generator (seed default 1)\n"
+            "  --data SPEC               token data: builtin[:SEED], FILE.jsonl, Megatron PREFIX\n"
+            "                            or IN_PREFIX,TGT_PREFIX (docs/data.md)\n"
+            "  --split train|heldout     --data builtin: which stream (default train)\n"
             "  --global-batch-tokens N   tokens (input + target) per global batch (required)\n"
             "  --max-seqlen L            longest sequence, tokens (required; GPT: input+target,\n"
             "                            T5: each side)\n"
-            "  --clip                    clip over-long samples of a file instead of failing\n"
-            "  --batches K               global batches to plan (default %d synthetic, all of a file)\n"
+            "  --clip, --truncate        clip over-long samples of a file instead of failing\n"
+            "  --batches K               global batches to plan (default %d synthetic or builtin,\n"
+            "                            all of a file)\n"
             "pipeline and costs:\n"
             "  --stages S                pipeline stages (required)\n"
             "  --dp D                    data-parallel replicas (default 1)\n"
@@ -120,7 +124,17 @@ int plan_args_parse_one(const char *cmd, plan_args *a, int argc, char **argv, in
     } else if (strcmp(f, "--synthetic") == 0) {
         if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
         if (parse_synthetic(cmd, v, a) != 0) return -1;
-    } else if (strcmp(f, "--clip") == 0) {
+    } else if (strcmp(f, "--data") == 0) {
+        if ((a->data_spec = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
+    } else if (strcmp(f, "--split") == 0) {
+        if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        if (strcmp(v, "train") == 0) a->split = DYN_SPLIT_TRAIN;
+        else if (strcmp(v, "heldout") == 0) a->split = DYN_SPLIT_HELDOUT;
+        else {
+            cli_errorf(cmd, "--split: '%s' is not train or heldout", v);
+            return -1;
+        }
+    } else if (strcmp(f, "--clip") == 0 || strcmp(f, "--truncate") == 0) {
         a->clip = 1;
     } else if (strcmp(f, "--global-batch-tokens") == 0) {
         if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
@@ -159,8 +173,8 @@ int plan_args_finish(const char *cmd, plan_args *a)
         cli_errorf(cmd, "--model gpt|t5 is required");
         return -1;
     }
-    if ((a->lengths_path != NULL) == (a->synthetic != 0)) {
-        cli_errorf(cmd, "give exactly one of --lengths FILE.tsv and --synthetic flan[:SEED]");
+    if ((a->lengths_path != NULL) + (a->synthetic != 0) + (a->data_spec != NULL) != 1) {
+        cli_errorf(cmd, "give exactly one of --lengths FILE.tsv, --synthetic flan[:SEED] and --data SPEC");
         return -1;
     }
     if (a->global_batch_tokens <= 0) {
@@ -255,6 +269,50 @@ static int make_synthetic(const char *cmd, const plan_args *a, int32_t batches, 
     }
 }
 
+static int is_builtin(const char *spec)
+{
+    return strncmp(spec, "builtin", 7) == 0 && (spec[7] == '\0' || spec[7] == ':');
+}
+
+/* Lengths of a --data source. Built-in: enough samples for the requested
+ * batches, doubling like make_synthetic (sample i does not depend on the
+ * count). Files: every sample. Ids are checked against the model's vocab. */
+static int make_corpus(const char *cmd, const plan_args *a, int32_t batches, plan_inputs *in)
+{
+    dyn_corpus_options opt;
+    dyn_corpus_options_default(&opt);
+    opt.split = a->split;
+    opt.max_seqlen = a->opt.max_seqlen;
+    opt.kind = a->kind;
+    opt.truncate = a->clip;
+    opt.vocab = in->model.vocab;
+    int builtin = is_builtin(a->data_spec);
+    if (builtin && opt.vocab < DYN_CORPUS_VOCAB_BYTES) opt.vocab = DYN_CORPUS_VOCAB_BYTES; /* lengths only */
+    int64_t n = (int64_t)batches * (a->global_batch_tokens / 256 + 1) + 64;
+    for (;;) {
+        if (n > (INT64_C(1) << 28)) {
+            cli_errorf(cmd, "--data: too many samples needed for %d batches", batches);
+            return CLI_EXIT_FAIL;
+        }
+        opt.builtin_samples = n;
+        dyn_error err;
+        dyn_corpus *c = dyn_corpus_open(a->data_spec, &opt, &err);
+        dyn_dataset_free(&in->ds);
+        if (c == NULL || dyn_corpus_lengths(c, &in->ds, &err) != DYN_OK) {
+            cli_errorf(cmd, "--data: %s", err.msg);
+            dyn_corpus_free(c);
+            return CLI_EXIT_FAIL;
+        }
+        dyn_corpus_free(c);
+        if (!builtin) return 0;
+        int64_t tokens = 0;
+        for (int32_t i = 0; i < in->ds.n; i++)
+            tokens += (int64_t)in->ds.samples[i].input_len + in->ds.samples[i].target_len;
+        if (tokens >= (int64_t)(batches + 1) * a->global_batch_tokens) return 0;
+        n *= 2;
+    }
+}
+
 int plan_inputs_open(const char *cmd, const plan_args *a, plan_inputs *in)
 {
     memset(in, 0, sizeof *in);
@@ -289,6 +347,13 @@ int plan_inputs_open(const char *cmd, const plan_args *a, plan_inputs *in)
     if (a->synthetic) {
         if (batches == 0) batches = DEFAULT_SYNTHETIC_BATCHES;
         rc = make_synthetic(cmd, a, batches, in);
+    } else if (a->data_spec) {
+        if (batches == 0 && is_builtin(a->data_spec)) batches = DEFAULT_SYNTHETIC_BATCHES;
+        rc = make_corpus(cmd, a, batches, in);
+        if (rc == 0 && in->ds.n == 0) {
+            cli_errorf(cmd, "--data %s: no samples", a->data_spec);
+            rc = CLI_EXIT_FAIL;
+        }
     } else {
         rc = 0;
         if (dyn_dataset_read_tsv(a->lengths_path, a->opt.max_seqlen, a->kind, a->clip, &in->ds, &err) !=

@@ -20,6 +20,7 @@
 
 #include <stdio.h>
 
+#include "dynapipe/corpus.h"
 #include "dynapipe/cost.h"
 #include "dynapipe/data.h"
 #include "dynapipe/plan.h"
@@ -34,7 +35,9 @@ typedef struct plan_args {
     const char *lengths_path;   /* --lengths FILE.tsv */
     int synthetic;              /* --synthetic flan[:SEED] */
     uint64_t seed;
-    int clip;                   /* --clip: clip over-long TSV samples instead of failing */
+    const char *data_spec;      /* --data SPEC: a token source (include/dynapipe/corpus.h) */
+    dyn_corpus_split split;     /* --split train|heldout (built-in --data) */
+    int clip;                   /* --clip / --truncate: clip over-long samples instead of failing */
     int64_t global_batch_tokens; /* --global-batch-tokens, tokens (input + target) per global batch */
     int32_t batches;            /* --batches: global batches to plan; 0 = default */
     /* costs */

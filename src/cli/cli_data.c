@@ -1,0 +1,399 @@
+/* cli_data.c — `dynapipe data convert|stats|show`: turn a token source (the
+ * built-in dataset, JSONL, Megatron files; include/dynapipe/corpus.h) into a
+ * Megatron indexed dataset, print its length statistics and write the TSV of
+ * lengths that `dynapipe plan --lengths` reads, or print samples as text. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"          /* defines: cli_errorf, cli_flag_value, cli_parse_*, CLI_EXIT_* */
+#include "dynapipe/corpus.h"  /* defines: dyn_corpus_* */
+#include "dynapipe/data.h"    /* defines: dyn_dataset_synthetic_flan, dyn_dataset_free */
+#include "dynapipe/model_config.h" /* defines: dyn_model_kind_parse */
+#include "util/util.h"        /* defines: dyn_atomic_*, dyn_calloc */
+
+/* The flags every data subcommand takes. */
+typedef struct data_args {
+    const char *src;
+    const char *out;       /* convert: PREFIX; stats: TSV path (--tsv) */
+    dyn_corpus_options opt;
+    int have_max_seqlen;
+    int64_t index, count;  /* show */
+} data_args;
+
+static void data_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: dynapipe data convert SRC --out PREFIX [options]\n"
+            "       dynapipe data stats SRC [--tsv FILE.tsv] [options]\n"
+            "       dynapipe data show SRC [--index I] [--count N] [options]\n\n"
+            "SRC (a token source):\n"
+            "  builtin[:SEED]            the built-in multi-task dataset (seed default 1)\n"
+            "  FILE.jsonl                {\"input\",\"target\"} strings, {\"input_ids\",\"target_ids\"},\n"
+            "                            {\"text\"} or {\"input_ids\"} (decoder-only), one per line\n"
+            "  PREFIX                    Megatron PREFIX.idx/.bin (decoder-only), or the pair\n"
+            "                            PREFIX_input + PREFIX_target written by convert\n"
+            "  IN_PREFIX,TGT_PREFIX      a pair of Megatron datasets (inputs, targets)\n"
+            "  flan[:SEED]               (stats only) the FLAN-like length generator\n\n"
+            "convert  writes SRC as a Megatron indexed dataset (atomically): PREFIX.idx/.bin\n"
+            "         for decoder-only sources, else PREFIX_input.* and PREFIX_target.*\n"
+            "stats    prints the count, length percentiles, per-task shares and a length\n"
+            "         histogram; reads every sample (checks every token); --tsv writes\n"
+            "         'input_len<TAB>target_len' per sample for 'dynapipe plan --lengths'\n"
+            "show     prints samples as text (bytes; other tokens as <id>)\n\n"
+            "options:\n"
+            "  --model gpt|t5            which length rule (default gpt: input+target)\n"
+            "  --max-seqlen L            length limit, tokens (default 2048 for builtin,\n"
+            "                            none for files)\n"
+            "  --truncate                clip over-long samples instead of failing\n"
+            "  --vocab N                 pre-tokenised ids must be < N (default 260)\n"
+            "  --samples N               builtin / flan: number of samples (default 10000)\n"
+            "  --split train|heldout     builtin: which stream (default train)\n");
+}
+
+static int takes_value(const char *flag)
+{
+    static const char *const names[] = {"--out", "--tsv", "--model", "--max-seqlen", "--vocab",
+                                        "--samples", "--index", "--count", "--split"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (strcmp(flag, names[k]) == 0) return 1;
+    return 0;
+}
+
+static int data_parse(const char *cmd, int argc, char **argv, data_args *a)
+{
+    memset(a, 0, sizeof *a);
+    dyn_corpus_options_default(&a->opt);
+    a->opt.builtin_samples = 10000;
+    a->count = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v;
+        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
+            data_usage(stdout);
+            return 1;
+        } else if (f[0] != '-' || f[1] == '\0') {
+            if (a->src) {
+                cli_errorf(cmd, "one source only (got '%s' and '%s')", a->src, f);
+                return -1;
+            }
+            a->src = f;
+        } else if (strcmp(f, "--truncate") == 0) {
+            a->opt.truncate = 1;
+        } else if (!takes_value(f)) {
+            cli_errorf(cmd, "unknown option '%s' (try --help)", f);
+            return -1;
+        } else if ((v = cli_flag_value(cmd, argc, argv, &i)) == NULL) {
+            return -1;
+        } else if (strcmp(f, "--out") == 0 || strcmp(f, "--tsv") == 0) {
+            a->out = v;
+        } else if (strcmp(f, "--model") == 0) {
+            dyn_error err;
+            if (dyn_model_kind_parse(v, &a->opt.kind, &err) != DYN_OK) {
+                cli_errorf(cmd, "--model: %s", err.msg);
+                return -1;
+            }
+        } else if (strcmp(f, "--max-seqlen") == 0) {
+            if (cli_parse_i32(cmd, f, v, 2, INT32_MAX, &a->opt.max_seqlen) != 0) return -1;
+            a->have_max_seqlen = 1;
+        } else if (strcmp(f, "--vocab") == 0) {
+            if (cli_parse_i32(cmd, f, v, 1, INT32_MAX, &a->opt.vocab) != 0) return -1;
+        } else if (strcmp(f, "--samples") == 0) {
+            if (cli_parse_i64(cmd, f, v, 0, INT32_MAX, &a->opt.builtin_samples) != 0) return -1;
+        } else if (strcmp(f, "--index") == 0) {
+            if (cli_parse_i64(cmd, f, v, 0, INT64_MAX, &a->index) != 0) return -1;
+        } else if (strcmp(f, "--count") == 0) {
+            if (cli_parse_i64(cmd, f, v, 1, INT64_MAX, &a->count) != 0) return -1;
+        } else if (strcmp(f, "--split") == 0) {
+            if (strcmp(v, "train") == 0) a->opt.split = DYN_SPLIT_TRAIN;
+            else if (strcmp(v, "heldout") == 0) a->opt.split = DYN_SPLIT_HELDOUT;
+            else {
+                cli_errorf(cmd, "--split: '%s' is not train or heldout", v);
+                return -1;
+            }
+        }
+    }
+    if (a->src == NULL) {
+        cli_errorf(cmd, "a source is required (try --help)");
+        return -1;
+    }
+    /* Files have no limit unless asked; the built-in tasks scale to it. */
+    if (!a->have_max_seqlen && strncmp(a->src, "builtin", 7) != 0) a->opt.max_seqlen = INT32_MAX;
+    return 0;
+}
+
+static int is_flan(const char *src) { return strncmp(src, "flan", 4) == 0 && (src[4] == '\0' || src[4] == ':'); }
+
+static dyn_corpus *open_source(const char *cmd, const data_args *a)
+{
+    dyn_error err;
+    if (is_flan(a->src)) {
+        cli_errorf(cmd, "%s has lengths only, no tokens: use it with 'dynapipe data stats'", a->src);
+        return NULL;
+    }
+    dyn_corpus *c = dyn_corpus_open(a->src, &a->opt, &err);
+    if (c == NULL) cli_errorf(cmd, "%s", err.msg);
+    return c;
+}
+
+/* ---- convert ---------------------------------------------------------------- */
+
+static int data_convert(int argc, char **argv)
+{
+    const char *cmd = "data convert";
+    data_args a;
+    int r = data_parse(cmd, argc, argv, &a);
+    if (r != 0) return r > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+    if (a.out == NULL) {
+        cli_errorf(cmd, "--out PREFIX is required");
+        return CLI_EXIT_USAGE;
+    }
+    dyn_corpus *c = open_source(cmd, &a);
+    if (c == NULL) return CLI_EXIT_FAIL;
+    dyn_error err;
+    if (dyn_corpus_write_indexed(c, a.out, &err) != DYN_OK) {
+        cli_errorf(cmd, "%s", err.msg);
+        dyn_corpus_free(c);
+        return CLI_EXIT_FAIL;
+    }
+    if (dyn_corpus_decoder_only(c))
+        printf("wrote %lld sequences to %s.idx and %s.bin (decoder-only; open as '%s')\n",
+               (long long)dyn_corpus_count(c), a.out, a.out, a.out);
+    else
+        printf("wrote %lld samples to %s_input.{idx,bin} and %s_target.{idx,bin} (open as '%s')\n",
+               (long long)dyn_corpus_count(c), a.out, a.out, a.out);
+    dyn_corpus_free(c);
+    return CLI_EXIT_OK;
+}
+
+/* ---- stats ------------------------------------------------------------------- */
+
+static int cmp_i32(const void *x, const void *y)
+{
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* Nearest-rank percentile of sorted v[n]: the smallest value with at least
+ * p of the samples at or below it. */
+static int32_t percentile(const int32_t *v, int64_t n, double p)
+{
+    int64_t k = (int64_t)ceil(p * (double)n) - 1;
+    if (k < 0) k = 0;
+    if (k >= n) k = n - 1;
+    return v[k];
+}
+
+/* One row of the percentile table for lengths v[n] (sorted here). */
+static void print_row(const char *name, int32_t *v, int64_t n)
+{
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += v[i];
+    qsort(v, (size_t)n, sizeof *v, cmp_i32);
+    printf("%-8s %9.1f %7d %7d %7d %7d %7d\n", name, sum / (double)n, v[0], percentile(v, n, 0.5),
+           percentile(v, n, 0.9), percentile(v, n, 0.99), v[n - 1]);
+}
+
+/* Percentages of samples per power-of-two bucket [2^k, 2^(k+1)) of input,
+ * target and input + target. */
+static void print_histogram(const dyn_dataset *ds)
+{
+    enum { NB = 32 };
+    int64_t h[3][NB] = {{0}};
+    int top = 0;
+    for (int32_t i = 0; i < ds->n; i++) {
+        int64_t len[3] = {ds->samples[i].input_len, ds->samples[i].target_len,
+                          (int64_t)ds->samples[i].input_len + ds->samples[i].target_len};
+        for (int k = 0; k < 3; k++) {
+            int b = 0;
+            while (b < NB - 1 && (len[k] >> (b + 1)) > 0) b++;
+            h[k][b]++;
+            if (b > top) top = b;
+        }
+    }
+    printf("\nhistogram (%% of samples per length bucket, tokens):\n");
+    printf("%-16s %8s %8s %8s\n", "bucket", "input", "target", "total");
+    for (int b = 0; b <= top; b++) {
+        char name[40];
+        snprintf(name, sizeof name, "[%lld, %lld)", 1LL << b, 1LL << (b + 1));
+        printf("%-16s %8.2f %8.2f %8.2f\n", name, 100.0 * (double)h[0][b] / ds->n,
+               100.0 * (double)h[1][b] / ds->n, 100.0 * (double)h[2][b] / ds->n);
+    }
+}
+
+/* Per-task share and mean lengths (the built-in dataset and flan). */
+static void print_tasks(const dyn_dataset *ds, int32_t ntasks, const char *(*name)(const void *, int32_t),
+                        const void *ctx)
+{
+    printf("\n%-18s %7s %11s %11s\n", "task", "share", "mean input", "mean target");
+    for (int32_t t = 0; t < ntasks; t++) {
+        int64_t n = 0;
+        double in = 0, tgt = 0;
+        for (int32_t i = 0; i < ds->n; i++)
+            if (ds->samples[i].task == t) {
+                n++;
+                in += ds->samples[i].input_len;
+                tgt += ds->samples[i].target_len;
+            }
+        printf("%-18s %7.3f %11.1f %11.1f\n", name(ctx, t), (double)n / ds->n, n ? in / (double)n : 0.0,
+               n ? tgt / (double)n : 0.0);
+    }
+}
+
+static const char *corpus_task(const void *ctx, int32_t t) { return dyn_corpus_task_name(ctx, t); }
+
+static const char *flan_task(const void *ctx, int32_t t)
+{
+    (void)ctx;
+    int32_t n;
+    return dyn_flan_families(&n)[t].name;
+}
+
+/* Write the lengths as TSV (atomically). */
+static int write_tsv(const char *cmd, const char *path, const char *src, const dyn_dataset *ds)
+{
+    dyn_atomic_file af;
+    dyn_error err;
+    if (dyn_atomic_open(&af, path, &err) != DYN_OK) {
+        cli_errorf(cmd, "%s", err.msg);
+        return -1;
+    }
+    fprintf(af.fp, "# lengths of %s (tokens), written by dynapipe data stats\ninput_len\ttarget_len\n", src);
+    for (int32_t i = 0; i < ds->n; i++)
+        fprintf(af.fp, "%d\t%d\n", ds->samples[i].input_len, ds->samples[i].target_len);
+    if (dyn_atomic_commit(&af, &err) != DYN_OK) {
+        cli_errorf(cmd, "%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int data_stats(int argc, char **argv)
+{
+    const char *cmd = "data stats";
+    data_args a;
+    int r = data_parse(cmd, argc, argv, &a);
+    if (r != 0) return r > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+    dyn_dataset ds = {0};
+    dyn_corpus *c = NULL;
+    dyn_error err;
+    int rc = CLI_EXIT_FAIL;
+    if (is_flan(a.src)) {
+        int64_t seed = 1;
+        if (a.src[4] == ':' && cli_parse_i64(cmd, "flan seed", a.src + 5, 0, INT64_MAX, &seed) != 0)
+            return CLI_EXIT_USAGE;
+        int32_t L = a.have_max_seqlen ? a.opt.max_seqlen : 2048;
+        if (dyn_dataset_synthetic_flan((uint64_t)seed, (int32_t)a.opt.builtin_samples, L, a.opt.kind, &ds, &err) !=
+            DYN_OK) {
+            cli_errorf(cmd, "%s", err.msg);
+            return CLI_EXIT_FAIL;
+        }
+    } else {
+        if ((c = open_source(cmd, &a)) == NULL) return CLI_EXIT_FAIL;
+        if (dyn_corpus_lengths(c, &ds, &err) != DYN_OK) {
+            cli_errorf(cmd, "%s", err.msg);
+            goto done;
+        }
+        /* Read every sample: checks every token (Megatron ids, files changed). */
+        for (int64_t i = 0; i < dyn_corpus_count(c); i++) {
+            dyn_corpus_sample s;
+            if (dyn_corpus_read(c, i, &s, &err) != DYN_OK) {
+                cli_errorf(cmd, "%s", err.msg);
+                goto done;
+            }
+        }
+    }
+    if (ds.n == 0) {
+        cli_errorf(cmd, "%s: no samples", a.src);
+        goto done;
+    }
+    int32_t *v = dyn_calloc((size_t)ds.n, sizeof *v, "lengths", &err);
+    if (v == NULL) {
+        cli_errorf(cmd, "%s", err.msg);
+        goto done;
+    }
+    int64_t tok_in = 0, tok_tgt = 0;
+    for (int32_t i = 0; i < ds.n; i++) {
+        tok_in += ds.samples[i].input_len;
+        tok_tgt += ds.samples[i].target_len;
+    }
+    printf("source %s: %d samples, %lld input + %lld target tokens%s\n", a.src, ds.n, (long long)tok_in,
+           (long long)tok_tgt, c && dyn_corpus_decoder_only(c) ? " (decoder-only: input = first token)" : "");
+    printf("%-8s %9s %7s %7s %7s %7s %7s\n", "tokens", "mean", "min", "p50", "p90", "p99", "max");
+    for (int k = 0; k < 3; k++) {
+        for (int32_t i = 0; i < ds.n; i++)
+            v[i] = k == 0 ? ds.samples[i].input_len : k == 1 ? ds.samples[i].target_len
+                                                              : ds.samples[i].input_len + ds.samples[i].target_len;
+        print_row(k == 0 ? "input" : k == 1 ? "target" : "total", v, ds.n);
+    }
+    free(v);
+    if (c && dyn_corpus_num_tasks(c) > 0) print_tasks(&ds, dyn_corpus_num_tasks(c), corpus_task, c);
+    if (c == NULL) {
+        int32_t nf;
+        dyn_flan_families(&nf);
+        print_tasks(&ds, nf, flan_task, NULL);
+    }
+    print_histogram(&ds);
+    if (a.out && write_tsv(cmd, a.out, a.src, &ds) != 0) goto done;
+    if (a.out) printf("\nwrote %d lengths to %s\n", ds.n, a.out);
+    rc = CLI_EXIT_OK;
+done:
+    dyn_dataset_free(&ds);
+    dyn_corpus_free(c);
+    return rc;
+}
+
+/* ---- show -------------------------------------------------------------------- */
+
+static void print_tokens(const int32_t *t, int32_t n)
+{
+    for (int32_t k = 0; k < n; k++) {
+        if (t[k] == DYN_CORPUS_TOK_SEP) fputs("<sep>", stdout);
+        else if (t[k] == DYN_CORPUS_TOK_EOS) fputs("<eos>", stdout);
+        else if (t[k] >= 32 && t[k] < 127 && t[k] != '<') putchar(t[k]);
+        else printf("<%d>", t[k]);
+    }
+    putchar('\n');
+}
+
+static int data_show(int argc, char **argv)
+{
+    const char *cmd = "data show";
+    data_args a;
+    int r = data_parse(cmd, argc, argv, &a);
+    if (r != 0) return r > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+    dyn_corpus *c = open_source(cmd, &a);
+    if (c == NULL) return CLI_EXIT_FAIL;
+    int rc = CLI_EXIT_OK;
+    for (int64_t i = a.index; i < a.index + a.count && i < dyn_corpus_count(c); i++) {
+        dyn_corpus_sample s;
+        dyn_error err;
+        if (dyn_corpus_read(c, i, &s, &err) != DYN_OK) {
+            cli_errorf(cmd, "%s", err.msg);
+            rc = CLI_EXIT_FAIL;
+            break;
+        }
+        const char *task = dyn_corpus_task_name(c, s.task);
+        printf("sample %lld%s%s: input %d tokens, target %d tokens%s\n", (long long)i, task ? " " : "",
+               task ? task : "", s.input_len, s.target_len, s.truncated ? " (truncated)" : "");
+        fputs("  input:  ", stdout);
+        print_tokens(s.input, s.input_len);
+        fputs("  target: ", stdout);
+        print_tokens(s.target, s.target_len);
+    }
+    dyn_corpus_free(c);
+    return rc;
+}
+
+int cli_data_main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        data_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? CLI_EXIT_USAGE : CLI_EXIT_OK;
+    }
+    if (strcmp(argv[1], "convert") == 0) return data_convert(argc - 1, argv + 1);
+    if (strcmp(argv[1], "stats") == 0) return data_stats(argc - 1, argv + 1);
+    if (strcmp(argv[1], "show") == 0) return data_show(argc - 1, argv + 1);
+    cli_errorf("data", "unknown subcommand '%s' (convert, stats or show)", argv[1]);
+    return CLI_EXIT_USAGE;
+}

@@ -1,0 +1,227 @@
+/* corpus.c — the dyn_corpus handle (include/dynapipe/corpus.h): parsing a
+ * source spec, the options, the length rule applied to every record, and
+ * dispatch to the three sources (tasks.c built-in, jsonl.c, indexed.c). The
+ * built-in source lives here too: it is only text generation plus the SEP
+ * and EOS tokens. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/corpus_impl.h" /* defines: dyn_corpus, builtin_*, jsonl_*, indexed_* */
+#include "util/util.h"        /* defines: dyn_calloc */
+
+void dyn_corpus_options_default(dyn_corpus_options *opt)
+{
+    memset(opt, 0, sizeof *opt);
+    opt->split = DYN_SPLIT_TRAIN;
+    opt->builtin_samples = 100000;
+    opt->max_seqlen = 2048;
+    opt->kind = DYN_MODEL_GPT;
+    opt->truncate = 0;
+    opt->vocab = DYN_CORPUS_VOCAB_BYTES;
+}
+
+dyn_status corpus_reserve(dyn_corpus *c, size_t n_in, size_t n_tgt, dyn_error *err)
+{
+    if (n_in > c->tok_in_cap) {
+        int32_t *p = realloc(c->tok_in, n_in * sizeof *p);
+        if (p == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "corpus: out of memory for %zu input tokens", n_in);
+        c->tok_in = p;
+        c->tok_in_cap = n_in;
+    }
+    if (n_tgt > c->tok_tgt_cap) {
+        int32_t *p = realloc(c->tok_tgt, n_tgt * sizeof *p);
+        if (p == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "corpus: out of memory for %zu target tokens", n_tgt);
+        c->tok_tgt = p;
+        c->tok_tgt_cap = n_tgt;
+    }
+    return DYN_OK;
+}
+
+dyn_status corpus_fit_lengths(const dyn_corpus_options *opt, const char *where, int64_t record,
+                              int64_t *in, int64_t *tgt, int *truncated, dyn_error *err)
+{
+    *truncated = 0;
+    int32_t i32 = *in > INT32_MAX ? INT32_MAX : (int32_t)*in;
+    int32_t t32 = *tgt > INT32_MAX ? INT32_MAX : (int32_t)*tgt;
+    if (*in <= INT32_MAX && *tgt <= INT32_MAX && dyn_lengths_fit(opt->kind, opt->max_seqlen, i32, t32))
+        return DYN_OK;
+    if (!opt->truncate) {
+        if (opt->kind == DYN_MODEL_GPT)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "%s: record %lld: input + target = %lld tokens exceeds max_seqlen %d "
+                                 "(GPT: the limit is on input+target; --truncate cuts it)",
+                                 where, (long long)record, (long long)(*in + *tgt), opt->max_seqlen);
+        int in_side = *in > opt->max_seqlen;
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "%s: record %lld: %s = %lld tokens exceeds max_seqlen %d (T5: the limit "
+                             "is on each side; --truncate cuts it)",
+                             where, (long long)record, in_side ? "input" : "target",
+                             (long long)(in_side ? *in : *tgt), opt->max_seqlen);
+    }
+    dyn_lengths_clip(opt->kind, opt->max_seqlen, &i32, &t32);
+    *in = i32;
+    *tgt = t32;
+    *truncated = 1;
+    return DYN_OK;
+}
+
+/* ---- built-in ------------------------------------------------------------- */
+
+static dyn_status builtin_open(dyn_corpus *c, const char *spec, dyn_error *err)
+{
+    c->src = SRC_BUILTIN;
+    c->seed = 1;
+    if (spec[7] == ':') {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long s = strtoull(spec + 8, &end, 10);
+        if (spec[8] == '\0' || spec[8] == '-' || *end != '\0' || errno == ERANGE)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': seed is not a non-negative integer", spec);
+        c->seed = (uint64_t)s;
+    } else if (spec[7] != '\0') {
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': use builtin or builtin:SEED", spec);
+    }
+    if (c->opt.max_seqlen < DYN_CORPUS_BUILTIN_MIN_SEQLEN)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus builtin: max_seqlen %d < %d (the smallest the tasks fit)",
+                             c->opt.max_seqlen, DYN_CORPUS_BUILTIN_MIN_SEQLEN);
+    if (c->opt.builtin_samples < 0)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus builtin: %lld samples < 0",
+                             (long long)c->opt.builtin_samples);
+    if (c->opt.split != DYN_SPLIT_TRAIN && c->opt.split != DYN_SPLIT_HELDOUT)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus builtin: unknown split %d", (int)c->opt.split);
+    if (c->opt.vocab < DYN_CORPUS_VOCAB_BYTES)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus builtin: vocab %d < %d (bytes and special tokens)",
+                             c->opt.vocab, DYN_CORPUS_VOCAB_BYTES);
+    c->n = c->opt.builtin_samples;
+    size_t cap = (size_t)c->opt.max_seqlen + 16;
+    c->text_in = dyn_calloc(cap, 1, "builtin text", err);
+    c->text_tgt = dyn_calloc(cap, 1, "builtin text", err);
+    if (c->text_in == NULL || c->text_tgt == NULL) return DYN_ERR_NOMEM;
+    return DYN_OK;
+}
+
+static void builtin_text_at(const dyn_corpus *c, int64_t i, builtin_text *t)
+{
+    t->in = c->text_in;
+    t->tgt = c->text_tgt;
+    builtin_generate(c->seed, c->opt.split, i, c->opt.max_seqlen, c->opt.kind, t);
+}
+
+static dyn_status builtin_read(dyn_corpus *c, int64_t i, dyn_corpus_sample *out, dyn_error *err)
+{
+    builtin_text t;
+    builtin_text_at(c, i, &t);
+    dyn_status st = corpus_reserve(c, (size_t)t.in_len + 1, (size_t)t.tgt_len + 1, err);
+    if (st != DYN_OK) return st;
+    for (int32_t k = 0; k < t.in_len; k++) c->tok_in[k] = (unsigned char)t.in[k];
+    c->tok_in[t.in_len] = DYN_CORPUS_TOK_SEP;
+    for (int32_t k = 0; k < t.tgt_len; k++) c->tok_tgt[k] = (unsigned char)t.tgt[k];
+    c->tok_tgt[t.tgt_len] = DYN_CORPUS_TOK_EOS;
+    *out = (dyn_corpus_sample){.index = i, .task = t.task, .input_len = t.in_len + 1,
+                               .target_len = t.tgt_len + 1, .input = c->tok_in, .target = c->tok_tgt};
+    return DYN_OK;
+}
+
+/* ---- the handle ------------------------------------------------------------- */
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+dyn_corpus *dyn_corpus_open(const char *spec, const dyn_corpus_options *opt, dyn_error *err)
+{
+    if (spec == NULL || spec[0] == '\0') {
+        dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus: empty source spec");
+        return NULL;
+    }
+    dyn_corpus *c = dyn_calloc(1, sizeof *c, "corpus", err);
+    if (c == NULL) return NULL;
+    if (opt) c->opt = *opt;
+    else dyn_corpus_options_default(&c->opt);
+    dyn_status st;
+    if (c->opt.max_seqlen < 2)
+        st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': max_seqlen %d < 2", spec, c->opt.max_seqlen);
+    else if (c->opt.kind != DYN_MODEL_GPT && c->opt.kind != DYN_MODEL_T5)
+        st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': unknown model kind %d", spec, (int)c->opt.kind);
+    else if (c->opt.vocab < 1)
+        st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': vocab %d < 1", spec, c->opt.vocab);
+    else if (strncmp(spec, "builtin", 7) == 0 && (spec[7] == '\0' || spec[7] == ':'))
+        st = builtin_open(c, spec, err);
+    else if (ends_with(spec, ".jsonl"))
+        st = jsonl_open(c, spec, err);
+    else
+        st = indexed_open(c, spec, err);
+    if (st != DYN_OK) {
+        dyn_corpus_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void dyn_corpus_free(dyn_corpus *c)
+{
+    if (c == NULL) return;
+    if (c->src == SRC_JSONL) jsonl_close(c);
+    if (c->src == SRC_INDEXED) indexed_close(c);
+    free(c->text_in);
+    free(c->text_tgt);
+    free(c->tok_in);
+    free(c->tok_tgt);
+    free(c);
+}
+
+int64_t dyn_corpus_count(const dyn_corpus *c) { return c->n; }
+
+int dyn_corpus_decoder_only(const dyn_corpus *c) { return c->decoder_only; }
+
+int32_t dyn_corpus_num_tasks(const dyn_corpus *c)
+{
+    return c->src == SRC_BUILTIN ? BUILTIN_NUM_TASKS : 0;
+}
+
+const char *dyn_corpus_task_name(const dyn_corpus *c, int32_t task)
+{
+    return c->src == SRC_BUILTIN ? builtin_task_name(task) : NULL;
+}
+
+dyn_status dyn_corpus_lengths(const dyn_corpus *c, dyn_dataset *out, dyn_error *err)
+{
+    if (c->n > INT32_MAX)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus: %lld samples is more than a dataset holds (%d)",
+                             (long long)c->n, INT32_MAX);
+    dyn_sample *s = dyn_calloc(c->n > 0 ? (size_t)c->n : 1, sizeof *s, "corpus lengths", err);
+    if (s == NULL) return DYN_ERR_NOMEM;
+    for (int64_t i = 0; i < c->n; i++) {
+        int64_t in = 0, tgt = 0;
+        int32_t task = -1;
+        if (c->src == SRC_BUILTIN) {
+            builtin_text t;
+            builtin_text_at(c, i, &t);
+            in = t.in_len + 1;
+            tgt = t.tgt_len + 1;
+            task = t.task;
+        } else if (c->src == SRC_JSONL) {
+            in = c->len_in[i];
+            tgt = c->len_tgt[i];
+        } else {
+            indexed_lengths(c, i, &in, &tgt);
+        }
+        s[i] = (dyn_sample){.id = (int32_t)i, .task = task, .input_len = (int32_t)in, .target_len = (int32_t)tgt};
+    }
+    out->n = (int32_t)c->n;
+    out->samples = s;
+    return DYN_OK;
+}
+
+dyn_status dyn_corpus_read(dyn_corpus *c, int64_t i, dyn_corpus_sample *out, dyn_error *err)
+{
+    if (i < 0 || i >= c->n)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus: sample %lld out of range [0, %lld)",
+                             (long long)i, (long long)c->n);
+    if (c->src == SRC_BUILTIN) return builtin_read(c, i, out, err);
+    if (c->src == SRC_JSONL) return jsonl_read(c, i, out, err);
+    return indexed_read(c, i, out, err);
+}

@@ -1,0 +1,307 @@
+/* jsonl.c — JSONL training data: one JSON object per line, in one of four
+ * formats (one format per file):
+ *   {"input": "...", "target": "..."}          text pair -> byte tokens
+ *   {"input_ids": [..], "target_ids": [..]}    pre-tokenised pair
+ *   {"text": "..."}                             decoder-only text
+ *   {"input_ids": [..]}                         decoder-only ids
+ * Other keys are ignored. Opening reads the file once, line by line (one
+ * line in memory at a time), parses and checks every record and keeps a
+ * byte-offset index (offset, length and line number per record) and the
+ * lengths; dyn_corpus_read seeks to the record and parses that one line
+ * again. Every error names path:line, and the record index where it helps. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/types.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "data/corpus_impl.h" /* defines: dyn_corpus, corpus_fit_lengths, corpus_reserve */
+#include "util/util.h"        /* defines: dyn_calloc */
+
+enum {
+    FMT_NONE = 0,
+    FMT_TEXT_PAIR = 1,
+    FMT_IDS_PAIR = 2,
+    FMT_TEXT = 3,
+    FMT_IDS = 4
+};
+
+static const char *format_name(int f)
+{
+    switch (f) {
+    case FMT_TEXT_PAIR: return "input/target strings";
+    case FMT_IDS_PAIR: return "input_ids/target_ids arrays";
+    case FMT_TEXT: return "a text string";
+    case FMT_IDS: return "an input_ids array alone";
+    default: return "nothing";
+    }
+}
+
+/* Which format an object uses; FMT_NONE with *why set if none fits. */
+static int record_format(const cJSON *obj, const char **why)
+{
+    const cJSON *in = cJSON_GetObjectItemCaseSensitive(obj, "input");
+    const cJSON *tgt = cJSON_GetObjectItemCaseSensitive(obj, "target");
+    const cJSON *in_ids = cJSON_GetObjectItemCaseSensitive(obj, "input_ids");
+    const cJSON *tgt_ids = cJSON_GetObjectItemCaseSensitive(obj, "target_ids");
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(obj, "text");
+    int kinds = (in || tgt) + (in_ids || tgt_ids) + (text != NULL);
+    *why = NULL;
+    if (kinds == 0) *why = "the record has none of input/target, input_ids/target_ids, text";
+    else if (kinds > 1) *why = "the record mixes input/target, input_ids/target_ids and text: use one";
+    else if (in || tgt) {
+        if (!cJSON_IsString(in) || !cJSON_IsString(tgt)) *why = "input and target must both be strings";
+        else return FMT_TEXT_PAIR;
+    } else if (in_ids || tgt_ids) {
+        if (!cJSON_IsArray(in_ids)) *why = "input_ids must be an array of integers";
+        else if (tgt_ids == NULL) return FMT_IDS;
+        else if (!cJSON_IsArray(tgt_ids)) *why = "target_ids must be an array of integers";
+        else return FMT_IDS_PAIR;
+    } else {
+        if (!cJSON_IsString(text)) *why = "text must be a string";
+        else return FMT_TEXT;
+    }
+    return FMT_NONE;
+}
+
+/* Check the ids of arr (all in [0, vocab)) and, when dst != NULL, copy the
+ * first `keep` of them. */
+static dyn_status ids_check(const cJSON *arr, const char *field, int32_t vocab, const char *where,
+                            int64_t rec, int32_t *dst, int64_t keep, dyn_error *err)
+{
+    int64_t k = 0;
+    for (const cJSON *e = arr->child; e; e = e->next, k++) {
+        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || floor(e->valuedouble) != e->valuedouble)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: record %lld: %s[%lld] is not an integer",
+                                 where, (long long)rec, field, (long long)k);
+        double v = e->valuedouble;
+        if (v < 0 || v >= vocab)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "%s: record %lld: %s[%lld] = %.0f is outside the vocabulary [0, %d)",
+                                 where, (long long)rec, field, (long long)k, v, vocab);
+        if (dst && k < keep) dst[k] = (int32_t)v;
+    }
+    return DYN_OK;
+}
+
+static int64_t array_len(const cJSON *arr)
+{
+    int64_t n = 0;
+    for (const cJSON *e = arr->child; e; e = e->next) n++;
+    return n;
+}
+
+/* Parse one line (len bytes, not NUL-terminated) as record rec. Checks the
+ * format against c->json_format (set by the first record), every id and the
+ * length rule. Fills out's lengths and, with fill != 0, the tokens. */
+static dyn_status record_parse(dyn_corpus *c, const char *line, size_t len, const char *where, int64_t rec,
+                               int fill, dyn_corpus_sample *out, dyn_error *err)
+{
+    const char *end = NULL;
+    cJSON *obj = cJSON_ParseWithLengthOpts(line, len, &end, 0);
+    if (obj == NULL) {
+        size_t at = end && end >= line && end <= line + len ? (size_t)(end - line) : 0;
+        return dyn_error_set(err, DYN_ERR_PARSE, "%s: malformed JSON near byte %zu of the line", where, at + 1);
+    }
+    dyn_status st = DYN_OK;
+    for (const char *p = end; p && p < line + len; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') {
+            st = dyn_error_set(err, DYN_ERR_PARSE, "%s: text after the JSON object (one object per line)", where);
+            goto done;
+        }
+    if (!cJSON_IsObject(obj)) {
+        st = dyn_error_set(err, DYN_ERR_PARSE, "%s: expected a JSON object", where);
+        goto done;
+    }
+    const char *why;
+    int fmt = record_format(obj, &why);
+    if (fmt == FMT_NONE) {
+        st = dyn_error_set(err, DYN_ERR_PARSE, "%s: %s", where, why);
+        goto done;
+    }
+    if (c->json_format == FMT_NONE) c->json_format = fmt;
+    if (fmt != c->json_format) {
+        st = dyn_error_set(err, DYN_ERR_PARSE, "%s: the record has %s but the first record has %s (one format per file)",
+                           where, format_name(fmt), format_name(c->json_format));
+        goto done;
+    }
+    const cJSON *a = NULL, *b = NULL; /* the two sources: strings or arrays */
+    if (fmt == FMT_TEXT_PAIR) {
+        a = cJSON_GetObjectItemCaseSensitive(obj, "input");
+        b = cJSON_GetObjectItemCaseSensitive(obj, "target");
+    } else if (fmt == FMT_IDS_PAIR) {
+        a = cJSON_GetObjectItemCaseSensitive(obj, "input_ids");
+        b = cJSON_GetObjectItemCaseSensitive(obj, "target_ids");
+    } else {
+        a = cJSON_GetObjectItemCaseSensitive(obj, fmt == FMT_TEXT ? "text" : "input_ids");
+    }
+    int is_text = fmt == FMT_TEXT_PAIR || fmt == FMT_TEXT;
+    int64_t na = is_text ? (int64_t)strlen(a->valuestring) : array_len(a);
+    int64_t nb = b == NULL ? 0 : is_text ? (int64_t)strlen(b->valuestring) : array_len(b);
+    int64_t in, tgt;
+    if (b == NULL) { /* decoder-only: input = s[0..1), target = s[1..n) */
+        if (na < 2) {
+            st = dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                               "%s: record %lld: a decoder-only sequence needs at least 2 tokens, got %lld", where,
+                               (long long)rec, (long long)na);
+            goto done;
+        }
+        in = 1;
+        tgt = na - 1;
+    } else {
+        if (na < 1 || nb < 1) {
+            st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: record %lld: empty %s (a sample needs at least one "
+                               "input and one target token)", where, (long long)rec, na < 1 ? "input" : "target");
+            goto done;
+        }
+        in = na;
+        tgt = nb;
+    }
+    int truncated;
+    if ((st = corpus_fit_lengths(&c->opt, where, rec, &in, &tgt, &truncated, err)) != DYN_OK) goto done;
+    if (fill && (st = corpus_reserve(c, (size_t)in, (size_t)tgt, err)) != DYN_OK) goto done;
+    if (is_text) {
+        if (fill) {
+            const unsigned char *sa = (const unsigned char *)a->valuestring;
+            if (b == NULL) { /* one string: first byte, then the rest */
+                c->tok_in[0] = sa[0];
+                for (int64_t k = 0; k < tgt; k++) c->tok_tgt[k] = sa[1 + k];
+            } else {
+                const unsigned char *sb = (const unsigned char *)b->valuestring;
+                for (int64_t k = 0; k < in; k++) c->tok_in[k] = sa[k];
+                for (int64_t k = 0; k < tgt; k++) c->tok_tgt[k] = sb[k];
+            }
+        }
+    } else if (b == NULL) {
+        /* Check every id, then copy the kept prefix (1 + tgt) split in two. */
+        const char *field = "input_ids";
+        if ((st = ids_check(a, field, c->opt.vocab, where, rec, NULL, 0, err)) != DYN_OK) goto done;
+        if (fill) {
+            int64_t k = 0;
+            for (const cJSON *e = a->child; e && k < 1 + tgt; e = e->next, k++) {
+                if (k == 0) c->tok_in[0] = (int32_t)e->valuedouble;
+                else c->tok_tgt[k - 1] = (int32_t)e->valuedouble;
+            }
+        }
+    } else {
+        if ((st = ids_check(a, "input_ids", c->opt.vocab, where, rec, fill ? c->tok_in : NULL, in, err)) != DYN_OK ||
+            (st = ids_check(b, "target_ids", c->opt.vocab, where, rec, fill ? c->tok_tgt : NULL, tgt, err)) != DYN_OK)
+            goto done;
+    }
+    *out = (dyn_corpus_sample){.index = rec, .task = -1, .input_len = (int32_t)in, .target_len = (int32_t)tgt,
+                               .input = c->tok_in, .target = c->tok_tgt, .truncated = truncated};
+done:
+    cJSON_Delete(obj);
+    return st;
+}
+
+/* Append record (offset, bytes, line, lengths) to the index, growing it. */
+static dyn_status index_push(dyn_corpus *c, int64_t *cap, int64_t off, int32_t bytes, int64_t line,
+                             int32_t in, int32_t tgt, dyn_error *err)
+{
+    if (c->n == *cap) {
+        int64_t nc = *cap ? 2 * *cap : 1024;
+        int64_t *o = realloc(c->offset, (size_t)nc * sizeof *o);
+        if (o) c->offset = o;
+        int64_t *l = realloc(c->line_no, (size_t)nc * sizeof *l);
+        if (l) c->line_no = l;
+        int32_t *b = realloc(c->line_len, (size_t)nc * sizeof *b);
+        if (b) c->line_len = b;
+        int32_t *i = realloc(c->len_in, (size_t)nc * sizeof *i);
+        if (i) c->len_in = i;
+        int32_t *t = realloc(c->len_tgt, (size_t)nc * sizeof *t);
+        if (t) c->len_tgt = t;
+        if (!o || !l || !b || !i || !t)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory for the index of %lld records", c->path,
+                                 (long long)nc);
+        *cap = nc;
+    }
+    c->offset[c->n] = off;
+    c->line_len[c->n] = bytes;
+    c->line_no[c->n] = line;
+    c->len_in[c->n] = in;
+    c->len_tgt[c->n] = tgt;
+    c->n++;
+    return DYN_OK;
+}
+
+static int is_blank(const char *s, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (s[k] != ' ' && s[k] != '\t' && s[k] != '\r' && s[k] != '\n') return 0;
+    return 1;
+}
+
+dyn_status jsonl_open(dyn_corpus *c, const char *path, dyn_error *err)
+{
+    c->src = SRC_JSONL;
+    c->path = strdup(path);
+    if (c->path == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory", path);
+    c->fp = fopen(path, "rb");
+    if (c->fp == NULL) return dyn_error_set(err, DYN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int64_t cap = 0, off = 0, lineno = 0;
+    dyn_status st = DYN_OK;
+    for (;;) {
+        errno = 0;
+        ssize_t got = getline(&c->line_buf, &c->line_cap, c->fp);
+        if (got < 0) {
+            if (ferror(c->fp))
+                st = dyn_error_set(err, DYN_ERR_IO, "%s:%lld: read failed: %s", path, (long long)lineno + 1,
+                                   strerror(errno));
+            break;
+        }
+        lineno++;
+        int64_t line_off = off;
+        off += got;
+        if (is_blank(c->line_buf, (size_t)got)) continue;
+        if (got > INT32_MAX) {
+            st = dyn_error_set(err, DYN_ERR_PARSE, "%s:%lld: line longer than 2 GiB", path, (long long)lineno);
+            break;
+        }
+        char where[600];
+        snprintf(where, sizeof where, "%s:%lld", path, (long long)lineno);
+        dyn_corpus_sample s;
+        if ((st = record_parse(c, c->line_buf, (size_t)got, where, c->n, 0, &s, err)) != DYN_OK) break;
+        if ((st = index_push(c, &cap, line_off, (int32_t)got, lineno, s.input_len, s.target_len, err)) != DYN_OK)
+            break;
+    }
+    if (st == DYN_OK && c->n == 0) st = dyn_error_set(err, DYN_ERR_PARSE, "%s: no records", path);
+    c->decoder_only = c->json_format == FMT_TEXT || c->json_format == FMT_IDS;
+    return st;
+}
+
+dyn_status jsonl_read(dyn_corpus *c, int64_t i, dyn_corpus_sample *out, dyn_error *err)
+{
+    size_t need = (size_t)c->line_len[i] + 1;
+    if (need > c->line_cap) {
+        char *p = realloc(c->line_buf, need);
+        if (p == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory for a line", c->path);
+        c->line_buf = p;
+        c->line_cap = need;
+    }
+    char where[600];
+    snprintf(where, sizeof where, "%s:%lld", c->path, (long long)c->line_no[i]);
+    if (fseeko(c->fp, (off_t)c->offset[i], SEEK_SET) != 0 ||
+        fread(c->line_buf, 1, (size_t)c->line_len[i], c->fp) != (size_t)c->line_len[i])
+        return dyn_error_set(err, DYN_ERR_IO, "%s: cannot read record %lld again (was the file changed?)", where,
+                             (long long)i);
+    dyn_status st = record_parse(c, c->line_buf, (size_t)c->line_len[i], where, i, 1, out, err);
+    if (st == DYN_OK && (out->input_len != c->len_in[i] || out->target_len != c->len_tgt[i]))
+        st = dyn_error_set(err, DYN_ERR_IO, "%s: record %lld changed since the file was opened", where, (long long)i);
+    return st;
+}
+
+void jsonl_close(dyn_corpus *c)
+{
+    if (c->fp) fclose(c->fp);
+    free(c->path);
+    free(c->offset);
+    free(c->line_len);
+    free(c->line_no);
+    free(c->len_in);
+    free(c->len_tgt);
+    free(c->line_buf);
+}

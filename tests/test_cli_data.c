@@ -1,0 +1,239 @@
+/* test_cli_data.c — `dynapipe data convert|stats|show` and `--data` in plan
+ * and simulate, run as a user would (the built binary, env DYN_CLI):
+ * JSONL -> Megatron -> stats, whose TSV of lengths equals the library's
+ * lengths and plans exactly like the source itself; percentiles on a file
+ * with known lengths; and bad input: one stderr line naming the problem,
+ * exit 1 or 2, no output files. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "dynapipe/corpus.h" /* defines: dyn_corpus_* */
+#include "dynapipe/data.h"   /* defines: dyn_dataset_read_tsv */
+#include "cli_testlib.h"     /* defines: cli_run, slurp, write_file, dir, out_path, err_path */
+
+static int setup(void **state)
+{
+    (void)state;
+    return cli_setup_dir();
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return cli_teardown_dir();
+}
+
+/* slurp behind a call GCC 12 cannot see through: inlined, it takes the
+ * returned buffer for a dangling pointer into slurp's frame. */
+static __attribute__((noinline)) char *read_text(const char *path) { return slurp(path); }
+
+static int exists(const char *name)
+{
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+
+/* A JSONL of 100 pairs: input i+1 bytes, target (i % 7) + 1 bytes. */
+static void write_hundred(char *path, size_t cap)
+{
+    static char text[40000];
+    size_t n = 0;
+    for (int i = 0; i < 100; i++) {
+        n += (size_t)snprintf(text + n, sizeof text - n, "{\"input\": \"");
+        for (int k = 0; k <= i; k++) text[n++] = (char)('a' + k % 26);
+        n += (size_t)snprintf(text + n, sizeof text - n, "\", \"target\": \"");
+        for (int k = 0; k <= i % 7; k++) text[n++] = 'z';
+        n += (size_t)snprintf(text + n, sizeof text - n, "\"}\n");
+    }
+    text[n] = '\0';
+    write_file("hundred.jsonl", text, path, cap);
+}
+
+/* The row "name mean min p50 p90 p99 max" of stats' table. */
+static void stats_row(const char *out, const char *name, double *mean, int v[5])
+{
+    char key[32];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = strstr(out, key);
+    assert_non_null(p);
+    assert_int_equal(sscanf(p + strlen(key), "%lf %d %d %d %d %d", mean, &v[0], &v[1], &v[2], &v[3], &v[4]), 6);
+}
+
+/* Nearest-rank percentiles of 1..100 are p itself. */
+static void test_stats_percentiles_and_tsv(void **state)
+{
+    (void)state;
+    char jsonl[700], args[2000], tsv[700];
+    write_hundred(jsonl, sizeof jsonl);
+    snprintf(tsv, sizeof tsv, "%s/hundred.tsv", dir);
+    snprintf(args, sizeof args, "stats '%s' --tsv '%s'", jsonl, tsv);
+    assert_int_equal(cli_run("data", args), 0);
+    char *out = read_text(out_path);
+    char want[128];
+    int tgt_tokens = 0;
+    for (int i = 0; i < 100; i++) tgt_tokens += i % 7 + 1;
+    snprintf(want, sizeof want, "100 samples, 5050 input + %d target tokens", tgt_tokens);
+    assert_non_null(strstr(out, want));
+    double mean;
+    int v[5];
+    stats_row(out, "input", &mean, v);
+    assert_true(mean > 50.49 && mean < 50.51);
+    assert_int_equal(v[0], 1);
+    assert_int_equal(v[1], 50);
+    assert_int_equal(v[2], 90);
+    assert_int_equal(v[3], 99);
+    assert_int_equal(v[4], 100);
+    free(out);
+    /* the TSV reads back as the library's lengths of the same file */
+    dyn_dataset a = {0}, b = {0};
+    dyn_error err;
+    assert_int_equal(dyn_dataset_read_tsv(tsv, 4096, DYN_MODEL_GPT, 0, &a, &err), DYN_OK);
+    dyn_corpus *c = dyn_corpus_open(jsonl, NULL, &err);
+    assert_non_null(c);
+    assert_int_equal(dyn_corpus_lengths(c, &b, &err), DYN_OK);
+    assert_int_equal(a.n, 100);
+    assert_int_equal(b.n, 100);
+    for (int i = 0; i < 100; i++) {
+        assert_int_equal(a.samples[i].input_len, b.samples[i].input_len);
+        assert_int_equal(a.samples[i].target_len, b.samples[i].target_len);
+        assert_int_equal(a.samples[i].input_len, i + 1);
+        assert_int_equal(a.samples[i].target_len, i % 7 + 1);
+    }
+    dyn_dataset_free(&a);
+    dyn_dataset_free(&b);
+    dyn_corpus_free(c);
+}
+
+/* Remove the wall-clock figures ("planned in X ms", "mean plan time X
+ * ms/batch") from text, in place. */
+static void strip_timing(char *s)
+{
+    const char *marks[2] = {"planned in ", "mean plan time "};
+    for (int k = 0; k < 2; k++) {
+        char *p;
+        while ((p = strstr(s, marks[k])) != NULL) {
+            char *e = strstr(p, " ms");
+            assert_non_null(e);
+            e += 3;
+            while (*e && *e != ',' && *e != '\n') e++; /* "/batch" */
+            memmove(p, e, strlen(e) + 1);
+        }
+    }
+}
+
+static char *plan_output(const char *data_flag)
+{
+    char args[2000];
+    snprintf(args, sizeof args,
+             "--model t5 --model-config t5-tiny %s --global-batch-tokens 600 --max-seqlen 128 --stages 2", data_flag);
+    int rc = cli_run("plan", args);
+    if (rc != 0) {
+        char *e = read_text(err_path);
+        fprintf(stderr, "%s", e);
+        free(e);
+    }
+    assert_int_equal(rc, 0);
+    char *out = read_text(out_path);
+    strip_timing(out);
+    return out;
+}
+
+/* JSONL -> convert -> stats --tsv: the Megatron pair, the JSONL and the TSV
+ * give the same plan. */
+static void test_convert_then_plan(void **state)
+{
+    (void)state;
+    char jsonl[700], args[2000], prefix[700], tsv[700], flag[2100];
+    write_hundred(jsonl, sizeof jsonl);
+    snprintf(prefix, sizeof prefix, "%s/conv", dir);
+    snprintf(args, sizeof args, "convert '%s' --out '%s'", jsonl, prefix);
+    assert_int_equal(cli_run("data", args), 0);
+    assert_true(exists("conv_input.idx") && exists("conv_input.bin"));
+    assert_true(exists("conv_target.idx") && exists("conv_target.bin"));
+    snprintf(tsv, sizeof tsv, "%s/conv.tsv", dir);
+    snprintf(args, sizeof args, "stats '%s' --tsv '%s'", prefix, tsv);
+    assert_int_equal(cli_run("data", args), 0);
+    snprintf(flag, sizeof flag, "--data '%s'", jsonl);
+    char *a = plan_output(flag);
+    snprintf(flag, sizeof flag, "--data '%s_input,%s_target'", prefix, prefix);
+    char *b = plan_output(flag);
+    snprintf(flag, sizeof flag, "--lengths '%s'", tsv);
+    char *c = plan_output(flag);
+    assert_non_null(strstr(a, "global batch 0:"));
+    if (strcmp(a, b) != 0 || strcmp(a, c) != 0) fprintf(stderr, "A:\n%s\nB:\n%s\nC:\n%s\n", a, b, c);
+    assert_string_equal(a, b);
+    assert_string_equal(a, c);
+    free(a);
+    free(b);
+    free(c);
+}
+
+static void test_builtin_sources(void **state)
+{
+    (void)state;
+    assert_int_equal(cli_run("data", "show builtin:2 --index 3 --count 2 --max-seqlen 128"), 0);
+    char *out = read_text(out_path);
+    assert_non_null(strstr(out, "sample 3 "));
+    assert_non_null(strstr(out, "sample 4 "));
+    assert_non_null(strstr(out, "<sep>"));
+    assert_non_null(strstr(out, "<eos>"));
+    free(out);
+    assert_int_equal(cli_run("data", "stats builtin --samples 2000 --split heldout --model t5 --max-seqlen 256"), 0);
+    out = read_text(out_path);
+    assert_non_null(strstr(out, "2000 samples"));
+    assert_non_null(strstr(out, "classify"));
+    assert_non_null(strstr(out, "histogram"));
+    free(out);
+    assert_int_equal(cli_run("simulate", "--model gpt --model-config gpt-tiny --data builtin:4 --global-batch-tokens 4096 "
+                                         "--max-seqlen 256 --stages 2 --batches 1"),
+                     0);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    char bad[700], args[2000], prefix[700];
+    write_file("bad.jsonl", "{\"input\": \"a\", \"target\": \"b\"}\n{\"input\": \"a\",\n", bad, sizeof bad);
+    snprintf(prefix, sizeof prefix, "%s/out", dir);
+    snprintf(args, sizeof args, "convert '%s' --out '%s'", bad, prefix);
+    cli_assert_one_line_error("data convert", args, cli_run("data", args), 1, "bad.jsonl:2: malformed JSON");
+    assert_false(exists("out_input.idx") || exists("out_input.bin") || exists("out.idx"));
+    snprintf(args, sizeof args, "convert '%s'", bad);
+    cli_assert_one_line_error("data convert", args, cli_run("data", args), 2, "--out PREFIX is required");
+    cli_assert_one_line_error("data stats", "stats builtin --frob", cli_run("data", "stats builtin --frob"), 2,
+                              "unknown option '--frob'");
+    char jsonl[700];
+    write_hundred(jsonl, sizeof jsonl);
+    snprintf(args, sizeof args, "stats '%s' --max-seqlen 60 --tsv '%s/x.tsv'", jsonl, dir);
+    cli_assert_one_line_error("data stats", args, cli_run("data", args), 1,
+                              "hundred.jsonl:55: record 54: input + target = 61 tokens exceeds max_seqlen 60");
+    assert_false(exists("x.tsv"));
+    snprintf(args, sizeof args,
+             "--model gpt --data '%s' --lengths x.tsv --global-batch-tokens 100 --max-seqlen 60 --stages 1", jsonl);
+    cli_assert_one_line_error("plan", args, cli_run("plan", args), 2, "give exactly one of");
+    snprintf(args, sizeof args, "--model gpt --data '%s' --global-batch-tokens 1000 --max-seqlen 60 --stages 1", bad);
+    cli_assert_one_line_error("plan", args, cli_run("plan", args), 1, "--data: ");
+    snprintf(args, sizeof args, "--model gpt --data '%s' --truncate --global-batch-tokens 1000 --max-seqlen 60 --stages 1",
+             jsonl);
+    assert_int_equal(cli_run("plan", args), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stats_percentiles_and_tsv),
+        cmocka_unit_test(test_convert_then_plan),
+        cmocka_unit_test(test_builtin_sources),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
