@@ -55,7 +55,7 @@ static dyn_train_options options(dyn_model_kind kind, int layers)
     if (kind == DYN_MODEL_T5) o.model.n_dec_layers = layers;
     o.model.max_seqlen = SEQ;
     o.n_samples = 2000;
-    o.data_seed = 3;
+    o.data_spec = "builtin:3";
     o.global_batch_tokens = GBT;
     o.lr = (dyn_lr_schedule){LR, 1e-4f, 0, 1};
     o.adamw.eps = 1.0f;
@@ -108,7 +108,7 @@ static int train(const char *args)
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 '%s' train --steps 1 "
-             "--samples 2000 --data-seed 3 --global-batch-tokens %d --max-seqlen %d --lr 0.001 --warmup 0 --adam-eps 1 "
+             "--samples 2000 --data builtin:3 --global-batch-tokens %d --max-seqlen %d --lr 0.001 --warmup 0 --adam-eps 1 "
              "--quiet %s >'%s' 2>'%s'",
              cli, GBT, SEQ, args, out_path, err_path);
     int st = system(cmd);
@@ -243,6 +243,7 @@ static void test_bad_flags(void **state)
         {"--model gpt --schedule interleaved", 2, "--chunks"},
         {"--model gpt --steps 0", 2, "--steps"},
         {"--model gpt --lengths x.tsv", 2, "tokens"},
+        {"--model gpt --data /nonexistent.jsonl", 1, "nonexistent"},
         {"--stages 2", 2, "--model"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)

@@ -32,7 +32,7 @@ static void usage(FILE *out)
             "  --clip X                  global gradient-norm clip (default 1.0; 0: none)\n"
             "  --adam-eps X --weight-decay X  AdamW epsilon and decoupled decay (1e-8, 0.01)\n"
             "  --seed N                  model initialisation seed (default 1)\n"
-            "  --data-seed N --samples N synthetic training data: seed and size (1, 20000)\n"
+            "  --samples N               samples of the built-in --data (default 20000)\n"
             "  --timeout S               deadline of every wait for a peer, seconds (default 60)\n"
             "  --plan-ahead K            global batches planned ahead of training (default 2)\n"
             "  --order-groups K          auto's micro-batch order search, 1..4 (default 2)\n"
@@ -41,8 +41,8 @@ static void usage(FILE *out)
             "  --save FILE.safetensors   final weights (Hugging Face names)\n"
             "  --hostfile FILE           hosts for mpirun (default: this machine)\n"
             "  --quiet | --verbose\n\n"
-            "Defaults for the planning flags below: --model-config gpt-tiny / t5-tiny,\n"
-            "--stages 2, --global-batch-tokens 8192, --max-seqlen 512.\n\n");
+            "Defaults for the planning flags below: --data builtin, --model-config gpt-tiny /\n"
+            "t5-tiny, --stages 2, --global-batch-tokens 8192, --max-seqlen 512.\n\n");
     plan_args_usage(out);
 }
 
@@ -105,11 +105,10 @@ static int parse_train_flag(dyn_train_options *o, const char **hostfile, int arg
         VAL();
         if (cli_parse_f64(CMD, f, val, 0, 1e30, &d)) return -1;
         o->clip_norm = d;
-    } else if (strcmp(f, "--seed") == 0 || strcmp(f, "--data-seed") == 0) {
+    } else if (strcmp(f, "--seed") == 0) {
         VAL();
         if (cli_parse_i64(CMD, f, val, 0, INT64_MAX, &v)) return -1;
-        if (f[2] == 's') o->seed = (uint64_t)v;
-        else o->data_seed = (uint64_t)v;
+        o->seed = (uint64_t)v;
     } else if (strcmp(f, "--samples") == 0) {
         VAL();
         if (cli_parse_i64(CMD, f, val, 1, 100000000, &v)) return -1;
@@ -169,7 +168,8 @@ static int parse(int argc, char **argv, dyn_train_options *o, const char **hostf
             return -1;
         }
         if (strcmp(argv[i], "--lengths") == 0 || strcmp(argv[i], "--synthetic") == 0) {
-            cli_errorf(CMD, "%s: training needs samples with tokens; use --data-seed / --samples", argv[i]);
+            cli_errorf(CMD, "%s gives lengths only; training needs tokens: --data builtin[:SEED]|FILE.jsonl|PREFIX",
+                       argv[i]);
             return CLI_EXIT_USAGE;
         }
         have_warmup |= strcmp(argv[i], "--warmup") == 0;
@@ -186,8 +186,7 @@ static int parse(int argc, char **argv, dyn_train_options *o, const char **hostf
         }
     }
     /* training defaults for the planning flags */
-    a.synthetic = 1;
-    a.seed = o->data_seed;
+    if (a.data_spec == NULL) a.data_spec = "builtin";
     if (!have_config && a.have_kind) a.model_config = a.kind == DYN_MODEL_GPT ? "gpt-tiny" : "t5-tiny";
     if (!have_gbt) a.global_batch_tokens = o->global_batch_tokens;
     if (!a.have_max_seqlen) {
@@ -207,6 +206,9 @@ static int parse(int argc, char **argv, dyn_train_options *o, const char **hostf
     o->plan = *dyn_planner_options(in.planner);
     plan_inputs_close(&in);
     o->cost_table = strcmp(a.cost_model, "analytic") == 0 ? NULL : a.cost_model;
+    o->data_spec = a.data_spec;
+    o->split = a.split;
+    o->truncate = a.clip;
     o->global_batch_tokens = a.global_batch_tokens;
     o->lr.total_steps = o->steps > o->lr.warmup_steps ? o->steps : o->lr.warmup_steps + 1;
     if (!have_warmup && o->lr.warmup_steps >= o->steps) o->lr.warmup_steps = o->steps / 4;

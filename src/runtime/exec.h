@@ -39,7 +39,7 @@ typedef struct rt_exec_env {
     const int32_t *lay_first; /* [n_stages + 1]: plan stage s = model layers [lay_first[s], lay_first[s+1]) */
     int32_t n_stages;
     int32_t n_layers;         /* L of the model */
-    const rt_source *src;
+    rt_source *src;          /* this thread's handle */
     double timeout_s;         /* deadline of every wait */
     void (*poll)(void *ctx);  /* called between instructions and while waiting */
     void *poll_ctx;

@@ -1,31 +1,36 @@
-/* source.c — training samples: FLAN-like lengths (src/data) with tokens of
- * a learnable synthetic task, generated from (seed, id) so any rank can
- * produce any sample without reading the ones before it.
- *
- * The task: the input is random letters ending in DYN_TOK_SEP; the target is
- * the input's letters reversed (repeated when the target is longer), ending
- * in DYN_TOK_EOS. A model must attend back across the input to predict each
- * target token, so the loss falls only when attention works. */
+/* source.c — training samples from a token corpus (see source.h). */
 #include "runtime/source.h"
 
 #include <stdlib.h>
+#include <string.h>
 
-#include "util/rng.h"
 #include "util/util.h"
 
 struct rt_source {
+    dyn_corpus *corpus;
     dyn_dataset ds;
-    uint64_t seed;
 };
 
 rt_source *rt_source_open(const dyn_train_options *o, dyn_error *err)
 {
     rt_source *s = dyn_calloc(1, sizeof *s, "training data", err);
     if (s == NULL) return NULL;
-    s->seed = o->data_seed;
-    if (dyn_dataset_synthetic_flan(o->data_seed, o->n_samples, o->model.max_seqlen, o->model.kind, &s->ds,
-                                   err) != DYN_OK) {
-        free(s);
+    dyn_corpus_options co;
+    dyn_corpus_options_default(&co);
+    co.split = o->split;
+    co.builtin_samples = o->n_samples;
+    co.max_seqlen = o->model.max_seqlen;
+    co.kind = o->model.kind;
+    co.truncate = o->truncate;
+    co.vocab = o->model.vocab;
+    s->corpus = dyn_corpus_open(o->data_spec, &co, err);
+    if (s->corpus == NULL || dyn_corpus_lengths(s->corpus, &s->ds, err) != DYN_OK) {
+        rt_source_free(s);
+        return NULL;
+    }
+    if (s->ds.n == 0) {
+        dyn_error_set(err, DYN_ERR_INVALID_ARG, "--data %s: no samples", o->data_spec);
+        rt_source_free(s);
         return NULL;
     }
     return s;
@@ -34,23 +39,24 @@ rt_source *rt_source_open(const dyn_train_options *o, dyn_error *err)
 void rt_source_free(rt_source *s)
 {
     if (s == NULL) return;
+    dyn_corpus_free(s->corpus);
     dyn_dataset_free(&s->ds);
     free(s);
 }
 
 const dyn_dataset *rt_source_lengths(const rt_source *s) { return &s->ds; }
 
-dyn_status rt_source_tokens(const rt_source *s, int32_t id, int32_t *input, int32_t *target, dyn_error *err)
+dyn_status rt_source_tokens(rt_source *s, int32_t id, int32_t *input, int32_t *target, dyn_error *err)
 {
     if (id < 0 || id >= s->ds.n) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "sample id %d of %d", id, s->ds.n);
-    const dyn_sample *smp = &s->ds.samples[id];
-    dyn_rng r;
-    dyn_rng_seed(&r, s->seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(id + 1)));
-    int32_t nl = smp->input_len - 1; /* letters before SEP */
-    for (int32_t i = 0; i < nl; i++) input[i] = 'a' + (int32_t)dyn_rng_below(&r, 26);
-    input[smp->input_len - 1] = DYN_TOK_SEP;
-    for (int32_t i = 0; i < smp->target_len - 1; i++)
-        target[i] = nl > 0 ? input[nl - 1 - (i % nl)] : 'a';
-    target[smp->target_len - 1] = DYN_TOK_EOS;
+    dyn_corpus_sample cs;
+    dyn_status st = dyn_corpus_read(s->corpus, id, &cs, err);
+    if (st != DYN_OK) return st;
+    const dyn_sample *l = &s->ds.samples[id];
+    if (cs.input_len != l->input_len || cs.target_len != l->target_len)
+        return dyn_error_set(err, DYN_ERR_INTERNAL, "sample %d: read %d+%d tokens, its lengths say %d+%d", id,
+                             cs.input_len, cs.target_len, l->input_len, l->target_len);
+    memcpy(input, cs.input, (size_t)cs.input_len * sizeof(int32_t));
+    memcpy(target, cs.target, (size_t)cs.target_len * sizeof(int32_t));
     return DYN_OK;
 }

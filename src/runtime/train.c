@@ -54,7 +54,7 @@ void dyn_train_options_default(dyn_train_options *o)
     o->schedule = DYN_SCHEDULE_AUTO;
     o->order_groups = 2;
     o->plan_ahead = 2;
-    o->data_seed = 1;
+    o->data_spec = "builtin";
     o->n_samples = 20000;
     o->global_batch_tokens = 8192;
     o->steps = 20;
@@ -90,7 +90,8 @@ typedef struct rt_mail {
     dyn_error err;
     /* sending (rank 0) */
     rt_planner *planner;
-    int64_t next_send;
+    int64_t next_send;  /* first iteration not yet sent */
+    int64_t horizon;    /* send iterations up to this one: the one training now, plus one */
     rt_outgoing out[OUT_CAP];
     double plan_ms_sent;
 } rt_mail;
@@ -148,7 +149,7 @@ static void mail_progress_send(rt_mail *m)
             o->pl = NULL;
         }
     }
-    if (m->fail != DYN_OK || m->next_send >= m->steps) return;
+    if (m->fail != DYN_OK || m->next_send >= m->steps || m->next_send > m->horizon) return;
     rt_planned *pl = NULL;
     dyn_error e;
     dyn_status st = rt_planner_take(m->planner, m->next_send, 0, 0, &pl, &e);
@@ -220,6 +221,7 @@ static void mail_poll(void *ctx)
 static dyn_status mail_take(rt_mail *m, int64_t k, uint8_t **buf, size_t *len, double *wait_ms, dyn_error *err)
 {
     double t0 = dyn_time_ms();
+    m->horizon = k + 1;
     if (m->planner && m->next_send <= k) {
         rt_planned *pl = NULL;
         dyn_status st = rt_planner_take(m->planner, k, 1, m->timeout_s, &pl, err);

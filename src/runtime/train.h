@@ -31,8 +31,10 @@ typedef struct dyn_train_options {
     int32_t order_groups;    /* auto's order search, 1..4 */
     int32_t plan_ahead;      /* global batches planned ahead of training, >= 1 */
     /* data */
-    uint64_t data_seed;      /* the sample stream */
-    int32_t n_samples;       /* samples in the (synthetic) dataset; the sampler wraps around */
+    const char *data_spec;   /* a token corpus (corpus.h): builtin[:SEED], FILE.jsonl, Megatron PREFIX */
+    int32_t n_samples;       /* samples of the built-in dataset; the sampler wraps around at the end */
+    int32_t split;           /* dyn_corpus_split of the built-in dataset */
+    int32_t truncate;        /* clip samples over max_seqlen instead of failing */
     int64_t global_batch_tokens; /* input + target tokens per global batch */
     /* training */
     int64_t steps;
