@@ -21,6 +21,7 @@
 #include "model_test_util.h" /* defines: make_samples, loss_and_grad, loss_only */
 #include "dynapipe/plan.h"    /* the planner's micro-batch beside the model's: both names must coexist */
 #include "dynapipe/sched.h"
+#include "model/threads.h" /* defines: dyn_threads_init */
 
 /* Per-tensor directional derivative check. For tensor t the direction u is
  * its analytic gradient (normalised) plus a random unit vector, so a wrong
@@ -505,6 +506,7 @@ static void test_adamw_decays_matrices_only(void **state)
 
 int main(void)
 {
+    dyn_threads_init(); /* the selected BLAS kernel, checked (threads.h); may re-execute */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt_gradients_match_finite_differences),
         cmocka_unit_test(test_t5_gradients_match_finite_differences),

@@ -252,6 +252,8 @@ static struct {
     int decided;        /* dyn_blas_select ran in this process */
     char how[256];      /* how the kernel was chosen */
     int check_bad;      /* dyn_blas_check result for the kernel in use */
+    int forced;         /* the kernel is named in DYN_BLAS_REJECT */
+    int deferred;       /* check left to the re-executed process */
     double check_ms;
     /* Environment before dyn_blas_select changed it, for the undo. */
     int changed, had_core, had_mark;
@@ -259,10 +261,13 @@ static struct {
     char line[768];     /* dyn_blas_describe's buffer */
 } g_blas;
 
-/* Check the loaded kernel and remember the result. */
+/* Check the loaded kernel and remember the result. A kernel named in
+ * DYN_BLAS_REJECT counts as disagreeing on every product (blas.h). */
 static int check_loaded(void)
 {
     g_blas.check_bad = dyn_blas_check(NULL, &g_blas.check_ms);
+    g_blas.forced = list_has(getenv(DYN_BLAS_REJECT), dyn_blas_kernel());
+    if (g_blas.forced && g_blas.check_bad >= 0) g_blas.check_bad = DYN_BLAS_CHECK_PRODUCTS;
     return g_blas.check_bad;
 }
 
@@ -301,7 +306,15 @@ static int request_kernel(const char *orig, const char *tried, const char *next)
     return 1;
 }
 
-int dyn_blas_select(void)
+/* The process is about to re-execute anyway and the environment for BLAS
+ * stays as it is: the new process makes the check (once, not twice). */
+static int defer_check(void)
+{
+    g_blas.deferred = 1;
+    return 0;
+}
+
+int dyn_blas_select(int exec_pending)
 {
     dyn_cpu_features f;
     dyn_cpu_features_detect(&f);
@@ -310,8 +323,10 @@ int dyn_blas_select(void)
     const char *user = getenv("OPENBLAS_CORETYPE");
     g_blas.decided = 1;
     g_blas.changed = 0;
+    g_blas.deferred = 0;
     if (mark == NULL && user != NULL && *user != '\0') {
         snprintf(g_blas.how, sizeof(g_blas.how), "set by OPENBLAS_CORETYPE=%s", user);
+        if (exec_pending) return defer_check();
         if (check_loaded() > 0) warn_bad("was set by OPENBLAS_CORETYPE, so it stays");
         return 0;
     }
@@ -337,6 +352,7 @@ int dyn_blas_select(void)
             request_kernel(orig, "", best))
             return 1;
         snprintf(g_blas.how, sizeof(g_blas.how), "chosen by OpenBLAS");
+        if (exec_pending) return defer_check();
     } else {
         /* tried = rejected kernels, then the one requested (last). */
         const char *last = strrchr(tried, ',');
@@ -370,7 +386,13 @@ int dyn_blas_select(void)
 
 void dyn_blas_select_undo(void)
 {
-    if (!g_blas.changed) return;
+    if (!g_blas.changed) {
+        /* Nothing to restore; make the check that was left to the new
+         * process. */
+        if (g_blas.deferred && check_loaded() > 0) warn_bad("no other kernel was tried");
+        g_blas.deferred = 0;
+        return;
+    }
     if (g_blas.had_core) setenv("OPENBLAS_CORETYPE", g_blas.old_core, 1);
     else unsetenv("OPENBLAS_CORETYPE");
     if (g_blas.had_mark) setenv(DYN_BLAS_MARKER, g_blas.old_mark, 1);
@@ -400,8 +422,9 @@ const char *dyn_blas_describe(void)
     else if (g_blas.check_bad < 0)
         snprintf(check, sizeof(check), "not checked (out of memory)");
     else
-        snprintf(check, sizeof(check), "DISAGREES with a plain loop on %d of %d products",
-                 g_blas.check_bad, DYN_BLAS_CHECK_PRODUCTS);
+        snprintf(check, sizeof(check), "DISAGREES with a plain loop on %d of %d products%s",
+                 g_blas.check_bad, DYN_BLAS_CHECK_PRODUCTS,
+                 g_blas.forced ? " (named in " DYN_BLAS_REJECT ")" : "");
     snprintf(g_blas.line, sizeof(g_blas.line), "OpenBLAS %.*s kernel %s, %s; cpu %s; check %s",
              vlen, cfg, dyn_blas_kernel(), g_blas.decided ? g_blas.how : "as loaded", feats, check);
     return g_blas.line;

@@ -30,6 +30,11 @@
  * the last was rejected by the check; the last is the one now requested. */
 #define DYN_BLAS_MARKER "DYN_BLAS_SELECTED"
 
+/* Comma-separated kernel names that the start-up check treats as
+ * disagreeing on every product, as if they computed wrong results: to
+ * exercise the fall-back (tests/test_blas.c) or to keep a kernel out. */
+#define DYN_BLAS_REJECT "DYN_BLAS_REJECT"
+
 /* At most this many kernels are ever tried in one chain (the ladder has 4
  * rungs), so a process re-executes at most 1 + DYN_BLAS_MAX_TRIES - 1 times
  * for the kernel and in practice once. */
@@ -79,16 +84,20 @@ typedef void (*dyn_blas_sgemm_fn)(int ta, int tb, int M, int N, int K, float alp
 int dyn_blas_check(dyn_blas_sgemm_fn fn, double *ms);
 
 /* Decide this process's kernel; called by dyn_threads_init before anything
- * else touches BLAS. Returns 1 when the program must re-execute to load
- * another kernel: OPENBLAS_CORETYPE and DYN_BLAS_MARKER are then set in the
- * environment (undo with dyn_blas_select_undo if the exec fails). Returns 0
- * when the kernel now loaded stays: it has been checked (result in
- * dyn_blas_describe; a disagreeing kernel that cannot be replaced, e.g. one
- * the user set, is reported on stderr as a warning). */
-int dyn_blas_select(void);
+ * else touches BLAS. exec_pending: the caller re-executes the program anyway
+ * (for OMP_WAIT_POLICY), so a kernel that stays is checked by the new
+ * process rather than by both. Returns 1 when the program must re-execute to
+ * load another kernel: OPENBLAS_CORETYPE and DYN_BLAS_MARKER are then set in
+ * the environment. Returns 0 when the kernel now loaded stays: it has been
+ * checked, unless exec_pending (result in dyn_blas_describe; a disagreeing
+ * kernel that cannot be replaced, e.g. one the user set, is reported on
+ * stderr as a warning). If the re-execution fails, call
+ * dyn_blas_select_undo. */
+int dyn_blas_select(int exec_pending);
 
-/* Restore the environment dyn_blas_select changed and record that the
- * selection could not be applied (the loaded kernel is then checked). */
+/* After a failed re-execution: restore the environment dyn_blas_select
+ * changed, record that the selection could not be applied, and check the
+ * loaded kernel if that has not been done. */
 void dyn_blas_select_undo(void);
 
 /* The OpenBLAS core name in use now, e.g. "SkylakeX". */

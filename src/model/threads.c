@@ -43,17 +43,16 @@ static char **read_cmdline(char **buf)
 int dyn_threads_init(void)
 {
     int want_omp = getenv("OMP_WAIT_POLICY") == NULL && getenv("GOMP_SPINCOUNT") == NULL;
-    /* The BLAS kernel first (blas.h): it may check the loaded kernel, which
-     * is cheap, and it may ask for a re-execution of its own. One exec then
-     * serves both. */
-    int want_blas = dyn_blas_select();
+    /* The BLAS kernel (blas.h) may ask for a re-execution of its own; one
+     * exec then serves both. */
+    int want_blas = dyn_blas_select(want_omp);
     if (!want_omp && !want_blas) return 0;
     char *buf = NULL;
     char **argv = read_cmdline(&buf);
     if (argv == NULL || (want_omp && setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0)) {
         free(argv);
         free(buf);
-        if (want_blas) dyn_blas_select_undo();
+        dyn_blas_select_undo();
         return -1;
     }
     fflush(NULL);
@@ -61,7 +60,7 @@ int dyn_threads_init(void)
     /* Still here: exec failed. Do not leave variables that this process's
      * libraries never read, so the reports stay true. */
     if (want_omp) unsetenv("OMP_WAIT_POLICY");
-    if (want_blas) dyn_blas_select_undo();
+    dyn_blas_select_undo();
     free(argv);
     free(buf);
     return -1;
