@@ -199,7 +199,10 @@ static int check_one(dyn_blas_sgemm_fn fn, const check_case *c, int ta, int tb, 
             }
             double cz = c->beta != 0.0f ? (double)c->beta * C0[ic] : 0.0;
             double ref = (double)c->alpha * s + cz;
-            double tol = 8.0 * K * FLT_EPSILON * fabs((double)c->alpha) * mag +
+            /* Twice the worst-case bound of fp32 summation in any order
+             * (gamma_K = K * FLT_EPSILON / 2, times sum |a b|), plus the
+             * rounding of the beta term; a wrong kernel is off by far more. */
+            double tol = 2.0 * (K + 2) * FLT_EPSILON * fabs((double)c->alpha) * mag +
                          4.0 * FLT_EPSILON * fabs(cz) + 1e-30;
             if (!(fabs((double)C[ic] - ref) <= tol)) bad = 1; /* NaN counts as bad */
         }

@@ -77,10 +77,12 @@ typedef void (*dyn_blas_sgemm_fn)(int ta, int tb, int M, int N, int K, float alp
 
 /* Check `fn` against a plain double-precision loop on DYN_BLAS_CHECK_PRODUCTS
  * small products with fixed pseudo-random inputs; an element disagrees when
- * it is off by more than 8·K·FLT_EPSILON·Σ|a·b| (+ the beta term). Returns
- * the number of products with a disagreeing element (0 = agrees), or -1 if
- * the buffers could not be allocated; *ms (may be NULL) gets the time taken
- * (about 1 ms). fn NULL means the loaded OpenBLAS's cblas_sgemm. */
+ * it is off by more than 2·(K+2)·FLT_EPSILON·|alpha|·Σ|a·b| (twice the
+ * worst-case rounding of any summation order) plus the beta term's
+ * rounding. Returns the number of products with a disagreeing element
+ * (0 = agrees), or -1 if the buffers could not be allocated; *ms (may be
+ * NULL) gets the time taken (4-8 ms on the Xeon, mostly the double loop).
+ * fn NULL means the loaded OpenBLAS's cblas_sgemm. */
 int dyn_blas_check(dyn_blas_sgemm_fn fn, double *ms);
 
 /* Decide this process's kernel; called by dyn_threads_init before anything

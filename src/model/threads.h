@@ -81,7 +81,7 @@ void dyn_threads_set(int n);
  * 2. The OpenBLAS kernel (blas.h, dyn_blas_select): when OpenBLAS fell back
  * to a generic kernel on a CPU that supports a better one, OPENBLAS_CORETYPE
  * is set to the best rung of the ladder; whatever kernel runs is checked
- * against a plain loop (~1 ms), and one of ours that disagrees is replaced
+ * against a plain loop (~5 ms), and one of ours that disagrees is replaced
  * by the next rung down (one more re-execution per rejected kernel, never
  * the same kernel twice: the DYN_BLAS_MARKER variable records the chain). A
  * kernel the user set in OPENBLAS_CORETYPE stays (a failed check is a
