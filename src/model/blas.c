@@ -490,15 +490,17 @@ double dyn_cpu_fma_peak_gflops(double ms)
     int lanes = f.avx512f ? 16 : f.avx2 && f.fma ? 8 : 4;
     volatile float sink = 0.0f;
     if (ms < 1.0) ms = 1.0;
-    /* Size one run to about ms/4 from a short one, then keep the best of
-     * four (the fastest is the least disturbed by other processes). */
-    long iters = 1 << 14;
+    /* Size one run to about ms/20 from a short one, then keep the best of
+     * twenty: on a machine shared with other processes a run that short
+     * often fits in one undisturbed time slice, and the fastest run is the
+     * core's own speed. */
+    long iters = 1 << 12;
     double t0 = dyn_time_ms();
     sink += fn(iters);
     double dt = dyn_time_ms() - t0;
-    if (dt > 0.0) iters = (long)(iters * (ms / 4.0) / dt) + 1;
+    if (dt > 0.0) iters = (long)(iters * (ms / 20.0) / dt) + 1;
     double best = 0.0;
-    for (int r = 0; r < 4; r++) {
+    for (int r = 0; r < 20; r++) {
         t0 = dyn_time_ms();
         sink += fn(iters);
         dt = dyn_time_ms() - t0;
