@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "model/layers.h"  /* defines: dyn_attention_* */
+#include "model/blas.h"    /* defines: dyn_blas_describe */
 #include "model/threads.h" /* defines: dyn_threads_set, dyn_threads_init */
 #include "util/rng.h"     /* defines: dyn_rng_* */
 #include "util/util.h"    /* defines: dyn_time_ms */
@@ -26,7 +27,7 @@ static int cmp(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    dyn_threads_init(); /* idle OpenMP workers sleep (threads.h); may re-execute */
+    dyn_threads_init(); /* sleeping idle workers, the right BLAS kernel (threads.h); may re-execute */
     int T = argc > 1 ? atoi(argv[1]) : 2048, R = argc > 2 ? atoi(argv[2]) : 5;
     int nt = argc > 3 ? atoi(argv[3]) : 1;
     if (T < 1 || R < 1 || R > 1000 || nt < 1) {
@@ -75,6 +76,7 @@ int main(int argc, char **argv)
     qsort(tg, (size_t)R, 8, cmp);
     double unit = (double)T * T * HD * NH * 1e-9; /* GFLOP per S²·HD·NH */
     double fwd = tf[R / 2], bwd = tb[R / 2], gem = tg[R / 2];
+    printf("blas: %s\n", dyn_blas_describe());
     printf("seq %d heads %d head_dim %d threads %d repeat %d (medians)\n", T, NH, HD, nt, R);
     printf("forward   %8.2f ms  %6.1f GFLOP/s\n", fwd, 2.0 * unit / (fwd * 1e-3));
     printf("backward  %8.2f ms  %6.1f GFLOP/s\n", bwd, 5.0 * unit / (bwd * 1e-3));

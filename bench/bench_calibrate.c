@@ -34,7 +34,8 @@
 #include "dynapipe/cost.h"         /* defines: dyn_cost_*, dyn_machine_builtin */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_preset */
 #include "model/layer_bench.h"     /* defines: dyn_layer_bench_run */
-#include "model/threads.h"         /* defines: dyn_threads_set */
+#include "model/blas.h"            /* defines: dyn_blas_describe */
+#include "model/threads.h"         /* defines: dyn_threads_set, dyn_threads_init */
 #include "util/util.h"             /* defines: dyn_calloc, dyn_time_ms, dyn_median, dyn_loadavg_print */
 
 #define MAX_REPEAT 31
@@ -125,12 +126,14 @@ static double predict_block(const dyn_machine *m, int h, int b, int s)
 
 int main(int argc, char **argv)
 {
+    dyn_threads_init(); /* sleeping idle workers, the right BLAS kernel (threads.h); may re-execute */
     int repeat = argc > 1 ? atoi(argv[1]) : 5;
     if (repeat < 1 || repeat > MAX_REPEAT) {
         fprintf(stderr, "usage: bench_calibrate [repeat 1..%d]\n", MAX_REPEAT);
         return 2;
     }
     dyn_threads_set(1);
+    printf("blas: %s\n", dyn_blas_describe());
     dyn_loadavg_print("at start");
 
     /* ---- 1. GEMM efficiency -------------------------------------------- */

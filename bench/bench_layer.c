@@ -4,18 +4,21 @@
  * two side by side (each repeat runs both counts in turn, so both see the
  * same machine load), printed beside the sgemm rate measured in the same run
  * and the 2-thread / 1-thread speed-up (median of the per-repeat ratios).
+ * The header names the BLAS kernel in use and the measured FMA peak of one
+ * core; "1T/peak" is the one-thread block rate over that peak.
  *
  * usage: bench_layer [repeat]   (default 5; medians over the repeats) */
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "model/blas.h"        /* defines: dyn_blas_describe, dyn_cpu_fma_peak_gflops */
 #include "model/layer_bench.h" /* defines: dyn_layer_bench_compare */
 #include "model/threads.h"     /* defines: dyn_threads_blas_kind */
 #include "util/util.h" /* defines: dyn_loadavg_print */
 
 int main(int argc, char **argv)
 {
-    dyn_threads_init(); /* idle OpenMP workers sleep (threads.h); may re-execute */
+    dyn_threads_init(); /* sleeping idle workers, the right BLAS kernel (threads.h); may re-execute */
     int repeat = argc > 1 ? atoi(argv[1]) : 5;
     if (repeat < 1) {
         fprintf(stderr, "usage: bench_layer [repeat >= 1]\n");
@@ -28,9 +31,12 @@ int main(int argc, char **argv)
     const int threads[2] = {1, 2};
     printf("bench_layer: medians of %d repeats, 1 and 2 threads alternating; OpenBLAS %s, OMP_WAIT_POLICY %s\n",
            repeat, dyn_threads_blas_kind(), getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "unset");
+    printf("blas: %s\n", dyn_blas_describe());
+    double peak = dyn_cpu_fma_peak_gflops(40.0);
+    printf("fma peak: %.1f GFLOP/s per core (measured)\n", peak);
     dyn_loadavg_print("before");
-    printf("%-5s %5s %5s %5s %9s %9s %8s %8s %9s %9s %8s %7s\n", "model", "batch", "seq", "enc",
-           "ms 1T", "ms 2T", "GF/s 1T", "GF/s 2T", "sgemm 1T", "sgemm 2T", "1T/sgm", "2T/1T");
+    printf("%-5s %5s %5s %5s %9s %9s %8s %8s %9s %9s %8s %7s %7s\n", "model", "batch", "seq", "enc",
+           "ms 1T", "ms 2T", "GF/s 1T", "GF/s 2T", "sgemm 1T", "sgemm 2T", "1T/sgm", "2T/1T", "1T/peak");
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
         dyn_layer_bench_cfg cfg = {shapes[i].m, 512, 8, shapes[i].b, shapes[i].s, shapes[i].e,
                                    1, repeat};
@@ -41,10 +47,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_layer: %s\n", err.msg);
             return 1;
         }
-        printf("%-5s %5d %5d %5d %9.2f %9.2f %8.1f %8.1f %9.1f %9.1f %8.2f %7.2f\n",
+        printf("%-5s %5d %5d %5d %9.2f %9.2f %8.1f %8.1f %9.1f %9.1f %8.2f %7.2f %7.2f\n",
                shapes[i].m == DYN_MODEL_GPT ? "gpt" : "t5", shapes[i].b, shapes[i].s,
                shapes[i].e, r[0].ms, r[1].ms, r[0].gflops, r[1].gflops, r[0].sgemm_gflops,
-               r[1].sgemm_gflops, r[0].gflops / r[0].sgemm_gflops, speedup[1]);
+               r[1].sgemm_gflops, r[0].gflops / r[0].sgemm_gflops, speedup[1],
+               peak > 0.0 ? r[0].gflops / peak : 0.0);
         fflush(stdout);
     }
     dyn_loadavg_print("after");

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "model/model.h"   /* defines: dyn_model_*, dyn_microbatch_* */
+#include "model/blas.h"    /* defines: dyn_blas_describe */
 #include "model/threads.h" /* defines: dyn_threads_init */
 #include "util/rng.h"    /* defines: dyn_rng_* */
 #include "util/util.h"   /* defines: dyn_time_ms, dyn_median */
@@ -73,12 +74,13 @@ static int run(const char *name, dyn_model_config cfg, int B, int in_len, int tg
 
 int main(int argc, char **argv)
 {
-    dyn_threads_init(); /* idle OpenMP workers sleep (threads.h); may re-execute */
+    dyn_threads_init(); /* sleeping idle workers, the right BLAS kernel (threads.h); may re-execute */
     int repeats = argc > 1 ? atoi(argv[1]) : 5, threads = argc > 2 ? atoi(argv[2]) : 1;
     if (repeats < 1 || threads < 1) {
         fprintf(stderr, "usage: bench_model [repeats >= 1] [threads >= 1]\n");
         return 2;
     }
+    printf("blas: %s\n", dyn_blas_describe());
     printf("bench_model: median of %d alternating runs, %d thread(s), forward+backward of one micro-batch\n", repeats,
            threads);
     dyn_model_config gpt = dyn_model_config_tiny(DYN_MODEL_GPT, 4, 256, 4, 512);

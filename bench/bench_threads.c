@@ -112,7 +112,7 @@ static int run(const char *name, dyn_model_config cfg, int B, int in_len, int tg
 
 int main(int argc, char **argv)
 {
-    dyn_threads_init(); /* idle OpenMP workers sleep (threads.h); may re-execute */
+    dyn_threads_init(); /* sleeping idle workers, the right BLAS kernel (threads.h); may re-execute */
     int repeats = argc > 1 ? atoi(argv[1]) : 7;
     if (repeats < 1) {
         fprintf(stderr, "usage: bench_threads [repeats >= 1]\n");

@@ -14,6 +14,7 @@
 #include "model/layers.h"        /* defines: dyn_attention_*, dyn_t5_bucket */
 #include "model/layout.h"        /* defines: dyn_layout_create_* */
 #include "model_testutil.h"      /* defines: fill_uniform, tol_ratio, fd_mismatches, lay_*, xcalloc */
+#include "model/threads.h" /* defines: dyn_threads_init */
 
 /* One attention problem: layouts, config, inputs, and outputs of both
  * kernels. q/k/v are stored with row strides ldq/ldk/ldv wider than NH*HD
@@ -401,6 +402,7 @@ static void test_layout_constructors(void **state)
 
 int main(void)
 {
+    dyn_threads_init(); /* the selected BLAS kernel, checked (threads.h); may re-execute */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout_constructors),
         cmocka_unit_test(test_t5_bucket_hand_values),

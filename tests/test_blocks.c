@@ -13,6 +13,7 @@
 
 #include "model/blocks.h"   /* defines: dyn_gpt_block_*, dyn_t5_* */
 #include "model_testutil.h" /* defines: fill_uniform, tol_ratio, fd_mismatches, lay_*, xcalloc */
+#include "model/threads.h" /* defines: dyn_threads_init */
 
 enum { GPT = 0, ENC = 1, DEC = 2 };
 
@@ -377,6 +378,7 @@ static void test_sizes_and_flops(void **state)
 
 int main(void)
 {
+    dyn_threads_init(); /* the selected BLAS kernel, checked (threads.h); may re-execute */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes_and_flops),
         cmocka_unit_test(test_gpt_block_fd),

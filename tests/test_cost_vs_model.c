@@ -9,6 +9,7 @@
 
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_params */
 #include "model/model.h"           /* defines: dyn_model_create, dyn_model_num_params */
+#include "model/threads.h" /* defines: dyn_threads_init */
 
 static void check_counts_match(const dyn_model_config *cfg)
 {
@@ -36,6 +37,7 @@ static void test_t5_counts_match_built_model(void **state)
 
 int main(void)
 {
+    dyn_threads_init(); /* the selected BLAS kernel, checked (threads.h); may re-execute */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt_counts_match_built_model),
         cmocka_unit_test(test_t5_counts_match_built_model),

@@ -11,6 +11,7 @@
 
 #include "model/layers.h"   /* defines: the kernels under test */
 #include "model_testutil.h" /* defines: fill_uniform, tol_ratio, fd_mismatches, xcalloc */
+#include "model/threads.h" /* defines: dyn_threads_init */
 
 /* A kernel under test: fwd computes out from the current inputs; the
  * harness forms L = sum(out ∘ R). */
@@ -326,6 +327,7 @@ static void test_lmhead_chunked_fd(void **state) { (void)state; lmhead_case(5, 4
 
 int main(void)
 {
+    dyn_threads_init(); /* the selected BLAS kernel, checked (threads.h); may re-execute */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear_gradients),
         cmocka_unit_test(test_layernorm_gradients),

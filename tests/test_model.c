@@ -21,6 +21,7 @@
 #include "model_test_util.h" /* defines: make_samples, loss_and_grad, loss_only */
 #include "dynapipe/plan.h"    /* the planner's micro-batch beside the model's: both names must coexist */
 #include "dynapipe/sched.h"
+#include "model/threads.h" /* defines: dyn_threads_init */
 
 static void grad_check(dyn_model *m, const dyn_model_microbatch *mb, const char *what)
 {
@@ -450,6 +451,7 @@ static void test_adamw_decays_matrices_only(void **state)
 
 int main(void)
 {
+    dyn_threads_init(); /* the selected BLAS kernel, checked (threads.h); may re-execute */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt_gradients_match_finite_differences),
         cmocka_unit_test(test_t5_gradients_match_finite_differences),

@@ -14,6 +14,7 @@
 #include "model/safetensors.h" /* defines: dyn_safetensors_* */
 #include "model_test_util.h"   /* defines: make_samples, loss_and_grad */
 #include "util/util.h"         /* defines: dyn_file_read_all, dyn_file_write_atomic */
+#include "model/threads.h" /* defines: dyn_threads_init */
 
 static void tmp_path(char *buf, size_t cap, const char *tag)
 {
@@ -330,6 +331,7 @@ static void test_train_state_round_trip(void **state)
 
 int main(void)
 {
+    dyn_threads_init(); /* the selected BLAS kernel, checked (threads.h); may re-execute */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt_file_has_hf_names_and_shapes),
         cmocka_unit_test(test_t5_file_has_hf_names_and_shapes),

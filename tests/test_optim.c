@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "model/optim.h" /* defines: dyn_adamw_*, dyn_grad_clip, dyn_lr_at */
+#include "model/threads.h" /* defines: dyn_threads_init */
 
 static void test_adamw_first_step_by_hand(void **state)
 {
@@ -83,6 +84,7 @@ static void test_lr_schedule_values(void **state)
 
 int main(void)
 {
+    dyn_threads_init(); /* the selected BLAS kernel, checked (threads.h); may re-execute */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adamw_first_step_by_hand),
         cmocka_unit_test(test_adamw_three_steps_match_double_reference),

@@ -14,6 +14,7 @@
 
 #include "model/safetensors.h" /* defines: dyn_safetensors_* */
 #include "util/util.h"         /* defines: dyn_file_read_all */
+#include "model/threads.h" /* defines: dyn_threads_init */
 
 static void tmp_path(char *buf, size_t cap, const char *tag)
 {
@@ -170,6 +171,7 @@ static void test_bad_files_are_rejected(void **state)
 
 int main(void)
 {
+    dyn_threads_init(); /* the selected BLAS kernel, checked (threads.h); may re-execute */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_and_layout),
         cmocka_unit_test(test_bad_files_are_rejected),

@@ -162,6 +162,7 @@ static void test_fixed_count_bit_identical(void **state)
 
 int main(void)
 {
+    dyn_threads_init(); /* the selected BLAS kernel, checked (threads.h); may re-execute */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_blas_is_openmp_build),
         cmocka_unit_test(test_set_moves_both_counts),

@@ -24,6 +24,7 @@
 #include "model/model.h" /* defines: dyn_model_*, dyn_microbatch_* */
 #include "model/toy.h"   /* defines: dyn_toy_reverse_sample */
 #include "util/util.h"   /* defines: dyn_time_ms */
+#include "model/threads.h" /* defines: dyn_threads_init */
 
 #define TOY_BATCH 16
 #define TOY_MAX_LEN 5
@@ -143,6 +144,7 @@ static void test_same_seed_same_losses(void **state)
 
 int main(void)
 {
+    dyn_threads_init(); /* the selected BLAS kernel, checked (threads.h); may re-execute */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt_learns_reversal),
         cmocka_unit_test(test_t5_learns_reversal),

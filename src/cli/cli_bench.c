@@ -1,11 +1,13 @@
 /* cli_bench.c — `dynapipe bench layer`: time forward + backward of one GPT-2
- * block or one T5 decoder block on this CPU and print milliseconds, GFLOP/s
- * and the sgemm rate measured in the same run (src/model/layer_bench.c). */
+ * block or one T5 decoder block on this CPU and print milliseconds, GFLOP/s,
+ * the sgemm rate measured in the same run (src/model/layer_bench.c), the
+ * measured FMA peak of one core and the BLAS kernel in use (model/blas.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"           /* defines: cli_errorf, cli_parse_i32, CLI_EXIT_* */
+#include "model/blas.h"        /* defines: dyn_blas_describe, dyn_cpu_fma_peak_gflops */
 #include "model/layer_bench.h" /* defines: dyn_layer_bench_run */
 #include "model/threads.h"     /* defines: dyn_threads_init, dyn_threads_blas_kind */
 
@@ -13,7 +15,7 @@ static void bench_usage(FILE *out)
 {
     fprintf(out,
             "usage: dynapipe bench layer --model gpt|t5 --hidden H --heads N --batch B --seq S\n"
-            "                            [--enc-seq E] [--threads T] [--repeat R]\n\n"
+            "                            [--enc-seq E] [--threads T] [--repeat R] [--verbose]\n\n"
             "Forward + backward of one transformer block in fp32 on random weights:\n"
             "  gpt  a GPT-2 block (pre-LayerNorm, causal attention, GELU MLP 4H)\n"
             "  t5   a T5 v1.1 decoder block (self + cross attention, gated-GELU FFN 4H,\n"
@@ -23,14 +25,18 @@ static void bench_usage(FILE *out)
             "3 x (24 B S H^2 + 4 B S^2 H); T5: see docs/architecture.md), GFLOP/s and\n"
             "the sgemm GFLOP/s measured between the repeats. --threads (default 1)\n"
             "sets OpenMP and OpenBLAS threads (one shared pool; idle workers sleep:\n"
-            "OMP_WAIT_POLICY=PASSIVE unless you set it). --enc-seq defaults to S.\n");
+            "OMP_WAIT_POLICY=PASSIVE unless you set it). --enc-seq defaults to S.\n"
+            "Also prints the fp32 FMA peak of one core, measured, and the block's share\n"
+            "of T cores' peak. The BLAS line says which OpenBLAS kernel runs and why:\n"
+            "the best one for this CPU unless you set OPENBLAS_CORETYPE, checked against\n"
+            "a plain loop at start-up. --verbose adds the start-up environment.\n");
 }
 
 static int bench_layer_main(int argc, char **argv)
 {
     const char *cmd = "bench layer";
     dyn_layer_bench_cfg cfg = {DYN_MODEL_GPT, 0, 0, 0, 0, 0, 1, 5};
-    int have_model = 0;
+    int have_model = 0, verbose = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int32_t *dst = NULL;
@@ -46,6 +52,9 @@ static int bench_layer_main(int argc, char **argv)
             cfg.model = strcmp(v, "gpt") == 0 ? DYN_MODEL_GPT : DYN_MODEL_T5;
             have_model = 1;
             i++;
+            continue;
+        } else if (strcmp(a, "--verbose") == 0) {
+            verbose = 1;
             continue;
         } else if (strcmp(a, "--hidden") == 0) {
             dst = &cfg.hidden;
@@ -100,19 +109,30 @@ static int bench_layer_main(int argc, char **argv)
     const char *wait = getenv("OMP_WAIT_POLICY");
     printf("threading         OpenBLAS %s, OMP_WAIT_POLICY %s\n", dyn_threads_blas_kind(),
            wait ? wait : "unset");
+    printf("blas              %s\n", dyn_blas_describe());
+    if (verbose) {
+        const char *core = getenv("OPENBLAS_CORETYPE"), *mark = getenv(DYN_BLAS_MARKER);
+        printf("start-up env      OPENBLAS_CORETYPE %s, %s %s\n", core ? core : "unset",
+               DYN_BLAS_MARKER, mark ? mark : "unset");
+    }
+    double peak = dyn_cpu_fma_peak_gflops(40.0);
     printf("forward+backward  %.2f ms median (min %.2f ms)\n", r.ms, r.ms_min);
     printf("credited work     %.2f GFLOP\n", r.gflop);
     printf("block rate        %.1f GFLOP/s\n", r.gflops);
     printf("sgemm rate        %.1f GFLOP/s (same run)\n", r.sgemm_gflops);
     printf("block / sgemm     %.2f\n", r.gflops / r.sgemm_gflops);
+    printf("fma peak          %.1f GFLOP/s per core (measured)\n", peak);
+    if (peak > 0.0)
+        printf("block / peak      %.2f (of %d core%s)\n", r.gflops / (peak * cfg.threads),
+               cfg.threads, cfg.threads == 1 ? "" : "s");
     printf("activations       %.1f MB per block\n", r.act_mb);
     return CLI_EXIT_OK;
 }
 
 int cli_bench_main(int argc, char **argv)
 {
-    /* Idle OpenMP workers must sleep, not spin (threads.h); may re-execute
-     * this command once with OMP_WAIT_POLICY=PASSIVE. */
+    /* Idle OpenMP workers must sleep, not spin, and OpenBLAS must run the
+     * right kernel (threads.h); may re-execute this command. */
     dyn_threads_init();
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fprintf(argc < 2 ? stderr : stdout,

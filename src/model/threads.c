@@ -1,5 +1,6 @@
 /* threads.c — set the OpenMP and OpenBLAS thread counts together (see
- * threads.h for the threading model). */
+ * threads.h for the threading model), and the start-up re-execution that
+ * makes idle workers sleep and loads the BLAS kernel chosen in blas.c. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -7,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "model/blas.h"    /* defines: dyn_blas_select, dyn_blas_select_undo */
 #include "model/threads.h" /* defines: dyn_threads_* */
 #include "util/util.h"     /* defines: dyn_file_read_all */
 
@@ -40,19 +42,25 @@ static char **read_cmdline(char **buf)
 
 int dyn_threads_init(void)
 {
-    if (getenv("OMP_WAIT_POLICY") != NULL || getenv("GOMP_SPINCOUNT") != NULL) return 0;
+    int want_omp = getenv("OMP_WAIT_POLICY") == NULL && getenv("GOMP_SPINCOUNT") == NULL;
+    /* The BLAS kernel (blas.h) may ask for a re-execution of its own; one
+     * exec then serves both. */
+    int want_blas = dyn_blas_select(want_omp);
+    if (!want_omp && !want_blas) return 0;
     char *buf = NULL;
     char **argv = read_cmdline(&buf);
-    if (argv == NULL || setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) {
+    if (argv == NULL || (want_omp && setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0)) {
         free(argv);
         free(buf);
+        dyn_blas_select_undo();
         return -1;
     }
     fflush(NULL);
     execv("/proc/self/exe", argv);
-    /* Still here: exec failed. Do not leave a variable that libgomp of this
-     * process never read, so the report stays true. */
-    unsetenv("OMP_WAIT_POLICY");
+    /* Still here: exec failed. Do not leave variables that this process's
+     * libraries never read, so the reports stay true. */
+    if (want_omp) unsetenv("OMP_WAIT_POLICY");
+    dyn_blas_select_undo();
     free(argv);
     free(buf);
     return -1;

@@ -63,20 +63,33 @@ void dyn_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const
  * same value. Call from the main thread, outside parallel regions. */
 void dyn_threads_set(int n);
 
-/* Make idle OpenMP workers sleep instead of spin, for a program about to use
- * more than one thread; call first thing in main (it may not return: see
- * below). libgomp's default lets an idle worker spin for ~300000 polls after
- * every parallel region. On a machine whose cores other processes also use,
- * the spinning worker holds a core the thread with the work needs, and two
- * threads ran 3-10x slower than one (docs/performance.md, "Threads");
- * OMP_WAIT_POLICY=PASSIVE fixes that and costs a futex wake-up per region.
- * libgomp reads the variable only when it is loaded, before main, so when
- * neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set this sets
- * OMP_WAIT_POLICY=PASSIVE and re-executes the program (/proc/self/exe, same
- * arguments and environment otherwise), once. A policy the user set is left
- * alone. Returns 0 when the process runs with a policy chosen by the user or
- * by this call, -1 when the re-execution failed (the program then goes on
- * with libgomp's default). */
+/* Start-up for every program that does matrix work; call first thing in
+ * main, before MPI_Init and before any BLAS call (it may not return: see
+ * below). Two things, both read by their libraries only when they are loaded
+ * (before main), so both mean setting a variable and re-executing the
+ * program (/proc/self/exe, same arguments, environment otherwise unchanged);
+ * one re-execution serves both.
+ *
+ * 1. Idle OpenMP workers sleep instead of spin. libgomp's default lets an
+ * idle worker spin for ~300000 polls after every parallel region. On a
+ * machine whose cores other processes also use, the spinning worker holds a
+ * core the thread with the work needs, and two threads ran 3-10x slower than
+ * one (docs/performance.md, "Threads"); OMP_WAIT_POLICY=PASSIVE fixes that
+ * and costs a futex wake-up per region. Set when neither OMP_WAIT_POLICY nor
+ * GOMP_SPINCOUNT is set; a policy the user set is left alone.
+ *
+ * 2. The OpenBLAS kernel (blas.h, dyn_blas_select): when OpenBLAS fell back
+ * to a generic kernel on a CPU that supports a better one, OPENBLAS_CORETYPE
+ * is set to the best rung of the ladder; whatever kernel runs is checked
+ * against a plain loop (~5 ms), and one of ours that disagrees is replaced
+ * by the next rung down (one more re-execution per rejected kernel, never
+ * the same kernel twice: the DYN_BLAS_MARKER variable records the chain). A
+ * kernel the user set in OPENBLAS_CORETYPE stays (a failed check is a
+ * warning on stderr). dyn_blas_describe() says what was done.
+ *
+ * Returns 0 when the process runs with what the user or this call chose, -1
+ * when a re-execution failed (the program then goes on with libgomp's
+ * default policy and the kernel OpenBLAS loaded, checked). */
 int dyn_threads_init(void);
 
 /* The count last set with dyn_threads_set (1 before the first call). */

@@ -1,0 +1,121 @@
+/* blas.h — which OpenBLAS kernel this process runs, chosen for the CPU and
+ * checked against a plain loop at start-up (see docs/architecture.md,
+ * "BLAS kernel").
+ *
+ * Why: Debian's OpenBLAS 0.3.21 is built with DYNAMIC_ARCH and picks its
+ * kernel from the CPU model number. A CPU newer than the library (the Xeon
+ * family 6 model 207 this project runs on) is not in its table, and it falls
+ * back to the generic SSE3 "Prescott" kernel: 4x below the AVX-512 kernel of
+ * the same library. OpenBLAS reads OPENBLAS_CORETYPE only when it is loaded,
+ * so choosing a kernel means setting the variable and re-executing the
+ * program; dyn_threads_init (threads.h) does that together with its
+ * OMP_WAIT_POLICY re-execution, calling dyn_blas_select below.
+ *
+ * The kernel ladder, best first: SkylakeX (needs AVX-512 F, BW, DQ and VL;
+ * on the Xeon above it measured 135-141 GFLOP/s against 106-118 for
+ * Cooperlake, the kernel newer OpenBLAS picks there), Haswell (AVX2 + FMA),
+ * Sandybridge (AVX), Prescott (SSE3, every x86-64 CPU). A kernel OpenBLAS
+ * picked itself is kept unless it is a generic one (SSE-only) on a CPU that
+ * supports a better rung; a kernel the user named in OPENBLAS_CORETYPE is
+ * always kept. Whatever runs is checked numerically first; a kernel we chose
+ * that disagrees is dropped for the next rung down. */
+#ifndef DYN_MODEL_BLAS_H
+#define DYN_MODEL_BLAS_H
+
+#include <stddef.h>
+
+/* Environment variable that marks a re-execution made by dyn_blas_select, so
+ * that the program never loops and the new process knows the kernel was
+ * ours. Value: "<kernel OpenBLAS first loaded>:<k1>,<k2>,...": every k but
+ * the last was rejected by the check; the last is the one now requested. */
+#define DYN_BLAS_MARKER "DYN_BLAS_SELECTED"
+
+/* Comma-separated kernel names that the start-up check treats as
+ * disagreeing on every product, as if they computed wrong results: to
+ * exercise the fall-back (tests/test_blas.c) or to keep a kernel out. */
+#define DYN_BLAS_REJECT "DYN_BLAS_REJECT"
+
+/* At most this many kernels are ever tried in one chain (the ladder has 4
+ * rungs), so a process re-executes at most 1 + DYN_BLAS_MAX_TRIES - 1 times
+ * for the kernel and in practice once. */
+#define DYN_BLAS_MAX_TRIES 4
+
+/* What the CPU and the operating system support (cpuid, and xgetbv for the
+ * register state the OS saves). Each field is 0 or 1. */
+typedef struct dyn_cpu_features {
+    int avx, avx2, fma;
+    int avx512f, avx512bw, avx512dq, avx512vl;
+} dyn_cpu_features;
+
+/* Fill *f for the CPU this runs on (all zero off x86-64). */
+void dyn_cpu_features_detect(dyn_cpu_features *f);
+
+/* Space-separated names of the features set in *f, e.g.
+ * "avx512f avx512bw avx512dq avx512vl avx2 fma avx", or "none", into buf. */
+void dyn_cpu_features_format(const dyn_cpu_features *f, char *buf, size_t cap);
+
+/* ISA level of an OpenBLAS core name (case-insensitive): 3 AVX-512, 2 AVX2,
+ * 1 AVX, 0 a generic SSE kernel (Prescott, Core2, Nehalem, Atom, ...);
+ * -1 for a name not known here (treated as "not generic": kept). */
+int dyn_blas_kernel_level(const char *name);
+
+/* The best kernel on the ladder that *f supports, is not named in the
+ * comma-separated list `rejected` (may be NULL or ""; case-insensitive) and
+ * has level <= max_level (pass 3 for no limit). NULL when none is left. */
+const char *dyn_blas_kernel_best(const dyn_cpu_features *f, const char *rejected, int max_level);
+
+/* Row-major sgemm with CBLAS conventions: C (M×N) = alpha op(A) op(B) +
+ * beta C; op(A) M×K, op(B) K×N; ta, tb 0 or 1; lda/ldb/ldc row strides. */
+typedef void (*dyn_blas_sgemm_fn)(int ta, int tb, int M, int N, int K, float alpha,
+                                  const float *A, int lda, const float *B, int ldb, float beta,
+                                  float *C, int ldc);
+
+/* Products the check makes (each of the layers' forms NN, NT, TN, with
+ * strided operands, alpha != 1 and beta = 0 and 1; sizes that leave partial
+ * register tiles). */
+#define DYN_BLAS_CHECK_PRODUCTS 12
+
+/* Check `fn` against a plain double-precision loop on DYN_BLAS_CHECK_PRODUCTS
+ * small products with fixed pseudo-random inputs; an element disagrees when
+ * it is off by more than 2·(K+2)·FLT_EPSILON·|alpha|·Σ|a·b| (twice the
+ * worst-case rounding of any summation order) plus the beta term's
+ * rounding. Returns the number of products with a disagreeing element
+ * (0 = agrees), or -1 if the buffers could not be allocated; *ms (may be
+ * NULL) gets the time taken (4-8 ms on the Xeon, mostly the double loop).
+ * fn NULL means the loaded OpenBLAS's cblas_sgemm. */
+int dyn_blas_check(dyn_blas_sgemm_fn fn, double *ms);
+
+/* Decide this process's kernel; called by dyn_threads_init before anything
+ * else touches BLAS. exec_pending: the caller re-executes the program anyway
+ * (for OMP_WAIT_POLICY), so a kernel that stays is checked by the new
+ * process rather than by both. Returns 1 when the program must re-execute to
+ * load another kernel: OPENBLAS_CORETYPE and DYN_BLAS_MARKER are then set in
+ * the environment. Returns 0 when the kernel now loaded stays: it has been
+ * checked, unless exec_pending (result in dyn_blas_describe; a disagreeing
+ * kernel that cannot be replaced, e.g. one the user set, is reported on
+ * stderr as a warning). If the re-execution fails, call
+ * dyn_blas_select_undo. */
+int dyn_blas_select(int exec_pending);
+
+/* After a failed re-execution: restore the environment dyn_blas_select
+ * changed, record that the selection could not be applied, and check the
+ * loaded kernel if that has not been done. */
+void dyn_blas_select_undo(void);
+
+/* The OpenBLAS core name in use now, e.g. "SkylakeX". */
+const char *dyn_blas_kernel(void);
+
+/* One line (no newline) for logs: library version, kernel, how it was chosen
+ * (selected for this CPU over the one OpenBLAS loaded / chosen by OpenBLAS /
+ * set by OPENBLAS_CORETYPE / kernels rejected), the CPU's features and the
+ * result of the numerical check. Before dyn_threads_init it says the kernel
+ * was not checked. The string is static; valid until the next call. */
+const char *dyn_blas_describe(void);
+
+/* Measured fp32 FMA peak of one core, GFLOP/s (2 FLOP per lane per fused
+ * multiply-add): independent FMA chains in the widest vectors the CPU
+ * supports (AVX-512, AVX2+FMA, else SSE multiply + add), whatever the build
+ * flags, timed for about `ms` milliseconds (>= 1) on the calling thread. */
+double dyn_cpu_fma_peak_gflops(double ms);
+
+#endif
