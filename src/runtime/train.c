@@ -35,6 +35,7 @@
 #include "dynapipe/cost.h"
 #include "dynapipe/model_config.h"
 #include "dynapipe/sched.h"
+#include "model/blas.h"  /* defines: dyn_blas_describe */
 #include "model/model.h"
 #include "model/threads.h"
 #include "runtime/exec.h"
@@ -773,11 +774,11 @@ static dyn_status setup(rt_run *R, dyn_error *err)
         if ((R->planner = rt_planner_create(o, rt_source_lengths(R->src), err)) == NULL) return err->code;
         if ((st = rt_planner_start(R->planner, err)) != DYN_OK) return st;
         R->mail.planner = R->planner;
-        if (o->verbose)
-            fprintf(stderr, "dynapipe train: %d ranks (%d stages x %d replicas), %d threads per rank, model %.2fM "
-                            "parameters (%.1f MB of states on rank 0), BLAS %s\n",
-                    R->g.world_size, R->g.stages, R->g.dp, threads, dyn_model_config_params(&o->model) / 1e6,
-                    R->states_mb, dyn_threads_blas_kind());
+        if (o->progress >= 0)
+            fprintf(stderr, "dynapipe train: %d ranks (%d stages x %d replicas) on %s, %d threads per rank, %s %.2fM "
+                            "parameters (%.1f MB of states on rank 0); %s\n",
+                    R->g.world_size, R->g.stages, R->g.dp, R->g.host, threads, dyn_model_kind_name(o->model.kind),
+                    dyn_model_config_params(&o->model) / 1e6, R->states_mb, dyn_blas_describe());
     }
     mail_post(&R->mail, 0);
     return DYN_OK;
