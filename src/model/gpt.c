@@ -147,6 +147,7 @@ dyn_status gpt_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbat
                                  a->pos[i], i, m->cfg.max_seqlen);
     if (first > 0) memcpy(a->hid[first], in, (size_t)N * C * sizeof(float));
     for (int l = first; l < last; l++) {
+        model_progress(m);
         if (l == 0) {
             dyn_embed_pos_forward(a->hid[1], mb->tokens, a->pos, m->wte, m->wpe, N, C);
         } else if (l <= n) {
@@ -172,6 +173,7 @@ dyn_status gpt_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microba
     float *cur = a->d0;
     if (last < L) memcpy(cur, dout, bytes);
     for (int l = last - 1; l >= first; l--) {
+        model_progress(m);
         if (l == L - 1) {
             /* LM head accumulates into d1, LayerNorm into d0: both zeroed. */
             memset(a->d1, 0, bytes);
@@ -239,6 +241,7 @@ void gpt_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microba
     float *cur = a->d0;
     if (last < L) memcpy(cur, dout, bytes);
     for (int l = last - 1; l >= first; l--) {
+        model_progress(m);
         if (l == L - 1) {
             /* keep_head is the LM head's input gradient, which W's ln_f
              * reduction needs too. */
@@ -266,6 +269,7 @@ void gpt_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microb
     int L = m->L, C = m->cfg.hidden, V = m->cfg.vocab;
     int N = lay->B * lay->T;
     for (int l = last - 1; l >= first; l--) {
+        model_progress(m);
         if (l == L - 1) {
             dyn_lmhead_ce_backward_weight(model_grad_of(m, m->wte), a->head_ln, m->wte, mb->targets, mb->weights,
                                           a->head_lse, a->w_dloss, N, C, V, a->work);

@@ -314,6 +314,12 @@ dyn_shared_tensor *dyn_model_shared_tensors(const dyn_model_config *cfg, const i
 
 const dyn_model_config *dyn_model_cfg(const dyn_model *m) { return &m->cfg; }
 
+void dyn_model_set_progress(dyn_model *m, void (*fn)(void *ctx), void *ctx)
+{
+    m->progress = fn;
+    m->progress_ctx = ctx;
+}
+
 void dyn_model_set_threads(dyn_model *m, int nthreads)
 {
     if (nthreads < 1) nthreads = 1;

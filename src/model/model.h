@@ -218,6 +218,13 @@ const dyn_model_config *dyn_model_cfg(const dyn_model *m);
  * tests/test_threads.c). */
 void dyn_model_set_threads(dyn_model *m, int nthreads);
 
+/* fn(ctx) is called before each layer of every forward and backward
+ * (fused or split) of m, on the calling thread; NULL: none. The runtime
+ * tests its outstanding MPI requests there, so transfers progress during
+ * long compute (Open MPI has no progress thread). fn must not call back
+ * into m. */
+void dyn_model_set_progress(dyn_model *m, void (*fn)(void *ctx), void *ctx);
+
 /* Flat buffers: n floats each (parameters, gradients, AdamW m and v). */
 size_t dyn_model_num_params(const dyn_model *m);
 float *dyn_model_params(dyn_model *m);

@@ -28,6 +28,8 @@ struct dyn_model {
     float *init_std; /* per tensor: > 0 normal std, 0 zeros, -1 ones (creation only) */
     int n_tensors, cap_tensors;
     int64_t step;
+    void (*progress)(void *ctx); /* dyn_model_set_progress: called between layers */
+    void *progress_ctx;
     /* Layers held: [0, L) for a full model, the stage's range for a stage
      * model (dyn_model_create_stage); n_owned floats of owned tensors come
      * first in the buffers, shared copies after them. */
@@ -74,6 +76,13 @@ struct dyn_model_acts {
     float w_dloss;
     const dyn_model_microbatch *w_mb;
 };
+
+/* Between two layers of a forward or backward: let the caller make
+ * progress elsewhere (the runtime tests its MPI requests here). */
+static inline void model_progress(const dyn_model *m)
+{
+    if (m->progress) m->progress(m->progress_ctx);
+}
 
 /* gradient twin of a parameter pointer */
 static inline float *model_grad_of(const dyn_model *m, const float *p)

@@ -234,6 +234,7 @@ dyn_status t5_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatc
     if (first >= D) memcpy(a->encout, in, eb);
     if (first > D) memcpy(a->hid[first], in + (size_t)N * C, db);
     for (int l = first; l < last; l++) {
+        model_progress(m);
         if (l == 0) {
             dyn_embed_forward(a->hid[1], mb->tokens, m->shared, N, C);
         } else if (l <= ne) {
@@ -282,6 +283,7 @@ dyn_status t5_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbat
         memset(a->denc, 0, eb);
     }
     for (int l = last - 1; l >= first; l--) {
+        model_progress(m);
         if (l == H) {
             memset(a->d1, 0, db);
             dyn_lmhead_ce_backward(a->d1, model_grad_of(m, m->lm_head), a->head_ln, m->lm_head, mb->targets,
@@ -376,6 +378,7 @@ void t5_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbat
         memset(a->denc, 0, eb);
     }
     for (int l = last - 1; l >= first; l--) {
+        model_progress(m);
         if (l == H) {
             memset(a->keep_head, 0, db);
             dyn_lmhead_ce_backward_input(a->keep_head, a->head_ln, m->lm_head, mb->targets, mb->weights, a->head_lse,
@@ -420,6 +423,7 @@ void t5_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microba
     int N = el->B * el->T, Nd = dl->B * dl->T;
     int rc = a->fwd_recompute;
     for (int l = last - 1; l >= first; l--) {
+        model_progress(m);
         if (l == H) {
             dyn_lmhead_ce_backward_weight(model_grad_of(m, m->lm_head), a->head_ln, m->lm_head, mb->targets,
                                           mb->weights, a->head_lse, a->w_dloss, Nd, C, V, a->work);

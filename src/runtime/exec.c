@@ -141,6 +141,12 @@ static void poll_all(rt_exec *x)
 
 static void poll_cb(void *ctx) { poll_all(ctx); }
 
+void rt_exec_poll(void *x)
+{
+    /* Outside an iteration (between steps) there is nothing to test. */
+    if (((rt_exec *)x)->rp != NULL) poll_all(x);
+}
+
 /* Slot k holding n floats (grown if needed). */
 static dyn_status slot_take(rt_exec *x, int32_t k, size_t n, dyn_error *err)
 {
@@ -397,6 +403,7 @@ static dyn_status send_start(rt_exec *x, int32_t i, int tag, int out_side, dyn_e
         return dyn_error_set(err, DYN_ERR_INTERNAL, "%s: sends %zu floats, the model's boundary is %zu and the plan says %lld bytes",
                              where(x, i, b, sizeof b), s->n, n, (long long)in->bytes);
     }
+    x->st->comm_bytes += in->bytes;
     return dyn_rt_mpi_check(MPI_Isend(s->data, (int)n, MPI_FLOAT, in->peer, tag, x->env.g->pipe, &s->req),
                             "MPI_Isend", err);
 }

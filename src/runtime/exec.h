@@ -58,7 +58,8 @@ typedef struct rt_exec_stats {
     int64_t target_tokens; /* target tokens whose loss this rank computed */
     double wall_ms;       /* first to last instruction */
     double busy_ms;       /* in Forward / Backward* */
-    double comm_wait_ms;  /* blocked in Finish and Barrier */
+    double comm_wait_ms;  /* blocked in Finish and Barrier: communication not hidden */
+    int64_t comm_bytes;   /* sent by this rank (activations and gradients) */
     size_t alloc_bytes;   /* activation arenas + buffer slots allocated (grow-only) */
 } rt_exec_stats;
 
@@ -71,6 +72,11 @@ void rt_exec_free(rt_exec *x);
  * dyn_time_ms() of the run's start, for event times. A wait past the
  * deadline fails with DYN_ERR_INTERNAL naming the instruction and peer. */
 dyn_status rt_exec_run(rt_exec *x, const dyn_rt_work *w, double epoch_ms, rt_exec_stats *st, dyn_error *err);
+/* Test every outstanding request and call the env's poll hook: what the
+ * interpreter does between instructions; the model calls it between layers
+ * (dyn_model_set_progress) so transfers move during long compute. */
+void rt_exec_poll(void *x);
+
 /* Events recorded so far (env.record), and forget them. */
 const rt_event *rt_exec_events(const rt_exec *x, int64_t *n);
 void rt_exec_clear_events(rt_exec *x);

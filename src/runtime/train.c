@@ -319,11 +319,11 @@ static dyn_status stage_layers(const dyn_train_options *o, int32_t **lay_first, 
 /* ---- per-iteration records -------------------------------------------------- */
 
 /* What each rank reports to rank 0 after an iteration. */
-enum { R_ITER_MS, R_BUSY_MS, R_COMM_MS, R_PLAN_WAIT_MS, R_ALLOC_MB, R_LOSS, R_TOKENS, R_PRED_PEAK_MB, R_COUNT };
+enum { R_ITER_MS, R_BUSY_MS, R_COMM_MS, R_COMM_BYTES, R_PLAN_WAIT_MS, R_ALLOC_MB, R_LOSS, R_TOKENS, R_PRED_PEAK_MB, R_COUNT };
 
 typedef struct rt_iter {
     int64_t step;
-    double loss, iteration_ms, predicted_ms, bubble, plan_ms, plan_wait_ms, comm_wait_ms, lr, grad_norm;
+    double loss, iteration_ms, predicted_ms, bubble, plan_ms, plan_wait_ms, comm_wait_ms, comm_mb, lr, grad_norm;
     int64_t tokens, target_tokens;
     int32_t schedule, n_mb;
     double *peak_mb;      /* [world] allocated per rank */
@@ -456,11 +456,11 @@ static dyn_status write_metrics(rt_run *R, dyn_error *err)
         fprintf(af.fp,
                 "{\"step\":%lld,\"loss\":%.6f,\"tokens\":%lld,\"target_tokens\":%lld,\"tokens_per_s\":%.1f,"
                 "\"iteration_ms\":%.3f,\"predicted_ms\":%.3f,\"bubble_fraction\":%.4f,\"plan_ms\":%.3f,"
-                "\"plan_wait_ms\":%.3f,\"comm_wait_ms\":%.3f,\"lr\":%.6g,\"grad_norm\":%.6g,\"schedule\":\"%s\","
+                "\"plan_wait_ms\":%.3f,\"comm_wait_ms\":%.3f,\"comm_mb\":%.3f,\"lr\":%.6g,\"grad_norm\":%.6g,\"schedule\":\"%s\","
                 "\"n_microbatches\":%d,\"peak_mem_mb\":[",
                 (long long)it->step, it->loss, (long long)it->tokens, (long long)it->target_tokens, tps,
                 it->iteration_ms, it->predicted_ms, it->bubble, it->plan_ms, it->plan_wait_ms, it->comm_wait_ms,
-                it->lr, it->grad_norm, it->schedule >= 0 ? dyn_schedule_name((dyn_schedule)it->schedule) : "-",
+                it->comm_mb, it->lr, it->grad_norm, it->schedule >= 0 ? dyn_schedule_name((dyn_schedule)it->schedule) : "-",
                 it->n_mb);
         for (int w = 0; w < R->g.world_size; w++) fprintf(af.fp, "%s%.2f", w ? "," : "", it->peak_mb[w]);
         fprintf(af.fp, "],\"predicted_peak_mem_mb\":[");
@@ -760,6 +760,7 @@ static dyn_status setup(rt_run *R, dyn_error *err)
     env.poll_ctx = &R->mail;
     env.record = o->trace_path != NULL;
     if ((R->x = rt_exec_create(&env, err)) == NULL) return err->code;
+    for (int32_t c = 0; c < R->n_local; c++) dyn_model_set_progress(R->models[c], rt_exec_poll, R->x);
     R->iters = dyn_calloc((size_t)o->steps, sizeof(rt_iter), "metrics", err);
     if (R->iters == NULL) return DYN_ERR_NOMEM;
     R->mail.g = &R->g;
@@ -821,6 +822,7 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
     rec[R_ITER_MS] = dyn_time_ms() - t0;
     rec[R_BUSY_MS] = xs.busy_ms;
     rec[R_COMM_MS] = xs.comm_wait_ms;
+    rec[R_COMM_BYTES] = (double)xs.comm_bytes;
     rec[R_PLAN_WAIT_MS] = wait_ms;
     rec[R_ALLOC_MB] = R->states_mb + (double)xs.alloc_bytes / (1024.0 * 1024.0);
     rec[R_LOSS] = xs.loss_sum;
@@ -839,12 +841,13 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
                               "MPI_Igather (metrics)", err);
     if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, mail_poll, &R->mail, "the metrics gather", err);
     if (st == DYN_OK && R->g.world_rank == 0) {
-        double loss = 0, busy = 0, comm = 0, wait = 0, iter_ms = 0;
+        double loss = 0, busy = 0, comm = 0, bytes = 0, wait = 0, iter_ms = 0;
         for (int r = 0; r < R->g.world_size; r++) {
             const double *q = all + (size_t)r * R_COUNT;
             loss += q[R_LOSS];
             busy += q[R_BUSY_MS];
             comm += q[R_COMM_MS];
+            bytes += q[R_COMM_BYTES];
             if (q[R_PLAN_WAIT_MS] > wait) wait = q[R_PLAN_WAIT_MS];
             if (q[R_ITER_MS] > iter_ms) iter_ms = q[R_ITER_MS];
             it->peak_mb[r] = q[R_ALLOC_MB];
@@ -860,6 +863,7 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
         it->plan_ms = w.plan_ms;
         it->plan_wait_ms = wait;
         it->comm_wait_ms = comm;
+        it->comm_mb = bytes / (1024.0 * 1024.0);
         it->lr = lr;
         it->grad_norm = grad_norm;
         it->schedule = w.n_mb > 0 ? w.plan.schedule : -1;
