@@ -18,7 +18,12 @@
  * GPT (whose tied embedding is used by the first and the last stage, so its
  * gradient is summed across them) and T5.
  *
- * Every mpirun runs under `timeout`. Also: a rank killed mid-iteration and a
+ * Every mpirun runs under `timeout`. In the sanitizer build the ranks run
+ * with leak detection off (ASAN_OPTIONS=detect_leaks=0; every other check
+ * stays on): Open MPI keeps allocations until exit and unloads its
+ * components first, so LeakSanitizer reports them with unnamed frames that
+ * no suppression can match. The runtime's MPI-free parts (work messages,
+ * planner) are leak-checked in test_runtime_work.c. Also: a rank killed mid-iteration and a
  * rank that hangs end the job non-zero within the deadline, with a message
  * naming the rank. */
 #include <setjmp.h>
@@ -107,7 +112,8 @@ static int train(const char *args)
     assert_non_null(cli);
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 '%s' train --steps 1 "
+             "ASAN_OPTIONS=detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 '%s' "
+             "train --steps 1 "
              "--samples 2000 --data builtin:3 --global-batch-tokens %d --max-seqlen %d --lr 0.001 --warmup 0 --adam-eps 1 "
              "--quiet %s >'%s' 2>'%s'",
              cli, GBT, SEQ, args, out_path, err_path);

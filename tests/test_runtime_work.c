@@ -1,0 +1,206 @@
+/* test_runtime_work.c — the runtime's MPI-free parts: the planner as its
+ * thread runs it, and the work messages it sends.
+ *
+ * - Every sample of a global batch reaches exactly one micro-batch of one
+ *   replica's work (checked against the sampler's batch, independently of
+ *   the planner's bookkeeping), each micro-batch's samples fit its planned
+ *   shape (the length rule recomputed here), and the messages unpack into
+ *   validated plans.
+ * - pack -> unpack is lossless; a truncated message, a flipped byte in the
+ *   plan, a bad magic, an out-of-range sample id or row are refused with a
+ *   clear error (never a crash: this runs under the sanitizers). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "dynapipe/model_config.h"
+#include "model/threads.h"
+#include "runtime/planner.h"
+#include "runtime/source.h"
+#include "runtime/work.h"
+
+static dyn_train_options options(dyn_model_kind kind, dyn_batching method, int32_t schedule, int dp)
+{
+    dyn_train_options o;
+    dyn_train_options_default(&o);
+    dyn_error err;
+    assert_int_equal(dyn_model_config_preset(kind == DYN_MODEL_GPT ? "gpt-tiny" : "t5-tiny", &o.model, &err), DYN_OK);
+    o.model.n_layers = 4;
+    if (kind == DYN_MODEL_T5) o.model.n_dec_layers = 4;
+    o.model.max_seqlen = 256;
+    assert_non_null(dyn_machine_builtin("cpu"));
+    o.machine = *dyn_machine_builtin("cpu");
+    o.plan.method = method;
+    o.plan.max_seqlen = 256;
+    o.plan.stages = 2;
+    o.plan.dp = dp;
+    o.schedule = schedule;
+    o.n_samples = 800;
+    o.global_batch_tokens = 4096;
+    o.steps = 3;
+    return o;
+}
+
+static void check_iteration(const dyn_train_options *o, rt_source *src, rt_planner *p, dyn_sampler *smp, int64_t k)
+{
+    dyn_error err;
+    rt_planned *pl = NULL;
+    if (rt_planner_plan_one(p, k, &pl, &err) != DYN_OK) fail_msg("plan %lld: %s", (long long)k, err.msg);
+    const dyn_sample *batch;
+    int32_t n;
+    assert_int_equal(dyn_sampler_next(smp, &batch, &n, &err), DYN_OK);
+    const dyn_dataset *ds = rt_source_lengths(src);
+    int *seen = calloc((size_t)ds->n, sizeof(int));
+    assert_non_null(seen);
+    int64_t tgt = 0;
+    for (int32_t i = 0; i < n; i++) tgt += batch[i].target_len;
+    assert_int_equal(pl->dp, o->plan.dp);
+    int32_t total = 0;
+    for (int32_t r = 0; r < pl->dp; r++) {
+        dyn_rt_work w;
+        if (dyn_rt_work_unpack(pl->msg[r], pl->len[r], ds->n, &w, &err) != DYN_OK) fail_msg("unpack: %s", err.msg);
+        assert_int_equal(w.iteration, k);
+        assert_int_equal(w.replica, r);
+        assert_int_equal(w.global_target_tokens, tgt);
+        for (int32_t j = 0; j < w.n_mb; j++) {
+            const dyn_mb_shape *sh = &w.plan.mb_shape[j];
+            for (int32_t q = w.mb_first[j]; q < w.mb_first[j + 1]; q++) {
+                const dyn_sample *s = &ds->samples[w.samples[q].id];
+                seen[s->id]++;
+                total++;
+                /* the sample fits where the plan put it */
+                int32_t len = o->model.kind == DYN_MODEL_GPT ? s->input_len + s->target_len : s->input_len;
+                assert_true(w.samples[q].offset + len <= sh->enc_len);
+                if (o->model.kind == DYN_MODEL_T5) assert_true(w.samples[q].dec_offset + s->target_len <= sh->dec_len);
+            }
+        }
+        dyn_rt_work_free(&w);
+    }
+    assert_int_equal(total, n);
+    for (int32_t i = 0; i < n; i++) assert_int_equal(seen[batch[i].id], 1);
+    free(seen);
+    rt_planned_free(pl);
+}
+
+static void run_planner(dyn_model_kind kind, dyn_batching method, int32_t schedule, int dp)
+{
+    dyn_train_options o = options(kind, method, schedule, dp);
+    dyn_error err;
+    rt_source *src = rt_source_open(&o, &err);
+    assert_non_null(src);
+    rt_planner *p = rt_planner_create(&o, rt_source_lengths(src), &err);
+    if (p == NULL) fail_msg("%s", err.msg);
+    dyn_sampler *smp = dyn_sampler_create(rt_source_lengths(src), o.global_batch_tokens, &err);
+    for (int64_t k = 0; k < o.steps; k++) check_iteration(&o, src, p, smp, k);
+    dyn_sampler_free(smp);
+    rt_planner_free(p);
+    rt_source_free(src);
+}
+
+static void test_planner_covers_batch(void **state)
+{
+    (void)state;
+    run_planner(DYN_MODEL_GPT, DYN_BATCH_DYNAPIPE, DYN_SCHEDULE_AUTO, 1);
+    run_planner(DYN_MODEL_GPT, DYN_BATCH_PACKING_DOCMASK, DYN_SCHED_1F1B, 2);
+    run_planner(DYN_MODEL_T5, DYN_BATCH_DYNAPIPE, DYN_SCHED_ZB, 2);
+    run_planner(DYN_MODEL_T5, DYN_BATCH_PACKING, DYN_SCHED_CYCLIC, 1);
+    run_planner(DYN_MODEL_GPT, DYN_BATCH_PADDING, DYN_SCHEDULE_AUTO, 1);
+}
+
+/* The thread hands out the same plans as planning inline, in order. */
+static void test_planner_thread(void **state)
+{
+    (void)state;
+    dyn_train_options o = options(DYN_MODEL_GPT, DYN_BATCH_DYNAPIPE, DYN_SCHEDULE_AUTO, 1);
+    o.plan_ahead = 2;
+    dyn_error err;
+    rt_source *src = rt_source_open(&o, &err);
+    rt_planner *a = rt_planner_create(&o, rt_source_lengths(src), &err), *b = rt_planner_create(&o, rt_source_lengths(src), &err);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(rt_planner_start(a, &err), DYN_OK);
+    for (int64_t k = 0; k < o.steps; k++) {
+        rt_planned *x = NULL, *y = NULL;
+        assert_int_equal(rt_planner_take(a, k, 1, 30, &x, &err), DYN_OK);
+        assert_int_equal(rt_planner_plan_one(b, k, &y, &err), DYN_OK);
+        assert_int_equal(x->len[0], y->len[0]);
+        /* plan_ms differs between the two; everything else must not */
+        dyn_rt_work wx, wy;
+        assert_int_equal(dyn_rt_work_unpack(x->msg[0], x->len[0], 800, &wx, &err), DYN_OK);
+        assert_int_equal(dyn_rt_work_unpack(y->msg[0], y->len[0], 800, &wy, &err), DYN_OK);
+        assert_int_equal(wx.n_samples, wy.n_samples);
+        assert_memory_equal(wx.samples, wy.samples, (size_t)wx.n_samples * sizeof(dyn_rt_sample));
+        assert_int_equal(wx.plan.ranks[0].n_instrs, wy.plan.ranks[0].n_instrs);
+        dyn_rt_work_free(&wx);
+        dyn_rt_work_free(&wy);
+        rt_planned_free(x);
+        rt_planned_free(y);
+    }
+    rt_planned *z = NULL;
+    assert_int_not_equal(rt_planner_take(a, o.steps, 1, 5, &z, &err), DYN_OK); /* no more: an error, not a hang */
+    rt_planner_free(a);
+    rt_planner_free(b);
+    rt_source_free(src);
+}
+
+static void test_work_corrupt(void **state)
+{
+    (void)state;
+    dyn_train_options o = options(DYN_MODEL_GPT, DYN_BATCH_DYNAPIPE, DYN_SCHED_1F1B, 1);
+    dyn_error err;
+    rt_source *src = rt_source_open(&o, &err);
+    rt_planner *p = rt_planner_create(&o, rt_source_lengths(src), &err);
+    rt_planned *pl = NULL;
+    assert_int_equal(rt_planner_plan_one(p, 0, &pl, &err), DYN_OK);
+    size_t len = pl->len[0];
+    uint8_t *buf = malloc(len);
+    dyn_rt_work w;
+    /* truncated at every eighth length */
+    for (size_t cut = 0; cut < len; cut += len / 8 + 1) {
+        assert_int_not_equal(dyn_rt_work_unpack(pl->msg[0], cut, 800, &w, &err), DYN_OK);
+        dyn_rt_work_free(&w);
+    }
+    /* bad magic */
+    memcpy(buf, pl->msg[0], len);
+    buf[0] ^= 1;
+    assert_int_equal(dyn_rt_work_unpack(buf, len, 800, &w, &err), DYN_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "magic"));
+    dyn_rt_work_free(&w);
+    /* a byte of the plan (its CRC catches it) */
+    memcpy(buf, pl->msg[0], len);
+    buf[len - 5] ^= 0x40;
+    assert_int_not_equal(dyn_rt_work_unpack(buf, len, 800, &w, &err), DYN_OK);
+    dyn_rt_work_free(&w);
+    /* sample ids beyond the dataset */
+    assert_int_equal(dyn_rt_work_unpack(pl->msg[0], len, 3, &w, &err), DYN_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "out of range"));
+    dyn_rt_work_free(&w);
+    /* round trip */
+    assert_int_equal(dyn_rt_work_unpack(pl->msg[0], len, 800, &w, &err), DYN_OK);
+    uint8_t *again = NULL;
+    size_t again_len = 0;
+    assert_int_equal(dyn_rt_work_pack(&w, &again, &again_len, &err), DYN_OK);
+    assert_int_equal(again_len, len);
+    assert_memory_equal(again, pl->msg[0], len);
+    free(again);
+    dyn_rt_work_free(&w);
+    free(buf);
+    rt_planned_free(pl);
+    rt_planner_free(p);
+    rt_source_free(src);
+}
+
+int main(void)
+{
+    dyn_threads_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_planner_covers_batch),
+        cmocka_unit_test(test_planner_thread),
+        cmocka_unit_test(test_work_corrupt),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
