@@ -1,7 +1,9 @@
 /* model.c — what GPT-2 and T5 share: creating the model (tensor table, the
- * four flat buffers, seeded initialisation), the activation arena, argument
- * checks and dispatch of stage forward/backward, per-sample losses and the
- * AdamW step over all tensors. The architectures are in gpt.c and t5.c. */
+ * four flat buffers, seeded initialisation) and stage-only models with their
+ * shared-tensor bookkeeping, the activation arena and the split backward's
+ * B-to-W buffer, argument checks and dispatch of stage forward/backward
+ * (fused or split), per-sample losses and the AdamW step over all tensors.
+ * The architectures are in gpt.c and t5.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -544,7 +546,7 @@ static dyn_status keep_prepare(const dyn_model *m, dyn_model_acts *a, const dyn_
 size_t dyn_model_split_kept_bytes(const dyn_model *m, const dyn_model_microbatch *mb, int first, int last,
                                   int recompute)
 {
-    if (mb == NULL || mb->kind != m->cfg.kind || first < 0 || last > m->L || first >= last) return 0;
+    if (mb == NULL || mb->kind != m->cfg.kind || first < m->first || last > m->last || first >= last) return 0;
     dyn_model_acts scratch;
     memset(&scratch, 0, sizeof scratch); /* carving with base NULL only counts */
     size_t n = m->cfg.kind == DYN_MODEL_GPT ? gpt_keep_carve(m, &scratch, mb, first, last, recompute, NULL)
