@@ -1,7 +1,7 @@
 /* layers.c — the per-token layer kernels of layers.h: linear, LayerNorm,
  * RMSNorm, GELU, gated GELU, residual, embeddings and the fused LM head +
- * cross-entropy, with the split backward halves at the end of the file.
- * Attention lives in attention.c (fast) and attention_ref.c (reference).
+ * cross-entropy. Attention lives in attention.c (fast) and attention_ref.c
+ * (reference).
  *
  * Determinism: every OpenMP loop either computes each output element
  * independently (rows, elements) or splits a column reduction over channel
