@@ -102,7 +102,8 @@ static void test_kernel_halves_equal_fused(void **state)
     /* Attention with a bias table on a document-masked layout, 2 threads. */
     const int32_t lens[5] = {7, 3, 9, 4, 5}, counts[2] = {3, 2};
     dyn_layout *lay = lay_packed(lens, counts, 2, 20, 1);
-    dyn_attn_cfg cfg = {2, 4, 0, 1.0f, 1, DYN_T5_NUM_BUCKETS, DYN_T5_MAX_DISTANCE, 2};
+    dyn_attn_cfg cfg = {.NH = 2, .HD = 4, .causal = 0, .scale = 1.0f, .bidirectional = 1,
+                        .num_buckets = DYN_T5_NUM_BUCKETS, .max_distance = DYN_T5_MAX_DISTANCE, .nthreads = 2};
     size_t AN = 40, W = 8, nb = (size_t)cfg.NH * DYN_T5_NUM_BUCKETS;
     float *q = rnd(AN * W, 1, &r), *k = rnd(AN * W, 1, &r), *v = rnd(AN * W, 1, &r);
     float *rel = rnd(nb, 1, &r), *ao = xcalloc(AN * W, 4), *alse = xcalloc(AN * 2, 4);

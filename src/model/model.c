@@ -130,11 +130,13 @@ void model_init(dyn_model *m, const dyn_model *tmpl, uint64_t seed)
     for (int i = 0; i < tmpl->n_tensors; i++) {
         const dyn_param_tensor *t = tmpl == m ? &m->tensors[i] : dyn_model_find_tensor(m, tmpl->tensors[i].name);
         float std = tmpl->init_std[i];
-        float *p = t ? m->params + t->offset : NULL;
-        for (size_t k = 0; k < tmpl->tensors[i].numel; k++) {
-            float v = init_value(std, &rng);
-            if (p) p[k] = v;
+        size_t n = tmpl->tensors[i].numel;
+        if (t == NULL) { /* not held: advance the stream past its values */
+            if (std > 0) dyn_rng_skip_normals(&rng, n);
+            continue;
         }
+        float *p = m->params + t->offset;
+        for (size_t k = 0; k < n; k++) p[k] = init_value(std, &rng);
     }
 }
 
