@@ -13,7 +13,9 @@
  *     stage matches the full model's step (bitwise for unshared tensors),
  *     also with global-norm clipping through dyn_model_adamw_step_norm;
  *   - dyn_model_shared_tensors lists the holders; misuse is refused; save
- *     writes owned tensors only. */
+ *     writes owned tensors only;
+ *   - a stage's state bytes against the cost model's per-layer states_mb,
+ *     with the differences the cost model leaves out. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,6 +26,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dynapipe/cost.h"      /* defines: dyn_cost_model_create_analytic, dyn_cost_layer_states_mb */
+#include "dynapipe/model_config.h" /* defines: dyn_model_config_preset */
 #include "model/safetensors.h" /* defines: dyn_safetensors_open, _count */
 #include "model_test_util.h"   /* defines: make_samples, loss_and_grad */
 
@@ -382,6 +386,50 @@ static void test_stage_misuse_and_save(void **state)
     dyn_model_free(m);
 }
 
+/* Stage state bytes beside the analytic cost model's states_mb per layer
+ * kind (16 bytes per parameter either way). Equal for GPT's embedding,
+ * blocks and head (the head's tied wte copy is in both); for T5 the cost
+ * model leaves out the bias tables (NH x 32 per holder), the encoder's final
+ * norm (C) and the decoder embedding's copy of `shared` (V x C). */
+static double stage_mb(const dyn_model_config *c, int first, int last)
+{
+    dyn_error err;
+    dyn_model *m = dyn_model_create_stage(c, 1, first, last, &err);
+    if (m == NULL) fail_msg("%s", err.msg);
+    double mb = (double)dyn_model_state_bytes(m, NULL) / (1024.0 * 1024.0);
+    dyn_model_free(m);
+    return mb;
+}
+
+static void test_state_bytes_against_cost_model(void **state)
+{
+    (void)state;
+    dyn_error err;
+    dyn_model_config g, t;
+    assert_int_equal(dyn_model_config_preset("gpt-tiny", &g, &err), DYN_OK);
+    assert_int_equal(dyn_model_config_preset("t5-tiny", &t, &err), DYN_OK);
+    const dyn_machine *cpu = dyn_machine_builtin("cpu");
+    dyn_cost_model *cg = dyn_cost_model_create_analytic(&g, cpu, &err), *ct = dyn_cost_model_create_analytic(&t, cpu, &err);
+    assert_non_null(cg);
+    assert_non_null(ct);
+    const double MB = 1024.0 * 1024.0, eps = 1e-9;
+    int n = g.n_layers;
+    assert_true(fabs(stage_mb(&g, 0, 1) - dyn_cost_layer_states_mb(cg, DYN_LAYER_EMBED)) < eps);
+    assert_true(fabs(stage_mb(&g, 1, 2) - dyn_cost_layer_states_mb(cg, DYN_LAYER_ENCODER)) < eps);
+    assert_true(fabs(stage_mb(&g, n + 1, n + 2) - dyn_cost_layer_states_mb(cg, DYN_LAYER_LM_HEAD)) < eps);
+    double rel = 16.0 * t.heads * 32 / MB, norm = 16.0 * t.hidden / MB, emb = 16.0 * t.vocab * t.hidden / MB;
+    int ne = t.n_layers, D = ne + 2, H = ne + t.n_dec_layers + 3;
+    assert_true(fabs(stage_mb(&t, 0, 1) - dyn_cost_layer_states_mb(ct, DYN_LAYER_EMBED)) < eps);
+    assert_true(fabs(stage_mb(&t, 1, 2) - dyn_cost_layer_states_mb(ct, DYN_LAYER_ENCODER) - rel) < eps);
+    assert_true(fabs(stage_mb(&t, 2, 3) - dyn_cost_layer_states_mb(ct, DYN_LAYER_ENCODER) - rel) < eps);
+    assert_true(fabs(stage_mb(&t, ne + 1, ne + 2) - norm) < eps);
+    assert_true(fabs(stage_mb(&t, D, D + 1) - emb) < eps);
+    assert_true(fabs(stage_mb(&t, D + 1, D + 2) - dyn_cost_layer_states_mb(ct, DYN_LAYER_DECODER) - rel) < eps);
+    assert_true(fabs(stage_mb(&t, H, H + 1) - dyn_cost_layer_states_mb(ct, DYN_LAYER_LM_HEAD)) < eps);
+    dyn_cost_model_free(cg);
+    dyn_cost_model_free(ct);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -390,6 +438,7 @@ int main(void)
         cmocka_unit_test(test_clipped_step_across_stages),
         cmocka_unit_test(test_shared_tensor_lists),
         cmocka_unit_test(test_stage_misuse_and_save),
+        cmocka_unit_test(test_state_bytes_against_cost_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

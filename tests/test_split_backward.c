@@ -9,7 +9,9 @@
  *   - whole models: every single-layer range (embedding, each block kind,
  *     final norms, LM head) and multi-layer ranges of GPT and T5, padded and
  *     packed, recompute 0/1: din and the gradient buffer bit-identical; two
- *     micro-batches run B1 B2 W1 W2 equal the fused F1 B1 F2 B2;
+ *     micro-batches run B1 B2 W1 W2 equal the fused F1 B1 F2 B2; with 2
+ *     threads on a shape large enough to run parallel, split = fused = the
+ *     1-thread result;
  *   - split gradients against finite differences of the loss;
  *   - what B keeps: the reported bytes, the per-block formula, release by W,
  *     and misuse refused. */
@@ -23,6 +25,7 @@
 #include <string.h>
 
 #include "model/blocks.h"    /* defines: the blocks and their split halves */
+#include "model/threads.h"   /* defines: dyn_threads_set */
 #include "model_test_util.h" /* defines: make_samples, model_grad_check, split_loss_and_grad */
 #include "model_testutil.h"  /* defines: fill_uniform, lay_*, xcalloc */
 
@@ -102,7 +105,8 @@ static void test_kernel_halves_equal_fused(void **state)
     /* Attention with a bias table on a document-masked layout, 2 threads. */
     const int32_t lens[5] = {7, 3, 9, 4, 5}, counts[2] = {3, 2};
     dyn_layout *lay = lay_packed(lens, counts, 2, 20, 1);
-    dyn_attn_cfg cfg = {2, 4, 0, 1.0f, 1, DYN_T5_NUM_BUCKETS, DYN_T5_MAX_DISTANCE, 2};
+    dyn_attn_cfg cfg = {.NH = 2, .HD = 4, .causal = 0, .scale = 1.0f, .bidirectional = 1,
+                        .num_buckets = DYN_T5_NUM_BUCKETS, .max_distance = DYN_T5_MAX_DISTANCE, .nthreads = 2};
     size_t AN = 40, W = 8, nb = (size_t)cfg.NH * DYN_T5_NUM_BUCKETS;
     float *q = rnd(AN * W, 1, &r), *k = rnd(AN * W, 1, &r), *v = rnd(AN * W, 1, &r);
     float *rel = rnd(nb, 1, &r), *ao = xcalloc(AN * W, 4), *alse = xcalloc(AN * 2, 4);
@@ -398,6 +402,50 @@ static void test_split_gradients_match_finite_differences(void **state)
     }
 }
 
+/* Large enough for the parallel paths (the shape of test_threads.c: GPT
+ * 2 x 256, B = 4, up to 96 + 32 tokens): with 2 threads the split halves
+ * still equal the fused backward, and equal the 1-thread result. */
+static float *big_gpt_grads(int threads, int split, size_t *n)
+{
+    dyn_error err;
+    dyn_model_config c = dyn_model_config_tiny(DYN_MODEL_GPT, 2, 256, 4, 128);
+    dyn_model *m = dyn_model_create(&c, 7, &err);
+    assert_non_null(m);
+    dyn_model_set_threads(m, threads);
+    dyn_token_sample s[4];
+    int32_t *store;
+    make_samples(s, 4, 64, 96, 32, 32, 11, &store);
+    dyn_model_microbatch *mb = dyn_model_microbatch_create_padded(DYN_MODEL_GPT, s, 4, &err);
+    dyn_model_acts *a = dyn_model_acts_create(&err);
+    assert_non_null(mb);
+    assert_non_null(a);
+    dyn_model_zero_grad(m);
+    if (split) split_loss_and_grad(m, a, mb, 1.0f / 128, 0);
+    else loss_and_grad(m, a, mb, 1.0f / 128, 0, NULL);
+    *n = dyn_model_num_params(m);
+    float *g = dup(dyn_model_grads(m), *n);
+    dyn_model_acts_free(a);
+    dyn_model_microbatch_free(mb);
+    free(store);
+    dyn_model_free(m);
+    return g;
+}
+
+static void test_split_with_two_threads(void **state)
+{
+    (void)state;
+    size_t n0, n1, n2;
+    float *fused2 = big_gpt_grads(2, 0, &n0), *split2 = big_gpt_grads(2, 1, &n1), *split1 = big_gpt_grads(1, 1, &n2);
+    assert_int_equal(n0, n1);
+    assert_int_equal(n0, n2);
+    assert_memory_equal(fused2, split2, n0 * 4);
+    assert_memory_equal(split1, split2, n0 * 4);
+    free(fused2);
+    free(split2);
+    free(split1);
+    dyn_threads_set(1);
+}
+
 /* ------------------------------------------------------------ memory, misuse */
 
 static void test_kept_memory_and_misuse(void **state)
@@ -458,6 +506,7 @@ int main(void)
         cmocka_unit_test(test_t5_split_equals_fused),
         cmocka_unit_test(test_interleaved_microbatches),
         cmocka_unit_test(test_split_gradients_match_finite_differences),
+        cmocka_unit_test(test_split_with_two_threads),
         cmocka_unit_test(test_kept_memory_and_misuse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

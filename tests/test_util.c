@@ -70,6 +70,21 @@ static void test_rng_uniform_and_below_are_unbiased(void **state)
     assert_true(fabs(sumsq / N - 1.0) < 0.03);
 }
 
+static void test_rng_skip_normals_matches_drawing(void **state)
+{
+    (void)state;
+    dyn_rng a, b;
+    dyn_rng_seed(&a, 77);
+    dyn_rng_seed(&b, 77);
+    for (int i = 0; i < 1001; i++) (void)dyn_rng_normal(&a);
+    dyn_rng_skip_normals(&b, 1000);
+    dyn_rng_skip_normals(&b, 1);
+    assert_memory_equal(a.s, b.s, sizeof a.s);
+    assert_true(dyn_rng_normal(&a) == dyn_rng_normal(&b));
+    dyn_rng_skip_normals(&b, 0);
+    assert_memory_equal(a.s, b.s, sizeof a.s);
+}
+
 static void test_atomic_write_commit_and_abort(void **state)
 {
     (void)state;
@@ -117,6 +132,7 @@ int main(void)
         cmocka_unit_test(test_error_set_formats_and_returns_code),
         cmocka_unit_test(test_rng_same_seed_same_stream),
         cmocka_unit_test(test_rng_uniform_and_below_are_unbiased),
+        cmocka_unit_test(test_rng_skip_normals_matches_drawing),
         cmocka_unit_test(test_atomic_write_commit_and_abort),
         cmocka_unit_test(test_read_missing_file_names_it),
     };

@@ -1,7 +1,8 @@
 /* block_gpt.c — the GPT-2 transformer block (pre-LayerNorm, causal
  * multi-head self-attention with biases, GELU MLP, two residuals) over a
  * variable-length layout: parameter and activation layouts, forward,
- * backward and the FLOP count the benchmark credits. Contract in blocks.h.
+ * backward, its split halves (input and weight gradients) and the FLOP count
+ * the benchmark credits. Contract in blocks.h.
  *
  * Backward scratch (work, in order): dF (N,F), dC (N,C), dqkv (N,3C), then
  * the attention workspace. The residual gradient runs through dinp itself:

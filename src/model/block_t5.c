@@ -1,7 +1,8 @@
 /* block_t5.c — the T5 v1.1 encoder and decoder blocks (RMSNorm, no biases,
  * unscaled attention with the shared relative-position bias, cross-attention
- * in the decoder, gated-GELU feed-forward) over variable-length layouts.
- * Contract in blocks.h.
+ * in the decoder, gated-GELU feed-forward) over variable-length layouts,
+ * with fused and split (input / weight gradient) backwards. Contract in
+ * blocks.h.
  *
  * As in block_gpt.c the residual gradient runs through dinp: a copy of dout
  * that each branch's input-norm backward adds to. Backward scratch (work, in

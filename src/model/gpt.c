@@ -1,6 +1,7 @@
 /* gpt.c — the GPT-2 model: parameter table with Hugging Face names, and the
  * layers [embedding | blocks | ln_f + tied LM head] run forward and backward
- * over any contiguous range (a pipeline stage). Blocks come from blocks.h.
+ * over any contiguous range (a pipeline stage), fused or as the split
+ * backward's B and W halves. Blocks come from blocks.h.
  *
  * Layer l: 0 embedding (wte, wpe), 1..n block l-1, n+1 head. hid[l] is the
  * hidden state (N,C) entering layer l. */

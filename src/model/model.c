@@ -1,7 +1,9 @@
 /* model.c — what GPT-2 and T5 share: creating the model (tensor table, the
- * four flat buffers, seeded initialisation), the activation arena, argument
- * checks and dispatch of stage forward/backward, per-sample losses and the
- * AdamW step over all tensors. The architectures are in gpt.c and t5.c. */
+ * four flat buffers, seeded initialisation), the activation arena and the
+ * split backward's B-to-W buffer, argument checks and dispatch of stage
+ * forward/backward (fused or split), per-sample losses and the AdamW step
+ * over all tensors. The architectures are in gpt.c and t5.c, stage-only
+ * models in stage.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,23 +123,25 @@ static float init_value(float std, dyn_rng *rng)
  * on the seed alone; a tensor of tmpl that m does not hold is drawn and
  * dropped, so a stage model gets exactly the full model's values. tmpl may
  * be m itself. */
-static void model_init(dyn_model *m, const dyn_model *tmpl, uint64_t seed)
+void model_init(dyn_model *m, const dyn_model *tmpl, uint64_t seed)
 {
     dyn_rng rng;
     dyn_rng_seed(&rng, seed);
     for (int i = 0; i < tmpl->n_tensors; i++) {
         const dyn_param_tensor *t = tmpl == m ? &m->tensors[i] : dyn_model_find_tensor(m, tmpl->tensors[i].name);
         float std = tmpl->init_std[i];
-        float *p = t ? m->params + t->offset : NULL;
-        for (size_t k = 0; k < tmpl->tensors[i].numel; k++) {
-            float v = init_value(std, &rng);
-            if (p) p[k] = v;
+        size_t n = tmpl->tensors[i].numel;
+        if (t == NULL) { /* not held: advance the stream past its values */
+            if (std > 0) dyn_rng_skip_normals(&rng, n);
+            continue;
         }
+        float *p = m->params + t->offset;
+        for (size_t k = 0; k < n; k++) p[k] = init_value(std, &rng);
     }
 }
 
 /* A model shell with the whole tensor table of cfg (no buffers). */
-static dyn_model *model_table_create(const dyn_model_config *cfg, dyn_error *err)
+dyn_model *model_table_create(const dyn_model_config *cfg, dyn_error *err)
 {
     if (check_config(cfg, err) != DYN_OK) return NULL;
     dyn_model *m = dyn_calloc(1, sizeof *m, "model", err);
@@ -159,7 +163,7 @@ static dyn_model *model_table_create(const dyn_model_config *cfg, dyn_error *err
 }
 
 /* The four flat buffers for m's table, then the block structs over them. */
-static dyn_status model_alloc_bind(dyn_model *m, dyn_error *err)
+dyn_status model_alloc_bind(dyn_model *m, dyn_error *err)
 {
     size_t n = m->n_params ? m->n_params : 1; /* a stage may hold no parameters */
     m->params = dyn_calloc(n, sizeof(float), "parameters", err);
@@ -180,136 +184,6 @@ dyn_model *dyn_model_create(const dyn_model_config *cfg, uint64_t seed, dyn_erro
     }
     model_init(m, m, seed);
     return m;
-}
-
-/* Does a layer of [first, last) use tensor `name` that it does not own? */
-static int range_borrows(const dyn_model_config *c, int first, int last, const char *name)
-{
-    for (int l = first; l < last; l++) {
-        const char *names[2];
-        int n = c->kind == DYN_MODEL_GPT ? gpt_borrows(c, l, names) : t5_borrows(c, l, names);
-        for (int k = 0; k < n; k++)
-            if (strcmp(names[k], name) == 0) return 1;
-    }
-    return 0;
-}
-
-/* Copy tensor i of tmpl into m's table (at m's next offset). */
-static dyn_status table_copy(dyn_model *m, const dyn_model *tmpl, int i, int shared_copy, dyn_error *err)
-{
-    const dyn_param_tensor *t = &tmpl->tensors[i];
-    dyn_status st = model_add_tensor(m, t->name, t->ndim, t->shape[0], t->shape[1], t->hf_transposed, t->decay,
-                                     tmpl->init_std[i], t->layer, err);
-    if (st == DYN_OK) m->tensors[m->n_tensors - 1].shared_copy = shared_copy;
-    return st;
-}
-
-dyn_model *dyn_model_create_stage(const dyn_model_config *cfg, uint64_t seed, int first, int last, dyn_error *err)
-{
-    dyn_model *tmpl = model_table_create(cfg, err);
-    if (tmpl == NULL) return NULL;
-    if (first < 0 || last > tmpl->L || first >= last) {
-        dyn_error_set(err, DYN_ERR_INVALID_ARG, "stage model: bad layer range [%d, %d) of %d layers", first, last,
-                      tmpl->L);
-        dyn_model_free(tmpl);
-        return NULL;
-    }
-    dyn_model *m = dyn_calloc(1, sizeof *m, "stage model", err);
-    dyn_status st = m ? DYN_OK : DYN_ERR_NOMEM;
-    if (st == DYN_OK) {
-        m->cfg = tmpl->cfg;
-        m->dims = tmpl->dims;
-        m->L = tmpl->L;
-        m->first = first;
-        m->last = last;
-    }
-    /* Owned tensors first, in layer order, so they stay one slice. */
-    for (int i = 0; i < tmpl->n_tensors && st == DYN_OK; i++) {
-        int layer = tmpl->tensors[i].layer;
-        if (layer >= first && layer < last) st = table_copy(m, tmpl, i, 0, err);
-    }
-    if (st == DYN_OK) m->n_owned = m->n_params;
-    for (int i = 0; i < tmpl->n_tensors && st == DYN_OK; i++) {
-        int layer = tmpl->tensors[i].layer;
-        if ((layer < first || layer >= last) && range_borrows(cfg, first, last, tmpl->tensors[i].name))
-            st = table_copy(m, tmpl, i, 1, err);
-    }
-    if (st == DYN_OK) st = model_alloc_bind(m, err);
-    if (st == DYN_OK) model_init(m, tmpl, seed);
-    dyn_model_free(tmpl);
-    if (st != DYN_OK) {
-        dyn_model_free(m);
-        return NULL;
-    }
-    return m;
-}
-
-void dyn_model_stage_range(const dyn_model *m, int *first, int *last)
-{
-    *first = m->first;
-    *last = m->last;
-}
-
-size_t dyn_model_state_bytes(const dyn_model *m, size_t *shared_bytes)
-{
-    if (shared_bytes) *shared_bytes = 4 * (m->n_params - m->n_owned) * sizeof(float);
-    return 4 * m->n_params * sizeof(float);
-}
-
-void dyn_model_shared_tensors_free(dyn_shared_tensor *s, int n)
-{
-    if (s == NULL) return;
-    for (int i = 0; i < n; i++) free(s[i].holders);
-    free(s);
-}
-
-dyn_shared_tensor *dyn_model_shared_tensors(const dyn_model_config *cfg, const int32_t *cuts, int n_stages,
-                                            int *n_out, dyn_error *err)
-{
-    *n_out = 0;
-    dyn_model *tmpl = model_table_create(cfg, err);
-    if (tmpl == NULL) return NULL;
-    int ok = n_stages >= 1 && cuts[0] == 0 && cuts[n_stages] == tmpl->L;
-    for (int s = 0; ok && s < n_stages; s++) ok = cuts[s] < cuts[s + 1];
-    if (!ok) {
-        dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                      "shared tensors: stage cuts must rise strictly from 0 to the %d layers of the model", tmpl->L);
-        dyn_model_free(tmpl);
-        return NULL;
-    }
-    dyn_shared_tensor *out = dyn_calloc((size_t)tmpl->n_tensors, sizeof *out, "shared-tensor list", err);
-    int32_t *holders = dyn_calloc((size_t)n_stages, sizeof *holders, "shared-tensor holders", err);
-    dyn_status st = out && holders ? DYN_OK : DYN_ERR_NOMEM;
-    int n = 0;
-    for (int i = 0; i < tmpl->n_tensors && st == DYN_OK; i++) {
-        const dyn_param_tensor *t = &tmpl->tensors[i];
-        int nh = 0, owner = -1;
-        for (int s = 0; s < n_stages; s++) {
-            int owns = t->layer >= cuts[s] && t->layer < cuts[s + 1];
-            if (owns) owner = s;
-            if (owns || range_borrows(cfg, cuts[s], cuts[s + 1], t->name)) holders[nh++] = s;
-        }
-        if (nh < 2) continue;
-        dyn_shared_tensor *g = &out[n];
-        snprintf(g->name, sizeof g->name, "%s", t->name);
-        g->owner = owner;
-        g->n_holders = nh;
-        g->holders = dyn_calloc((size_t)nh, sizeof *g->holders, "shared-tensor holders", err);
-        if (g->holders == NULL) {
-            st = DYN_ERR_NOMEM;
-            break;
-        }
-        memcpy(g->holders, holders, (size_t)nh * sizeof *holders);
-        n++;
-    }
-    free(holders);
-    dyn_model_free(tmpl);
-    if (st != DYN_OK) {
-        dyn_model_shared_tensors_free(out, n);
-        return NULL;
-    }
-    *n_out = n;
-    return out;
 }
 
 const dyn_model_config *dyn_model_cfg(const dyn_model *m) { return &m->cfg; }
@@ -550,7 +424,7 @@ static dyn_status keep_prepare(const dyn_model *m, dyn_model_acts *a, const dyn_
 size_t dyn_model_split_kept_bytes(const dyn_model *m, const dyn_model_microbatch *mb, int first, int last,
                                   int recompute)
 {
-    if (mb == NULL || mb->kind != m->cfg.kind || first < 0 || last > m->L || first >= last) return 0;
+    if (mb == NULL || mb->kind != m->cfg.kind || first < m->first || last > m->last || first >= last) return 0;
     dyn_model_acts scratch;
     memset(&scratch, 0, sizeof scratch); /* carving with base NULL only counts */
     size_t n = m->cfg.kind == DYN_MODEL_GPT ? gpt_keep_carve(m, &scratch, mb, first, last, recompute, NULL)
@@ -620,25 +494,4 @@ double dyn_model_adamw_step(dyn_model *m, float lr, const dyn_adamw_config *cfg,
                          m->step, lr, cfg, t->decay);
     }
     return norm;
-}
-
-double dyn_model_grad_sqnorm_owned(const dyn_model *m)
-{
-    double s = 0.0;
-    for (size_t i = 0; i < m->n_owned; i++) s += (double)m->grads[i] * (double)m->grads[i];
-    return s;
-}
-
-void dyn_model_adamw_step_norm(dyn_model *m, float lr, const dyn_adamw_config *cfg, double norm, double max_norm)
-{
-    if (max_norm > 0 && norm > max_norm) {
-        float scale = (float)(max_norm / norm);
-        for (size_t i = 0; i < m->n_params; i++) m->grads[i] *= scale;
-    }
-    m->step++;
-    for (int i = 0; i < m->n_tensors; i++) {
-        const dyn_param_tensor *t = &m->tensors[i];
-        dyn_adamw_update(m->params + t->offset, m->grads + t->offset, m->m1 + t->offset, m->m2 + t->offset, t->numel,
-                         m->step, lr, cfg, t->decay);
-    }
 }

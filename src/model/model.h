@@ -32,10 +32,12 @@
  *   nothing for l = 0 (tokens come from the micro-batch) and for l = L (the
  *   head ends in the loss).
  * Shared tensors (GPT's tied wte, T5's shared embedding and per-stack bias
- * tables) live in the flat buffer of the layer that owns them; a stage that
- * uses them elsewhere reads and accumulates into that same place. (A
- * distributed runtime must sum those gradients across the stages that use
- * them, as Megatron does for tied embeddings.)
+ * tables) live in the flat buffer of the layer that owns them; in a full
+ * model a layer that uses them elsewhere reads and accumulates into that
+ * same place. A stage-only model (dyn_model_create_stage) holds a copy
+ * instead, and a distributed runtime sums those gradients across the stages
+ * holding them (dyn_model_shared_tensors), as Megatron does for tied
+ * embeddings.
  *
  * Loss normalisation: forward returns the SUM of target-token cross
  * entropies of the micro-batch; backward takes dloss, the scale of that sum,
@@ -46,7 +48,9 @@
  * sized from the micro-batch shape and the layer range, grown only when a
  * larger shape arrives. A runtime keeps one per micro-batch in flight. With
  * full recomputation the arena keeps only each layer's input and one block's
- * activations (the backward re-runs each block's forward first).
+ * activations (the backward re-runs each block's forward first). The split
+ * backward (zero-bubble B and W halves) keeps what W needs in a second
+ * buffer of the same acts from B until W (dyn_model_acts_kept_bytes).
  *
  * Determinism: same seed, inputs and thread count → bit-identical results. */
 #ifndef DYN_MODEL_MODEL_H

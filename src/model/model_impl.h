@@ -1,5 +1,6 @@
 /* model_impl.h — the inside of dyn_model and dyn_model_acts, shared by
- * model.c (common parts), gpt.c, t5.c and checkpoint.c. Not a public header. */
+ * model.c (common parts), stage.c, gpt.c, t5.c and checkpoint.c. Not a
+ * public header. */
 #ifndef DYN_MODEL_MODEL_IMPL_H
 #define DYN_MODEL_MODEL_IMPL_H
 
@@ -89,6 +90,15 @@ static inline float *model_grad_of(const dyn_model *m, const float *p)
 {
     return m->grads + (p - m->params);
 }
+
+/* Creation steps shared by dyn_model_create (model.c) and
+ * dyn_model_create_stage (stage.c): a shell with the whole tensor table of
+ * cfg and no buffers (first, last = 0, L); the four flat buffers for m's
+ * table and the block structs over them; filling m's tensors with the
+ * values the whole model's table tmpl gives them from seed (tmpl may be m). */
+dyn_model *model_table_create(const dyn_model_config *cfg, dyn_error *err);
+dyn_status model_alloc_bind(dyn_model *m, dyn_error *err);
+void model_init(dyn_model *m, const dyn_model *tmpl, uint64_t seed);
 
 /* Register a tensor at the next offset (table built before allocation). */
 dyn_status model_add_tensor(dyn_model *m, const char *name, int ndim, int64_t d0, int64_t d1, int hf_t,

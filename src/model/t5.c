@@ -1,6 +1,7 @@
 /* t5.c — the T5 v1.1 model: parameter table with Hugging Face names, and
  * the layers run forward and backward over any contiguous range (a pipeline
- * stage). Blocks come from blocks.h.
+ * stage), fused or as the split backward's B and W halves. Blocks come from
+ * blocks.h.
  *
  * Layers (ne encoder, nd decoder blocks; E = ne+1, D = ne+2, H = ne+nd+3):
  *   0 encoder embedding | 1..ne encoder blocks | E encoder final RMSNorm |

@@ -56,3 +56,9 @@ double dyn_rng_normal(dyn_rng *rng)
     if (u1 < 1e-300) u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
+
+void dyn_rng_skip_normals(dyn_rng *rng, uint64_t n)
+{
+    /* dyn_rng_normal takes exactly two uniforms, one u64 each. */
+    for (uint64_t i = 0; i < 2 * n; i++) (void)dyn_rng_next_u64(rng);
+}

@@ -18,5 +18,9 @@ double dyn_rng_uniform(dyn_rng *rng);
 uint64_t dyn_rng_below(dyn_rng *rng, uint64_t n);
 /* Standard normal (Box-Muller; one value per call, no cached state). */
 double dyn_rng_normal(dyn_rng *rng);
+/* Advance rng exactly as n calls of dyn_rng_normal would, without computing
+ * the values (each call draws two u64s): how a stage-only model skips the
+ * other stages' initial values of the whole model's stream. */
+void dyn_rng_skip_normals(dyn_rng *rng, uint64_t n);
 
 #endif
