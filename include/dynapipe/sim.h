@@ -21,7 +21,7 @@
  *     and matching pass.
  *   - Messages are matched per (kind act|grad, sender, receiver) in posting
  *     order, like MPI with one tag per kind (the contract of sched.h); a
- *     pair naming different micro-batches is an error. A transfer starts
+ *     pair naming different micro-batches or bytes is an error. A transfer starts
  *     when both sides are posted and the directed link sender->receiver is
  *     free (one transfer at a time per directed link, in order of start);
  *     it occupies the link for bytes / bandwidth and arrives latency later.

@@ -11,9 +11,10 @@
  *     and every reader checks the tag, so a FORWARD of (mb, s) provably reads
  *     what FORWARD (mb, s-1) produced. Every (mb, stage) runs FORWARD once,
  *     then BACKWARD once or BACKWARD_INPUT then BACKWARD_WEIGHT.
- *  2. Matching: messages between a pair of ranks are matched per direction
- *     and kind in posting order (MPI order with one tag per kind); the k-th
- *     send and k-th receive must agree on micro-batch, stages and bytes.
+ *  2. Matching (sched/instr.h, the matcher the simulator shares): messages
+ *     between a pair of ranks are matched per direction and kind in posting
+ *     order (MPI order with one tag per kind); the k-th send and k-th
+ *     receive must agree on micro-batch, stages and bytes.
  *  3. Abstract execution with blocking semantics: START ops never block,
  *     SEND_*_FINISH waits until the peer executed the matching RECV_*_START,
  *     RECV_*_FINISH until the peer executed the matching SEND_*_START, the
@@ -30,7 +31,8 @@
 #include <string.h>
 
 #include "dynapipe/sched.h"
-#include "util/util.h" /* defines: dyn_calloc */
+#include "sched/instr.h" /* defines: sched_op, sched_match_plan */
+#include "util/util.h"   /* defines: dyn_calloc */
 
 enum { SLOT_FREE = 0, SLOT_VALID = 1, SLOT_PENDING = 2 };
 enum { TAG_ACT_IN = 0, TAG_GRAD_OUT = 1, TAG_TARGETS = 2 };
@@ -38,10 +40,9 @@ enum { TAG_ACT_IN = 0, TAG_GRAD_OUT = 1, TAG_TARGETS = 2 };
 typedef struct vstate {
     const dyn_exec_plan *p;
     int32_t S, ns, M;
-    int32_t **start_of;  /* [r][i]: for a FINISH, index of its START on the same rank */
-    int64_t **partner;   /* [r][i]: for a START, peer rank * 2^32 + peer index */
     uint8_t *fwd, *bwd, *bwi, *bww; /* [M*ns] how often each ran */
     int32_t *barriers;   /* [S] */
+    sched_match match;   /* pass 2: messages and the FINISH -> START map */
 } vstate;
 
 static dyn_status bad(dyn_error *err, int32_t r, int32_t i, const dyn_instr *in, const char *fmt, ...)
@@ -92,8 +93,6 @@ static dyn_status check_rank(vstate *v, int32_t r, dyn_error *err)
         const dyn_instr *in = &rp->instrs[i];
         int op = in->op;
         int32_t mb = in->microbatch, s = in->stage;
-        v->start_of[r][i] = -1;
-        v->partner[r][i] = -1;
         if (op >= DYN_OP_COUNT) {
             st = bad(err, r, i, in, "unknown op %d", op);
             break;
@@ -117,13 +116,9 @@ static dyn_status check_rank(vstate *v, int32_t r, dyn_error *err)
         size_t k = (size_t)mb * v->ns + s;
         int32_t bi = in->buf_in, bo = in->buf_out;
         /* expected peer for communication */
-        int32_t want_peer = -1;
-        if (op == DYN_OP_SEND_ACT_START || op == DYN_OP_SEND_ACT_FINISH || op == DYN_OP_RECV_GRAD_START ||
-            op == DYN_OP_RECV_GRAD_FINISH)
-            want_peer = s < last ? v->p->stage_rank[s + 1] : -2;
-        if (op == DYN_OP_RECV_ACT_START || op == DYN_OP_RECV_ACT_FINISH || op == DYN_OP_SEND_GRAD_START ||
-            op == DYN_OP_SEND_GRAD_FINISH)
-            want_peer = s > 0 ? v->p->stage_rank[s - 1] : -2;
+        int32_t want_peer = -1, step = sched_op_peer_step(op);
+        if (step > 0) want_peer = s < last ? v->p->stage_rank[s + 1] : -2;
+        if (step < 0) want_peer = s > 0 ? v->p->stage_rank[s - 1] : -2;
         if (want_peer == -2 || (want_peer >= 0 && (want_peer != in->peer || want_peer == r))) {
             st = bad(err, r, i, in, "peer %d is not the rank of the neighbouring stage (%d)", in->peer,
                      want_peer);
@@ -229,7 +224,6 @@ static dyn_status check_rank(vstate *v, int32_t r, dyn_error *err)
                 break;
             }
             sending[bi] = 0;
-            v->start_of[r][i] = open_send[bi];
             break;
         }
         case DYN_OP_RECV_ACT_FINISH:
@@ -241,7 +235,6 @@ static dyn_status check_rank(vstate *v, int32_t r, dyn_error *err)
                 break;
             }
             state[bo] = SLOT_VALID;
-            v->start_of[r][i] = open_send[bo];
             break;
         }
         case DYN_OP_FREE_BUFFER:
@@ -272,94 +265,14 @@ out:
     return st;
 }
 
-static int send_kind(int op) /* 0 act, 1 grad, -1 not a send start */
+/* Where the START that FINISH (r, i) waits for on the peer is: *pr, *pi. */
+static void finish_partner(const vstate *v, int32_t r, int32_t i, int32_t *pr, int32_t *pi)
 {
-    return op == DYN_OP_SEND_ACT_START ? 0 : op == DYN_OP_SEND_GRAD_START ? 1 : -1;
-}
-
-static int recv_kind(int op)
-{
-    return op == DYN_OP_RECV_ACT_START ? 0 : op == DYN_OP_RECV_GRAD_START ? 1 : -1;
-}
-
-/* Pass 2: match the k-th send with the k-th receive on each channel. */
-static dyn_status match(vstate *v, dyn_error *err)
-{
-    int32_t S = v->S;
-    size_t nch = (size_t)S * S * 2;
-    dyn_status st = DYN_OK;
-    int64_t *ns_ = dyn_calloc(nch, sizeof(int64_t), "validator channels", err);
-    int64_t *nr_ = dyn_calloc(nch, sizeof(int64_t), "validator channels", err);
-    int64_t *soff = dyn_calloc(nch + 1, sizeof(int64_t), "validator channels", err);
-    int64_t *roff = dyn_calloc(nch + 1, sizeof(int64_t), "validator channels", err);
-    int64_t *sl = NULL, *rl = NULL;
-    if (!ns_ || !nr_ || !soff || !roff) { st = DYN_ERR_NOMEM; goto out; }
-    int64_t total_s = 0, total_r = 0;
-    for (int32_t r = 0; r < S; r++) {
-        const dyn_rank_plan *rp = &v->p->ranks[r];
-        for (int32_t i = 0; i < rp->n_instrs; i++) {
-            const dyn_instr *in = &rp->instrs[i];
-            int ks = send_kind(in->op), kr = recv_kind(in->op);
-            if (ks >= 0) { ns_[((size_t)r * S + in->peer) * 2 + ks]++; total_s++; }
-            if (kr >= 0) { nr_[((size_t)in->peer * S + r) * 2 + kr]++; total_r++; }
-        }
-    }
-    for (size_t c = 0; c < nch; c++) {
-        if (ns_[c] != nr_[c]) {
-            int32_t src = (int32_t)(c / 2 / S), dst = (int32_t)(c / 2 % S);
-            st = dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                               "plan invalid: rank %d sends %lld %s messages to rank %d, which posts "
-                               "%lld receives for them (a dropped send or receive)",
-                               src, (long long)ns_[c], c % 2 ? "gradient" : "activation", dst,
-                               (long long)nr_[c]);
-            goto out;
-        }
-        soff[c + 1] = soff[c] + ns_[c];
-        roff[c + 1] = roff[c] + nr_[c];
-    }
-    sl = dyn_calloc((size_t)total_s + 1, sizeof(int64_t), "validator channels", err);
-    rl = dyn_calloc((size_t)total_r + 1, sizeof(int64_t), "validator channels", err);
-    if (!sl || !rl) { st = DYN_ERR_NOMEM; goto out; }
-    memset(ns_, 0, nch * sizeof(int64_t));
-    memset(nr_, 0, nch * sizeof(int64_t));
-    for (int32_t r = 0; r < S; r++) {
-        const dyn_rank_plan *rp = &v->p->ranks[r];
-        for (int32_t i = 0; i < rp->n_instrs; i++) {
-            const dyn_instr *in = &rp->instrs[i];
-            int ks = send_kind(in->op), kr = recv_kind(in->op);
-            if (ks >= 0) { size_t c = ((size_t)r * S + in->peer) * 2 + ks; sl[soff[c] + ns_[c]++] = ((int64_t)r << 32) | i; }
-            if (kr >= 0) { size_t c = ((size_t)in->peer * S + r) * 2 + kr; rl[roff[c] + nr_[c]++] = ((int64_t)r << 32) | i; }
-        }
-    }
-    for (size_t c = 0; c < nch && st == DYN_OK; c++) {
-        for (int64_t k = 0; k < ns_[c]; k++) {
-            int64_t a = sl[soff[c] + k], b = rl[roff[c] + k];
-            int32_t sr = (int32_t)(a >> 32), si = (int32_t)(a & 0xffffffff);
-            int32_t rr = (int32_t)(b >> 32), ri = (int32_t)(b & 0xffffffff);
-            const dyn_instr *sin = &v->p->ranks[sr].instrs[si], *rin = &v->p->ranks[rr].instrs[ri];
-            int32_t want_stage = c % 2 ? sin->stage - 1 : sin->stage + 1;
-            if (rin->microbatch != sin->microbatch || rin->stage != want_stage || rin->bytes != sin->bytes) {
-                st = dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                   "plan invalid: rank %d instr %d (%s mb %d stage %d) is matched, in "
-                                   "posting order, with rank %d instr %d (%s mb %d stage %d, %lld vs "
-                                   "%lld bytes): sends and receives out of order",
-                                   rr, ri, dyn_op_name((dyn_op)rin->op), rin->microbatch, rin->stage,
-                                   sr, si, dyn_op_name((dyn_op)sin->op), sin->microbatch, sin->stage,
-                                   (long long)rin->bytes, (long long)sin->bytes);
-                break;
-            }
-            v->partner[sr][si] = b;
-            v->partner[rr][ri] = a;
-        }
-    }
-out:
-    free(ns_);
-    free(nr_);
-    free(soff);
-    free(roff);
-    free(sl);
-    free(rl);
-    return st;
+    const sched_match *m = &v->match;
+    int32_t x = m->msg_of[m->rank_off[r] + i];
+    int send = (sched_op(v->p->ranks[r].instrs[i].op) & SCHED_OP_SEND) != 0;
+    *pr = send ? m->msg_dst[x] : m->msg_src[x];
+    *pi = (send ? m->msg_recv[x] : m->msg_send[x]) - m->rank_off[*pr];
 }
 
 /* Pass 3: abstract execution with blocking FINISH and BARRIER. */
@@ -383,10 +296,9 @@ static dyn_status execute(vstate *v, dyn_error *err)
                     for (int32_t q = 0; q < S; q++) if (arrived[q] < arrived[r]) { ok = 0; break; }
                     if (!ok) break;
                     passed[r]++;
-                } else if (in->op == DYN_OP_SEND_ACT_FINISH || in->op == DYN_OP_SEND_GRAD_FINISH ||
-                           in->op == DYN_OP_RECV_ACT_FINISH || in->op == DYN_OP_RECV_GRAD_FINISH) {
-                    int64_t pt = v->partner[r][v->start_of[r][pc[r]]];
-                    int32_t pr = (int32_t)(pt >> 32), pi = (int32_t)(pt & 0xffffffff);
+                } else if (sched_op(in->op) & SCHED_OP_FINISH) {
+                    int32_t pr, pi;
+                    finish_partner(v, r, pc[r], &pr, &pi);
                     if (pc[pr] <= pi) break;
                 }
                 pc[r]++;
@@ -407,8 +319,8 @@ static dyn_status execute(vstate *v, dyn_error *err)
                                "that never reach it; %d ranks blocked",
                                r, pc[r], arrived[r], blocked);
         } else {
-            int64_t pt = v->partner[r][v->start_of[r][pc[r]]];
-            int32_t pr = (int32_t)(pt >> 32), pi = (int32_t)(pt & 0xffffffff);
+            int32_t pr, pi;
+            finish_partner(v, r, pc[r], &pr, &pi);
             const dyn_instr *pin = &v->p->ranks[pr].instrs[pi];
             st = dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                "plan invalid: deadlock: rank %d instr %d (%s mb %d stage %d) waits for "
@@ -463,19 +375,11 @@ dyn_status dyn_exec_plan_validate(const dyn_exec_plan *plan, dyn_error *err)
     v.bwi = dyn_calloc(n, 1, "validator", err);
     v.bww = dyn_calloc(n, 1, "validator", err);
     v.barriers = dyn_calloc((size_t)v.S, sizeof(int32_t), "validator", err);
-    v.start_of = dyn_calloc((size_t)v.S, sizeof(int32_t *), "validator", err);
-    v.partner = dyn_calloc((size_t)v.S, sizeof(int64_t *), "validator", err);
-    if (!v.fwd || !v.bwd || !v.bwi || !v.bww || !v.barriers || !v.start_of || !v.partner) {
+    if (!v.fwd || !v.bwd || !v.bwi || !v.bww || !v.barriers) {
         st = DYN_ERR_NOMEM;
         goto out;
     }
-    for (int32_t r = 0; r < v.S && st == DYN_OK; r++) {
-        int32_t ni = plan->ranks[r].n_instrs > 0 ? plan->ranks[r].n_instrs : 0;
-        v.start_of[r] = dyn_calloc((size_t)ni, sizeof(int32_t), "validator", err);
-        v.partner[r] = dyn_calloc((size_t)ni, sizeof(int64_t), "validator", err);
-        if (!v.start_of[r] || !v.partner[r]) st = DYN_ERR_NOMEM;
-        else st = check_rank(&v, r, err);
-    }
+    for (int32_t r = 0; r < v.S && st == DYN_OK; r++) st = check_rank(&v, r, err);
     if (st != DYN_OK) goto out;
     for (int32_t r = 1; r < v.S; r++) {
         if (v.barriers[r] != v.barriers[0]) {
@@ -499,15 +403,10 @@ dyn_status dyn_exec_plan_validate(const dyn_exec_plan *plan, dyn_error *err)
             goto out;
         }
     }
-    st = match(&v, err);
+    st = sched_match_plan(&v.match, plan, 1, err);
     if (st == DYN_OK) st = execute(&v, err);
 out:
-    if (v.start_of)
-        for (int32_t r = 0; r < v.S; r++) free(v.start_of[r]);
-    if (v.partner)
-        for (int32_t r = 0; r < v.S; r++) free(v.partner[r]);
-    free(v.start_of);
-    free(v.partner);
+    sched_match_free(&v.match);
     free(v.fwd);
     free(v.bwd);
     free(v.bwi);
