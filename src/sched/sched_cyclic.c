@@ -184,7 +184,7 @@ dyn_status sched_build_cyclic(const dyn_stage_costs *c, const dyn_mb_shape *shap
             }
         if (!wait_free && cy + 1 < cycle) sched_emit_barrier(e);
     }
-    sched_emitter_finish(e);
+    if ((st = sched_emitter_finish(e, err)) != DYN_OK) dyn_exec_plan_free(out);
 out:
     if (cycle_of)
         for (int32_t r = 0; r < S; r++) free(cycle_of[r]);
