@@ -355,7 +355,7 @@ static double cap_of_value(const dyn_planner *p, double v0, double single_max, d
 static double time_cap(const dyn_planner *p, double single_max, double single_sum, double lb)
 {
     if (p->opt.stages <= 1) return INFINITY;
-    double v0 = (double)(p->opt.stages - 1) * single_max / p->opt.chunks + single_sum / p->opt.dp;
+    double v0 = plan_objective_ms(p->opt.stages, p->opt.chunks, p->opt.dp, single_max, single_sum);
     return cap_of_value(p, v0, single_max, lb);
 }
 
@@ -492,7 +492,7 @@ static dyn_status chunk_value(dyn_planner *p, const dyn_sample *s, int32_t n, co
             if (t > tmax) tmax = t;
             tsum += t;
         }
-        double v = (double)(p->opt.stages - 1) * tmax / p->opt.chunks + tsum / p->opt.dp;
+        double v = plan_objective_ms(p->opt.stages, p->opt.chunks, p->opt.dp, tmax, tsum);
         if (v < *value) *value = v;
     }
     return DYN_OK;
@@ -887,8 +887,8 @@ dyn_status dyn_plan_assemble(const dyn_planner *p, const dyn_sample *s, int32_t 
     }
     out->mbs = sorted;
     int32_t in_flight = max_per_replica < p->opt.stages ? max_per_replica : p->opt.stages;
-    out->objective_ms = (double)(p->opt.stages - 1) * tmax / p->opt.chunks + tsum / p->opt.dp;
-    out->balanced_ms = (double)(p->opt.stages - 1) * tmax / p->opt.chunks + max_load;
+    out->objective_ms = plan_objective_ms(p->opt.stages, p->opt.chunks, p->opt.dp, tmax, tsum);
+    out->balanced_ms = plan_objective_ms(p->opt.stages, p->opt.chunks, 1, tmax, max_load);
     out->device_peak_mb = p->states_mb + (in_flight > 0 ? in_flight - 1 : 0) * max_stored + max_peak;
     out->real_tokens = real;
     out->padded_tokens = padded;
