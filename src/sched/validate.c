@@ -40,8 +40,9 @@ enum { TAG_ACT_IN = 0, TAG_GRAD_OUT = 1, TAG_TARGETS = 2 };
 typedef struct vstate {
     const dyn_exec_plan *p;
     int32_t S, ns, M;
-    uint8_t *fwd, *bwd, *bwi, *bww; /* [M*ns] how often each ran */
+    uint8_t *fwd, *bwd, *bwi, *bww; /* [M*ns] whether each ran */
     int32_t *barriers;   /* [S] */
+    void *block;         /* the five arrays above, one allocation */
     sched_match match;   /* pass 2: messages and the FINISH -> START map */
 } vstate;
 
@@ -409,15 +410,14 @@ dyn_status dyn_exec_plan_validate(const dyn_exec_plan *plan, dyn_error *err)
     v.M = plan->n_microbatches;
     dyn_status st = DYN_OK;
     size_t n = (size_t)v.M * v.ns;
-    v.fwd = dyn_calloc(n, 1, "validator", err);
-    v.bwd = dyn_calloc(n, 1, "validator", err);
-    v.bwi = dyn_calloc(n, 1, "validator", err);
-    v.bww = dyn_calloc(n, 1, "validator", err);
-    v.barriers = dyn_calloc((size_t)v.S, sizeof(int32_t), "validator", err);
-    if (!v.fwd || !v.bwd || !v.bwi || !v.bww || !v.barriers) {
-        st = DYN_ERR_NOMEM;
-        goto out;
-    }
+    /* barriers first (aligned), then the four byte arrays */
+    v.block = dyn_calloc(1, (size_t)v.S * sizeof(int32_t) + 4 * n, "validator", err);
+    if (v.block == NULL) return DYN_ERR_NOMEM;
+    v.barriers = v.block;
+    v.fwd = (uint8_t *)(v.barriers + v.S);
+    v.bwd = v.fwd + n;
+    v.bwi = v.bwd + n;
+    v.bww = v.bwi + n;
     for (int32_t r = 0; r < v.S && st == DYN_OK; r++) st = check_rank(&v, r, err);
     if (st != DYN_OK) goto out;
     for (int32_t r = 1; r < v.S; r++) {
@@ -446,10 +446,6 @@ dyn_status dyn_exec_plan_validate(const dyn_exec_plan *plan, dyn_error *err)
     if (st == DYN_OK) st = execute(&v, err);
 out:
     sched_match_free(&v.match);
-    free(v.fwd);
-    free(v.bwd);
-    free(v.bwi);
-    free(v.bww);
-    free(v.barriers);
+    free(v.block);
     return st;
 }
