@@ -23,9 +23,10 @@
 
 #include "dynapipe/data.h"         /* defines: dyn_dataset_*, dyn_sampler_* */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_preset */
+#include "dynapipe/pipeline.h"     /* defines: dyn_batch_costs_* */
 #include "dynapipe/plan.h"         /* defines: dyn_planner_* */
 #include "dynapipe/sched.h"        /* defines: dyn_schedule_build */
-#include "dynapipe/sim.h"          /* defines: dyn_sim_*, dyn_schedule_auto, dyn_batch_costs_* */
+#include "dynapipe/sim.h"          /* defines: dyn_sim_*, dyn_schedule_auto */
 #include "util/util.h"             /* defines: dyn_time_ms, dyn_median */
 
 static int BATCHES = 8, REPS = 21;

@@ -18,7 +18,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "model_test_util.h" /* defines: make_samples, loss_and_grad, loss_only */
+#include "model_testutil.h" /* defines: make_samples, loss_and_grad, loss_only */
 #include "dynapipe/plan.h"    /* the planner's micro-batch beside the model's: both names must coexist */
 #include "dynapipe/sched.h"
 #include "model/threads.h" /* defines: dyn_threads_init */

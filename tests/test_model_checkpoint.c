@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "model/safetensors.h" /* defines: dyn_safetensors_* */
-#include "model_test_util.h"   /* defines: make_samples, loss_and_grad */
+#include "model_testutil.h"   /* defines: make_samples, loss_and_grad */
 #include "util/util.h"         /* defines: dyn_file_read_all, dyn_file_write_atomic */
 #include "model/threads.h" /* defines: dyn_threads_init */
 

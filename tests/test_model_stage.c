@@ -29,7 +29,7 @@
 #include "dynapipe/cost.h"      /* defines: dyn_cost_model_create_analytic, dyn_cost_layer_states_mb */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_preset */
 #include "model/safetensors.h" /* defines: dyn_safetensors_open, _count */
-#include "model_test_util.h"   /* defines: make_samples, loss_and_grad */
+#include "model_testutil.h"   /* defines: make_samples, loss_and_grad, model_grad_check */
 
 #define MAXS 4
 

@@ -26,8 +26,7 @@
 
 #include "model/blocks.h"    /* defines: the blocks and their split halves */
 #include "model/threads.h"   /* defines: dyn_threads_set */
-#include "model_test_util.h" /* defines: make_samples, model_grad_check, split_loss_and_grad */
-#include "model_testutil.h"  /* defines: fill_uniform, lay_*, xcalloc */
+#include "model_testutil.h" /* defines: make_samples, model_grad_check, split_loss_and_grad, fill_uniform, lay_*, xcalloc */
 
 static float *rnd(size_t n, float scale, dyn_rng *r)
 {

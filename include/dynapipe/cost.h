@@ -70,8 +70,7 @@ double dyn_cost_layer_states_mb(const dyn_cost_model *cm, dyn_layer_kind kind);
  * machine, fp32; "a100": 8 x A100 40 GB with NVLink, bf16). NULL if unknown.*/
 const dyn_machine *dyn_machine_builtin(const char *name);
 
-
-/* ---- additions (data-cost branch) ---------------------------------------- */
+/* ---- the handle's machine, states, names, grids and table writing -------- */
 
 /* The machine the model's costs are for: the analytic model's machine, or the
  * `machine` line of a table file. Never NULL for a valid handle. */

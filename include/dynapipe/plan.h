@@ -66,7 +66,6 @@ typedef struct dyn_batch_plan {
     int32_t *sample_offset; /* parallel to sample_ids */
     double objective_ms;    /* predicted iteration time (the DP objective) */
     double plan_time_ms;    /* wall time spent planning this batch */
-    /* Added by the planner (additive): */
     int32_t *sample_dec_offset; /* T5 packing: token offset in the decoder row; else 0 */
     double balanced_ms;     /* (S-1)*t_max/v + max over replicas of its sum of t(mb) */
     double device_peak_mb;  /* model states + (in flight - 1) * max stored + max peak: with S in
@@ -78,7 +77,7 @@ typedef struct dyn_batch_plan {
 
 void dyn_plan_options_default(dyn_plan_options *opt);
 
-/* ---- Planner handle (added by the planner, additive) ----------------------
+/* ---- Planner handle --------------------------------------------------------
  * A planner caches the cost of every (padded length, rows) micro-batch shape
  * it has evaluated, so planning a stream of global batches costs a few table
  * lookups per DP step instead of cost-model calls. dyn_plan_batch is

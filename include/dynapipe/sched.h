@@ -33,7 +33,7 @@
  *   RECV_*_START      start receiving from rank peer into buf_out;
  *                     RECV_*_FINISH waits until buf_out holds the data.
  *   FREE_BUFFER       release slot buf_in.
- *   BARRIER           (added for the cyclic schedule) the k-th BARRIER of a
+ *   BARRIER           (the cyclic schedule's cycles) the k-th BARRIER of a
  *                     rank waits until every rank has reached its k-th
  *                     BARRIER; all ranks have the same number. microbatch,
  *                     stage, peer, slots are -1. See "Cycle barriers" below.

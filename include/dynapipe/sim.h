@@ -21,7 +21,7 @@
  *     and matching pass.
  *   - Messages are matched per (kind act|grad, sender, receiver) in posting
  *     order, like MPI with one tag per kind (the contract of sched.h); a
- *     pair naming different micro-batches is an error. A transfer starts
+ *     pair naming different micro-batches or bytes is an error. A transfer starts
  *     when both sides are posted and the directed link sender->receiver is
  *     free (one transfer at a time per directed link, in order of start);
  *     it occupies the link for bytes / bandwidth and arrives latency later.
@@ -248,32 +248,6 @@ dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ct
                              const dyn_sim_options *simopt, dyn_auto_choice *choice,
                              dyn_exec_plan *best_plan, dyn_stage_costs *best_costs,
                              dyn_error *err);
-
-/* ---- stage costs of a global batch (batch_costs.c) --------------------------
- * The glue between the planner's dyn_batch_plan, the cost model and
- * src/sched's layer-to-stage assignment: the layers are assigned once per
- * chunk count (balanced for one row of max_seqlen tokens, no recompute) and
- * each batch's costs are built lazily per (chunks, recompute) and cached
- * until the next batch. */
-typedef struct dyn_batch_costs dyn_batch_costs;
-
-/* cm must outlive the handle. n_ranks S >= 1, chunks v >= 1 (v > 1 also
- * assigns S * v stages for the interleaved schedule, if the model has that
- * many layers). Errors from the assignment, e.g. more stages than layers. */
-dyn_batch_costs *dyn_batch_costs_create(const dyn_cost_model *cm, int32_t n_ranks, int32_t chunks,
-                                        dyn_error *err);
-void dyn_batch_costs_free(dyn_batch_costs *bc);
-/* Use replica `replica`'s micro-batches of bp (borrowed until the next call). */
-dyn_status dyn_batch_costs_set_batch(dyn_batch_costs *bc, const dyn_batch_plan *bp, int32_t replica,
-                                     dyn_error *err);
-/* A dyn_costs_fn (ctx = the dyn_batch_costs): costs for chunks 1 or v. */
-dyn_status dyn_batch_costs_get(void *ctx, int32_t chunks, dyn_recompute rc,
-                               const dyn_stage_costs **out, dyn_error *err);
-/* Chunks available: v, or 1 when S * v stages are more than the model's
- * layers (then costs for v fail with DYN_ERR_INFEASIBLE saying so). */
-int32_t dyn_batch_costs_chunks(const dyn_batch_costs *bc);
-/* The current batch's micro-batch shapes, [*n_microbatches]. */
-const dyn_mb_shape *dyn_batch_costs_shapes(const dyn_batch_costs *bc, int32_t *n_microbatches);
 
 #ifdef __cplusplus
 }

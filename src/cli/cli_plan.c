@@ -227,145 +227,191 @@ static int emit_exec_plans(const exec_out *eo, const dyn_pipeline_result *res, i
     return CLI_EXIT_OK;
 }
 
-int cli_plan_main(int argc, char **argv)
+/* Everything the command line chose. */
+typedef struct plan_cmd {
+    plan_args a;           /* the planning flags (plan_args.h) */
+    const char *json_path; /* --json */
+    int verbosity;         /* 0 --quiet, 1 default, 2 --verbose */
+    exec_out eo;           /* --show-plan, --plan-out, --schedule */
+} plan_cmd;
+
+/* --schedule NAME (auto or a schedule); -1 on a bad name (printed). */
+static int parse_schedule(exec_out *eo, const char *v)
 {
-    plan_args a;
-    plan_args_init(&a);
-    const char *json_path = NULL;
-    int verbosity = 1;
-    exec_out eo = {0};
-    eo.schedule = DYN_SCHEDULE_AUTO;
+    dyn_schedule kind;
+    dyn_error err;
+    eo->build = 1;
+    if (strcmp(v, "auto") == 0) {
+        eo->schedule = DYN_SCHEDULE_AUTO;
+    } else if (dyn_schedule_parse(v, &kind, &err) == DYN_OK) {
+        eo->schedule = (int32_t)kind;
+    } else {
+        cli_errorf(CMD, "--schedule: %s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Parse argv into pc: 0, 1 for --help (usage printed), or -1 (usage error
+ * printed). */
+static int parse_flags(plan_cmd *pc, int argc, char **argv)
+{
+    memset(pc, 0, sizeof *pc);
+    plan_args_init(&pc->a);
+    pc->verbosity = 1;
+    pc->eo.schedule = DYN_SCHEDULE_AUTO;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
-            return CLI_EXIT_OK;
+            return 1;
         }
-        int r = plan_args_parse_one(CMD, &a, argc, argv, &i);
-        if (r < 0) return CLI_EXIT_USAGE;
+        int r = plan_args_parse_one(CMD, &pc->a, argc, argv, &i);
+        if (r < 0) return -1;
         if (r == 1) continue;
         if (strcmp(argv[i], "--json") == 0) {
-            if ((json_path = cli_flag_value(CMD, argc, argv, &i)) == NULL) return CLI_EXIT_USAGE;
+            if ((pc->json_path = cli_flag_value(CMD, argc, argv, &i)) == NULL) return -1;
         } else if (strcmp(argv[i], "--quiet") == 0) {
-            verbosity = 0;
+            pc->verbosity = 0;
         } else if (strcmp(argv[i], "--verbose") == 0) {
-            verbosity = 2;
+            pc->verbosity = 2;
         } else if (strcmp(argv[i], "--show-plan") == 0) {
-            eo.show = eo.build = 1;
+            pc->eo.show = pc->eo.build = 1;
         } else if (strcmp(argv[i], "--plan-out") == 0) {
-            if ((eo.prefix = cli_flag_value(CMD, argc, argv, &i)) == NULL) return CLI_EXIT_USAGE;
-            eo.build = 1;
+            if ((pc->eo.prefix = cli_flag_value(CMD, argc, argv, &i)) == NULL) return -1;
+            pc->eo.build = 1;
         } else if (strcmp(argv[i], "--schedule") == 0) {
             const char *v = cli_flag_value(CMD, argc, argv, &i);
-            if (v == NULL) return CLI_EXIT_USAGE;
-            dyn_schedule kind;
-            dyn_error err;
-            eo.build = 1;
-            if (strcmp(v, "auto") == 0) {
-                eo.schedule = DYN_SCHEDULE_AUTO;
-            } else if (dyn_schedule_parse(v, &kind, &err) == DYN_OK) {
-                eo.schedule = (int32_t)kind;
-            } else {
-                cli_errorf(CMD, "--schedule: %s", err.msg);
-                return CLI_EXIT_USAGE;
-            }
+            if (v == NULL || parse_schedule(&pc->eo, v) != 0) return -1;
         } else {
             cli_errorf(CMD, "unknown option '%s' (try 'dynapipe plan --help')", argv[i]);
-            return CLI_EXIT_USAGE;
+            return -1;
         }
     }
-    if (plan_args_finish(CMD, &a) != 0) return CLI_EXIT_USAGE;
+    return plan_args_finish(CMD, &pc->a) != 0 ? -1 : 0;
+}
 
+/* The JSON document's root with the run's fields; *batches receives its
+ * "global_batches" array. NULL on allocation failure. */
+static cJSON *json_root_new(const plan_cmd *pc, const plan_inputs *in, cJSON **batches)
+{
+    const plan_args *a = &pc->a;
+    cJSON *root = cJSON_CreateObject();
+    *batches = root ? cJSON_AddArrayToObject(root, "global_batches") : NULL;
+    if (*batches == NULL || !cJSON_AddStringToObject(root, "model", dyn_model_kind_name(a->kind)) ||
+        !cJSON_AddStringToObject(root, "method", dyn_batching_name(a->opt.method)) ||
+        !cJSON_AddNumberToObject(root, "stages", a->opt.stages) || !cJSON_AddNumberToObject(root, "dp", a->opt.dp) ||
+        !cJSON_AddNumberToObject(root, "chunks", a->opt.chunks) ||
+        !cJSON_AddNumberToObject(root, "memory_limit_mb", dyn_planner_options(in->planner)->memory_limit_mb)) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* Sums over the global batches, for the last line. */
+typedef struct plan_totals {
+    int32_t batches, mbs, samples;
+    int64_t real, padded;
+    double objective_ms, plan_ms, max_peak_mb;
+} plan_totals;
+
+static void totals_add(plan_totals *t, const dyn_batch_plan *pl)
+{
+    t->mbs += pl->n_microbatches;
+    t->samples += pl->n_samples;
+    t->real += pl->real_tokens;
+    t->padded += pl->padded_tokens;
+    t->objective_ms += pl->objective_ms;
+    t->plan_ms += pl->plan_time_ms;
+    if (pl->device_peak_mb > t->max_peak_mb) t->max_peak_mb = pl->device_peak_mb;
+    t->batches++;
+}
+
+/* Plan global batch `index` (and with eo.build every replica's execution
+ * plan), print it, write its plans, add it to the JSON; 0 or an exit code
+ * (printed). */
+static int plan_one_batch(const plan_cmd *pc, plan_inputs *in, const dyn_sample *batch, int32_t n, int32_t index,
+                          cJSON *batches, plan_totals *tot)
+{
+    const exec_out *eo = &pc->eo;
+    dyn_pipeline_result res;
+    memset(&res, 0, sizeof res);
+    dyn_error err;
+    dyn_status st = eo->build ? dyn_pipeline_plan(eo->pipe, batch, n, &res, &err)
+                              : dyn_planner_plan(in->planner, batch, n, &res.batch, &err);
+    if (st != DYN_OK) {
+        cli_errorf(CMD, "global batch %d: %s", index, err.msg);
+        return CLI_EXIT_FAIL;
+    }
+    const dyn_batch_plan *pl = &res.batch;
+    const int t5 = pc->a.kind == DYN_MODEL_T5;
+    print_batch(index, pl, t5, pc->verbosity, dyn_planner_options(in->planner)->memory_limit_mb);
+    int rc = eo->build ? emit_exec_plans(eo, &res, index) : CLI_EXIT_OK;
+    if (rc == CLI_EXIT_OK && batches) {
+        cJSON *b = batch_json(index, pl, eo->build ? &res : NULL, t5);
+        if (b == NULL) {
+            cli_errorf(CMD, "out of memory building JSON");
+            rc = CLI_EXIT_FAIL;
+        } else {
+            cJSON_AddItemToArray(batches, b);
+        }
+    }
+    if (rc == CLI_EXIT_OK) totals_add(tot, pl);
+    dyn_pipeline_result_free(&res);
+    return rc;
+}
+
+int cli_plan_main(int argc, char **argv)
+{
+    plan_cmd pc;
+    int p = parse_flags(&pc, argc, argv);
+    if (p != 0) return p > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+    const plan_args *a = &pc.a;
     plan_inputs in;
-    int rc = plan_inputs_open(CMD, &a, &in);
+    int rc = plan_inputs_open(CMD, a, &in);
     if (rc != 0) return rc;
-    const int t5 = a.kind == DYN_MODEL_T5;
-    if (eo.build) {
+    if (pc.eo.build) {
         dyn_error err;
         dyn_pipeline_options po;
         dyn_pipeline_options_default(&po);
-        po.schedule = eo.schedule;
-        if ((eo.pipe = dyn_pipeline_create(in.planner, &po, &err)) == NULL) {
+        po.schedule = pc.eo.schedule;
+        if ((pc.eo.pipe = dyn_pipeline_create(in.planner, &po, &err)) == NULL) {
             cli_errorf(CMD, "%s", err.msg);
             plan_inputs_close(&in);
             return CLI_EXIT_FAIL;
         }
     }
     cJSON *root = NULL, *batches = NULL;
-    if (json_path) {
-        root = cJSON_CreateObject();
-        batches = root ? cJSON_AddArrayToObject(root, "global_batches") : NULL;
-        if (batches == NULL || !cJSON_AddStringToObject(root, "model", dyn_model_kind_name(a.kind)) ||
-            !cJSON_AddStringToObject(root, "method", dyn_batching_name(a.opt.method)) ||
-            !cJSON_AddNumberToObject(root, "stages", a.opt.stages) ||
-            !cJSON_AddNumberToObject(root, "dp", a.opt.dp) ||
-            !cJSON_AddNumberToObject(root, "chunks", a.opt.chunks) ||
-            !cJSON_AddNumberToObject(root, "memory_limit_mb", dyn_planner_options(in.planner)->memory_limit_mb)) {
-            cli_errorf(CMD, "out of memory building JSON");
-            cJSON_Delete(root);
-            plan_inputs_close(&in);
-            return CLI_EXIT_FAIL;
-        }
+    if (pc.json_path && (root = json_root_new(&pc, &in, &batches)) == NULL) {
+        cli_errorf(CMD, "out of memory building JSON");
+        dyn_pipeline_free(pc.eo.pipe);
+        plan_inputs_close(&in);
+        return CLI_EXIT_FAIL;
     }
+    const int t5 = a->kind == DYN_MODEL_T5;
     printf("dynapipe plan: %s model (%d%s layers, hidden %d), method %s, S=%d dp=%d v=%d, memory "
            "limit %.0f MB (model states %.1f MB/device), machine %s\n",
-           dyn_model_kind_name(a.kind), in.model.n_layers + in.model.n_dec_layers, t5 ? " enc+dec" : "",
-           in.model.hidden, dyn_batching_name(a.opt.method), a.opt.stages, a.opt.dp, a.opt.chunks,
+           dyn_model_kind_name(a->kind), in.model.n_layers + in.model.n_dec_layers, t5 ? " enc+dec" : "",
+           in.model.hidden, dyn_batching_name(a->opt.method), a->opt.stages, a->opt.dp, a->opt.chunks,
            dyn_planner_options(in.planner)->memory_limit_mb, dyn_planner_states_mb(in.planner), in.machine.name);
-    int32_t index = 0, total_mbs = 0, total_samples = 0;
-    int64_t real = 0, padded = 0;
-    double total_obj = 0, total_plan = 0, max_peak = 0;
+    plan_totals tot;
+    memset(&tot, 0, sizeof tot);
     for (;;) {
         const dyn_sample *batch;
         int32_t n;
-        if ((rc = plan_inputs_next(CMD, &in, &batch, &n)) != 0) break;
-        if (n == 0) break;
-        /* The batch's micro-batches, and with eo.build every replica's plan. */
-        dyn_pipeline_result res;
-        memset(&res, 0, sizeof res);
-        dyn_batch_plan *plp = &res.batch;
-        dyn_error err;
-        dyn_status st = eo.build ? dyn_pipeline_plan(eo.pipe, batch, n, &res, &err)
-                                 : dyn_planner_plan(in.planner, batch, n, plp, &err);
-        if (st != DYN_OK) {
-            cli_errorf(CMD, "global batch %d: %s", index, err.msg);
-            rc = CLI_EXIT_FAIL;
-            break;
-        }
-        const dyn_batch_plan pl = *plp;
-        print_batch(index, &pl, t5, verbosity, dyn_planner_options(in.planner)->memory_limit_mb);
-        if (eo.build && (rc = emit_exec_plans(&eo, &res, index)) != 0) {
-            dyn_pipeline_result_free(&res);
-            break;
-        }
-        if (batches) {
-            cJSON *b = batch_json(index, &pl, eo.build ? &res : NULL, t5);
-            if (b == NULL) {
-                cli_errorf(CMD, "out of memory building JSON");
-                dyn_pipeline_result_free(&res);
-                rc = CLI_EXIT_FAIL;
-                break;
-            }
-            cJSON_AddItemToArray(batches, b);
-        }
-        total_mbs += pl.n_microbatches;
-        total_samples += pl.n_samples;
-        real += pl.real_tokens;
-        padded += pl.padded_tokens;
-        total_obj += pl.objective_ms;
-        total_plan += pl.plan_time_ms;
-        if (pl.device_peak_mb > max_peak) max_peak = pl.device_peak_mb;
-        dyn_pipeline_result_free(&res);
-        index++;
+        if ((rc = plan_inputs_next(CMD, &in, &batch, &n)) != 0 || n == 0) break;
+        if ((rc = plan_one_batch(&pc, &in, batch, n, tot.batches, batches, &tot)) != 0) break;
     }
     if (rc == 0) {
         printf("total: %d global batches, %d samples, %d micro-batches, predicted %.2f ms, padding "
                "efficiency %.1f%%, peak %.1f MB, mean plan time %.3f ms/batch\n",
-               index, total_samples, total_mbs, total_obj, padded ? 100.0 * (double)real / padded : 0,
-               max_peak, index ? total_plan / index : 0);
-        if (json_path && cli_write_json(CMD, json_path, root) != 0) rc = CLI_EXIT_FAIL;
+               tot.batches, tot.samples, tot.mbs, tot.objective_ms,
+               tot.padded ? 100.0 * (double)tot.real / tot.padded : 0, tot.max_peak_mb,
+               tot.batches ? tot.plan_ms / tot.batches : 0);
+        if (pc.json_path && cli_write_json(CMD, pc.json_path, root) != 0) rc = CLI_EXIT_FAIL;
     }
     cJSON_Delete(root);
-    dyn_pipeline_free(eo.pipe);
+    dyn_pipeline_free(pc.eo.pipe);
     plan_inputs_close(&in);
     return rc;
 }

@@ -352,15 +352,191 @@ static int32_t axis_find(const int32_t *ax, int32_t n, int32_t v)
 
 #define MAX_TOKENS 24
 
+/* The reader's state across the lines of one table. */
+typedef struct table_parse {
+    dyn_cost_model *cm;
+    reader *r;
+    int have_magic, have_model, have_machine, have_states;
+    unsigned char *seen; /* [points] how often each point was given; NULL before the first */
+    dyn_cost_grid g;     /* the grid, fixed at the first point */
+} table_parse;
+
+/* "dynapipe-cost-table 1". */
+static dyn_status parse_magic_line(table_parse *tp, char **tok, int ntok)
+{
+    int32_t ver;
+    if (ntok != 2 || strcmp(tok[0], TABLE_MAGIC) != 0)
+        return rd_fail(tp->r, "not a cost table (expected '" TABLE_MAGIC " 1')", NULL);
+    if (parse_int(tok[1], &ver) != 0 || ver != TABLE_VERSION)
+        return rd_fail(tp->r, "unsupported cost table version", tok[1]);
+    tp->have_magic = 1;
+    return DYN_OK;
+}
+
+static dyn_status parse_model_line(table_parse *tp, char **tok, int ntok)
+{
+    dyn_model_config *cfg = &tp->cm->cfg;
+    if (tp->have_model++) return rd_fail(tp->r, "model line given twice", NULL);
+    kv_field f[] = {{"kind", 'k', &cfg->kind},         {"n_layers", 'i', &cfg->n_layers},
+                    {"n_dec_layers", 'i', &cfg->n_dec_layers}, {"hidden", 'i', &cfg->hidden},
+                    {"heads", 'i', &cfg->heads},       {"head_dim", 'i', &cfg->head_dim},
+                    {"ffn", 'i', &cfg->ffn},           {"vocab", 'i', &cfg->vocab},
+                    {"max_seqlen", 'i', &cfg->max_seqlen}};
+    dyn_status st = parse_kv(tp->r, tok + 1, ntok - 1, f, 9, "model");
+    if (st != DYN_OK) return st;
+    dyn_error e2;
+    if (dyn_model_config_validate(cfg, &e2) != DYN_OK) return rd_fail(tp->r, e2.msg, NULL);
+    return DYN_OK;
+}
+
+static dyn_status parse_machine_line(table_parse *tp, char **tok, int ntok)
+{
+    if (tp->have_machine++) return rd_fail(tp->r, "machine line given twice", NULL);
+    dyn_machine *m = &tp->cm->machine;
+    kv_field f[] = {{"name", 's', m->name},
+                    {"matmul_gflops", 'd', &m->matmul_gflops},
+                    {"attn_gflops", 'd', &m->attn_gflops},
+                    {"mem_gbps", 'd', &m->mem_gbps},
+                    {"bytes_per_elem", 'i', &m->bytes_per_elem},
+                    {"device_memory_mb", 'd', &m->device_memory_mb},
+                    {"link_latency_ms", 'd', &m->link_latency_ms},
+                    {"link_gbps", 'd', &m->link_gbps},
+                    {"dp_link_gbps", 'd', &m->dp_link_gbps},
+                    /* optional: tables written before these existed
+                     * load with 0 (a table's times are measured, so
+                     * the table model never reads them) */
+                    {"gemm_n_half", 'o', &m->gemm_n_half},
+                    {"layer_overhead_ms", 'o', &m->layer_overhead_ms}};
+    dyn_status st = parse_kv(tp->r, tok + 1, ntok - 1, f, 11, "machine");
+    if (st != DYN_OK) return st;
+    dyn_error e2;
+    if (dyn_machine_validate(m, &e2) != DYN_OK) return rd_fail(tp->r, e2.msg, NULL);
+    return DYN_OK;
+}
+
+static dyn_status parse_states_line(table_parse *tp, char **tok, int ntok)
+{
+    if (tp->have_states++) return rd_fail(tp->r, "states_mb line given twice", NULL);
+    double *s = tp->cm->states_mb;
+    kv_field f[] = {{"embed", 'd', &s[0]}, {"encoder", 'd', &s[1]}, {"decoder", 'd', &s[2]},
+                    {"lm_head", 'd', &s[3]}};
+    dyn_status st = parse_kv(tp->r, tok + 1, ntok - 1, f, 4, "states_mb");
+    if (st != DYN_OK) return st;
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
+        if (s[k] < 0) return rd_fail(tp->r, "states_mb must be >= 0", NULL);
+    return DYN_OK;
+}
+
+/* "rows ...", "enc_len ...", "dec_len ...": only before the first point. */
+static dyn_status parse_axis_line(table_parse *tp, char **tok, int ntok)
+{
+    dyn_cost_model *cm = tp->cm;
+    if (tp->seen != NULL) return rd_fail(tp->r, "axis after the first point", NULL);
+    int32_t **ax = tok[0][0] == 'r' ? &cm->rows : tok[0][0] == 'e' ? &cm->enc_len : &cm->dec_len;
+    int32_t *n = tok[0][0] == 'r' ? &cm->n_rows : tok[0][0] == 'e' ? &cm->n_enc : &cm->n_dec;
+    return parse_axis(tp->r, tok + 1, ntok - 1, ax, n);
+}
+
+/* At the first point: the header must be complete and the grid valid; the
+ * point arrays are allocated. */
+static dyn_status begin_points(table_parse *tp)
+{
+    dyn_cost_model *cm = tp->cm;
+    if (!tp->have_model || !tp->have_machine || !tp->have_states || !cm->rows || !cm->enc_len || !cm->dec_len)
+        return rd_fail(tp->r, "point before the model, machine, states_mb, rows, enc_len and dec_len lines", NULL);
+    tp->g = (dyn_cost_grid){cm->n_rows, cm->n_enc, cm->n_dec, cm->rows, cm->enc_len, cm->dec_len};
+    dyn_error e2;
+    if (check_grid(&cm->cfg, &tp->g, &e2) != DYN_OK) return rd_fail(tp->r, e2.msg, NULL);
+    size_t total = (size_t)(dyn_cost_grid_size(&tp->g) * DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT);
+    tp->seen = dyn_calloc(total, 1, "cost table", tp->r->err);
+    cm->points = dyn_calloc(total, sizeof *cm->points, "cost table points", tp->r->err);
+    if (tp->seen == NULL || cm->points == NULL) return DYN_ERR_NOMEM;
+    return DYN_OK;
+}
+
+/* "point kind recompute rows enc_len dec_len v1 .. v7". */
+static dyn_status parse_point_line(table_parse *tp, char **tok, int ntok)
+{
+    dyn_cost_model *cm = tp->cm;
+    reader *r = tp->r;
+    dyn_status st;
+    if (tp->seen == NULL && (st = begin_points(tp)) != DYN_OK) return st;
+    if (ntok != 6 + N_VALUES) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "got %d fields", ntok);
+        return rd_fail(r, "a point needs 13 fields: point kind recompute rows enc_len dec_len + 7 values", msg);
+    }
+    dyn_layer_kind kind;
+    dyn_recompute rc;
+    if (dyn_layer_kind_parse(tok[1], &kind, NULL) != DYN_OK || !kind_present(&cm->cfg, kind))
+        return rd_fail(r, "unknown layer kind for this model", tok[1]);
+    if (dyn_recompute_parse(tok[2], &rc, NULL) != DYN_OK) return rd_fail(r, "unknown recompute mode", tok[2]);
+    int32_t c[3], idx[3];
+    const int32_t *axes[3] = {cm->rows, cm->enc_len, cm->dec_len};
+    int32_t ns[3] = {cm->n_rows, cm->n_enc, cm->n_dec};
+    for (int a = 0; a < 3; a++) {
+        if (parse_int(tok[3 + a], &c[a]) != 0) return rd_fail(r, "coordinate is not an integer", tok[3 + a]);
+        idx[a] = axis_find(axes[a], ns[a], c[a]);
+        if (idx[a] < 0) return rd_fail(r, "coordinate is not on the grid", tok[3 + a]);
+    }
+    double v[N_VALUES];
+    for (int j = 0; j < N_VALUES; j++)
+        if (parse_double(tok[6 + j], &v[j]) != 0 || v[j] < 0)
+            return rd_fail(r, "value must be a finite number >= 0", tok[6 + j]);
+    int64_t p = dyn_cost_grid_index(&tp->g, kind, rc, idx[0], idx[1], idx[2]);
+    if (tp->seen[p]++) return rd_fail(r, "duplicate point", NULL);
+    values_to_cost(v, &cm->points[p]);
+    return DYN_OK;
+}
+
+/* One non-empty, non-comment line. */
+static dyn_status parse_line(table_parse *tp, char **tok, int ntok)
+{
+    if (ntok > MAX_TOKENS) return rd_fail(tp->r, "too many fields", NULL);
+    if (!tp->have_magic) return parse_magic_line(tp, tok, ntok);
+    if (strcmp(tok[0], "model") == 0) return parse_model_line(tp, tok, ntok);
+    if (strcmp(tok[0], "machine") == 0) return parse_machine_line(tp, tok, ntok);
+    if (strcmp(tok[0], "states_mb") == 0) return parse_states_line(tp, tok, ntok);
+    if (strcmp(tok[0], "rows") == 0 || strcmp(tok[0], "enc_len") == 0 || strcmp(tok[0], "dec_len") == 0)
+        return parse_axis_line(tp, tok, ntok);
+    if (strcmp(tok[0], "point") == 0) return parse_point_line(tp, tok, ntok);
+    return rd_fail(tp->r, "unknown line", tok[0]);
+}
+
+/* After the last line: every point of every kind the model has, under every
+ * recompute mode, was given. */
+static dyn_status check_complete(const table_parse *tp)
+{
+    const dyn_cost_grid *g = &tp->g;
+    reader *r = tp->r;
+    if (!tp->have_magic) return dyn_error_set(r->err, DYN_ERR_PARSE, "%s: empty cost table", r->path);
+    if (tp->seen == NULL) return dyn_error_set(r->err, DYN_ERR_PARSE, "%s: cost table has no points", r->path);
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
+        if (!kind_present(&tp->cm->cfg, k)) continue;
+        for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++)
+            for (int32_t a = 0; a < g->n_rows; a++)
+                for (int32_t b = 0; b < g->n_enc; b++)
+                    for (int32_t c = 0; c < g->n_dec; c++)
+                        if (!tp->seen[dyn_cost_grid_index(g, (dyn_layer_kind)k, (dyn_recompute)rc, a, b, c)])
+                            return dyn_error_set(r->err, DYN_ERR_PARSE,
+                                                 "%s: missing point %s %s rows=%d enc_len=%d dec_len=%d",
+                                                 r->path, dyn_layer_kind_name((dyn_layer_kind)k),
+                                                 dyn_recompute_name((dyn_recompute)rc), g->rows[a],
+                                                 g->enc_len[b], g->dec_len[c]);
+    }
+    return DYN_OK;
+}
+
+/* Parse the whole text (modified in place) into cm, line by line. */
 static dyn_status parse_table(dyn_cost_model *cm, char *text, reader *r)
 {
-    dyn_status st;
-    int have_magic = 0, have_model = 0, have_machine = 0, have_states = 0;
-    unsigned char *seen = NULL;
-    int64_t gs = 0;
-    dyn_cost_grid g = {0};
+    table_parse tp;
+    memset(&tp, 0, sizeof tp);
+    tp.cm = cm;
+    tp.r = r;
+    dyn_status st = DYN_OK;
     char *line = text;
-    while (*line) {
+    while (*line && st == DYN_OK) {
         char *nl = strchr(line, '\n');
         char *next = nl ? nl + 1 : line + strlen(line);
         if (nl) *nl = '\0';
@@ -369,136 +545,10 @@ static dyn_status parse_table(dyn_cost_model *cm, char *text, reader *r)
         int ntok = tokenize(line, tok, MAX_TOKENS);
         line = next;
         if (ntok == 0 || tok[0][0] == '#') continue;
-        if (ntok > MAX_TOKENS) {
-            st = rd_fail(r, "too many fields", NULL);
-            goto out;
-        }
-        if (!have_magic) {
-            int32_t ver;
-            if (ntok != 2 || strcmp(tok[0], TABLE_MAGIC) != 0) {
-                st = rd_fail(r, "not a cost table (expected '" TABLE_MAGIC " 1')", NULL);
-                goto out;
-            }
-            if (parse_int(tok[1], &ver) != 0 || ver != TABLE_VERSION) {
-                st = rd_fail(r, "unsupported cost table version", tok[1]);
-                goto out;
-            }
-            have_magic = 1;
-        } else if (strcmp(tok[0], "model") == 0) {
-            if (have_model++) { st = rd_fail(r, "model line given twice", NULL); goto out; }
-            kv_field f[] = {{"kind", 'k', &cm->cfg.kind},         {"n_layers", 'i', &cm->cfg.n_layers},
-                            {"n_dec_layers", 'i', &cm->cfg.n_dec_layers}, {"hidden", 'i', &cm->cfg.hidden},
-                            {"heads", 'i', &cm->cfg.heads},       {"head_dim", 'i', &cm->cfg.head_dim},
-                            {"ffn", 'i', &cm->cfg.ffn},           {"vocab", 'i', &cm->cfg.vocab},
-                            {"max_seqlen", 'i', &cm->cfg.max_seqlen}};
-            if ((st = parse_kv(r, tok + 1, ntok - 1, f, 9, "model")) != DYN_OK) goto out;
-            dyn_error e2;
-            if (dyn_model_config_validate(&cm->cfg, &e2) != DYN_OK) { st = rd_fail(r, e2.msg, NULL); goto out; }
-        } else if (strcmp(tok[0], "machine") == 0) {
-            if (have_machine++) { st = rd_fail(r, "machine line given twice", NULL); goto out; }
-            dyn_machine *m = &cm->machine;
-            kv_field f[] = {{"name", 's', m->name},
-                            {"matmul_gflops", 'd', &m->matmul_gflops},
-                            {"attn_gflops", 'd', &m->attn_gflops},
-                            {"mem_gbps", 'd', &m->mem_gbps},
-                            {"bytes_per_elem", 'i', &m->bytes_per_elem},
-                            {"device_memory_mb", 'd', &m->device_memory_mb},
-                            {"link_latency_ms", 'd', &m->link_latency_ms},
-                            {"link_gbps", 'd', &m->link_gbps},
-                            {"dp_link_gbps", 'd', &m->dp_link_gbps},
-                            /* optional: tables written before these existed
-                             * load with 0 (a table's times are measured, so
-                             * the table model never reads them) */
-                            {"gemm_n_half", 'o', &m->gemm_n_half},
-                            {"layer_overhead_ms", 'o', &m->layer_overhead_ms}};
-            if ((st = parse_kv(r, tok + 1, ntok - 1, f, 11, "machine")) != DYN_OK) goto out;
-            dyn_error e2;
-            if (dyn_machine_validate(m, &e2) != DYN_OK) { st = rd_fail(r, e2.msg, NULL); goto out; }
-        } else if (strcmp(tok[0], "states_mb") == 0) {
-            if (have_states++) { st = rd_fail(r, "states_mb line given twice", NULL); goto out; }
-            double *s = cm->states_mb;
-            kv_field f[] = {{"embed", 'd', &s[0]}, {"encoder", 'd', &s[1]}, {"decoder", 'd', &s[2]},
-                            {"lm_head", 'd', &s[3]}};
-            if ((st = parse_kv(r, tok + 1, ntok - 1, f, 4, "states_mb")) != DYN_OK) goto out;
-            for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
-                if (s[k] < 0) { st = rd_fail(r, "states_mb must be >= 0", NULL); goto out; }
-        } else if (strcmp(tok[0], "rows") == 0 || strcmp(tok[0], "enc_len") == 0 ||
-                   strcmp(tok[0], "dec_len") == 0) {
-            if (seen != NULL) { st = rd_fail(r, "axis after the first point", NULL); goto out; }
-            int32_t **ax = tok[0][0] == 'r' ? &cm->rows : tok[0][0] == 'e' ? &cm->enc_len : &cm->dec_len;
-            int32_t *n = tok[0][0] == 'r' ? &cm->n_rows : tok[0][0] == 'e' ? &cm->n_enc : &cm->n_dec;
-            if ((st = parse_axis(r, tok + 1, ntok - 1, ax, n)) != DYN_OK) goto out;
-        } else if (strcmp(tok[0], "point") == 0) {
-            if (seen == NULL) {
-                /* First point: the header must be complete and the grid valid. */
-                if (!have_model || !have_machine || !have_states || !cm->rows || !cm->enc_len || !cm->dec_len) {
-                    st = rd_fail(r, "point before the model, machine, states_mb, rows, enc_len and dec_len lines", NULL);
-                    goto out;
-                }
-                g = (dyn_cost_grid){cm->n_rows, cm->n_enc, cm->n_dec, cm->rows, cm->enc_len, cm->dec_len};
-                dyn_error e2;
-                if (check_grid(&cm->cfg, &g, &e2) != DYN_OK) { st = rd_fail(r, e2.msg, NULL); goto out; }
-                gs = dyn_cost_grid_size(&g);
-                size_t total = (size_t)(gs * DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT);
-                seen = dyn_calloc(total, 1, "cost table", r->err);
-                cm->points = dyn_calloc(total, sizeof *cm->points, "cost table points", r->err);
-                if (seen == NULL || cm->points == NULL) { st = DYN_ERR_NOMEM; goto out; }
-            }
-            if (ntok != 6 + N_VALUES) {
-                char msg[64];
-                snprintf(msg, sizeof msg, "got %d fields", ntok);
-                st = rd_fail(r, "a point needs 13 fields: point kind recompute rows enc_len dec_len + 7 values", msg);
-                goto out;
-            }
-            dyn_layer_kind kind;
-            dyn_recompute rc;
-            if (dyn_layer_kind_parse(tok[1], &kind, NULL) != DYN_OK || !kind_present(&cm->cfg, kind)) {
-                st = rd_fail(r, "unknown layer kind for this model", tok[1]);
-                goto out;
-            }
-            if (dyn_recompute_parse(tok[2], &rc, NULL) != DYN_OK) { st = rd_fail(r, "unknown recompute mode", tok[2]); goto out; }
-            int32_t c[3], idx[3];
-            const int32_t *axes[3] = {cm->rows, cm->enc_len, cm->dec_len};
-            int32_t ns[3] = {cm->n_rows, cm->n_enc, cm->n_dec};
-            for (int a = 0; a < 3; a++) {
-                if (parse_int(tok[3 + a], &c[a]) != 0) { st = rd_fail(r, "coordinate is not an integer", tok[3 + a]); goto out; }
-                idx[a] = axis_find(axes[a], ns[a], c[a]);
-                if (idx[a] < 0) { st = rd_fail(r, "coordinate is not on the grid", tok[3 + a]); goto out; }
-            }
-            double v[N_VALUES];
-            for (int j = 0; j < N_VALUES; j++)
-                if (parse_double(tok[6 + j], &v[j]) != 0 || v[j] < 0) {
-                    st = rd_fail(r, "value must be a finite number >= 0", tok[6 + j]);
-                    goto out;
-                }
-            int64_t p = dyn_cost_grid_index(&g, kind, rc, idx[0], idx[1], idx[2]);
-            if (seen[p]++) { st = rd_fail(r, "duplicate point", NULL); goto out; }
-            values_to_cost(v, &cm->points[p]);
-        } else {
-            st = rd_fail(r, "unknown line", tok[0]);
-            goto out;
-        }
+        st = parse_line(&tp, tok, ntok);
     }
-    if (!have_magic) { st = dyn_error_set(r->err, DYN_ERR_PARSE, "%s: empty cost table", r->path); goto out; }
-    if (seen == NULL) { st = dyn_error_set(r->err, DYN_ERR_PARSE, "%s: cost table has no points", r->path); goto out; }
-    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
-        if (!kind_present(&cm->cfg, k)) continue;
-        for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++)
-            for (int32_t a = 0; a < g.n_rows; a++)
-                for (int32_t b = 0; b < g.n_enc; b++)
-                    for (int32_t c = 0; c < g.n_dec; c++)
-                        if (!seen[dyn_cost_grid_index(&g, (dyn_layer_kind)k, (dyn_recompute)rc, a, b, c)]) {
-                            st = dyn_error_set(r->err, DYN_ERR_PARSE,
-                                               "%s: missing point %s %s rows=%d enc_len=%d dec_len=%d",
-                                               r->path, dyn_layer_kind_name((dyn_layer_kind)k),
-                                               dyn_recompute_name((dyn_recompute)rc), g.rows[a], g.enc_len[b],
-                                               g.dec_len[c]);
-                            goto out;
-                        }
-    }
-    st = DYN_OK;
-out:
-    free(seen);
+    if (st == DYN_OK) st = check_complete(&tp);
+    free(tp.seen);
     return st;
 }
 

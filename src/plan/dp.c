@@ -57,7 +57,7 @@
 
 double dyn_dp_objective(const dyn_dp_problem *pb, double t_max, double t_sum)
 {
-    return (double)(pb->stages - 1) * t_max / (double)pb->chunks + t_sum / (double)pb->dp;
+    return plan_objective_ms(pb->stages, pb->chunks, pb->dp, t_max, t_sum);
 }
 
 /* Scratch of one solve: F[0..n], choice[1..n]. */

@@ -73,7 +73,16 @@ typedef struct dyn_dp_result {
 dyn_status dyn_dp_solve(const dyn_dp_problem *pb, dyn_dp_result *res, dyn_error *err);
 /* Reference: one full DP pass for every candidate in T, O(n * w * |T|). */
 dyn_status dyn_dp_solve_naive(const dyn_dp_problem *pb, dyn_dp_result *res, dyn_error *err);
-/* Objective of a partition with the given t_max and sum (ms). */
+/* The DP objective, the predicted iteration time (ms), of a partition whose
+ * slowest micro-batch takes t_max and whose micro-batches sum to t_sum:
+ * (S - 1) * t_max / v + t_sum / d. The one formula: the DP, the planner's
+ * bounds and the plan's objective_ms / balanced_ms (d = 1, t_sum = the
+ * busiest replica's load) all call it. */
+static inline double plan_objective_ms(int32_t S, int32_t v, int32_t d, double t_max, double t_sum)
+{
+    return (double)(S - 1) * t_max / (double)v + t_sum / (double)d;
+}
+/* plan_objective_ms with pb's S, v and d. */
 double dyn_dp_objective(const dyn_dp_problem *pb, double t_max, double t_sum);
 
 /* ---- order.c ------------------------------------------------------------- */

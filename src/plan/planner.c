@@ -355,7 +355,7 @@ static double cap_of_value(const dyn_planner *p, double v0, double single_max, d
 static double time_cap(const dyn_planner *p, double single_max, double single_sum, double lb)
 {
     if (p->opt.stages <= 1) return INFINITY;
-    double v0 = (double)(p->opt.stages - 1) * single_max / p->opt.chunks + single_sum / p->opt.dp;
+    double v0 = plan_objective_ms(p->opt.stages, p->opt.chunks, p->opt.dp, single_max, single_sum);
     return cap_of_value(p, v0, single_max, lb);
 }
 
@@ -492,7 +492,7 @@ static dyn_status chunk_value(dyn_planner *p, const dyn_sample *s, int32_t n, co
             if (t > tmax) tmax = t;
             tsum += t;
         }
-        double v = (double)(p->opt.stages - 1) * tmax / p->opt.chunks + tsum / p->opt.dp;
+        double v = plan_objective_ms(p->opt.stages, p->opt.chunks, p->opt.dp, tmax, tsum);
         if (v < *value) *value = v;
     }
     return DYN_OK;
@@ -774,110 +774,121 @@ dyn_status dyn_planner_plan(dyn_planner *p, const dyn_sample *samples, int32_t n
 
 /* ---- assembling a plan --------------------------------------------------- */
 
-dyn_status dyn_plan_assemble(const dyn_planner *p, const dyn_sample *s, int32_t n,
-                             const int32_t *perm, const int32_t *group_len, int32_t n_groups,
-                             const dyn_mb_shape *shapes, const int32_t *rows,
-                             const int32_t *enc_off, const int32_t *dec_off, dyn_batch_plan *out,
-                             dyn_error *err)
+/* Scratch of dyn_plan_assemble, per micro-batch group; one free. */
+typedef struct assemble_scratch {
+    dyn_plan_microbatch *mbs; /* [n_groups] in planning order */
+    int32_t *first;           /* [n_groups] position of the group's first sample in perm */
+    int32_t *rep;             /* [n_groups] replica */
+    int32_t *order;           /* [n_groups] groups by replica, each replica's in planning order */
+    double *load;             /* [n_groups] predicted time (ms), for the balance */
+} assemble_scratch;
+
+static void assemble_scratch_free(assemble_scratch *a)
 {
-    const int32_t r = p->opt.round_to;
-    dyn_plan_microbatch *mbs = dyn_calloc((size_t)n_groups, sizeof *mbs, "micro-batches", err);
-    int32_t *first = dyn_calloc((size_t)n_groups, sizeof(int32_t), "micro-batch offsets", err);
-    int32_t *rep = dyn_calloc((size_t)n_groups, sizeof(int32_t), "replica assignment", err);
-    int32_t *order = dyn_calloc((size_t)n_groups, sizeof(int32_t), "micro-batch order", err);
-    double *load = dyn_calloc((size_t)n_groups, sizeof(double), "micro-batch times", err);
-    out->sample_ids = dyn_calloc((size_t)n, sizeof(int32_t), "plan sample ids", err);
-    out->sample_row = dyn_calloc((size_t)n, sizeof(int32_t), "plan sample rows", err);
-    out->sample_offset = dyn_calloc((size_t)n, sizeof(int32_t), "plan sample offsets", err);
-    out->sample_dec_offset = dyn_calloc((size_t)n, sizeof(int32_t), "plan sample offsets", err);
-    dyn_status st = DYN_OK;
-    if (!mbs || !first || !rep || !order || !load || !out->sample_ids || !out->sample_row ||
-        !out->sample_offset || !out->sample_dec_offset) {
-        st = DYN_ERR_NOMEM;
-        goto done;
+    free(a->mbs);
+    free(a->first);
+    free(a->rep);
+    free(a->order);
+    free(a->load);
+}
+
+/* What the plan's figures are made of, summed over the groups. */
+typedef struct assemble_sums {
+    double tmax, tsum, max_stored, max_peak; /* ms, ms, MB, MB */
+    int64_t real, padded;                    /* tokens */
+} assemble_sums;
+
+/* Padded shape of the group of len samples starting at perm[pos]. */
+static dyn_mb_shape group_shape(const dyn_planner *p, const dyn_sample *s, const int32_t *perm, int32_t pos,
+                                int32_t len)
+{
+    dyn_mb_shape sh = {0};
+    sh.rows = len;
+    for (int32_t i = pos; i < pos + len; i++) {
+        const dyn_sample *x = &s[perm[i]];
+        int32_t a = p->kind == DYN_MODEL_GPT ? x->input_len + x->target_len : x->input_len;
+        if (a > sh.enc_len) sh.enc_len = a;
+        if (p->kind == DYN_MODEL_T5 && x->target_len > sh.dec_len) sh.dec_len = x->target_len;
     }
-    double tmax = 0.0, tsum = 0.0, max_stored = 0.0, max_peak = 0.0;
-    int64_t real = 0, padded = 0;
+    sh.enc_len = dyn_round_up(sh.enc_len, p->opt.round_to);
+    sh.dec_len = dyn_round_up(sh.dec_len, p->opt.round_to);
+    return sh;
+}
+
+/* Phase 1: every group's shape, cost and memory check, and the sums. */
+static dyn_status cost_groups(const dyn_planner *p, const dyn_sample *s, int32_t n, const int32_t *perm,
+                              const int32_t *group_len, int32_t n_groups, const dyn_mb_shape *shapes,
+                              assemble_scratch *a, assemble_sums *sum, dyn_error *err)
+{
     int32_t pos = 0;
     for (int32_t g = 0; g < n_groups; g++) {
-        first[g] = pos;
-        dyn_mb_shape sh = {0};
-        if (shapes) {
-            sh = shapes[g];
-        } else {
-            sh.rows = group_len[g];
-            for (int32_t i = pos; i < pos + group_len[g]; i++) {
-                const dyn_sample *x = &s[perm[i]];
-                int32_t a = p->kind == DYN_MODEL_GPT ? x->input_len + x->target_len : x->input_len;
-                if (a > sh.enc_len) sh.enc_len = a;
-                if (p->kind == DYN_MODEL_T5 && x->target_len > sh.dec_len) sh.dec_len = x->target_len;
-            }
-            sh.enc_len = dyn_round_up(sh.enc_len, r);
-            sh.dec_len = dyn_round_up(sh.dec_len, r);
-        }
+        a->first[g] = pos;
+        dyn_mb_shape sh = shapes ? shapes[g] : group_shape(p, s, perm, pos, group_len[g]);
         for (int32_t i = pos; i < pos + group_len[g]; i++)
-            real += (int64_t)s[perm[i]].input_len + s[perm[i]].target_len;
-        padded += (int64_t)sh.rows * (sh.enc_len + sh.dec_len);
+            sum->real += (int64_t)s[perm[i]].input_len + s[perm[i]].target_len;
+        sum->padded += (int64_t)sh.rows * (sh.enc_len + sh.dec_len);
         dyn_mb_cost c;
         int fits;
-        if ((st = dyn_planner_mb_cost(p, &sh, &c, &fits, err)) != DYN_OK) goto done;
-        if (!fits) {
-            st = dyn_error_set(err, DYN_ERR_INFEASIBLE,
-                               "%s: micro-batch %d (%d rows x %d%s%d tokens) needs %.1f MB stored / "
-                               "%.1f MB peak per stage, over the limit %.1f / %.1f MB",
-                               dyn_batching_name(p->opt.method), g, sh.rows, sh.enc_len,
-                               sh.dec_len ? "+" : "", sh.dec_len ? sh.dec_len : 0, c.stored_mb,
-                               c.peak_mb, p->stored_limit_mb, p->peak_limit_mb);
-            goto done;
-        }
-        mbs[g].n_samples = group_len[g];
-        mbs[g].shape = sh;
-        mbs[g].time_ms = c.time_ms;
-        mbs[g].stored_mb = c.stored_mb;
-        mbs[g].peak_mb = c.peak_mb;
-        load[g] = c.time_ms;
-        if (c.time_ms > tmax) tmax = c.time_ms;
-        if (c.stored_mb > max_stored) max_stored = c.stored_mb;
-        if (c.peak_mb > max_peak) max_peak = c.peak_mb;
-        tsum += c.time_ms;
+        dyn_status st = dyn_planner_mb_cost(p, &sh, &c, &fits, err);
+        if (st != DYN_OK) return st;
+        if (!fits)
+            return dyn_error_set(err, DYN_ERR_INFEASIBLE,
+                                 "%s: micro-batch %d (%d rows x %d%s%d tokens) needs %.1f MB stored / "
+                                 "%.1f MB peak per stage, over the limit %.1f / %.1f MB",
+                                 dyn_batching_name(p->opt.method), g, sh.rows, sh.enc_len,
+                                 sh.dec_len ? "+" : "", sh.dec_len ? sh.dec_len : 0, c.stored_mb,
+                                 c.peak_mb, p->stored_limit_mb, p->peak_limit_mb);
+        dyn_plan_microbatch *mb = &a->mbs[g];
+        mb->n_samples = group_len[g];
+        mb->shape = sh;
+        mb->time_ms = c.time_ms;
+        mb->stored_mb = c.stored_mb;
+        mb->peak_mb = c.peak_mb;
+        a->load[g] = c.time_ms;
+        if (c.time_ms > sum->tmax) sum->tmax = c.time_ms;
+        if (c.stored_mb > sum->max_stored) sum->max_stored = c.stored_mb;
+        if (c.peak_mb > sum->max_peak) sum->max_peak = c.peak_mb;
+        sum->tsum += c.time_ms;
         pos += group_len[g];
     }
-    if (pos != n) {
-        st = dyn_error_set(err, DYN_ERR_INTERNAL, "plan covers %d of %d samples", pos, n);
-        goto done;
-    }
-    double max_load;
-    if ((st = dyn_balance_kk(load, n_groups, p->opt.dp, rep, &max_load, err)) != DYN_OK) goto done;
-    /* Micro-batches grouped by replica, each replica's in planning order
-     * (a counting sort: dp may be large). */
-    int32_t max_per_replica = 0;
-    int32_t *start = dyn_calloc((size_t)p->opt.dp + 1, sizeof(int32_t), "replica counts", err);
-    if (start == NULL) {
-        st = DYN_ERR_NOMEM;
-        goto done;
-    }
-    for (int32_t g = 0; g < n_groups; g++) start[rep[g] + 1]++;
-    for (int32_t rr = 0; rr < p->opt.dp; rr++) {
-        if (start[rr + 1] > max_per_replica) max_per_replica = start[rr + 1];
+    if (pos != n) return dyn_error_set(err, DYN_ERR_INTERNAL, "plan covers %d of %d samples", pos, n);
+    return DYN_OK;
+}
+
+/* a->order: groups by replica, each replica's in planning order (a
+ * counting sort: dp may be large); *max_per_replica its largest count. */
+static dyn_status order_by_replica(assemble_scratch *a, int32_t n_groups, int32_t dp, int32_t *max_per_replica,
+                                   dyn_error *err)
+{
+    int32_t *start = dyn_calloc((size_t)dp + 1, sizeof(int32_t), "replica counts", err);
+    if (start == NULL) return DYN_ERR_NOMEM;
+    *max_per_replica = 0;
+    for (int32_t g = 0; g < n_groups; g++) start[a->rep[g] + 1]++;
+    for (int32_t rr = 0; rr < dp; rr++) {
+        if (start[rr + 1] > *max_per_replica) *max_per_replica = start[rr + 1];
         start[rr + 1] += start[rr];
     }
-    for (int32_t g = 0; g < n_groups; g++) order[start[rep[g]]++] = g;
+    for (int32_t g = 0; g < n_groups; g++) a->order[start[a->rep[g]]++] = g;
     free(start);
-    out->n_microbatches = n_groups;
-    out->n_samples = n;
-    pos = 0;
+    return DYN_OK;
+}
+
+/* The plan's micro-batches in a->order and their samples' ids, rows and
+ * offsets, grouped by micro-batch. */
+static dyn_status write_groups(const dyn_sample *s, const int32_t *perm, const int32_t *group_len, int32_t n_groups,
+                               const int32_t *rows, const int32_t *enc_off, const int32_t *dec_off,
+                               const assemble_scratch *a, dyn_batch_plan *out, dyn_error *err)
+{
     dyn_plan_microbatch *sorted = dyn_calloc((size_t)n_groups, sizeof *sorted, "micro-batches", err);
-    if (sorted == NULL) {
-        st = DYN_ERR_NOMEM;
-        goto done;
-    }
+    if (sorted == NULL) return DYN_ERR_NOMEM;
+    int32_t pos = 0;
     for (int32_t i = 0; i < n_groups; i++) {
-        int32_t g = order[i];
-        sorted[i] = mbs[g];
+        int32_t g = a->order[i];
+        sorted[i] = a->mbs[g];
         sorted[i].first = pos;
-        sorted[i].replica = rep[g];
+        sorted[i].replica = a->rep[g];
         for (int32_t k = 0; k < group_len[g]; k++) {
-            int32_t src = first[g] + k;
+            int32_t src = a->first[g] + k;
             out->sample_ids[pos] = s[perm[src]].id;
             out->sample_row[pos] = rows ? rows[src] : k;
             out->sample_offset[pos] = enc_off ? enc_off[src] : 0;
@@ -886,18 +897,47 @@ dyn_status dyn_plan_assemble(const dyn_planner *p, const dyn_sample *s, int32_t 
         }
     }
     out->mbs = sorted;
-    int32_t in_flight = max_per_replica < p->opt.stages ? max_per_replica : p->opt.stages;
-    out->objective_ms = (double)(p->opt.stages - 1) * tmax / p->opt.chunks + tsum / p->opt.dp;
-    out->balanced_ms = (double)(p->opt.stages - 1) * tmax / p->opt.chunks + max_load;
-    out->device_peak_mb = p->states_mb + (in_flight > 0 ? in_flight - 1 : 0) * max_stored + max_peak;
-    out->real_tokens = real;
-    out->padded_tokens = padded;
-done:
-    free(mbs);
-    free(first);
-    free(rep);
-    free(order);
-    free(load);
+    return DYN_OK;
+}
+
+dyn_status dyn_plan_assemble(const dyn_planner *p, const dyn_sample *s, int32_t n,
+                             const int32_t *perm, const int32_t *group_len, int32_t n_groups,
+                             const dyn_mb_shape *shapes, const int32_t *rows,
+                             const int32_t *enc_off, const int32_t *dec_off, dyn_batch_plan *out,
+                             dyn_error *err)
+{
+    assemble_scratch a;
+    a.mbs = dyn_calloc((size_t)n_groups, sizeof *a.mbs, "micro-batches", err);
+    a.first = dyn_calloc((size_t)n_groups, sizeof(int32_t), "micro-batch offsets", err);
+    a.rep = dyn_calloc((size_t)n_groups, sizeof(int32_t), "replica assignment", err);
+    a.order = dyn_calloc((size_t)n_groups, sizeof(int32_t), "micro-batch order", err);
+    a.load = dyn_calloc((size_t)n_groups, sizeof(double), "micro-batch times", err);
+    out->sample_ids = dyn_calloc((size_t)n, sizeof(int32_t), "plan sample ids", err);
+    out->sample_row = dyn_calloc((size_t)n, sizeof(int32_t), "plan sample rows", err);
+    out->sample_offset = dyn_calloc((size_t)n, sizeof(int32_t), "plan sample offsets", err);
+    out->sample_dec_offset = dyn_calloc((size_t)n, sizeof(int32_t), "plan sample offsets", err);
+    dyn_status st = DYN_OK;
+    assemble_sums sum = {0, 0, 0, 0, 0, 0};
+    double max_load = 0;
+    int32_t max_per_replica = 0;
+    if (!a.mbs || !a.first || !a.rep || !a.order || !a.load || !out->sample_ids || !out->sample_row ||
+        !out->sample_offset || !out->sample_dec_offset)
+        st = DYN_ERR_NOMEM;
+    if (st == DYN_OK) st = cost_groups(p, s, n, perm, group_len, n_groups, shapes, &a, &sum, err);
+    if (st == DYN_OK) st = dyn_balance_kk(a.load, n_groups, p->opt.dp, a.rep, &max_load, err);
+    if (st == DYN_OK) st = order_by_replica(&a, n_groups, p->opt.dp, &max_per_replica, err);
+    if (st == DYN_OK) st = write_groups(s, perm, group_len, n_groups, rows, enc_off, dec_off, &a, out, err);
+    if (st == DYN_OK) {
+        out->n_microbatches = n_groups;
+        out->n_samples = n;
+        int32_t in_flight = max_per_replica < p->opt.stages ? max_per_replica : p->opt.stages;
+        out->objective_ms = plan_objective_ms(p->opt.stages, p->opt.chunks, p->opt.dp, sum.tmax, sum.tsum);
+        out->balanced_ms = plan_objective_ms(p->opt.stages, p->opt.chunks, 1, sum.tmax, max_load);
+        out->device_peak_mb = p->states_mb + (in_flight > 0 ? in_flight - 1 : 0) * sum.max_stored + sum.max_peak;
+        out->real_tokens = sum.real;
+        out->padded_tokens = sum.padded;
+    }
+    assemble_scratch_free(&a);
     if (st != DYN_OK) dyn_batch_plan_free(out);
     return st;
 }

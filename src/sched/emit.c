@@ -46,6 +46,8 @@ struct sched_emitter {
     int32_t *n_compute;   /* [S] compute units emitted */
     const double *clock;  /* timed emission: [S] end (ms) of each rank's last emitted unit, else NULL */
     double now;           /* timed emission: start (ms) of the unit being emitted, else INFINITY */
+    int32_t overflow_rank; /* first rank that ran past its capacity (a bug), or -1 */
+    dyn_instr spill;      /* where put() writes once a rank is over capacity */
 };
 
 static int32_t rank_of(const sched_emitter *e, int32_t s) { return s % e->S; }
@@ -104,6 +106,7 @@ dyn_status sched_emitter_create(sched_emitter **out, dyn_exec_plan *plan, dyn_sc
     e->rc = opt->recompute;
     e->clock = NULL;
     e->now = INFINITY;
+    e->overflow_rank = -1;
     e->cap = dyn_calloc((size_t)S, sizeof(int32_t), "emitter", err);
     e->free_stack = dyn_calloc((size_t)S, sizeof(int32_t *), "emitter", err);
     e->n_free = dyn_calloc((size_t)S, sizeof(int32_t), "emitter", err);
@@ -169,13 +172,17 @@ fail:
     return st;
 }
 
-/* Append an instruction to rank r with defaults filled; capacity is a proven
- * bound (see sched_emitter_create), so overflowing it is a bug. */
+/* Append an instruction to rank r with defaults filled. Capacity is a proven
+ * bound (see sched_emitter_create), so overflowing it is a bug: it is
+ * recorded (sched_emitter_finish reports DYN_ERR_INTERNAL) and the
+ * instruction goes to a spill record, so the emitter's callers need no
+ * error path of their own. */
 static dyn_instr *put(sched_emitter *e, int32_t r, int32_t op, int32_t mb, int32_t stage)
 {
     dyn_rank_plan *rp = &e->plan->ranks[r];
-    if (rp->n_instrs >= e->cap[r]) abort();
-    dyn_instr *in = &rp->instrs[rp->n_instrs++];
+    dyn_instr *in = &e->spill;
+    if (rp->n_instrs < e->cap[r]) in = &rp->instrs[rp->n_instrs++];
+    else if (e->overflow_rank < 0) e->overflow_rank = r;
     memset(in, 0, sizeof *in);
     in->op = (uint8_t)op;
     in->microbatch = mb;
@@ -332,10 +339,18 @@ void sched_emit_barrier(sched_emitter *e)
     }
 }
 
-void sched_emitter_finish(sched_emitter *e)
+dyn_status sched_emitter_finish(sched_emitter *e, dyn_error *err)
 {
     for (int32_t r = 0; r < e->S; r++) flush_sends(e, r, 1);
+    int32_t bad = e->overflow_rank;
+    int32_t cap = bad >= 0 ? e->cap[bad] : 0;
     sched_emitter_free(e);
+    if (bad >= 0)
+        return dyn_error_set(err, DYN_ERR_INTERNAL,
+                             "schedule emitter: rank %d needs more than the %d instructions counted for it "
+                             "(a bug in the instruction count)",
+                             bad, cap);
+    return DYN_OK;
 }
 
 /* ---- timed global order -------------------------------------------------- */
@@ -426,6 +441,6 @@ out:
         dyn_exec_plan_free(plan);
         return st;
     }
-    sched_emitter_finish(e);
-    return DYN_OK;
+    if ((st = sched_emitter_finish(e, err)) != DYN_OK) dyn_exec_plan_free(plan);
+    return st;
 }

@@ -5,21 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sched/instr.h"          /* defines: sched_op, sched_mem_step */
 #include "sched/sched_internal.h" /* defines: sched_orders_*, sched_check_inputs, sched_stored */
 #include "util/util.h"            /* defines: dyn_calloc */
 
-static const char *const op_names[DYN_OP_COUNT] = {
-    "LOAD_INPUT",      "FORWARD",         "BACKWARD",        "BACKWARD_INPUT",  "BACKWARD_WEIGHT",
-    "SEND_ACT_START",  "SEND_ACT_FINISH", "RECV_ACT_START",  "RECV_ACT_FINISH", "SEND_GRAD_START",
-    "SEND_GRAD_FINISH", "RECV_GRAD_START", "RECV_GRAD_FINISH", "FREE_BUFFER",   "BARRIER"};
-
 static const char *const schedule_names[DYN_SCHEDULE_COUNT] = {"1f1b", "cyclic", "wait-free-cyclic",
                                                                "interleaved", "zb"};
-
-const char *dyn_op_name(dyn_op op)
-{
-    return (unsigned)op < DYN_OP_COUNT ? op_names[op] : "?";
-}
 
 const char *dyn_schedule_name(dyn_schedule s)
 {
@@ -265,19 +256,17 @@ dyn_status dyn_exec_plan_memory(const dyn_exec_plan *plan, const dyn_stage_costs
         for (int32_t i = 0; i < rp->n_instrs; i++) {
             const dyn_instr *in = &rp->instrs[i];
             int32_t mb = in->microbatch, s = in->stage;
-            if (in->op != DYN_OP_FORWARD && in->op != DYN_OP_BACKWARD &&
-                in->op != DYN_OP_BACKWARD_INPUT && in->op != DYN_OP_BACKWARD_WEIGHT)
-                continue;
+            if (!(sched_op(in->op) & SCHED_OP_COMPUTE)) continue;
             if (mb < 0 || mb >= plan->n_microbatches || s < 0 || s >= plan->n_stages)
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan memory: rank %d instr %d has micro-batch %d stage %d "
                                      "out of range",
                                      r, i, mb, s);
-            double stored = sched_stored(costs, mb, s), transient = sched_peak(costs, mb, s);
-            double now = base + held + transient + (in->op == DYN_OP_FORWARD ? stored : 0);
+            const sched_mem_delta d = sched_mem_step(costs, in);
+            double now = base + held + d.transient + d.acquire;
             if (now > peak) peak = now;
-            if (in->op == DYN_OP_FORWARD) held += stored;
-            if (in->op == DYN_OP_BACKWARD || in->op == DYN_OP_BACKWARD_WEIGHT) held -= stored;
+            held += d.acquire;
+            held -= d.release;
         }
         peak_mb[r] = peak;
     }

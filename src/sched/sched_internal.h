@@ -70,8 +70,9 @@ dyn_status sched_emitter_create(sched_emitter **e, dyn_exec_plan *plan, dyn_sche
 void sched_emit_unit(sched_emitter *e, int32_t r, const sched_unit *u);
 /* Emit one BARRIER on every rank. */
 void sched_emit_barrier(sched_emitter *e);
-/* Finish every pending send and size the slots; frees the emitter. */
-void sched_emitter_finish(sched_emitter *e);
+/* Finish every pending send; frees the emitter. DYN_ERR_INTERNAL if a rank
+ * ran past its counted instructions (a bug; the caller frees the plan). */
+dyn_status sched_emitter_finish(sched_emitter *e, dyn_error *err);
 /* Free the emitter without finishing (error path; the caller frees plan). */
 void sched_emitter_free(sched_emitter *e);
 

@@ -11,9 +11,10 @@
  *     and every reader checks the tag, so a FORWARD of (mb, s) provably reads
  *     what FORWARD (mb, s-1) produced. Every (mb, stage) runs FORWARD once,
  *     then BACKWARD once or BACKWARD_INPUT then BACKWARD_WEIGHT.
- *  2. Matching: messages between a pair of ranks are matched per direction
- *     and kind in posting order (MPI order with one tag per kind); the k-th
- *     send and k-th receive must agree on micro-batch, stages and bytes.
+ *  2. Matching (sched/instr.h, the matcher the simulator shares): messages
+ *     between a pair of ranks are matched per direction and kind in posting
+ *     order (MPI order with one tag per kind); the k-th send and k-th
+ *     receive must agree on micro-batch, stages and bytes.
  *  3. Abstract execution with blocking semantics: START ops never block,
  *     SEND_*_FINISH waits until the peer executed the matching RECV_*_START,
  *     RECV_*_FINISH until the peer executed the matching SEND_*_START, the
@@ -30,7 +31,8 @@
 #include <string.h>
 
 #include "dynapipe/sched.h"
-#include "util/util.h" /* defines: dyn_calloc */
+#include "sched/instr.h" /* defines: sched_op, sched_match_plan */
+#include "util/util.h"   /* defines: dyn_calloc */
 
 enum { SLOT_FREE = 0, SLOT_VALID = 1, SLOT_PENDING = 2 };
 enum { TAG_ACT_IN = 0, TAG_GRAD_OUT = 1, TAG_TARGETS = 2 };
@@ -38,10 +40,10 @@ enum { TAG_ACT_IN = 0, TAG_GRAD_OUT = 1, TAG_TARGETS = 2 };
 typedef struct vstate {
     const dyn_exec_plan *p;
     int32_t S, ns, M;
-    int32_t **start_of;  /* [r][i]: for a FINISH, index of its START on the same rank */
-    int64_t **partner;   /* [r][i]: for a START, peer rank * 2^32 + peer index */
-    uint8_t *fwd, *bwd, *bwi, *bww; /* [M*ns] how often each ran */
+    uint8_t *fwd, *bwd, *bwi, *bww; /* [M*ns] whether each ran */
     int32_t *barriers;   /* [S] */
+    void *block;         /* the five arrays above, one allocation */
+    sched_match match;   /* pass 2: messages and the FINISH -> START map */
 } vstate;
 
 static dyn_status bad(dyn_error *err, int32_t r, int32_t i, const dyn_instr *in, const char *fmt, ...)
@@ -64,302 +66,253 @@ static int64_t tag_of(const vstate *v, int kind, int32_t mb, int32_t s)
     return ((int64_t)kind * v->M + mb) * v->ns + s;
 }
 
-/* Pass 1 for rank r. */
+/* Pass 1's state for one rank: every slot's state, tag, writer and open
+ * transfer, and where each micro-batch's targets were loaded. One
+ * allocation, one free. */
+typedef struct rank_walk {
+    const vstate *v;
+    const dyn_rank_plan *rp;
+    int32_t r, nb, last;
+    uint8_t *state;     /* [nb] SLOT_* */
+    int32_t *sending;   /* [nb] a send from the slot is in flight */
+    int32_t *writer;    /* [nb] instruction that last wrote it */
+    int32_t *open_send; /* [nb] the START a FINISH on the slot pairs with */
+    int64_t *tag;       /* [nb] what it holds (tag_of) */
+    int32_t *tgt;       /* [M] slot holding the micro-batch's targets, or -1 */
+    void *block;
+} rank_walk;
+
+static dyn_status walk_init(rank_walk *w, const vstate *v, int32_t r, dyn_error *err)
+{
+    memset(w, 0, sizeof *w);
+    w->v = v;
+    w->r = r;
+    w->rp = &v->p->ranks[r];
+    w->nb = w->rp->n_buffers;
+    w->last = v->ns - 1;
+    size_t nb = (size_t)w->nb, M = (size_t)v->M;
+    /* int64 first, then the int32 arrays, then the bytes: all aligned. */
+    size_t bytes = nb * sizeof(int64_t) + (3 * nb + M) * sizeof(int32_t) + nb;
+    w->block = dyn_calloc(1, bytes > 0 ? bytes : 1, "validator", err);
+    if (w->block == NULL) return DYN_ERR_NOMEM;
+    w->tag = w->block;
+    w->sending = (int32_t *)(w->tag + nb);
+    w->writer = w->sending + nb;
+    w->open_send = w->writer + nb;
+    w->tgt = w->open_send + nb;
+    w->state = (uint8_t *)(w->tgt + M);
+    for (size_t m = 0; m < M; m++) w->tgt[m] = -1;
+    return DYN_OK;
+}
+
+/* Fields in range, the stage on this rank, the peer the neighbouring
+ * stage's rank. */
+static dyn_status walk_fields(const rank_walk *w, int32_t i, const dyn_instr *in, dyn_error *err)
+{
+    const vstate *v = w->v;
+    int32_t r = w->r, mb = in->microbatch, s = in->stage, nb = w->nb;
+    if (mb < 0 || mb >= v->M || s < 0 || s >= v->ns)
+        return bad(err, r, i, in, "micro-batch or stage out of range (M=%d, stages=%d)", v->M, v->ns);
+    if (v->p->stage_rank[s] != r) return bad(err, r, i, in, "stage runs on rank %d, not here", v->p->stage_rank[s]);
+    if (in->buf_in < -1 || in->buf_in >= nb || in->buf_out < -1 || in->buf_out >= nb)
+        return bad(err, r, i, in, "slot out of range (n_buffers=%d)", nb);
+    int32_t want_peer = -1, step = sched_op_peer_step(in->op);
+    if (step > 0) want_peer = s < w->last ? v->p->stage_rank[s + 1] : -2;
+    if (step < 0) want_peer = s > 0 ? v->p->stage_rank[s - 1] : -2;
+    if (want_peer == -2 || (want_peer >= 0 && (want_peer != in->peer || want_peer == r)))
+        return bad(err, r, i, in, "peer %d is not the rank of the neighbouring stage (%d)", in->peer, want_peer);
+    return DYN_OK;
+}
+
+/* What the instruction reads must be live, received and the right tensor. */
+static dyn_status walk_reads(const rank_walk *w, int32_t i, const dyn_instr *in, dyn_error *err)
+{
+    const vstate *v = w->v;
+    int32_t r = w->r, mb = in->microbatch, s = in->stage, bi = in->buf_in;
+    int64_t want_tag = -1;
+    int reads = 0;
+    switch (in->op) {
+    case DYN_OP_FORWARD: reads = 1; want_tag = tag_of(v, TAG_ACT_IN, mb, s); break;
+    case DYN_OP_BACKWARD:
+    case DYN_OP_BACKWARD_INPUT:
+        reads = s < w->last;
+        want_tag = tag_of(v, TAG_GRAD_OUT, mb, s);
+        if (s == w->last && bi != -1) return bad(err, r, i, in, "last stage backward reads slot %d (must be -1)", bi);
+        break;
+    case DYN_OP_SEND_ACT_START: reads = 1; want_tag = tag_of(v, TAG_ACT_IN, mb, s + 1); break;
+    case DYN_OP_SEND_GRAD_START: reads = 1; want_tag = tag_of(v, TAG_GRAD_OUT, mb, s - 1); break;
+    default: break;
+    }
+    if (!reads) return DYN_OK;
+    if (bi < 0) return bad(err, r, i, in, "no input slot");
+    if (w->state[bi] == SLOT_FREE) return bad(err, r, i, in, "read before write: slot %d is not live", bi);
+    if (w->state[bi] == SLOT_PENDING) return bad(err, r, i, in, "read before receive finished: slot %d", bi);
+    if (w->tag[bi] != want_tag)
+        return bad(err, r, i, in, "slot %d holds another tensor (written by instr %d)", bi, w->writer[bi]);
+    return DYN_OK;
+}
+
+/* FORWARD once (the last stage's with its targets), then BACKWARD once or
+ * B then W; loads on the stage they belong to. */
+static dyn_status walk_compute_order(const rank_walk *w, int32_t i, const dyn_instr *in, dyn_error *err)
+{
+    const vstate *v = w->v;
+    int32_t r = w->r, mb = in->microbatch, s = in->stage, bo = in->buf_out, last = w->last;
+    size_t k = (size_t)mb * v->ns + s;
+    switch (in->op) {
+    case DYN_OP_FORWARD:
+        if (v->fwd[k]) return bad(err, r, i, in, "second forward");
+        if (s == last && (w->tgt[mb] < 0 || w->state[w->tgt[mb]] != SLOT_VALID ||
+                          w->tag[w->tgt[mb]] != tag_of(v, TAG_TARGETS, mb, s)))
+            return bad(err, r, i, in, "last stage forward without loaded targets");
+        if ((s == last) != (bo == -1))
+            return bad(err, r, i, in, "output slot %d wrong for stage (last stage writes none)", bo);
+        v->fwd[k] = 1;
+        break;
+    case DYN_OP_BACKWARD:
+    case DYN_OP_BACKWARD_INPUT:
+        if (!v->fwd[k]) return bad(err, r, i, in, "backward before forward");
+        if (v->bwd[k] || v->bwi[k]) return bad(err, r, i, in, "second backward");
+        if ((s == 0) != (bo == -1))
+            return bad(err, r, i, in, "output slot %d wrong for stage (first stage writes none)", bo);
+        if (in->op == DYN_OP_BACKWARD) v->bwd[k] = 1;
+        else v->bwi[k] = 1;
+        break;
+    case DYN_OP_BACKWARD_WEIGHT:
+        if (!v->bwi[k]) return bad(err, r, i, in, "weight gradient before input gradient");
+        if (v->bww[k]) return bad(err, r, i, in, "second weight gradient");
+        v->bww[k] = 1;
+        break;
+    case DYN_OP_LOAD_INPUT:
+        if ((in->flags & DYN_INSTR_FLAG_TARGETS) ? s != last : s != 0)
+            return bad(err, r, i, in, "loads %s on the wrong stage",
+                       (in->flags & DYN_INSTR_FLAG_TARGETS) ? "targets" : "tokens");
+        break;
+    default: break;
+    }
+    return DYN_OK;
+}
+
+/* A write needs a free slot; it then holds the tensor's tag (pending until
+ * its RECV_*_FINISH for a receive). */
+static dyn_status walk_writes(rank_walk *w, int32_t i, const dyn_instr *in, dyn_error *err)
+{
+    const vstate *v = w->v;
+    int32_t r = w->r, mb = in->microbatch, s = in->stage, bo = in->buf_out, last = w->last;
+    int64_t new_tag = -1;
+    int pending = 0;
+    switch (in->op) {
+    case DYN_OP_LOAD_INPUT:
+        new_tag = (in->flags & DYN_INSTR_FLAG_TARGETS) ? tag_of(v, TAG_TARGETS, mb, s) : tag_of(v, TAG_ACT_IN, mb, 0);
+        break;
+    case DYN_OP_FORWARD: if (s < last) new_tag = tag_of(v, TAG_ACT_IN, mb, s + 1); break;
+    case DYN_OP_BACKWARD:
+    case DYN_OP_BACKWARD_INPUT: if (s > 0) new_tag = tag_of(v, TAG_GRAD_OUT, mb, s - 1); break;
+    case DYN_OP_RECV_ACT_START: new_tag = tag_of(v, TAG_ACT_IN, mb, s); pending = 1; break;
+    case DYN_OP_RECV_GRAD_START: new_tag = tag_of(v, TAG_GRAD_OUT, mb, s); pending = 1; break;
+    default: break;
+    }
+    if (new_tag < 0) return DYN_OK;
+    if (bo < 0) return bad(err, r, i, in, "no output slot");
+    if (w->state[bo] != SLOT_FREE)
+        return bad(err, r, i, in, "writes slot %d still live since instr %d (leaked or overwritten)", bo,
+                   w->writer[bo]);
+    w->state[bo] = pending ? SLOT_PENDING : SLOT_VALID;
+    w->tag[bo] = new_tag;
+    w->writer[bo] = i;
+    if (in->op == DYN_OP_LOAD_INPUT && (in->flags & DYN_INSTR_FLAG_TARGETS)) w->tgt[mb] = bo;
+    if (pending) w->open_send[bo] = i; /* the RECV_START a FINISH pairs with */
+    return DYN_OK;
+}
+
+/* A FINISH must close a START of its kind on the same slot and (mb, stage). */
+static int finishes_its_start(const rank_walk *w, int32_t slot, int start_op, const dyn_instr *in)
+{
+    const dyn_instr *st = &w->rp->instrs[w->open_send[slot]];
+    return st->op == start_op && st->microbatch == in->microbatch && st->stage == in->stage;
+}
+
+/* Sends in flight, receives finished, frees of live slots only. */
+static dyn_status walk_transfers_and_frees(rank_walk *w, int32_t i, const dyn_instr *in, dyn_error *err)
+{
+    int32_t r = w->r, bi = in->buf_in, bo = in->buf_out;
+    switch (in->op) {
+    case DYN_OP_SEND_ACT_START:
+    case DYN_OP_SEND_GRAD_START:
+        if (w->sending[bi]) return bad(err, r, i, in, "slot %d already being sent", bi);
+        w->sending[bi] = 1;
+        w->open_send[bi] = i;
+        break;
+    case DYN_OP_SEND_ACT_FINISH:
+    case DYN_OP_SEND_GRAD_FINISH: {
+        int start_op = in->op == DYN_OP_SEND_ACT_FINISH ? DYN_OP_SEND_ACT_START : DYN_OP_SEND_GRAD_START;
+        if (bi < 0 || !w->sending[bi] || !finishes_its_start(w, bi, start_op, in))
+            return bad(err, r, i, in, "finishes a send of slot %d that was not started", bi);
+        w->sending[bi] = 0;
+        break;
+    }
+    case DYN_OP_RECV_ACT_FINISH:
+    case DYN_OP_RECV_GRAD_FINISH: {
+        int start_op = in->op == DYN_OP_RECV_ACT_FINISH ? DYN_OP_RECV_ACT_START : DYN_OP_RECV_GRAD_START;
+        if (bo < 0 || w->state[bo] != SLOT_PENDING || !finishes_its_start(w, bo, start_op, in))
+            return bad(err, r, i, in, "finishes a receive into slot %d that was not started", bo);
+        w->state[bo] = SLOT_VALID;
+        break;
+    }
+    case DYN_OP_FREE_BUFFER:
+        if (bi < 0 || w->state[bi] == SLOT_FREE)
+            return bad(err, r, i, in, "double free (or free of a never-written slot %d)", bi);
+        if (w->state[bi] == SLOT_PENDING)
+            return bad(err, r, i, in, "frees slot %d while a receive into it is in flight", bi);
+        if (w->sending[bi]) return bad(err, r, i, in, "frees slot %d while a send from it is in flight", bi);
+        w->state[bi] = SLOT_FREE;
+        break;
+    default: break;
+    }
+    return DYN_OK;
+}
+
+/* Pass 1 for rank r: each instruction through the phases above, in
+ * program order; nothing may be live at the end. */
 static dyn_status check_rank(vstate *v, int32_t r, dyn_error *err)
 {
     const dyn_rank_plan *rp = &v->p->ranks[r];
-    int32_t nb = rp->n_buffers, last = v->ns - 1;
-    dyn_status st = DYN_OK;
-    if (rp->n_instrs < 0 || nb < 0 || (rp->n_instrs > 0 && rp->instrs == NULL))
+    if (rp->n_instrs < 0 || rp->n_buffers < 0 || (rp->n_instrs > 0 && rp->instrs == NULL))
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "plan invalid: rank %d has %d instructions, %d slots",
-                             r, rp->n_instrs, nb);
-    if (nb > rp->n_instrs)
+                             r, rp->n_instrs, rp->n_buffers);
+    if (rp->n_buffers > rp->n_instrs)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                              "plan invalid: rank %d declares %d slots but has only %d instructions",
-                             r, nb, rp->n_instrs);
-    uint8_t *state = dyn_calloc((size_t)nb, 1, "validator", err);
-    int32_t *sending = dyn_calloc((size_t)nb, sizeof(int32_t), "validator", err);
-    int32_t *writer = dyn_calloc((size_t)nb, sizeof(int32_t), "validator", err);
-    int64_t *tag = dyn_calloc((size_t)nb, sizeof(int64_t), "validator", err);
-    int32_t *open_send = dyn_calloc((size_t)nb, sizeof(int32_t), "validator", err);
-    int32_t *tgt = dyn_calloc((size_t)v->M, sizeof(int32_t), "validator", err);
-    if (!state || !sending || !writer || !tag || !open_send || !tgt) {
-        st = DYN_ERR_NOMEM;
-        goto out;
-    }
-    for (int32_t m = 0; m < v->M; m++) tgt[m] = -1;
+                             r, rp->n_buffers, rp->n_instrs);
+    rank_walk w;
+    dyn_status st = walk_init(&w, v, r, err);
     for (int32_t i = 0; i < rp->n_instrs && st == DYN_OK; i++) {
         const dyn_instr *in = &rp->instrs[i];
-        int op = in->op;
-        int32_t mb = in->microbatch, s = in->stage;
-        v->start_of[r][i] = -1;
-        v->partner[r][i] = -1;
-        if (op >= DYN_OP_COUNT) {
-            st = bad(err, r, i, in, "unknown op %d", op);
-            break;
-        }
-        if (op == DYN_OP_BARRIER) {
+        if (in->op >= DYN_OP_COUNT) {
+            st = bad(err, r, i, in, "unknown op %d", in->op);
+        } else if (in->op == DYN_OP_BARRIER) {
             v->barriers[r]++;
-            continue;
-        }
-        if (mb < 0 || mb >= v->M || s < 0 || s >= v->ns) {
-            st = bad(err, r, i, in, "micro-batch or stage out of range (M=%d, stages=%d)", v->M, v->ns);
-            break;
-        }
-        if (v->p->stage_rank[s] != r) {
-            st = bad(err, r, i, in, "stage runs on rank %d, not here", v->p->stage_rank[s]);
-            break;
-        }
-        if (in->buf_in < -1 || in->buf_in >= nb || in->buf_out < -1 || in->buf_out >= nb) {
-            st = bad(err, r, i, in, "slot out of range (n_buffers=%d)", nb);
-            break;
-        }
-        size_t k = (size_t)mb * v->ns + s;
-        int32_t bi = in->buf_in, bo = in->buf_out;
-        /* expected peer for communication */
-        int32_t want_peer = -1;
-        if (op == DYN_OP_SEND_ACT_START || op == DYN_OP_SEND_ACT_FINISH || op == DYN_OP_RECV_GRAD_START ||
-            op == DYN_OP_RECV_GRAD_FINISH)
-            want_peer = s < last ? v->p->stage_rank[s + 1] : -2;
-        if (op == DYN_OP_RECV_ACT_START || op == DYN_OP_RECV_ACT_FINISH || op == DYN_OP_SEND_GRAD_START ||
-            op == DYN_OP_SEND_GRAD_FINISH)
-            want_peer = s > 0 ? v->p->stage_rank[s - 1] : -2;
-        if (want_peer == -2 || (want_peer >= 0 && (want_peer != in->peer || want_peer == r))) {
-            st = bad(err, r, i, in, "peer %d is not the rank of the neighbouring stage (%d)", in->peer,
-                     want_peer);
-            break;
-        }
-        /* reads */
-        int64_t want_tag = -1;
-        int reads = 0;
-        switch (op) {
-        case DYN_OP_FORWARD: reads = 1; want_tag = tag_of(v, TAG_ACT_IN, mb, s); break;
-        case DYN_OP_BACKWARD:
-        case DYN_OP_BACKWARD_INPUT:
-            reads = s < last;
-            want_tag = tag_of(v, TAG_GRAD_OUT, mb, s);
-            if (s == last && bi != -1) {
-                st = bad(err, r, i, in, "last stage backward reads slot %d (must be -1)", bi);
-            }
-            break;
-        case DYN_OP_SEND_ACT_START: reads = 1; want_tag = tag_of(v, TAG_ACT_IN, mb, s + 1); break;
-        case DYN_OP_SEND_GRAD_START: reads = 1; want_tag = tag_of(v, TAG_GRAD_OUT, mb, s - 1); break;
-        default: break;
-        }
-        if (st != DYN_OK) break;
-        if (reads) {
-            if (bi < 0) { st = bad(err, r, i, in, "no input slot"); break; }
-            if (state[bi] == SLOT_FREE) { st = bad(err, r, i, in, "read before write: slot %d is not live", bi); break; }
-            if (state[bi] == SLOT_PENDING) { st = bad(err, r, i, in, "read before receive finished: slot %d", bi); break; }
-            if (tag[bi] != want_tag) { st = bad(err, r, i, in, "slot %d holds another tensor (written by instr %d)", bi, writer[bi]); break; }
-        }
-        /* compute order */
-        switch (op) {
-        case DYN_OP_FORWARD:
-            if (v->fwd[k]) { st = bad(err, r, i, in, "second forward"); break; }
-            if (s == last && (tgt[mb] < 0 || state[tgt[mb]] != SLOT_VALID ||
-                              tag[tgt[mb]] != tag_of(v, TAG_TARGETS, mb, s))) {
-                st = bad(err, r, i, in, "last stage forward without loaded targets");
-                break;
-            }
-            if ((s == last) != (bo == -1)) { st = bad(err, r, i, in, "output slot %d wrong for stage (last stage writes none)", bo); break; }
-            v->fwd[k] = 1;
-            break;
-        case DYN_OP_BACKWARD:
-        case DYN_OP_BACKWARD_INPUT:
-            if (!v->fwd[k]) { st = bad(err, r, i, in, "backward before forward"); break; }
-            if (v->bwd[k] || v->bwi[k]) { st = bad(err, r, i, in, "second backward"); break; }
-            if ((s == 0) != (bo == -1)) { st = bad(err, r, i, in, "output slot %d wrong for stage (first stage writes none)", bo); break; }
-            if (op == DYN_OP_BACKWARD) v->bwd[k] = 1;
-            else v->bwi[k] = 1;
-            break;
-        case DYN_OP_BACKWARD_WEIGHT:
-            if (!v->bwi[k]) { st = bad(err, r, i, in, "weight gradient before input gradient"); break; }
-            if (v->bww[k]) { st = bad(err, r, i, in, "second weight gradient"); break; }
-            v->bww[k] = 1;
-            break;
-        case DYN_OP_LOAD_INPUT:
-            if ((in->flags & DYN_INSTR_FLAG_TARGETS) ? s != last : s != 0) {
-                st = bad(err, r, i, in, "loads %s on the wrong stage",
-                         (in->flags & DYN_INSTR_FLAG_TARGETS) ? "targets" : "tokens");
-                break;
-            }
-            break;
-        default: break;
-        }
-        if (st != DYN_OK) break;
-        /* writes */
-        int64_t new_tag = -1;
-        int pending = 0;
-        switch (op) {
-        case DYN_OP_LOAD_INPUT:
-            new_tag = (in->flags & DYN_INSTR_FLAG_TARGETS) ? tag_of(v, TAG_TARGETS, mb, s)
-                                                           : tag_of(v, TAG_ACT_IN, mb, 0);
-            break;
-        case DYN_OP_FORWARD: if (s < last) new_tag = tag_of(v, TAG_ACT_IN, mb, s + 1); break;
-        case DYN_OP_BACKWARD:
-        case DYN_OP_BACKWARD_INPUT: if (s > 0) new_tag = tag_of(v, TAG_GRAD_OUT, mb, s - 1); break;
-        case DYN_OP_RECV_ACT_START: new_tag = tag_of(v, TAG_ACT_IN, mb, s); pending = 1; break;
-        case DYN_OP_RECV_GRAD_START: new_tag = tag_of(v, TAG_GRAD_OUT, mb, s); pending = 1; break;
-        default: break;
-        }
-        if (new_tag >= 0) {
-            if (bo < 0) { st = bad(err, r, i, in, "no output slot"); break; }
-            if (state[bo] != SLOT_FREE) { st = bad(err, r, i, in, "writes slot %d still live since instr %d (leaked or overwritten)", bo, writer[bo]); break; }
-            state[bo] = pending ? SLOT_PENDING : SLOT_VALID;
-            tag[bo] = new_tag;
-            writer[bo] = i;
-            if (op == DYN_OP_LOAD_INPUT && (in->flags & DYN_INSTR_FLAG_TARGETS)) tgt[mb] = bo;
-            if (pending) open_send[bo] = i; /* the RECV_START a FINISH pairs with */
-        }
-        /* communication bookkeeping and frees */
-        switch (op) {
-        case DYN_OP_SEND_ACT_START:
-        case DYN_OP_SEND_GRAD_START:
-            if (sending[bi]) { st = bad(err, r, i, in, "slot %d already being sent", bi); break; }
-            sending[bi] = 1;
-            open_send[bi] = i;
-            break;
-        case DYN_OP_SEND_ACT_FINISH:
-        case DYN_OP_SEND_GRAD_FINISH: {
-            int start_op = op == DYN_OP_SEND_ACT_FINISH ? DYN_OP_SEND_ACT_START : DYN_OP_SEND_GRAD_START;
-            if (bi < 0 || !sending[bi] || rp->instrs[open_send[bi]].op != start_op ||
-                rp->instrs[open_send[bi]].microbatch != mb || rp->instrs[open_send[bi]].stage != s) {
-                st = bad(err, r, i, in, "finishes a send of slot %d that was not started", bi);
-                break;
-            }
-            sending[bi] = 0;
-            v->start_of[r][i] = open_send[bi];
-            break;
-        }
-        case DYN_OP_RECV_ACT_FINISH:
-        case DYN_OP_RECV_GRAD_FINISH: {
-            int start_op = op == DYN_OP_RECV_ACT_FINISH ? DYN_OP_RECV_ACT_START : DYN_OP_RECV_GRAD_START;
-            if (bo < 0 || state[bo] != SLOT_PENDING || rp->instrs[open_send[bo]].op != start_op ||
-                rp->instrs[open_send[bo]].microbatch != mb || rp->instrs[open_send[bo]].stage != s) {
-                st = bad(err, r, i, in, "finishes a receive into slot %d that was not started", bo);
-                break;
-            }
-            state[bo] = SLOT_VALID;
-            v->start_of[r][i] = open_send[bo];
-            break;
-        }
-        case DYN_OP_FREE_BUFFER:
-            if (bi < 0 || state[bi] == SLOT_FREE) { st = bad(err, r, i, in, "double free (or free of a never-written slot %d)", bi); break; }
-            if (state[bi] == SLOT_PENDING) { st = bad(err, r, i, in, "frees slot %d while a receive into it is in flight", bi); break; }
-            if (sending[bi]) { st = bad(err, r, i, in, "frees slot %d while a send from it is in flight", bi); break; }
-            state[bi] = SLOT_FREE;
-            break;
-        default: break;
+        } else if ((st = walk_fields(&w, i, in, err)) == DYN_OK && (st = walk_reads(&w, i, in, err)) == DYN_OK &&
+                   (st = walk_compute_order(&w, i, in, err)) == DYN_OK &&
+                   (st = walk_writes(&w, i, in, err)) == DYN_OK) {
+            st = walk_transfers_and_frees(&w, i, in, err);
         }
     }
-    if (st == DYN_OK) {
-        for (int32_t b = 0; b < nb; b++) {
-            if (state[b] != SLOT_FREE) {
-                const dyn_instr *in = &rp->instrs[writer[b]];
-                st = bad(err, r, writer[b], in, "leaked buffer: slot %d is never freed", b);
-                break;
-            }
-        }
-    }
-out:
-    free(state);
-    free(sending);
-    free(writer);
-    free(tag);
-    free(open_send);
-    free(tgt);
+    for (int32_t b = 0; st == DYN_OK && b < w.nb; b++)
+        if (w.state[b] != SLOT_FREE)
+            st = bad(err, r, w.writer[b], &rp->instrs[w.writer[b]], "leaked buffer: slot %d is never freed", b);
+    free(w.block);
     return st;
 }
 
-static int send_kind(int op) /* 0 act, 1 grad, -1 not a send start */
+/* Where the START that FINISH (r, i) waits for on the peer is: *pr, *pi. */
+static void finish_partner(const vstate *v, int32_t r, int32_t i, int32_t *pr, int32_t *pi)
 {
-    return op == DYN_OP_SEND_ACT_START ? 0 : op == DYN_OP_SEND_GRAD_START ? 1 : -1;
-}
-
-static int recv_kind(int op)
-{
-    return op == DYN_OP_RECV_ACT_START ? 0 : op == DYN_OP_RECV_GRAD_START ? 1 : -1;
-}
-
-/* Pass 2: match the k-th send with the k-th receive on each channel. */
-static dyn_status match(vstate *v, dyn_error *err)
-{
-    int32_t S = v->S;
-    size_t nch = (size_t)S * S * 2;
-    dyn_status st = DYN_OK;
-    int64_t *ns_ = dyn_calloc(nch, sizeof(int64_t), "validator channels", err);
-    int64_t *nr_ = dyn_calloc(nch, sizeof(int64_t), "validator channels", err);
-    int64_t *soff = dyn_calloc(nch + 1, sizeof(int64_t), "validator channels", err);
-    int64_t *roff = dyn_calloc(nch + 1, sizeof(int64_t), "validator channels", err);
-    int64_t *sl = NULL, *rl = NULL;
-    if (!ns_ || !nr_ || !soff || !roff) { st = DYN_ERR_NOMEM; goto out; }
-    int64_t total_s = 0, total_r = 0;
-    for (int32_t r = 0; r < S; r++) {
-        const dyn_rank_plan *rp = &v->p->ranks[r];
-        for (int32_t i = 0; i < rp->n_instrs; i++) {
-            const dyn_instr *in = &rp->instrs[i];
-            int ks = send_kind(in->op), kr = recv_kind(in->op);
-            if (ks >= 0) { ns_[((size_t)r * S + in->peer) * 2 + ks]++; total_s++; }
-            if (kr >= 0) { nr_[((size_t)in->peer * S + r) * 2 + kr]++; total_r++; }
-        }
-    }
-    for (size_t c = 0; c < nch; c++) {
-        if (ns_[c] != nr_[c]) {
-            int32_t src = (int32_t)(c / 2 / S), dst = (int32_t)(c / 2 % S);
-            st = dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                               "plan invalid: rank %d sends %lld %s messages to rank %d, which posts "
-                               "%lld receives for them (a dropped send or receive)",
-                               src, (long long)ns_[c], c % 2 ? "gradient" : "activation", dst,
-                               (long long)nr_[c]);
-            goto out;
-        }
-        soff[c + 1] = soff[c] + ns_[c];
-        roff[c + 1] = roff[c] + nr_[c];
-    }
-    sl = dyn_calloc((size_t)total_s + 1, sizeof(int64_t), "validator channels", err);
-    rl = dyn_calloc((size_t)total_r + 1, sizeof(int64_t), "validator channels", err);
-    if (!sl || !rl) { st = DYN_ERR_NOMEM; goto out; }
-    memset(ns_, 0, nch * sizeof(int64_t));
-    memset(nr_, 0, nch * sizeof(int64_t));
-    for (int32_t r = 0; r < S; r++) {
-        const dyn_rank_plan *rp = &v->p->ranks[r];
-        for (int32_t i = 0; i < rp->n_instrs; i++) {
-            const dyn_instr *in = &rp->instrs[i];
-            int ks = send_kind(in->op), kr = recv_kind(in->op);
-            if (ks >= 0) { size_t c = ((size_t)r * S + in->peer) * 2 + ks; sl[soff[c] + ns_[c]++] = ((int64_t)r << 32) | i; }
-            if (kr >= 0) { size_t c = ((size_t)in->peer * S + r) * 2 + kr; rl[roff[c] + nr_[c]++] = ((int64_t)r << 32) | i; }
-        }
-    }
-    for (size_t c = 0; c < nch && st == DYN_OK; c++) {
-        for (int64_t k = 0; k < ns_[c]; k++) {
-            int64_t a = sl[soff[c] + k], b = rl[roff[c] + k];
-            int32_t sr = (int32_t)(a >> 32), si = (int32_t)(a & 0xffffffff);
-            int32_t rr = (int32_t)(b >> 32), ri = (int32_t)(b & 0xffffffff);
-            const dyn_instr *sin = &v->p->ranks[sr].instrs[si], *rin = &v->p->ranks[rr].instrs[ri];
-            int32_t want_stage = c % 2 ? sin->stage - 1 : sin->stage + 1;
-            if (rin->microbatch != sin->microbatch || rin->stage != want_stage || rin->bytes != sin->bytes) {
-                st = dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                   "plan invalid: rank %d instr %d (%s mb %d stage %d) is matched, in "
-                                   "posting order, with rank %d instr %d (%s mb %d stage %d, %lld vs "
-                                   "%lld bytes): sends and receives out of order",
-                                   rr, ri, dyn_op_name((dyn_op)rin->op), rin->microbatch, rin->stage,
-                                   sr, si, dyn_op_name((dyn_op)sin->op), sin->microbatch, sin->stage,
-                                   (long long)rin->bytes, (long long)sin->bytes);
-                break;
-            }
-            v->partner[sr][si] = b;
-            v->partner[rr][ri] = a;
-        }
-    }
-out:
-    free(ns_);
-    free(nr_);
-    free(soff);
-    free(roff);
-    free(sl);
-    free(rl);
-    return st;
+    const sched_match *m = &v->match;
+    int32_t x = m->msg_of[m->rank_off[r] + i];
+    int send = (sched_op(v->p->ranks[r].instrs[i].op) & SCHED_OP_SEND) != 0;
+    *pr = send ? m->msg_dst[x] : m->msg_src[x];
+    *pi = (send ? m->msg_recv[x] : m->msg_send[x]) - m->rank_off[*pr];
 }
 
 /* Pass 3: abstract execution with blocking FINISH and BARRIER. */
@@ -383,10 +336,9 @@ static dyn_status execute(vstate *v, dyn_error *err)
                     for (int32_t q = 0; q < S; q++) if (arrived[q] < arrived[r]) { ok = 0; break; }
                     if (!ok) break;
                     passed[r]++;
-                } else if (in->op == DYN_OP_SEND_ACT_FINISH || in->op == DYN_OP_SEND_GRAD_FINISH ||
-                           in->op == DYN_OP_RECV_ACT_FINISH || in->op == DYN_OP_RECV_GRAD_FINISH) {
-                    int64_t pt = v->partner[r][v->start_of[r][pc[r]]];
-                    int32_t pr = (int32_t)(pt >> 32), pi = (int32_t)(pt & 0xffffffff);
+                } else if (sched_op(in->op) & SCHED_OP_FINISH) {
+                    int32_t pr, pi;
+                    finish_partner(v, r, pc[r], &pr, &pi);
                     if (pc[pr] <= pi) break;
                 }
                 pc[r]++;
@@ -407,8 +359,8 @@ static dyn_status execute(vstate *v, dyn_error *err)
                                "that never reach it; %d ranks blocked",
                                r, pc[r], arrived[r], blocked);
         } else {
-            int64_t pt = v->partner[r][v->start_of[r][pc[r]]];
-            int32_t pr = (int32_t)(pt >> 32), pi = (int32_t)(pt & 0xffffffff);
+            int32_t pr, pi;
+            finish_partner(v, r, pc[r], &pr, &pi);
             const dyn_instr *pin = &v->p->ranks[pr].instrs[pi];
             st = dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                "plan invalid: deadlock: rank %d instr %d (%s mb %d stage %d) waits for "
@@ -458,24 +410,15 @@ dyn_status dyn_exec_plan_validate(const dyn_exec_plan *plan, dyn_error *err)
     v.M = plan->n_microbatches;
     dyn_status st = DYN_OK;
     size_t n = (size_t)v.M * v.ns;
-    v.fwd = dyn_calloc(n, 1, "validator", err);
-    v.bwd = dyn_calloc(n, 1, "validator", err);
-    v.bwi = dyn_calloc(n, 1, "validator", err);
-    v.bww = dyn_calloc(n, 1, "validator", err);
-    v.barriers = dyn_calloc((size_t)v.S, sizeof(int32_t), "validator", err);
-    v.start_of = dyn_calloc((size_t)v.S, sizeof(int32_t *), "validator", err);
-    v.partner = dyn_calloc((size_t)v.S, sizeof(int64_t *), "validator", err);
-    if (!v.fwd || !v.bwd || !v.bwi || !v.bww || !v.barriers || !v.start_of || !v.partner) {
-        st = DYN_ERR_NOMEM;
-        goto out;
-    }
-    for (int32_t r = 0; r < v.S && st == DYN_OK; r++) {
-        int32_t ni = plan->ranks[r].n_instrs > 0 ? plan->ranks[r].n_instrs : 0;
-        v.start_of[r] = dyn_calloc((size_t)ni, sizeof(int32_t), "validator", err);
-        v.partner[r] = dyn_calloc((size_t)ni, sizeof(int64_t), "validator", err);
-        if (!v.start_of[r] || !v.partner[r]) st = DYN_ERR_NOMEM;
-        else st = check_rank(&v, r, err);
-    }
+    /* barriers first (aligned), then the four byte arrays */
+    v.block = dyn_calloc(1, (size_t)v.S * sizeof(int32_t) + 4 * n, "validator", err);
+    if (v.block == NULL) return DYN_ERR_NOMEM;
+    v.barriers = v.block;
+    v.fwd = (uint8_t *)(v.barriers + v.S);
+    v.bwd = v.fwd + n;
+    v.bwi = v.bwd + n;
+    v.bww = v.bwi + n;
+    for (int32_t r = 0; r < v.S && st == DYN_OK; r++) st = check_rank(&v, r, err);
     if (st != DYN_OK) goto out;
     for (int32_t r = 1; r < v.S; r++) {
         if (v.barriers[r] != v.barriers[0]) {
@@ -499,19 +442,10 @@ dyn_status dyn_exec_plan_validate(const dyn_exec_plan *plan, dyn_error *err)
             goto out;
         }
     }
-    st = match(&v, err);
+    st = sched_match_plan(&v.match, plan, 1, err);
     if (st == DYN_OK) st = execute(&v, err);
 out:
-    if (v.start_of)
-        for (int32_t r = 0; r < v.S; r++) free(v.start_of[r]);
-    if (v.partner)
-        for (int32_t r = 0; r < v.S; r++) free(v.partner[r]);
-    free(v.start_of);
-    free(v.partner);
-    free(v.fwd);
-    free(v.bwd);
-    free(v.bwi);
-    free(v.bww);
-    free(v.barriers);
+    sched_match_free(&v.match);
+    free(v.block);
     return st;
 }

@@ -2,10 +2,11 @@
  * sim.c — the event-driven simulator of an execution plan (see sim.h for the
  * semantics it models).
  *
- * How it runs. Before simulating, one linear pass pairs every SEND_*_START
- * with its RECV_*_START (per (kind, sender, receiver), in posting order, by
- * bucketing) and every
- * FINISH with its START (through the slot it names). Then ranks are
+ * How it runs. Before simulating, one linear pass checks the fields the
+ * simulator indexes with, and src/sched's matcher (sched/instr.h, shared
+ * with the validator) pairs every SEND_*_START with its RECV_*_START (per
+ * (kind, sender, receiver), in posting order) and every FINISH with its
+ * START (through the slot it names). Then ranks are
  * processes and a binary min-heap keyed by (time, rank) orders them: the
  * earliest rank executes instructions while its clock does not pass the next
  * rank's; a FINISH whose message is not yet in flight parks the rank on that
@@ -28,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sched/instr.h"       /* defines: sched_op, sched_match_plan, sched_mem_step */
 #include "sim/sim_internal.h" /* defines: sim_last_result */
 #include "util/util.h"         /* defines: dyn_calloc */
 
@@ -56,7 +58,7 @@ typedef struct heap_item {
 
 struct dyn_sim {
     /* capacities */
-    int32_t cap_ranks, cap_instrs, cap_buckets, cap_slots;
+    int32_t cap_ranks, cap_instrs, cap_slots;
     /* per rank */
     int32_t *rank_off; /* [R + 1] */
     int32_t *slot_off; /* [R + 1] offsets into the per-slot arrays */
@@ -66,18 +68,12 @@ struct dyn_sim {
     heap_item *heap;
     int32_t heap_n;
     /* per instruction */
-    const dyn_instr **ins; /* flat view of the plan's SEND/RECV instructions (others unset) */
-    int32_t *msg_of;       /* message of a SEND/RECV START or FINISH (others unset) */
     dyn_sim_event *ev; /* [instrs] per-instruction outputs */
     int record;        /* fill ev (off during searches) */
-    /* messages and matching scratch */
+    /* messages: match.msg_of[k] of a SEND/RECV START or FINISH indexes msgs */
+    sched_match match;
     sim_msg *msgs;
-    int32_t n_msgs;
-    int32_t *bucket_send, *bucket_recv; /* [buckets + 1] counts, then offsets */
-    int32_t *order_send, *order_recv;   /* [instrs] instruction indices by bucket */
-    int32_t *comm_list, *comm_rank;     /* [instrs] SEND/RECV instructions and their ranks */
-    /* per slot (all ranks), for the pairing of FINISH with START and memory */
-    int32_t *pend_send, *pend_recv;
+    /* per slot (all ranks), for memory */
     double *slot_mb;
     uint8_t *slot_live;
     /* the open barrier: ranks arrived and the latest arrival time */
@@ -107,10 +103,9 @@ static void free_arrays(dyn_sim *s)
     free(s->rank_off); free(s->slot_off); free(s->pc); free(s->state); free(s->wait_msg);
     free(s->clock); free(s->busy); free(s->mem); free(s->peak); free(s->states_mb);
     free(s->link_free); free(s->heap);
-    free(s->ins); free(s->msg_of); free(s->ev);
-    free(s->msgs); free(s->bucket_send); free(s->bucket_recv); free(s->order_send);
-    free(s->order_recv); free(s->comm_list); free(s->comm_rank);
-    free(s->pend_send); free(s->pend_recv); free(s->slot_mb); free(s->slot_live);
+    free(s->ev); free(s->msgs);
+    free(s->slot_mb); free(s->slot_live);
+    sched_match_free(&s->match);
 }
 
 void dyn_sim_free(dyn_sim *sim)
@@ -128,9 +123,10 @@ void dyn_sim_free(dyn_sim *sim)
         if ((ptr) == NULL) return DYN_ERR_NOMEM;                            \
     } while (0)
 
-/* Make sure the workspace holds R ranks, N instructions, B matching buckets
- * and K slots. Grows geometrically so a sequence of plans settles fast. */
-static dyn_status reserve(dyn_sim *s, int32_t R, int32_t N, int32_t B, int32_t K, dyn_error *err)
+/* Make sure the workspace holds R ranks, N instructions and K slots (the
+ * matcher grows its own). Grows geometrically so a sequence of plans
+ * settles fast. */
+static dyn_status reserve(dyn_sim *s, int32_t R, int32_t N, int32_t K, dyn_error *err)
 {
     if (R > s->cap_ranks) {
         int32_t c = R > 2 * s->cap_ranks ? R : 2 * s->cap_ranks;
@@ -150,26 +146,12 @@ static dyn_status reserve(dyn_sim *s, int32_t R, int32_t N, int32_t B, int32_t K
     }
     if (N > s->cap_instrs) {
         int32_t c = N > 2 * s->cap_instrs ? N : 2 * s->cap_instrs;
-        GROW(s->ins, c, "simulator instructions");
-        GROW(s->msg_of, c, "simulator instructions");
         GROW(s->ev, c, "simulator instructions");
-        GROW(s->order_send, c, "simulator matching");
-        GROW(s->order_recv, c, "simulator matching");
-        GROW(s->comm_list, c, "simulator matching");
-        GROW(s->comm_rank, c, "simulator matching");
         GROW(s->msgs, c, "simulator messages");
         s->cap_instrs = c;
     }
-    if (B > s->cap_buckets) {
-        int32_t c = B > 2 * s->cap_buckets ? B : 2 * s->cap_buckets;
-        GROW(s->bucket_send, c + 1, "simulator matching");
-        GROW(s->bucket_recv, c + 1, "simulator matching");
-        s->cap_buckets = c;
-    }
     if (K > s->cap_slots) {
         int32_t c = K > 2 * s->cap_slots ? K : 2 * s->cap_slots;
-        GROW(s->pend_send, c, "simulator slots");
-        GROW(s->pend_recv, c, "simulator slots");
         GROW(s->slot_mb, c, "simulator slots");
         GROW(s->slot_live, c, "simulator slots");
         s->cap_slots = c;
@@ -177,70 +159,28 @@ static dyn_status reserve(dyn_sim *s, int32_t R, int32_t N, int32_t B, int32_t K
     return DYN_OK;
 }
 
-/* Op properties, one table lookup instead of comparison chains in the
- * passes over every instruction. */
-enum {
-    OPF_COMPUTE = 1,    /* FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT */
-    OPF_SEND_START = 2,
-    OPF_RECV_START = 4,
-    OPF_SEND_FINISH = 8,
-    OPF_RECV_FINISH = 16,
-    OPF_GRAD = 32,      /* the gradient kind of a SEND/RECV */
-    OPF_NO_MB = 64      /* FREE_BUFFER, BARRIER: micro-batch not used */
-};
-static const uint8_t op_flags[DYN_OP_COUNT] = {
-    [DYN_OP_LOAD_INPUT] = 0,
-    [DYN_OP_FORWARD] = OPF_COMPUTE,
-    [DYN_OP_BACKWARD] = OPF_COMPUTE,
-    [DYN_OP_BACKWARD_INPUT] = OPF_COMPUTE,
-    [DYN_OP_BACKWARD_WEIGHT] = OPF_COMPUTE,
-    [DYN_OP_SEND_ACT_START] = OPF_SEND_START,
-    [DYN_OP_SEND_ACT_FINISH] = OPF_SEND_FINISH,
-    [DYN_OP_RECV_ACT_START] = OPF_RECV_START,
-    [DYN_OP_RECV_ACT_FINISH] = OPF_RECV_FINISH,
-    [DYN_OP_SEND_GRAD_START] = OPF_SEND_START | OPF_GRAD,
-    [DYN_OP_SEND_GRAD_FINISH] = OPF_SEND_FINISH | OPF_GRAD,
-    [DYN_OP_RECV_GRAD_START] = OPF_RECV_START | OPF_GRAD,
-    [DYN_OP_RECV_GRAD_FINISH] = OPF_RECV_FINISH | OPF_GRAD,
-    [DYN_OP_FREE_BUFFER] = OPF_NO_MB,
-    [DYN_OP_BARRIER] = OPF_NO_MB,
-};
-#define OPF_COMM (OPF_SEND_START | OPF_RECV_START | OPF_SEND_FINISH | OPF_RECV_FINISH)
-
-static int is_send_start(int op) { return (op_flags[op] & OPF_SEND_START) != 0; }
-
 static const char *op_label(int op) { return dyn_op_name((dyn_op)op); }
 
-static int32_t msg_bucket(int32_t R, int grad, int32_t src, int32_t dst)
-{
-    return (grad * R + src) * R + dst;
-}
-
-/* Pass 1 over the plan, in program order per rank: lay it out flat, check
- * every field the simulator indexes with, count the STARTs per message
- * bucket, list the communication instructions, and pair each FINISH with
- * its START through the slot it names (msg_of holds the START's index for
- * now; prepare() turns it into the message). */
-static dyn_status scan_plan(dyn_sim *s, const dyn_exec_plan *p, int32_t *n_comm, dyn_error *err)
+/* Check every field the simulator indexes with, rank by rank in program
+ * order (the matcher relies on ops, peers and slots in range). */
+static dyn_status check_fields(const dyn_exec_plan *p, dyn_error *err)
 {
     int32_t R = p->n_ranks, S = p->n_stages, M = p->n_microbatches;
-    int32_t nc = 0;
     for (int32_t r = 0; r < R; r++) {
         const dyn_rank_plan *rp = &p->ranks[r];
-        int32_t base = s->slot_off[r], nb = rp->n_buffers;
-        for (int32_t q = 0; q < nb; q++) s->pend_send[base + q] = s->pend_recv[base + q] = -1;
+        int32_t nb = rp->n_buffers;
         for (int32_t i = 0; i < rp->n_instrs; i++) {
             const dyn_instr *in = &rp->instrs[i];
-            int32_t k = s->rank_off[r] + i;
             if (in->op >= DYN_OP_COUNT)
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan rank %d instruction %d: unknown op %d", r, i, in->op);
-            int op = in->op, fl = op_flags[op];
-            if (!(fl & OPF_NO_MB) && (in->microbatch < 0 || in->microbatch >= M))
+            int op = in->op;
+            unsigned fl = sched_op(op);
+            if (!(fl & SCHED_OP_NO_MB) && (in->microbatch < 0 || in->microbatch >= M))
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan rank %d instruction %d (%s): micro-batch %d out of range 0..%d",
                                      r, i, op_label(op), in->microbatch, M - 1);
-            if ((fl & OPF_COMPUTE) && (in->stage < 0 || in->stage >= S || p->stage_rank[in->stage] != r))
+            if ((fl & SCHED_OP_COMPUTE) && (in->stage < 0 || in->stage >= S || p->stage_rank[in->stage] != r))
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan rank %d instruction %d (%s): stage %d is not on this rank",
                                      r, i, op_label(op), in->stage);
@@ -252,133 +192,33 @@ static dyn_status scan_plan(dyn_sim *s, const dyn_exec_plan *p, int32_t *n_comm,
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan rank %d instruction %d (%s): negative bytes", r, i,
                                      op_label(op));
-            if (!(fl & OPF_COMM)) continue;
-            /* ins and msg_of are kept for communication instructions only. */
-            s->ins[k] = in;
-            s->msg_of[k] = -1;
-            if (in->peer < 0 || in->peer >= R || in->peer == r)
+            if ((fl & SCHED_OP_COMM) && (in->peer < 0 || in->peer >= R || in->peer == r))
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan rank %d instruction %d (%s): bad peer rank %d", r, i,
                                      op_label(op), in->peer);
-            s->comm_list[nc] = k;
-            s->comm_rank[nc++] = r;
-            int send_side = (fl & (OPF_SEND_START | OPF_SEND_FINISH)) != 0;
-            int32_t slot = send_side ? in->buf_in : in->buf_out;
-            int32_t *pend = send_side ? s->pend_send : s->pend_recv;
-            if (slot < 0)
-                return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                     "plan rank %d instruction %d (%s): names no slot", r, i,
-                                     op_label(op));
-            int grad = (fl & OPF_GRAD) != 0;
-            if (fl & (OPF_SEND_START | OPF_RECV_START)) {
-                if (pend[base + slot] >= 0)
-                    return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                         "plan rank %d instruction %d (%s): slot %d already has a transfer in flight",
-                                         r, i, op_label(op), slot);
-                pend[base + slot] = k;
-                if (fl & OPF_SEND_START) s->bucket_send[msg_bucket(R, grad, r, in->peer) + 1]++;
-                else s->bucket_recv[msg_bucket(R, grad, in->peer, r) + 1]++;
-            } else {
-                int32_t ks = pend[base + slot];
-                if (ks < 0 || ((op_flags[s->ins[ks]->op] & OPF_GRAD) != 0) != grad)
-                    return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                         "plan rank %d instruction %d (%s): no transfer started on slot %d",
-                                         r, i, op_label(op), slot);
-                s->msg_of[k] = ks;
-                pend[base + slot] = -1;
-            }
         }
-        for (int32_t q = 0; q < nb; q++)
-            if (s->pend_send[base + q] >= 0 || s->pend_recv[base + q] >= 0)
-                return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                     "plan rank %d: transfer on slot %d is started but never finished",
-                                     r, q);
     }
-    *n_comm = nc;
     return DYN_OK;
 }
 
-/* Check the plan and pair sends with receives. Like MPI with one tag per
- * kind, messages from one rank to another are matched per kind (activation,
- * gradient) in posting order: the k-th SEND_ACT_START from a to b meets the
- * k-th RECV_ACT_START from a on b. Bucketing by (kind, sender, receiver)
- * makes this linear; a pair that names different micro-batches is an
- * inconsistent plan (the runtime would deliver one micro-batch's tensor as
- * another's). Fills msgs and msg_of (STARTs and FINISHes -> message). */
+/* Check the plan and pair its messages (sched_match_plan: the k-th
+ * SEND_ACT_START from a to b meets the k-th RECV_ACT_START from a on b,
+ * and agree on micro-batch and bytes), then set up one sim_msg per
+ * message. */
 static dyn_status prepare(dyn_sim *s, const dyn_exec_plan *p, dyn_error *err)
 {
-    int32_t R = p->n_ranks;
-    int32_t B = 2 * R * R;
-    memset(s->bucket_send, 0, sizeof(int32_t) * (size_t)(B + 1));
-    memset(s->bucket_recv, 0, sizeof(int32_t) * (size_t)(B + 1));
-    int32_t n_comm = 0;
-    dyn_status st = scan_plan(s, p, &n_comm, err);
+    dyn_status st = check_fields(p, err);
+    if (st == DYN_OK) st = sched_match_plan(&s->match, p, 0, err);
     if (st != DYN_OK) return st;
-    for (int32_t b = 0; b < B; b++) {
-        s->bucket_send[b + 1] += s->bucket_send[b];
-        s->bucket_recv[b + 1] += s->bucket_recv[b];
-    }
-    /* Fill the buckets from the communication list (program order per
-     * rank); all sends (receives) of a bucket are on one rank, so each
-     * bucket lists them in posting order. The bucket_* entries serve as
-     * cursors and end up one bucket later: afterwards bucket b spans
-     * [bucket[b-1], bucket[b]) with bucket[-1] = 0. */
-    const int32_t *comm = s->comm_list;
-    for (int32_t c = 0; c < n_comm; c++) {
-        int32_t k = comm[c];
-        const dyn_instr *in = s->ins[k];
-        int fl = op_flags[in->op];
-        if (!(fl & (OPF_SEND_START | OPF_RECV_START))) continue;
-        int32_t r = s->comm_rank[c];
-        int grad = (fl & OPF_GRAD) != 0;
-        if (fl & OPF_SEND_START)
-            s->order_send[s->bucket_send[msg_bucket(R, grad, r, in->peer)]++] = k;
-        else
-            s->order_recv[s->bucket_recv[msg_bucket(R, grad, in->peer, r)]++] = k;
-    }
-    s->n_msgs = 0;
-    for (int32_t b = 0; b < B; b++) {
-        int32_t s0 = b ? s->bucket_send[b - 1] : 0, s1 = s->bucket_send[b];
-        int32_t r0 = b ? s->bucket_recv[b - 1] : 0, r1 = s->bucket_recv[b];
-        int32_t n = s1 - s0 < r1 - r0 ? s1 - s0 : r1 - r0;
-        int32_t src = (b / R) % R, dst = b % R;
-        for (int32_t a = 0; a < n; a++) {
-            int32_t ks = s->order_send[s0 + a], kr = s->order_recv[r0 + a];
-            if (s->ins[ks]->microbatch != s->ins[kr]->microbatch)
-                return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                     "plan rank %d instruction %d (%s micro-batch %d to rank %d) meets rank %d instruction %d (%s micro-batch %d): messages are matched in posting order",
-                                     src, ks - s->rank_off[src], op_label(s->ins[ks]->op),
-                                     s->ins[ks]->microbatch, dst, dst, kr - s->rank_off[dst],
-                                     op_label(s->ins[kr]->op), s->ins[kr]->microbatch);
-            sim_msg *m = &s->msgs[s->n_msgs];
-            m->send_idx = ks;
-            m->recv_idx = kr;
-            m->src = src;
-            m->dst = dst;
-            m->send_waiter = m->recv_waiter = -1;
-            m->flags = 0;
-            m->send_post = m->recv_post = m->arrive = 0.0;
-            s->msg_of[ks] = s->msg_of[kr] = s->n_msgs++;
-        }
-        if (s1 - s0 > n) {
-            int32_t ks = s->order_send[s0 + n];
-            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                 "plan rank %d instruction %d (%s micro-batch %d to rank %d): no matching receive",
-                                 src, ks - s->rank_off[src], op_label(s->ins[ks]->op),
-                                 s->ins[ks]->microbatch, s->ins[ks]->peer);
-        }
-        if (r1 - r0 > n) {
-            int32_t kr = s->order_recv[r0 + n];
-            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                 "plan rank %d instruction %d (%s micro-batch %d from rank %d): no matching send",
-                                 dst, kr - s->rank_off[dst], op_label(s->ins[kr]->op),
-                                 s->ins[kr]->microbatch, s->ins[kr]->peer);
-        }
-    }
-    /* FINISHes: from their START's index to its message. */
-    for (int32_t c = 0; c < n_comm; c++) {
-        int32_t k = comm[c];
-        if (op_flags[s->ins[k]->op] & (OPF_SEND_FINISH | OPF_RECV_FINISH)) s->msg_of[k] = s->msg_of[s->msg_of[k]];
+    for (int32_t x = 0; x < s->match.n_msgs; x++) {
+        sim_msg *m = &s->msgs[x];
+        m->send_idx = s->match.msg_send[x];
+        m->recv_idx = s->match.msg_recv[x];
+        m->src = s->match.msg_src[x];
+        m->dst = s->match.msg_dst[x];
+        m->send_waiter = m->recv_waiter = -1;
+        m->flags = 0;
+        m->send_post = m->recv_post = m->arrive = 0.0;
     }
     return DYN_OK;
 }
@@ -429,7 +269,7 @@ static void start_transfer(dyn_sim *s, const dyn_exec_plan *p, const dyn_sim_opt
     int32_t R = p->n_ranks;
     double *link = &s->link_free[(size_t)m->src * R + m->dst];
     double t0 = now > *link ? now : *link;
-    double bytes = (double)s->ins[m->send_idx]->bytes;
+    double bytes = (double)s->match.ins[m->send_idx]->bytes;
     double xfer = opt->link_gbps > 0 ? bytes / (opt->link_gbps * 1e9) * 1e3 : 0.0;
     *link = t0 + xfer;
     m->arrive = t0 + xfer + opt->link_latency_ms;
@@ -530,11 +370,13 @@ static void run_rank(dyn_sim *s, const dyn_exec_plan *p, const dyn_stage_costs *
                               : op == DYN_OP_BACKWARD_INPUT ? c->bwd_input_ms
                                                             : c->bwd_weight_ms;
             dur = cost_at(t, ci);
-            if (op == DYN_OP_FORWARD) mem += cost_at(c->stored_mb, ci);
-            /* Stored activations leave when the last backward part ends. */
-            if (op == DYN_OP_BACKWARD || op == DYN_OP_BACKWARD_WEIGHT) release = cost_at(c->stored_mb, ci);
+            /* The memory model's step: stored activations come with the
+             * FORWARD and leave when the last backward part ends. */
+            const sched_mem_delta d = sched_mem_step(c, in);
+            mem += d.acquire;
+            release = d.release;
             if (in->buf_out >= 0) SLOT_WRITE(in->buf_out, in->bytes);
-            extra = cost_at(c->peak_mb, ci);
+            extra = d.transient;
             busy += dur;
             break;
         }
@@ -542,8 +384,8 @@ static void run_rank(dyn_sim *s, const dyn_exec_plan *p, const dyn_stage_costs *
         case DYN_OP_SEND_GRAD_START:
         case DYN_OP_RECV_ACT_START:
         case DYN_OP_RECV_GRAD_START: {
-            sim_msg *m = &s->msgs[s->msg_of[k]];
-            if (is_send_start(op)) {
+            sim_msg *m = &s->msgs[s->match.msg_of[k]];
+            if (sched_op(op) & SCHED_OP_SEND) {
                 m->flags |= MSG_SEND_POSTED;
                 m->send_post = now;
             } else {
@@ -563,16 +405,16 @@ static void run_rank(dyn_sim *s, const dyn_exec_plan *p, const dyn_stage_costs *
         case DYN_OP_SEND_GRAD_FINISH:
         case DYN_OP_RECV_ACT_FINISH:
         case DYN_OP_RECV_GRAD_FINISH: {
-            sim_msg *m = &s->msgs[s->msg_of[k]];
+            sim_msg *m = &s->msgs[s->match.msg_of[k]];
             if (!(m->flags & MSG_STARTED)) {
                 /* Park until the other side posts; start_transfer resumes us. */
-                if (op == DYN_OP_SEND_ACT_FINISH || op == DYN_OP_SEND_GRAD_FINISH)
+                if (sched_op(op) & SCHED_OP_SEND)
                     m->send_waiter = r;
                 else
                     m->recv_waiter = r;
                 SAVE_RANK();
                 s->state[r] = RANK_BLOCKED;
-                s->wait_msg[r] = s->msg_of[k];
+                s->wait_msg[r] = s->match.msg_of[k];
                 return;
             }
             dur = m->arrive > now ? m->arrive - now : 0.0;
@@ -665,7 +507,7 @@ dyn_status dyn_sim_run(dyn_sim *sim, const dyn_exec_plan *plan, const dyn_stage_
     if (N > INT32_MAX / 2 || K > INT32_MAX / 2 || R > 1024)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "simulate: plan too large (%d ranks, %lld instructions)",
                              R, (long long)N);
-    dyn_status st = reserve(sim, R, (int32_t)N, 2 * R * R, (int32_t)K, err);
+    dyn_status st = reserve(sim, R, (int32_t)N, (int32_t)K, err);
     if (st != DYN_OK) return st;
 
     sim->rank_off[0] = sim->slot_off[0] = 0;

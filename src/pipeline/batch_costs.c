@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dynapipe/sim.h"
+#include "dynapipe/pipeline.h"
 #include "util/util.h" /* defines: dyn_calloc */
 
 struct dyn_batch_costs {
