@@ -95,3 +95,10 @@ set_tests_properties(test_install PROPERTIES FIXTURES_REQUIRED dyn_install TIMEO
 add_test(NAME test_headers COMMAND ${PROJECT_SOURCE_DIR}/tests/install/headers.sh
          ${PROJECT_SOURCE_DIR}/include)
 set_tests_properties(test_headers PROPERTIES ENVIRONMENT "CC=${CMAKE_C_COMPILER}")
+
+# The version macros of include/dynapipe/version.h must be the project's.
+file(STRINGS ${PROJECT_SOURCE_DIR}/include/dynapipe/version.h DYN_VERSION_LINE
+     REGEX "^#define DYN_VERSION_STRING ")
+if(NOT DYN_VERSION_LINE STREQUAL "#define DYN_VERSION_STRING \"${PROJECT_VERSION}\"")
+  message(FATAL_ERROR "include/dynapipe/version.h says '${DYN_VERSION_LINE}', the project is ${PROJECT_VERSION}")
+endif()
