@@ -329,6 +329,69 @@ static void test_show_and_write_execution_plans(void **state)
                  2, "unknown schedule");
 }
 
+/* With execution plans, the JSON maps every plan micro-batch back to the
+ * batch's "microbatches" entry (its sample ids): each replica plan lists
+ * its own replica's micro-batches, every one exactly once, and the shapes
+ * agree with the binary plan written beside it. */
+static void test_json_replica_plans(void **state)
+{
+    (void)state;
+    char prefix[700], cmd[2048];
+    snprintf(prefix, sizeof prefix, "%s/map", dir);
+    snprintf(cmd, sizeof cmd,
+             "--model gpt --model-config gpt-tiny --synthetic flan:5 --global-batch-tokens 8192 "
+             "--max-seqlen 256 --stages 2 --dp 2 --batches 2 --quiet --schedule auto --plan-out '%s' "
+             "--json '%s'",
+             prefix, json_path);
+    assert_int_equal(run_plan(cmd), 0);
+    char *text = slurp(json_path);
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    const cJSON *batches = cJSON_GetObjectItem(root, "global_batches");
+    assert_int_equal(cJSON_GetArraySize(batches), 2);
+    for (int b = 0; b < 2; b++) {
+        const cJSON *gb = cJSON_GetArrayItem(batches, b);
+        const cJSON *mbs = cJSON_GetObjectItem(gb, "microbatches");
+        const cJSON *rps = cJSON_GetObjectItem(gb, "replica_plans");
+        int n_mbs = cJSON_GetArraySize(mbs);
+        assert_int_equal(cJSON_GetArraySize(rps), 2);
+        int seen[512] = {0};
+        assert_true(n_mbs > 0 && n_mbs <= 512);
+        for (int r = 0; r < 2; r++) {
+            const cJSON *rp = cJSON_GetArrayItem(rps, r);
+            assert_int_equal(cJSON_GetObjectItem(rp, "replica")->valueint, r);
+            assert_true(cJSON_GetObjectItem(rp, "makespan_ms")->valuedouble > 0);
+            dyn_schedule kind;
+            assert_int_equal(dyn_schedule_parse(cJSON_GetObjectItem(rp, "schedule")->valuestring, &kind, NULL), DYN_OK);
+            char path[800];
+            snprintf(path, sizeof path, "%s.%d.%d.dynplan", prefix, b, r);
+            char *bytes = NULL;
+            size_t len = 0;
+            dyn_exec_plan plan;
+            assert_int_equal(dyn_file_read_all(path, &bytes, &len, NULL), DYN_OK);
+            assert_int_equal(dyn_exec_plan_deserialize((const uint8_t *)bytes, len, &plan, NULL), DYN_OK);
+            assert_int_equal((int)plan.schedule, (int)kind);
+            const cJSON *idx = cJSON_GetObjectItem(rp, "microbatches");
+            assert_int_equal(cJSON_GetArraySize(idx), plan.n_microbatches);
+            for (int j = 0; j < plan.n_microbatches; j++) {
+                int k = cJSON_GetArrayItem(idx, j)->valueint;
+                assert_true(k >= 0 && k < n_mbs);
+                const cJSON *mb = cJSON_GetArrayItem(mbs, k);
+                assert_int_equal(cJSON_GetObjectItem(mb, "replica")->valueint, r);
+                assert_int_equal(cJSON_GetObjectItem(mb, "rows")->valueint, plan.mb_shape[j].rows);
+                assert_int_equal(cJSON_GetObjectItem(mb, "input_len")->valueint, plan.mb_shape[j].enc_len);
+                seen[k]++;
+            }
+            dyn_exec_plan_free(&plan);
+            free(bytes);
+        }
+        for (int k = 0; k < n_mbs; k++) assert_int_equal(seen[k], 1);
+    }
+    cJSON_Delete(root);
+    free(text);
+    remove(json_path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -337,6 +400,7 @@ int main(void)
         cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_impossible_memory),
         cmocka_unit_test(test_json_structure),
+        cmocka_unit_test(test_json_replica_plans),
         cmocka_unit_test(test_every_method_runs),
         cmocka_unit_test(test_cost_table_and_model_files),
         cmocka_unit_test(test_show_and_write_execution_plans),

@@ -122,6 +122,9 @@ void dyn_planner_free(dyn_planner *p);
  * machine's memory when the caller gave <= 0; +inf for a custom planner
  * without a limit). */
 const dyn_plan_options *dyn_planner_options(const dyn_planner *p);
+/* The cost model of a dyn_planner_create planner (borrowed); NULL for a
+ * custom planner. */
+const dyn_cost_model *dyn_planner_cost_model(const dyn_planner *p);
 /* Model states per device (MB) and the per-micro-batch limits derived from
  * the memory limit: stored activations and peak, MB per stage. */
 double dyn_planner_states_mb(const dyn_planner *p);

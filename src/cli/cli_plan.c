@@ -16,10 +16,16 @@
  * dataset ids (0-based in file or generation order). plan_time_ms is a
  * measured wall time, the only field that differs between identical runs.
  *
- * --show-plan / --plan-out: turn each global batch's micro-batches into the
- * execution plan the runtime would run (schedule --schedule, default auto:
- * chosen by simulation), validate it, and print it readably and/or write its
- * binary form (one file per global batch and replica, each atomic).
+ * --show-plan / --plan-out / --schedule: turn each global batch's
+ * micro-batches into every replica's execution plan, the one the runtime
+ * would run (dyn_pipeline_plan, dynapipe/pipeline.h: schedule --schedule,
+ * default auto, chosen by simulation; validated), and print it readably
+ * and/or write its binary form (one file per global batch and replica, each
+ * atomic). The JSON then also has, per global batch,
+ *   "replica_plans": [{"replica": d, "schedule": name, "recompute": name,
+ *                      "chunks": v, "makespan_ms": ..., "microbatches": [j]}]
+ * where microbatches[k] is the index, in the batch's "microbatches" array,
+ * of the plan's micro-batch k (so its sample ids are traceable).
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -29,9 +35,8 @@
 #include "cli/cli.h"                /* defines: cli_errorf, CLI_EXIT_* */
 #include "cli/plan_args.h"         /* defines: plan_args_*, plan_inputs_* */
 #include "dynapipe/model_config.h" /* defines: dyn_model_kind_name */
-#include "cli/plan_exec.h"         /* defines: plan_exec_build, PLAN_EXEC_AUTO */
+#include "dynapipe/pipeline.h"     /* defines: dyn_pipeline_*, DYN_SCHEDULE_AUTO */
 #include "dynapipe/sched.h"        /* defines: dyn_schedule_*, dyn_exec_plan_* */
-#include "dynapipe/sim.h"          /* defines: dyn_batch_costs_*, dyn_sim_* */
 #include "util/util.h"              /* defines: dyn_atomic_* */
 
 static const char *CMD = "plan";
@@ -50,12 +55,40 @@ static void usage(FILE *out)
                  "  --show-plan               print each batch's execution plan (per-rank instructions)\n"
                  "  --plan-out PREFIX         write each plan, binary, to PREFIX.<batch>.<replica>.dynplan\n"
                  "  --schedule NAME           schedule of those plans: 1f1b, cyclic, wait-free-cyclic,\n"
-                 "                            interleaved, zb, or auto (default: best by simulation)\n"
+                 "                            interleaved, zb, or auto (default: best by simulation);\n"
+                 "                            builds them (and their JSON) even without the two above\n"
                  "  --help                    this text\n");
 }
 
-/* One global batch as a JSON object; NULL on allocation failure. */
-static cJSON *batch_json(int32_t index, const dyn_batch_plan *pl, int t5)
+/* The replica plans of one global batch as a JSON array (header comment);
+ * 0 on allocation failure. */
+static int replica_plans_json(cJSON *b, const dyn_pipeline_result *res)
+{
+    cJSON *arr = cJSON_AddArrayToObject(b, "replica_plans");
+    if (arr == NULL) return 0;
+    for (int32_t r = 0; r < res->n_replicas; r++) {
+        const dyn_replica_plan *rp = &res->replicas[r];
+        cJSON *o = cJSON_CreateObject();
+        if (o == NULL || !cJSON_AddItemToArray(arr, o)) {
+            cJSON_Delete(o);
+            return 0;
+        }
+        cJSON *ids = cJSON_CreateIntArray(rp->mb_index, rp->n_microbatches);
+        if (ids == NULL) return 0;
+        cJSON_AddItemToObject(o, "microbatches", ids);
+        if (!cJSON_AddNumberToObject(o, "replica", rp->replica) ||
+            !cJSON_AddStringToObject(o, "schedule", dyn_schedule_name(rp->schedule)) ||
+            !cJSON_AddStringToObject(o, "recompute", dyn_recompute_name(rp->recompute)) ||
+            !cJSON_AddNumberToObject(o, "chunks", rp->chunks) ||
+            !cJSON_AddNumberToObject(o, "makespan_ms", rp->makespan_ms))
+            return 0;
+    }
+    return 1;
+}
+
+/* One global batch as a JSON object (with its replica plans if res is not
+ * NULL); NULL on allocation failure. */
+static cJSON *batch_json(int32_t index, const dyn_batch_plan *pl, const dyn_pipeline_result *res, int t5)
 {
     cJSON *b = cJSON_CreateObject();
     if (b == NULL) return NULL;
@@ -69,7 +102,8 @@ static cJSON *batch_json(int32_t index, const dyn_batch_plan *pl, int t5)
              cJSON_AddNumberToObject(b, "real_tokens", (double)pl->real_tokens) &&
              cJSON_AddNumberToObject(b, "padded_tokens", (double)pl->padded_tokens) &&
              cJSON_AddNumberToObject(b, "padding_efficiency",
-                                     pl->padded_tokens ? (double)pl->real_tokens / pl->padded_tokens : 0);
+                                     pl->padded_tokens ? (double)pl->real_tokens / pl->padded_tokens : 0) &&
+             (res == NULL || replica_plans_json(b, res));
     for (int32_t m = 0; ok && m < pl->n_microbatches; m++) {
         const dyn_plan_microbatch *mb = &pl->mbs[m];
         cJSON *o = cJSON_CreateObject();
@@ -151,72 +185,44 @@ static void print_batch(int32_t index, const dyn_batch_plan *pl, int t5, int ver
     }
 }
 
-/* What --show-plan / --plan-out need across global batches. */
+/* What --show-plan / --plan-out / --schedule need across global batches. */
 typedef struct exec_out {
+    int build;          /* build the execution plans: any of the three flags */
     int show;           /* --show-plan */
     const char *prefix; /* --plan-out */
-    int32_t schedule;   /* --schedule: dyn_schedule, or PLAN_EXEC_AUTO (the default) */
-    dyn_batch_costs *bc;
-    dyn_sim *sim;
+    int32_t schedule;   /* --schedule: dyn_schedule, or DYN_SCHEDULE_AUTO (the default) */
+    dyn_pipeline *pipe; /* over the inputs' planner */
 } exec_out;
 
-/* Build replica `replica`'s validated execution plan of pl into *pe. */
-static dyn_status build_exec_plan(const exec_out *eo, const plan_args *a, const plan_inputs *in,
-                                  const dyn_batch_plan *pl, int32_t replica, plan_exec_result *pe,
-                                  dyn_error *err)
+/* --show-plan / --plan-out for one global batch's replica plans; prints
+ * the error. */
+static int emit_exec_plans(const exec_out *eo, const dyn_pipeline_result *res, int32_t index)
 {
-    dyn_status st = dyn_batch_costs_set_batch(eo->bc, pl, replica, err);
-    if (st != DYN_OK) return st;
-    int32_t m;
-    const dyn_mb_shape *shapes = dyn_batch_costs_shapes(eo->bc, &m);
-    if (m == 0) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "replica %d has no micro-batches", replica);
-    plan_exec_request rq = {
-        .schedule = eo->schedule,
-        .n_ranks = a->opt.stages,
-        .chunks = dyn_batch_costs_chunks(eo->bc),
-        .auto_chunks = dyn_batch_costs_chunks(eo->bc),
-        .memory_limit_mb = dyn_planner_options(in->planner)->memory_limit_mb,
-        .recompute = a->opt.recompute,
-        .order_groups = 4,
-        .replica = replica,
-    };
-    dyn_sim_options so;
-    dyn_sim_options_from_machine(&so, &in->machine, pl->real_tokens);
-    so.skip_events = 1;
-    return plan_exec_build(eo->sim, &rq, dyn_batch_costs_get, eo->bc, shapes, &so, pe, err);
-}
-
-/* --show-plan / --plan-out for one global batch; prints the error. */
-static int emit_exec_plans(const exec_out *eo, const plan_args *a, const plan_inputs *in,
-                           const dyn_batch_plan *pl, int32_t index)
-{
-    for (int32_t r = 0; r < a->opt.dp; r++) {
-        plan_exec_result pe;
+    for (int32_t r = 0; r < res->n_replicas; r++) {
+        const dyn_replica_plan *rp = &res->replicas[r];
         dyn_error err;
-        if (build_exec_plan(eo, a, in, pl, r, &pe, &err) != DYN_OK) {
-            cli_errorf(CMD, "global batch %d, replica %d: %s", index, r, err.msg);
+        if (rp->n_microbatches == 0) {
+            cli_errorf(CMD, "global batch %d, replica %d: replica %d has no micro-batches", index, r, r);
             return CLI_EXIT_FAIL;
         }
         if (eo->show) {
             printf("execution plan: global batch %d, replica %d, schedule %s\n", index, r,
-                   dyn_schedule_name(pe.schedule));
-            dyn_exec_plan_dump(stdout, &pe.plan);
+                   dyn_schedule_name(rp->schedule));
+            dyn_exec_plan_dump(stdout, &rp->plan);
         }
         if (eo->prefix) {
             uint8_t *buf = NULL;
             size_t len = 0;
             char path[4096];
             snprintf(path, sizeof path, "%s.%d.%d.dynplan", eo->prefix, index, r);
-            dyn_status st = dyn_exec_plan_serialize(&pe.plan, &buf, &len, &err);
+            dyn_status st = dyn_exec_plan_serialize(&rp->plan, &buf, &len, &err);
             if (st == DYN_OK) st = dyn_file_write_atomic(path, buf, len, &err);
             free(buf);
             if (st != DYN_OK) {
-                plan_exec_result_free(&pe);
                 cli_errorf(CMD, "%s", err.msg);
                 return CLI_EXIT_FAIL;
             }
         }
-        plan_exec_result_free(&pe);
     }
     return CLI_EXIT_OK;
 }
@@ -228,7 +234,7 @@ int cli_plan_main(int argc, char **argv)
     const char *json_path = NULL;
     int verbosity = 1;
     exec_out eo = {0};
-    eo.schedule = PLAN_EXEC_AUTO;
+    eo.schedule = DYN_SCHEDULE_AUTO;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
@@ -244,16 +250,18 @@ int cli_plan_main(int argc, char **argv)
         } else if (strcmp(argv[i], "--verbose") == 0) {
             verbosity = 2;
         } else if (strcmp(argv[i], "--show-plan") == 0) {
-            eo.show = 1;
+            eo.show = eo.build = 1;
         } else if (strcmp(argv[i], "--plan-out") == 0) {
             if ((eo.prefix = cli_flag_value(CMD, argc, argv, &i)) == NULL) return CLI_EXIT_USAGE;
+            eo.build = 1;
         } else if (strcmp(argv[i], "--schedule") == 0) {
             const char *v = cli_flag_value(CMD, argc, argv, &i);
             if (v == NULL) return CLI_EXIT_USAGE;
             dyn_schedule kind;
             dyn_error err;
+            eo.build = 1;
             if (strcmp(v, "auto") == 0) {
-                eo.schedule = PLAN_EXEC_AUTO;
+                eo.schedule = DYN_SCHEDULE_AUTO;
             } else if (dyn_schedule_parse(v, &kind, &err) == DYN_OK) {
                 eo.schedule = (int32_t)kind;
             } else {
@@ -271,13 +279,13 @@ int cli_plan_main(int argc, char **argv)
     int rc = plan_inputs_open(CMD, &a, &in);
     if (rc != 0) return rc;
     const int t5 = a.kind == DYN_MODEL_T5;
-    if (eo.show || eo.prefix) {
+    if (eo.build) {
         dyn_error err;
-        eo.bc = dyn_batch_costs_create(in.cm, a.opt.stages, a.opt.chunks, &err);
-        eo.sim = eo.bc ? dyn_sim_create(&err) : NULL;
-        if (eo.sim == NULL) {
+        dyn_pipeline_options po;
+        dyn_pipeline_options_default(&po);
+        po.schedule = eo.schedule;
+        if ((eo.pipe = dyn_pipeline_create(in.planner, &po, &err)) == NULL) {
             cli_errorf(CMD, "%s", err.msg);
-            dyn_batch_costs_free(eo.bc);
             plan_inputs_close(&in);
             return CLI_EXIT_FAIL;
         }
@@ -311,23 +319,29 @@ int cli_plan_main(int argc, char **argv)
         int32_t n;
         if ((rc = plan_inputs_next(CMD, &in, &batch, &n)) != 0) break;
         if (n == 0) break;
-        dyn_batch_plan pl;
+        /* The batch's micro-batches, and with eo.build every replica's plan. */
+        dyn_pipeline_result res;
+        memset(&res, 0, sizeof res);
+        dyn_batch_plan *plp = &res.batch;
         dyn_error err;
-        if (dyn_planner_plan(in.planner, batch, n, &pl, &err) != DYN_OK) {
+        dyn_status st = eo.build ? dyn_pipeline_plan(eo.pipe, batch, n, &res, &err)
+                                 : dyn_planner_plan(in.planner, batch, n, plp, &err);
+        if (st != DYN_OK) {
             cli_errorf(CMD, "global batch %d: %s", index, err.msg);
             rc = CLI_EXIT_FAIL;
             break;
         }
+        const dyn_batch_plan pl = *plp;
         print_batch(index, &pl, t5, verbosity, dyn_planner_options(in.planner)->memory_limit_mb);
-        if ((eo.show || eo.prefix) && (rc = emit_exec_plans(&eo, &a, &in, &pl, index)) != 0) {
-            dyn_batch_plan_free(&pl);
+        if (eo.build && (rc = emit_exec_plans(&eo, &res, index)) != 0) {
+            dyn_pipeline_result_free(&res);
             break;
         }
         if (batches) {
-            cJSON *b = batch_json(index, &pl, t5);
+            cJSON *b = batch_json(index, &pl, eo.build ? &res : NULL, t5);
             if (b == NULL) {
                 cli_errorf(CMD, "out of memory building JSON");
-                dyn_batch_plan_free(&pl);
+                dyn_pipeline_result_free(&res);
                 rc = CLI_EXIT_FAIL;
                 break;
             }
@@ -340,7 +354,7 @@ int cli_plan_main(int argc, char **argv)
         total_obj += pl.objective_ms;
         total_plan += pl.plan_time_ms;
         if (pl.device_peak_mb > max_peak) max_peak = pl.device_peak_mb;
-        dyn_batch_plan_free(&pl);
+        dyn_pipeline_result_free(&res);
         index++;
     }
     if (rc == 0) {
@@ -351,8 +365,7 @@ int cli_plan_main(int argc, char **argv)
         if (json_path && cli_write_json(CMD, json_path, root) != 0) rc = CLI_EXIT_FAIL;
     }
     cJSON_Delete(root);
-    dyn_sim_free(eo.sim);
-    dyn_batch_costs_free(eo.bc);
+    dyn_pipeline_free(eo.pipe);
     plan_inputs_close(&in);
     return rc;
 }

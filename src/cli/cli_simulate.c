@@ -21,16 +21,16 @@
 
 #include "cli/cli.h"       /* defines: cli_errorf, cli_parse_*, CLI_EXIT_* */
 #include "cli/plan_args.h" /* defines: plan_args_*, plan_inputs_* */
-#include "cli/plan_exec.h" /* defines: plan_exec_build, PLAN_EXEC_AUTO */
 #include "dynapipe/data.h"
 #include "dynapipe/model_config.h"
+#include "dynapipe/pipeline.h" /* defines: dyn_pipeline_*, dyn_replica_plan_*, DYN_SCHEDULE_AUTO */
 #include "dynapipe/plan.h"
 #include "dynapipe/sched.h"
 #include "dynapipe/sim.h"
 #include "util/util.h" /* defines: dyn_calloc, dyn_file_write_atomic */
 
 #define CMD "simulate"
-#define AUTO_SCHEDULE PLAN_EXEC_AUTO /* pseudo-schedule index for --schedule auto */
+#define AUTO_SCHEDULE DYN_SCHEDULE_AUTO /* pseudo-schedule index for --schedule auto */
 
 typedef struct sim_args {
     plan_args plan;                 /* the planning flags of `dynapipe plan` */
@@ -261,7 +261,7 @@ typedef struct run_state {
     dyn_sim_options simopt;
     dyn_sim *sim;
     int32_t n_ranks;
-    int32_t chunks_avail; /* chunks the stage assignment allows (auto tries interleaved only if > 1) */
+    int32_t chunks_avail; /* what-if: chunks the file's stages imply (auto tries interleaved only if > 1) */
     int32_t dp;           /* data-parallel replicas simulated per batch */
     sim_row *rows;
     int32_t n_rows, cap_rows;
@@ -288,81 +288,78 @@ static sim_row *new_row(run_state *rs, dyn_error *err)
     return row;
 }
 
-/* Copy res into row. */
-static void fill_row(run_state *rs, sim_row *row, const dyn_sim_result *res)
+/* Copy a replica plan's simulated figures into row (bubble and tokens/s
+ * come from finish_rows, over all replicas). */
+static void fill_row(run_state *rs, sim_row *row, const dyn_replica_plan *rp)
 {
     row->feasible = 1;
-    row->makespan_ms = res->makespan_ms;
-    row->bubble = res->bubble_fraction;
-    row->tokens_per_s = res->tokens_per_s;
+    row->chosen_sched = rp->schedule;
+    row->chosen_rc = rp->recompute;
+    row->n_microbatches = rp->n_microbatches;
+    row->makespan_ms = rp->makespan_ms;
     row->busy_ms = 0;
-    for (int32_t r = 0; r < res->n_ranks && r < rs->n_ranks; r++) {
-        row->busy_ms += res->busy_ms[r];
-        row->peak_mb[r] = res->peak_mb[r];
+    for (int32_t r = 0; r < rp->plan.n_ranks && r < rs->n_ranks; r++) {
+        row->busy_ms += rp->rank_busy_ms[r];
+        row->peak_mb[r] = rp->rank_peak_mb[r];
     }
 }
 
-/* Keep plan + costs for the trace/SVG (takes ownership of plan; copies costs). */
-static dyn_status record(run_state *rs, dyn_exec_plan *plan, const dyn_stage_costs *costs,
-                         const char *title, dyn_error *err)
+/* Keep rp's plan + costs for the trace/SVG (takes ownership of both). */
+static void record(run_state *rs, dyn_replica_plan *rp, const char *title)
 {
-    int32_t M = costs->n_microbatches;
-    int32_t *ident = dyn_calloc((size_t)M, sizeof(int32_t), "trace", err);
-    if (ident == NULL) return DYN_ERR_NOMEM;
-    for (int32_t i = 0; i < M; i++) ident[i] = i;
-    dyn_status st = dyn_stage_costs_permute(costs, ident, &rs->rec.costs, err);
-    free(ident);
-    if (st != DYN_OK) return st;
-    rs->rec.plan = *plan;
-    memset(plan, 0, sizeof *plan);
+    rs->rec.plan = rp->plan;
+    rs->rec.costs = rp->costs;
+    memset(&rp->plan, 0, sizeof rp->plan);
+    memset(&rp->costs, 0, sizeof rp->costs);
     snprintf(rs->rec.title, sizeof rs->rec.title, "%s", title);
     rs->rec.have = 1;
-    return DYN_OK;
 }
 
-/* Schedule + validate + simulate one (batch, method, schedule). costs_fn
- * gives costs per (chunks, recompute); shapes may be NULL. */
-static dyn_status run_one(run_state *rs, sim_row *row, dyn_costs_fn costs_fn, void *costs_ctx,
-                          const dyn_mb_shape *shapes, const char *method_name, dyn_error *err)
+/* Where one replica's micro-batches come from: a planned batch (through
+ * its method's pipeline) or a what-if file's costs. */
+typedef struct replica_src {
+    dyn_pipeline *pipe;        /* planned: the method's pipeline ... */
+    const dyn_batch_plan *bp;  /* ... its plan of the batch ... */
+    int32_t replica;           /* ... and the replica */
+    dyn_costs_fn costs_fn;     /* what-if: costs per (chunks, recompute) */
+    void *costs_ctx;
+} replica_src;
+
+/* Schedule + validate + simulate one (batch, method, schedule, replica):
+ * the library's replica plan (dynapipe/pipeline.h). */
+static dyn_status run_one(run_state *rs, sim_row *row, const replica_src *src, const char *method_name,
+                          dyn_error *err)
 {
     sim_args *a = rs->a;
-    double limit = a->plan.opt.memory_limit_mb > 0 ? a->plan.opt.memory_limit_mb : rs->machine.device_memory_mb;
-    plan_exec_request rq = {
-        .schedule = row->sched,
-        .n_ranks = rs->n_ranks,
-        .chunks = a->plan.opt.chunks,
-        .auto_chunks = rs->chunks_avail,
-        .memory_limit_mb = limit,
-        .recompute = a->plan.opt.recompute,
-        .order_groups = a->order_groups,
-        .replica = 0,
-    };
-    plan_exec_result pe;
-    dyn_status st = plan_exec_build(rs->sim, &rq, costs_fn, costs_ctx, shapes, &rs->simopt, &pe, err);
-    if (st != DYN_OK) return st;
-    row->chosen_sched = pe.schedule;
-    row->chosen_rc = pe.recompute;
-    row->n_microbatches = pe.costs->n_microbatches;
-    const dyn_sim_result *res;
-    dyn_sim_options quiet = rs->simopt; /* the table needs no events; the trace re-runs */
-    quiet.skip_events = 1;
-    if ((st = dyn_sim_run(rs->sim, &pe.plan, pe.costs, &quiet, &res, err)) != DYN_OK) goto out;
-    if (res->max_peak_mb > limit * (1 + 1e-9)) {
-        st = dyn_error_set(err, DYN_ERR_INFEASIBLE, "simulated peak memory %.1f MB exceeds the limit of %.1f MB",
-                           res->max_peak_mb, limit);
-        goto out;
+    dyn_replica_plan rp;
+    dyn_status st;
+    if (src->pipe) {
+        st = dyn_pipeline_build_replica(src->pipe, src->bp, src->replica, row->sched, &rp, err);
+    } else {
+        dyn_replica_request rq = {
+            .schedule = row->sched,
+            .n_ranks = rs->n_ranks,
+            .chunks = a->plan.opt.chunks,
+            .auto_chunks = rs->chunks_avail,
+            .memory_limit_mb = a->plan.opt.memory_limit_mb > 0 ? a->plan.opt.memory_limit_mb
+                                                               : rs->machine.device_memory_mb,
+            .recompute = a->plan.opt.recompute,
+            .order_groups = a->order_groups,
+            .replica = 0,
+        };
+        st = dyn_replica_plan_build(rs->sim, &rq, src->costs_fn, src->costs_ctx, NULL, &rs->simopt, &rp, err);
     }
-    fill_row(rs, row, res);
+    if (st != DYN_OK) return st;
+    fill_row(rs, row, &rp);
     if (!rs->rec.have && (rs->a->trace || rs->a->svg)) {
         char title[160];
         snprintf(title, sizeof title, "%s, %s%s, S=%d, global batch %d", method_name,
                  row->sched == AUTO_SCHEDULE ? "auto: " : "", dyn_schedule_name((dyn_schedule)row->chosen_sched),
                  rs->n_ranks, row->batch);
-        st = record(rs, &pe.plan, pe.costs, title, err);
+        record(rs, &rp, title);
     }
-out:
-    plan_exec_result_free(&pe);
-    return st;
+    dyn_replica_plan_free(&rp);
+    return DYN_OK;
 }
 
 static const char *sched_label(int32_t s)
@@ -390,8 +387,7 @@ static void merge_row(run_state *rs, sim_row *row, const sim_row *tmp)
 /* Run all schedules for one (batch, method) on one data-parallel replica.
  * rows: the batch's rows for this method (one per schedule), created by
  * the caller with begin_rows; each replica's result is merged into them. */
-static int run_schedules(run_state *rs, int32_t first_row, dyn_costs_fn fn, void *ctx,
-                         const dyn_mb_shape *shapes, const char *method_name)
+static int run_schedules(run_state *rs, int32_t first_row, const replica_src *src, const char *method_name)
 {
     dyn_error err;
     sim_row tmp;
@@ -409,7 +405,7 @@ static int run_schedules(run_state *rs, int32_t first_row, dyn_costs_fn fn, void
         tmp.method = row->method;
         tmp.sched = row->sched;
         rs->simopt.real_tokens = row->real_tokens;
-        dyn_status st = run_one(rs, &tmp, fn, ctx, shapes, method_name, &err);
+        dyn_status st = run_one(rs, &tmp, src, method_name, &err);
         if (st == DYN_ERR_INFEASIBLE && rs->a->skip_infeasible) {
             row->feasible = 0;
             continue;
@@ -504,7 +500,8 @@ static int run_whatif(run_state *rs)
     rs->chunks_avail = w.chunks;
     rs->dp = 1;
     int32_t first = begin_rows(rs, 0, -1, tokens, 1);
-    int rc = first < 0 ? -1 : run_schedules(rs, first, whatif_costs, &w, NULL, "what-if");
+    replica_src src = {.costs_fn = whatif_costs, .costs_ctx = &w};
+    int rc = first < 0 ? -1 : run_schedules(rs, first, &src, "what-if");
     if (rc == 0) finish_rows(rs, first, 1);
     dyn_stage_costs_free(&costs);
     return rc;
@@ -520,19 +517,22 @@ static int run_planned(run_state *rs, plan_inputs *in)
     rs->n_ranks = a->plan.opt.stages;
     rs->dp = a->plan.opt.dp;
     dyn_planner *planners[DYN_BATCHING_COUNT] = {0};
+    dyn_pipeline *pipes[DYN_BATCHING_COUNT] = {0};
     dyn_batch_plan bp;
     memset(&bp, 0, sizeof bp);
-    dyn_batch_costs *bc = dyn_batch_costs_create(in->cm, a->plan.opt.stages, a->plan.opt.chunks, &err);
-    if (bc == NULL) {
-        cli_errorf(CMD, "%s", err.msg);
-        goto done;
-    }
+    dyn_pipeline_options pipe_opt;
+    dyn_pipeline_options_default(&pipe_opt);
+    pipe_opt.order_groups = a->order_groups;
     for (int32_t m = 0; m < a->n_methods; m++) {
         dyn_plan_options po = a->plan.opt;
         po.method = a->methods[m];
         planners[m] = dyn_planner_create(in->cm, &po, &err);
         if (planners[m] == NULL) {
             cli_errorf(CMD, "%s: %s", dyn_batching_name(a->methods[m]), err.msg);
+            goto done;
+        }
+        if ((pipes[m] = dyn_pipeline_create(planners[m], &pipe_opt, &err)) == NULL) {
+            cli_errorf(CMD, "%s", err.msg);
             goto done;
         }
     }
@@ -564,14 +564,8 @@ static int run_planned(run_state *rs, plan_inputs *in)
                 int has = 0;
                 for (int32_t i = 0; i < bp.n_microbatches; i++) has |= bp.mbs[i].replica == rep;
                 if (!has) continue; /* an idle replica: it only waits */
-                if (dyn_batch_costs_set_batch(bc, &bp, rep, &err) != DYN_OK) {
-                    cli_errorf(CMD, "global batch %d, %s: %s", b, name, err.msg);
-                    goto done;
-                }
-                int32_t M;
-                const dyn_mb_shape *shapes = dyn_batch_costs_shapes(bc, &M);
-                rs->chunks_avail = dyn_batch_costs_chunks(bc);
-                if (run_schedules(rs, first, dyn_batch_costs_get, bc, shapes, name) != 0) goto done;
+                replica_src src = {.pipe = pipes[m], .bp = &bp, .replica = rep};
+                if (run_schedules(rs, first, &src, name) != 0) goto done;
             }
             finish_rows(rs, first, a->plan.opt.dp);
             dyn_batch_plan_free(&bp);
@@ -580,8 +574,10 @@ static int run_planned(run_state *rs, plan_inputs *in)
     ret = 0;
 done:
     dyn_batch_plan_free(&bp);
-    dyn_batch_costs_free(bc);
-    for (int32_t m = 0; m < DYN_BATCHING_COUNT; m++) dyn_planner_free(planners[m]);
+    for (int32_t m = 0; m < DYN_BATCHING_COUNT; m++) {
+        dyn_pipeline_free(pipes[m]);
+        dyn_planner_free(planners[m]);
+    }
     return ret;
 }
 

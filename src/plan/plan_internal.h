@@ -129,6 +129,7 @@ struct dyn_planner {
     dyn_mb_cost_fn fn;
     void *ctx;
     void *owned_ctx;              /* freed with the planner (cost-model adapter) */
+    const dyn_cost_model *cm;     /* dyn_planner_create's (borrowed); NULL for a custom planner */
     void (*free_ctx)(void *);
     double states_mb;
     dyn_plan_options opt;

@@ -175,6 +175,11 @@ const dyn_plan_options *dyn_planner_options(const dyn_planner *p)
     return &p->opt;
 }
 
+const dyn_cost_model *dyn_planner_cost_model(const dyn_planner *p)
+{
+    return p->cm;
+}
+
 double dyn_planner_states_mb(const dyn_planner *p)
 {
     return p->states_mb;

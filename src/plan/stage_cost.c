@@ -126,6 +126,7 @@ dyn_planner *dyn_planner_create(const dyn_cost_model *cm, const dyn_plan_options
     }
     p->owned_ctx = c;
     p->free_ctx = stage_ctx_free;
+    p->cm = cm;
     return p;
 }
 

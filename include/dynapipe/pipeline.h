@@ -1,0 +1,148 @@
+/*
+ * pipeline.h — one global batch in, every data-parallel replica's validated
+ * execution plan out: the entry point the CLI (`dynapipe plan`, `dynapipe
+ * simulate`), the MPI runtime's planner thread and the Python binding call.
+ *
+ *   dyn_planner  *pl = dyn_planner_create(cm, &plan_opt, &err);
+ *   dyn_pipeline *pp = dyn_pipeline_create(pl, &pipe_opt, &err);
+ *   for each global batch:
+ *       dyn_pipeline_result res;
+ *       dyn_pipeline_plan(pp, samples, n, &res, &err);
+ *       ... res.batch (micro-batches, sample ids), res.replicas[d] (plans) ...
+ *       dyn_pipeline_result_free(&res);
+ *   dyn_pipeline_free(pp); dyn_planner_free(pl);
+ *
+ * One call does, for one global batch: the planner's micro-batching (the DP
+ * or a baseline, balanced over the d replicas), then for every replica: the
+ * replica's stage costs (layers assigned to stages once per run, balanced
+ * for one row of max_seqlen tokens: sched.h dyn_stage_assign), the schedule
+ * (a named one, or DYN_SCHEDULE_AUTO: best schedule x micro-batch order x
+ * recompute by simulation, sim.h dyn_schedule_auto), validation
+ * (dyn_exec_plan_validate) and one simulation of the final plan (makespan,
+ * busy time and peak memory per rank, the predicted figures a runtime
+ * compares its measurements with).
+ *
+ * Threads: no globals and no hidden state. A dyn_pipeline holds workspaces
+ * only (the borrowed planner's cost cache, stage assignments, a simulator);
+ * the same inputs give the same plans, bit for bit. One handle is used by
+ * one thread at a time; distinct handles (each with its own planner) may
+ * run on different threads at once and may share one cost model, which is
+ * read-only.
+ *
+ * Units: ms, MB (MiB) per device, tokens.
+ */
+#ifndef DYNAPIPE_PIPELINE_H
+#define DYNAPIPE_PIPELINE_H
+
+#include "dynapipe/common.h"
+#include "dynapipe/plan.h"
+#include "dynapipe/sched.h"
+#include "dynapipe/sim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Pseudo-schedule: choose schedule, order and recompute by simulation. */
+#define DYN_SCHEDULE_AUTO DYN_SCHEDULE_COUNT
+
+typedef struct dyn_pipeline_options {
+    int32_t schedule;     /* dyn_schedule, or DYN_SCHEDULE_AUTO */
+    int32_t order_groups; /* auto's micro-batch order search, 1..DYN_ORDER_MAX_GROUPS */
+} dyn_pipeline_options;
+
+/* DYN_SCHEDULE_AUTO with 4 order groups. */
+void dyn_pipeline_options_default(dyn_pipeline_options *opt);
+
+/* One replica's execution plan and what it was built from. Micro-batch j
+ * of plan, costs and mb_index is the same micro-batch. */
+typedef struct dyn_replica_plan {
+    int32_t replica;        /* 0..d-1 */
+    int32_t n_microbatches; /* M; 0: an idle replica (nothing below is set) */
+    dyn_exec_plan plan;     /* validated; plan.replica == replica */
+    dyn_stage_costs costs;  /* per (micro-batch, stage) costs the plan was built and
+                               simulated with (ms, MB), under `recompute` and `chunks` */
+    int32_t *mb_index;      /* [M]: index in dyn_pipeline_result.batch.mbs of plan
+                               micro-batch j (dyn_replica_plan_build: index in the
+                               caller's micro-batch order) */
+    dyn_schedule schedule;  /* built (auto: chosen) */
+    dyn_recompute recompute;
+    int32_t chunks;         /* v the plan uses: n_stages = n_ranks * chunks */
+    double makespan_ms;     /* simulated, link model of the cost model's machine */
+    double max_peak_mb;     /* simulated, max over ranks; within the memory limit */
+    double *rank_busy_ms;   /* [n_ranks] compute time per rank, simulated */
+    double *rank_peak_mb;   /* [n_ranks] peak memory per rank, simulated */
+} dyn_replica_plan;
+
+/* Release r's arrays and zero it (safe on a zeroed struct). */
+void dyn_replica_plan_free(dyn_replica_plan *r);
+
+/* One global batch, planned. */
+typedef struct dyn_pipeline_result {
+    dyn_batch_plan batch;       /* the planner's micro-batches, sample ids, figures */
+    int32_t n_replicas;         /* d */
+    dyn_replica_plan *replicas; /* [d] */
+} dyn_pipeline_result;
+
+void dyn_pipeline_result_free(dyn_pipeline_result *r);
+
+typedef struct dyn_pipeline dyn_pipeline;
+
+/* A pipeline over planner (borrowed: it must outlive the pipeline and not be
+ * used elsewhere meanwhile), which must have been made by
+ * dyn_planner_create (over a cost model). Stages, chunks, dp, memory limit
+ * and recompute mode are the planner's options. Errors: opt out of range,
+ * a custom planner, more stages than the model has layers. */
+dyn_pipeline *dyn_pipeline_create(dyn_planner *planner, const dyn_pipeline_options *opt,
+                                  dyn_error *err);
+void dyn_pipeline_free(dyn_pipeline *p);
+
+/* Plan one global batch of n samples (ids are their positions in samples'
+ * source; see dyn_planner_plan) and build every replica's plan under the
+ * pipeline's schedule. out is zeroed first; on success free it with
+ * dyn_pipeline_result_free; on failure nothing is left to free.
+ * DYN_ERR_INFEASIBLE when the batch or a replica's schedule does not fit
+ * the memory limit (the message says which replica). */
+dyn_status dyn_pipeline_plan(dyn_pipeline *p, const dyn_sample *samples, int32_t n,
+                             dyn_pipeline_result *out, dyn_error *err);
+
+/* Replica `replica`'s plan of an already planned batch bp (made by this
+ * pipeline's planner) under `schedule` (dyn_schedule or DYN_SCHEDULE_AUTO),
+ * whatever the pipeline's option: for comparing schedules on one batch.
+ * out as dyn_pipeline_plan's replicas (free with dyn_replica_plan_free). */
+dyn_status dyn_pipeline_build_replica(dyn_pipeline *p, const dyn_batch_plan *bp, int32_t replica,
+                                      int32_t schedule, dyn_replica_plan *out, dyn_error *err);
+
+/* Chunks the stage assignment allows: the planner's v, or 1 when S * v
+ * stages are more than the model's layers (then the interleaved schedule
+ * fails with DYN_ERR_INFEASIBLE saying so, and auto leaves it out). */
+int32_t dyn_pipeline_chunks(const dyn_pipeline *p);
+
+/* ---- the step under it, for costs from elsewhere ----------------------------
+ * Build, validate and simulate one replica's plan from a cost function (sim.h
+ * dyn_costs_fn: costs per chunk count and recompute mode, in the caller's
+ * micro-batch order), e.g. a what-if file's costs. */
+typedef struct dyn_replica_request {
+    int32_t schedule;        /* dyn_schedule, or DYN_SCHEDULE_AUTO */
+    int32_t n_ranks;         /* S */
+    int32_t chunks;          /* v of the interleaved schedule (>= 2 to use it) */
+    int32_t auto_chunks;     /* chunks auto may try (1: no interleaved) */
+    double memory_limit_mb;  /* per device, MB; <= 0: none */
+    dyn_recompute recompute; /* of a named schedule (auto chooses its own) */
+    int32_t order_groups;    /* auto's order search, 1..DYN_ORDER_MAX_GROUPS */
+    int32_t replica;         /* recorded in the plan */
+} dyn_replica_request;
+
+/* shapes [M] (or NULL: zero shapes) are the micro-batches' padded shapes in
+ * the caller's order; simopt the link model (its events are not recorded).
+ * out is zeroed first; on failure nothing is left to free. The simulated
+ * peak must be within the limit, else DYN_ERR_INFEASIBLE. */
+dyn_status dyn_replica_plan_build(dyn_sim *sim, const dyn_replica_request *rq, dyn_costs_fn costs_fn,
+                                  void *costs_ctx, const dyn_mb_shape *shapes,
+                                  const dyn_sim_options *simopt, dyn_replica_plan *out,
+                                  dyn_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DYNAPIPE_PIPELINE_H */

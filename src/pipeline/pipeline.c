@@ -1,0 +1,295 @@
+/*
+ * pipeline.c — a global batch's micro-batches and every replica's validated,
+ * simulated execution plan (include/dynapipe/pipeline.h).
+ *
+ * The glue only: micro-batching is src/plan's, stage costs src/sim's
+ * batch_costs.c (over src/sched's layer-to-stage assignment), schedules
+ * src/sched's, the auto search src/sim's auto.c. What this file adds is the
+ * one sequence every user needs — costs, schedule, validate, simulate, and
+ * the map from plan micro-batches back to the planner's — so that the CLI,
+ * the runtime and the binding cannot drift apart.
+ */
+#include "dynapipe/pipeline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/util.h" /* defines: dyn_calloc */
+
+struct dyn_pipeline {
+    dyn_planner *planner;    /* borrowed */
+    const dyn_cost_model *cm;
+    dyn_pipeline_options opt;
+    dyn_batch_costs *bc;     /* stage assignment once, costs per batch and replica */
+    dyn_sim *sim;            /* workspace of auto and of the final simulation */
+    int32_t *replica_mbs;    /* [cap_mbs] scratch: a replica's indices into bp->mbs */
+    int32_t cap_mbs;
+};
+
+void dyn_pipeline_options_default(dyn_pipeline_options *opt)
+{
+    memset(opt, 0, sizeof *opt);
+    opt->schedule = DYN_SCHEDULE_AUTO;
+    opt->order_groups = DYN_ORDER_MAX_GROUPS;
+}
+
+void dyn_replica_plan_free(dyn_replica_plan *r)
+{
+    if (r == NULL) return;
+    dyn_exec_plan_free(&r->plan);
+    dyn_stage_costs_free(&r->costs);
+    free(r->mb_index);
+    free(r->rank_busy_ms);
+    free(r->rank_peak_mb);
+    memset(r, 0, sizeof *r);
+}
+
+void dyn_pipeline_result_free(dyn_pipeline_result *r)
+{
+    if (r == NULL) return;
+    for (int32_t i = 0; r->replicas && i < r->n_replicas; i++) dyn_replica_plan_free(&r->replicas[i]);
+    free(r->replicas);
+    dyn_batch_plan_free(&r->batch);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- one replica from a cost function ------------------------------------ */
+
+/* Auto: the best (schedule, recompute, order); out->costs are its reordered
+ * costs and out->mb_index its order. */
+static dyn_status build_auto(dyn_sim *sim, const dyn_replica_request *rq, dyn_costs_fn costs_fn,
+                             void *costs_ctx, const dyn_mb_shape *shapes, const dyn_sim_options *simopt,
+                             dyn_replica_plan *out, dyn_error *err)
+{
+    const dyn_stage_costs *c1;
+    dyn_status st = costs_fn(costs_ctx, 1, DYN_RECOMPUTE_NONE, &c1, err);
+    if (st != DYN_OK) return st;
+    dyn_auto_options ao;
+    memset(&ao, 0, sizeof ao);
+    ao.n_ranks = rq->n_ranks;
+    ao.chunks = rq->auto_chunks;
+    ao.memory_limit_mb = rq->memory_limit_mb;
+    ao.order_groups = rq->order_groups;
+    ao.replica = rq->replica;
+    dyn_auto_choice choice;
+    memset(&choice, 0, sizeof choice);
+    out->mb_index = dyn_calloc((size_t)c1->n_microbatches, sizeof(int32_t), "schedule order", err);
+    if (out->mb_index == NULL) return DYN_ERR_NOMEM;
+    choice.order = out->mb_index;
+    st = dyn_schedule_auto(sim, costs_fn, costs_ctx, shapes, &ao, simopt, &choice, &out->plan, &out->costs, err);
+    if (st != DYN_OK) return st;
+    out->schedule = choice.schedule;
+    out->recompute = choice.recompute;
+    out->chunks = choice.chunks;
+    return DYN_OK;
+}
+
+/* A named schedule in the given order; out->costs is a copy of costs_fn's. */
+static dyn_status build_named(const dyn_replica_request *rq, dyn_costs_fn costs_fn, void *costs_ctx,
+                              const dyn_mb_shape *shapes, dyn_replica_plan *out, dyn_error *err)
+{
+    dyn_schedule kind = (dyn_schedule)rq->schedule;
+    int32_t v = kind == DYN_SCHED_INTERLEAVED ? rq->chunks : 1;
+    if (kind == DYN_SCHED_INTERLEAVED && v < 2)
+        return dyn_error_set(err, DYN_ERR_INFEASIBLE, "the interleaved schedule needs --chunks 2 or more");
+    const dyn_stage_costs *costs;
+    dyn_status st = costs_fn(costs_ctx, v, rq->recompute, &costs, err);
+    if (st != DYN_OK) return st;
+    int32_t M = costs->n_microbatches;
+    out->mb_index = dyn_calloc((size_t)M, sizeof(int32_t), "schedule order", err);
+    if (out->mb_index == NULL) return DYN_ERR_NOMEM;
+    for (int32_t i = 0; i < M; i++) out->mb_index[i] = i;
+    if ((st = dyn_stage_costs_permute(costs, out->mb_index, &out->costs, err)) != DYN_OK) return st;
+    dyn_sched_options so;
+    dyn_sched_options_default(&so);
+    so.n_ranks = rq->n_ranks;
+    so.chunks = v;
+    so.memory_limit_mb = rq->memory_limit_mb;
+    so.recompute = rq->recompute;
+    so.replica = rq->replica;
+    if ((st = dyn_schedule_build(kind, &out->costs, shapes, &so, &out->plan, err)) != DYN_OK) return st;
+    out->schedule = kind;
+    out->recompute = rq->recompute;
+    out->chunks = v;
+    return DYN_OK;
+}
+
+/* The predicted figures of the validated plan: one simulation without events. */
+static dyn_status simulate_plan(dyn_sim *sim, const dyn_replica_request *rq, const dyn_sim_options *simopt,
+                                dyn_replica_plan *out, dyn_error *err)
+{
+    dyn_sim_options quiet = *simopt;
+    quiet.skip_events = 1;
+    const dyn_sim_result *res;
+    dyn_status st = dyn_sim_run(sim, &out->plan, &out->costs, &quiet, &res, err);
+    if (st != DYN_OK) return st;
+    double limit = rq->memory_limit_mb;
+    if (limit > 0 && res->max_peak_mb > limit * (1 + 1e-9))
+        return dyn_error_set(err, DYN_ERR_INFEASIBLE, "simulated peak memory %.1f MB exceeds the limit of %.1f MB",
+                             res->max_peak_mb, limit);
+    int32_t R = out->plan.n_ranks;
+    out->rank_busy_ms = dyn_calloc((size_t)R, sizeof(double), "replica plan", err);
+    out->rank_peak_mb = dyn_calloc((size_t)R, sizeof(double), "replica plan", err);
+    if (out->rank_busy_ms == NULL || out->rank_peak_mb == NULL) return DYN_ERR_NOMEM;
+    for (int32_t r = 0; r < R && r < res->n_ranks; r++) {
+        out->rank_busy_ms[r] = res->busy_ms[r];
+        out->rank_peak_mb[r] = res->peak_mb[r];
+    }
+    out->makespan_ms = res->makespan_ms;
+    out->max_peak_mb = res->max_peak_mb;
+    return DYN_OK;
+}
+
+dyn_status dyn_replica_plan_build(dyn_sim *sim, const dyn_replica_request *rq, dyn_costs_fn costs_fn,
+                                  void *costs_ctx, const dyn_mb_shape *shapes,
+                                  const dyn_sim_options *simopt, dyn_replica_plan *out,
+                                  dyn_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (sim == NULL || rq == NULL || costs_fn == NULL || simopt == NULL || rq->schedule < 0 ||
+        rq->schedule > DYN_SCHEDULE_AUTO)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "replica plan: missing argument or schedule %d out of range",
+                             rq ? rq->schedule : -1);
+    out->replica = rq->replica;
+    dyn_status st = rq->schedule == DYN_SCHEDULE_AUTO
+                        ? build_auto(sim, rq, costs_fn, costs_ctx, shapes, simopt, out, err)
+                        : build_named(rq, costs_fn, costs_ctx, shapes, out, err);
+    /* A plan is validated before anyone uses it. */
+    if (st == DYN_OK) st = dyn_exec_plan_validate(&out->plan, err);
+    if (st == DYN_OK) st = simulate_plan(sim, rq, simopt, out, err);
+    if (st != DYN_OK) {
+        dyn_replica_plan_free(out);
+        return st;
+    }
+    out->n_microbatches = out->plan.n_microbatches;
+    return DYN_OK;
+}
+
+/* ---- the handle ------------------------------------------------------------ */
+
+dyn_pipeline *dyn_pipeline_create(dyn_planner *planner, const dyn_pipeline_options *opt, dyn_error *err)
+{
+    if (planner == NULL || opt == NULL) {
+        dyn_error_set(err, DYN_ERR_INVALID_ARG, "pipeline: missing planner or options");
+        return NULL;
+    }
+    if (opt->schedule < 0 || opt->schedule > DYN_SCHEDULE_AUTO || opt->order_groups < 1 ||
+        opt->order_groups > DYN_ORDER_MAX_GROUPS) {
+        dyn_error_set(err, DYN_ERR_INVALID_ARG, "pipeline: schedule %d or order groups %d out of range",
+                      opt->schedule, opt->order_groups);
+        return NULL;
+    }
+    const dyn_cost_model *cm = dyn_planner_cost_model(planner);
+    if (cm == NULL) {
+        dyn_error_set(err, DYN_ERR_INVALID_ARG, "pipeline: the planner has no cost model (a custom planner)");
+        return NULL;
+    }
+    dyn_pipeline *p = dyn_calloc(1, sizeof *p, "pipeline", err);
+    if (p == NULL) return NULL;
+    p->planner = planner;
+    p->cm = cm;
+    p->opt = *opt;
+    const dyn_plan_options *po = dyn_planner_options(planner);
+    p->bc = dyn_batch_costs_create(cm, po->stages, po->chunks, err);
+    p->sim = p->bc ? dyn_sim_create(err) : NULL;
+    if (p->sim == NULL) {
+        dyn_pipeline_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+void dyn_pipeline_free(dyn_pipeline *p)
+{
+    if (p == NULL) return;
+    dyn_sim_free(p->sim);
+    dyn_batch_costs_free(p->bc);
+    free(p->replica_mbs);
+    free(p);
+}
+
+int32_t dyn_pipeline_chunks(const dyn_pipeline *p)
+{
+    return dyn_batch_costs_chunks(p->bc);
+}
+
+/* p->replica_mbs[0..*m): the indices in bp->mbs of replica's micro-batches,
+ * in plan order (the order dyn_stage_costs_from_batch takes them in). */
+static dyn_status replica_mbs(dyn_pipeline *p, const dyn_batch_plan *bp, int32_t replica, int32_t *m,
+                              dyn_error *err)
+{
+    if (bp->n_microbatches > p->cap_mbs) {
+        int32_t *bigger = realloc(p->replica_mbs, sizeof(int32_t) * (size_t)bp->n_microbatches);
+        if (bigger == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for a replica's micro-batches");
+        p->replica_mbs = bigger;
+        p->cap_mbs = bp->n_microbatches;
+    }
+    *m = 0;
+    for (int32_t i = 0; i < bp->n_microbatches; i++)
+        if (bp->mbs[i].replica == replica) p->replica_mbs[(*m)++] = i;
+    return DYN_OK;
+}
+
+dyn_status dyn_pipeline_build_replica(dyn_pipeline *p, const dyn_batch_plan *bp, int32_t replica,
+                                      int32_t schedule, dyn_replica_plan *out, dyn_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const dyn_plan_options *po = dyn_planner_options(p->planner);
+    if (bp == NULL || replica < 0 || replica >= po->dp)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "pipeline: replica %d of %d", replica, po->dp);
+    out->replica = replica;
+    int32_t m = 0;
+    dyn_status st = replica_mbs(p, bp, replica, &m, err);
+    if (st != DYN_OK || m == 0) return st; /* m == 0: an idle replica */
+    if ((st = dyn_batch_costs_set_batch(p->bc, bp, replica, err)) != DYN_OK) return st;
+    dyn_replica_request rq = {
+        .schedule = schedule,
+        .n_ranks = po->stages,
+        .chunks = po->chunks,
+        .auto_chunks = dyn_batch_costs_chunks(p->bc),
+        .memory_limit_mb = po->memory_limit_mb,
+        .recompute = po->recompute,
+        .order_groups = p->opt.order_groups,
+        .replica = replica,
+    };
+    dyn_sim_options so;
+    dyn_sim_options_from_machine(&so, dyn_cost_model_machine(p->cm), bp->real_tokens);
+    so.skip_events = 1; /* searches and figures only: no per-instruction events */
+    const dyn_mb_shape *shapes = dyn_batch_costs_shapes(p->bc, NULL);
+    if ((st = dyn_replica_plan_build(p->sim, &rq, dyn_batch_costs_get, p->bc, shapes, &so, out, err)) != DYN_OK)
+        return st;
+    /* The plan's micro-batch j is the replica's mb_index[j]-th: map it to bp. */
+    for (int32_t j = 0; j < out->n_microbatches; j++) out->mb_index[j] = p->replica_mbs[out->mb_index[j]];
+    return DYN_OK;
+}
+
+dyn_status dyn_pipeline_plan(dyn_pipeline *p, const dyn_sample *samples, int32_t n,
+                             dyn_pipeline_result *out, dyn_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (p == NULL) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "pipeline: no handle");
+    dyn_status st = dyn_planner_plan(p->planner, samples, n, &out->batch, err);
+    if (st != DYN_OK) {
+        dyn_batch_plan_free(&out->batch);
+        return st;
+    }
+    int32_t d = dyn_planner_options(p->planner)->dp;
+    out->replicas = dyn_calloc((size_t)d, sizeof *out->replicas, "replica plans", err);
+    if (out->replicas == NULL) {
+        dyn_pipeline_result_free(out);
+        return DYN_ERR_NOMEM;
+    }
+    out->n_replicas = d;
+    for (int32_t r = 0; r < d; r++) {
+        st = dyn_pipeline_build_replica(p, &out->batch, r, p->opt.schedule, &out->replicas[r], err);
+        if (st != DYN_OK) {
+            char where[32];
+            snprintf(where, sizeof where, "replica %d", r);
+            dyn_error_prefix(err, st, where);
+            dyn_pipeline_result_free(out);
+            return st;
+        }
+    }
+    return DYN_OK;
+}
