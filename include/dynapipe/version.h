@@ -30,7 +30,8 @@ const char *dyn_version(void);
  * Covers the structs a binding passes by pointer: dyn_error, dyn_sample,
  * dyn_model_config, dyn_machine, dyn_mb_shape, dyn_plan_options,
  * dyn_plan_microbatch, dyn_batch_plan, dyn_dataset, dyn_instr,
- * dyn_rank_plan, dyn_exec_plan. */
+ * dyn_rank_plan, dyn_exec_plan, dyn_stage_costs, dyn_pipeline_options,
+ * dyn_replica_plan, dyn_pipeline_result. */
 size_t dyn_abi_sizeof(const char *type_name);
 
 #ifdef __cplusplus

@@ -4,9 +4,10 @@
 
 #include <string.h>
 
-#include "dynapipe/data.h"  /* defines: dyn_dataset */
-#include "dynapipe/plan.h"  /* defines: dyn_plan_options, dyn_batch_plan, ... */
-#include "dynapipe/sched.h" /* defines: dyn_instr, dyn_rank_plan, dyn_exec_plan */
+#include "dynapipe/data.h"     /* defines: dyn_dataset */
+#include "dynapipe/pipeline.h" /* defines: dyn_pipeline_options, dyn_replica_plan, dyn_pipeline_result */
+#include "dynapipe/plan.h"     /* defines: dyn_plan_options, dyn_batch_plan, ... */
+#include "dynapipe/sched.h"    /* defines: dyn_instr, dyn_rank_plan, dyn_exec_plan, dyn_stage_costs */
 
 const char *dyn_version(void)
 {
@@ -31,6 +32,10 @@ size_t dyn_abi_sizeof(const char *type_name)
         {"dyn_instr", sizeof(dyn_instr)},
         {"dyn_rank_plan", sizeof(dyn_rank_plan)},
         {"dyn_exec_plan", sizeof(dyn_exec_plan)},
+        {"dyn_stage_costs", sizeof(dyn_stage_costs)},
+        {"dyn_pipeline_options", sizeof(dyn_pipeline_options)},
+        {"dyn_replica_plan", sizeof(dyn_replica_plan)},
+        {"dyn_pipeline_result", sizeof(dyn_pipeline_result)},
     };
     if (type_name == NULL) return 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
