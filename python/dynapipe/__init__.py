@@ -16,10 +16,11 @@ checkout, an installed prefix).
 from ._lib import (CorruptError, Error, FileError, InfeasibleError, InvalidArgumentError, ParseError,
                    VERSION as __version__, find_library)
 from .collate import IGNORE_INDEX, flatten_rows, pad_rows
-from .planner import METHODS, MODEL_PRESETS, RECOMPUTE, BatchPlan, MicroBatch, Planner, plan_batch
+from .planner import (METHODS, MODEL_PRESETS, RECOMPUTE, SCHEDULES, BatchPlan, Instruction, MicroBatch, Planner,
+                      ReplicaPlan, plan_batch)
 from .sampler import DynaPipeBatchSampler, MicroBatchDataset
 
-__all__ = ["Planner", "BatchPlan", "MicroBatch", "plan_batch", "DynaPipeBatchSampler", "MicroBatchDataset",
+__all__ = ["Planner", "BatchPlan", "MicroBatch", "ReplicaPlan", "Instruction", "plan_batch", "SCHEDULES", "DynaPipeBatchSampler", "MicroBatchDataset",
            "flatten_rows", "pad_rows", "IGNORE_INDEX", "METHODS", "RECOMPUTE", "MODEL_PRESETS", "Error",
            "InvalidArgumentError", "FileError", "ParseError", "InfeasibleError", "CorruptError",
            "find_library", "__version__"]

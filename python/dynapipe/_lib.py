@@ -127,10 +127,53 @@ class DynDataset(ctypes.Structure):
     _fields_ = [("n", i32), ("samples", ctypes.POINTER(DynSample))]
 
 
+class DynInstr(ctypes.Structure):
+    _fields_ = [("op", ctypes.c_uint8), ("recompute", ctypes.c_uint8), ("flags", ctypes.c_uint16),
+                ("microbatch", i32), ("stage", i32), ("peer", i32), ("buf_in", i32), ("buf_out", i32),
+                ("shape", DynMbShape), ("bytes", i64)]
+
+
+class DynRankPlan(ctypes.Structure):
+    _fields_ = [("n_instrs", i32), ("n_buffers", i32), ("instrs", ctypes.POINTER(DynInstr))]
+
+
+class DynExecPlan(ctypes.Structure):
+    _fields_ = [("schedule", i32), ("replica", i32), ("n_ranks", i32), ("n_stages", i32),
+                ("n_microbatches", i32), ("stage_rank", ctypes.POINTER(i32)),
+                ("mb_shape", ctypes.POINTER(DynMbShape)), ("ranks", ctypes.POINTER(DynRankPlan))]
+
+
+_PD = ctypes.POINTER(f64)
+
+
+class DynStageCosts(ctypes.Structure):
+    _fields_ = [("n_microbatches", i32), ("n_stages", i32), ("fwd_ms", _PD), ("bwd_ms", _PD),
+                ("bwd_input_ms", _PD), ("bwd_weight_ms", _PD), ("stored_mb", _PD), ("peak_mb", _PD),
+                ("send_mb", _PD), ("states_mb", _PD)]
+
+
+class DynPipelineOptions(ctypes.Structure):
+    _fields_ = [("schedule", i32), ("order_groups", i32)]
+
+
+class DynReplicaPlan(ctypes.Structure):
+    _fields_ = [("replica", i32), ("n_microbatches", i32), ("plan", DynExecPlan), ("costs", DynStageCosts),
+                ("mb_index", ctypes.POINTER(i32)), ("schedule", ctypes.c_int), ("recompute", ctypes.c_int),
+                ("chunks", i32), ("makespan_ms", f64), ("max_peak_mb", f64), ("rank_busy_ms", _PD),
+                ("rank_peak_mb", _PD)]
+
+
+class DynPipelineResult(ctypes.Structure):
+    _fields_ = [("batch", DynBatchPlan), ("n_replicas", i32), ("replicas", ctypes.POINTER(DynReplicaPlan))]
+
+
 _MIRRORS = {"dyn_error": DynError, "dyn_sample": DynSample, "dyn_model_config": DynModelConfig,
             "dyn_machine": DynMachine, "dyn_mb_shape": DynMbShape,
             "dyn_plan_options": DynPlanOptions, "dyn_plan_microbatch": DynPlanMicrobatch,
-            "dyn_batch_plan": DynBatchPlan, "dyn_dataset": DynDataset}
+            "dyn_batch_plan": DynBatchPlan, "dyn_dataset": DynDataset, "dyn_instr": DynInstr,
+            "dyn_rank_plan": DynRankPlan, "dyn_exec_plan": DynExecPlan, "dyn_stage_costs": DynStageCosts,
+            "dyn_pipeline_options": DynPipelineOptions, "dyn_replica_plan": DynReplicaPlan,
+            "dyn_pipeline_result": DynPipelineResult}
 
 # ---- prototypes -----------------------------------------------------------------
 
@@ -169,6 +212,15 @@ _PROTOTYPES = {
     "dyn_sampler_create": (_P, [ctypes.POINTER(DynDataset), i64, _ERR]),
     "dyn_sampler_next": (_STATUS, [_P, ctypes.POINTER(ctypes.POINTER(DynSample)), ctypes.POINTER(i32), _ERR]),
     "dyn_sampler_free": (None, [_P]),
+    "dyn_pipeline_options_default": (None, [ctypes.POINTER(DynPipelineOptions)]),
+    "dyn_pipeline_create": (_P, [_P, ctypes.POINTER(DynPipelineOptions), _ERR]),
+    "dyn_pipeline_free": (None, [_P]),
+    "dyn_pipeline_plan": (_STATUS, [_P, ctypes.POINTER(DynSample), i32, ctypes.POINTER(DynPipelineResult), _ERR]),
+    "dyn_pipeline_result_free": (None, [ctypes.POINTER(DynPipelineResult)]),
+    "dyn_exec_plan_serialize": (_STATUS, [ctypes.POINTER(DynExecPlan), ctypes.POINTER(ctypes.POINTER(ctypes.c_uint8)),
+                                          ctypes.POINTER(ctypes.c_size_t), _ERR]),
+    "dyn_schedule_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "dyn_op_name": (ctypes.c_char_p, [ctypes.c_int]),
 }
 
 # ---- finding the library -----------------------------------------------------------
@@ -267,6 +319,9 @@ def load():
         if size != ctypes.sizeof(mirror):
             raise Error(f"{path}: struct {cname} is {size} bytes in the library, "
                         f"{ctypes.sizeof(mirror)} in this package", "internal error")
+    libc = ctypes.CDLL(None)
+    libc.free.restype, libc.free.argtypes = None, [ctypes.c_void_p]
+    lib.dynapipe_free = libc.free  # for buffers the library malloc()s for the caller
     lib.dynapipe_path = path
     lib.dynapipe_found_by = how
     _lib = lib

@@ -10,14 +10,19 @@ import json
 import math
 import operator
 import os
+from collections import namedtuple
 from dataclasses import dataclass, field
-from typing import List
+from typing import List, Optional
 
 from . import _lib
 
-__all__ = ["Planner", "BatchPlan", "MicroBatch", "plan_batch", "METHODS", "RECOMPUTE", "MODEL_PRESETS"]
+__all__ = ["Planner", "BatchPlan", "MicroBatch", "ReplicaPlan", "Instruction", "plan_batch", "METHODS",
+           "RECOMPUTE", "SCHEDULES", "MODEL_PRESETS"]
 
 METHODS = ("dynapipe", "padding", "packing", "packing-docmask", "token")
+# Pipeline schedules (include/dynapipe/sched.h), in dyn_schedule order, then
+# "auto": the best schedule x micro-batch order x recompute by simulation.
+SCHEDULES = ("1f1b", "cyclic", "wait-free-cyclic", "interleaved", "zb", "auto")
 RECOMPUTE = ("none", "selective", "full")
 MODEL_PRESETS = ("gpt-tiny", "gpt2-124m", "gpt-6.7b", "t5-tiny", "t5-base", "t5-11b")
 # `--model gpt|t5` alone means these presets in the command line; so here.
@@ -92,12 +97,72 @@ class MicroBatch:
     sample_rows: List[int] = field(repr=False)
     sample_offsets: List[int] = field(repr=False)
     sample_dec_offsets: List[int] = field(repr=False)
+    tokens: int = 0  # real (unpadded) input + target tokens of its samples
 
     def to_dict(self):
         """The keys and values of one micro-batch in `dynapipe plan --json`."""
         return {"samples": list(self.samples), "input_len": self.input_len, "target_len": self.target_len,
                 "rows": self.rows, "replica": self.replica, "time_ms": self.time_ms,
                 "stored_mb": self.stored_mb, "peak_mb": self.peak_mb}
+
+
+# One instruction of a rank's execution plan (include/dynapipe/sched.h):
+# op is its name ("FORWARD", "SEND_ACT_START", ...: dyn_op_name), microbatch the plan's
+# micro-batch number (ReplicaPlan.microbatches[microbatch]), stage the
+# pipeline stage it serves, peer the other rank of a send/receive (else -1),
+# buf_in / buf_out buffer slots (or -1), rows / enc_len / dec_len the padded
+# shape, bytes the tensor moved or held, recompute the mode of a compute
+# instruction, targets whether a load_input loads the last stage's targets.
+Instruction = namedtuple("Instruction", "op microbatch stage peer buf_in buf_out rows enc_len dec_len bytes "
+                                        "recompute targets")
+
+
+@dataclass(frozen=True)
+class ReplicaPlan:
+    """One data-parallel replica's validated execution plan for a global
+    batch, and its simulated figures (the cost model's machine and links).
+
+    microbatches: the replica's micro-batches in the order the schedule
+    numbers and runs them (plan micro-batch j is microbatches[j]; the same
+    MicroBatch objects as BatchPlan.microbatches, so sample ids are at hand);
+    microbatch_index[j]: its index in BatchPlan.microbatches. ranks[r]: rank
+    r's instruction list. serialized: the plan's binary form (what
+    `dynapipe plan --plan-out` writes, for the runtime). makespan_ms: end of
+    the last instruction; rank_busy_ms / rank_peak_mb: compute time and peak
+    memory per rank; real_tokens: input + target tokens of its samples."""
+    replica: int
+    schedule: str
+    recompute: str
+    chunks: int
+    makespan_ms: float
+    max_peak_mb: float
+    rank_busy_ms: List[float]
+    rank_peak_mb: List[float]
+    microbatch_index: List[int]
+    microbatches: List[MicroBatch] = field(repr=False)
+    ranks: List[List[Instruction]] = field(repr=False)
+    serialized: bytes = field(repr=False)
+    real_tokens: int = 0
+
+    @property
+    def bubble_fraction(self):
+        """1 - compute time of its ranks / (ranks * makespan)."""
+        if not self.microbatches or not self.makespan_ms > 0:
+            return 0
+        busy = 0.0
+        for b in self.rank_busy_ms:
+            busy += b
+        return 1.0 - busy / (len(self.rank_busy_ms) * self.makespan_ms)
+
+    @property
+    def tokens_per_s(self):
+        return self.real_tokens / (self.makespan_ms * 1e-3) if self.makespan_ms > 0 else 0
+
+    def to_dict(self):
+        """The keys and values of one replica plan in `dynapipe plan --json`."""
+        return {"replica": self.replica, "schedule": self.schedule, "recompute": self.recompute,
+                "chunks": self.chunks, "makespan_ms": self.makespan_ms, "max_peak_mb": self.max_peak_mb,
+                "bubble_fraction": self.bubble_fraction, "microbatches": list(self.microbatch_index)}
 
 
 @dataclass(frozen=True)
@@ -115,6 +180,46 @@ class BatchPlan:
     peak_mb: float
     real_tokens: int
     padded_tokens: int
+    replica_plans: Optional[List[ReplicaPlan]] = field(default=None, repr=False)
+
+    @property
+    def makespan_ms(self):
+        """Simulated time of the global batch: its slowest replica's (None
+        unless planned with a schedule)."""
+        if self.replica_plans is None:
+            return None
+        return max((r.makespan_ms for r in self.replica_plans if r.microbatches), default=0.0)
+
+    @property
+    def bubble_fraction(self):
+        """Idle share of all S * d devices over the makespan (an idle
+        replica's devices count as idle); None without a schedule."""
+        if self.replica_plans is None:
+            return None
+        makespan, busy, ranks = self.makespan_ms, 0.0, 0
+        for r in self.replica_plans:
+            if r.microbatches:
+                for b in r.rank_busy_ms:
+                    busy += b
+                ranks = len(r.rank_busy_ms)
+        return 1.0 - busy / (ranks * len(self.replica_plans) * makespan) if makespan > 0 else 0
+
+    @property
+    def tokens_per_s(self):
+        """Real tokens of the batch per second of makespan; None without a
+        schedule."""
+        if self.replica_plans is None:
+            return None
+        return self.real_tokens / (self.makespan_ms * 1e-3) if self.makespan_ms > 0 else 0
+
+    def execution_order(self, replica=None):
+        """The micro-batches in the order the schedule runs them: replica by
+        replica (or only `replica`), each in its plan's order. Needs a plan
+        made with a schedule."""
+        if self.replica_plans is None:
+            raise ValueError("this BatchPlan has no execution plans: plan with schedule=...")
+        return [mb for r in self.replica_plans if replica is None or r.replica == replica
+                for mb in r.microbatches]
 
     @property
     def padding_efficiency(self):
@@ -126,15 +231,22 @@ class BatchPlan:
 
     def to_dict(self):
         """The keys and values of one global batch in `dynapipe plan --json`
-        (without its "index")."""
-        return {"n_samples": self.n_samples, "objective_ms": self.objective_ms,
+        (without its "index"); with execution plans, their keys too."""
+        d = {"n_samples": self.n_samples, "objective_ms": self.objective_ms,
                 "balanced_ms": self.balanced_ms, "plan_time_ms": self.plan_time_ms,
                 "peak_mb": self.peak_mb, "real_tokens": self.real_tokens,
                 "padded_tokens": self.padded_tokens, "padding_efficiency": self.padding_efficiency,
                 "microbatches": [mb.to_dict() for mb in self.microbatches]}
+        if self.replica_plans is not None:
+            d["replica_plans"] = [r.to_dict() for r in self.replica_plans]
+            d.update(makespan_ms=self.makespan_ms, bubble_fraction=self.bubble_fraction,
+                     tokens_per_s=self.tokens_per_s)
+        return d
 
 
-def _batch_plan_from_c(bp, t5):
+def _batch_plan_from_c(bp, t5, tokens_of=None, replicas=None):
+    """A BatchPlan from the C dyn_batch_plan bp; tokens_of: sample id ->
+    real tokens; replicas: (lib, [dyn_replica_plan]) to convert too."""
     ids = bp.sample_ids
     mbs = []
     for m in range(bp.n_microbatches):
@@ -146,10 +258,56 @@ def _batch_plan_from_c(bp, t5):
                               sample_rows=[bp.sample_row[k] for k in span],
                               sample_offsets=[bp.sample_offset[k] for k in span],
                               sample_dec_offsets=[bp.sample_dec_offset[k] if bp.sample_dec_offset else 0
-                                                  for k in span]))
+                                                  for k in span],
+                              tokens=sum(tokens_of[ids[k]] for k in span) if tokens_of else 0))
+    rps = None
+    if replicas is not None:
+        lib, crps = replicas
+        rps = [_replica_plan_from_c(lib, c, mbs) for c in crps]
     return BatchPlan(microbatches=mbs, n_samples=bp.n_samples, objective_ms=bp.objective_ms,
                      balanced_ms=bp.balanced_ms, plan_time_ms=bp.plan_time_ms, peak_mb=bp.device_peak_mb,
-                     real_tokens=bp.real_tokens, padded_tokens=bp.padded_tokens)
+                     real_tokens=bp.real_tokens, padded_tokens=bp.padded_tokens, replica_plans=rps)
+
+
+def _replica_plan_from_c(lib, c, mbs):
+    m = c.n_microbatches
+    if m == 0:  # an idle replica: no plan
+        return ReplicaPlan(replica=c.replica, schedule="", recompute="", chunks=0, makespan_ms=0.0,
+                           max_peak_mb=0.0, rank_busy_ms=[], rank_peak_mb=[], microbatch_index=[],
+                           microbatches=[], ranks=[], serialized=b"", real_tokens=0)
+    plan = c.plan
+    op_names = {}
+    rc_names = [lib.dyn_recompute_name(k).decode() for k in range(len(RECOMPUTE))]
+    ranks = []
+    for r in range(plan.n_ranks):
+        rp = plan.ranks[r]
+        instrs = []
+        for k in range(rp.n_instrs):
+            x = rp.instrs[k]
+            name = op_names.get(x.op)
+            if name is None:
+                name = op_names[x.op] = lib.dyn_op_name(x.op).decode()
+            instrs.append(Instruction(name, x.microbatch, x.stage, x.peer, x.buf_in, x.buf_out, x.shape.rows,
+                                      x.shape.enc_len, x.shape.dec_len, x.bytes, rc_names[x.recompute],
+                                      bool(x.flags & 1)))
+        ranks.append(instrs)
+    buf = ctypes.POINTER(ctypes.c_uint8)()
+    size = ctypes.c_size_t()
+    err = _lib.DynError()
+    _lib.check(lib.dyn_exec_plan_serialize(ctypes.byref(plan), ctypes.byref(buf), ctypes.byref(size),
+                                           ctypes.byref(err)), err)
+    try:
+        serialized = ctypes.string_at(buf, size.value)
+    finally:
+        lib.dynapipe_free(buf)
+    index = [c.mb_index[j] for j in range(m)]
+    order = [mbs[i] for i in index]
+    return ReplicaPlan(replica=c.replica, schedule=lib.dyn_schedule_name(c.schedule).decode(),
+                       recompute=rc_names[c.recompute], chunks=c.chunks, makespan_ms=c.makespan_ms,
+                       max_peak_mb=c.max_peak_mb, rank_busy_ms=[c.rank_busy_ms[r] for r in range(plan.n_ranks)],
+                       rank_peak_mb=[c.rank_peak_mb[r] for r in range(plan.n_ranks)], microbatch_index=index,
+                       microbatches=order, ranks=ranks, serialized=serialized,
+                       real_tokens=sum(mb.tokens for mb in order))
 
 
 def _struct_dict(s):
@@ -189,6 +347,7 @@ class Planner:
                  chunks=1, memory_limit_mb=None, method="dynapipe", round_to=8, recompute="none",
                  mb_samples=None, pack_rows=None, mb_tokens=None):
         self._cm = self._planner = None
+        self._pipelines = {}
         lib = _lib.load()
         opt = _lib.DynPlanOptions()
         lib.dyn_plan_options_default(ctypes.byref(opt))
@@ -322,24 +481,55 @@ class Planner:
             arr[k].id, arr[k].task, arr[k].input_len, arr[k].target_len = sid, -1, i, t
         return arr
 
-    def plan(self, input_lengths, target_lengths, sample_ids=None):
+    def plan(self, input_lengths, target_lengths, sample_ids=None, schedule=None):
         """Plan one global batch: input_lengths[k], target_lengths[k] are
         sample k's tokens (GPT: the model sees input followed by target);
         sample_ids[k] (default k) is what the micro-batches list. Returns a
-        BatchPlan."""
+        BatchPlan. With schedule (one of SCHEDULES; "auto" picks schedule,
+        micro-batch order and recompute by simulation) it also builds every
+        replica's validated execution plan (BatchPlan.replica_plans) and
+        simulates it (makespan_ms, bubble_fraction, tokens_per_s)."""
         self._check_open()
+        if schedule is not None:
+            _choice("schedule", schedule, SCHEDULES)
         arr = self._samples(input_lengths, target_lengths, sample_ids)
-        return self._plan_c(arr, len(arr))
+        return self._plan_c(arr, len(arr), schedule)
 
-    def _plan_c(self, arr, n):
+    def _pipeline(self, schedule):
+        """The C dyn_pipeline of a schedule, made on first use."""
+        p = self._pipelines.get(schedule)
+        if p is None:
+            lib = self._lib
+            opt = _lib.DynPipelineOptions()
+            lib.dyn_pipeline_options_default(ctypes.byref(opt))
+            opt.schedule = SCHEDULES.index(schedule)  # "auto" is DYN_SCHEDULE_AUTO = DYN_SCHEDULE_COUNT
+            err = _lib.DynError()
+            p = lib.dyn_pipeline_create(self._planner, ctypes.byref(opt), ctypes.byref(err))
+            if not p:
+                _lib.raise_error(err)
+            self._pipelines[schedule] = p
+        return p
+
+    def _plan_c(self, arr, n, schedule=None):
         lib = self._lib
-        bp = _lib.DynBatchPlan()
         err = _lib.DynError()
-        _lib.check(lib.dyn_planner_plan(self._planner, arr, n, ctypes.byref(bp), ctypes.byref(err)), err)
+        t5 = self.kind == "t5"
+        tokens_of = {arr[k].id: arr[k].input_len + arr[k].target_len for k in range(n)}
+        if schedule is None:
+            bp = _lib.DynBatchPlan()
+            _lib.check(lib.dyn_planner_plan(self._planner, arr, n, ctypes.byref(bp), ctypes.byref(err)), err)
+            try:
+                return _batch_plan_from_c(bp, t5, tokens_of)
+            finally:
+                lib.dyn_batch_plan_free(ctypes.byref(bp))
+        res = _lib.DynPipelineResult()
+        _lib.check(lib.dyn_pipeline_plan(self._pipeline(schedule), arr, n, ctypes.byref(res), ctypes.byref(err)),
+                   err)
         try:
-            return _batch_plan_from_c(bp, self.kind == "t5")
+            return _batch_plan_from_c(res.batch, t5, tokens_of,
+                                      (lib, [res.replicas[r] for r in range(res.n_replicas)]))
         finally:
-            lib.dyn_batch_plan_free(ctypes.byref(bp))
+            lib.dyn_pipeline_result_free(ctypes.byref(res))
 
     # ---- lifetime
 
@@ -350,6 +540,9 @@ class Planner:
     def close(self):
         """Free the C planner and cost model (idempotent)."""
         lib = _lib.load()
+        for p in getattr(self, "_pipelines", {}).values():  # they borrow the planner: first
+            lib.dyn_pipeline_free(p)
+        self._pipelines = {}
         if self._planner:
             lib.dyn_planner_free(self._planner)
         if self._cm:

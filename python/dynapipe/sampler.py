@@ -21,7 +21,7 @@ import ctypes
 import random
 
 from . import _lib
-from .planner import Planner, _int, _lengths
+from .planner import SCHEDULES, Planner, _choice, _int, _lengths
 
 __all__ = ["DynaPipeBatchSampler", "MicroBatchDataset"]
 
@@ -37,10 +37,15 @@ class DynaPipeBatchSampler:
         random.Random(seed + epoch) (set_epoch), else in order.
     replica: yield only the micro-batches of that data-parallel replica (one
         process per replica); None: all of them.
+    schedule: None to yield micro-batches in the planner's order; a
+        schedule name (dynapipe.SCHEDULES, "auto" included) to build each
+        global batch's execution plans and yield the micro-batches in the
+        order those plans run them (replica by replica); plans() then
+        carries the plans (BatchPlan.replica_plans).
     """
 
     def __init__(self, input_lengths, target_lengths, global_batch_tokens, planner=None, *, shuffle=False,
-                 seed=0, replica=None, **planner_options):
+                 seed=0, replica=None, schedule=None, **planner_options):
         self._inputs = _lengths("input_lengths", input_lengths)
         self._targets = _lengths("target_lengths", target_lengths)
         if len(self._inputs) != len(self._targets):
@@ -57,6 +62,9 @@ class DynaPipeBatchSampler:
             raise TypeError(f"planner must be a dynapipe.Planner, not {type(planner).__name__}")
         if planner is not None and planner_options:
             raise ValueError("give either planner or planner options, not both")
+        if schedule is not None:
+            _choice("schedule", schedule, SCHEDULES)
+        self.schedule = schedule
         self._own = planner is None
         self.planner = Planner(**planner_options) if planner is None else planner
         if replica is not None:
@@ -114,12 +122,12 @@ class DynaPipeBatchSampler:
         """A BatchPlan per global batch (sample ids = dataset indices)."""
         self.planner._check_open()
         for batch, n in self._cut():
-            yield self.planner._plan_c(batch, n)
+            yield self.planner._plan_c(batch, n, self.schedule)
 
     def __iter__(self):
         for plan in self.plans():
-            yield [list(mb.samples) for mb in plan.microbatches
-                   if self.replica is None or mb.replica == self.replica]
+            mbs = plan.microbatches if self.schedule is None else plan.execution_order()
+            yield [list(mb.samples) for mb in mbs if self.replica is None or mb.replica == self.replica]
 
     def __len__(self):
         """Global batches of the current epoch (the cut depends on the order,
