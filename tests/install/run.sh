@@ -8,7 +8,8 @@
 #      static builds must not need libdynapipe.so;
 #   3. each build, run on docs/examples/lengths.tsv, prints the same output,
 #      and that output agrees with the installed `dynapipe plan --json` on the
-#      same file and options (tests/install/compare_plan.py);
+#      same file and options (tests/install/compare_plan.py) and with the
+#      output the guide shows (python/tests/guidecheck.py);
 #   4. a C++ program including every header links against the library.
 set -euo pipefail
 prefix=$1 work=$2 flags=${3:-}
@@ -61,6 +62,7 @@ done
   --stages 4 --machine a100 --global-batch-tokens 8192 --quiet --json "$work/cli.json" >/dev/null ||
   fail "installed dynapipe plan failed"
 python3 "$src/tests/install/compare_plan.py" "$work/out.txt" "$work/cli.json" || fail "output differs from dynapipe plan"
+python3 "$src/python/tests/guidecheck.py" output "$src/docs/guide-c.md" "$work/out.txt" || fail "output differs from docs/guide-c.md"
 
 # 4. C++
 g++ -std=c++11 -Wall -Wextra -Werror $flags "$src/tests/install/consumer/cxx_check.cpp" \
