@@ -273,7 +273,7 @@ def find_library():
     if env:
         path = os.path.join(env, _LIBNAME) if os.path.isdir(env) else env
         if not os.path.isfile(path):
-            raise Error(f"DYNAPIPE_LIB={env}: no such file {path}", "I/O error")
+            raise Error(f"DYNAPIPE_LIB={env}: no such file {path}", "i/o error")
         return path, "DYNAPIPE_LIB"
     tried = []
     for how, paths in (("build tree", _source_build_candidates()), ("installed", _installed_candidates())):
@@ -285,7 +285,7 @@ def find_library():
     if found:
         return found, "loader search path"
     raise Error("libdynapipe.so not found; set DYNAPIPE_LIB to its path, or DYNAPIPE_PREFIX to the "
-                "prefix it was installed into (looked in: " + ", ".join(tried) + ")", "I/O error")
+                "prefix it was installed into (looked in: " + ", ".join(tried) + ")", "i/o error")
 
 
 _lib = None
@@ -301,19 +301,19 @@ def load():
     try:
         lib = ctypes.CDLL(path)
     except OSError as e:
-        raise Error(f"{path} (found by {how}) could not be loaded: {e}", "I/O error") from None
+        raise Error(f"{path} (found by {how}) could not be loaded: {e}", "i/o error") from None
     for name, (restype, argtypes) in _PROTOTYPES.items():
         try:
             fn = getattr(lib, name)
         except AttributeError:
             raise Error(f"{path} (found by {how}) has no function {name}: a library older than "
-                        f"this package ({VERSION})", "I/O error") from None
+                        f"this package ({VERSION})", "i/o error") from None
         fn.restype = restype
         fn.argtypes = argtypes
     version = lib.dyn_version().decode()
     if version != VERSION:
         raise Error(f"{path} (found by {how}) is dynapipe {version}; this package is {VERSION}",
-                    "I/O error")
+                    "i/o error")
     for cname, mirror in _MIRRORS.items():
         size = lib.dyn_abi_sizeof(cname.encode())
         if size != ctypes.sizeof(mirror):
