@@ -6,6 +6,7 @@ Units as in the C library: lengths in tokens, times in milliseconds,
 memory in MiB ("MB").
 """
 import ctypes
+import functools
 import json
 import math
 import operator
@@ -72,7 +73,12 @@ def _lengths(name, values):
     """A list of ints from a sequence of integers; TypeError/ValueError."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
         raise TypeError(f"{name} must be a sequence of integers, not {type(values).__name__}")
-    return [_int(f"{name}[{i}]", v, 1, _INT32_MAX) for i, v in enumerate(values)]
+    out = list(values)
+    # Fast path for the common case (plain ints in range); otherwise check
+    # each element to name the first bad one.
+    if all(type(v) is int for v in out) and (not out or (min(out) >= 1 and max(out) <= _INT32_MAX)):
+        return out
+    return [_int(f"{name}[{i}]", v, 1, _INT32_MAX) for i, v in enumerate(out)]
 
 
 # ---- results ---------------------------------------------------------------------------
@@ -129,7 +135,9 @@ class ReplicaPlan:
     r's instruction list. serialized: the plan's binary form (what
     `dynapipe plan --plan-out` writes, for the runtime). makespan_ms: end of
     the last instruction; rank_busy_ms / rank_peak_mb: compute time and peak
-    memory per rank; real_tokens: input + target tokens of its samples."""
+    memory per rank; real_tokens: input + target tokens of its samples. A
+    replica with no micro-batch (fewer micro-batches than replicas) has no
+    plan: schedule and recompute None, every list empty, makespan 0."""
     replica: int
     schedule: str
     recompute: str
@@ -140,9 +148,27 @@ class ReplicaPlan:
     rank_peak_mb: List[float]
     microbatch_index: List[int]
     microbatches: List[MicroBatch] = field(repr=False)
-    ranks: List[List[Instruction]] = field(repr=False)
     serialized: bytes = field(repr=False)
     real_tokens: int = 0
+    # Each rank's dyn_instr array as copied from C; decoded by `ranks` on
+    # first use (decoding every instruction costs more than building the
+    # plan, and a data loader that only wants the order never needs it).
+    raw_ranks: List[bytes] = field(default_factory=list, repr=False, compare=False)
+
+    @functools.cached_property
+    def ranks(self):
+        """ranks[r]: rank r's instructions, in order (Instruction tuples)."""
+        lib = _lib.load()
+        op_names = [lib.dyn_op_name(k).decode() for k in range(256)]
+        rc_names = [lib.dyn_recompute_name(k).decode() for k in range(256)]
+        size = ctypes.sizeof(_lib.DynInstr)
+        out = []
+        for raw in self.raw_ranks:
+            instrs = (_lib.DynInstr * (len(raw) // size)).from_buffer_copy(raw)
+            out.append([Instruction(op_names[x.op], x.microbatch, x.stage, x.peer, x.buf_in, x.buf_out,
+                                    x.shape.rows, x.shape.enc_len, x.shape.dec_len, x.bytes, rc_names[x.recompute],
+                                    bool(x.flags & 1)) for x in instrs])
+        return out
 
     @property
     def bubble_fraction(self):
@@ -272,25 +298,12 @@ def _batch_plan_from_c(bp, t5, tokens_of=None, replicas=None):
 def _replica_plan_from_c(lib, c, mbs):
     m = c.n_microbatches
     if m == 0:  # an idle replica: no plan
-        return ReplicaPlan(replica=c.replica, schedule="", recompute="", chunks=0, makespan_ms=0.0,
+        return ReplicaPlan(replica=c.replica, schedule=None, recompute=None, chunks=0, makespan_ms=0.0,
                            max_peak_mb=0.0, rank_busy_ms=[], rank_peak_mb=[], microbatch_index=[],
-                           microbatches=[], ranks=[], serialized=b"", real_tokens=0)
+                           microbatches=[], serialized=b"", real_tokens=0)
     plan = c.plan
-    op_names = {}
-    rc_names = [lib.dyn_recompute_name(k).decode() for k in range(len(RECOMPUTE))]
-    ranks = []
-    for r in range(plan.n_ranks):
-        rp = plan.ranks[r]
-        instrs = []
-        for k in range(rp.n_instrs):
-            x = rp.instrs[k]
-            name = op_names.get(x.op)
-            if name is None:
-                name = op_names[x.op] = lib.dyn_op_name(x.op).decode()
-            instrs.append(Instruction(name, x.microbatch, x.stage, x.peer, x.buf_in, x.buf_out, x.shape.rows,
-                                      x.shape.enc_len, x.shape.dec_len, x.bytes, rc_names[x.recompute],
-                                      bool(x.flags & 1)))
-        ranks.append(instrs)
+    size = ctypes.sizeof(_lib.DynInstr)
+    raw_ranks = [ctypes.string_at(plan.ranks[r].instrs, plan.ranks[r].n_instrs * size) for r in range(plan.n_ranks)]
     buf = ctypes.POINTER(ctypes.c_uint8)()
     size = ctypes.c_size_t()
     err = _lib.DynError()
@@ -303,10 +316,10 @@ def _replica_plan_from_c(lib, c, mbs):
     index = [c.mb_index[j] for j in range(m)]
     order = [mbs[i] for i in index]
     return ReplicaPlan(replica=c.replica, schedule=lib.dyn_schedule_name(c.schedule).decode(),
-                       recompute=rc_names[c.recompute], chunks=c.chunks, makespan_ms=c.makespan_ms,
+                       recompute=lib.dyn_recompute_name(c.recompute).decode(), chunks=c.chunks, makespan_ms=c.makespan_ms,
                        max_peak_mb=c.max_peak_mb, rank_busy_ms=[c.rank_busy_ms[r] for r in range(plan.n_ranks)],
                        rank_peak_mb=[c.rank_peak_mb[r] for r in range(plan.n_ranks)], microbatch_index=index,
-                       microbatches=order, ranks=ranks, serialized=serialized,
+                       microbatches=order, raw_ranks=raw_ranks, serialized=serialized,
                        real_tokens=sum(mb.tokens for mb in order))
 
 
@@ -340,7 +353,9 @@ class Planner:
 
     Bad types raise TypeError and bad values ValueError before any C call;
     what the library refuses raises a dynapipe.Error subclass with its
-    message. Close with close() or use as a context manager.
+    message. Close with close() or use as a context manager. One Planner is
+    used by one thread at a time (the C planner caches costs); make one per
+    thread or process.
     """
 
     def __init__(self, *, model=None, max_seqlen, stages, machine="cpu", cost_model="analytic", dp=1,

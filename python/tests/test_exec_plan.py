@@ -87,6 +87,23 @@ class ExecPlanMatchesCli(unittest.TestCase):
                 plan.execution_order()
 
 
+class IdleReplica(unittest.TestCase):
+    def test_fewer_microbatches_than_replicas(self):
+        # Two long samples, three replicas: one replica has nothing to run.
+        with dynapipe.Planner(model="gpt", max_seqlen=1024, stages=2, dp=3) as p:
+            plan = p.plan([600, 700], [10, 20], schedule="1f1b")
+            alone = [p.plan([600, 700], [10, 20], schedule="1f1b").replica_plans[r] for r in range(3)]
+        busy = [r for r in plan.replica_plans if r.microbatches]
+        idle = [r for r in plan.replica_plans if not r.microbatches]
+        self.assertEqual((len(busy), len(idle)), (2, 1))
+        self.assertEqual((idle[0].schedule, idle[0].makespan_ms, idle[0].ranks), (None, 0.0, []))
+        self.assertEqual(plan.makespan_ms, max(r.makespan_ms for r in busy))
+        # The idle replica's two devices count as idle for the whole batch.
+        total_busy = sum(sum(r.rank_busy_ms) for r in busy)
+        self.assertAlmostEqual(plan.bubble_fraction, 1 - total_busy / (2 * 3 * plan.makespan_ms), places=12)
+        self.assertEqual([r.to_dict() for r in alone], [r.to_dict() for r in plan.replica_plans])
+
+
 class SamplerExecutionOrder(unittest.TestCase):
     def test_order(self):
         inputs, targets = lengths(13, 200)
