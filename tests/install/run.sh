@@ -64,7 +64,11 @@ done
 python3 "$src/tests/install/compare_plan.py" "$work/out.txt" "$work/cli.json" || fail "output differs from dynapipe plan"
 python3 "$src/python/tests/guidecheck.py" output "$src/docs/guide-c.md" "$work/out.txt" || fail "output differs from docs/guide-c.md"
 
-# 4. C++
+# 4. C++: every installed header is included by the program
+for h in "$prefix"/include/dynapipe/*.h; do
+  grep -q "#include <dynapipe/$(basename "$h")>" "$src/tests/install/consumer/cxx_check.cpp" ||
+    fail "tests/install/consumer/cxx_check.cpp does not include dynapipe/$(basename "$h")"
+done
 g++ -std=c++11 -Wall -Wextra -Werror $flags "$src/tests/install/consumer/cxx_check.cpp" \
   $(pkg-config --cflags --libs dynapipe) -Wl,-rpath,"$libdir" -o "$work/cxx_check" || fail "C++ build failed"
 "$work/cxx_check" || fail "C++ program failed"

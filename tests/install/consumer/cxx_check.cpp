@@ -1,6 +1,7 @@
 // cxx_check.cpp — a C++ program that includes every public header and calls
 // into the C library: it links only if the headers declare the functions
-// extern "C". Prints a few names; exits 1 if any call misbehaves.
+// extern "C" (tests/install/run.sh checks that no header is missing here).
+// Prints a few names; exits 1 if any call misbehaves.
 #include <cstdio>
 #include <cstring>
 
@@ -8,6 +9,7 @@
 #include <dynapipe/cost.h>
 #include <dynapipe/data.h>
 #include <dynapipe/model_config.h>
+#include <dynapipe/pipeline.h>
 #include <dynapipe/plan.h>
 #include <dynapipe/sched.h>
 #include <dynapipe/sim.h>
@@ -20,6 +22,9 @@ int main()
     if (dyn_model_config_preset("gpt-tiny", &cfg, &err) != DYN_OK) return 1;
     dyn_plan_options opt;
     dyn_plan_options_default(&opt);
+    dyn_pipeline_options po;
+    dyn_pipeline_options_default(&po);
+    if (po.schedule != DYN_SCHEDULE_AUTO) return 1;
     dyn_sim *sim = dyn_sim_create(&err);
     if (sim == nullptr) return 1;
     dyn_sim_free(sim);
