@@ -12,7 +12,7 @@ import sys
 import tempfile
 import unittest
 
-from dyntest import PYTHON_DIR, dynapipe, require
+from dyntest import PYTHON_DIR, REPO, dynapipe, require
 from test_loader import probe
 
 
@@ -34,7 +34,15 @@ class PipInstall(unittest.TestCase):
         files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(self.target, "dynapipe", "*.py")))
         want = sorted(os.path.basename(p) for p in glob.glob(os.path.join(PYTHON_DIR, "dynapipe", "*.py")))
         self.assertEqual(files, want)
-        self.assertTrue(glob.glob(os.path.join(self.target, "dynapipe-0.1.0.dist-info", "RECORD")))
+        version = dynapipe.__version__
+        self.assertTrue(glob.glob(os.path.join(self.target, f"dynapipe-{version}.dist-info", "RECORD")))
+        # One version everywhere: the package, its build backend, pyproject.toml, the C header.
+        with open(os.path.join(PYTHON_DIR, "pyproject.toml")) as f:
+            self.assertIn(f'version = "{version}"', f.read())
+        with open(os.path.join(PYTHON_DIR, "_build", "dynapipe_build.py")) as f:
+            self.assertIn(f'VERSION = "{version}"', f.read())
+        with open(os.path.join(REPO, "include", "dynapipe", "version.h")) as f:
+            self.assertIn(f'#define DYN_VERSION_STRING "{version}"', f.read())
         # The source tree is left as it was (the backend writes only the wheel).
         self.assertFalse(glob.glob(os.path.join(PYTHON_DIR, "*.egg-info")))
         self.assertFalse(os.path.exists(os.path.join(PYTHON_DIR, "build")))
