@@ -3,6 +3,7 @@ and options, for each method, both model kinds, dp, memory limits,
 recompute, rounding, model and machine given as dicts or files; C errors
 arrive as exceptions with the C message; bad arguments raise TypeError /
 ValueError before C."""
+import ctypes
 import json
 import os
 import random
@@ -105,6 +106,49 @@ class PlannerMatchesCli(unittest.TestCase):
             self.assertEqual(len(mb.sample_rows), len(mb.samples))
             self.assertTrue(all(0 <= r < mb.rows for r in mb.sample_rows))
         self.assertEqual(plan.replica(0), plan.microbatches)
+
+
+class CostTable(unittest.TestCase):
+    """A cost table (written by the C library from the analytic model, as
+    tests/test_cli_plan.c does) used by the binding and by the command."""
+
+    def write_table(self, path):
+        lib = dynapipe._lib.load()
+
+        class Grid(ctypes.Structure):  # dyn_cost_grid (include/dynapipe/cost.h)
+            _fields_ = [("n_rows", ctypes.c_int32), ("n_enc", ctypes.c_int32), ("n_dec", ctypes.c_int32),
+                        ("rows", ctypes.POINTER(ctypes.c_int32)), ("enc_len", ctypes.POINTER(ctypes.c_int32)),
+                        ("dec_len", ctypes.POINTER(ctypes.c_int32))]
+        write = lib.dyn_cost_table_write_from_model
+        write.restype = ctypes.c_int
+        write.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(Grid), ctypes.POINTER(dynapipe._lib.DynError)]
+        ints = lambda xs: (ctypes.c_int32 * len(xs))(*xs)  # noqa: E731
+        rows, enc, dec = ints([1, 2, 4, 8, 16, 32, 64]), ints([8, 16, 32, 64, 128, 256]), ints([0])
+        grid = Grid(7, 6, 1, rows, enc, dec)
+        err = dynapipe._lib.DynError()
+        with dynapipe.Planner(model="gpt-tiny", max_seqlen=256, stages=2) as analytic:
+            dynapipe._lib.check(write(path.encode(), analytic._cm, ctypes.byref(grid), ctypes.byref(err)), err)
+
+    def test_table(self):
+        inputs, targets = lengths(7, 40, 200, 50)
+        with tempfile.TemporaryDirectory() as tmp:
+            table = os.path.join(tmp, "gpt.table")
+            self.write_table(table)
+            with dynapipe.Planner(cost_model=table, max_seqlen=256, stages=2) as p:
+                self.assertEqual(p.kind, "gpt")
+                plan = p.plan(inputs, targets)
+            cli = cli_plan(["--model", "gpt", "--cost-model", table, "--max-seqlen", 256, "--stages", 2],
+                           inputs, targets)
+            assert_batch_equal(self, plan, cli["global_batches"][0])
+            with self.assertRaises(ValueError) as ctx:
+                dynapipe.Planner(cost_model=table, model="t5", max_seqlen=256, stages=2)
+            self.assertIn("does not match the cost table", str(ctx.exception))
+            bad = os.path.join(tmp, "bad.table")
+            with open(bad, "w") as f:
+                f.write("dynapipe-cost-table 1\nmodel kind=gpt\n")
+            with self.assertRaises(dynapipe.Error) as ctx:
+                dynapipe.Planner(cost_model=bad, max_seqlen=256, stages=2)
+            self.assertIn("bad.table", str(ctx.exception))
 
 
 class PlannerErrors(unittest.TestCase):
