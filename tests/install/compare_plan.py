@@ -1,8 +1,12 @@
-"""compare_plan.py OUT.txt CLI.json — check that the C guide's example
-(docs/guide-c.md) printed the plan that `dynapipe plan --json` wrote for the
-same file and options: the same global batches, and per micro-batch the same
-replica, shape, sample ids and predicted time (printed with 17 significant
-digits, so compared exactly). Exit 1 with the first difference."""
+"""compare_plan.py [--pipeline] OUT.txt CLI.json — check that a C guide
+example (docs/guide-c.md) printed the plan that `dynapipe plan --json` wrote
+for the same file and options. plan_lengths.c: the same global batches, and
+per micro-batch the same replica, shape, sample ids and predicted time
+(printed with 17 significant digits, so compared exactly). plan_pipeline.c
+(--pipeline; the JSON from --schedule auto): per global batch the same
+schedule, makespan (to the 3 decimals printed) and samples of each
+micro-batch in execution order (through replica_plans' map). Exit 1 with
+the first difference."""
 import json
 import re
 import sys
@@ -28,7 +32,37 @@ def parse(path):
     return batches
 
 
+def check_pipeline(out_path, json_path):
+    head = re.compile(r"batch (\d+): (\S+), makespan ([0-9.]+) ms$")
+    row = re.compile(r"  runs (\d+): samples((?: \d+)*)$")
+    printed = []
+    with open(out_path) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            m = head.match(line)
+            if m:
+                printed.append((m[2], float(m[3]), []))
+            elif row.match(line) and printed:
+                printed[-1][2].append([int(x) for x in row.match(line)[2].split()])
+            else:
+                sys.exit(f"compare_plan: {out_path}: unexpected line {line!r}")
+    with open(json_path) as f:
+        cli = json.load(f)["global_batches"]
+    if len(printed) != len(cli) or not printed:
+        sys.exit(f"compare_plan: {len(printed)} batches printed, {len(cli)} in the JSON")
+    for b, ((schedule, makespan, order), c) in enumerate(zip(printed, cli)):
+        rp = c["replica_plans"][0]
+        want = [c["microbatches"][k]["samples"] for k in rp["microbatches"]]
+        if schedule != rp["schedule"] or abs(makespan - rp["makespan_ms"]) > 5e-4 or order != want:
+            sys.exit(f"compare_plan: batch {b}: printed {schedule} {makespan} {order}, "
+                     f"JSON {rp['schedule']} {rp['makespan_ms']} {want}")
+    print(f"compare_plan: {len(printed)} batches' execution orders agree")
+
+
 def main():
+    if sys.argv[1] == "--pipeline":
+        check_pipeline(sys.argv[2], sys.argv[3])
+        return
     out = parse(sys.argv[1])
     with open(sys.argv[2]) as f:
         cli = json.load(f)["global_batches"]

@@ -10,7 +10,9 @@
 #      and that output agrees with the installed `dynapipe plan --json` on the
 #      same file and options (tests/install/compare_plan.py) and with the
 #      output the guide shows (python/tests/guidecheck.py);
-#   4. a C++ program including every header links against the library.
+#   4. the guide's second example (execution plans) agrees with
+#      `dynapipe plan --schedule auto --json` and with the guide;
+#   5. a C++ program including every header links against the library.
 set -euo pipefail
 prefix=$1 work=$2 flags=${3:-}
 src=${DYN_SOURCE_DIR:?DYN_SOURCE_DIR must name the source tree}
@@ -64,7 +66,23 @@ done
 python3 "$src/tests/install/compare_plan.py" "$work/out.txt" "$work/cli.json" || fail "output differs from dynapipe plan"
 python3 "$src/python/tests/guidecheck.py" output "$src/docs/guide-c.md" "$work/out.txt" || fail "output differs from docs/guide-c.md"
 
-# 4. C++: every installed header is included by the program
+# 4. the guide's execution-plan example (pkg-config, shared)
+example2=$work/plan_pipeline.c
+sed -n '/<!-- example: plan_pipeline.c -->/,/^```$/p' "$src/docs/guide-c.md" | sed '1,2d;$d' >"$example2"
+[ -s "$example2" ] || fail "no plan_pipeline.c block in docs/guide-c.md"
+# shellcheck disable=SC2046,SC2086
+"$cc" -std=c11 -Wall -Wextra -Werror $flags "$example2" $(pkg-config --cflags --libs dynapipe) \
+  -Wl,-rpath,"$libdir" -o "$work/pipeline" || fail "plan_pipeline.c build failed"
+"$work/pipeline" "$lengths" >"$work/pipeline.txt" || fail "plan_pipeline failed"
+"$prefix/bin/dynapipe" plan --model gpt --model-config gpt2-124m --lengths "$lengths" --max-seqlen 1024 \
+  --stages 4 --machine a100 --global-batch-tokens 8192 --quiet --schedule auto --json "$work/cli-auto.json" \
+  >/dev/null || fail "installed dynapipe plan --schedule auto failed"
+python3 "$src/tests/install/compare_plan.py" --pipeline "$work/pipeline.txt" "$work/cli-auto.json" ||
+  fail "plan_pipeline output differs from dynapipe plan --schedule auto"
+python3 "$src/python/tests/guidecheck.py" output "$src/docs/guide-c.md" "$work/pipeline.txt" 1 ||
+  fail "plan_pipeline output differs from docs/guide-c.md"
+
+# 5. C++: every installed header is included by the program
 for h in "$prefix"/include/dynapipe/*.h; do
   grep -q "#include <dynapipe/$(basename "$h")>" "$src/tests/install/consumer/cxx_check.cpp" ||
     fail "tests/install/consumer/cxx_check.cpp does not include dynapipe/$(basename "$h")"
@@ -72,4 +90,4 @@ done
 g++ -std=c++11 -Wall -Wextra -Werror $flags "$src/tests/install/consumer/cxx_check.cpp" \
   $(pkg-config --cflags --libs dynapipe) -Wl,-rpath,"$libdir" -o "$work/cxx_check" || fail "C++ build failed"
 "$work/cxx_check" || fail "C++ program failed"
-echo "test_install: ok (pkg-config shared + static, find_package shared + static, C++)"
+echo "test_install: ok (pkg-config shared + static, find_package shared + static, the execution-plan example, C++)"
