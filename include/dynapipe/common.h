@@ -11,6 +11,18 @@
  * `dyn_error *err` last; on failure it fills err (which may be NULL) with a
  * one-line message that says what is wrong and where, and leaves its outputs
  * untouched or freed. Constructors return NULL on failure.
+ *
+ * Ownership convention: opaque handles are made by *_create (or *_load) and
+ * released by the matching *_free, which accepts NULL; a handle that keeps a
+ * pointer to another object ("borrows" it) says so, and that object must
+ * outlive it. Result structs the library fills (dyn_batch_plan, dyn_dataset,
+ * dyn_exec_plan, dyn_stage_costs, ...) own their arrays and are released by
+ * their *_free, which is also safe on a zeroed struct. Strings returned as
+ * `const char *` are static unless a comment says otherwise.
+ *
+ * Threads: no function keeps global state; distinct handles may be used from
+ * different threads, one handle from one thread at a time unless its header
+ * says more (const cost-model queries are thread-safe).
  */
 #ifndef DYNAPIPE_COMMON_H
 #define DYNAPIPE_COMMON_H

@@ -52,8 +52,10 @@ dyn_cost_model *dyn_cost_model_create_analytic(const dyn_model_config *cfg, cons
                                                dyn_error *err);
 /* Table model read from path (format in docs/cost-model.md). */
 dyn_cost_model *dyn_cost_model_load_table(const char *path, dyn_error *err);
-void dyn_cost_model_free(dyn_cost_model *cm);
+void dyn_cost_model_free(dyn_cost_model *cm); /* NULL is a no-op */
 
+/* The model shape the costs are for (the analytic model's copy of cfg, or the
+ * table's); owned by cm, valid until dyn_cost_model_free. */
 const dyn_model_config *dyn_cost_model_config(const dyn_cost_model *cm);
 
 /* Cost of one layer of kind `kind` on micro-batch shape `mb` under recompute

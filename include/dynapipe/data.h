@@ -33,6 +33,7 @@ typedef struct dyn_dataset {
     dyn_sample *samples;
 } dyn_dataset;
 
+/* Free ds->samples and zero *ds (NULL and a zeroed struct are no-ops). */
 void dyn_dataset_free(dyn_dataset *ds);
 
 /* 1 if (input_len, target_len) fits max_seqlen under the rule above for kind,
@@ -96,7 +97,7 @@ dyn_sampler *dyn_sampler_create(const dyn_dataset *ds, int64_t budget_tokens, dy
 dyn_status dyn_sampler_next(dyn_sampler *s, const dyn_sample **batch, int32_t *n, dyn_error *err);
 /* Start again from the first sample. */
 void dyn_sampler_reset(dyn_sampler *s);
-void dyn_sampler_free(dyn_sampler *s);
+void dyn_sampler_free(dyn_sampler *s); /* NULL is a no-op; the dataset is not freed */
 
 #ifdef __cplusplus
 }

@@ -112,6 +112,8 @@ typedef struct dyn_pipeline_result {
     dyn_replica_plan *replicas; /* [d] */
 } dyn_pipeline_result;
 
+/* Release r's batch plan and replica plans and zero it (safe on a zeroed
+ * struct and on NULL). */
 void dyn_pipeline_result_free(dyn_pipeline_result *r);
 
 typedef struct dyn_pipeline dyn_pipeline;
@@ -123,7 +125,7 @@ typedef struct dyn_pipeline dyn_pipeline;
  * a custom planner, more stages than the model has layers. */
 dyn_pipeline *dyn_pipeline_create(dyn_planner *planner, const dyn_pipeline_options *opt,
                                   dyn_error *err);
-void dyn_pipeline_free(dyn_pipeline *p);
+void dyn_pipeline_free(dyn_pipeline *p); /* NULL is a no-op; the planner is not freed */
 
 /* Plan one global batch of n samples (ids are their positions in samples'
  * source; see dyn_planner_plan) and build every replica's plan under the

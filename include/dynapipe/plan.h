@@ -75,6 +75,10 @@ typedef struct dyn_batch_plan {
     int64_t padded_tokens;  /* tokens the model runs: rows * (enc_len + dec_len) summed */
 } dyn_batch_plan;
 
+/* Defaults: method dynapipe, S = v = d = 1, memory limit 0 (the machine's),
+ * round_to 8, max_seqlen 2048, no recompute, baseline knobs 0 (the most that
+ * fit). Set stages and max_seqlen for the run; the planner checks ranges
+ * (DYN_ERR_INVALID_ARG naming the field) when it is created. */
 void dyn_plan_options_default(dyn_plan_options *opt);
 
 /* ---- Planner handle --------------------------------------------------------
@@ -116,7 +120,7 @@ dyn_planner *dyn_planner_create_custom(dyn_model_kind kind, dyn_mb_cost_fn fn, v
 /* Plan one global batch (see dyn_plan_batch). */
 dyn_status dyn_planner_plan(dyn_planner *p, const dyn_sample *samples, int32_t n,
                             dyn_batch_plan *out, dyn_error *err);
-void dyn_planner_free(dyn_planner *p);
+void dyn_planner_free(dyn_planner *p); /* NULL is a no-op; the cost model is not freed */
 /* The options the planner runs with (memory_limit_mb resolved: the
  * machine's memory when the caller gave <= 0; +inf for a custom planner
  * without a limit). */
@@ -136,8 +140,10 @@ double dyn_planner_peak_limit_mb(const dyn_planner *p);
 dyn_status dyn_plan_batch(const dyn_cost_model *cm, const dyn_plan_options *opt,
                           const dyn_sample *samples, int32_t n, dyn_batch_plan *out,
                           dyn_error *err);
+/* Free the plan's arrays and zero it (NULL and a zeroed struct are no-ops). */
 void dyn_batch_plan_free(dyn_batch_plan *plan);
 
+/* Static name of a method ("dynapipe", "padding", ...); "unknown" out of range. */
 const char *dyn_batching_name(dyn_batching m);
 /* Parse "dynapipe", "padding", "packing", "packing-docmask", "token". */
 dyn_status dyn_batching_parse(const char *name, dyn_batching *out, dyn_error *err);

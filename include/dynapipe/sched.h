@@ -273,6 +273,9 @@ dyn_status dyn_exec_plan_deserialize(const uint8_t *buf, size_t len, dyn_exec_pl
                                      dyn_error *err);
 void dyn_exec_plan_free(dyn_exec_plan *plan);
 
+/* Static names: an instruction kind ("FORWARD", "SEND_ACT_START", ...) and a
+ * schedule ("1f1b", "cyclic", "wait-free-cyclic", "interleaved", "zb"); "?"
+ * out of range. */
 const char *dyn_op_name(dyn_op op);
 const char *dyn_schedule_name(dyn_schedule s);
 

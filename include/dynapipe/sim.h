@@ -93,6 +93,8 @@ typedef struct dyn_sim_result {
 
 typedef struct dyn_sim dyn_sim;
 
+/* An empty workspace (NULL + DYN_ERR_NOMEM on allocation failure); free with
+ * dyn_sim_free (NULL is a no-op), which also invalidates its last results. */
 dyn_sim *dyn_sim_create(dyn_error *err);
 void dyn_sim_free(dyn_sim *sim);
 

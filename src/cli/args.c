@@ -86,9 +86,36 @@ int cli_parse_f64(const char *cmd, const char *flag, const char *text, double mi
     return 0;
 }
 
+/* Turn every finite number of the tree into a raw node holding the shortest
+ * "%.{15,16,17}g" text that reads back as the same double. cJSON itself
+ * prints 15 digits whenever they come within one DBL_EPSILON of the value,
+ * so a reader (the Python binding's tests compare with the library) could
+ * get a neighbouring double. Returns 0, or -1 when out of memory. */
+static int json_numbers_exact(cJSON *node)
+{
+    for (; node != NULL; node = node->next) {
+        if (cJSON_IsNumber(node) && isfinite(node->valuedouble)) {
+            char buf[32];
+            for (int digits = 15; digits <= 17; digits++) {
+                snprintf(buf, sizeof buf, "%.*g", digits, node->valuedouble);
+                if (strtod(buf, NULL) == node->valuedouble) break;
+            }
+            char *raw = malloc(strlen(buf) + 1); /* freed by cJSON_Delete (default hooks) */
+            if (raw == NULL) return -1;
+            memcpy(raw, buf, strlen(buf) + 1);
+            node->type = cJSON_Raw;
+            node->valuestring = raw;
+        }
+        if (json_numbers_exact(node->child) != 0) return -1;
+    }
+    return 0;
+}
+
 int cli_write_json(const char *cmd, const char *path, const cJSON *root)
 {
-    char *text = cJSON_Print(root);
+    cJSON *exact = cJSON_Duplicate(root, 1);
+    char *text = exact != NULL && json_numbers_exact(exact) == 0 ? cJSON_Print(exact) : NULL;
+    cJSON_Delete(exact);
     if (text == NULL) {
         cli_errorf(cmd, "%s: out of memory formatting JSON", path);
         return -1;

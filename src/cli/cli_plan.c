@@ -25,7 +25,11 @@
  *   "replica_plans": [{"replica": d, "schedule": name, "recompute": name,
  *                      "chunks": v, "makespan_ms": ..., "microbatches": [j]}]
  * where microbatches[k] is the index, in the batch's "microbatches" array,
- * of the plan's micro-batch k (so its sample ids are traceable).
+ * of the plan's micro-batch k (so its sample ids are traceable). Each
+ * replica plan also has its simulated "max_peak_mb" and "bubble_fraction"
+ * (1 - compute time of its ranks / (S * makespan)); the batch has
+ * "makespan_ms" (the slowest replica's), "bubble_fraction" over all S * D
+ * devices, and "tokens_per_s" (its real tokens / makespan).
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -60,6 +64,16 @@ static void usage(FILE *out)
                  "  --help                    this text\n");
 }
 
+/* 1 - (compute time of the replica's ranks) / (ranks * makespan); 0 for an
+ * idle replica. */
+static double replica_bubble(const dyn_replica_plan *rp)
+{
+    if (rp->n_microbatches == 0 || !(rp->makespan_ms > 0)) return 0;
+    double busy = 0;
+    for (int32_t k = 0; k < rp->plan.n_ranks; k++) busy += rp->rank_busy_ms[k];
+    return 1.0 - busy / (rp->plan.n_ranks * rp->makespan_ms);
+}
+
 /* The replica plans of one global batch as a JSON array (header comment);
  * 0 on allocation failure. */
 static int replica_plans_json(cJSON *b, const dyn_pipeline_result *res)
@@ -80,10 +94,27 @@ static int replica_plans_json(cJSON *b, const dyn_pipeline_result *res)
             !cJSON_AddStringToObject(o, "schedule", dyn_schedule_name(rp->schedule)) ||
             !cJSON_AddStringToObject(o, "recompute", dyn_recompute_name(rp->recompute)) ||
             !cJSON_AddNumberToObject(o, "chunks", rp->chunks) ||
-            !cJSON_AddNumberToObject(o, "makespan_ms", rp->makespan_ms))
+            !cJSON_AddNumberToObject(o, "makespan_ms", rp->makespan_ms) ||
+            !cJSON_AddNumberToObject(o, "max_peak_mb", rp->max_peak_mb) ||
+            !cJSON_AddNumberToObject(o, "bubble_fraction", replica_bubble(rp)))
             return 0;
     }
-    return 1;
+    /* The global batch is done when its slowest replica is; an idle
+     * replica's S devices count as idle throughout. */
+    double makespan = 0, busy = 0;
+    int32_t ranks = 0; /* S, the same for every replica that has a plan */
+    for (int32_t r = 0; r < res->n_replicas; r++) {
+        const dyn_replica_plan *rp = &res->replicas[r];
+        if (rp->n_microbatches == 0) continue;
+        if (rp->makespan_ms > makespan) makespan = rp->makespan_ms;
+        for (int32_t k = 0; k < rp->plan.n_ranks; k++) busy += rp->rank_busy_ms[k];
+        ranks = rp->plan.n_ranks;
+    }
+    double devices = (double)ranks * res->n_replicas;
+    return cJSON_AddNumberToObject(b, "makespan_ms", makespan) &&
+           cJSON_AddNumberToObject(b, "bubble_fraction", makespan > 0 ? 1.0 - busy / (devices * makespan) : 0) &&
+           cJSON_AddNumberToObject(b, "tokens_per_s",
+                                   makespan > 0 ? (double)res->batch.real_tokens / (makespan * 1e-3) : 0);
 }
 
 /* One global batch as a JSON object (with its replica plans if res is not
