@@ -191,6 +191,7 @@ static void test_gpt_methods_and_dp(void **state)
     run_same(ref, "--model gpt --layers 4 --stages 2 --method packing-docmask --schedule 1f1b");
     run_same(ref, "--model gpt --layers 4 --stages 2 --method padding --schedule 1f1b");
     run_same(ref, "--model gpt --layers 4 --stages 2 --dp 2 --schedule 1f1b");
+    run_same(ref, "--model gpt --layers 4 --stages 2 --dp 2 --schedule zb"); /* allreduce after the last W */
     dyn_model_free(ref);
 }
 
