@@ -29,6 +29,11 @@ static const preset PRESETS[] = {
     /* The DynaPipe paper's GPT: 32 layers, h = 4096, ffn = 16384, 32 heads. */
     {"gpt-6.7b", {DYN_MODEL_GPT, 32, 0, 4096, 32, 128, 16384, 50257, 4096}},
     {"t5-tiny", {DYN_MODEL_T5, 2, 2, 64, 4, 16, 128, 512, 256}},
+    /* Small byte-level models `dynapipe train` trains by default: big enough
+     * that matrix products, not per-call overhead, take most of the time on
+     * one CPU core, small enough for a run of a minute or two on two. */
+    {"gpt-mini", {DYN_MODEL_GPT, 4, 0, 256, 4, 64, 1024, 260, 2048}},
+    {"t5-mini", {DYN_MODEL_T5, 4, 4, 256, 4, 64, 512, 260, 2048}},
     /* T5 v1.1 base. */
     {"t5-base", {DYN_MODEL_T5, 12, 12, 768, 12, 64, 2048, 32128, 2048}},
     /* The paper's T5 (T5 v1.1 11B): 24 + 24 layers, d_model 1024, d_ff 65536,
