@@ -66,16 +66,20 @@ void sched_match_free(sched_match *m)
     free(m->rank_off); free(m->ins); free(m->msg_of); free(m->msg_send); free(m->msg_recv);
     free(m->msg_src); free(m->msg_dst); free(m->slot_off); free(m->pend_send); free(m->pend_recv);
     free(m->bucket_send); free(m->bucket_recv); free(m->order_send); free(m->order_recv);
-    free(m->comm); free(m->comm_rank);
+    free(m->comm); free(m->comm_rank); free(m->comm_peer); free(m->comm_fl);
     memset(m, 0, sizeof *m);
 }
 
-/* Contents need not survive growth: free and calloc. */
-#define GROW(ptr, n, what)                                                  \
-    do {                                                                    \
-        free(ptr);                                                          \
-        (ptr) = dyn_calloc((size_t)(n), sizeof(*(ptr)), what, err);         \
-        if ((ptr) == NULL) return DYN_ERR_NOMEM;                            \
+/* Contents need not survive growth, and every entry is written before it
+ * is read (see sched_match_begin and sched_match_instr), so plain malloc:
+ * the validator makes a fresh workspace per plan, and zeroing arrays of
+ * the instruction count it would not use cost it more than the matching. */
+#define GROW(ptr, n, what)                                                         \
+    do {                                                                           \
+        free(ptr);                                                                 \
+        (ptr) = malloc((size_t)(n) * sizeof(*(ptr)));                              \
+        if ((ptr) == NULL)                                                         \
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the %s", what); \
     } while (0)
 
 /* Room for R ranks, N instructions, B buckets, K slots; geometric growth. */
@@ -99,6 +103,8 @@ static dyn_status reserve(sched_match *m, int32_t R, int32_t N, int32_t B, int32
         GROW(m->order_recv, c, "matcher");
         GROW(m->comm, c, "matcher");
         GROW(m->comm_rank, c, "matcher");
+        GROW(m->comm_peer, c, "matcher");
+        GROW(m->comm_fl, c, "matcher");
         m->cap_instrs = c;
     }
     if (B > m->cap_buckets) {
@@ -150,6 +156,8 @@ dyn_status sched_match_instr(sched_match *m, int32_t r, int32_t i, const dyn_ins
     int32_t R = m->n_ranks, base = m->slot_off[r], k = m->rank_off[r] + i, nc = m->n_comm;
     m->ins[k] = in;
     m->comm_rank[nc] = r;
+    m->comm_peer[nc] = in->peer;
+    m->comm_fl[nc] = (uint16_t)fl;
     m->comm[nc] = k;
     m->n_comm = nc + 1;
     int send = (fl & SCHED_OP_SEND) != 0, grad = (fl & SCHED_OP_GRAD) != 0;
@@ -260,14 +268,12 @@ dyn_status sched_match_end(sched_match *m, int check_stages, dyn_error *err)
      * one bucket later: afterwards bucket b spans [bucket[b-1], bucket[b])
      * with bucket[-1] = 0. */
     for (int32_t c = 0; c < n_comm; c++) {
-        int32_t k = m->comm[c];
-        const dyn_instr *in = m->ins[k];
-        unsigned fl = sched_op(in->op);
+        unsigned fl = m->comm_fl[c];
         if (!(fl & SCHED_OP_START)) continue;
-        int32_t r = m->comm_rank[c];
+        int32_t k = m->comm[c], r = m->comm_rank[c], peer = m->comm_peer[c];
         int grad = (fl & SCHED_OP_GRAD) != 0;
-        if (fl & SCHED_OP_SEND) m->order_send[m->bucket_send[bucket_of(R, grad, r, in->peer)]++] = k;
-        else m->order_recv[m->bucket_recv[bucket_of(R, grad, in->peer, r)]++] = k;
+        if (fl & SCHED_OP_SEND) m->order_send[m->bucket_send[bucket_of(R, grad, r, peer)]++] = k;
+        else m->order_recv[m->bucket_recv[bucket_of(R, grad, peer, r)]++] = k;
     }
     for (int32_t b = 0; b < B; b++) {
         int32_t s0 = b ? m->bucket_send[b - 1] : 0, s1 = m->bucket_send[b];
@@ -290,7 +296,7 @@ dyn_status sched_match_end(sched_match *m, int check_stages, dyn_error *err)
     /* FINISHes: from their START's index to its message. */
     for (int32_t c = 0; c < n_comm; c++) {
         int32_t k = m->comm[c];
-        if (sched_op(m->ins[k]->op) & SCHED_OP_FINISH) m->msg_of[k] = m->msg_of[m->msg_of[k]];
+        if (m->comm_fl[c] & SCHED_OP_FINISH) m->msg_of[k] = m->msg_of[m->msg_of[k]];
     }
     return DYN_OK;
 }

@@ -82,7 +82,9 @@ typedef struct sched_match {
     int32_t *msg_dst;      /* [n_msgs] receiving rank */
     /* scratch */
     int32_t *slot_off, *pend_send, *pend_recv;
-    int32_t *bucket_send, *bucket_recv, *order_send, *order_recv, *comm, *comm_rank;
+    int32_t *bucket_send, *bucket_recv, *order_send, *order_recv;
+    int32_t *comm, *comm_rank, *comm_peer; /* [N] SEND/RECV instructions (flat), their ranks, peers */
+    uint16_t *comm_fl;                     /* [N] and their flags */
     int32_t cap_ranks, cap_instrs, cap_buckets, cap_slots;
 } sched_match;
 
