@@ -11,7 +11,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "cost/cost_internal.h" /* defines: dyn_layer_params */
+#include "cost/cost_internal.h" /* defines: cost_layer_params */
 #include "dynapipe/cost.h"
 #include "util/util.h"          /* defines: dyn_file_read_all */
 
@@ -108,10 +108,10 @@ dyn_status dyn_model_config_validate(const dyn_model_config *c, dyn_error *err)
 
 int64_t dyn_model_config_params(const dyn_model_config *c)
 {
-    int64_t per_layer = dyn_layer_params(c, DYN_LAYER_EMBED) +
-                        (int64_t)c->n_layers * dyn_layer_params(c, DYN_LAYER_ENCODER) +
-                        (int64_t)c->n_dec_layers * dyn_layer_params(c, DYN_LAYER_DECODER) +
-                        dyn_layer_params(c, DYN_LAYER_LM_HEAD);
+    int64_t per_layer = cost_layer_params(c, DYN_LAYER_EMBED) +
+                        (int64_t)c->n_layers * cost_layer_params(c, DYN_LAYER_ENCODER) +
+                        (int64_t)c->n_dec_layers * cost_layer_params(c, DYN_LAYER_DECODER) +
+                        cost_layer_params(c, DYN_LAYER_LM_HEAD);
     if (c->kind == DYN_MODEL_GPT) /* the LM head is tied to the token table: count it once */
         return per_layer - (int64_t)c->vocab * c->hidden;
     /* T5: the encoder's final RMSNorm and one relative-bias table
