@@ -33,8 +33,9 @@ void plan_args_usage(FILE *out)
     fprintf(out,
             "model:\n"
             "  --model gpt|t5            model kind (required)\n"
-            "  --model-config NAME|FILE  preset (gpt-tiny, gpt2-124m, gpt-6.7b, t5-tiny, t5-base,\n"
-            "                            t5-11b) or model JSON; default gpt2-124m / t5-base\n"
+            "  --model-config NAME|FILE  preset (gpt-tiny, gpt-mini, gpt2-124m, gpt-6.7b,\n"
+            "                            t5-tiny, t5-mini, t5-base, t5-11b) or model JSON;\n"
+            "                            default gpt2-124m / t5-base\n"
             "  --layers N --dec-layers N --hidden N --heads N --head-dim N --ffn N --vocab N\n"
             "                            override single fields of the shape\n"
             "data:\n"
