@@ -982,7 +982,14 @@ int dyn_train_rank_main(const dyn_train_options *o, int *argc, char ***argv)
         MPI_Request req;
         st = dyn_rt_mpi_check(MPI_Ibarrier(R.g.world, &req), "MPI_Ibarrier", &err);
         if (st == DYN_OK) st = rt_wait(&req, o->timeout_s, NULL, NULL, "the start-up barrier", &err);
+        /* One epoch for every rank's trace: rank 0's clock reading. The
+         * monotonic clock is the host's, so on one host every rank's events
+         * are then on one time line (across hosts they are off by the
+         * hosts' clock difference). */
         R.epoch_ms = dyn_time_ms();
+        if (st == DYN_OK)
+            st = dyn_rt_mpi_check(MPI_Ibcast(&R.epoch_ms, 1, MPI_DOUBLE, 0, R.g.world, &req), "MPI_Ibcast", &err);
+        if (st == DYN_OK) st = rt_wait(&req, o->timeout_s, NULL, NULL, "the start-up broadcast", &err);
     }
     for (int64_t k = 0; st == DYN_OK && k < o->steps; k++) st = iteration(&R, k, &err);
     if (st == DYN_OK && o->trace_path) st = gather_trace(&R, &err);
