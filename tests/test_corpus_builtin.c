@@ -364,6 +364,30 @@ static void test_mixture_follows_flan(void **state)
     dyn_corpus_free(c);
 }
 
+/* builtin:SEED:TASK+TASK keeps only those tasks (ids unchanged), with
+ * their weights renormalised, and their answers right. */
+static void test_task_subset(void **state)
+{
+    (void)state;
+    enum { N = 3000 };
+    dyn_corpus *c = open_builtin("builtin:3:sort+classify", N, 128, DYN_MODEL_GPT, DYN_SPLIT_TRAIN);
+    int share[8] = {0};
+    for (int64_t i = 0; i < N; i++) {
+        int32_t t = read_text(c, i, g_in, g_tgt, sizeof g_in);
+        share[t]++;
+        check_answer(t, g_in, g_tgt);
+    }
+    assert_int_equal(share[2] + share[7], N);
+    assert_true(fabs((double)share[2] / N - 0.06 / 0.30) < 0.03);
+    assert_int_equal(dyn_corpus_num_tasks(c), 8);
+    dyn_corpus_free(c);
+    dyn_error err;
+    assert_null(dyn_corpus_open("builtin:3:sort+clasify", NULL, &err));
+    assert_non_null(strstr(err.msg, "unknown task 'clasify'"));
+    assert_null(dyn_corpus_open("builtin:3:", NULL, &err));
+    assert_null(dyn_corpus_open("builtin::copy", NULL, &err));
+}
+
 static void test_bad_options(void **state)
 {
     (void)state;
@@ -394,6 +418,7 @@ int main(void)
         cmocka_unit_test(test_deterministic_random_access),
         cmocka_unit_test(test_lengths_match_and_fit),
         cmocka_unit_test(test_mixture_follows_flan),
+        cmocka_unit_test(test_task_subset),
         cmocka_unit_test(test_bad_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

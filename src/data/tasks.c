@@ -365,7 +365,7 @@ static uint64_t mix64(uint64_t x)
 }
 
 void builtin_generate(uint64_t seed, dyn_corpus_split split, int64_t index, int32_t max_seqlen,
-                      dyn_model_kind kind, builtin_text *out)
+                      dyn_model_kind kind, uint32_t task_mask, builtin_text *out)
 {
     /* One stream per (seed, split); one generator per index in it. */
     uint64_t stream = mix64(mix64(seed) ^ (split == DYN_SPLIT_HELDOUT ? 0x686f6c646f7574ULL : 0x747261696eULL));
@@ -378,9 +378,18 @@ void builtin_generate(uint64_t seed, dyn_corpus_split split, int64_t index, int3
         g.cap_in = g.cap_tgt = (int64_t)max_seqlen - 1;
         g.cap_total = 2 * (int64_t)max_seqlen;
     }
-    double u = dyn_rng_uniform(&rng), acc = 0.0;
-    int32_t t = BUILTIN_NUM_TASKS - 1; /* the last task absorbs rounding */
-    for (int32_t k = 0; k < BUILTIN_NUM_TASKS - 1; k++) {
+    /* The task: walk the cumulative weights of the tasks in the mask; the
+     * last of them absorbs rounding. */
+    double total = 0.0;
+    int32_t t = -1;
+    for (int32_t k = 0; k < BUILTIN_NUM_TASKS; k++)
+        if (task_mask >> k & 1) {
+            total += TASKS[k].weight;
+            t = k;
+        }
+    double u = dyn_rng_uniform(&rng) * total, acc = 0.0;
+    for (int32_t k = 0; k < t; k++) {
+        if (!(task_mask >> k & 1)) continue;
         acc += TASKS[k].weight;
         if (u < acc) {
             t = k;
