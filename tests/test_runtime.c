@@ -179,6 +179,7 @@ static void test_gpt_schedules(void **state)
         "--model gpt --model-config gpt-tiny --layers 4 --stages 4 --schedule 1f1b",
         "--model gpt --model-config gpt-tiny --layers 4 --stages 4 --schedule zb",
         "--model gpt --model-config gpt-tiny --layers 4 --stages 4 --schedule wait-free-cyclic",
+        "--model gpt --model-config gpt-tiny --layers 4 --stages 1 --schedule 1f1b",
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) run_same(ref, runs[i]);
     dyn_model_free(ref);
@@ -236,6 +237,7 @@ static void test_faults(void **state)
     assert_true(rc != 0 && rc != 124);
     assert_non_null(strstr(e, "timeout after 3 s waiting for"));
     assert_non_null(strstr(e, "peer 1"));
+    assert_null(strstr(e, "MPI_ABORT")); /* the launcher drops Open MPI's help blocks */
     free(e);
     assert_int_equal(access(path, F_OK), -1);
 }

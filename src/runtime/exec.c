@@ -117,12 +117,13 @@ void rt_exec_clear_events(rt_exec *x) { x->n_ev = 0; }
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-/* "instruction 12 (SEND_ACT_START mb 3 stage 1 peer 2)" */
+/* "instruction 12 (SEND_ACT_START, micro-batch 3, stage 1, peer 2)"; the
+ * rank is named by the abort message's prefix. */
 static const char *where(const rt_exec *x, int32_t i, char *buf, size_t n)
 {
     const dyn_instr *in = &x->rp->instrs[i];
-    snprintf(buf, n, "rank %d instruction %d (%s, micro-batch %d, stage %d, peer %d)", x->env.g->stage_rank, i,
-             dyn_op_name((dyn_op)in->op), in->microbatch, in->stage, in->peer);
+    snprintf(buf, n, "instruction %d (%s, micro-batch %d, stage %d, peer %d)", i, dyn_op_name((dyn_op)in->op),
+             in->microbatch, in->stage, in->peer);
     return buf;
 }
 
