@@ -12,11 +12,14 @@ PyTorch gets its best setting: Debian's python3-torch multiplies through the
 system OpenBLAS, whose generic fall-back kernel would handicap it, so the
 torch runs get OPENBLAS_CORETYPE=<--torch-coretype> (default: the kernel
 dynapipe reports it selected). dynapipe runs in a clean environment for its
-own selection (OPENBLAS_CORETYPE unset).
+own selection (OPENBLAS_CORETYPE unset). Both run with idle OpenMP workers
+sleeping (OMP_WAIT_POLICY=PASSIVE, --torch-wait to change torch's): dynapipe
+sets it for itself, and torch's libgomp, left spinning, ran 2 threads 3-5x
+slower than 1 on this shared machine.
 
 usage: bench/torch_compare.py [--cli build/dynapipe] [--rounds 3] [--repeat 5]
                               [--threads 1,2] [--shapes 16x128,4x512,1x2048,8x256]
-                              [--torch-coretype NAME]
+                              [--torch-coretype NAME] [--torch-wait POLICY]
 Skips (exit 0, with a message) when PyTorch is not installed.
 """
 import argparse
@@ -49,8 +52,8 @@ def ours(cli, b, s, t, repeat):
     return ms, ratio, kernel
 
 
-def theirs(b, s, t, repeat, coretype):
-    env = dict(os.environ, OPENBLAS_CORETYPE=coretype)
+def theirs(b, s, t, repeat, coretype, wait):
+    env = dict(os.environ, OPENBLAS_CORETYPE=coretype, OMP_WAIT_POLICY=wait)
     env.pop("DYN_BLAS_SELECTED", None)
     rc, out = run(["/usr/bin/python3", os.path.join(HERE, "torch_gpt_block.py"), "--batch", str(b),
                    "--seq", str(s), "--threads", str(t), "--repeat", str(repeat)], env)
@@ -71,6 +74,7 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--shapes", default="16x128,4x512,1x2048,8x256")
     ap.add_argument("--torch-coretype", default=None)
+    ap.add_argument("--torch-wait", default="PASSIVE")
     a = ap.parse_args()
     rc, out = run(["/usr/bin/python3", "-c", "import torch"], dict(os.environ))
     if rc != 0:
@@ -91,15 +95,16 @@ def main():
             for _ in range(a.rounds):
                 ms, r, kernel = ours(a.cli, b, s, t, a.repeat)
                 core = a.torch_coretype or kernel
-                tms, ver = theirs(b, s, t, a.repeat, core)
+                tms, ver = theirs(b, s, t, a.repeat, core, a.torch_wait)
                 d_ms.append(ms)
                 t_ms.append(tms)
                 ratios.append(tms / ms)
                 sg.append(r)
             print("%3d %5d %5d %10.1f %10.1f %11.2f %9.2f  dynapipe %s, torch %s with "
-                  "OPENBLAS_CORETYPE=%s" % (t, b, s, statistics.median(d_ms),
-                                            statistics.median(t_ms), statistics.median(ratios),
-                                            statistics.median(sg), kernel, ver, core))
+                  "OPENBLAS_CORETYPE=%s OMP_WAIT_POLICY=%s" % (
+                      t, b, s, statistics.median(d_ms), statistics.median(t_ms),
+                      statistics.median(ratios), statistics.median(sg), kernel, ver, core,
+                      a.torch_wait))
             sys.stdout.flush()
     with open("/proc/loadavg") as f:
         print("load after: " + f.read().strip())

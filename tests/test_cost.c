@@ -791,7 +791,9 @@ static void test_builtin_machines(void **state)
     assert_int_equal(dyn_machine_validate(a100, NULL), DYN_OK);
     assert_int_equal(cpu->bytes_per_elem, 4);
     assert_int_equal(a100->bytes_per_elem, 2);
-    assert_true(cpu->matmul_gflops > 50.0 && cpu->matmul_gflops < 120.0);
+    /* one core's sgemm: above an AVX2 core's, below an AVX-512 core's FMA
+     * peak (~175 GFLOP/s measured on the Xeon, docs/performance.md) */
+    assert_true(cpu->matmul_gflops > 50.0 && cpu->matmul_gflops < 175.0);
     assert_true(a100->matmul_gflops < 312000.0 && a100->matmul_gflops > 100000.0);
     /* both have a small-product term; the GPU also a per-layer launch cost
      * (one CPU thread has none measurable: docs/performance.md) */

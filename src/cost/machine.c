@@ -16,17 +16,21 @@
 static const dyn_machine MACHINES[] = {
     {
         .name = "cpu",
-        /* One core of this AMD EPYC (Zen 3, AVX2 + FMA), fp32: OpenBLAS sgemm
-         * on GPT-2-sized products, fitted over n = 8..4096 rows by
-         * bench/bench_calibrate: median of the fits of six runs under load
-         * 2-4 (82.1, 77.5, 78.0, 72.9, 84.7, 74.3 GFLOP/s; single products
-         * reach 88-92 at quiet moments). */
-        .matmul_gflops = 78.0,
+        /* One core of the Intel Xeon this project runs on (family 6 model
+         * 207; AVX-512), fp32, OpenBLAS 0.3.21 with its SkylakeX kernel
+         * (src/model/blas.h selects it; the generic kernel OpenBLAS falls
+         * back to there is 4x slower). Single GPT-sized products reach
+         * 145-155 GFLOP/s at quiet moments (2048 rows, hidden 512-768); the
+         * rate, n_half and attn_gflops below make the analytic model's
+         * GPT-2 block (hidden 512) predictions 0.94-1.05 of the quietest
+         * measured block times (docs/performance.md, "BLAS kernel and layer
+         * speed on the Xeon"). Before: 78 on an AMD EPYC (Zen 3, AVX2). */
+        .matmul_gflops = 140.0,
         /* Attention runs as many small per-head products (head_dim 64) plus
-         * masking; such products reach about half the large-gemm rate. */
-        .attn_gflops = 40.0,
+         * masking: about half the large-gemm rate, as before. */
+        .attn_gflops = 70.0,
         /* One core streams ~12 GB/s from DRAM (a single core cannot saturate
-         * the socket's channels). */
+         * the socket's channels); not re-measured on the Xeon. */
         .mem_gbps = 12.0,
         .bytes_per_elem = 4,
         /* 23 GiB of RAM shared by the ranks of one host; 8 GiB per stage
@@ -36,15 +40,14 @@ static const dyn_machine MACHINES[] = {
         .link_latency_ms = 0.005,
         .link_gbps = 4.0,
         .dp_link_gbps = 4.0,
-        /* Fitted by bench/bench_calibrate on the repo's GPT blocks (widths
-         * 256, 768, 1024; docs/performance.md, "Cost model calibration"):
-         * inside a block every product costs ~14 extra rows (median of the
-         * fits of five runs: 14.1, 22.5, 12.2, 23.6, 12.9) -- streaming the
-         * weights and, in the weight-gradient pass, the gradients from DRAM
-         * (an sgemm alone, weights hot in cache, gives n_half ~8). The
-         * fixed part fits to ~0 (-0.27..+0.10 ms over seven runs): one
-         * thread, no fork-join, no launches. */
-        .gemm_n_half = 14.0,
+        /* Inside a block every product costs ~32 extra rows on the Xeon: the
+         * AVX-512 kernel computes twice as fast as the AMD's, so streaming
+         * the weights (and, in the weight-gradient pass, the gradients)
+         * costs about twice the rows (14 there). bench/bench_calibrate's
+         * block fits gave 32.7 and 40.4 under load 6-10 (medians); an sgemm
+         * alone, weights hot in cache, gives ~20. The fixed part fits to
+         * <= 0, as before: one thread, no fork-join, no launches. */
+        .gemm_n_half = 32.0,
         .layer_overhead_ms = 0.0,
     },
     {

@@ -89,7 +89,11 @@ const char *dyn_threads_blas_kind(void)
 
 /* ---- sgemm in panels ----------------------------------------------------- */
 
-#define GEMM_PANELS 8     /* target panel count: load balance vs packing cost */
+#define GEMM_PANELS 4     /* target panel count: load balance vs packing cost.
+                             Each panel re-packs the whole other operand;
+                             with the AVX-512 kernel that costs 3-10% of a
+                             2048-row product at 8 panels against 4 (one
+                             thread, best of 7, bench/bench_layer shapes) */
 #define GEMM_MIN_WIDTH 256 /* narrower panels reuse each packed block of the
                               other operand too little (measured: 64 cost 15%
                               on one thread, 256 nothing) */
