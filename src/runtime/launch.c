@@ -1,5 +1,8 @@
 /* launch.c — `dynapipe train` typed without mpirun: start the MPI job of
- * itself, so a user types one command (see train.h). */
+ * itself, so a user types one command (see train.h). With --hostfile the
+ * ranks go over the listed hosts by slot (docs/architecture.md, "Across
+ * hosts"); Open MPI settings such as the remote-start agent or the network
+ * interfaces come from the user's OMPI_MCA_* variables, which mpirun reads. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -37,8 +40,21 @@ int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc,
         setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     }
     if (hostfile != NULL) {
+        /* mpirun's own message for a missing file is a boxed page */
+        if (access(hostfile, R_OK) != 0) {
+            fprintf(stderr, "dynapipe train: --hostfile %s: %s\n", hostfile, strerror(errno));
+            free(av);
+            return 1;
+        }
+        /* Fill each host's slots with consecutive ranks before the next
+         * host: rank w = replica * S + stage, so a host with a multiple of
+         * S slots holds whole pipelines and only the gradient allreduce
+         * crosses hosts (group.h). Open MPI 4.1 already places nodes this
+         * way by default; asking keeps it so whatever the defaults. */
         av[k++] = "--hostfile";
         av[k++] = (char *)hostfile;
+        av[k++] = "--map-by";
+        av[k++] = "slot";
     } else if (cores > 0 && n > cores) {
         av[k++] = "--oversubscribe";
     }

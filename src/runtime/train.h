@@ -67,7 +67,7 @@ int dyn_train_rank_main(const dyn_train_options *o, int *argc, char ***argv);
 /* Not under mpirun: re-execute this program as `mpirun -np stages*dp` with
  * the flags this machine needs (oversubscription when ranks exceed cores;
  * --allow-run-as-root and the OMPI_ALLOW_RUN_AS_ROOT variables as root),
- * same arguments. hostfile: passed to mpirun (NULL: this host). Returns
+ * same arguments. hostfile: passed to mpirun with --map-by slot (NULL: this host). Returns
  * only on failure (1, message printed). */
 int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc, char **argv);
 
