@@ -91,7 +91,7 @@ for ((i = 0; i < n; i++)); do
       ip -n "$ns" addr add "$subnet_base.$((i + 1))/24" dev eth0 &&
       ip -n "$ns" link set eth0 up &&
       ip -n "$ns" link set lo up &&
-      ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_retries2=4
+      ip netns exec "$ns" sh -c 'echo 4 >/proc/sys/net/ipv4/tcp_retries2'
   } 2>&1) || skip "cannot set up host h$i (veth pair, address, sysctl): $out"
   hosts+="${hosts:+ }h$i"
 done
