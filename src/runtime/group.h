@@ -7,8 +7,8 @@
  * host list filled rank by rank (mpirun's default "by slot" mapping), the
  * pipeline neighbours that exchange activations every micro-batch share a
  * host, and only the once-per-iteration gradient allreduce crosses hosts
- * (docs/architecture.md, "Across hosts"; the launcher asks mpirun for that
- * mapping with --map-by slot). Two communicators split the world:
+ * (docs/multi-host.md; the launcher asks mpirun for that mapping with
+ * --map-by slot). Two communicators split the world:
  *     pipe  — the S ranks of one replica (rank in it = stage_rank);
  *     dpc   — the D ranks holding the same stage (rank in it = replica). */
 #ifndef DYN_RUNTIME_GROUP_H
@@ -39,10 +39,10 @@ typedef struct dyn_rt_group {
 } dyn_rt_group;
 
 /* MPI_Init_thread (FUNNELED: only the main thread calls MPI), the two
- * communicators and every rank's host name (g->hosts, MPI_Allgather). Fails when the world size is not stages * dp. Errors of MPI
- * calls return DYN_ERR_INTERNAL naming the call (MPI_ERRORS_RETURN is set
- * on the communicators so that a failing call returns instead of
- * aborting). */
+ * communicators and every rank's host name (g->hosts, MPI_Allgather).
+ * Fails when the world size is not stages * dp. Errors of MPI calls
+ * return DYN_ERR_INTERNAL naming the call (MPI_ERRORS_RETURN is set on the
+ * communicators so that a failing call returns instead of aborting). */
 dyn_status dyn_rt_group_init(dyn_rt_group *g, int *argc, char ***argv, int stages, int dp,
                              dyn_error *err);
 /* Free the communicators and the host list, and MPI_Finalize. */

@@ -1,8 +1,8 @@
 /* launch.c — `dynapipe train` typed without mpirun: start the MPI job of
  * itself, so a user types one command (see train.h). With --hostfile the
- * ranks go over the listed hosts by slot (docs/architecture.md, "Across
- * hosts"); Open MPI settings such as the remote-start agent or the network
- * interfaces come from the user's OMPI_MCA_* variables, which mpirun reads. */
+ * ranks go over the listed hosts by slot (docs/multi-host.md); Open MPI
+ * settings such as the remote-start agent or the network interfaces come
+ * from the user's OMPI_MCA_* variables, which mpirun reads. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
