@@ -27,7 +27,8 @@
  *    with 3 slots each, replica 1 spans both hosts and the log says so;
  *  - h1's link cut mid-run (`ip link set eth0 down` in h1) ends the job
  *    non-zero with the runtime's timeout message, printed within 15 s of
- *    the cut (deadline 5 s), the job over within 60 s, not ended by
+ *    the cut (deadline 5 s), the job over within 40 s (the launcher's
+ *    10 s grace for mpirun after a rank's failure), not ended by
  *    `timeout`; no weights are written;
  *  - an unreadable hostfile is one line before any rank starts. */
 #include <setjmp.h>
@@ -247,9 +248,10 @@ static void test_cut_link(void **state)
      * at most one more wait begun before it noticed (the iteration is
      * ~0.3 s) and slack for a loaded machine */
     assert_true(t_msg > 0 && t_msg - t_cut < 15);
-    /* the end: then TCP giving up on the far daemon (tcp_retries2 = 4 in
-     * hosts.sh: about 6 s), and slack */
-    assert_true(secs < 60);
+    /* the end: mpirun cannot reach h1's daemon to finish the abort (TCP
+     * would retry for about 15 minutes), so the launcher kills it 10 s
+     * after the rank's message (launch.c, LAUNCH_GRACE_S); and slack */
+    if (secs >= 40) fail_msg("the job ended %.1f s after the cut, not within 40 s: %s", secs, e);
     free(e);
     assert_int_equal(access(weights, F_OK), -1);
 }

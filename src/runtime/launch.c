@@ -4,13 +4,161 @@
  * settings such as the remote-start agent or the network interfaces come
  * from the user's OMPI_MCA_* variables, which mpirun reads. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runtime/train.h"
+
+/* ---- supervising mpirun across hosts -----------------------------------------
+ *
+ * On one host MPI_Abort ends the job at once. Across hosts, after a rank's
+ * deadline has fired and it called MPI_Abort, mpirun waits until it has
+ * told every host's daemon, and a daemon behind a dead link answers only
+ * when TCP gives up (net.ipv4.tcp_retries2: about 15 minutes by default).
+ * So with --hostfile the launcher runs mpirun as a child instead of
+ * becoming it, passes mpirun's stderr through line by line, and once a
+ * rank has reported its fatal error (dyn_rt_group_abort's line, starting
+ * ABORT_MARK) gives mpirun LAUNCH_GRACE_S seconds to end the job before
+ * killing it (SIGKILL: mpirun 4.1 stuck in an abort crashes in its own
+ * clean-up on SIGTERM; the ranks of its host are gone by then, those of
+ * the unreachable host end when their daemon loses mpirun). mpirun gets a process
+ * group of its own and stdin from /dev/null, so a signal to the launcher's
+ * group (Ctrl-C, `timeout`) reaches mpirun once, forwarded, rather than
+ * twice (twice makes mpirun skip its clean-up). */
+
+#define ABORT_MARK "dynapipe train: rank "
+#define LAUNCH_GRACE_S 10
+
+static volatile sig_atomic_t launch_child = 0;
+
+/* SIGINT / SIGTERM / SIGHUP to the launcher go on to mpirun (kill is
+ * async-signal-safe). */
+static void launch_forward(int sig)
+{
+    if (launch_child > 0) kill((pid_t)launch_child, sig);
+}
+
+static double launch_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Copy n bytes to stderr; 1 when a line in them (joined with the partial
+ * line carried in line[*len]) starts with ABORT_MARK. */
+static int launch_pass(const char *buf, size_t n, char *line, size_t *len, size_t cap)
+{
+    size_t off = 0;
+    while (off < n) {
+        ssize_t w = write(2, buf + off, n - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break; /* stderr gone: keep supervising anyway */
+        off += (size_t)w;
+    }
+    int seen = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (buf[i] == '\n') {
+            seen |= *len >= strlen(ABORT_MARK) && memcmp(line, ABORT_MARK, strlen(ABORT_MARK)) == 0;
+            *len = 0;
+        } else if (*len < cap) {
+            line[(*len)++] = buf[i];
+        }
+    }
+    return seen;
+}
+
+/* Run mpirun (av) as a child, its stderr through a pipe; returns the exit
+ * status for the shell: mpirun's own, 128 + signal, or 1 when it had to
+ * be killed (after one line saying so). */
+static int launch_supervise(char **av)
+{
+    int fds[2];
+    if (pipe(fds) != 0) {
+        fprintf(stderr, "dynapipe train: pipe: %s\n", strerror(errno));
+        return 1;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "dynapipe train: fork: %s\n", strerror(errno));
+        close(fds[0]);
+        close(fds[1]);
+        return 1;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        int null_fd = open("/dev/null", O_RDONLY);
+        if (setpgid(0, 0) != 0 || null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(fds[1], 2) < 0) _exit(127);
+        close(null_fd);
+        close(fds[1]);
+        execvp("mpirun", av);
+        fprintf(stderr, "dynapipe train: cannot start mpirun (install openmpi-bin): %s\n", strerror(errno));
+        _exit(127);
+    }
+    close(fds[1]);
+    launch_child = pid;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = launch_forward;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    char buf[4096], line[256];
+    size_t line_len = 0;
+    double stop_at = 0; /* 0: no rank has failed yet */
+    int status = 0, open_fd = 1, stopped = 0;
+    for (;;) {
+        /* mpirun's end, not the pipe's: remote-start agents it spawned
+         * can keep the pipe open after it has gone */
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) break;
+        if (r < 0 && errno != EINTR) {
+            fprintf(stderr, "dynapipe train: waitpid: %s\n", strerror(errno));
+            status = 1 << 8;
+            break;
+        }
+        if (stop_at > 0 && launch_now_s() >= stop_at && !stopped) {
+            fprintf(stderr, "dynapipe train: the job did not end %d s after a rank failed (a host unreachable?); "
+                            "killing mpirun\n", LAUNCH_GRACE_S);
+            kill(pid, SIGKILL);
+            stopped = 1;
+        }
+        struct pollfd pf = {fds[0], POLLIN, 0};
+        int pr = poll(&pf, open_fd ? 1 : 0, 200);
+        if (pr > 0 && open_fd) {
+            ssize_t got = read(fds[0], buf, sizeof buf);
+            if (got > 0) {
+                if (launch_pass(buf, (size_t)got, line, &line_len, sizeof line) && stop_at == 0)
+                    stop_at = launch_now_s() + LAUNCH_GRACE_S;
+            } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+                open_fd = 0;
+            }
+        }
+    }
+    launch_child = 0;
+    /* what mpirun wrote last, without waiting for holders of the pipe */
+    for (int more = open_fd; more;) {
+        struct pollfd pf = {fds[0], POLLIN, 0};
+        ssize_t got = poll(&pf, 1, 0) > 0 ? read(fds[0], buf, sizeof buf) : 0;
+        if (got > 0)
+            launch_pass(buf, (size_t)got, line, &line_len, sizeof line);
+        else
+            more = 0;
+    }
+    close(fds[0]);
+    if (stopped) return 1;
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+}
 
 int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc, char **argv)
 {
@@ -68,6 +216,11 @@ int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc,
     for (int i = 1; i < argc; i++) av[k++] = argv[i];
     av[k] = NULL;
     fflush(NULL);
+    if (hostfile != NULL) {
+        int rc = launch_supervise(av);
+        free(av);
+        return rc;
+    }
     execvp("mpirun", av);
     fprintf(stderr, "dynapipe train: cannot start mpirun (install openmpi-bin): %s\n", strerror(errno));
     free(av);
