@@ -143,6 +143,8 @@ void dyn_rt_group_free(dyn_rt_group *g)
 
 _Noreturn void dyn_rt_group_abort(const dyn_rt_group *g, int code, const char *msg)
 {
+    /* launch.c's supervisor watches mpirun's stderr for this line's start
+     * ("dynapipe train: rank "): keep the two in step */
     fprintf(stderr, "dynapipe train: rank %d (stage %d, replica %d, %s): %s\n", g->world_rank,
             g->stage_rank, g->replica, g->host, msg);
     fflush(stderr);

@@ -29,10 +29,10 @@
  * ABORT_MARK) gives mpirun LAUNCH_GRACE_S seconds to end the job before
  * killing it (SIGKILL: mpirun 4.1 stuck in an abort crashes in its own
  * clean-up on SIGTERM; the ranks of its host are gone by then, those of
- * the unreachable host end when their daemon loses mpirun). mpirun gets a process
- * group of its own and stdin from /dev/null, so a signal to the launcher's
- * group (Ctrl-C, `timeout`) reaches mpirun once, forwarded, rather than
- * twice (twice makes mpirun skip its clean-up). */
+ * the unreachable host end when their daemon loses mpirun). mpirun gets a
+ * process group of its own and stdin from /dev/null, so a signal to the
+ * launcher's group (Ctrl-C, `timeout`) reaches mpirun once, forwarded,
+ * rather than twice (twice makes mpirun skip its clean-up). */
 
 #define ABORT_MARK "dynapipe train: rank "
 #define LAUNCH_GRACE_S 10
@@ -112,6 +112,7 @@ static int launch_supervise(char **av)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a closed stderr must not end the supervision */
     char buf[4096], line[256];
     size_t line_len = 0;
     double stop_at = 0; /* 0: no rank has failed yet */
