@@ -39,7 +39,8 @@ static void usage(FILE *out)
             "  --metrics FILE.jsonl      one record per iteration\n"
             "  --trace FILE.json         Perfetto/Chrome trace of every rank's instructions\n"
             "  --save FILE.safetensors   final weights (Hugging Face names)\n"
-            "  --hostfile FILE           hosts for mpirun (default: this machine)\n"
+            "  --hostfile FILE           hosts for mpirun, filled slot by slot so a replica's\n"
+            "                            stages share a host (default: this machine)\n"
             "  --quiet | --verbose\n\n"
             "Defaults for the planning flags below: --data builtin, --model-config gpt-mini /\n"
             "t5-mini, --stages 2, --global-batch-tokens 8192, --max-seqlen 512.\n\n");

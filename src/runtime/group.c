@@ -10,6 +10,29 @@
 
 #include "util/util.h"
 
+/* gethostname, cut to DYN_RT_HOST_LEN - 1 bytes, with every byte outside
+ * [A-Za-z0-9._-] replaced by '_' so that the name needs no JSON escaping. */
+static void host_name_read(char name[DYN_RT_HOST_LEN])
+{
+    char raw[256] = {0};
+    if (gethostname(raw, sizeof raw - 1) != 0 || raw[0] == '\0') snprintf(raw, sizeof raw, "unknown");
+    size_t i = 0;
+    for (; raw[i] != '\0' && i < DYN_RT_HOST_LEN - 1; i++) {
+        char c = raw[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
+                 c == '_';
+        name[i] = ok ? c : '_';
+    }
+    name[i] = '\0';
+}
+
+static int host_rank_count(const dyn_rt_group *g, int w)
+{
+    int n = 0;
+    for (int v = 0; v < g->world_size; v++) n += strcmp(g->hosts[v], g->hosts[w]) == 0;
+    return n;
+}
+
 dyn_status dyn_rt_mpi_check(int rc, const char *what, dyn_error *err)
 {
     if (rc == MPI_SUCCESS) return DYN_OK;
@@ -38,7 +61,7 @@ dyn_status dyn_rt_group_init(dyn_rt_group *g, int *argc, char ***argv, int stage
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &g->world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g->world_size);
-    if (gethostname(g->host, sizeof g->host - 1) != 0) snprintf(g->host, sizeof g->host, "?");
+    host_name_read(g->host);
     if (provided < MPI_THREAD_FUNNELED)
         return dyn_error_set(err, DYN_ERR_INTERNAL, "MPI provides thread level %d, dynapipe needs FUNNELED",
                              provided);
@@ -58,11 +81,58 @@ dyn_status dyn_rt_group_init(dyn_rt_group *g, int *argc, char ***argv, int stage
     if (st != DYN_OK) return st;
     MPI_Comm_set_errhandler(g->pipe, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(g->dpc, MPI_ERRORS_RETURN);
-    return DYN_OK;
+    g->hosts = dyn_calloc((size_t)g->world_size, sizeof *g->hosts, "host names", err);
+    if (g->hosts == NULL) return DYN_ERR_NOMEM;
+    /* blocking, like the splits above: every rank is at start-up here */
+    return dyn_rt_mpi_check(MPI_Allgather(g->host, DYN_RT_HOST_LEN, MPI_CHAR, g->hosts, DYN_RT_HOST_LEN, MPI_CHAR,
+                                          MPI_COMM_WORLD),
+                            "MPI_Allgather (host names)", err);
+}
+
+void dyn_rt_group_hosts_describe(const dyn_rt_group *g, char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    /* each host once, in order of its first rank; its ranks as runs a-b */
+    for (int w = 0; w < g->world_size && used + 1 < size; w++) {
+        int seen = 0;
+        for (int v = 0; v < w && !seen; v++) seen = strcmp(g->hosts[v], g->hosts[w]) == 0;
+        if (seen) continue;
+        int n = snprintf(buf + used, size - used, "%s%s (rank%s", used ? ", " : "", g->hosts[w],
+                         host_rank_count(g, w) > 1 ? "s" : "");
+        used += n > 0 ? (size_t)n : 0;
+        const char *sep = " ";
+        for (int a = w; a < g->world_size && used + 1 < size; a++) {
+            if (strcmp(g->hosts[a], g->hosts[w]) != 0) continue;
+            int b = a;
+            while (b + 1 < g->world_size && strcmp(g->hosts[b + 1], g->hosts[w]) == 0) b++;
+            n = a == b ? snprintf(buf + used, size - used, "%s%d", sep, a)
+                       : snprintf(buf + used, size - used, "%s%d-%d", sep, a, b);
+            used += n > 0 ? (size_t)n : 0;
+            sep = ",";
+            a = b;
+        }
+        if (used + 1 < size) {
+            n = snprintf(buf + used, size - used, ")");
+            used += n > 0 ? (size_t)n : 0;
+        }
+    }
+    if (used >= size) used = size - 1;
+    buf[used] = '\0';
+}
+
+int dyn_rt_group_split_replica(const dyn_rt_group *g)
+{
+    for (int d = 0; d < g->dp; d++)
+        for (int s = 1; s < g->stages; s++)
+            if (strcmp(g->hosts[dyn_rt_world_rank(g, d, s)], g->hosts[dyn_rt_world_rank(g, d, 0)]) != 0) return d;
+    return -1;
 }
 
 void dyn_rt_group_free(dyn_rt_group *g)
 {
+    free(g->hosts);
+    g->hosts = NULL;
     if (g->pipe != MPI_COMM_NULL) MPI_Comm_free(&g->pipe);
     if (g->dpc != MPI_COMM_NULL) MPI_Comm_free(&g->dpc);
     int init = 0, fin = 0;
@@ -73,6 +143,8 @@ void dyn_rt_group_free(dyn_rt_group *g)
 
 _Noreturn void dyn_rt_group_abort(const dyn_rt_group *g, int code, const char *msg)
 {
+    /* launch.c's supervisor watches mpirun's stderr for this line's start
+     * ("dynapipe train: rank "): keep the two in step */
     fprintf(stderr, "dynapipe train: rank %d (stage %d, replica %d, %s): %s\n", g->world_rank,
             g->stage_rank, g->replica, g->host, msg);
     fflush(stderr);

@@ -6,17 +6,24 @@
  * so the S stages of one data-parallel replica are consecutive ranks: on a
  * host list filled rank by rank (mpirun's default "by slot" mapping), the
  * pipeline neighbours that exchange activations every micro-batch share a
- * host, and only the once-per-iteration gradient allreduce crosses hosts.
- * Two communicators split the world:
+ * host, and only the once-per-iteration gradient allreduce crosses hosts
+ * (docs/multi-host.md; the launcher asks mpirun for that mapping with
+ * --map-by slot). Two communicators split the world:
  *     pipe  — the S ranks of one replica (rank in it = stage_rank);
  *     dpc   — the D ranks holding the same stage (rank in it = replica). */
 #ifndef DYN_RUNTIME_GROUP_H
 #define DYN_RUNTIME_GROUP_H
 
 #include <mpi.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dynapipe/common.h"
+
+/* Bytes of a host name, NUL included; longer names are cut. Names are
+ * reduced to letters, digits, '.', '-' and '_' (others become '_'), so they
+ * go into JSON and log lines without escaping. */
+#define DYN_RT_HOST_LEN 64
 
 typedef struct dyn_rt_group {
     int world_rank, world_size;
@@ -27,17 +34,18 @@ typedef struct dyn_rt_group {
     MPI_Comm world; /* MPI_COMM_WORLD */
     MPI_Comm pipe;  /* the ranks of this replica */
     MPI_Comm dpc;   /* the ranks of this stage rank across replicas */
-    char host[64];  /* this rank's host name */
+    char host[DYN_RT_HOST_LEN];   /* this rank's host name */
+    char (*hosts)[DYN_RT_HOST_LEN]; /* [world_size]: every rank's host name, gathered at init */
 } dyn_rt_group;
 
-/* MPI_Init_thread (FUNNELED: only the main thread calls MPI) and the two
- * communicators. Fails when the world size is not stages * dp. Errors of MPI
- * calls return DYN_ERR_INTERNAL naming the call (MPI_ERRORS_RETURN is set
- * on the communicators so that a failing call returns instead of
- * aborting). */
+/* MPI_Init_thread (FUNNELED: only the main thread calls MPI), the two
+ * communicators and every rank's host name (g->hosts, MPI_Allgather).
+ * Fails when the world size is not stages * dp. Errors of MPI calls
+ * return DYN_ERR_INTERNAL naming the call (MPI_ERRORS_RETURN is set on the
+ * communicators so that a failing call returns instead of aborting). */
 dyn_status dyn_rt_group_init(dyn_rt_group *g, int *argc, char ***argv, int stages, int dp,
                              dyn_error *err);
-/* Free the communicators and MPI_Finalize. */
+/* Free the communicators and the host list, and MPI_Finalize. */
 void dyn_rt_group_free(dyn_rt_group *g);
 /* End the whole job now with exit code `code` (MPI_Abort), after printing
  * msg (one line) on stderr prefixed with this rank. Never returns. */
@@ -48,6 +56,14 @@ static inline int dyn_rt_world_rank(const dyn_rt_group *g, int replica, int stag
 {
     return replica * g->stages + stage_rank;
 }
+
+/* "h0 (ranks 0-1), h1 (ranks 2-3)": every host with its runs of
+ * consecutive world ranks, into buf (cut to size, always NUL-terminated). */
+void dyn_rt_group_hosts_describe(const dyn_rt_group *g, char *buf, size_t size);
+
+/* The first replica whose S stages are not all on one host (its activations
+ * then cross the network), or -1 when every pipeline stays on its host. */
+int dyn_rt_group_split_replica(const dyn_rt_group *g);
 
 /* An MPI return code as a dyn_error: DYN_OK for MPI_SUCCESS, else
  * DYN_ERR_INTERNAL "<what>: <MPI error string>". */

@@ -1,42 +1,271 @@
 /* launch.c — `dynapipe train` typed without mpirun: start the MPI job of
- * itself, so a user types one command (see train.h).
+ * itself, so a user types one command (see train.h). With --hostfile the
+ * ranks go over the listed hosts by slot (docs/multi-host.md); Open MPI
+ * settings such as the remote-start agent or the network interfaces come
+ * from the user's OMPI_MCA_* variables, which mpirun reads.
  *
- * The launcher stays the parent of mpirun: it forwards SIGINT, SIGTERM and
- * SIGHUP to it (so `timeout` or Ctrl-C stop the whole job), passes stdout
- * through, and filters mpirun's stderr. dynapipe's own lines pass
- * unchanged; Open MPI's multi-line help blocks ("MPI_ABORT was invoked
- * ...", "Primary job terminated normally ...") and its internal log lines
- * are dropped, except the one that says which rank died, which becomes one
- * line "dynapipe train: rank N ... exited on signal S". So a failed run
- * ends with the lines that say what went wrong, not three screens of
- * launcher boilerplate. Run under mpirun by hand to see everything. */
+ * The launcher stays mpirun's parent (below) and filters mpirun's stderr:
+ * dynapipe's own lines pass unchanged; Open MPI's multi-line help blocks
+ * ("MPI_ABORT was invoked ...", "Primary job terminated normally ...") and
+ * its "[host:pid]" log lines are dropped, except the block that says which
+ * rank died, which becomes one line "dynapipe train: rank N exited on
+ * signal S; the job was stopped". So a failed run ends with the lines that
+ * say what went wrong. Run under mpirun by hand to see everything. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runtime/train.h"
 
-static volatile sig_atomic_t g_child = 0;
+/* ---- supervising mpirun across hosts -----------------------------------------
+ *
+ * On one host MPI_Abort ends the job at once. Across hosts, after a rank's
+ * deadline has fired and it called MPI_Abort, mpirun waits until it has
+ * told every host's daemon, and a daemon behind a dead link answers only
+ * when TCP gives up (net.ipv4.tcp_retries2: about 15 minutes by default).
+ * So the launcher runs mpirun as a child instead of becoming it, passes
+ * mpirun's stderr through its filter line by line, and once a
+ * rank has reported its fatal error (dyn_rt_group_abort's line, starting
+ * ABORT_MARK) gives mpirun LAUNCH_GRACE_S seconds to end the job before
+ * killing it (SIGKILL: mpirun 4.1 stuck in an abort crashes in its own
+ * clean-up on SIGTERM; the ranks of its host are gone by then, those of
+ * the unreachable host end when their daemon loses mpirun). mpirun gets a
+ * process group of its own and stdin from /dev/null, so a signal to the
+ * launcher's group (Ctrl-C, `timeout`) reaches mpirun once, forwarded,
+ * rather than twice (twice makes mpirun skip its clean-up). */
 
-static void forward_signal(int sig)
+#define ABORT_MARK "dynapipe train: rank "
+#define LAUNCH_GRACE_S 10
+
+static volatile sig_atomic_t launch_child = 0;
+
+/* SIGINT / SIGTERM / SIGHUP to the launcher go on to mpirun (kill is
+ * async-signal-safe). */
+static void launch_forward(int sig)
 {
-    if (g_child > 0) kill((pid_t)g_child, sig);
+    if (launch_child > 0) kill((pid_t)launch_child, sig);
 }
 
-/* Build mpirun's argument vector (NULL-terminated, strings borrowed). */
-static char **mpirun_argv(const dyn_train_options *o, const char *hostfile, const char *exe, char *np, int argc,
-                          char **argv)
+static double launch_now_s(void)
 {
-    char **av = calloc((size_t)argc + 16, sizeof *av);
-    if (av == NULL) return NULL;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The stderr filter's state: the line being read, and the Open MPI help
+ * block it is inside of (between two lines of dashes). */
+typedef struct launch_filter {
+    char line[4096];
+    size_t len;
+    int in_block;
+    char block[8192];
+    size_t blen;
+} launch_filter;
+
+static void launch_write(const char *s, size_t n)
+{
+    size_t off = 0;
+    while (off < n) {
+        ssize_t w = write(2, s + off, n - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return; /* stderr gone: keep supervising anyway */
+        off += (size_t)w;
+    }
+}
+
+static int is_dash_line(const char *s)
+{
+    int n = 0;
+    while (s[n] == '-') n++;
+    return n >= 20 && s[n] == '\0';
+}
+
+/* An Open MPI log line "[host:pid] ..." (ORTE_ERROR_LOG, help aggregation). */
+static int is_ompi_log(const char *s)
+{
+    const char *e = strchr(s, ']'), *c = strchr(s, ':');
+    return s[0] == '[' && e != NULL && c != NULL && c < e;
+}
+
+/* A help block ended: keep only what it says about a dead rank. */
+static void launch_block_end(launch_filter *f)
+{
+    const char *p = strstr(f->block, "mpirun noticed that process rank ");
+    if (p == NULL) return;
+    int rank = -1;
+    char how[256] = "";
+    sscanf(p, "mpirun noticed that process rank %d", &rank);
+    const char *q = strstr(p, "exited on ");
+    if (q) sscanf(q, "exited on %255[^\n]", how);
+    size_t hl = strlen(how);
+    if (hl > 0 && how[hl - 1] == '.') how[hl - 1] = '\0';
+    char out[400];
+    int n = snprintf(out, sizeof out, "dynapipe train: rank %d exited on %s; the job was stopped\n", rank, how);
+    if (n > 0) launch_write(out, (size_t)n < sizeof out ? (size_t)n : sizeof out - 1);
+}
+
+/* One complete line of mpirun's stderr (no newline); 1 when it is a
+ * rank's fatal error (starts with ABORT_MARK). */
+static int launch_line(launch_filter *f, const char *line)
+{
+    if (is_dash_line(line)) {
+        if (f->in_block) launch_block_end(f);
+        f->in_block = !f->in_block;
+        f->blen = 0;
+        f->block[0] = '\0';
+        return 0;
+    }
+    if (f->in_block) {
+        size_t l = strlen(line);
+        if (f->blen + l + 2 < sizeof f->block) {
+            memcpy(f->block + f->blen, line, l);
+            f->blen += l;
+            f->block[f->blen++] = '\n';
+            f->block[f->blen] = '\0';
+        }
+        return 0;
+    }
+    if (is_ompi_log(line)) return 0;
+    launch_write(line, strlen(line));
+    launch_write("\n", 1);
+    return strncmp(line, ABORT_MARK, strlen(ABORT_MARK)) == 0;
+}
+
+/* Filter n bytes of mpirun's stderr; 1 when a rank reported its fatal
+ * error in them. Over-long lines are cut (the rest of them dropped). */
+static int launch_pass(launch_filter *f, const char *buf, size_t n)
+{
+    int seen = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (buf[i] == '\n') {
+            f->line[f->len] = '\0';
+            seen |= launch_line(f, f->line);
+            f->len = 0;
+        } else if (f->len < sizeof f->line - 1) {
+            f->line[f->len++] = buf[i];
+        }
+    }
+    return seen;
+}
+
+/* Run mpirun (av) as a child, its stderr through a pipe; returns the exit
+ * status for the shell: mpirun's own, 128 + signal, or 1 when it had to
+ * be killed (after one line saying so). */
+static int launch_supervise(char **av)
+{
+    int fds[2];
+    if (pipe(fds) != 0) {
+        fprintf(stderr, "dynapipe train: pipe: %s\n", strerror(errno));
+        return 1;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "dynapipe train: fork: %s\n", strerror(errno));
+        close(fds[0]);
+        close(fds[1]);
+        return 1;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        int null_fd = open("/dev/null", O_RDONLY);
+        if (setpgid(0, 0) != 0 || null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(fds[1], 2) < 0) _exit(127);
+        close(null_fd);
+        close(fds[1]);
+        execvp("mpirun", av);
+        fprintf(stderr, "dynapipe train: cannot start mpirun (install openmpi-bin): %s\n", strerror(errno));
+        _exit(127);
+    }
+    close(fds[1]);
+    launch_child = pid;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = launch_forward;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a closed stderr must not end the supervision */
+    char buf[4096];
+    static launch_filter filter; /* 12 KB: not on the stack */
+    memset(&filter, 0, sizeof filter);
+    double stop_at = 0; /* 0: no rank has failed yet */
+    int status = 0, open_fd = 1, stopped = 0;
+    for (;;) {
+        /* mpirun's end, not the pipe's: remote-start agents it spawned
+         * can keep the pipe open after it has gone */
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) break;
+        if (r < 0 && errno != EINTR) {
+            fprintf(stderr, "dynapipe train: waitpid: %s\n", strerror(errno));
+            status = 1 << 8;
+            break;
+        }
+        if (stop_at > 0 && launch_now_s() >= stop_at && !stopped) {
+            fprintf(stderr, "dynapipe train: the job did not end %d s after a rank failed (a host unreachable?); "
+                            "killing mpirun\n", LAUNCH_GRACE_S);
+            kill(pid, SIGKILL);
+            stopped = 1;
+        }
+        struct pollfd pf = {fds[0], POLLIN, 0};
+        int pr = poll(&pf, open_fd ? 1 : 0, 200);
+        if (pr > 0 && open_fd) {
+            ssize_t got = read(fds[0], buf, sizeof buf);
+            if (got > 0) {
+                if (launch_pass(&filter, buf, (size_t)got) && stop_at == 0)
+                    stop_at = launch_now_s() + LAUNCH_GRACE_S;
+            } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+                open_fd = 0;
+            }
+        }
+    }
+    launch_child = 0;
+    /* what mpirun wrote last, without waiting for holders of the pipe */
+    for (int more = open_fd; more;) {
+        struct pollfd pf = {fds[0], POLLIN, 0};
+        ssize_t got = poll(&pf, 1, 0) > 0 ? read(fds[0], buf, sizeof buf) : 0;
+        if (got > 0)
+            launch_pass(&filter, buf, (size_t)got);
+        else
+            more = 0;
+    }
+    if (filter.len > 0) { /* a last line without its newline */
+        filter.line[filter.len] = '\0';
+        launch_line(&filter, filter.line);
+    }
+    close(fds[0]);
+    if (stopped) return 1;
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+}
+
+int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc, char **argv)
+{
     int64_t n = (int64_t)o->plan.stages * o->plan.dp;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    snprintf(np, 32, "%lld", (long long)n);
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) {
+        fprintf(stderr, "dynapipe train: cannot find this program's path (/proc/self/exe)\n");
+        return 1;
+    }
+    exe[len] = '\0';
+    char np[32];
+    snprintf(np, sizeof np, "%lld", (long long)n);
+    /* mpirun + its flags + exe + our arguments after argv[0] + NULL */
+    char **av = calloc((size_t)argc + 16, sizeof *av);
+    if (av == NULL) {
+        fprintf(stderr, "dynapipe train: out of memory\n");
+        return 1;
+    }
     int k = 0;
     av[k++] = "mpirun";
     if (geteuid() == 0) {
@@ -46,8 +275,21 @@ static char **mpirun_argv(const dyn_train_options *o, const char *hostfile, cons
         setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     }
     if (hostfile != NULL) {
+        /* mpirun's own message for a missing file is a boxed page */
+        if (access(hostfile, R_OK) != 0) {
+            fprintf(stderr, "dynapipe train: --hostfile %s: %s\n", hostfile, strerror(errno));
+            free(av);
+            return 1;
+        }
+        /* Fill each host's slots with consecutive ranks before the next
+         * host: rank w = replica * S + stage, so a host with a multiple of
+         * S slots holds whole pipelines and only the gradient allreduce
+         * crosses hosts (group.h). Open MPI 4.1 already places nodes this
+         * way by default; asking keeps it so whatever the defaults. */
         av[k++] = "--hostfile";
         av[k++] = (char *)hostfile;
+        av[k++] = "--map-by";
+        av[k++] = "slot";
     } else if (cores > 0 && n > cores) {
         av[k++] = "--oversubscribe";
     }
@@ -57,120 +299,11 @@ static char **mpirun_argv(const dyn_train_options *o, const char *hostfile, cons
     av[k++] = "none";
     av[k++] = "-np";
     av[k++] = np;
-    av[k++] = (char *)exe;
+    av[k++] = exe;
     for (int i = 1; i < argc; i++) av[k++] = argv[i];
     av[k] = NULL;
-    return av;
-}
-
-static int is_dash_line(const char *s)
-{
-    int n = 0;
-    while (s[n] == '-') n++;
-    return n >= 20 && (s[n] == '\n' || s[n] == '\0');
-}
-
-/* An Open MPI log line "[host:pid] ..." (ORTE_ERROR_LOG, help aggregation). */
-static int is_ompi_log(const char *s)
-{
-    if (s[0] != '[') return 0;
-    const char *e = strchr(s, ']');
-    return e != NULL && strchr(s, ':') != NULL && strchr(s, ':') < e;
-}
-
-/* Copy mpirun's stderr to ours, filtered (see the top of the file). */
-static void filter_stderr(FILE *in)
-{
-    char line[4096], block[8192];
-    int in_block = 0;
-    size_t blen = 0;
-    while (fgets(line, sizeof line, in) != NULL) {
-        if (is_dash_line(line)) {
-            if (in_block) {
-                const char *p = strstr(block, "mpirun noticed that process rank ");
-                if (p != NULL) {
-                    int rank = -1;
-                    char how[256] = "";
-                    const char *q = strstr(p, "exited on ");
-                    sscanf(p, "mpirun noticed that process rank %d", &rank);
-                    if (q) sscanf(q, "exited on %255[^\n]", how);
-                    char *dot = strrchr(how, '.');
-                    if (dot && dot[1] == '\0') *dot = '\0';
-                    fprintf(stderr, "dynapipe train: rank %d exited on %s; the job was stopped\n", rank, how);
-                }
-            }
-            in_block = !in_block;
-            blen = 0;
-            block[0] = '\0';
-            continue;
-        }
-        if (in_block) {
-            size_t l = strlen(line);
-            if (blen + l < sizeof block) {
-                memcpy(block + blen, line, l + 1);
-                blen += l;
-            }
-            continue;
-        }
-        if (is_ompi_log(line)) continue;
-        fputs(line, stderr);
-    }
-}
-
-int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc, char **argv)
-{
-    char exe[PATH_MAX], np[32];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len <= 0) {
-        fprintf(stderr, "dynapipe train: cannot find this program's path (/proc/self/exe)\n");
-        return 1;
-    }
-    exe[len] = '\0';
-    char **av = mpirun_argv(o, hostfile, exe, np, argc, argv);
-    int fd[2];
-    if (av == NULL || pipe(fd) != 0) {
-        fprintf(stderr, "dynapipe train: cannot start mpirun: %s\n", av ? strerror(errno) : "out of memory");
-        free(av);
-        return 1;
-    }
     fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "dynapipe train: cannot start mpirun: %s\n", strerror(errno));
-        free(av);
-        return 1;
-    }
-    if (pid == 0) {
-        close(fd[0]);
-        dup2(fd[1], 2);
-        close(fd[1]);
-        execvp("mpirun", av);
-        fprintf(stderr, "dynapipe train: cannot start mpirun (install openmpi-bin): %s\n", strerror(errno));
-        _exit(127);
-    }
+    int rc = launch_supervise(av);
     free(av);
-    close(fd[1]);
-    g_child = pid;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = forward_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    FILE *in = fdopen(fd[0], "r");
-    if (in != NULL) {
-        filter_stderr(in);
-        fclose(in);
-    } else {
-        close(fd[0]);
-    }
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) {
-        fprintf(stderr, "dynapipe train: mpirun ended by signal %d\n", WTERMSIG(status));
-        return 128 + WTERMSIG(status);
-    }
-    return 1;
+    return rc;
 }

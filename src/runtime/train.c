@@ -524,6 +524,8 @@ static dyn_status write_metrics(rt_run *R, dyn_error *err)
         for (int w = 0; w < R->g.world_size; w++) fprintf(af.fp, "%s%.2f", w ? "," : "", it->peak_mb[w]);
         fprintf(af.fp, "],\"predicted_peak_mem_mb\":[");
         for (int w = 0; w < R->g.world_size; w++) fprintf(af.fp, "%s%.2f", w ? "," : "", it->pred_peak_mb[w]);
+        fprintf(af.fp, "],\"hosts\":[");
+        for (int w = 0; w < R->g.world_size; w++) fprintf(af.fp, "%s\"%s\"", w ? "," : "", R->g.hosts[w]);
         fprintf(af.fp, "]}\n");
     }
     if (ferror(af.fp)) {
@@ -597,8 +599,8 @@ static dyn_status gather_trace(rt_run *R, dyn_error *err)
             fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"pipeline\"}}");
             for (int w = 0; w < W; w++)
                 fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d "
-                           "(stage %d, replica %d)\"}}",
-                        w, w, w % R->g.stages, w / R->g.stages);
+                           "(stage %d, replica %d, %s)\",\"host\":\"%s\"}}",
+                        w, w, w % R->g.stages, w / R->g.stages, R->g.hosts[w], R->g.hosts[w]);
             for (int w = 0; w < W; w++) {
                 const rt_event *e = (const rt_event *)(all + displs[w]);
                 int64_t ne = counts[w] / (int)sizeof(rt_event);
@@ -838,11 +840,19 @@ static dyn_status setup(rt_run *R, dyn_error *err)
         if ((R->planner = rt_planner_create(o, rt_source_lengths(R->src), err)) == NULL) return err->code;
         if ((st = rt_planner_start(R->planner, err)) != DYN_OK) return st;
         R->mail.planner = R->planner;
-        if (o->progress >= 0)
+        if (o->progress >= 0) {
+            char hosts[512];
+            dyn_rt_group_hosts_describe(&R->g, hosts, sizeof hosts);
             fprintf(stderr, "dynapipe train: %d ranks (%d stages x %d replicas) on %s, %d threads per rank, %s %.2fM "
                             "parameters (%.1f MB of states on rank 0); %s\n",
-                    R->g.world_size, R->g.stages, R->g.dp, R->g.host, threads, dyn_model_kind_name(o->model.kind),
+                    R->g.world_size, R->g.stages, R->g.dp, hosts, threads, dyn_model_kind_name(o->model.kind),
                     dyn_model_config_params(&o->model) / 1e6, R->states_mb, dyn_blas_describe());
+            int split = dyn_rt_group_split_replica(&R->g);
+            if (split >= 0)
+                fprintf(stderr, "dynapipe train: note: replica %d's stages are on more than one host, so its "
+                                "activations cross the network; give each host a multiple of %d slots\n",
+                        split, R->g.stages);
+        }
     }
     mail_post(&R->mail, 0);
     return DYN_OK;

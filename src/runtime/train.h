@@ -67,9 +67,10 @@ int dyn_train_rank_main(const dyn_train_options *o, int *argc, char ***argv);
 /* Not under mpirun: run this program as `mpirun -np stages*dp` with the
  * flags this machine needs (oversubscription when ranks exceed cores;
  * --allow-run-as-root and the OMPI_ALLOW_RUN_AS_ROOT variables as root),
- * same arguments, as a child (signals forwarded, stderr filtered: launch.c).
- * hostfile: passed to mpirun (NULL: this host). Returns mpirun's exit
- * status, or 1 with a message when it cannot start. */
+ * same arguments, as a supervised child (signals forwarded, stderr
+ * filtered, killed 10 s after a rank reported a fatal error: launch.c).
+ * hostfile: passed to mpirun with --map-by slot (NULL: this host). Returns
+ * mpirun's exit status, or 1 with a message when it cannot start. */
 int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc, char **argv);
 
 #endif
