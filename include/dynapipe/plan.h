@@ -133,6 +133,10 @@ const dyn_cost_model *dyn_planner_cost_model(const dyn_planner *p);
 double dyn_planner_states_mb(const dyn_planner *p);
 double dyn_planner_stored_limit_mb(const dyn_planner *p);
 double dyn_planner_peak_limit_mb(const dyn_planner *p);
+/* Rows of max_seqlen tokens (T5: both sides) one micro-batch may hold under
+ * the memory limit with S in flight (0: not even one; a single row may still
+ * run alone, the memory rule's exception). */
+dyn_status dyn_planner_fit_rows(const dyn_planner *p, int32_t *rows, dyn_error *err);
 
 /* Plan one global batch of n samples. On DYN_ERR_INFEASIBLE the message names
  * the sample that cannot fit and the numbers. out is freed with
