@@ -546,7 +546,20 @@ static int run_planned(run_state *rs, plan_inputs *in)
         if (n == 0) break;
         for (int32_t m = 0; m < a->n_methods; m++) {
             const char *name = dyn_batching_name(a->methods[m]);
-            dyn_status pst = dyn_planner_plan(planners[m], batch, n, &bp, &err);
+            dyn_status pst;
+            if (a->methods[m] == DYN_BATCH_DYNAPIPE && a->plan.opt.enable_packing) {
+                /* --dp-packing: the pipeline picks among the DP's plan and
+                 * the packings by simulated iteration (schedule auto). */
+                dyn_pipeline_result res;
+                pst = dyn_pipeline_plan(pipes[m], batch, n, &res, &err);
+                if (pst == DYN_OK) {
+                    bp = res.batch;
+                    memset(&res.batch, 0, sizeof res.batch);
+                    dyn_pipeline_result_free(&res);
+                }
+            } else {
+                pst = dyn_planner_plan(planners[m], batch, n, &bp, &err);
+            }
             if (pst == DYN_ERR_INFEASIBLE && a->skip_infeasible) {
                 /* This method cannot plan the batch: infeasible rows. */
                 dyn_batch_plan_free(&bp);

@@ -69,7 +69,9 @@ void plan_args_usage(FILE *out)
             "  --mb-tokens N             token: tokens per micro-batch (default: tuned)\n"
             "                            tuned = the fastest by simulated iteration time (schedule\n"
             "                            auto) on the first global batches, under the memory limit\n"
-            "  --untuned                 baseline knobs not given: the most that fit (no tuning)\n",
+            "  --untuned                 baseline knobs not given: the most that fit (no tuning)\n"
+            "  --dp-packing              dynapipe: also consider document-masked packing of the\n"
+            "                            batch and keep the plan with the lower predicted time\n",
             DEFAULT_SYNTHETIC_BATCHES);
 }
 
@@ -141,6 +143,8 @@ int plan_args_parse_one(const char *cmd, plan_args *a, int argc, char **argv, in
             cli_errorf(cmd, "--split: '%s' is not train or heldout", v);
             return -1;
         }
+    } else if (strcmp(f, "--dp-packing") == 0) {
+        a->opt.enable_packing = 1;
     } else if (strcmp(f, "--untuned") == 0) {
         a->untuned = 1;
     } else if (strcmp(f, "--clip") == 0 || strcmp(f, "--truncate") == 0) {
