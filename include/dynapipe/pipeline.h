@@ -177,6 +177,42 @@ dyn_status dyn_replica_plan_build(dyn_sim *sim, const dyn_replica_request *rq, d
                                   const dyn_sim_options *simopt, dyn_replica_plan *out,
                                   dyn_error *err);
 
+/* ---- tuned baselines (src/pipeline/tune.c) ----------------------------------
+ * A baseline's size knob (padding mb_samples, packing and packing-docmask
+ * pack_rows, token mb_tokens) left at 0 is tuned: the value with the smallest
+ * mean simulated iteration time over the given global batches, each batch
+ * planned and scheduled as dyn_pipeline_plan does (pipe_opt: normally auto,
+ * which also chooses recompute), under opt's memory limit. Candidates: powers
+ * of two (token: from a quarter of one max_seqlen row, T5 counting both
+ * sides) and the most that fit, up to the first value some batch cannot plan
+ * or the first at which every batch is one micro-batch. A value that leaves
+ * a data-parallel replica idle is chosen only if every value does. */
+#define DYN_TUNE_MAX_TRIED 40
+
+typedef struct dyn_tune_result {
+    int64_t value;           /* chosen knob: samples, rows or tokens per micro-batch */
+    double iter_ms;          /* its mean simulated iteration time, ms */
+    int32_t all_replicas_busy; /* the chosen value gives every replica work on every batch */
+    int32_t n_tried;
+    int64_t tried[DYN_TUNE_MAX_TRIED];    /* values in the order tried */
+    double tried_ms[DYN_TUNE_MAX_TRIED];  /* their mean iteration ms; INFINITY: infeasible */
+} dyn_tune_result;
+
+/* Flag name of a method's knob without dashes ("mb-samples", "pack-rows",
+ * "mb-tokens"); NULL for dynapipe. */
+const char *dyn_tune_knob_name(dyn_batching m);
+/* The knob of opt->method (0: tune), and setting it. */
+int64_t dyn_tune_knob_get(const dyn_plan_options *opt);
+void dyn_tune_knob_set(dyn_plan_options *opt, int64_t value);
+/* Tune opt->method's knob (opt's own knob value is ignored) on n_batches
+ * global batches (batches[b], batch_n[b] samples each). cm must be the
+ * analytic or table model the run plans with. DYN_ERR_INFEASIBLE when no
+ * value plans every batch; DYN_ERR_INVALID_ARG for dynapipe. */
+dyn_status dyn_pipeline_tune(const dyn_cost_model *cm, const dyn_plan_options *opt,
+                             const dyn_pipeline_options *pipe_opt, const dyn_sample *const *batches,
+                             const int32_t *batch_n, int32_t n_batches, dyn_tune_result *out,
+                             dyn_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -42,6 +42,10 @@ typedef struct dyn_plan_options {
     int32_t mb_samples;      /* padding: samples per micro-batch */
     int32_t pack_rows;       /* packing: rows per micro-batch */
     int64_t mb_tokens;       /* token-based: tokens per micro-batch */
+    int32_t enable_packing;  /* dynapipe: 1 = also consider packing the batch into
+                                document-masked rows (packing-docmask with 1, 2, 4, ...
+                                rows per micro-batch) and keep whichever plan has the
+                                lower objective_ms; 0 (default) = the DP's plan only */
 } dyn_plan_options;
 
 /* One micro-batch. Its samples are plan->sample_ids[first .. first+n_samples);
@@ -77,7 +81,7 @@ typedef struct dyn_batch_plan {
 
 /* Defaults: method dynapipe, S = v = d = 1, memory limit 0 (the machine's),
  * round_to 8, max_seqlen 2048, no recompute, baseline knobs 0 (the most that
- * fit). Set stages and max_seqlen for the run; the planner checks ranges
+ * fit), enable_packing 0. Set stages and max_seqlen for the run; the planner checks ranges
  * (DYN_ERR_INVALID_ARG naming the field) when it is created. */
 void dyn_plan_options_default(dyn_plan_options *opt);
 
@@ -133,6 +137,10 @@ const dyn_cost_model *dyn_planner_cost_model(const dyn_planner *p);
 double dyn_planner_states_mb(const dyn_planner *p);
 double dyn_planner_stored_limit_mb(const dyn_planner *p);
 double dyn_planner_peak_limit_mb(const dyn_planner *p);
+/* Rows of max_seqlen tokens (T5: both sides) one micro-batch may hold under
+ * the memory limit with S in flight (0: not even one; a single row may still
+ * run alone, the memory rule's exception). */
+dyn_status dyn_planner_fit_rows(const dyn_planner *p, int32_t *rows, dyn_error *err);
 
 /* Plan one global batch of n samples. On DYN_ERR_INFEASIBLE the message names
  * the sample that cannot fit and the numbers. out is freed with

@@ -36,7 +36,7 @@ class PlannerMatchesCli(unittest.TestCase):
             with self.subTest(method=method):
                 self.check(dict(model="gpt2-124m", max_seqlen=1024, stages=4, machine="a100", method=method),
                            ["--model", "gpt", "--model-config", "gpt2-124m", "--max-seqlen", 1024, "--stages", 4,
-                            "--machine", "a100", "--method", method], inputs, targets)
+                            "--machine", "a100", "--method", method, "--untuned"], inputs, targets)
 
     def test_t5_methods(self):
         inputs, targets = lengths(2, 50, 500, 200)
@@ -44,7 +44,7 @@ class PlannerMatchesCli(unittest.TestCase):
             with self.subTest(method=method):
                 plan = self.check(dict(model="t5", max_seqlen=512, stages=2, machine="a100", method=method),
                                   ["--model", "t5", "--max-seqlen", 512, "--stages", 2, "--machine", "a100",
-                                   "--method", method], inputs, targets)
+                                   "--method", method, "--untuned"], inputs, targets)
                 self.assertTrue(all(mb.target_len > 0 for mb in plan.microbatches))
 
     def test_dp_memory_recompute_rounding(self):

@@ -266,6 +266,7 @@ typedef struct run_state {
     sim_row *rows;
     int32_t n_rows, cap_rows;
     recorded rec;
+    int64_t knob[DYN_BATCHING_COUNT]; /* per method index: the size knob planned with (tuned or given) */
 } run_state;
 
 static sim_row *new_row(run_state *rs, dyn_error *err)
@@ -526,6 +527,8 @@ static int run_planned(run_state *rs, plan_inputs *in)
     for (int32_t m = 0; m < a->n_methods; m++) {
         dyn_plan_options po = a->plan.opt;
         po.method = a->methods[m];
+        if (!a->plan.untuned && plan_tune_method(CMD, in, &po, a->order_groups, stdout) != 0) goto done;
+        rs->knob[m] = dyn_tune_knob_get(&po);
         planners[m] = dyn_planner_create(in->cm, &po, &err);
         if (planners[m] == NULL) {
             cli_errorf(CMD, "%s: %s", dyn_batching_name(a->methods[m]), err.msg);
@@ -543,7 +546,20 @@ static int run_planned(run_state *rs, plan_inputs *in)
         if (n == 0) break;
         for (int32_t m = 0; m < a->n_methods; m++) {
             const char *name = dyn_batching_name(a->methods[m]);
-            dyn_status pst = dyn_planner_plan(planners[m], batch, n, &bp, &err);
+            dyn_status pst;
+            if (a->methods[m] == DYN_BATCH_DYNAPIPE && a->plan.opt.enable_packing) {
+                /* --dp-packing: the pipeline picks among the DP's plan and
+                 * the packings by simulated iteration (schedule auto). */
+                dyn_pipeline_result res;
+                pst = dyn_pipeline_plan(pipes[m], batch, n, &res, &err);
+                if (pst == DYN_OK) {
+                    bp = res.batch;
+                    memset(&res.batch, 0, sizeof res.batch);
+                    dyn_pipeline_result_free(&res);
+                }
+            } else {
+                pst = dyn_planner_plan(planners[m], batch, n, &bp, &err);
+            }
             if (pst == DYN_ERR_INFEASIBLE && a->skip_infeasible) {
                 /* This method cannot plan the batch: infeasible rows. */
                 dyn_batch_plan_free(&bp);
@@ -609,6 +625,15 @@ static void summarise(const run_state *rs, int32_t method, int32_t sched, summar
 
 static double summary_tps(const summary *s) { return s->makespan > 0 ? s->tokens / (s->makespan * 1e-3) : 0; }
 
+/* "pack-rows=2": the size knob method index m planned with; "-" for
+ * dynapipe and what-if files. */
+static void knob_label(const run_state *rs, int32_t m, char *buf, size_t cap)
+{
+    const char *name = rs->a->microbatches ? NULL : dyn_tune_knob_name(rs->a->methods[m]);
+    if (name == NULL) snprintf(buf, cap, "-");
+    else snprintf(buf, cap, "%s=%lld", name, (long long)rs->knob[m]);
+}
+
 static void print_table(const run_state *rs)
 {
     const sim_args *a = rs->a;
@@ -621,16 +646,18 @@ static void print_table(const run_state *rs)
         if (rs->rows[i].batch + 1 > n_batches) n_batches = rs->rows[i].batch + 1;
     printf("simulated %d global batch%s on %d pipeline stages, machine %s\n", n_batches,
            n_batches == 1 ? "" : "es", rs->n_ranks, rs->machine.name);
-    printf("%-16s %-17s %12s %8s %13s %13s %9s\n", "method", "schedule", "makespan_ms", "bubble",
-           "peak_mem_mb", "tokens/s", "vs packing");
+    printf("%-16s %-15s %-17s %12s %10s %8s %13s %13s %9s\n", "method", "size", "schedule", "makespan_ms",
+           "iter_ms", "bubble", "peak_mem_mb", "tokens/s", "vs packing");
     for (int32_t m = 0; m < n_methods; m++) {
         for (int32_t k = 0; k < a->n_sched; k++) {
             summary s, p;
             summarise(rs, a->microbatches ? -1 : m, a->sched[k], &s);
             const char *mname = a->microbatches ? "what-if" : dyn_batching_name(a->methods[m]);
+            char size[48];
+            knob_label(rs, m, size, sizeof size);
             if (s.infeasible > 0 || s.n == 0) {
-                printf("%-16s %-17s %12s (%d of %d global batches)\n", mname, sched_label(a->sched[k]),
-                       "infeasible", s.infeasible, s.infeasible + s.n);
+                printf("%-16s %-15s %-17s %12s (%d of %d global batches)\n", mname, size,
+                       sched_label(a->sched[k]), "infeasible", s.infeasible, s.infeasible + s.n);
                 continue;
             }
             char speed[32] = "-";
@@ -640,8 +667,9 @@ static void print_table(const run_state *rs)
                     snprintf(speed, sizeof speed, "%.2fx", summary_tps(&s) / summary_tps(&p));
             }
             double bubble = s.makespan > 0 ? 1.0 - s.busy / ((double)rs->n_ranks * rs->dp * s.makespan) : 0;
-            printf("%-16s %-17s %12.3f %8.3f %13.1f %13.1f %9s\n", mname, sched_label(a->sched[k]),
-                   s.makespan, bubble, s.peak, summary_tps(&s), speed);
+            printf("%-16s %-15s %-17s %12.3f %10.3f %8.3f %13.1f %13.1f %9s\n", mname, size,
+                   sched_label(a->sched[k]), s.makespan, s.makespan / s.n, bubble, s.peak, summary_tps(&s),
+                   speed);
         }
     }
 }
@@ -661,7 +689,11 @@ static void print_markdown(const run_state *rs)
     for (int32_t k = 0; k < a->n_sched; k++) printf(" ---: |");
     printf("\n");
     for (int32_t m = 0; m < n_methods; m++) {
-        printf("| %s |", a->microbatches ? "what-if" : dyn_batching_name(a->methods[m]));
+        char size[48];
+        knob_label(rs, m, size, sizeof size);
+        if (a->microbatches) printf("| what-if |");
+        else if (strcmp(size, "-") == 0) printf("| %s |", dyn_batching_name(a->methods[m]));
+        else printf("| %s (%s) |", dyn_batching_name(a->methods[m]), size);
         for (int32_t k = 0; k < a->n_sched; k++) {
             summary s, p;
             summarise(rs, a->microbatches ? -1 : m, a->sched[k], &s);
@@ -787,6 +819,7 @@ int cli_simulate_main(int argc, char **argv)
             goto done;
         }
     } else {
+        a.plan.no_tune = 1; /* run_planned tunes each method */
         int rc = plan_inputs_open(CMD, &a.plan, &in);
         if (rc != 0) {
             ret = rc;

@@ -199,6 +199,10 @@ static int parse(int argc, char **argv, dyn_train_options *o, const char **hostf
         a.opt.stages = 2;
     }
     if (plan_args_finish(CMD, &a) != 0) return CLI_EXIT_USAGE;
+    /* A baseline's knob is tuned by every process alike (same inputs, same
+     * value); only the launcher says what it chose. */
+    a.tune_quiet = dyn_rt_under_mpirun();
+    a.tune_order_groups = o->order_groups;
     plan_inputs in;
     int rc = plan_inputs_open(CMD, &a, &in);
     if (rc != 0) return rc;

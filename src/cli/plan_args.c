@@ -9,6 +9,8 @@
  *   cost model   analytic on that machine
  *   method       dynapipe; stages 1, dp 1, chunks 1; recompute none
  *   batches      synthetic and --data builtin: 4 global batches; file: all
+ *   baseline knobs  tuned (plan_tune_method) on the first TUNE_BATCHES global
+ *                batches, unless given
  */
 #include "cli/plan_args.h"
 
@@ -16,8 +18,10 @@
 
 #include "cli/cli.h"                /* defines: cli_errorf, cli_parse_*, CLI_EXIT_* */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_*, dyn_machine_resolve */
+#include "dynapipe/pipeline.h"     /* defines: dyn_pipeline_tune */
 
 #define DEFAULT_SYNTHETIC_BATCHES 4
+#define TUNE_BATCHES 4 /* global batches a baseline's knob is tuned on */
 
 void plan_args_init(plan_args *a)
 {
@@ -61,9 +65,14 @@ void plan_args_usage(FILE *out)
             "micro-batching:\n"
             "  --method dynapipe|padding|packing|packing-docmask|token  (default dynapipe)\n"
             "  --round-to N              pad lengths to a multiple of N (default 8)\n"
-            "  --mb-samples N            padding: samples per micro-batch (default: most that fit)\n"
-            "  --pack-rows N             packing: rows per micro-batch (default: most that fit)\n"
-            "  --mb-tokens N             token: tokens per micro-batch (default: most that fit)\n",
+            "  --mb-samples N            padding: samples per micro-batch (default: tuned)\n"
+            "  --pack-rows N             packing: rows per micro-batch (default: tuned)\n"
+            "  --mb-tokens N             token: tokens per micro-batch (default: tuned)\n"
+            "                            tuned = the fastest by simulated iteration time (schedule\n"
+            "                            auto) on the first global batches, under the memory limit\n"
+            "  --untuned                 baseline knobs not given: the most that fit (no tuning)\n"
+            "  --dp-packing              dynapipe: also consider document-masked packing of the\n"
+            "                            batch and keep the plan with the lower predicted time\n",
             DEFAULT_SYNTHETIC_BATCHES);
 }
 
@@ -135,6 +144,10 @@ int plan_args_parse_one(const char *cmd, plan_args *a, int argc, char **argv, in
             cli_errorf(cmd, "--split: '%s' is not train or heldout", v);
             return -1;
         }
+    } else if (strcmp(f, "--dp-packing") == 0) {
+        a->opt.enable_packing = 1;
+    } else if (strcmp(f, "--untuned") == 0) {
+        a->untuned = 1;
     } else if (strcmp(f, "--clip") == 0 || strcmp(f, "--truncate") == 0) {
         a->clip = 1;
     } else if (strcmp(f, "--global-batch-tokens") == 0) {
@@ -368,20 +381,72 @@ int plan_inputs_open(const char *cmd, const plan_args *a, plan_inputs *in)
     }
     if (rc == 0) {
         in->batches_left = batches > 0 ? batches : -1;
+        in->global_batch_tokens = a->global_batch_tokens;
         in->sampler = dyn_sampler_create(&in->ds, a->global_batch_tokens, &err);
         if (in->sampler == NULL) {
             cli_errorf(cmd, "%s", err.msg);
             rc = CLI_EXIT_FAIL;
         }
     }
+    dyn_plan_options opt = a->opt;
+    if (rc == 0 && !a->no_tune && !a->untuned) rc = plan_tune_method(cmd, in, &opt, a->tune_order_groups, a->tune_quiet ? NULL : stderr);
     if (rc == 0) {
-        in->planner = dyn_planner_create(in->cm, &a->opt, &err);
+        in->planner = dyn_planner_create(in->cm, &opt, &err);
         if (in->planner == NULL) {
             cli_errorf(cmd, "%s", err.msg);
             rc = err.code == DYN_ERR_INVALID_ARG ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
         }
     }
     if (rc != 0) plan_inputs_close(in);
+    return rc;
+}
+
+int plan_tune_method(const char *cmd, plan_inputs *in, dyn_plan_options *opt, int32_t order_groups,
+                     FILE *report)
+{
+    if (dyn_tune_knob_name(opt->method) == NULL || dyn_tune_knob_get(opt) != 0) return 0;
+    dyn_error err;
+    dyn_sampler *smp = dyn_sampler_create(&in->ds, in->global_batch_tokens, &err);
+    if (smp == NULL) {
+        cli_errorf(cmd, "%s", err.msg);
+        return CLI_EXIT_FAIL;
+    }
+    const dyn_sample *batches[TUNE_BATCHES];
+    int32_t counts[TUNE_BATCHES];
+    int32_t nb = 0, limit = in->batches_left > 0 && in->batches_left < TUNE_BATCHES ? in->batches_left
+                                                                                     : TUNE_BATCHES;
+    while (nb < limit) {
+        if (dyn_sampler_next(smp, &batches[nb], &counts[nb], &err) != DYN_OK) {
+            cli_errorf(cmd, "%s", err.msg);
+            dyn_sampler_free(smp);
+            return CLI_EXIT_FAIL;
+        }
+        if (counts[nb] == 0) break;
+        nb++;
+    }
+    int rc = 0;
+    if (nb > 0) {
+        dyn_pipeline_options po;
+        dyn_pipeline_options_default(&po);
+        if (order_groups > 0) po.order_groups = order_groups;
+        dyn_tune_result t;
+        if (dyn_pipeline_tune(in->cm, opt, &po, batches, counts, nb, &t, &err) != DYN_OK) {
+            cli_errorf(cmd, "%s", err.msg);
+            rc = err.code == DYN_ERR_INVALID_ARG ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+        } else {
+            dyn_tune_knob_set(opt, t.value);
+            if (report) {
+                fprintf(report, "%s: tuned --%s %lld (simulated iteration %.1f ms, schedule auto, %d global "
+                                "batch%s; tried",
+                        dyn_batching_name(opt->method), dyn_tune_knob_name(opt->method), (long long)t.value,
+                        t.iter_ms, nb, nb == 1 ? "" : "es");
+                for (int32_t i = 0; i < t.n_tried; i++)
+                    fprintf(report, "%s %lld: %.1f", i ? "," : "", (long long)t.tried[i], t.tried_ms[i]);
+                fprintf(report, ")\n");
+            }
+        }
+    }
+    dyn_sampler_free(smp);
     return rc;
 }
 

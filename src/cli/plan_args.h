@@ -46,6 +46,10 @@ typedef struct plan_args {
     /* planning options (stages, dp, chunks, method, memory, recompute, knobs) */
     dyn_plan_options opt;
     int have_max_seqlen, have_stages;
+    int untuned;    /* --untuned: a baseline's knob not given is the most that fit */
+    int no_tune;    /* plan_inputs_open leaves a baseline's zero knob alone (the most that fit) */
+    int tune_quiet; /* plan_inputs_open tunes without printing the line */
+    int32_t tune_order_groups; /* auto's order search while tuning (0: its default) */
 } plan_args;
 
 void plan_args_init(plan_args *a);
@@ -67,6 +71,7 @@ typedef struct plan_inputs {
     dyn_sampler *sampler;
     dyn_planner *planner;
     int32_t batches_left;       /* global batches still to hand out; < 0: all */
+    int64_t global_batch_tokens; /* the sampler's budget */
 } plan_inputs;
 
 /* Build the inputs: returns 0, or CLI_EXIT_FAIL / CLI_EXIT_USAGE (printed). */
@@ -75,5 +80,12 @@ int plan_inputs_open(const char *cmd, const plan_args *a, plan_inputs *in);
  * the end, or CLI_EXIT_FAIL (printed). */
 int plan_inputs_next(const char *cmd, plan_inputs *in, const dyn_sample **batch, int32_t *n);
 void plan_inputs_close(plan_inputs *in);
+/* A baseline whose size knob in opt is 0: tune it (dyn_pipeline_tune, schedule
+ * auto) on the first global batches of in's data and set it in opt; report,
+ * order_groups: auto's order search (0: its default); report,
+ * if not NULL, gets one line saying the value and what was tried. Nothing
+ * for dynapipe or an explicit knob. 0, or CLI_EXIT_FAIL / _USAGE (printed). */
+int plan_tune_method(const char *cmd, plan_inputs *in, dyn_plan_options *opt, int32_t order_groups,
+                     FILE *report);
 
 #endif

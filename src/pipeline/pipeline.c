@@ -17,6 +17,8 @@
 
 #include "util/util.h" /* defines: dyn_calloc */
 
+#define PIPE_N_ALT 5 /* the DP alone + packing-docmask with 1, 2, 4, 8 rows */
+
 struct dyn_pipeline {
     dyn_planner *planner;    /* borrowed */
     const dyn_cost_model *cm;
@@ -25,6 +27,12 @@ struct dyn_pipeline {
     dyn_sim *sim;            /* workspace of auto and of the final simulation */
     int32_t *replica_mbs;    /* [cap_mbs] scratch: a replica's indices into bp->mbs */
     int32_t cap_mbs;
+    /* dynapipe with enable_packing: planners of the other candidates (the
+     * DP alone; packing-docmask with 1, 2, 4, 8 rows per micro-batch),
+     * owned; the batch keeps the candidate with the shortest simulated
+     * iteration. */
+    dyn_planner *alt[PIPE_N_ALT];
+    int32_t n_alt;
 };
 
 void dyn_pipeline_options_default(dyn_pipeline_options *opt)
@@ -214,12 +222,28 @@ dyn_pipeline *dyn_pipeline_create(dyn_planner *planner, const dyn_pipeline_optio
         dyn_pipeline_free(p);
         return NULL;
     }
+    if (po->method == DYN_BATCH_DYNAPIPE && po->enable_packing) {
+        for (int32_t k = 0; k < PIPE_N_ALT; k++) {
+            dyn_plan_options ao = *po;
+            ao.enable_packing = 0;
+            if (k > 0) {
+                ao.method = DYN_BATCH_PACKING_DOCMASK;
+                ao.pack_rows = 1 << (k - 1);
+            }
+            if ((p->alt[k] = dyn_planner_create(cm, &ao, err)) == NULL) {
+                dyn_pipeline_free(p);
+                return NULL;
+            }
+            p->n_alt = k + 1;
+        }
+    }
     return p;
 }
 
 void dyn_pipeline_free(dyn_pipeline *p)
 {
     if (p == NULL) return;
+    for (int32_t k = 0; k < p->n_alt; k++) dyn_planner_free(p->alt[k]);
     dyn_sim_free(p->sim);
     dyn_batch_costs_free(p->bc);
     free(p->replica_mbs);
@@ -281,12 +305,60 @@ dyn_status dyn_pipeline_build_replica(dyn_pipeline *p, const dyn_batch_plan *bp,
     return DYN_OK;
 }
 
+/* The slowest replica's simulated makespan (ms). */
+static double result_ms(const dyn_pipeline_result *r)
+{
+    double ms = 0.0;
+    for (int32_t k = 0; k < r->n_replicas; k++)
+        if (r->replicas[k].makespan_ms > ms) ms = r->replicas[k].makespan_ms;
+    return ms;
+}
+
+static dyn_status plan_with(dyn_pipeline *p, dyn_planner *pl, const dyn_sample *samples, int32_t n,
+                            dyn_pipeline_result *out, dyn_error *err);
+
 dyn_status dyn_pipeline_plan(dyn_pipeline *p, const dyn_sample *samples, int32_t n,
                              dyn_pipeline_result *out, dyn_error *err)
 {
     memset(out, 0, sizeof *out);
     if (p == NULL) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "pipeline: no handle");
-    dyn_status st = dyn_planner_plan(p->planner, samples, n, &out->batch, err);
+    dyn_status st = plan_with(p, p->planner, samples, n, out, err);
+    if (st != DYN_OK || p->n_alt == 0) return st;
+    /* enable_packing: the planner kept the lower DP objective of the DP's
+     * plan and the packings; the objective does not see the pipeline's real
+     * bubbles (per-stage times, the schedule), so every candidate is also
+     * simulated and the shortest iteration wins (ties: the planner's). */
+    double best = result_ms(out);
+    double planned_ms = out->batch.plan_time_ms;
+    for (int32_t k = 0; k < p->n_alt; k++) {
+        dyn_pipeline_result alt;
+        dyn_error e2;
+        st = plan_with(p, p->alt[k], samples, n, &alt, &e2);
+        if (st == DYN_ERR_INFEASIBLE) continue;
+        if (st != DYN_OK) {
+            *err = e2;
+            dyn_pipeline_result_free(out);
+            return st;
+        }
+        planned_ms += alt.batch.plan_time_ms;
+        double ms = result_ms(&alt);
+        if (ms < best) {
+            best = ms;
+            dyn_pipeline_result_free(out);
+            *out = alt;
+        } else {
+            dyn_pipeline_result_free(&alt);
+        }
+    }
+    out->batch.plan_time_ms = planned_ms;
+    return DYN_OK;
+}
+
+static dyn_status plan_with(dyn_pipeline *p, dyn_planner *pl, const dyn_sample *samples, int32_t n,
+                            dyn_pipeline_result *out, dyn_error *err)
+{
+    memset(out, 0, sizeof *out);
+    dyn_status st = dyn_planner_plan(pl, samples, n, &out->batch, err);
     if (st != DYN_OK) {
         dyn_batch_plan_free(&out->batch);
         return st;

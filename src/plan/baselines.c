@@ -63,6 +63,11 @@ dyn_status plan_max_rows(const dyn_planner *p, int32_t cap, int32_t *rows, dyn_e
     return DYN_OK;
 }
 
+dyn_status dyn_planner_fit_rows(const dyn_planner *p, int32_t *rows, dyn_error *err)
+{
+    return plan_max_rows(p, 1 << 24, rows, err);
+}
+
 /* Auto knob: rows of max_seqlen that fit; infeasible if not even one. */
 static dyn_status auto_rows(const dyn_planner *p, int32_t cap, int32_t *rows, dyn_error *err)
 {

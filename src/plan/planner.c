@@ -752,6 +752,48 @@ static dyn_status check_samples(const dyn_planner *p, const dyn_sample *s, int32
     return DYN_OK;
 }
 
+/* dynapipe with enable_packing: the DP's plan, replaced by a document-masked
+ * packing of the batch (packing-docmask, 1, 2, 4, ... rows per micro-batch,
+ * up to the first that does not fit or the first single micro-batch) when
+ * that one's objective is lower. Both objectives are the same formula over
+ * the same stage costs (the packed shapes carry their per-sample attention
+ * counts), so the plan kept is never predicted slower than either. */
+static dyn_status plan_dynapipe_or_packed(dyn_planner *p, const dyn_sample *s, int32_t n,
+                                          dyn_batch_plan *out, dyn_error *err)
+{
+    dyn_status st = plan_dynapipe(p, s, n, out, err);
+    if (st != DYN_OK || !p->opt.enable_packing) return st;
+    const dyn_plan_options saved = p->opt;
+    p->opt.method = DYN_BATCH_PACKING_DOCMASK;
+    for (int32_t rows = 1; rows <= (1 << 24); rows *= 2) {
+        p->opt.pack_rows = rows;
+        dyn_batch_plan alt;
+        memset(&alt, 0, sizeof alt);
+        dyn_error e2;
+        st = plan_baseline(p, s, n, &alt, &e2);
+        if (st == DYN_ERR_INFEASIBLE) { /* larger micro-batches do not fit either */
+            dyn_batch_plan_free(&alt);
+            st = DYN_OK;
+            break;
+        }
+        if (st != DYN_OK) {
+            *err = e2;
+            dyn_batch_plan_free(&alt);
+            break;
+        }
+        int single = alt.n_microbatches == 1;
+        if (alt.objective_ms < out->objective_ms) {
+            dyn_batch_plan_free(out);
+            *out = alt;
+        } else {
+            dyn_batch_plan_free(&alt);
+        }
+        if (single) break;
+    }
+    p->opt = saved;
+    return st;
+}
+
 dyn_status dyn_planner_plan(dyn_planner *p, const dyn_sample *samples, int32_t n,
                             dyn_batch_plan *out, dyn_error *err)
 {
@@ -762,7 +804,7 @@ dyn_status dyn_planner_plan(dyn_planner *p, const dyn_sample *samples, int32_t n
     double t0 = dyn_time_ms();
     dyn_status st = check_samples(p, samples, n, err);
     if (st == DYN_OK)
-        st = p->opt.method == DYN_BATCH_DYNAPIPE ? plan_dynapipe(p, samples, n, out, err)
+        st = p->opt.method == DYN_BATCH_DYNAPIPE ? plan_dynapipe_or_packed(p, samples, n, out, err)
                                                  : plan_baseline(p, samples, n, out, err);
     if (st != DYN_OK) {
         dyn_batch_plan_free(out);

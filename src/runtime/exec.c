@@ -250,7 +250,11 @@ static dyn_status mb_get(rt_exec *x, int32_t j, dyn_model_microbatch **out, dyn_
     }
     const dyn_mb_shape *sh = &w->plan.mb_shape[j];
     dyn_model_microbatch *mb;
-    if (w->method == DYN_BATCH_PACKING || w->method == DYN_BATCH_PACKING_DOCMASK) {
+    /* Packed rows: the packing baselines, and dynapipe's plans that chose
+     * document-masked packing (enable_packing; their shapes carry the
+     * per-sample attention counts). */
+    int docmask = w->method == DYN_BATCH_PACKING_DOCMASK || (w->method == DYN_BATCH_DYNAPIPE && sh->enc_attn > 0);
+    if (w->method == DYN_BATCH_PACKING || docmask) {
         int32_t *rows = dyn_calloc((size_t)sh->rows, sizeof(int32_t), "row counts", err);
         if (rows == NULL) return DYN_ERR_NOMEM;
         for (int32_t k = 0; k < n; k++) {
@@ -262,7 +266,7 @@ static dyn_status mb_get(rt_exec *x, int32_t j, dyn_model_microbatch **out, dyn_
             rows[r]++;
         }
         mb = dyn_model_microbatch_create_packed(x->env.kind, x->ts, n, rows, sh->rows, sh->enc_len, sh->dec_len,
-                                                w->method == DYN_BATCH_PACKING_DOCMASK, err);
+                                                docmask, err);
         free(rows);
     } else {
         for (int32_t k = 0; k < n; k++)

@@ -1,0 +1,185 @@
+/*
+ * tune.c — the baselines' size knob, tuned: padding's samples per
+ * micro-batch, packing's rows per micro-batch, token-based batching's tokens
+ * per micro-batch, chosen by simulated iteration time on the run's own
+ * global batches (include/dynapipe/pipeline.h, dyn_pipeline_tune).
+ *
+ * Why: "as many as fit the memory limit" gives a baseline a few huge
+ * micro-batches and a large pipeline bubble, so comparing dynapipe with it
+ * overstates dynapipe's lead. A user would try a few values and keep the
+ * fastest; this does that, under the same schedule choice as dynapipe (the
+ * pipeline's schedule, normally auto: schedule x order x recompute) and the
+ * same memory limit.
+ *
+ * Candidates are the powers of two from the smallest sensible value upwards
+ * and the old default (the most that fit), stopping at the first value some
+ * batch cannot plan (larger micro-batches only need more memory) or once
+ * every batch is a single micro-batch (larger values plan the same). A value
+ * that leaves a data-parallel replica without work is only chosen when no
+ * value gives every replica work.
+ */
+#include "dynapipe/pipeline.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *dyn_tune_knob_name(dyn_batching m)
+{
+    switch (m) {
+    case DYN_BATCH_PADDING: return "mb-samples";
+    case DYN_BATCH_PACKING:
+    case DYN_BATCH_PACKING_DOCMASK: return "pack-rows";
+    case DYN_BATCH_TOKEN: return "mb-tokens";
+    default: return NULL;
+    }
+}
+
+int64_t dyn_tune_knob_get(const dyn_plan_options *opt)
+{
+    switch (opt->method) {
+    case DYN_BATCH_PADDING: return opt->mb_samples;
+    case DYN_BATCH_PACKING:
+    case DYN_BATCH_PACKING_DOCMASK: return opt->pack_rows;
+    case DYN_BATCH_TOKEN: return opt->mb_tokens;
+    default: return 0;
+    }
+}
+
+void dyn_tune_knob_set(dyn_plan_options *opt, int64_t value)
+{
+    switch (opt->method) {
+    case DYN_BATCH_PADDING: opt->mb_samples = (int32_t)value; break;
+    case DYN_BATCH_PACKING:
+    case DYN_BATCH_PACKING_DOCMASK: opt->pack_rows = (int32_t)value; break;
+    case DYN_BATCH_TOKEN: opt->mb_tokens = value; break;
+    default: break;
+    }
+}
+
+/* Score one knob value: mean over the batches of the slowest replica's
+ * simulated makespan (ms); INFINITY when some batch cannot be planned under
+ * the memory limit. *busy: every replica had work on every batch. *single:
+ * every batch was one micro-batch. */
+static dyn_status score_value(const dyn_cost_model *cm, const dyn_plan_options *base,
+                              const dyn_pipeline_options *popt, int64_t value,
+                              const dyn_sample *const *batches, const int32_t *batch_n,
+                              int32_t n_batches, double *ms, int *busy, int *single, dyn_error *err)
+{
+    dyn_plan_options o = *base;
+    dyn_tune_knob_set(&o, value);
+    *ms = 0.0;
+    *busy = 1;
+    *single = 1;
+    dyn_planner *pl = dyn_planner_create(cm, &o, err);
+    if (pl == NULL) return err->code;
+    dyn_pipeline *pp = dyn_pipeline_create(pl, popt, err);
+    if (pp == NULL) {
+        dyn_planner_free(pl);
+        return err->code;
+    }
+    dyn_status st = DYN_OK;
+    for (int32_t b = 0; b < n_batches; b++) {
+        dyn_pipeline_result res;
+        st = dyn_pipeline_plan(pp, batches[b], batch_n[b], &res, err);
+        if (st == DYN_ERR_INFEASIBLE) {
+            *ms = INFINITY;
+            st = DYN_OK;
+            break;
+        }
+        if (st != DYN_OK) break;
+        double worst = 0.0;
+        for (int32_t r = 0; r < res.n_replicas; r++) {
+            if (res.replicas[r].n_microbatches == 0) *busy = 0;
+            if (res.replicas[r].makespan_ms > worst) worst = res.replicas[r].makespan_ms;
+        }
+        if (res.batch.n_microbatches > 1) *single = 0;
+        *ms += worst / n_batches;
+        dyn_pipeline_result_free(&res);
+    }
+    dyn_pipeline_free(pp);
+    dyn_planner_free(pl);
+    return st;
+}
+
+/* Is value already in the list? */
+static int tried_has(const dyn_tune_result *t, int64_t v)
+{
+    for (int32_t i = 0; i < t->n_tried; i++)
+        if (t->tried[i] == v) return 1;
+    return 0;
+}
+
+dyn_status dyn_pipeline_tune(const dyn_cost_model *cm, const dyn_plan_options *opt,
+                             const dyn_pipeline_options *pipe_opt, const dyn_sample *const *batches,
+                             const int32_t *batch_n, int32_t n_batches, dyn_tune_result *out,
+                             dyn_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->iter_ms = INFINITY;
+    if (dyn_tune_knob_name(opt->method) == NULL)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "tune: %s has no size knob",
+                             dyn_batching_name(opt->method));
+    if (n_batches < 1) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "tune: no global batches");
+    /* Old default, the most rows of max_seqlen that fit (0: not one). */
+    dyn_plan_options o = *opt;
+    dyn_tune_knob_set(&o, 0);
+    dyn_planner *pl = dyn_planner_create(cm, &o, err);
+    if (pl == NULL) return err->code;
+    int32_t fit = 0;
+    dyn_status st = dyn_planner_fit_rows(pl, &fit, err);
+    dyn_planner_free(pl);
+    if (st != DYN_OK) return st;
+    if (fit < 1) fit = 1; /* one row may still run alone (the memory rule's exception) */
+    int64_t unit = 1, first = 1, old_default = fit;
+    if (opt->method == DYN_BATCH_TOKEN) {
+        int32_t r = opt->round_to > 1 ? opt->round_to : 1;
+        unit = (int64_t)((opt->max_seqlen + r - 1) / r * r) *
+               (dyn_cost_model_config(cm)->kind == DYN_MODEL_T5 ? 2 : 1);
+        first = unit / 4 > 0 ? unit / 4 : 1; /* below one full row: long samples alone */
+        old_default = (int64_t)fit * unit;
+    }
+    int best = -1, best_busy = -1;
+    int64_t v = first;
+    int pending_default = 1;
+    while (out->n_tried < DYN_TUNE_MAX_TRIED) {
+        /* Next candidate: the old default when the powers pass it. */
+        int64_t cand = v;
+        if (pending_default && old_default <= v) {
+            cand = old_default;
+            pending_default = 0;
+        }
+        if (tried_has(out, cand)) {
+            if (cand == v) v *= 2;
+            continue;
+        }
+        double ms;
+        int busy, single;
+        st = score_value(cm, opt, pipe_opt, cand, batches, batch_n, n_batches, &ms, &busy, &single, err);
+        if (st != DYN_OK) return st;
+        int32_t k = out->n_tried++;
+        out->tried[k] = cand;
+        out->tried_ms[k] = ms;
+        if (isfinite(ms)) {
+            /* Prefer values that give every replica work, then the fastest;
+             * on ties the smaller value (tried first). */
+            if (best < 0 || (busy && !best_busy) || (busy == best_busy && ms < out->tried_ms[best])) {
+                best = k;
+                best_busy = busy;
+            }
+        }
+        if (!isfinite(ms) || single) break;
+        if (cand == v) v *= 2;
+        if (v > (INT64_C(1) << 40)) break;
+    }
+    if (best < 0)
+        return dyn_error_set(err, DYN_ERR_INFEASIBLE,
+                             "%s: no --%s value plans every batch within the memory limit "
+                             "(tried down to %lld)",
+                             dyn_batching_name(opt->method), dyn_tune_knob_name(opt->method),
+                             (long long)first);
+    out->value = out->tried[best];
+    out->iter_ms = out->tried_ms[best];
+    out->all_replicas_busy = best_busy;
+    return DYN_OK;
+}

@@ -1,0 +1,275 @@
+/* test_tune.c — tuned baseline knobs (dynapipe/pipeline.h, dyn_pipeline_tune):
+ * every value tried is scored as the independent route (an explicit knob,
+ * dyn_pipeline_plan on each batch, mean of the slowest replica's makespan)
+ * scores it; the chosen value is the fastest of those tried and no slower
+ * than the old default (the most that fit); values that leave a
+ * data-parallel replica idle lose to those that do not; dynapipe has no
+ * knob. And dynapipe's enable_packing: the planner's objective and the
+ * pipeline's simulated iteration are never worse than the DP alone's or any
+ * document-masked packing's (1, 2, 4, 8 rows), each planned on its own. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dynapipe/data.h"
+#include "dynapipe/model_config.h"
+#include "dynapipe/pipeline.h"
+
+#define N_BATCHES 2
+
+typedef struct fixture {
+    dyn_cost_model *cm;
+    dyn_dataset ds;
+    const dyn_sample *batches[N_BATCHES];
+    int32_t counts[N_BATCHES];
+    dyn_sampler *smp;
+} fixture;
+
+static void fixture_open(fixture *f, dyn_model_kind kind, int64_t batch_tokens)
+{
+    dyn_error err;
+    dyn_model_config cfg;
+    dyn_machine m;
+    assert_int_equal(dyn_model_config_preset(kind == DYN_MODEL_GPT ? "gpt-tiny" : "t5-tiny", &cfg, &err),
+                     DYN_OK);
+    cfg.max_seqlen = 512;
+    assert_int_equal(dyn_machine_resolve("cpu", &m, &err), DYN_OK);
+    f->cm = dyn_cost_model_create_analytic(&cfg, &m, &err);
+    assert_non_null(f->cm);
+    assert_int_equal(dyn_dataset_synthetic_flan(3, 2000, 512, kind, &f->ds, &err), DYN_OK);
+    f->smp = dyn_sampler_create(&f->ds, batch_tokens, &err);
+    assert_non_null(f->smp);
+    for (int b = 0; b < N_BATCHES; b++) {
+        assert_int_equal(dyn_sampler_next(f->smp, &f->batches[b], &f->counts[b], &err), DYN_OK);
+        assert_true(f->counts[b] > 0);
+    }
+}
+
+static void fixture_close(fixture *f)
+{
+    dyn_sampler_free(f->smp);
+    dyn_dataset_free(&f->ds);
+    dyn_cost_model_free(f->cm);
+}
+
+static void options(dyn_plan_options *o, dyn_batching method, int32_t S, int32_t dp)
+{
+    dyn_plan_options_default(o);
+    o->method = method;
+    o->stages = S;
+    o->dp = dp;
+    o->max_seqlen = 512;
+}
+
+/* Independent score of one explicit knob: mean over batches of the slowest
+ * replica's makespan; INFINITY if some batch is infeasible. *busy: every
+ * replica had micro-batches. */
+static double score(const fixture *f, const dyn_plan_options *o, int64_t knob, int *busy)
+{
+    dyn_plan_options x = *o;
+    dyn_tune_knob_set(&x, knob);
+    assert_int_equal(dyn_tune_knob_get(&x), knob);
+    dyn_error err;
+    dyn_planner *pl = dyn_planner_create(f->cm, &x, &err);
+    assert_non_null(pl);
+    dyn_pipeline_options po;
+    dyn_pipeline_options_default(&po);
+    dyn_pipeline *pp = dyn_pipeline_create(pl, &po, &err);
+    assert_non_null(pp);
+    double sum = 0.0;
+    *busy = 1;
+    for (int b = 0; b < N_BATCHES; b++) {
+        dyn_pipeline_result r;
+        dyn_status st = dyn_pipeline_plan(pp, f->batches[b], f->counts[b], &r, &err);
+        if (st == DYN_ERR_INFEASIBLE) {
+            sum = INFINITY;
+            break;
+        }
+        assert_int_equal(st, DYN_OK);
+        double worst = 0.0;
+        for (int32_t k = 0; k < r.n_replicas; k++) {
+            if (r.replicas[k].makespan_ms > worst) worst = r.replicas[k].makespan_ms;
+            if (r.replicas[k].n_microbatches == 0) *busy = 0;
+        }
+        sum += worst;
+        dyn_pipeline_result_free(&r);
+    }
+    dyn_pipeline_free(pp);
+    dyn_planner_free(pl);
+    return sum / N_BATCHES;
+}
+
+static void check_method(dyn_model_kind kind, dyn_batching method, int32_t S, int32_t dp, int64_t tokens)
+{
+    fixture f;
+    fixture_open(&f, kind, tokens);
+    dyn_plan_options o;
+    options(&o, method, S, dp);
+    dyn_pipeline_options po;
+    dyn_pipeline_options_default(&po);
+    dyn_tune_result t;
+    dyn_error err;
+    dyn_status st = dyn_pipeline_tune(f.cm, &o, &po, f.batches, f.counts, N_BATCHES, &t, &err);
+    if (st != DYN_OK) print_error("%s\n", err.msg);
+    assert_int_equal(st, DYN_OK);
+    assert_true(t.n_tried >= 2);
+    int chosen_seen = 0, any_busy = 0;
+    double best_busy = INFINITY;
+    for (int32_t i = 0; i < t.n_tried; i++) {
+        int busy;
+        double ms = score(&f, &o, t.tried[i], &busy);
+        if (isinf(ms)) assert_true(isinf(t.tried_ms[i]));
+        else assert_true(fabs(ms - t.tried_ms[i]) <= 1e-9 * ms);
+        if (isfinite(ms) && busy) {
+            any_busy = 1;
+            if (ms < best_busy) best_busy = ms;
+        }
+        chosen_seen |= t.tried[i] == t.value;
+    }
+    assert_true(chosen_seen);
+    if (any_busy) {
+        assert_true(t.all_replicas_busy);
+        assert_true(t.iter_ms <= best_busy);
+    }
+    /* The old default (knob 0: the most that fit) is never faster. */
+    int busy0;
+    double old = score(&f, &o, 0, &busy0);
+    if (isfinite(old) && (busy0 || !any_busy)) assert_true(t.iter_ms <= old * (1 + 1e-12));
+    fixture_close(&f);
+}
+
+static void test_tune_gpt(void **state)
+{
+    (void)state;
+    check_method(DYN_MODEL_GPT, DYN_BATCH_PADDING, 2, 1, 8192);
+    check_method(DYN_MODEL_GPT, DYN_BATCH_PACKING, 2, 1, 8192);
+    check_method(DYN_MODEL_GPT, DYN_BATCH_PACKING_DOCMASK, 2, 1, 8192);
+    check_method(DYN_MODEL_GPT, DYN_BATCH_TOKEN, 2, 1, 8192);
+}
+
+static void test_tune_t5(void **state)
+{
+    (void)state;
+    check_method(DYN_MODEL_T5, DYN_BATCH_PACKING, 2, 1, 8192);
+    check_method(DYN_MODEL_T5, DYN_BATCH_TOKEN, 2, 1, 8192);
+}
+
+/* A small batch over two replicas: the value chosen gives both work. */
+static void test_tune_dp_busy(void **state)
+{
+    (void)state;
+    check_method(DYN_MODEL_GPT, DYN_BATCH_PACKING, 2, 2, 2048);
+}
+
+static void test_tune_no_knob(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f, DYN_MODEL_GPT, 4096);
+    dyn_plan_options o;
+    options(&o, DYN_BATCH_DYNAPIPE, 2, 1);
+    dyn_pipeline_options po;
+    dyn_pipeline_options_default(&po);
+    dyn_tune_result t;
+    dyn_error err;
+    assert_int_equal(dyn_pipeline_tune(f.cm, &o, &po, f.batches, f.counts, N_BATCHES, &t, &err),
+                     DYN_ERR_INVALID_ARG);
+    assert_null(dyn_tune_knob_name(DYN_BATCH_DYNAPIPE));
+    assert_string_equal(dyn_tune_knob_name(DYN_BATCH_PACKING_DOCMASK), "pack-rows");
+    fixture_close(&f);
+}
+
+/* Plan one batch with options o through a fresh pipeline: objective and
+ * slowest replica's makespan. */
+static void plan_one(const fixture *f, const dyn_plan_options *o, const dyn_sample *b, int32_t n, double *obj,
+                     double *ms)
+{
+    dyn_error err;
+    dyn_planner *pl = dyn_planner_create(f->cm, o, &err);
+    assert_non_null(pl);
+    dyn_pipeline_options po;
+    dyn_pipeline_options_default(&po);
+    dyn_pipeline *pp = dyn_pipeline_create(pl, &po, &err);
+    assert_non_null(pp);
+    dyn_pipeline_result r;
+    assert_int_equal(dyn_pipeline_plan(pp, b, n, &r, &err), DYN_OK);
+    /* every sample exactly once */
+    int32_t *seen = calloc((size_t)n, sizeof *seen);
+    assert_non_null(seen);
+    assert_int_equal(r.batch.n_samples, n);
+    for (int32_t i = 0; i < n; i++) seen[r.batch.sample_ids[i] - b[0].id]++;
+    for (int32_t i = 0; i < n; i++) assert_int_equal(seen[i], 1);
+    free(seen);
+    *obj = r.batch.objective_ms;
+    *ms = 0.0;
+    for (int32_t k = 0; k < r.n_replicas; k++)
+        if (r.replicas[k].makespan_ms > *ms) *ms = r.replicas[k].makespan_ms;
+    dyn_pipeline_result_free(&r);
+    dyn_pipeline_free(pp);
+    dyn_planner_free(pl);
+}
+
+static void check_packing_option(dyn_model_kind kind)
+{
+    fixture f;
+    fixture_open(&f, kind, 8192);
+    for (int b = 0; b < N_BATCHES; b++) {
+        dyn_plan_options o;
+        options(&o, DYN_BATCH_DYNAPIPE, 2, 1);
+        double dp_obj, dp_ms;
+        plan_one(&f, &o, f.batches[b], f.counts[b], &dp_obj, &dp_ms);
+        double best_obj = dp_obj, best_ms = dp_ms;
+        for (int32_t rows = 1; rows <= 8; rows *= 2) {
+            dyn_plan_options q;
+            options(&q, DYN_BATCH_PACKING_DOCMASK, 2, 1);
+            q.pack_rows = rows;
+            double obj, ms;
+            plan_one(&f, &q, f.batches[b], f.counts[b], &obj, &ms);
+            if (obj < best_obj) best_obj = obj;
+            if (ms < best_ms) best_ms = ms;
+        }
+        o.enable_packing = 1;
+        double obj, ms;
+        plan_one(&f, &o, f.batches[b], f.counts[b], &obj, &ms);
+        assert_true(ms <= best_ms * (1 + 1e-12));
+        assert_true(ms >= best_ms * (1 - 1e-12)); /* it is one of the candidates */
+        /* the planner alone (no simulation) keeps the lower objective */
+        dyn_error err;
+        dyn_batch_plan bp;
+        assert_int_equal(dyn_plan_batch(f.cm, &o, f.batches[b], f.counts[b], &bp, &err), DYN_OK);
+        assert_true(bp.objective_ms <= dp_obj * (1 + 1e-12));
+        assert_true(bp.objective_ms <= best_obj * (1 + 1e-12));
+        dyn_batch_plan_free(&bp);
+    }
+    fixture_close(&f);
+}
+
+static void test_dp_packing_gpt(void **state)
+{
+    (void)state;
+    check_packing_option(DYN_MODEL_GPT);
+}
+
+static void test_dp_packing_t5(void **state)
+{
+    (void)state;
+    check_packing_option(DYN_MODEL_T5);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tune_gpt),
+        cmocka_unit_test(test_tune_t5),
+        cmocka_unit_test(test_tune_dp_busy),
+        cmocka_unit_test(test_tune_no_knob),
+        cmocka_unit_test(test_dp_packing_gpt),
+        cmocka_unit_test(test_dp_packing_t5),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
