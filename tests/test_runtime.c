@@ -179,9 +179,20 @@ static void test_gpt_schedules(void **state)
         "--model gpt --model-config gpt-tiny --layers 4 --stages 4 --schedule 1f1b",
         "--model gpt --model-config gpt-tiny --layers 4 --stages 4 --schedule zb",
         "--model gpt --model-config gpt-tiny --layers 4 --stages 4 --schedule wait-free-cyclic",
+        "--model gpt --model-config gpt-tiny --layers 4 --stages 4 --schedule cyclic",
+        "--model gpt --model-config gpt-tiny --layers 4 --stages 2 --batching padding --schedule zb",
         "--model gpt --model-config gpt-tiny --layers 4 --stages 1 --schedule 1f1b",
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) run_same(ref, runs[i]);
+    dyn_model_free(ref);
+}
+
+/* Interleaving on 4 ranks needs 8 stages, so 8 layers. */
+static void test_gpt_interleaved_4(void **state)
+{
+    (void)state;
+    dyn_model *ref = reference(DYN_MODEL_GPT, 8);
+    run_same(ref, "--model gpt --model-config gpt-tiny --layers 8 --stages 4 --schedule interleaved --chunks 2");
     dyn_model_free(ref);
 }
 
@@ -267,6 +278,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_gpt_schedules),
+        cmocka_unit_test(test_gpt_interleaved_4),
         cmocka_unit_test(test_gpt_methods_and_dp),
         cmocka_unit_test(test_t5),
         cmocka_unit_test(test_faults),

@@ -63,7 +63,8 @@ void plan_args_usage(FILE *out)
             "  --memory-limit MB         per device (default: the machine's memory)\n"
             "  --recompute none|selective|full  (default none)\n"
             "micro-batching:\n"
-            "  --method dynapipe|padding|packing|packing-docmask|token  (default dynapipe)\n"
+            "  --method dynapipe|padding|packing|packing-docmask|token  (default dynapipe;\n"
+            "                            --batching is another name for it)\n"
             "  --round-to N              pad lengths to a multiple of N (default 8)\n"
             "  --mb-samples N            padding: samples per micro-batch (default: tuned)\n"
             "  --pack-rows N             packing: rows per micro-batch (default: tuned)\n"
@@ -169,10 +170,10 @@ int plan_args_parse_one(const char *cmd, plan_args *a, int argc, char **argv, in
             cli_errorf(cmd, "--recompute: %s", err.msg);
             return -1;
         }
-    } else if (strcmp(f, "--method") == 0) {
+    } else if (strcmp(f, "--method") == 0 || strcmp(f, "--batching") == 0) {
         if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
         if (dyn_batching_parse(v, &a->opt.method, &err) != DYN_OK) {
-            cli_errorf(cmd, "--method: %s", err.msg);
+            cli_errorf(cmd, "%s: %s", f, err.msg);
             return -1;
         }
     } else {
