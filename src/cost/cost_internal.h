@@ -16,6 +16,8 @@ struct dyn_cost_model {
     int32_t n_rows, n_enc, n_dec;
     int32_t *rows, *enc_len, *dec_len;
     dyn_layer_cost *points;
+    int has_meta;          /* the table had a profile line */
+    dyn_profile_meta meta; /* what it says (host, CPU, dtype, threads) */
 };
 
 /* Parameter count (elements) of one layer of kind in cfg (model_config.c and
