@@ -4,7 +4,8 @@
  *
  * Interpolation: along each axis find the grid interval holding the query
  * (binary search) and its fractional position t; the value is the usual
- * multilinear blend of the 2^k corners. Axes may have any number of values
+ * multilinear blend of the 2^k corners (weights in [0, 1], so the result is
+ * never negative). Axes may have any number of values
  * (an exact table over every multiple of 8 up to 4096 has 512); the reader
  * allocates what the file needs.
  *
@@ -17,12 +18,19 @@
  * adjacent violators, least squares), by the profiler before writing and by
  * the reader after loading (a no-op on a table that already is). Isotonic
  * regression maps pointwise-ordered inputs to ordered outputs, so fitting a
- * later axis keeps the earlier axes monotone. Outside the grid the end interval is
- * used with t < 0 or t > 1, i.e. linear extrapolation from the two nearest
- * grid points, and every result is clamped at 0 (times and sizes cannot be
- * negative). An axis with a single point (GPT's dec_len axis, {0}) is
- * constant. A multilinear function sampled on the grid is therefore
- * reproduced exactly everywhere, inside or outside the grid.
+ * later axis keeps the earlier axes monotone.
+ *
+ * Outside the grid the query is clamped to the grid on that axis and the result scaled by
+ * x / (the axis' last value) past its end, x / (its first value) before its
+ * start: proportional extrapolation, a product of non-negative
+ * non-decreasing factors, so it stays monotone in every axis (linear
+ * extrapolation from the last interval does not: its slope along one axis
+ * may fall as another grows). Costs grow about linearly in rows and at
+ * least linearly in lengths, so past the grid the rule is close in rows and
+ * a lower bound in lengths (attention is quadratic); callers warn once when
+ * a run's lengths leave the grid (dyn_cost_model_grid_max). An axis with a
+ * single point (GPT's dec_len axis, {0}) is constant. A multilinear function
+ * sampled on the grid is reproduced exactly inside it.
  *
  * The table ignores the *_attn fields of a shape (document-masked attention):
  * it was measured on dense rows, so it answers for dense rows. The file
@@ -67,14 +75,24 @@ static void values_to_cost(const double v[N_VALUES], dyn_layer_cost *c)
 
 /* ---- lookup ---------------------------------------------------------------- */
 
-/* Interval [i0, i0+1] of axis ax (n points, increasing) for x and the
- * position t of x in it (t < 0 or > 1 outside the grid). */
-static void axis_locate(const int32_t *ax, int32_t n, double x, int32_t *i0, double *t)
+/* Interval [i0, i0+1] of axis ax (n points, increasing) holding x clamped
+ * to the grid, the position t in [0, 1] of the clamped x in it, and the
+ * extrapolation factor: x / (last value) past the grid, x / (first value)
+ * before it, 1 inside. A single-point axis is constant (factor 1). */
+static void axis_locate(const int32_t *ax, int32_t n, double x, int32_t *i0, double *t, double *factor)
 {
+    *factor = 1.0;
     if (n == 1) {
         *i0 = 0;
         *t = 0.0;
         return;
+    }
+    if (x > ax[n - 1]) {
+        *factor = x / ax[n - 1];
+        x = ax[n - 1];
+    } else if (x < ax[0]) {
+        *factor = x / ax[0];
+        x = ax[0];
     }
     int32_t lo = 0, hi = n - 1;
     while (hi - lo > 1) {
@@ -91,10 +109,10 @@ void dyn_table_layer(const struct dyn_cost_model *cm, dyn_layer_kind kind, const
 {
     dyn_cost_grid g = {cm->n_rows, cm->n_enc, cm->n_dec, cm->rows, cm->enc_len, cm->dec_len};
     int32_t i[3];
-    double t[3];
-    axis_locate(cm->rows, cm->n_rows, mb->rows, &i[0], &t[0]);
-    axis_locate(cm->enc_len, cm->n_enc, mb->enc_len, &i[1], &t[1]);
-    axis_locate(cm->dec_len, cm->n_dec, cm->cfg.kind == DYN_MODEL_T5 ? mb->dec_len : 0, &i[2], &t[2]);
+    double t[3], f[3];
+    axis_locate(cm->rows, cm->n_rows, mb->rows, &i[0], &t[0], &f[0]);
+    axis_locate(cm->enc_len, cm->n_enc, mb->enc_len, &i[1], &t[1], &f[1]);
+    axis_locate(cm->dec_len, cm->n_dec, cm->cfg.kind == DYN_MODEL_T5 ? mb->dec_len : 0, &i[2], &t[2], &f[2]);
     int32_t n_ax[3] = {cm->n_rows, cm->n_enc, cm->n_dec};
     double acc[N_VALUES] = {0};
     for (int corner = 0; corner < 8; corner++) {
@@ -107,13 +125,13 @@ void dyn_table_layer(const struct dyn_cost_model *cm, dyn_layer_kind kind, const
             j[a] = i[a] + hi;
             w *= n_ax[a] == 1 ? 1.0 : (hi ? t[a] : 1.0 - t[a]);
         }
-        if (skip) continue;
+        if (skip || w == 0.0) continue;
         double v[N_VALUES];
         cost_to_values(&cm->points[dyn_cost_grid_index(&g, kind, rc, j[0], j[1], j[2])], v);
         for (int k = 0; k < N_VALUES; k++) acc[k] += w * v[k];
     }
-    for (int k = 0; k < N_VALUES; k++)
-        if (acc[k] < 0.0) acc[k] = 0.0;
+    double scale = f[0] * f[1] * f[2];
+    for (int k = 0; k < N_VALUES; k++) acc[k] *= scale;
     values_to_cost(acc, out);
 }
 
