@@ -123,6 +123,13 @@ dyn_status dyn_cost_table_write(const char *path, const dyn_model_config *cfg,
 dyn_status dyn_cost_table_write_from_model(const char *path, const dyn_cost_model *cm,
                                            const dyn_cost_grid *grid, dyn_error *err);
 
+/* Multiply the times of layer `kind` by fwd (fwd_ms) and bwd (bwd_ms and
+ * both halves) from now on, e.g. the runtime's online calibration from
+ * measured instruction times (1, 1 undoes it). Memory is unchanged. This
+ * mutates the handle: call it only while nothing queries cm. */
+dyn_status dyn_cost_model_set_time_scale(dyn_cost_model *cm, dyn_layer_kind kind, double fwd, double bwd,
+                                         dyn_error *err);
+
 /* ---- profiles (tables measured by `dynapipe profile`) ----------------- */
 
 /* What a profile was measured on; written as the table's optional

@@ -313,6 +313,32 @@ static int make_corpus(const char *cmd, const plan_args *a, int32_t batches, pla
     }
 }
 
+/* A cost table against the run: a model shape given by flags (a preset, a
+ * file or shape flags) must be the table's, and lengths past the table's
+ * grid get one warning (they are extrapolated, docs/cost-model.md). */
+static int table_check(const char *cmd, const plan_args *a, plan_inputs *in)
+{
+    dyn_error err;
+    int rc;
+    if (a->model_config || a->layers || a->dec_layers || a->hidden || a->heads || a->ffn || a->vocab ||
+        a->head_dim) {
+        dyn_model_config want;
+        if ((rc = resolve_model(cmd, a, &want)) != 0) return rc;
+        if (dyn_cost_model_check_shape(in->cm, &want, &err) != DYN_OK) {
+            cli_errorf(cmd, "--cost-model %s: %s", a->cost_model, err.msg);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    int32_t mr, me, md;
+    if (a->have_max_seqlen && dyn_cost_model_grid_max(in->cm, &mr, &me, &md) &&
+        (a->opt.max_seqlen > me || (in->model.kind == DYN_MODEL_T5 && a->opt.max_seqlen > md)))
+        fprintf(stderr,
+                "dynapipe %s: warning: the cost table %s covers lengths up to %d%s, --max-seqlen is %d: longer "
+                "micro-batches are extrapolated in proportion to their length (docs/cost-model.md)\n",
+                cmd, a->cost_model, me, in->model.kind == DYN_MODEL_T5 ? " (inputs)" : "", a->opt.max_seqlen);
+    return 0;
+}
+
 int plan_inputs_open(const char *cmd, const plan_args *a, plan_inputs *in)
 {
     memset(in, 0, sizeof *in);
@@ -336,6 +362,10 @@ int plan_inputs_open(const char *cmd, const plan_args *a, plan_inputs *in)
                            dyn_model_kind_name(in->model.kind));
                 plan_inputs_close(in);
                 return CLI_EXIT_USAGE;
+            }
+            if ((rc = table_check(cmd, a, in)) != 0) {
+                plan_inputs_close(in);
+                return rc;
             }
         }
     }

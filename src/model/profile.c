@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dynapipe/model_config.h" /* defines: dyn_model_kind_name */
 #include "model/model.h"   /* defines: dyn_model_*, dyn_model_microbatch_* */
 #include "model/profile.h" /* defines: dyn_profiler_*, dyn_profile_* */
 #include "model/threads.h" /* defines: dyn_threads_set */
