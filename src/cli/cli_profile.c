@@ -18,6 +18,9 @@
 #include "dynapipe/model_config.h"
 #include "model/profile.h" /* defines: dyn_profiler_*, dyn_profile_* */
 #include "model/threads.h" /* defines: dyn_threads_init */
+#include "runtime/group.h"   /* defines: dyn_rt_group_*, dyn_rt_under_mpirun */
+#include "runtime/link.h"    /* defines: rt_link_measure */
+#include "runtime/train.h"   /* defines: dyn_train_launch (mpirun re-execution) */
 #include "util/rng.h"      /* defines: dyn_rng_* */
 #include "util/util.h"     /* defines: dyn_time_ms, dyn_median */
 
@@ -43,14 +46,18 @@ static void usage(FILE *out)
             "                            predicted vs measured error per layer kind\n"
             "  --shapes N                held-out shapes per kind for --check (default 24)\n"
             "  --seed N                  held-out shapes' seed (default 1)\n"
-            "  --quiet                   no progress bar\n");
+            "  --quiet                   no progress bar\n"
+            "  --link                    instead: latency and bandwidth between two MPI ranks\n"
+            "                            (started with mpirun); with --out FILE of an existing\n"
+            "                            table, its machine line takes them (link_latency_ms,\n"
+            "                            link_gbps, dp_link_gbps)\n");
 }
 
 typedef struct profile_args {
     dyn_model_kind kind;
     int have_kind;
     const char *model_config;
-    int32_t max_seqlen, max_rows, threads, repeats, quick, shapes, quiet;
+    int32_t max_seqlen, max_rows, threads, repeats, quick, shapes, quiet, link;
     uint64_t seed;
     const char *out, *check;
 } profile_args;
@@ -231,6 +238,101 @@ static int run_check(const profile_args *a, const dyn_model_config *cfg)
     return rc;
 }
 
+/* ---- --link: two MPI ranks ------------------------------------------------- */
+
+/* The table at path with its machine line's link terms replaced. */
+static int table_set_link(const char *path, double latency_ms, double gbps)
+{
+    dyn_error err;
+    char *text = NULL;
+    size_t len = 0;
+    if (dyn_file_read_all(path, &text, &len, &err) != DYN_OK) {
+        cli_errorf(CMD, "--out: %s", err.msg);
+        return CLI_EXIT_FAIL;
+    }
+    char *line = strstr(text, "\nmachine ");
+    char *out = malloc(len + 256);
+    if (line == NULL || out == NULL) {
+        cli_errorf(CMD, "--out %s: %s", path, out ? "no machine line (not a cost table?)" : "out of memory");
+        free(text), free(out);
+        return CLI_EXIT_FAIL;
+    }
+    line++;
+    char *eol = strchr(line, '\n');
+    size_t n = (size_t)(line - text), m = 0;
+    memcpy(out, text, n);
+    /* copy the machine line token by token, replacing the three link keys */
+    char *tok_end = eol ? eol : text + len;
+    for (char *t = line; t < tok_end;) {
+        char *sp = memchr(t, ' ', (size_t)(tok_end - t));
+        char *te = sp ? sp : tok_end;
+        size_t tl = (size_t)(te - t);
+        char rep[96];
+        if (tl > 16 && strncmp(t, "link_latency_ms=", 16) == 0) m = (size_t)snprintf(rep, sizeof rep, "link_latency_ms=%.17g", latency_ms);
+        else if (tl > 10 && strncmp(t, "link_gbps=", 10) == 0) m = (size_t)snprintf(rep, sizeof rep, "link_gbps=%.17g", gbps);
+        else if (tl > 13 && strncmp(t, "dp_link_gbps=", 13) == 0) m = (size_t)snprintf(rep, sizeof rep, "dp_link_gbps=%.17g", gbps);
+        else m = 0;
+        if (m) memcpy(out + n, rep, m), n += m;
+        else memcpy(out + n, t, tl), n += tl;
+        if (sp) out[n++] = ' ';
+        t = sp ? sp + 1 : tok_end;
+    }
+    size_t rest = (size_t)(text + len - tok_end);
+    memcpy(out + n, tok_end, rest);
+    n += rest;
+    int rc = CLI_EXIT_OK;
+    /* check it still reads as a table before replacing the file */
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s.link-check", path);
+    dyn_cost_model *cm = NULL;
+    if (dyn_file_write_atomic(tmp, out, n, &err) != DYN_OK || (cm = dyn_cost_model_load_table(tmp, &err)) == NULL ||
+        rename(tmp, path) != 0) {
+        cli_errorf(CMD, "--out %s: %s", path, cm == NULL ? err.msg : strerror(errno));
+        unlink(tmp);
+        rc = CLI_EXIT_FAIL;
+    }
+    dyn_cost_model_free(cm);
+    free(text), free(out);
+    return rc;
+}
+
+static int run_link(const profile_args *a, int argc, char **argv)
+{
+    if (!dyn_rt_under_mpirun()) {
+        dyn_train_options o;
+        dyn_train_options_default(&o);
+        o.plan.stages = 2;
+        o.plan.dp = 1;
+        return dyn_train_launch(&o, NULL, argc + 1, argv - 1);
+    }
+    dyn_rt_group g;
+    dyn_error err;
+    memset(&g, 0, sizeof g);
+    if (dyn_rt_group_init(&g, &argc, &argv, 2, 1, &err) != DYN_OK) {
+        cli_errorf(CMD, "--link: %s", err.msg);
+        return CLI_EXIT_FAIL;
+    }
+    enum { N_SIZES = 10 };
+    rt_link_point pts[N_SIZES];
+    double lat = 0, gbps = 0;
+    dyn_status st = rt_link_measure(g.world, N_SIZES, 50, 30.0, pts, &lat, &gbps, &err);
+    int rc = CLI_EXIT_OK;
+    if (st != DYN_OK) {
+        cli_errorf(CMD, "--link: rank %d: %s", g.world_rank, err.msg);
+        rc = CLI_EXIT_FAIL;
+    } else if (g.world_rank == 0) {
+        printf("# one-way time between two ranks (median of 50 round trips / 2)\n%12s %12s %10s\n", "bytes",
+               "ms", "GB/s");
+        for (int i = 0; i < N_SIZES; i++)
+            printf("%12lld %12.5f %10.3f\n", (long long)pts[i].bytes, pts[i].one_way_ms,
+                   (double)pts[i].bytes / (pts[i].one_way_ms * 1e-3) * 1e-9);
+        printf("link_latency_ms=%.5f link_gbps=%.3f\n", lat, gbps);
+        if (a->out) rc = table_set_link(a->out, lat, gbps);
+    }
+    dyn_rt_group_free(&g);
+    return rc;
+}
+
 /* ---- flags ----------------------------------------------------------------- */
 
 static int parse(int argc, char **argv, profile_args *a)
@@ -250,6 +352,10 @@ static int parse(int argc, char **argv, profile_args *a)
         }
         if (strcmp(f, "--quiet") == 0) {
             a->quiet = 1;
+            continue;
+        }
+        if (strcmp(f, "--link") == 0) {
+            a->link = 1;
             continue;
         }
         const char *val = cli_flag_value(CMD, argc, argv, &i);
@@ -290,6 +396,7 @@ static int parse(int argc, char **argv, profile_args *a)
             return CLI_EXIT_USAGE;
         }
     }
+    if (a->link) return 0;
     if (!a->have_kind) {
         cli_errorf(CMD, "--model gpt|t5 is required");
         return CLI_EXIT_USAGE;
@@ -328,6 +435,7 @@ int cli_profile_main(int argc, char **argv)
     profile_args a;
     int rc = parse(argc, argv, &a);
     if (rc != 0) return rc < 0 ? CLI_EXIT_OK : rc;
+    if (a.link) return run_link(&a, argc, argv);
     dyn_model_config cfg;
     if ((rc = resolve(&a, &cfg)) != 0) return rc;
     if (a.check) return run_check(&a, &cfg);

@@ -411,11 +411,13 @@ static dyn_status sum_shared(rt_run *R, dyn_error *err)
 
 /* Online calibration (calibrate.h), rank 0: iteration k's per-rank
  * measured and predicted compute (all: [world][R_COUNT]) join the window
- * when k was planned with the factor now applied; a moved fit is posted to
+ * when k was planned with the factor now applied and is past the first
+ * two; a moved fit is posted to
  * the planner thread for its next batch. */
 static void calibrate_hook(rt_run *R, int64_t k, const double *all)
 {
-    if (R->calib == NULL || k < rt_planner_scale_first(R->planner)) return;
+    /* the first iterations are cold (caches, arenas growing): not a trend */
+    if (R->calib == NULL || k < 2 || k < rt_planner_scale_first(R->planner)) return;
     for (int r = 0; r < R->g.world_size; r++) {
         const double *q = all + (size_t)r * R_COUNT;
         double meas[2] = {q[R_MEAS_F], q[R_MEAS_B]}, pred[2] = {q[R_PRED_F], q[R_PRED_B]};
