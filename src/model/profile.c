@@ -130,7 +130,7 @@ static dyn_status run_bufs_make(run_bufs *b, dyn_profiler *p, const piece *pc, c
  * bytes (scratch, gradients, the split backward's kept buffer). */
 typedef struct piece_result {
     double ms[4];
-    double stored_bytes, work_bytes, output_bytes;
+    double stored_bytes, work_bytes, output_bytes, input_bytes;
 } piece_result;
 
 static dyn_status piece_measure(dyn_profiler *p, const piece *pc, const dyn_model_microbatch *mb, int recompute,
@@ -181,6 +181,7 @@ static dyn_status piece_measure(dyn_profiler *p, const piece *pc, const dyn_mode
         double cap = (double)dyn_model_acts_capacity_bytes(a) + (double)dyn_model_acts_keep_capacity_bytes(a);
         res->work_bytes = cap > res->stored_bytes ? cap - res->stored_bytes : 0.0;
         res->output_bytes = (double)b.n_out * sizeof(float);
+        res->input_bytes = (double)b.n_in * sizeof(float);
     }
 done:
     free(t4);
@@ -226,9 +227,18 @@ dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recomp
     memset(out, 0, sizeof *out);
     dyn_status st = DYN_OK;
     for (int i = 0; i < p->n_pieces[kind] && st == DYN_OK; i++) {
-        piece_result r = {{0}, 0, 0, 0};
+        piece_result r = {{0}, 0, 0, 0, 0};
         st = piece_measure(p, &p->kinds[kind][i], mb, rc == DYN_RECOMPUTE_FULL, &r, err);
         if (st != DYN_OK) break;
+        if (rc == DYN_RECOMPUTE_FULL && (kind == DYN_LAYER_ENCODER || kind == DYN_LAYER_DECODER) &&
+            r.stored_bytes > r.input_bytes) {
+            /* With full recompute a stage's blocks share one activation
+             * region, refilled by each block's re-run forward: per block
+             * only its input stays from forward to backward, and the
+             * region is working memory (model.h, "activations"). */
+            r.work_bytes += r.stored_bytes - r.input_bytes;
+            r.stored_bytes = r.input_bytes;
+        }
         out->fwd_ms += r.ms[0];
         out->bwd_ms += r.ms[1];
         out->bwd_input_ms += r.ms[2];

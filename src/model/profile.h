@@ -16,7 +16,9 @@
  * Recompute: NONE and SELECTIVE run the model without recomputation (its
  * attention never stores probabilities, which is what selective saves: the
  * runtime maps both the same way), FULL with it.
- * Memory: stored_mb = the acts' stored bytes after forward; peak_mb = the
+ * Memory: stored_mb = the acts' stored bytes after forward (for a block
+ * under full recompute only its input: the region it re-runs into is
+ * shared by the stage's blocks and counted as working memory); peak_mb = the
  * rest of the arena and the split backward's kept buffer at their largest
  * (scratch and gradients) — both from a fresh arena per shape; output_mb =
  * the boundary activation leaving the layer. */
