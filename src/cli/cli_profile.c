@@ -111,7 +111,7 @@ int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int
         cli_errorf(CMD, "out of memory for %lld points", (long long)n);
         rc = CLI_EXIT_FAIL;
     } else {
-        progress pr = {dyn_time_ms(), show_progress, -1};
+        progress pr = {dyn_time_ms(), show_progress > 0, -1};
         double states[DYN_LAYER_KIND_COUNT];
         dyn_profile_meta meta;
         dyn_profile_meta_fill(&meta, threads, repeats);
