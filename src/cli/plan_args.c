@@ -12,6 +12,8 @@
  */
 #include "cli/plan_args.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"                /* defines: cli_errorf, cli_parse_*, CLI_EXIT_* */
@@ -330,12 +332,19 @@ static int table_check(const char *cmd, const plan_args *a, plan_inputs *in)
         }
     }
     int32_t mr, me, md;
-    if (a->have_max_seqlen && dyn_cost_model_grid_max(in->cm, &mr, &me, &md) &&
-        (a->opt.max_seqlen > me || (in->model.kind == DYN_MODEL_T5 && a->opt.max_seqlen > md)))
+    /* One warning per command: `dynapipe train` parses its flags in the
+     * process typed by hand and again in every rank, so the first one marks
+     * the environment its ranks inherit, and ranks other than 0 stay quiet. */
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    int quiet = getenv("DYN_TABLE_RANGE_WARNED") != NULL || (rank != NULL && strcmp(rank, "0") != 0);
+    if (!quiet && a->have_max_seqlen && dyn_cost_model_grid_max(in->cm, &mr, &me, &md) &&
+        (a->opt.max_seqlen > me || (in->model.kind == DYN_MODEL_T5 && a->opt.max_seqlen > md))) {
+        setenv("DYN_TABLE_RANGE_WARNED", "1", 1);
         fprintf(stderr,
                 "dynapipe %s: warning: the cost table %s covers lengths up to %d%s, --max-seqlen is %d: longer "
                 "micro-batches are extrapolated in proportion to their length (docs/cost-model.md)\n",
                 cmd, a->cost_model, me, in->model.kind == DYN_MODEL_T5 ? " (inputs)" : "", a->opt.max_seqlen);
+    }
     return 0;
 }
 
