@@ -432,8 +432,9 @@ static void fill_known(dyn_layer_cost *c, int kind, int rc, double r, double e, 
     c->bwd_weight_ms = known(3, kind, rc, r, e, d);
     c->stored_mb = known(4, kind, rc, r, e, d);
     c->peak_mb = known(5, kind, rc, r, e, d);
-    /* decreasing in e: extrapolating far right goes negative -> clamped to 0 */
-    c->output_mb = 10.0 - 0.1 * e;
+    /* increasing in e (tables are monotone) and near 0 at the grid's left
+     * end: extrapolating left goes negative -> clamped to 0 */
+    c->output_mb = 0.1 * e - 1.5;
 }
 
 static const int32_t ROWS[] = {1, 2, 4, 8};
@@ -474,10 +475,10 @@ static void test_table_reproduces_multilinear_function(void **state)
     assert_int_equal(dyn_cost_model_config(cm)->kind, DYN_MODEL_T5);
     assert_string_equal(dyn_cost_model_machine(cm)->name, "cpu");
     assert_true(dyn_cost_layer_states_mb(cm, DYN_LAYER_DECODER) == 3.5);
-    /* off-grid inside, and outside on both sides of every axis */
-    int32_t qr[] = {1, 3, 5, 7, 12, 20};
-    int32_t qe[] = {8, 17, 50, 95, 130};
-    int32_t qd[] = {1, 12, 31, 40, 64};
+    /* off-grid inside the grid (outside: test_table_extrapolation_rule) */
+    int32_t qr[] = {1, 3, 5, 7, 8};
+    int32_t qe[] = {16, 17, 50, 95, 96};
+    int32_t qd[] = {8, 12, 31, 32};
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
         for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++)
             for (size_t a = 0; a < sizeof qr / sizeof *qr; a++)
@@ -493,15 +494,14 @@ static void test_table_reproduces_multilinear_function(void **state)
                         assert_close(got.bwd_weight_ms, want.bwd_weight_ms, 1e-12);
                         assert_close(got.stored_mb, want.stored_mb, 1e-12);
                         assert_close(got.peak_mb, want.peak_mb, 1e-12);
-                        /* 10 - 0.1 e: positive up to e = 100, clamped at 0 beyond */
-                        double w = want.output_mb > 0 ? want.output_mb : 0.0;
-                        assert_true(fabs(got.output_mb - w) < 1e-12);
+                        assert_close(got.output_mb, want.output_mb, 1e-12);
                     }
     dyn_cost_model_free(cm);
 }
 
-/* Extrapolation is linear from the two nearest grid points, clamped at 0:
- * checked on a function that is NOT multilinear (quadratic in e). */
+/* Extrapolation is proportional from the grid's edge (value at the clamped
+ * query times x / edge), so never negative and still monotone: checked on a
+ * function that is NOT multilinear (quadratic in e). */
 static void test_table_extrapolation_rule(void **state)
 {
     (void)state;
@@ -515,7 +515,7 @@ static void test_table_extrapolation_rule(void **state)
         for (int b = 0; b < 3; b++) {
             double e = enc[b];
             pts[k * 3 + b].fwd_ms = e * e / 100.0; /* 1, 4, 16 */
-            pts[k * 3 + b].stored_mb = 50.0 - e;   /* 40, 30, 10 */
+            pts[k * 3 + b].stored_mb = e - 5.0;    /* 5, 15, 35 */
         }
     double states[4] = {0, 0, 0, 0};
     const char *path = tmp_path("quad.table");
@@ -523,11 +523,11 @@ static void test_table_extrapolation_rule(void **state)
     dyn_cost_model *cm = dyn_cost_model_load_table(path, NULL);
     assert_non_null(cm);
     struct { int32_t e; double fwd, stored; } cases[] = {
-        {15, 2.5, 35.0},   /* inside: halfway between 1 and 4, 40 and 30 */
-        {30, 10.0, 20.0},  /* halfway between 4 and 16 */
-        {60, 28.0, 0.0},   /* right: slope (16-4)/20 = 0.6 -> 16 + 12; 10 - 20 -> clamp */
-        {5, 0.0, 45.0},    /* left: slope 0.3 -> 1 - 1.5 -> clamp; 40 + 5 */
-        {50, 22.0, 0.0},   /* 10 - 10 */
+        {15, 2.5, 10.0},   /* inside: halfway between 1 and 4, 5 and 15 */
+        {30, 10.0, 25.0},  /* halfway between 4 and 16, 15 and 35 */
+        {60, 24.0, 52.5},  /* right: 16 and 35 times 60/40 */
+        {2, 0.2, 1.0},     /* left: 1 and 5 times 2/10 */
+        {50, 20.0, 43.75}, /* 16 and 35 times 50/40 */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         dyn_mb_shape mb = {.rows = 3, .enc_len = cases[i].e}; /* rows axis constant */

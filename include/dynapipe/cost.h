@@ -123,6 +123,51 @@ dyn_status dyn_cost_table_write(const char *path, const dyn_model_config *cfg,
 dyn_status dyn_cost_table_write_from_model(const char *path, const dyn_cost_model *cm,
                                            const dyn_cost_grid *grid, dyn_error *err);
 
+/* Multiply the times of layer `kind` by fwd (fwd_ms) and bwd (bwd_ms and
+ * both halves) from now on, e.g. the runtime's online calibration from
+ * measured instruction times (1, 1 undoes it). Memory is unchanged. This
+ * mutates the handle: call it only while nothing queries cm. */
+dyn_status dyn_cost_model_set_time_scale(dyn_cost_model *cm, dyn_layer_kind kind, double fwd, double bwd,
+                                         dyn_error *err);
+
+/* ---- profiles (tables measured by `dynapipe profile`) ----------------- */
+
+/* What a profile was measured on; written as the table's optional
+ * `profile` line. Names have no blanks (written with '_' for them). */
+typedef struct dyn_profile_meta {
+    char host[64];   /* host name */
+    char cpu[64];    /* CPU model */
+    char dtype[64];  /* element type of the measured layers, "fp32" */
+    int32_t threads; /* threads per layer while measuring, >= 1 */
+    int32_t repeats; /* timed repeats per point (the median is kept), >= 1 */
+} dyn_profile_meta;
+
+/* dyn_cost_table_write with a profile line (meta may be NULL: none). */
+dyn_status dyn_cost_table_write_profile(const char *path, const dyn_model_config *cfg,
+                                        const dyn_machine *m, const double states_mb[DYN_LAYER_KIND_COUNT],
+                                        const dyn_cost_grid *grid, const dyn_layer_cost *points,
+                                        const dyn_profile_meta *meta, dyn_error *err);
+
+/* 1 and *out filled when cm is a table with a profile line, else 0. */
+int dyn_cost_model_profile_meta(const dyn_cost_model *cm, dyn_profile_meta *out);
+
+/* The largest grid value of each axis of a table model (tokens; GPT's
+ * dec_len is 0) and 1; 0 for the analytic model. Queries beyond them are
+ * extrapolated linearly from the last grid interval (docs/cost-model.md). */
+int dyn_cost_model_grid_max(const dyn_cost_model *cm, int32_t *rows, int32_t *enc_len, int32_t *dec_len);
+
+/* DYN_OK when cm's model shape is `want`'s (kind, layers, hidden, heads,
+ * head_dim, ffn, vocab; max_seqlen may differ: longer lengths are
+ * extrapolated); otherwise DYN_ERR_INVALID_ARG with one line naming both. */
+dyn_status dyn_cost_model_check_shape(const dyn_cost_model *cm, const dyn_model_config *want, dyn_error *err);
+
+/* Make every value of every (kind, recompute) slice of points non-decreasing
+ * along each grid axis (isotonic least-squares fit, one axis after the
+ * other; monotone input is unchanged). The reader applies it to every table
+ * it loads, so interpolated costs are monotone in rows and lengths. */
+dyn_status dyn_cost_points_make_monotone(const dyn_model_config *cfg, const dyn_cost_grid *grid,
+                                         dyn_layer_cost *points, dyn_error *err);
+
 #ifdef __cplusplus
 }
 #endif

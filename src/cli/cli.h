@@ -9,6 +9,7 @@
 #ifndef DYN_CLI_H
 #define DYN_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dynapipe/common.h"
@@ -44,5 +45,17 @@ int cli_simulate_main(int argc, char **argv); /* cli_simulate.c */
 int cli_bench_main(int argc, char **argv);    /* cli_bench.c */
 int cli_train_main(int argc, char **argv);    /* cli_train.c */
 int cli_data_main(int argc, char **argv);     /* cli_data.c */
+int cli_profile_main(int argc, char **argv);  /* cli_profile.c */
+
+/* cli_profile.c, for `dynapipe train --profile auto`: profile cfg with
+ * `threads` threads (quick grid, 3 repeats) into path (show_progress: 1 bar,
+ * 0 summary line only, -1 quiet); returns an exit code (message printed). */
+int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int quick, int32_t max_rows,
+                      int show_progress, const char *path);
+/* The cache path of cfg's profile ($XDG_CACHE_HOME/dynapipe, else
+ * ~/.cache/dynapipe, else build/dynapipe-cache; the name carries the whole
+ * shape and the thread count) into path; make != 0: profile it first when
+ * absent. Returns an exit code. */
+int cli_profile_cached(const dyn_model_config *cfg, int threads, char *path, size_t cap, int make);
 
 #endif

@@ -35,6 +35,12 @@ static void usage(FILE *out)
             "  --samples N               samples of the built-in --data (default 20000)\n"
             "  --timeout S               deadline of every wait for a peer, seconds (default 60)\n"
             "  --plan-ahead K            global batches planned ahead of training (default 2)\n"
+            "  --profile auto            use this shape's profile (--cost-model), profiling it first\n"
+            "                            (--quick grid) when the cache has none: $XDG_CACHE_HOME/dynapipe,\n"
+            "                            else ~/.cache/dynapipe\n"
+            "  --calibrate               correct the planner's layer times online from the measured\n"
+            "                            Forward/Backward times (median of the last --calibrate-window\n"
+            "                            rank-iterations, default 8)\n"
             "  --order-groups K          auto's micro-batch order search, 1..4 (default 2)\n"
             "  --metrics FILE.jsonl      one record per iteration\n"
             "  --trace FILE.json         Perfetto/Chrome trace of every rank's instructions\n"
@@ -126,6 +132,12 @@ static int parse_train_flag(dyn_train_options *o, const char **hostfile, int arg
         VAL();
         if (cli_parse_i64(CMD, f, val, 1, 4, &v)) return -1;
         o->order_groups = (int32_t)v;
+    } else if (strcmp(f, "--calibrate") == 0) {
+        o->calibrate = 1;
+    } else if (strcmp(f, "--calibrate-window") == 0) {
+        VAL();
+        if (cli_parse_i64(CMD, f, val, 1, 100000, &v)) return -1;
+        o->calibrate_window = (int32_t)v;
     } else if (strcmp(f, "--metrics") == 0) {
         VAL();
         o->metrics_path = val;
@@ -156,14 +168,40 @@ static int parse_train_flag(dyn_train_options *o, const char **hostfile, int arg
     return 1;
 }
 
+/* --profile auto: the cached profile of the run's shape (threads per rank
+ * as the run will use them), made first when absent — only by the process
+ * typed by hand, before mpirun starts the ranks (they find it cached). */
+static int profile_for(const plan_args *a, const dyn_train_options *o, char *path, size_t cap)
+{
+    plan_inputs in;
+    plan_args shape = *a;
+    int rc = plan_inputs_open(CMD, &shape, &in); /* the analytic model: resolves the shape */
+    if (rc != 0) return rc;
+    dyn_model_config cfg = in.model;
+    plan_inputs_close(&in);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN), ranks = (long)a->opt.stages * (a->opt.dp > 0 ? a->opt.dp : 1);
+    int threads = o->threads > 0 ? o->threads : (cores > ranks && ranks > 0 ? (int)(cores / ranks) : 1);
+    return cli_profile_cached(&cfg, threads, path, cap, !dyn_rt_under_mpirun());
+}
+
 /* Parse everything into o; 0 or an exit code (message printed). */
 static int parse(int argc, char **argv, dyn_train_options *o, const char **hostfile)
 {
     plan_args a;
     plan_args_init(&a);
     dyn_train_options_default(o);
-    int have_warmup = 0, have_config = 0, have_gbt = 0;
+    int have_warmup = 0, have_config = 0, have_gbt = 0, profile_auto = 0;
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--profile") == 0) {
+            const char *val = cli_flag_value(CMD, argc, argv, &i);
+            if (val == NULL) return CLI_EXIT_USAGE;
+            if (strcmp(val, "auto") != 0) {
+                cli_errorf(CMD, "--profile: expected auto (a profile file goes to --cost-model FILE), got '%s'", val);
+                return CLI_EXIT_USAGE;
+            }
+            profile_auto = 1;
+            continue;
+        }
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return -1;
@@ -203,6 +241,16 @@ static int parse(int argc, char **argv, dyn_train_options *o, const char **hostf
      * value); only the launcher says what it chose. */
     a.tune_quiet = dyn_rt_under_mpirun();
     a.tune_order_groups = o->order_groups;
+    static char profile_path[1024];
+    if (profile_auto) {
+        if (strcmp(a.cost_model, "analytic") != 0) {
+            cli_errorf(CMD, "--profile auto and --cost-model %s: give one", a.cost_model);
+            return CLI_EXIT_USAGE;
+        }
+        int rc = profile_for(&a, o, profile_path, sizeof profile_path);
+        if (rc != 0) return rc;
+        a.cost_model = profile_path;
+    }
     plan_inputs in;
     int rc = plan_inputs_open(CMD, &a, &in);
     if (rc != 0) return rc;

@@ -14,6 +14,8 @@
  */
 #include "cli/plan_args.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"                /* defines: cli_errorf, cli_parse_*, CLI_EXIT_* */
@@ -328,6 +330,39 @@ static int make_corpus(const char *cmd, const plan_args *a, int32_t batches, pla
     }
 }
 
+/* A cost table against the run: a model shape given by flags (a preset, a
+ * file or shape flags) must be the table's, and lengths past the table's
+ * grid get one warning (they are extrapolated, docs/cost-model.md). */
+static int table_check(const char *cmd, const plan_args *a, plan_inputs *in)
+{
+    dyn_error err;
+    int rc;
+    if (a->model_config || a->layers || a->dec_layers || a->hidden || a->heads || a->ffn || a->vocab ||
+        a->head_dim) {
+        dyn_model_config want;
+        if ((rc = resolve_model(cmd, a, &want)) != 0) return rc;
+        if (dyn_cost_model_check_shape(in->cm, &want, &err) != DYN_OK) {
+            cli_errorf(cmd, "--cost-model %s: %s", a->cost_model, err.msg);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    int32_t mr, me, md;
+    /* One warning per command: `dynapipe train` parses its flags in the
+     * process typed by hand and again in every rank, so the first one marks
+     * the environment its ranks inherit, and ranks other than 0 stay quiet. */
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    int quiet = getenv("DYN_TABLE_RANGE_WARNED") != NULL || (rank != NULL && strcmp(rank, "0") != 0);
+    if (!quiet && a->have_max_seqlen && dyn_cost_model_grid_max(in->cm, &mr, &me, &md) &&
+        (a->opt.max_seqlen > me || (in->model.kind == DYN_MODEL_T5 && a->opt.max_seqlen > md))) {
+        setenv("DYN_TABLE_RANGE_WARNED", "1", 1);
+        fprintf(stderr,
+                "dynapipe %s: warning: the cost table %s covers lengths up to %d%s, --max-seqlen is %d: longer "
+                "micro-batches are extrapolated in proportion to their length (docs/cost-model.md)\n",
+                cmd, a->cost_model, me, in->model.kind == DYN_MODEL_T5 ? " (inputs)" : "", a->opt.max_seqlen);
+    }
+    return 0;
+}
+
 int plan_inputs_open(const char *cmd, const plan_args *a, plan_inputs *in)
 {
     memset(in, 0, sizeof *in);
@@ -351,6 +386,10 @@ int plan_inputs_open(const char *cmd, const plan_args *a, plan_inputs *in)
                            dyn_model_kind_name(in->model.kind));
                 plan_inputs_close(in);
                 return CLI_EXIT_USAGE;
+            }
+            if ((rc = table_check(cmd, a, in)) != 0) {
+                plan_inputs_close(in);
+                return rc;
             }
         }
     }

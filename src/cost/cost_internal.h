@@ -16,6 +16,10 @@ struct dyn_cost_model {
     int32_t n_rows, n_enc, n_dec;
     int32_t *rows, *enc_len, *dec_len;
     dyn_layer_cost *points;
+    int scaled;                                 /* time_scale set (else every factor is 1) */
+    double time_scale[DYN_LAYER_KIND_COUNT][2]; /* [kind][fwd, bwd]: calibration factors */
+    int has_meta;          /* the table had a profile line */
+    dyn_profile_meta meta; /* what it says (host, CPU, dtype, threads) */
 };
 
 /* Parameter count (elements) of one layer of kind in cfg (model_config.c and

@@ -1,6 +1,7 @@
 /* cost_model.c — the cost-model handle: creating the analytic model, checking
  * queries once for both sources, model states, and the names of layer kinds
  * and recompute modes. The two sources live in analytic.c and table.c. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,6 +75,27 @@ dyn_status dyn_cost_layer(const dyn_cost_model *cm, dyn_layer_kind kind, const d
         cost_table_layer(cm, kind, mb, rc, out);
     else
         cost_analytic_layer(cm, kind, mb, rc, out);
+    if (cm->scaled) {
+        const double *f = cm->time_scale[kind];
+        out->fwd_ms *= f[0];
+        out->bwd_ms *= f[1], out->bwd_input_ms *= f[1], out->bwd_weight_ms *= f[1];
+    }
+    return DYN_OK;
+}
+
+dyn_status dyn_cost_model_set_time_scale(dyn_cost_model *cm, dyn_layer_kind kind, double fwd, double bwd,
+                                         dyn_error *err)
+{
+    if ((unsigned)kind >= DYN_LAYER_KIND_COUNT)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "cost: unknown layer kind %d", (int)kind);
+    if (!(fwd > 0) || !(bwd > 0) || !isfinite(fwd) || !isfinite(bwd))
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "cost: time scales must be finite and > 0 (got %g, %g)",
+                             fwd, bwd);
+    if (!cm->scaled)
+        for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) cm->time_scale[k][0] = cm->time_scale[k][1] = 1.0;
+    cm->scaled = 1;
+    cm->time_scale[kind][0] = fwd;
+    cm->time_scale[kind][1] = bwd;
     return DYN_OK;
 }
 

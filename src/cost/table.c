@@ -4,12 +4,33 @@
  *
  * Interpolation: along each axis find the grid interval holding the query
  * (binary search) and its fractional position t; the value is the usual
- * multilinear blend of the 2^k corners. Outside the grid the end interval is
- * used with t < 0 or t > 1, i.e. linear extrapolation from the two nearest
- * grid points, and every result is clamped at 0 (times and sizes cannot be
- * negative). An axis with a single point (GPT's dec_len axis, {0}) is
- * constant. A multilinear function sampled on the grid is therefore
- * reproduced exactly everywhere, inside or outside the grid.
+ * multilinear blend of the 2^k corners (weights in [0, 1], so the result is
+ * never negative). Axes may have any number of values
+ * (an exact table over every multiple of 8 up to 4096 has 512); the reader
+ * allocates what the file needs.
+ *
+ * Monotone: the planner assumes costs non-decreasing in rows and lengths
+ * (dyn_mb_cost_fn), and a multilinear blend of points that are
+ * non-decreasing along every axis is itself non-decreasing along every axis
+ * (along one axis it is (1-t)·A + t·B with A <= B). Measured points are
+ * noisy, so every value of every (kind, recompute) slice is made
+ * non-decreasing along each axis in turn by isotonic regression (pool
+ * adjacent violators, least squares), by the profiler before writing and by
+ * the reader after loading (a no-op on a table that already is). Isotonic
+ * regression maps pointwise-ordered inputs to ordered outputs, so fitting a
+ * later axis keeps the earlier axes monotone.
+ *
+ * Outside the grid the query is clamped to the grid on that axis and the result scaled by
+ * x / (the axis' last value) past its end, x / (its first value) before its
+ * start: proportional extrapolation, a product of non-negative
+ * non-decreasing factors, so it stays monotone in every axis (linear
+ * extrapolation from the last interval does not: its slope along one axis
+ * may fall as another grows). Costs grow about linearly in rows and at
+ * least linearly in lengths, so past the grid the rule is close in rows and
+ * a lower bound in lengths (attention is quadratic); callers warn once when
+ * a run's lengths leave the grid (dyn_cost_model_grid_max). An axis with a
+ * single point (GPT's dec_len axis, {0}) is constant. A multilinear function
+ * sampled on the grid is reproduced exactly inside it.
  *
  * The table ignores the *_attn fields of a shape (document-masked attention):
  * it was measured on dense rows, so it answers for dense rows. The file
@@ -54,14 +75,24 @@ static void values_to_cost(const double v[N_VALUES], dyn_layer_cost *c)
 
 /* ---- lookup ---------------------------------------------------------------- */
 
-/* Interval [i0, i0+1] of axis ax (n points, increasing) for x and the
- * position t of x in it (t < 0 or > 1 outside the grid). */
-static void axis_locate(const int32_t *ax, int32_t n, double x, int32_t *i0, double *t)
+/* Interval [i0, i0+1] of axis ax (n points, increasing) holding x clamped
+ * to the grid, the position t in [0, 1] of the clamped x in it, and the
+ * extrapolation factor: x / (last value) past the grid, x / (first value)
+ * before it, 1 inside. A single-point axis is constant (factor 1). */
+static void axis_locate(const int32_t *ax, int32_t n, double x, int32_t *i0, double *t, double *factor)
 {
+    *factor = 1.0;
     if (n == 1) {
         *i0 = 0;
         *t = 0.0;
         return;
+    }
+    if (x > ax[n - 1]) {
+        *factor = x / ax[n - 1];
+        x = ax[n - 1];
+    } else if (x < ax[0]) {
+        *factor = x / ax[0];
+        x = ax[0];
     }
     int32_t lo = 0, hi = n - 1;
     while (hi - lo > 1) {
@@ -78,10 +109,10 @@ void cost_table_layer(const struct dyn_cost_model *cm, dyn_layer_kind kind, cons
 {
     dyn_cost_grid g = {cm->n_rows, cm->n_enc, cm->n_dec, cm->rows, cm->enc_len, cm->dec_len};
     int32_t i[3];
-    double t[3];
-    axis_locate(cm->rows, cm->n_rows, mb->rows, &i[0], &t[0]);
-    axis_locate(cm->enc_len, cm->n_enc, mb->enc_len, &i[1], &t[1]);
-    axis_locate(cm->dec_len, cm->n_dec, cm->cfg.kind == DYN_MODEL_T5 ? mb->dec_len : 0, &i[2], &t[2]);
+    double t[3], f[3];
+    axis_locate(cm->rows, cm->n_rows, mb->rows, &i[0], &t[0], &f[0]);
+    axis_locate(cm->enc_len, cm->n_enc, mb->enc_len, &i[1], &t[1], &f[1]);
+    axis_locate(cm->dec_len, cm->n_dec, cm->cfg.kind == DYN_MODEL_T5 ? mb->dec_len : 0, &i[2], &t[2], &f[2]);
     int32_t n_ax[3] = {cm->n_rows, cm->n_enc, cm->n_dec};
     double acc[N_VALUES] = {0};
     for (int corner = 0; corner < 8; corner++) {
@@ -94,13 +125,13 @@ void cost_table_layer(const struct dyn_cost_model *cm, dyn_layer_kind kind, cons
             j[a] = i[a] + hi;
             w *= n_ax[a] == 1 ? 1.0 : (hi ? t[a] : 1.0 - t[a]);
         }
-        if (skip) continue;
+        if (skip || w == 0.0) continue;
         double v[N_VALUES];
         cost_to_values(&cm->points[dyn_cost_grid_index(&g, kind, rc, j[0], j[1], j[2])], v);
         for (int k = 0; k < N_VALUES; k++) acc[k] += w * v[k];
     }
-    for (int k = 0; k < N_VALUES; k++)
-        if (acc[k] < 0.0) acc[k] = 0.0;
+    double scale = f[0] * f[1] * f[2];
+    for (int k = 0; k < N_VALUES; k++) acc[k] *= scale;
     values_to_cost(acc, out);
 }
 
@@ -139,6 +170,83 @@ static int kind_present(const dyn_model_config *cfg, int kind)
     return kind != DYN_LAYER_DECODER || cfg->kind == DYN_MODEL_T5;
 }
 
+/* ---- monotone points --------------------------------------------------------- */
+
+/* Least-squares non-decreasing fit of y[0..n) in place (pool adjacent
+ * violators): blocks of equal fitted value, merged while a block's mean is
+ * below its left neighbour's. lvl/wt/len are scratch of n entries. */
+static void isotonic_fit(double *y, int32_t n, double *lvl, double *wt, int32_t *len)
+{
+    int32_t nb = 0;
+    for (int32_t i = 0; i < n; i++) {
+        lvl[nb] = y[i], wt[nb] = 1.0, len[nb] = 1;
+        nb++;
+        while (nb > 1 && lvl[nb - 2] > lvl[nb - 1]) {
+            double w = wt[nb - 2] + wt[nb - 1];
+            lvl[nb - 2] = (lvl[nb - 2] * wt[nb - 2] + lvl[nb - 1] * wt[nb - 1]) / w;
+            wt[nb - 2] = w;
+            len[nb - 2] += len[nb - 1];
+            nb--;
+        }
+    }
+    for (int32_t b = 0, i = 0; b < nb; b++)
+        for (int32_t k = 0; k < len[b]; k++) y[i++] = lvl[b];
+}
+
+/* One value (0..N_VALUES-1) of the points p[base + i*stride], i < n. */
+static double value_get(const dyn_layer_cost *c, int v)
+{
+    double a[N_VALUES];
+    cost_to_values(c, a);
+    return a[v];
+}
+
+static void value_set(dyn_layer_cost *c, int v, double x)
+{
+    double a[N_VALUES];
+    cost_to_values(c, a);
+    a[v] = x;
+    values_to_cost(a, c);
+}
+
+dyn_status dyn_cost_points_make_monotone(const dyn_model_config *cfg, const dyn_cost_grid *g,
+                                         dyn_layer_cost *points, dyn_error *err)
+{
+    int32_t nmax = g->n_rows > g->n_enc ? g->n_rows : g->n_enc;
+    if (g->n_dec > nmax) nmax = g->n_dec;
+    double *y = dyn_calloc((size_t)nmax * 3, sizeof *y, "isotonic fit", err);
+    int32_t *len = dyn_calloc((size_t)nmax, sizeof *len, "isotonic fit", err);
+    if (y == NULL || len == NULL) {
+        free(y);
+        free(len);
+        return DYN_ERR_NOMEM;
+    }
+    const int32_t n_ax[3] = {g->n_rows, g->n_enc, g->n_dec};
+    const int64_t stride[3] = {(int64_t)g->n_enc * g->n_dec, g->n_dec, 1};
+    int64_t gs = dyn_cost_grid_size(g);
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
+        if (!kind_present(cfg, k)) continue;
+        for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++) {
+            dyn_layer_cost *slice = points + dyn_cost_grid_index(g, (dyn_layer_kind)k, (dyn_recompute)rc, 0, 0, 0);
+            for (int a = 0; a < 3; a++) {
+                if (n_ax[a] < 2) continue;
+                /* every line along axis a: the start points are those with index 0 on a */
+                for (int64_t p0 = 0; p0 < gs; p0++) {
+                    if ((p0 / stride[a]) % n_ax[a] != 0) continue;
+                    for (int v = 0; v < N_VALUES; v++) {
+                        for (int32_t i = 0; i < n_ax[a]; i++) y[i] = value_get(&slice[p0 + i * stride[a]], v);
+                        isotonic_fit(y, n_ax[a], y + nmax, y + 2 * (size_t)nmax, len);
+                        for (int32_t i = 0; i < n_ax[a]; i++) value_set(&slice[p0 + i * stride[a]], v, y[i]);
+                    }
+                }
+            }
+        }
+    }
+    free(y);
+    free(len);
+    return DYN_OK;
+}
+
 /* ---- writer ---------------------------------------------------------------- */
 
 static void write_axis(FILE *fp, const char *name, const int32_t *ax, int32_t n)
@@ -148,9 +256,27 @@ static void write_axis(FILE *fp, const char *name, const int32_t *ax, int32_t n)
     fprintf(fp, "\n");
 }
 
+/* A name for the profile line: blanks (a CPU model has them) become '_',
+ * and an empty or over-long one is cut or marked, so the line reads back. */
+static void meta_word(char *dst, size_t cap, const char *src)
+{
+    size_t n = 0;
+    for (; src[n] && n + 1 < cap; n++) dst[n] = (src[n] == ' ' || src[n] == '\t' || src[n] == '=') ? '_' : src[n];
+    dst[n] = '\0';
+    if (n == 0) snprintf(dst, cap, "unknown");
+}
+
 dyn_status dyn_cost_table_write(const char *path, const dyn_model_config *cfg, const dyn_machine *m,
                                 const double states_mb[DYN_LAYER_KIND_COUNT], const dyn_cost_grid *grid,
                                 const dyn_layer_cost *points, dyn_error *err)
+{
+    return dyn_cost_table_write_profile(path, cfg, m, states_mb, grid, points, NULL, err);
+}
+
+dyn_status dyn_cost_table_write_profile(const char *path, const dyn_model_config *cfg, const dyn_machine *m,
+                                        const double states_mb[DYN_LAYER_KIND_COUNT], const dyn_cost_grid *grid,
+                                        const dyn_layer_cost *points, const dyn_profile_meta *meta,
+                                        dyn_error *err)
 {
     dyn_status st;
     if ((st = dyn_model_config_validate(cfg, err)) != DYN_OK) return st;
@@ -186,6 +312,14 @@ dyn_status dyn_cost_table_write(const char *path, const dyn_model_config *cfg, c
                 "gemm_n_half=%.17g layer_overhead_ms=%.17g\n",
             m->name, m->matmul_gflops, m->attn_gflops, m->mem_gbps, m->bytes_per_elem, m->device_memory_mb,
             m->link_latency_ms, m->link_gbps, m->dp_link_gbps, m->gemm_n_half, m->layer_overhead_ms);
+    if (meta != NULL) {
+        char host[64], cpu[64], dtype[64];
+        meta_word(host, sizeof host, meta->host);
+        meta_word(cpu, sizeof cpu, meta->cpu);
+        meta_word(dtype, sizeof dtype, meta->dtype);
+        fprintf(fp, "profile host=%s cpu=%s dtype=%s threads=%d repeats=%d\n", host, cpu, dtype,
+                meta->threads, meta->repeats);
+    }
     fprintf(fp, "states_mb embed=%.17g encoder=%.17g decoder=%.17g lm_head=%.17g\n", states_mb[0],
             states_mb[1], states_mb[2], states_mb[3]);
     write_axis(fp, "rows", grid->rows, grid->n_rows);
@@ -342,14 +476,21 @@ static dyn_status parse_axis(reader *r, char **tok, int ntok, int32_t **ax, int3
     return DYN_OK;
 }
 
-/* Index of v in axis ax, or -1. */
+/* Index of v in axis ax (strictly increasing), or -1; binary search, so a
+ * table with long axes loads in O(points log n). */
 static int32_t axis_find(const int32_t *ax, int32_t n, int32_t v)
 {
-    for (int32_t i = 0; i < n; i++)
-        if (ax[i] == v) return i;
+    int32_t lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (ax[mid] == v) return mid;
+        if (ax[mid] < v) lo = mid + 1;
+        else hi = mid - 1;
+    }
     return -1;
 }
 
+/* Fields of any line but an axis line (a point has 13, the machine line 12). */
 #define MAX_TOKENS 24
 
 /* The reader's state across the lines of one table. */
@@ -427,6 +568,23 @@ static dyn_status parse_states_line(table_parse *tp, char **tok, int ntok)
     return DYN_OK;
 }
 
+/* "profile host=.. cpu=.. dtype=.. threads=N repeats=N" (optional): what
+ * the measurements were made on. */
+static dyn_status parse_profile_line(table_parse *tp, char **tok, int ntok)
+{
+    dyn_profile_meta *pm = &tp->cm->meta;
+    if (tp->cm->has_meta++) return rd_fail(tp->r, "profile line given twice", NULL);
+    kv_field f[] = {{"host", 's', pm->host},
+                    {"cpu", 's', pm->cpu},
+                    {"dtype", 's', pm->dtype},
+                    {"threads", 'i', &pm->threads},
+                    {"repeats", 'i', &pm->repeats}};
+    dyn_status st = parse_kv(tp->r, tok + 1, ntok - 1, f, 5, "profile");
+    if (st != DYN_OK) return st;
+    if (pm->threads < 1 || pm->repeats < 1) return rd_fail(tp->r, "profile threads and repeats must be >= 1", NULL);
+    return DYN_OK;
+}
+
 /* "rows ...", "enc_len ...", "dec_len ...": only before the first point. */
 static dyn_status parse_axis_line(table_parse *tp, char **tok, int ntok)
 {
@@ -492,13 +650,14 @@ static dyn_status parse_point_line(table_parse *tp, char **tok, int ntok)
 /* One non-empty, non-comment line. */
 static dyn_status parse_line(table_parse *tp, char **tok, int ntok)
 {
-    if (ntok > MAX_TOKENS) return rd_fail(tp->r, "too many fields", NULL);
+    int is_axis = strcmp(tok[0], "rows") == 0 || strcmp(tok[0], "enc_len") == 0 || strcmp(tok[0], "dec_len") == 0;
+    if (ntok > MAX_TOKENS && !is_axis) return rd_fail(tp->r, "too many fields", NULL);
     if (!tp->have_magic) return parse_magic_line(tp, tok, ntok);
+    if (strcmp(tok[0], "profile") == 0) return parse_profile_line(tp, tok, ntok);
     if (strcmp(tok[0], "model") == 0) return parse_model_line(tp, tok, ntok);
     if (strcmp(tok[0], "machine") == 0) return parse_machine_line(tp, tok, ntok);
     if (strcmp(tok[0], "states_mb") == 0) return parse_states_line(tp, tok, ntok);
-    if (strcmp(tok[0], "rows") == 0 || strcmp(tok[0], "enc_len") == 0 || strcmp(tok[0], "dec_len") == 0)
-        return parse_axis_line(tp, tok, ntok);
+    if (is_axis) return parse_axis_line(tp, tok, ntok);
     if (strcmp(tok[0], "point") == 0) return parse_point_line(tp, tok, ntok);
     return rd_fail(tp->r, "unknown line", tok[0]);
 }
@@ -536,18 +695,32 @@ static dyn_status parse_table(dyn_cost_model *cm, char *text, reader *r)
     tp.r = r;
     dyn_status st = DYN_OK;
     char *line = text;
+    char **tok = NULL; /* grown to the line with the most fields (a long axis) */
+    size_t cap = 0;
     while (*line && st == DYN_OK) {
         char *nl = strchr(line, '\n');
         char *next = nl ? nl + 1 : line + strlen(line);
         if (nl) *nl = '\0';
         r->line++;
-        char *tok[MAX_TOKENS];
-        int ntok = tokenize(line, tok, MAX_TOKENS);
+        size_t need = (size_t)(next - line) / 2 + 2; /* fields are separated by blanks */
+        if (need > cap) {
+            char **t = realloc(tok, need * sizeof *t);
+            if (t == NULL) {
+                st = dyn_error_set(r->err, DYN_ERR_NOMEM, "%s:%d: out of memory for a line's fields",
+                                   r->path, r->line);
+                break;
+            }
+            tok = t;
+            cap = need;
+        }
+        int ntok = tokenize(line, tok, (int)cap);
         line = next;
         if (ntok == 0 || tok[0][0] == '#') continue;
         st = parse_line(&tp, tok, ntok);
     }
+    free(tok);
     if (st == DYN_OK) st = check_complete(&tp);
+    if (st == DYN_OK) st = dyn_cost_points_make_monotone(&cm->cfg, &tp.g, cm->points, r->err);
     free(tp.seen);
     return st;
 }
@@ -576,4 +749,38 @@ dyn_cost_model *dyn_cost_model_load_table(const char *path, dyn_error *err)
         return NULL;
     }
     return cm;
+}
+
+/* ---- what a table says about itself ------------------------------------------ */
+
+int dyn_cost_model_profile_meta(const dyn_cost_model *cm, dyn_profile_meta *out)
+{
+    if (!cm->is_table || !cm->has_meta) return 0;
+    *out = cm->meta;
+    return 1;
+}
+
+int dyn_cost_model_grid_max(const dyn_cost_model *cm, int32_t *rows, int32_t *enc_len, int32_t *dec_len)
+{
+    if (!cm->is_table) return 0;
+    *rows = cm->rows[cm->n_rows - 1];
+    *enc_len = cm->enc_len[cm->n_enc - 1];
+    *dec_len = cm->dec_len[cm->n_dec - 1];
+    return 1;
+}
+
+dyn_status dyn_cost_model_check_shape(const dyn_cost_model *cm, const dyn_model_config *want, dyn_error *err)
+{
+    const dyn_model_config *h = &cm->cfg;
+    if (h->kind == want->kind && h->n_layers == want->n_layers && h->n_dec_layers == want->n_dec_layers &&
+        h->hidden == want->hidden && h->heads == want->heads && h->head_dim == want->head_dim &&
+        h->ffn == want->ffn && h->vocab == want->vocab)
+        return DYN_OK;
+    return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                         "the cost model is for another shape: it has %s n_layers=%d n_dec_layers=%d hidden=%d "
+                         "heads=%d head_dim=%d ffn=%d vocab=%d, the run wants %s n_layers=%d n_dec_layers=%d "
+                         "hidden=%d heads=%d head_dim=%d ffn=%d vocab=%d (profile this shape with dynapipe profile)",
+                         dyn_model_kind_name(h->kind), h->n_layers, h->n_dec_layers, h->hidden, h->heads,
+                         h->head_dim, h->ffn, h->vocab, dyn_model_kind_name(want->kind), want->n_layers,
+                         want->n_dec_layers, want->hidden, want->heads, want->head_dim, want->ffn, want->vocab);
 }

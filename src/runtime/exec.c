@@ -320,6 +320,19 @@ static int model_recompute(uint8_t rc)
 
 static void busy_add(rt_exec *x, double t0) { x->st->busy_ms += dyn_time_ms() - t0; }
 
+/* Measured vs predicted compute for the online calibration (calibrate.h):
+ * dir 0 forward, 1 backward. The prediction of a whole backward is counted
+ * at BACKWARD or at the input half (BACKWARD_INPUT), the weight half adds
+ * only its measured time, so split and fused backward compare alike. */
+static void calib_add(rt_exec *x, const dyn_instr *in, int dir, int count_pred, double t0)
+{
+    double ms = dyn_time_ms() - t0;
+    const dyn_rt_work *w = x->w;
+    size_t k = (size_t)in->microbatch * (size_t)w->n_stages + (size_t)in->stage;
+    x->st->meas_ms[dir] += ms;
+    if (count_pred) x->st->pred_ms[dir] += dir == 0 ? w->fwd_ms[k] : w->bwd_ms[k];
+}
+
 static dyn_status h_forward(rt_exec *x, int32_t i, dyn_error *err)
 {
     const dyn_instr *in = &x->rp->instrs[i];
@@ -342,6 +355,7 @@ static dyn_status h_forward(rt_exec *x, int32_t i, dyn_error *err)
                                  ll < x->env.n_layers ? x->slots[in->buf_out].data : NULL,
                                  model_recompute(in->recompute), ll == x->env.n_layers ? &loss : NULL, NULL, err);
     busy_add(x, t0);
+    calib_add(x, in, 0, 1, t0);
     if (st == DYN_OK && ll == x->env.n_layers) {
         x->st->loss_sum += loss;
         x->st->target_tokens += mb->n_target_tokens;
@@ -369,6 +383,7 @@ static dyn_status backward(rt_exec *x, int32_t i, int whole, dyn_error *err)
     st = whole ? dyn_model_stage_backward(m, a, mb, lf, ll, g, din, x->dloss, err)
                : dyn_model_stage_backward_input(m, a, mb, lf, ll, g, din, x->dloss, err);
     busy_add(x, t0);
+    calib_add(x, in, 1, 1, t0);
     if (whole) acts_put(x, in->microbatch, in->stage);
     return st;
 }
@@ -391,6 +406,7 @@ static dyn_status h_backward_weight(rt_exec *x, int32_t i, dyn_error *err)
     double t0 = dyn_time_ms();
     st = dyn_model_stage_backward_weight(x->env.model_of(x->env.model_ctx, in->stage), a, mb, lf, ll, err);
     busy_add(x, t0);
+    calib_add(x, in, 1, 0, t0);
     acts_put(x, in->microbatch, in->stage);
     return st;
 }

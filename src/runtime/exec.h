@@ -66,6 +66,8 @@ typedef struct rt_exec_stats {
     double comm_wait_ms;  /* blocked in Finish and Barrier: communication not hidden */
     int64_t comm_bytes;   /* sent by this rank (activations and gradients) */
     size_t alloc_bytes;   /* activation arenas + buffer slots allocated (grow-only) */
+    double meas_ms[2];    /* measured Forward [0] and Backward* [1] time, ms */
+    double pred_ms[2];    /* the plan's predicted time of the same instructions, ms */
 } rt_exec_stats;
 
 typedef struct rt_exec rt_exec;

@@ -28,6 +28,11 @@ struct rt_planner {
     int stop, done, failed, started;
     dyn_error fail;
     pthread_t thread;
+    /* online calibration (calibrate.h): a factor posted by the main thread,
+     * applied by the planner thread before its next batch */
+    double scale_pending[2];
+    int scale_posted;
+    int64_t scale_first; /* first iteration planned with the current factor */
 };
 
 void rt_planned_free(rt_planned *p)
@@ -105,10 +110,65 @@ static dyn_status replica_work(const dyn_batch_plan *bp, const dyn_replica_plan 
     return DYN_OK;
 }
 
+void rt_planner_set_time_scale(rt_planner *p, const double factor[2])
+{
+    pthread_mutex_lock(&p->mu);
+    p->scale_pending[0] = factor[0];
+    p->scale_pending[1] = factor[1];
+    p->scale_posted = 1;
+    pthread_mutex_unlock(&p->mu);
+}
+
+int64_t rt_planner_scale_first(rt_planner *p)
+{
+    pthread_mutex_lock(&p->mu);
+    int64_t k = p->scale_first;
+    pthread_mutex_unlock(&p->mu);
+    return k;
+}
+
+/* A posted factor: scale every layer kind of the cost model and rebuild the
+ * planner and pipeline, whose cost caches hold the old times. Counted in
+ * the batch's plan_ms. */
+static dyn_status scale_apply(rt_planner *p, int64_t k, dyn_error *err)
+{
+    pthread_mutex_lock(&p->mu);
+    int posted = p->scale_posted;
+    double f[2] = {p->scale_pending[0], p->scale_pending[1]};
+    p->scale_posted = 0;
+    pthread_mutex_unlock(&p->mu);
+    if (!posted) return DYN_OK;
+    dyn_status st = DYN_OK;
+    for (int kind = 0; kind < DYN_LAYER_KIND_COUNT && st == DYN_OK; kind++)
+        st = dyn_cost_model_set_time_scale(p->cm, (dyn_layer_kind)kind, f[0], f[1], err);
+    if (st != DYN_OK) return st;
+    dyn_planner *pl = dyn_planner_create(p->cm, &p->o.plan, err);
+    if (pl == NULL) return err->code;
+    dyn_pipeline_options po;
+    dyn_pipeline_options_default(&po);
+    po.schedule = p->o.schedule;
+    po.order_groups = p->o.order_groups;
+    dyn_pipeline *pp = dyn_pipeline_create(pl, &po, err);
+    if (pp == NULL) {
+        dyn_planner_free(pl);
+        return err->code;
+    }
+    dyn_pipeline_free(p->pipeline);
+    dyn_planner_free(p->planner);
+    p->pipeline = pp;
+    p->planner = pl;
+    pthread_mutex_lock(&p->mu);
+    p->scale_first = k;
+    pthread_mutex_unlock(&p->mu);
+    return DYN_OK;
+}
+
 dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_error *err)
 {
     *out = NULL;
     double t0 = dyn_time_ms();
+    dyn_status sst = scale_apply(p, k, err);
+    if (sst != DYN_OK) return sst;
     const dyn_sample *batch = NULL;
     int32_t n = 0;
     dyn_status st = dyn_sampler_next(p->sampler, &batch, &n, err);

@@ -41,6 +41,13 @@ dyn_status rt_planner_take(rt_planner *p, int64_t k, int block, double timeout_s
 /* Stop the thread (it finishes the batch it is planning) and free. */
 void rt_planner_free(rt_planner *p);
 
+/* Online calibration (calibrate.h): from the next batch it plans, the
+ * planner's cost model carries time factors factor[0] (forward) and
+ * factor[1] (backward) on every layer kind. Thread-safe; any thread. */
+void rt_planner_set_time_scale(rt_planner *p, const double factor[2]);
+/* The first iteration planned with the factor now applied (0 before any). */
+int64_t rt_planner_scale_first(rt_planner *p);
+
 /* Plan one iteration synchronously on the calling thread (what the thread
  * runs; tests call it directly). */
 dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_error *err);

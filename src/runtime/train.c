@@ -40,6 +40,7 @@
 #include "model/threads.h"
 #include "runtime/exec.h"
 #include "runtime/group.h"
+#include "runtime/calibrate.h"
 #include "runtime/planner.h"
 #include "runtime/source.h"
 #include "runtime/work.h"
@@ -64,6 +65,7 @@ void dyn_train_options_default(dyn_train_options *o)
     o->adamw = dyn_adamw_default();
     o->clip_norm = 1.0;
     o->timeout_s = 60;
+    o->calibrate_window = 8;
     o->kill_rank = o->hang_rank = -1;
 }
 
@@ -319,7 +321,8 @@ static dyn_status stage_layers(const dyn_train_options *o, int32_t **lay_first, 
 /* ---- per-iteration records -------------------------------------------------- */
 
 /* What each rank reports to rank 0 after an iteration. */
-enum { R_ITER_MS, R_BUSY_MS, R_COMM_MS, R_COMM_BYTES, R_PLAN_WAIT_MS, R_ALLOC_MB, R_LOSS, R_TOKENS, R_PRED_PEAK_MB, R_COUNT };
+enum { R_ITER_MS, R_BUSY_MS, R_COMM_MS, R_COMM_BYTES, R_PLAN_WAIT_MS, R_ALLOC_MB, R_LOSS, R_TOKENS, R_PRED_PEAK_MB,
+       R_MEAS_F, R_MEAS_B, R_PRED_F, R_PRED_B, R_COUNT };
 
 typedef struct rt_iter {
     int64_t step;
@@ -360,6 +363,7 @@ typedef struct rt_run {
     rt_exec *x;
     rt_mail mail;
     rt_planner *planner;
+    rt_calib *calib;              /* rank 0 with --calibrate, else NULL */
     rt_iter *iters;
     double epoch_ms;
     double states_mb;
@@ -453,6 +457,29 @@ static dyn_status sum_shared(rt_run *R, dyn_error *err)
         }
     }
     return DYN_OK;
+}
+
+/* Online calibration (calibrate.h), rank 0: iteration k's per-rank
+ * measured and predicted compute (all: [world][R_COUNT]) join the window
+ * when k was planned with the factor now applied and is past the first
+ * two; a moved fit is posted to
+ * the planner thread for its next batch. */
+static void calibrate_hook(rt_run *R, int64_t k, const double *all)
+{
+    /* the first iterations are cold (caches, arenas growing): not a trend */
+    if (R->calib == NULL || k < 2 || k < rt_planner_scale_first(R->planner)) return;
+    for (int r = 0; r < R->g.world_size; r++) {
+        const double *q = all + (size_t)r * R_COUNT;
+        double meas[2] = {q[R_MEAS_F], q[R_MEAS_B]}, pred[2] = {q[R_PRED_F], q[R_PRED_B]};
+        rt_calib_add(R->calib, meas, pred);
+    }
+    double f[2];
+    if (rt_calib_update(R->calib, f)) {
+        rt_planner_set_time_scale(R->planner, f);
+        if (R->o.verbose)
+            fprintf(stderr, "dynapipe train: calibration after iteration %lld: forward x%.3f, backward x%.3f\n",
+                    (long long)k + 1, f[0], f[1]);
+    }
 }
 
 static dyn_status step(rt_run *R, int64_t k, double *grad_norm, double *lr, dyn_error *err)
@@ -838,6 +865,8 @@ static dyn_status setup(rt_run *R, dyn_error *err)
             if (R->mail.out[i].req == NULL || R->mail.out[i].len == NULL) return DYN_ERR_NOMEM;
         }
         if ((R->planner = rt_planner_create(o, rt_source_lengths(R->src), err)) == NULL) return err->code;
+        if (o->calibrate && (R->calib = rt_calib_create(o->calibrate_window, 0.03)) == NULL)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the calibration");
         if ((st = rt_planner_start(R->planner, err)) != DYN_OK) return st;
         R->mail.planner = R->planner;
         if (o->progress >= 0) {
@@ -901,6 +930,8 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
     rec[R_LOSS] = xs.loss_sum;
     rec[R_TOKENS] = (double)xs.target_tokens;
     rec[R_PRED_PEAK_MB] = w.n_mb > 0 ? w.peak_mb[R->g.stage_rank] : 0;
+    rec[R_MEAS_F] = xs.meas_ms[0], rec[R_MEAS_B] = xs.meas_ms[1];
+    rec[R_PRED_F] = xs.pred_ms[0], rec[R_PRED_B] = xs.pred_ms[1];
     double *all = NULL;
     if (st == DYN_OK && R->g.world_rank == 0) {
         all = dyn_calloc((size_t)R_COUNT * (size_t)R->g.world_size, sizeof(double), "metrics", err);
@@ -926,6 +957,7 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
             it->peak_mb[r] = q[R_ALLOC_MB];
             it->pred_peak_mb[r] = q[R_PRED_PEAK_MB];
         }
+        calibrate_hook(R, k, all);
         it->step = k;
         it->loss = loss / (double)w.global_target_tokens;
         it->tokens = w.global_real_tokens;
@@ -951,6 +983,7 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
 static void run_free(rt_run *R)
 {
     rt_planner_free(R->planner);
+    rt_calib_free(R->calib);
     mail_free(&R->mail);
     rt_exec_free(R->x);
     for (int32_t c = 0; c < R->n_local && R->models; c++) dyn_model_free(R->models[c]);

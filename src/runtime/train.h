@@ -44,6 +44,8 @@ typedef struct dyn_train_options {
     double clip_norm;        /* global gradient-norm clip; <= 0: none */
     int32_t threads;         /* per rank; 0: cores / ranks on this host, at least 1 */
     double timeout_s;        /* deadline of every wait (message, plan, collective) */
+    int32_t calibrate;       /* 1: online calibration of the planner's costs (calibrate.h) */
+    int32_t calibrate_window; /* records (ranks x iterations) in its median, >= 1 */
     /* outputs (written at the end, only if the run succeeds) */
     const char *metrics_path; /* JSONL, one record per iteration */
     const char *trace_path;   /* Chrome/Perfetto trace of every rank */

@@ -1,0 +1,444 @@
+/* cli_profile.c — `dynapipe profile`: measure every layer kind of a model on
+ * this machine over a grid of micro-batch shapes and write the cost table
+ * the planner reads (--cost-model FILE); or, with --check, measure held-out
+ * shapes and print how far a cost model's predictions are from them.
+ * The measuring is src/model/profile.c; this file is flags, the progress
+ * bar and the files. `dynapipe train --profile auto` calls
+ * cli_profile_cached. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "dynapipe/cost.h"
+#include "dynapipe/model_config.h"
+#include "model/profile.h" /* defines: dyn_profiler_*, dyn_profile_* */
+#include "model/threads.h" /* defines: dyn_threads_init */
+#include "runtime/group.h"   /* defines: dyn_rt_group_*, dyn_rt_under_mpirun */
+#include "runtime/link.h"    /* defines: rt_link_measure */
+#include "runtime/train.h"   /* defines: dyn_train_launch (mpirun re-execution) */
+#include "util/rng.h"      /* defines: dyn_rng_* */
+#include "util/util.h"     /* defines: dyn_time_ms, dyn_median */
+
+#define CMD "profile"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: dynapipe profile --model gpt|t5 [flags] --out FILE\n"
+            "       dynapipe profile --model gpt|t5 [flags] --check analytic|FILE\n\n"
+            "Measure forward, backward and split backward of each layer kind (embedding,\n"
+            "GPT/T5-encoder block, T5 decoder block, LM head), per recompute mode, with\n"
+            "their activation memory, over a grid of micro-batch rows and lengths, and\n"
+            "write the cost table the planner reads (--cost-model FILE).\n\n"
+            "  --model-config NAME|FILE  preset or model JSON (default gpt-tiny / t5-tiny)\n"
+            "  --max-seqlen L            longest length on the grid (default 512)\n"
+            "  --max-rows R              most micro-batch rows on the grid (default 32)\n"
+            "  --threads T               kernel threads while measuring (default 1)\n"
+            "  --repeats N               timed repeats per point, median kept (default 5; --quick 3)\n"
+            "  --quick                   a third of the points per axis (about a minute)\n"
+            "  --out FILE                the cost table (written atomically)\n"
+            "  --check analytic|FILE     instead: measure --shapes held-out shapes and print the\n"
+            "                            predicted vs measured error per layer kind\n"
+            "  --shapes N                held-out shapes per kind for --check (default 24)\n"
+            "  --seed N                  held-out shapes' seed (default 1)\n"
+            "  --quiet                   no progress bar\n"
+            "  --link                    instead: latency and bandwidth between two MPI ranks\n"
+            "                            (started with mpirun); with --out FILE of an existing\n"
+            "                            table, its machine line takes them (link_latency_ms,\n"
+            "                            link_gbps, dp_link_gbps)\n");
+}
+
+typedef struct profile_args {
+    dyn_model_kind kind;
+    int have_kind;
+    const char *model_config;
+    int32_t max_seqlen, max_rows, threads, repeats, quick, shapes, quiet, link;
+    uint64_t seed;
+    const char *out, *check;
+} profile_args;
+
+/* The progress bar: done/total of the work (rows x tokens), time left
+ * extrapolated from the time so far. */
+typedef struct progress {
+    double t0;
+    int on;
+    int last_pct;
+} progress;
+
+static void progress_show(void *ctx, int64_t done, int64_t total, double unused)
+{
+    (void)unused;
+    progress *p = ctx;
+    if (!p->on || total <= 0) return;
+    int pct = (int)(100.0 * (double)done / (double)total);
+    if (pct == p->last_pct && done < total) return;
+    p->last_pct = pct;
+    double el = (dyn_time_ms() - p->t0) / 1000.0;
+    double left = done > 0 ? el * (double)(total - done) / (double)done : 0.0;
+    char bar[31];
+    int fill = pct * 30 / 100;
+    for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+    bar[30] = '\0';
+    fprintf(stderr, "\rdynapipe profile: [%s] %3d%%  %.0f s elapsed, %.0f s left ", bar, pct, el, left);
+    if (done >= total) fprintf(stderr, "\n");
+    fflush(stderr);
+}
+
+int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int quick, int32_t max_rows,
+                      int show_progress, const char *path)
+{
+    dyn_error err;
+    dyn_profiler *p = dyn_profiler_create(cfg, threads, repeats, 1, &err);
+    if (p == NULL) {
+        cli_errorf(CMD, "%s", err.msg);
+        return CLI_EXIT_FAIL;
+    }
+    dyn_cost_grid g;
+    if (dyn_profile_grid_default(cfg, quick, max_rows, &g, &err) != DYN_OK) {
+        dyn_profiler_free(p);
+        cli_errorf(CMD, "%s", err.msg);
+        return CLI_EXIT_USAGE;
+    }
+    int64_t n = dyn_cost_grid_size(&g) * DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT;
+    dyn_layer_cost *pts = calloc((size_t)n, sizeof *pts);
+    int rc = CLI_EXIT_OK;
+    if (pts == NULL) {
+        cli_errorf(CMD, "out of memory for %lld points", (long long)n);
+        rc = CLI_EXIT_FAIL;
+    } else {
+        progress pr = {dyn_time_ms(), show_progress > 0, -1};
+        double states[DYN_LAYER_KIND_COUNT];
+        dyn_profile_meta meta;
+        dyn_profile_meta_fill(&meta, threads, repeats);
+        if (dyn_profile_grid_run(p, &g, pts, states, progress_show, &pr, &err) != DYN_OK ||
+            dyn_cost_table_write_profile(path, cfg, dyn_machine_builtin("cpu"), states, &g, pts, &meta, &err) !=
+                DYN_OK) {
+            cli_errorf(CMD, "%s", err.msg);
+            rc = CLI_EXIT_FAIL;
+        } else if (show_progress >= 0) {
+            fprintf(stderr, "dynapipe profile: %d rows x %d input x %d target lengths in %.1f s -> %s\n", g.n_rows,
+                    g.n_enc, g.n_dec, (dyn_time_ms() - pr.t0) / 1000.0, path);
+        }
+    }
+    free(pts);
+    dyn_profile_grid_free(&g);
+    dyn_profiler_free(p);
+    return rc;
+}
+
+/* mkdir -p of the directory part of path. */
+static int mkdirs(char *path)
+{
+    for (char *s = path + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        int bad = mkdir(path, 0755) != 0 && errno != EEXIST;
+        *s = '/';
+        if (bad) return -1;
+    }
+    return 0;
+}
+
+int cli_profile_cached(const dyn_model_config *cfg, int threads, char *path, size_t cap, int make)
+{
+    const char *base = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    char dir[512];
+    if (base && base[0]) snprintf(dir, sizeof dir, "%s/dynapipe", base);
+    else if (home && home[0]) snprintf(dir, sizeof dir, "%s/.cache/dynapipe", home);
+    else snprintf(dir, sizeof dir, "build/dynapipe-cache");
+    int w = snprintf(path, cap, "%s/profile-%s-l%d-d%d-h%d-H%d-k%d-f%d-v%d-s%d-t%d.table", dir,
+                     dyn_model_kind_name(cfg->kind), cfg->n_layers, cfg->n_dec_layers, cfg->hidden, cfg->heads,
+                     cfg->head_dim, cfg->ffn, cfg->vocab, cfg->max_seqlen, threads);
+    if (w < 0 || (size_t)w >= cap) {
+        cli_errorf("train", "--profile auto: cache path too long");
+        return CLI_EXIT_FAIL;
+    }
+    if (!make || access(path, R_OK) == 0) return 0;
+    if (mkdirs(path) != 0) {
+        cli_errorf("train", "--profile auto: cannot create %s: %s", dir, strerror(errno));
+        return CLI_EXIT_FAIL;
+    }
+    fprintf(stderr, "dynapipe train: no profile of this shape yet; profiling (--quick grid) into %s\n", path);
+    return cli_profile_write(cfg, threads, 3, 1, 32, isatty(2) ? 1 : 0, path);
+}
+
+/* ---- --check: held-out shapes ---------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int run_check(const profile_args *a, const dyn_model_config *cfg)
+{
+    dyn_error err;
+    dyn_cost_model *cm = strcmp(a->check, "analytic") == 0
+                             ? dyn_cost_model_create_analytic(cfg, dyn_machine_builtin("cpu"), &err)
+                             : dyn_cost_model_load_table(a->check, &err);
+    if (cm == NULL) {
+        cli_errorf(CMD, "--check: %s", err.msg);
+        return CLI_EXIT_FAIL;
+    }
+    if (dyn_cost_model_check_shape(cm, cfg, &err) != DYN_OK) {
+        cli_errorf(CMD, "--check %s: %s", a->check, err.msg);
+        dyn_cost_model_free(cm);
+        return CLI_EXIT_USAGE;
+    }
+    dyn_profiler *p = dyn_profiler_create(cfg, a->threads, a->repeats, 1, &err);
+    double *rel_t = calloc((size_t)a->shapes, sizeof(double)), *rel_m = calloc((size_t)a->shapes, sizeof(double));
+    if (p == NULL || rel_t == NULL || rel_m == NULL) {
+        cli_errorf(CMD, "%s", p == NULL ? err.msg : "out of memory");
+        dyn_profiler_free(p), free(rel_t), free(rel_m), dyn_cost_model_free(cm);
+        return CLI_EXIT_FAIL;
+    }
+    dyn_rng rng;
+    dyn_rng_seed(&rng, a->seed);
+    int rc = CLI_EXIT_OK;
+    printf("# %s vs measured, %d held-out shapes per kind (rows 1..%d, lengths 9..%d, not multiples of 8), "
+           "recompute none\n",
+           a->check, a->shapes, a->max_rows, cfg->max_seqlen);
+    printf("%-8s %14s %14s %14s %14s\n", "kind", "time_median%", "time_worst%", "stored_med%", "stored_worst%");
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT && rc == CLI_EXIT_OK; k++) {
+        if (k == DYN_LAYER_DECODER && cfg->kind != DYN_MODEL_T5) continue;
+        for (int i = 0; i < a->shapes; i++) {
+            int32_t r = 1 + (int32_t)(dyn_rng_uniform(&rng) * a->max_rows);
+            int32_t e, d;
+            do e = 9 + (int32_t)(dyn_rng_uniform(&rng) * (cfg->max_seqlen - 9)); while (e % 8 == 0);
+            do d = 9 + (int32_t)(dyn_rng_uniform(&rng) * (cfg->max_seqlen - 9)); while (d % 8 == 0);
+            if (r > a->max_rows) r = a->max_rows;
+            dyn_layer_cost meas, pred;
+            dyn_mb_shape mb = {.rows = r, .enc_len = e, .dec_len = cfg->kind == DYN_MODEL_T5 ? d : 0};
+            if (dyn_profiler_measure(p, (dyn_layer_kind)k, DYN_RECOMPUTE_NONE, r, e, d, &meas, &err) != DYN_OK ||
+                dyn_cost_layer(cm, (dyn_layer_kind)k, &mb, DYN_RECOMPUTE_NONE, &pred, &err) != DYN_OK) {
+                cli_errorf(CMD, "%s", err.msg);
+                rc = CLI_EXIT_FAIL;
+                break;
+            }
+            double tm = meas.fwd_ms + meas.bwd_ms, tp = pred.fwd_ms + pred.bwd_ms;
+            rel_t[i] = tm > 0 ? fabs(tp - tm) / tm : 0.0;
+            rel_m[i] = meas.stored_mb > 0 ? fabs(pred.stored_mb - meas.stored_mb) / meas.stored_mb : 0.0;
+        }
+        if (rc != CLI_EXIT_OK) break;
+        qsort(rel_t, (size_t)a->shapes, sizeof(double), cmp_double);
+        qsort(rel_m, (size_t)a->shapes, sizeof(double), cmp_double);
+        printf("%-8s %14.1f %14.1f %14.1f %14.1f\n", dyn_layer_kind_name((dyn_layer_kind)k),
+               100.0 * dyn_median(rel_t, a->shapes), 100.0 * rel_t[a->shapes - 1],
+               100.0 * dyn_median(rel_m, a->shapes), 100.0 * rel_m[a->shapes - 1]);
+    }
+    dyn_profiler_free(p);
+    free(rel_t), free(rel_m);
+    dyn_cost_model_free(cm);
+    return rc;
+}
+
+/* ---- --link: two MPI ranks ------------------------------------------------- */
+
+/* The table at path with its machine line's link terms replaced. */
+static int table_set_link(const char *path, double latency_ms, double gbps)
+{
+    dyn_error err;
+    char *text = NULL;
+    size_t len = 0;
+    if (dyn_file_read_all(path, &text, &len, &err) != DYN_OK) {
+        cli_errorf(CMD, "--out: %s", err.msg);
+        return CLI_EXIT_FAIL;
+    }
+    char *line = strstr(text, "\nmachine ");
+    char *out = malloc(len + 256);
+    if (line == NULL || out == NULL) {
+        cli_errorf(CMD, "--out %s: %s", path, out ? "no machine line (not a cost table?)" : "out of memory");
+        free(text), free(out);
+        return CLI_EXIT_FAIL;
+    }
+    line++;
+    char *eol = strchr(line, '\n');
+    size_t n = (size_t)(line - text), m = 0;
+    memcpy(out, text, n);
+    /* copy the machine line token by token, replacing the three link keys */
+    char *tok_end = eol ? eol : text + len;
+    for (char *t = line; t < tok_end;) {
+        char *sp = memchr(t, ' ', (size_t)(tok_end - t));
+        char *te = sp ? sp : tok_end;
+        size_t tl = (size_t)(te - t);
+        char rep[96];
+        if (tl > 16 && strncmp(t, "link_latency_ms=", 16) == 0) m = (size_t)snprintf(rep, sizeof rep, "link_latency_ms=%.17g", latency_ms);
+        else if (tl > 10 && strncmp(t, "link_gbps=", 10) == 0) m = (size_t)snprintf(rep, sizeof rep, "link_gbps=%.17g", gbps);
+        else if (tl > 13 && strncmp(t, "dp_link_gbps=", 13) == 0) m = (size_t)snprintf(rep, sizeof rep, "dp_link_gbps=%.17g", gbps);
+        else m = 0;
+        if (m) memcpy(out + n, rep, m), n += m;
+        else memcpy(out + n, t, tl), n += tl;
+        if (sp) out[n++] = ' ';
+        t = sp ? sp + 1 : tok_end;
+    }
+    size_t rest = (size_t)(text + len - tok_end);
+    memcpy(out + n, tok_end, rest);
+    n += rest;
+    int rc = CLI_EXIT_OK;
+    /* check it still reads as a table before replacing the file */
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s.link-check", path);
+    dyn_cost_model *cm = NULL;
+    if (dyn_file_write_atomic(tmp, out, n, &err) != DYN_OK || (cm = dyn_cost_model_load_table(tmp, &err)) == NULL ||
+        rename(tmp, path) != 0) {
+        cli_errorf(CMD, "--out %s: %s", path, cm == NULL ? err.msg : strerror(errno));
+        unlink(tmp);
+        rc = CLI_EXIT_FAIL;
+    }
+    dyn_cost_model_free(cm);
+    free(text), free(out);
+    return rc;
+}
+
+static int run_link(const profile_args *a, int argc, char **argv)
+{
+    if (!dyn_rt_under_mpirun()) {
+        dyn_train_options o;
+        dyn_train_options_default(&o);
+        o.plan.stages = 2;
+        o.plan.dp = 1;
+        return dyn_train_launch(&o, NULL, argc + 1, argv - 1);
+    }
+    dyn_rt_group g;
+    dyn_error err;
+    memset(&g, 0, sizeof g);
+    if (dyn_rt_group_init(&g, &argc, &argv, 2, 1, &err) != DYN_OK) {
+        cli_errorf(CMD, "--link: %s", err.msg);
+        return CLI_EXIT_FAIL;
+    }
+    enum { N_SIZES = 10 };
+    rt_link_point pts[N_SIZES];
+    double lat = 0, gbps = 0;
+    dyn_status st = rt_link_measure(g.world, N_SIZES, 50, 30.0, pts, &lat, &gbps, &err);
+    int rc = CLI_EXIT_OK;
+    if (st != DYN_OK) {
+        cli_errorf(CMD, "--link: rank %d: %s", g.world_rank, err.msg);
+        rc = CLI_EXIT_FAIL;
+    } else if (g.world_rank == 0) {
+        printf("# one-way time between two ranks (median of 50 round trips / 2)\n%12s %12s %10s\n", "bytes",
+               "ms", "GB/s");
+        for (int i = 0; i < N_SIZES; i++)
+            printf("%12lld %12.5f %10.3f\n", (long long)pts[i].bytes, pts[i].one_way_ms,
+                   (double)pts[i].bytes / (pts[i].one_way_ms * 1e-3) * 1e-9);
+        printf("link_latency_ms=%.5f link_gbps=%.3f\n", lat, gbps);
+        if (a->out) rc = table_set_link(a->out, lat, gbps);
+    }
+    dyn_rt_group_free(&g);
+    return rc;
+}
+
+/* ---- flags ----------------------------------------------------------------- */
+
+static int parse(int argc, char **argv, profile_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->max_seqlen = 512, a->max_rows = 32, a->threads = 1, a->repeats = 0, a->shapes = 24, a->seed = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        int64_t v;
+        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
+            usage(stdout);
+            return -1;
+        }
+        if (strcmp(f, "--quick") == 0) {
+            a->quick = 1;
+            continue;
+        }
+        if (strcmp(f, "--quiet") == 0) {
+            a->quiet = 1;
+            continue;
+        }
+        if (strcmp(f, "--link") == 0) {
+            a->link = 1;
+            continue;
+        }
+        const char *val = cli_flag_value(CMD, argc, argv, &i);
+        if (val == NULL) return CLI_EXIT_USAGE;
+        if (strcmp(f, "--model") == 0) {
+            dyn_error e;
+            if (dyn_model_kind_parse(val, &a->kind, &e) != DYN_OK) {
+                cli_errorf(CMD, "--model: expected gpt or t5, got '%s'", val);
+                return CLI_EXIT_USAGE;
+            }
+            a->have_kind = 1;
+        } else if (strcmp(f, "--model-config") == 0) {
+            a->model_config = val;
+        } else if (strcmp(f, "--out") == 0) {
+            a->out = val;
+        } else if (strcmp(f, "--check") == 0) {
+            a->check = val;
+        } else if (strcmp(f, "--max-seqlen") == 0) {
+            if (cli_parse_i64(CMD, f, val, 8, 1 << 20, &v)) return CLI_EXIT_USAGE;
+            a->max_seqlen = (int32_t)v;
+        } else if (strcmp(f, "--max-rows") == 0) {
+            if (cli_parse_i64(CMD, f, val, 1, 1 << 16, &v)) return CLI_EXIT_USAGE;
+            a->max_rows = (int32_t)v;
+        } else if (strcmp(f, "--threads") == 0) {
+            if (cli_parse_i64(CMD, f, val, 1, 1024, &v)) return CLI_EXIT_USAGE;
+            a->threads = (int32_t)v;
+        } else if (strcmp(f, "--repeats") == 0) {
+            if (cli_parse_i64(CMD, f, val, 1, 1000, &v)) return CLI_EXIT_USAGE;
+            a->repeats = (int32_t)v;
+        } else if (strcmp(f, "--shapes") == 0) {
+            if (cli_parse_i64(CMD, f, val, 1, 100000, &v)) return CLI_EXIT_USAGE;
+            a->shapes = (int32_t)v;
+        } else if (strcmp(f, "--seed") == 0) {
+            if (cli_parse_i64(CMD, f, val, 0, INT64_MAX, &v)) return CLI_EXIT_USAGE;
+            a->seed = (uint64_t)v;
+        } else {
+            cli_errorf(CMD, "unknown flag '%s' (try 'dynapipe profile --help')", f);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (a->link) return 0;
+    if (!a->have_kind) {
+        cli_errorf(CMD, "--model gpt|t5 is required");
+        return CLI_EXIT_USAGE;
+    }
+    if ((a->out == NULL) == (a->check == NULL)) {
+        cli_errorf(CMD, "give exactly one of --out FILE and --check analytic|FILE");
+        return CLI_EXIT_USAGE;
+    }
+    if (a->repeats == 0) a->repeats = a->quick ? 3 : 5;
+    return 0;
+}
+
+static int resolve(const profile_args *a, dyn_model_config *cfg)
+{
+    dyn_error err;
+    const char *src = a->model_config ? a->model_config : a->kind == DYN_MODEL_GPT ? "gpt-tiny" : "t5-tiny";
+    if (dyn_model_config_preset(src, cfg, &err) != DYN_OK && dyn_model_config_load(src, cfg, &err) != DYN_OK) {
+        cli_errorf(CMD, "--model-config: '%s' is neither a preset nor a readable model file (%s)", src, err.msg);
+        return CLI_EXIT_USAGE;
+    }
+    if (cfg->kind != a->kind) {
+        cli_errorf(CMD, "--model %s does not match the model config '%s'", dyn_model_kind_name(a->kind), src);
+        return CLI_EXIT_USAGE;
+    }
+    cfg->max_seqlen = a->max_seqlen;
+    if (dyn_model_config_validate(cfg, &err) != DYN_OK) {
+        cli_errorf(CMD, "model shape: %s", err.msg);
+        return CLI_EXIT_USAGE;
+    }
+    return 0;
+}
+
+int cli_profile_main(int argc, char **argv)
+{
+    dyn_threads_init();
+    profile_args a;
+    int rc = parse(argc, argv, &a);
+    if (rc != 0) return rc < 0 ? CLI_EXIT_OK : rc;
+    if (a.link) return run_link(&a, argc, argv);
+    dyn_model_config cfg;
+    if ((rc = resolve(&a, &cfg)) != 0) return rc;
+    if (a.check) return run_check(&a, &cfg);
+    return cli_profile_write(&cfg, a.threads, a.repeats, a.quick, a.max_rows, a.quiet ? -1 : isatty(2) ? 1 : 0,
+                             a.out);
+}

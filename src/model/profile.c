@@ -1,0 +1,401 @@
+/* profile.c — the layer profiler (contract in profile.h): one stage-only
+ * model per layer kind holding just that kind's layers, random boundary
+ * activations in and gradients out, timed forward / backward / split
+ * backward with a fresh activation arena per shape so that its size is the
+ * shape's own, not the largest seen so far. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dynapipe/model_config.h" /* defines: dyn_model_kind_name */
+#include "model/model.h"   /* defines: dyn_model_*, dyn_model_microbatch_* */
+#include "model/profile.h" /* defines: dyn_profiler_*, dyn_profile_* */
+#include "model/threads.h" /* defines: dyn_threads_set */
+#include "util/rng.h"      /* defines: dyn_rng_* */
+#include "util/util.h"     /* defines: dyn_calloc, dyn_time_ms, dyn_median */
+
+#define MB_BYTES (1024.0 * 1024.0)
+#define MAX_PIECES 2 /* T5's embedding is two layer ranges */
+
+/* A contiguous layer range [first, last) held by its own stage model. */
+typedef struct piece {
+    dyn_model *m;
+    int first, last;
+} piece;
+
+struct dyn_profiler {
+    dyn_model_config cfg;
+    int threads, repeats, warmup;
+    int L;
+    piece kinds[DYN_LAYER_KIND_COUNT][MAX_PIECES];
+    int n_pieces[DYN_LAYER_KIND_COUNT];
+    double *times; /* [repeats] scratch */
+    dyn_rng rng;
+};
+
+/* The layer ranges of each kind (profile.h). */
+static void kind_ranges(const dyn_model_config *c, int r[DYN_LAYER_KIND_COUNT][MAX_PIECES][2],
+                        int n[DYN_LAYER_KIND_COUNT])
+{
+    memset(n, 0, sizeof(int) * DYN_LAYER_KIND_COUNT);
+    if (c->kind == DYN_MODEL_GPT) {
+        int nb = c->n_layers;
+        r[DYN_LAYER_EMBED][0][0] = 0, r[DYN_LAYER_EMBED][0][1] = 1, n[DYN_LAYER_EMBED] = 1;
+        r[DYN_LAYER_ENCODER][0][0] = 1, r[DYN_LAYER_ENCODER][0][1] = 2, n[DYN_LAYER_ENCODER] = 1;
+        r[DYN_LAYER_LM_HEAD][0][0] = nb + 1, r[DYN_LAYER_LM_HEAD][0][1] = nb + 2, n[DYN_LAYER_LM_HEAD] = 1;
+        return;
+    }
+    int ne = c->n_layers, nd = c->n_dec_layers;
+    r[DYN_LAYER_EMBED][0][0] = 0, r[DYN_LAYER_EMBED][0][1] = 1;
+    r[DYN_LAYER_EMBED][1][0] = ne + 1, r[DYN_LAYER_EMBED][1][1] = ne + 3, n[DYN_LAYER_EMBED] = 2;
+    r[DYN_LAYER_ENCODER][0][0] = 1, r[DYN_LAYER_ENCODER][0][1] = 2, n[DYN_LAYER_ENCODER] = 1;
+    r[DYN_LAYER_DECODER][0][0] = ne + 3, r[DYN_LAYER_DECODER][0][1] = ne + 4, n[DYN_LAYER_DECODER] = 1;
+    r[DYN_LAYER_LM_HEAD][0][0] = ne + nd + 3, r[DYN_LAYER_LM_HEAD][0][1] = ne + nd + 4, n[DYN_LAYER_LM_HEAD] = 1;
+}
+
+dyn_profiler *dyn_profiler_create(const dyn_model_config *cfg, int threads, int repeats, int warmup,
+                                  dyn_error *err)
+{
+    if (threads < 1 || repeats < 1 || warmup < 0) {
+        dyn_error_set(err, DYN_ERR_INVALID_ARG, "profile: threads and repeats must be >= 1, warm-up >= 0");
+        return NULL;
+    }
+    dyn_profiler *p = dyn_calloc(1, sizeof *p, "profiler", err);
+    if (p == NULL) return NULL;
+    p->cfg = *cfg;
+    p->threads = threads, p->repeats = repeats, p->warmup = warmup;
+    p->L = cfg->kind == DYN_MODEL_GPT ? cfg->n_layers + 2 : cfg->n_layers + cfg->n_dec_layers + 4;
+    dyn_rng_seed(&p->rng, 20261201);
+    p->times = dyn_calloc((size_t)repeats, sizeof *p->times, "profile times", err);
+    if (p->times == NULL) goto fail;
+    int r[DYN_LAYER_KIND_COUNT][MAX_PIECES][2];
+    kind_ranges(cfg, r, p->n_pieces);
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
+        for (int i = 0; i < p->n_pieces[k]; i++) {
+            piece *pc = &p->kinds[k][i];
+            pc->first = r[k][i][0], pc->last = r[k][i][1];
+            pc->m = dyn_model_create_stage(cfg, 1, pc->first, pc->last, err);
+            if (pc->m == NULL) goto fail;
+            dyn_model_set_threads(pc->m, threads);
+        }
+    dyn_threads_set(threads);
+    return p;
+fail:
+    dyn_profiler_free(p);
+    return NULL;
+}
+
+void dyn_profiler_free(dyn_profiler *p)
+{
+    if (p == NULL) return;
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
+        for (int i = 0; i < MAX_PIECES; i++) dyn_model_free(p->kinds[k][i].m);
+    free(p->times);
+    free(p);
+}
+
+/* The buffers one measurement of one piece owns. */
+typedef struct run_bufs {
+    float *in, *out, *dout, *din;
+    size_t n_in, n_out;
+} run_bufs;
+
+static void run_bufs_free(run_bufs *b)
+{
+    free(b->in), free(b->out), free(b->dout), free(b->din);
+}
+
+static dyn_status run_bufs_make(run_bufs *b, dyn_profiler *p, const piece *pc, const dyn_model_microbatch *mb,
+                                dyn_error *err)
+{
+    memset(b, 0, sizeof *b);
+    b->n_in = dyn_model_boundary_floats(pc->m, pc->first, mb);
+    b->n_out = dyn_model_boundary_floats(pc->m, pc->last, mb);
+    b->in = dyn_calloc(b->n_in + 1, sizeof(float), "profile input", err);
+    b->din = dyn_calloc(b->n_in + 1, sizeof(float), "profile input gradient", err);
+    b->out = dyn_calloc(b->n_out + 1, sizeof(float), "profile output", err);
+    b->dout = dyn_calloc(b->n_out + 1, sizeof(float), "profile output gradient", err);
+    if (!b->in || !b->din || !b->out || !b->dout) {
+        run_bufs_free(b);
+        return DYN_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < b->n_in; i++) b->in[i] = (float)(dyn_rng_uniform(&p->rng) * 2.0 - 1.0);
+    for (size_t i = 0; i < b->n_out; i++) b->dout[i] = (float)(dyn_rng_uniform(&p->rng) * 2.0 - 1.0) * 1e-3f;
+    return DYN_OK;
+}
+
+/* Timings of one piece: [0] fwd, [1] bwd, [2] bwd_input, [3] bwd_weight
+ * (medians, ms); bytes stored after forward, and the arena's largest other
+ * bytes (scratch, gradients, the split backward's kept buffer). */
+typedef struct piece_result {
+    double ms[4];
+    double stored_bytes, work_bytes, output_bytes, input_bytes;
+} piece_result;
+
+static dyn_status piece_measure(dyn_profiler *p, const piece *pc, const dyn_model_microbatch *mb, int recompute,
+                                piece_result *res, dyn_error *err)
+{
+    run_bufs b;
+    dyn_status st = run_bufs_make(&b, p, pc, mb, err);
+    if (st != DYN_OK) return st;
+    dyn_model_acts *a = dyn_model_acts_create(err);
+    double *t4 = dyn_calloc((size_t)p->repeats * 4, sizeof *t4, "profile times", err);
+    if (a == NULL || t4 == NULL) {
+        st = DYN_ERR_NOMEM;
+        goto done;
+    }
+    int has_in = pc->first > 0, has_out = pc->last < p->L;
+    float dloss = 1e-3f;
+    double loss = 0;
+    for (int r = -p->warmup; r < p->repeats && st == DYN_OK; r++) {
+        dyn_model_zero_grad(pc->m);
+        double t0 = dyn_time_ms();
+        st = dyn_model_stage_forward(pc->m, a, mb, pc->first, pc->last, has_in ? b.in : NULL,
+                                     has_out ? b.out : NULL, recompute, has_out ? NULL : &loss, NULL, err);
+        double t1 = dyn_time_ms();
+        if (st == DYN_OK)
+            st = dyn_model_stage_backward(pc->m, a, mb, pc->first, pc->last, has_out ? b.dout : NULL,
+                                          has_in ? b.din : NULL, dloss, err);
+        double t2 = dyn_time_ms();
+        if (st == DYN_OK)
+            st = dyn_model_stage_forward(pc->m, a, mb, pc->first, pc->last, has_in ? b.in : NULL,
+                                         has_out ? b.out : NULL, recompute, has_out ? NULL : &loss, NULL, err);
+        if (r == 0 && st == DYN_OK) res->stored_bytes = (double)dyn_model_acts_stored_bytes(a);
+        double t3 = dyn_time_ms();
+        if (st == DYN_OK)
+            st = dyn_model_stage_backward_input(pc->m, a, mb, pc->first, pc->last, has_out ? b.dout : NULL,
+                                                has_in ? b.din : NULL, dloss, err);
+        double t4t = dyn_time_ms();
+        if (st == DYN_OK) st = dyn_model_stage_backward_weight(pc->m, a, mb, pc->first, pc->last, err);
+        double t5 = dyn_time_ms();
+        if (r >= 0) {
+            t4[r] = t1 - t0;
+            t4[p->repeats + r] = t2 - t1;
+            t4[2 * p->repeats + r] = t4t - t3;
+            t4[3 * p->repeats + r] = t5 - t4t;
+        }
+    }
+    if (st == DYN_OK) {
+        for (int j = 0; j < 4; j++) res->ms[j] = dyn_median(t4 + (size_t)j * p->repeats, p->repeats);
+        double cap = (double)dyn_model_acts_capacity_bytes(a) + (double)dyn_model_acts_keep_capacity_bytes(a);
+        res->work_bytes = cap > res->stored_bytes ? cap - res->stored_bytes : 0.0;
+        res->output_bytes = (double)b.n_out * sizeof(float);
+        res->input_bytes = (double)b.n_in * sizeof(float);
+    }
+done:
+    free(t4);
+    dyn_model_acts_free(a);
+    run_bufs_free(&b);
+    return st;
+}
+
+/* A dense micro-batch: rows samples of enc_len tokens (GPT: half input,
+ * half target) and, for T5, dec_len target tokens; ids are random bytes. */
+static dyn_model_microbatch *mb_make(dyn_profiler *p, int32_t rows, int32_t enc_len, int32_t dec_len,
+                                     dyn_error *err)
+{
+    int gpt = p->cfg.kind == DYN_MODEL_GPT;
+    int32_t in_len = gpt ? (enc_len + 1) / 2 : enc_len, tg_len = gpt ? enc_len - in_len : dec_len;
+    if (gpt && enc_len < 2) {
+        dyn_error_set(err, DYN_ERR_INVALID_ARG, "profile: a gpt length needs at least 2 tokens (got %d)", enc_len);
+        return NULL;
+    }
+    int32_t *tok = dyn_calloc((size_t)in_len + (size_t)tg_len, sizeof *tok, "profile tokens", err);
+    dyn_token_sample *s = dyn_calloc((size_t)rows, sizeof *s, "profile samples", err);
+    dyn_model_microbatch *mb = NULL;
+    if (tok != NULL && s != NULL) {
+        for (int32_t i = 0; i < in_len + tg_len; i++) tok[i] = (int32_t)(dyn_rng_uniform(&p->rng) * 256.0) & 255;
+        for (int32_t r = 0; r < rows; r++) s[r] = (dyn_token_sample){tok, in_len, tok + in_len, tg_len};
+        mb = dyn_model_microbatch_create_padded(p->cfg.kind, s, rows, err);
+    }
+    free(tok);
+    free(s);
+    return mb;
+}
+
+dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recompute rc, int32_t rows,
+                                int32_t enc_len, int32_t dec_len, dyn_layer_cost *out, dyn_error *err)
+{
+    if ((int)kind < 0 || kind >= DYN_LAYER_KIND_COUNT || p->n_pieces[kind] == 0)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "profile: the %s model has no %s layer",
+                             dyn_model_kind_name(p->cfg.kind), dyn_layer_kind_name(kind));
+    if (rows < 1 || enc_len < 1 || (p->cfg.kind == DYN_MODEL_T5 && dec_len < 1))
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "profile: rows and lengths must be >= 1");
+    dyn_model_microbatch *mb = mb_make(p, rows, enc_len, dec_len, err);
+    if (mb == NULL) return err ? err->code : DYN_ERR_NOMEM;
+    memset(out, 0, sizeof *out);
+    dyn_status st = DYN_OK;
+    for (int i = 0; i < p->n_pieces[kind] && st == DYN_OK; i++) {
+        piece_result r = {{0}, 0, 0, 0, 0};
+        st = piece_measure(p, &p->kinds[kind][i], mb, rc == DYN_RECOMPUTE_FULL, &r, err);
+        if (st != DYN_OK) break;
+        if (rc == DYN_RECOMPUTE_FULL && (kind == DYN_LAYER_ENCODER || kind == DYN_LAYER_DECODER) &&
+            r.stored_bytes > r.input_bytes) {
+            /* With full recompute a stage's blocks share one activation
+             * region, refilled by each block's re-run forward: per block
+             * only its input stays from forward to backward, and the
+             * region is working memory (model.h, "activations"). */
+            r.work_bytes += r.stored_bytes - r.input_bytes;
+            r.stored_bytes = r.input_bytes;
+        }
+        out->fwd_ms += r.ms[0];
+        out->bwd_ms += r.ms[1];
+        out->bwd_input_ms += r.ms[2];
+        out->bwd_weight_ms += r.ms[3];
+        out->stored_mb += r.stored_bytes / MB_BYTES;
+        if (r.work_bytes / MB_BYTES > out->peak_mb) out->peak_mb = r.work_bytes / MB_BYTES;
+        out->output_mb = r.output_bytes / MB_BYTES; /* the last piece's */
+    }
+    dyn_model_microbatch_free(mb);
+    return st;
+}
+
+/* ---- grids -------------------------------------------------------------- */
+
+/* Lengths: every 8 up to 64, then steps growing ~1.25x (rounded to 8) up to
+ * max; quick keeps about every third point (always the last). */
+static int32_t *lengths_make(int32_t lo, int32_t max, int quick, int stride, int32_t *n, dyn_error *err)
+{
+    int32_t *v = dyn_calloc((size_t)max / 8 + 4, sizeof *v, "profile grid", err);
+    if (v == NULL) return NULL;
+    int32_t k = 0;
+    for (int32_t x = lo; x < max;) {
+        v[k++] = x;
+        int32_t step = x < 64 ? 8 : ((x / 4 + 7) / 8) * 8;
+        x += step;
+    }
+    v[k++] = max;
+    int keep = (quick ? 3 : 1) * stride;
+    int32_t m = 0;
+    for (int32_t i = 0; i < k; i++)
+        if (i % keep == 0 || i == k - 1) v[m++] = v[i];
+    *n = m;
+    return v;
+}
+
+dyn_status dyn_profile_grid_default(const dyn_model_config *cfg, int quick, int32_t max_rows, dyn_cost_grid *g,
+                                    dyn_error *err)
+{
+    memset(g, 0, sizeof *g);
+    if (max_rows < 1 || cfg->max_seqlen < 8)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "profile: need max rows >= 1 and max_seqlen >= 8");
+    static const int32_t R[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+    static const int32_t RQ[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+    const int32_t *src = quick ? RQ : R;
+    int32_t ns = quick ? 9 : 16, nr = 0;
+    int32_t *rows = dyn_calloc((size_t)ns + 1, sizeof *rows, "profile grid", err);
+    if (rows == NULL) return DYN_ERR_NOMEM;
+    for (int32_t i = 0; i < ns && src[i] < max_rows; i++) rows[nr++] = src[i];
+    rows[nr++] = max_rows;
+    int32_t n_enc = 0, n_dec = 1;
+    int gpt = cfg->kind == DYN_MODEL_GPT;
+    int32_t *enc = lengths_make(8, cfg->max_seqlen, quick, 1, &n_enc, err);
+    int32_t *dec = gpt ? dyn_calloc(1, sizeof *dec, "profile grid", err)
+                       : lengths_make(8, cfg->max_seqlen, quick, 2, &n_dec, err);
+    if (enc == NULL || dec == NULL) {
+        free(rows), free(enc), free(dec);
+        return DYN_ERR_NOMEM;
+    }
+    *g = (dyn_cost_grid){nr, n_enc, n_dec, rows, enc, dec};
+    return DYN_OK;
+}
+
+void dyn_profile_grid_free(dyn_cost_grid *g)
+{
+    free((void *)g->rows), free((void *)g->enc_len), free((void *)g->dec_len);
+    memset(g, 0, sizeof *g);
+}
+
+/* Does kind depend on the enc_len / dec_len axis? (T5: the encoder reads
+ * inputs only, the head targets only; the embedding and decoder both.) */
+static int uses_enc(const dyn_model_config *c, int kind)
+{
+    return c->kind == DYN_MODEL_GPT || kind != DYN_LAYER_LM_HEAD;
+}
+static int uses_dec(const dyn_model_config *c, int kind)
+{
+    return c->kind == DYN_MODEL_T5 && kind != DYN_LAYER_ENCODER;
+}
+
+/* Rows x tokens is what a measurement costs: the progress total counts
+ * that, so the time left is estimated from the work done, not the points. */
+static double point_work(const dyn_model_config *c, int kind, int32_t r, int32_t e, int32_t d)
+{
+    return (double)r * ((uses_enc(c, kind) ? e : 0) + (uses_dec(c, kind) ? d : 0)) + 64.0;
+}
+
+dyn_status dyn_profile_grid_run(dyn_profiler *p, const dyn_cost_grid *g, dyn_layer_cost *points,
+                                double states_mb[DYN_LAYER_KIND_COUNT], dyn_profile_progress_fn fn, void *ctx,
+                                dyn_error *err)
+{
+    const dyn_model_config *c = &p->cfg;
+    /* NONE and SELECTIVE run the same (profile.h): measured once. */
+    const dyn_recompute modes[2] = {DYN_RECOMPUTE_NONE, DYN_RECOMPUTE_FULL};
+    double total = 0, done = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
+            if (p->n_pieces[k] == 0) continue;
+            for (int mi = 0; mi < 2; mi++)
+                for (int32_t a = 0; a < g->n_rows; a++)
+                    for (int32_t b = 0; b < (uses_enc(c, k) ? g->n_enc : 1); b++)
+                        for (int32_t d = 0; d < (uses_dec(c, k) ? g->n_dec : 1); d++) {
+                            double w = point_work(c, k, g->rows[a], g->enc_len[b], g->dec_len[d]);
+                            if (pass == 0) {
+                                total += w;
+                                continue;
+                            }
+                            dyn_layer_cost lc;
+                            dyn_status st = dyn_profiler_measure(p, (dyn_layer_kind)k, modes[mi], g->rows[a],
+                                                                 g->enc_len[b], g->dec_len[d], &lc, err);
+                            if (st != DYN_OK) return st;
+                            /* copy along the axes the kind ignores, and to SELECTIVE */
+                            for (int32_t b2 = 0; b2 < g->n_enc; b2++) {
+                                if (uses_enc(c, k) && b2 != b) continue;
+                                for (int32_t d2 = 0; d2 < g->n_dec; d2++) {
+                                    if (uses_dec(c, k) && d2 != d) continue;
+                                    points[dyn_cost_grid_index(g, (dyn_layer_kind)k, modes[mi], a, b2, d2)] = lc;
+                                    if (mi == 0)
+                                        points[dyn_cost_grid_index(g, (dyn_layer_kind)k, DYN_RECOMPUTE_SELECTIVE,
+                                                                   a, b2, d2)] = lc;
+                                }
+                            }
+                            done += w;
+                            if (fn) fn(ctx, (int64_t)done, (int64_t)total, 0);
+                        }
+        }
+    }
+    /* Model states are counted, not measured: the analytic model's count
+     * (16 bytes per parameter, the head with its own vocabulary matrix) is
+     * what the runtime allocates per layer. */
+    dyn_cost_model *am = dyn_cost_model_create_analytic(c, dyn_machine_builtin("cpu"), err);
+    if (am == NULL) return err ? err->code : DYN_ERR_INVALID_ARG;
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) states_mb[k] = dyn_cost_layer_states_mb(am, (dyn_layer_kind)k);
+    dyn_cost_model_free(am);
+    return dyn_cost_points_make_monotone(c, g, points, err);
+}
+
+void dyn_profile_meta_fill(dyn_profile_meta *m, int threads, int repeats)
+{
+    memset(m, 0, sizeof *m);
+    if (gethostname(m->host, sizeof m->host - 1) != 0 || m->host[0] == '\0') snprintf(m->host, sizeof m->host, "unknown");
+    snprintf(m->cpu, sizeof m->cpu, "unknown");
+    FILE *fp = fopen("/proc/cpuinfo", "r");
+    if (fp != NULL) {
+        char line[256];
+        while (fgets(line, sizeof line, fp)) {
+            if (strncmp(line, "model name", 10) != 0) continue;
+            char *colon = strchr(line, ':');
+            if (colon == NULL) break;
+            colon++;
+            while (*colon == ' ') colon++;
+            colon[strcspn(colon, "\n")] = '\0';
+            snprintf(m->cpu, sizeof m->cpu, "%s", colon);
+            break;
+        }
+        fclose(fp);
+    }
+    snprintf(m->dtype, sizeof m->dtype, "fp32");
+    m->threads = threads;
+    m->repeats = repeats;
+}

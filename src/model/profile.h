@@ -1,0 +1,77 @@
+/* profile.h — the layer profiler behind `dynapipe profile`: runs each layer
+ * kind of a model (embedding, GPT block / T5 encoder block, T5 decoder block,
+ * LM head) forward, backward and split backward, per recompute mode, on
+ * random weights and inputs, and measures its time (median of repeats after
+ * warm-up) and activation memory, over a grid of micro-batch rows and
+ * lengths; the result is written in the cost-table format through src/cost's
+ * writer, so the planning library stays free of model code.
+ *
+ * What each layer kind runs (model layer indices as in model.h):
+ *   GPT: embed = layer 0; encoder = layer 1 (a block); lm_head = layer n+1.
+ *   T5:  embed = layer 0 (encoder embedding) plus layers ne+1..ne+2 (the
+ *        encoder's final norm and the decoder embedding: the planner's layer
+ *        list has one embedding, on the first stage); encoder = layer 1;
+ *        decoder = layer ne+3 (self + cross attention, reads the encoder
+ *        output); lm_head = the last layer.
+ * Recompute: NONE and SELECTIVE run the model without recomputation (its
+ * attention never stores probabilities, which is what selective saves: the
+ * runtime maps both the same way), FULL with it.
+ * Memory: stored_mb = the acts' stored bytes after forward (for a block
+ * under full recompute only its input: the region it re-runs into is
+ * shared by the stage's blocks and counted as working memory); peak_mb = the
+ * rest of the arena and the split backward's kept buffer at their largest
+ * (scratch and gradients) — both from a fresh arena per shape; output_mb =
+ * the boundary activation leaving the layer. */
+#ifndef DYN_MODEL_PROFILE_H
+#define DYN_MODEL_PROFILE_H
+
+#include <stdint.h>
+
+#include "dynapipe/common.h"
+#include "dynapipe/cost.h"
+
+typedef struct dyn_profiler dyn_profiler;
+
+/* Profiler for model cfg with `threads` kernel threads (sets the
+ * process-wide OpenMP / OpenBLAS count), `repeats` timed runs per
+ * measurement (median kept) after `warmup` untimed ones. NULL and err on a
+ * bad config or no memory. */
+dyn_profiler *dyn_profiler_create(const dyn_model_config *cfg, int threads, int repeats, int warmup,
+                                  dyn_error *err);
+void dyn_profiler_free(dyn_profiler *p);
+
+/* Measure one layer of `kind` on a dense micro-batch of `rows` rows of
+ * enc_len tokens (GPT: the whole sequence; T5: the input) and dec_len
+ * target tokens (T5; ignored for GPT) under recompute rc into *out (ms, MB).
+ * GPT sequences are half input, half target. */
+dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recompute rc, int32_t rows,
+                                int32_t enc_len, int32_t dec_len, dyn_layer_cost *out, dyn_error *err);
+
+/* The default grid for cfg (each axis malloc'ed; free with free()): rows
+ * {1,2,3,4,6,8,12,16,...} up to max_rows; lengths every 8 tokens up to 64,
+ * then denser where cost changes shape (short lengths) and geometric
+ * (about x1.25) up to cfg->max_seqlen; quick: about a third as many points
+ * per axis. T5 uses the length axis for inputs and a coarser one (every
+ * other point) for targets; GPT's dec_len axis is {0}. */
+dyn_status dyn_profile_grid_default(const dyn_model_config *cfg, int quick, int32_t max_rows, dyn_cost_grid *g,
+                                    dyn_error *err);
+void dyn_profile_grid_free(dyn_cost_grid *g);
+
+/* Progress callback: points done of total, ms since the start. */
+typedef void (*dyn_profile_progress_fn)(void *ctx, int64_t done, int64_t total, double elapsed_ms);
+
+/* Measure every kind and recompute mode at every grid point into points
+ * (DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT * grid-size entries, indexed
+ * by dyn_cost_grid_index), then make them monotone
+ * (dyn_cost_points_make_monotone). Kinds that do not depend on an axis
+ * (the encoder on dec_len, the T5 head on enc_len) are measured once and
+ * copied along it. states_mb: per-layer model states (16 bytes/param). */
+dyn_status dyn_profile_grid_run(dyn_profiler *p, const dyn_cost_grid *g, dyn_layer_cost *points,
+                                double states_mb[DYN_LAYER_KIND_COUNT], dyn_profile_progress_fn fn, void *ctx,
+                                dyn_error *err);
+
+/* What this machine is: host name and CPU model (from /proc/cpuinfo;
+ * "unknown" when not found), dtype "fp32", threads and repeats. */
+void dyn_profile_meta_fill(dyn_profile_meta *m, int threads, int repeats);
+
+#endif

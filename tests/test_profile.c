@@ -1,0 +1,264 @@
+/* test_profile.c — the layer profiler (src/model/profile.c), the online
+ * calibration's fit (src/runtime/calibrate.c) and the CLI around them:
+ * a small grid profiled, written and read back with sizes checked against
+ * the model's own tensor sizes; the median fit and its threshold on known
+ * records; `dynapipe plan --cost-model` refusing a profile of another
+ * shape; `dynapipe profile` refusing bad flags. Timings are only checked to
+ * be positive: speed lives in the benchmarks. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli_testlib.h"
+#include "dynapipe/cost.h"         /* defines: dyn_cost_* */
+#include "dynapipe/model_config.h" /* defines: dyn_model_config_preset */
+#include "model/profile.h"         /* defines: dyn_profiler_*, dyn_profile_* */
+#include "runtime/calibrate.h"     /* defines: rt_calib_* */
+
+#define MB (1024.0 * 1024.0)
+
+static void small_cfg(dyn_model_kind kind, dyn_model_config *cfg)
+{
+    assert_int_equal(dyn_model_config_preset(kind == DYN_MODEL_GPT ? "gpt-tiny" : "t5-tiny", cfg, NULL), DYN_OK);
+    cfg->max_seqlen = 64;
+}
+
+/* Profile a 2 x 2 (x 2) grid, write it, read it back: every time positive,
+ * the boundary a layer sends = rows x tokens x hidden floats, full
+ * recompute stores less than none, and the table answers at the points. */
+static void profile_small(dyn_model_kind kind)
+{
+    dyn_model_config cfg;
+    small_cfg(kind, &cfg);
+    dyn_error err;
+    dyn_profiler *p = dyn_profiler_create(&cfg, 1, 1, 0, &err);
+    if (p == NULL) fail_msg("create: %s", err.msg);
+    int t5 = kind == DYN_MODEL_T5;
+    int32_t rows[2] = {1, 3}, enc[2] = {8, 24}, dec_t5[2] = {8, 16}, dec_gpt[1] = {0};
+    dyn_cost_grid g = {2, 2, t5 ? 2 : 1, rows, enc, t5 ? dec_t5 : dec_gpt};
+    int64_t n = dyn_cost_grid_size(&g) * DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT;
+    dyn_layer_cost *pts = calloc((size_t)n, sizeof *pts);
+    assert_non_null(pts);
+    double states[DYN_LAYER_KIND_COUNT];
+    if (dyn_profile_grid_run(p, &g, pts, states, NULL, NULL, &err) != DYN_OK) fail_msg("run: %s", err.msg);
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
+        if (k == DYN_LAYER_DECODER && !t5) continue;
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++)
+                for (int c = 0; c < g.n_dec; c++) {
+                    const dyn_layer_cost *none = &pts[dyn_cost_grid_index(&g, k, DYN_RECOMPUTE_NONE, a, b, c)];
+                    const dyn_layer_cost *full = &pts[dyn_cost_grid_index(&g, k, DYN_RECOMPUTE_FULL, a, b, c)];
+                    assert_true(none->fwd_ms > 0 && none->bwd_ms > 0 && none->bwd_input_ms > 0);
+                    assert_true(none->stored_mb > 0);
+                    if (k == DYN_LAYER_ENCODER || k == DYN_LAYER_DECODER) assert_true(full->stored_mb < none->stored_mb);
+                    /* what leaves the layer: (rows x len, hidden) floats;
+                     * T5's decoder block sends the encoder output too */
+                    double toks = k == DYN_LAYER_DECODER ? (double)rows[a] * (enc[b] + dec_t5[c])
+                                  : k == DYN_LAYER_EMBED && t5 ? (double)rows[a] * (enc[b] + dec_t5[c])
+                                                               : (double)rows[a] * enc[b];
+                    if (k != DYN_LAYER_LM_HEAD) assert_true(fabs(none->output_mb - toks * cfg.hidden * 4.0 / MB) < 1e-12);
+                    else assert_true(none->output_mb == 0.0);
+                }
+    }
+    dyn_profile_meta meta;
+    dyn_profile_meta_fill(&meta, 1, 1);
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/dyn_test_profile_%d.table", (int)getpid());
+    assert_int_equal(dyn_cost_table_write_profile(path, &cfg, dyn_machine_builtin("cpu"), states, &g, pts, &meta, &err),
+                     DYN_OK);
+    dyn_cost_model *cm = dyn_cost_model_load_table(path, &err);
+    if (cm == NULL) fail_msg("load: %s", err.msg);
+    assert_int_equal(dyn_cost_model_check_shape(cm, &cfg, NULL), DYN_OK);
+    dyn_mb_shape mb = {.rows = 3, .enc_len = 24, .dec_len = t5 ? 16 : 0};
+    dyn_layer_cost c;
+    assert_int_equal(dyn_cost_layer(cm, DYN_LAYER_ENCODER, &mb, DYN_RECOMPUTE_NONE, &c, NULL), DYN_OK);
+    assert_memory_equal(&c, &pts[dyn_cost_grid_index(&g, DYN_LAYER_ENCODER, DYN_RECOMPUTE_NONE, 1, 1, g.n_dec - 1)],
+                        sizeof c);
+    dyn_cost_model_free(cm);
+    unlink(path);
+    free(pts);
+    dyn_profiler_free(p);
+}
+
+static void test_profile_gpt_small_grid(void **state)
+{
+    (void)state;
+    profile_small(DYN_MODEL_GPT);
+}
+
+static void test_profile_t5_small_grid(void **state)
+{
+    (void)state;
+    profile_small(DYN_MODEL_T5);
+}
+
+/* The default grid: increasing axes, dense (every 8) at short lengths,
+ * ending at max_seqlen and max rows; --quick has fewer points. */
+static void test_default_grid(void **state)
+{
+    (void)state;
+    dyn_model_config cfg;
+    assert_int_equal(dyn_model_config_preset("t5-tiny", &cfg, NULL), DYN_OK);
+    cfg.max_seqlen = 512;
+    dyn_cost_grid full, quick;
+    assert_int_equal(dyn_profile_grid_default(&cfg, 0, 32, &full, NULL), DYN_OK);
+    assert_int_equal(dyn_profile_grid_default(&cfg, 1, 32, &quick, NULL), DYN_OK);
+    assert_int_equal(full.enc_len[0], 8);
+    assert_int_equal(full.enc_len[1], 16);
+    assert_int_equal(full.enc_len[full.n_enc - 1], 512);
+    assert_int_equal(full.rows[full.n_rows - 1], 32);
+    assert_int_equal(quick.enc_len[quick.n_enc - 1], 512);
+    assert_true(quick.n_enc < full.n_enc && quick.n_rows < full.n_rows && full.n_dec < full.n_enc);
+    for (int i = 1; i < full.n_enc; i++) assert_true(full.enc_len[i] > full.enc_len[i - 1]);
+    for (int i = 1; i < full.n_rows; i++) assert_true(full.rows[i] > full.rows[i - 1]);
+    dyn_profile_grid_free(&full);
+    dyn_profile_grid_free(&quick);
+}
+
+/* The fit is the median ratio (an outlier moves it by one place), applied
+ * on top of the factor already carried, only past the threshold. */
+static void test_calibration_median_and_threshold(void **state)
+{
+    (void)state;
+    rt_calib *c = rt_calib_create(8, 0.05);
+    assert_non_null(c);
+    double f[2];
+    const double r_fwd[8] = {1.5, 1.6, 1.4, 1.5, 9.0, 1.5, 1.55, 1.45}; /* one stalled rank */
+    for (int i = 0; i < 3; i++) {
+        double meas[2] = {r_fwd[i] * 10, 20}, pred[2] = {10, 20};
+        rt_calib_add(c, meas, pred);
+    }
+    assert_int_equal(rt_calib_update(c, f), 0); /* fewer than 4 records */
+    for (int i = 3; i < 8; i++) {
+        double meas[2] = {r_fwd[i] * 10, 20}, pred[2] = {10, 20};
+        rt_calib_add(c, meas, pred);
+    }
+    assert_int_equal(rt_calib_update(c, f), 1);
+    assert_true(fabs(f[0] - 1.5) < 1e-12); /* median of the 8 ratios: (1.5 + 1.5) / 2 */
+    assert_true(fabs(f[1] - 1.0) < 1e-12);
+    /* after applying, predictions carry x1.5: ratios of 1.02 are within 5% */
+    for (int i = 0; i < 8; i++) {
+        double meas[2] = {10.2, 20}, pred[2] = {10, 20};
+        rt_calib_add(c, meas, pred);
+    }
+    assert_int_equal(rt_calib_update(c, f), 0);
+    /* the machine slows by 1.2 more: the factor becomes 1.5 x 1.2 */
+    for (int i = 0; i < 8; i++) {
+        double meas[2] = {12, 20}, pred[2] = {10, 20}, bad[2] = {5, 5}, zero[2] = {0, 0};
+        rt_calib_add(c, meas, pred);
+        rt_calib_add(c, bad, zero); /* no prediction: ignored */
+    }
+    assert_int_equal(rt_calib_update(c, f), 1);
+    assert_true(fabs(f[0] - 1.8) < 1e-12);
+    rt_calib_free(c);
+    assert_null(rt_calib_create(0, 0.05));
+}
+
+/* A table's time scale multiplies times only. */
+static void test_cost_time_scale(void **state)
+{
+    (void)state;
+    dyn_model_config cfg;
+    assert_int_equal(dyn_model_config_preset("gpt-tiny", &cfg, NULL), DYN_OK);
+    dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, dyn_machine_builtin("cpu"), NULL);
+    dyn_mb_shape mb = {.rows = 2, .enc_len = 64};
+    dyn_layer_cost a, b, h;
+    assert_int_equal(dyn_cost_layer(cm, DYN_LAYER_ENCODER, &mb, DYN_RECOMPUTE_NONE, &a, NULL), DYN_OK);
+    assert_int_equal(dyn_cost_model_set_time_scale(cm, DYN_LAYER_ENCODER, 2.0, 0.5, NULL), DYN_OK);
+    assert_int_equal(dyn_cost_layer(cm, DYN_LAYER_ENCODER, &mb, DYN_RECOMPUTE_NONE, &b, NULL), DYN_OK);
+    assert_int_equal(dyn_cost_layer(cm, DYN_LAYER_LM_HEAD, &mb, DYN_RECOMPUTE_NONE, &h, NULL), DYN_OK);
+    assert_true(b.fwd_ms == 2.0 * a.fwd_ms && b.bwd_ms == 0.5 * a.bwd_ms && b.bwd_weight_ms == 0.5 * a.bwd_weight_ms);
+    assert_true(b.stored_mb == a.stored_mb && b.peak_mb == a.peak_mb);
+    dyn_layer_cost h0;
+    dyn_cost_model *cm0 = dyn_cost_model_create_analytic(&cfg, dyn_machine_builtin("cpu"), NULL);
+    assert_int_equal(dyn_cost_layer(cm0, DYN_LAYER_LM_HEAD, &mb, DYN_RECOMPUTE_NONE, &h0, NULL), DYN_OK);
+    assert_memory_equal(&h, &h0, sizeof h); /* other kinds untouched */
+    assert_int_equal(dyn_cost_model_set_time_scale(cm, DYN_LAYER_ENCODER, 0.0, 1.0, NULL), DYN_ERR_INVALID_ARG);
+    dyn_cost_model_free(cm);
+    dyn_cost_model_free(cm0);
+}
+
+/* `dynapipe plan` with a profile of another shape: one line, exit 2. */
+static void test_cli_refuses_other_shape(void **state)
+{
+    (void)state;
+    dyn_model_config cfg;
+    small_cfg(DYN_MODEL_GPT, &cfg);
+    dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, dyn_machine_builtin("cpu"), NULL);
+    int32_t rows[2] = {1, 8}, enc[3] = {8, 32, 64}, dec[1] = {0};
+    dyn_cost_grid g = {2, 3, 1, rows, enc, dec};
+    char path[700];
+    snprintf(path, sizeof path, "%s/tiny.table", dir);
+    assert_int_equal(dyn_cost_table_write_from_model(path, cm, &g, NULL), DYN_OK);
+    dyn_cost_model_free(cm);
+    char args[1200];
+    snprintf(args, sizeof args,
+             "--model gpt --model-config gpt2-124m --cost-model %s --synthetic flan:1 --global-batch-tokens 4096 "
+             "--max-seqlen 64 --stages 2",
+             path);
+    int rc = cli_run("plan", args);
+    cli_assert_one_line_error("plan", args, rc, 2, "another shape");
+    /* the same shape plans, with one warning for lengths past the grid */
+    snprintf(args, sizeof args,
+             "--model gpt --model-config gpt-tiny --cost-model %s --synthetic flan:1 --global-batch-tokens 4096 "
+             "--max-seqlen 128 --stages 2 --batches 1",
+             path);
+    assert_int_equal(cli_run("plan", args), 0);
+    char *msg = slurp(err_path);
+    assert_non_null(strstr(msg, "extrapolated"));
+    size_t lines = 0, len = strlen(msg);
+    for (size_t i = 0; i < len; i++) lines += msg[i] == '\n';
+    assert_int_equal(lines, 1); /* one warning */
+    free(msg);
+}
+
+static void test_cli_profile_flags(void **state)
+{
+    (void)state;
+    int rc = cli_run("profile", "--quick --out x.table");
+    cli_assert_one_line_error("profile", "--quick", rc, 2, "--model");
+    rc = cli_run("profile", "--model gpt");
+    cli_assert_one_line_error("profile", "--model gpt", rc, 2, "--out");
+    rc = cli_run("profile", "--model gpt --max-rows 0 --out x.table");
+    cli_assert_one_line_error("profile", "--max-rows 0", rc, 2, "--max-rows");
+    rc = cli_run("profile", "--model t5 --model-config gpt-tiny --out x.table");
+    cli_assert_one_line_error("profile", "t5 vs gpt-tiny", rc, 2, "does not match");
+    char path[700], args[800];
+    write_file("bad.table", "not a table\n", path, sizeof path);
+    snprintf(args, sizeof args, "--model gpt --check %s", path);
+    rc = cli_run("profile", args);
+    cli_assert_one_line_error("profile", args, rc, 1, "not a cost table");
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    return cli_setup_dir();
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return cli_teardown_dir();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_profile_gpt_small_grid),
+        cmocka_unit_test(test_profile_t5_small_grid),
+        cmocka_unit_test(test_default_grid),
+        cmocka_unit_test(test_calibration_median_and_threshold),
+        cmocka_unit_test(test_cost_time_scale),
+        cmocka_unit_test(test_cli_refuses_other_shape),
+        cmocka_unit_test(test_cli_profile_flags),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
