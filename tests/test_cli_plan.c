@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -392,6 +393,34 @@ static void test_json_replica_plans(void **state)
     remove(json_path);
 }
 
+/* Every output of a run appears only if the whole run succeeds: plans of
+ * the first batches are not left behind when the --json path fails at the
+ * end; and a character device given as --json is written, not replaced. */
+static void test_outputs_all_or_nothing(void **state)
+{
+    (void)state;
+    char prefix[700], cmd[2048];
+    snprintf(prefix, sizeof prefix, "%s/partial", dir);
+    snprintf(cmd, sizeof cmd,
+             "--model gpt --model-config gpt-tiny --synthetic flan:3 --global-batch-tokens 4096 "
+             "--max-seqlen 256 --stages 2 --batches 2 --quiet --schedule 1f1b --plan-out '%s' "
+             "--json '%s/no/such/dir/out.json'",
+             prefix, dir);
+    cli_assert_one_line_error("plan", cmd, run_plan(cmd), 1, "out.json");
+    char path[800];
+    snprintf(path, sizeof path, "%s.0.0.dynplan", prefix);
+    assert_int_not_equal(access(path, F_OK), 0);
+    assert_no_json_left();
+
+    snprintf(cmd, sizeof cmd,
+             "--model gpt --model-config gpt-tiny --synthetic flan:3 --global-batch-tokens 4096 "
+             "--max-seqlen 256 --stages 2 --batches 1 --quiet --json /dev/null");
+    assert_int_equal(run_plan(cmd), 0);
+    struct stat sb;
+    assert_int_equal(stat("/dev/null", &sb), 0);
+    assert_true(S_ISCHR(sb.st_mode));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -404,6 +433,7 @@ int main(void)
         cmocka_unit_test(test_every_method_runs),
         cmocka_unit_test(test_cost_table_and_model_files),
         cmocka_unit_test(test_show_and_write_execution_plans),
+        cmocka_unit_test(test_outputs_all_or_nothing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

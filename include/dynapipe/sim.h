@@ -113,6 +113,9 @@ dyn_status dyn_sim_run(dyn_sim *sim, const dyn_exec_plan *plan, const dyn_stage_
  * rank. Times in microseconds as the format wants. Written atomically. */
 dyn_status dyn_sim_write_trace(const dyn_sim *sim, const dyn_exec_plan *plan, const char *path,
                                dyn_error *err);
+/* The same trace to an open stream (for a caller that publishes several
+ * outputs together). */
+dyn_status dyn_sim_trace_to_stream(const dyn_sim *sim, const dyn_exec_plan *plan, FILE *out, dyn_error *err);
 
 /* SVG timeline of the last run: one row per rank, one box per compute
  * instruction (FORWARD light, BACKWARD dark, BACKWARD_INPUT dark,

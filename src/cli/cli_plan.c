@@ -223,11 +223,52 @@ typedef struct exec_out {
     const char *prefix; /* --plan-out */
     int32_t schedule;   /* --schedule: dyn_schedule, or DYN_SCHEDULE_AUTO (the default) */
     dyn_pipeline *pipe; /* over the inputs' planner */
+    /* Every output file of the run, written and finished as the run goes
+     * and published together at its end (dyn_atomic_commit_all), so a
+     * failing batch, replica or --json leaves none of them. */
+    dyn_atomic_file *files;
+    int n_files, cap_files;
 } exec_out;
+
+/* A new slot in eo->files (zeroed); NULL when out of memory (printed). */
+static dyn_atomic_file *out_file_add(exec_out *eo)
+{
+    if (eo->n_files == eo->cap_files) {
+        int cap = eo->cap_files ? 2 * eo->cap_files : 16;
+        dyn_atomic_file *bigger = realloc(eo->files, (size_t)cap * sizeof *bigger);
+        if (bigger == NULL) {
+            cli_errorf(CMD, "out of memory");
+            return NULL;
+        }
+        eo->files = bigger;
+        eo->cap_files = cap;
+    }
+    dyn_atomic_file *af = &eo->files[eo->n_files++];
+    memset(af, 0, sizeof *af);
+    return af;
+}
+
+/* Publish every output (rc 0) or remove them all; returns the exit code. */
+static int out_files_close(exec_out *eo, int rc)
+{
+    if (rc == CLI_EXIT_OK) {
+        dyn_error err;
+        if (dyn_atomic_commit_all(eo->files, eo->n_files, &err) != DYN_OK) {
+            cli_errorf(CMD, "%s", err.msg);
+            rc = CLI_EXIT_FAIL;
+        }
+    } else {
+        for (int i = 0; i < eo->n_files; i++) dyn_atomic_abort(&eo->files[i]);
+    }
+    free(eo->files);
+    eo->files = NULL;
+    eo->n_files = eo->cap_files = 0;
+    return rc;
+}
 
 /* --show-plan / --plan-out for one global batch's replica plans; prints
  * the error. */
-static int emit_exec_plans(const exec_out *eo, const dyn_pipeline_result *res, int32_t index)
+static int emit_exec_plans(exec_out *eo, const dyn_pipeline_result *res, int32_t index)
 {
     for (int32_t r = 0; r < res->n_replicas; r++) {
         const dyn_replica_plan *rp = &res->replicas[r];
@@ -247,7 +288,17 @@ static int emit_exec_plans(const exec_out *eo, const dyn_pipeline_result *res, i
             char path[4096];
             snprintf(path, sizeof path, "%s.%d.%d.dynplan", eo->prefix, index, r);
             dyn_status st = dyn_exec_plan_serialize(&rp->plan, &buf, &len, &err);
-            if (st == DYN_OK) st = dyn_file_write_atomic(path, buf, len, &err);
+            dyn_atomic_file *af = st == DYN_OK ? out_file_add(eo) : NULL;
+            if (st == DYN_OK && af == NULL) {
+                free(buf);
+                return CLI_EXIT_FAIL;
+            }
+            if (st == DYN_OK) st = dyn_atomic_open(af, path, &err);
+            if (st == DYN_OK && len > 0 && fwrite(buf, 1, len, af->fp) != len) {
+                dyn_atomic_abort(af);
+                st = dyn_error_set(&err, DYN_ERR_IO, "%s: write failed", path);
+            }
+            if (st == DYN_OK) st = dyn_atomic_finish(af, &err);
             free(buf);
             if (st != DYN_OK) {
                 cli_errorf(CMD, "%s", err.msg);
@@ -356,10 +407,10 @@ static void totals_add(plan_totals *t, const dyn_batch_plan *pl)
 /* Plan global batch `index` (and with eo.build every replica's execution
  * plan), print it, write its plans, add it to the JSON; 0 or an exit code
  * (printed). */
-static int plan_one_batch(const plan_cmd *pc, plan_inputs *in, const dyn_sample *batch, int32_t n, int32_t index,
+static int plan_one_batch(plan_cmd *pc, plan_inputs *in, const dyn_sample *batch, int32_t n, int32_t index,
                           cJSON *batches, plan_totals *tot)
 {
-    const exec_out *eo = &pc->eo;
+    exec_out *eo = &pc->eo;
     dyn_pipeline_result res;
     memset(&res, 0, sizeof res);
     dyn_error err;
@@ -434,8 +485,10 @@ int cli_plan_main(int argc, char **argv)
                tot.batches, tot.samples, tot.mbs, tot.objective_ms,
                tot.padded ? 100.0 * (double)tot.real / tot.padded : 0, tot.max_peak_mb,
                tot.batches ? tot.plan_ms / tot.batches : 0);
-        if (pc.json_path && cli_write_json(CMD, pc.json_path, root) != 0) rc = CLI_EXIT_FAIL;
+        dyn_atomic_file *af = pc.json_path ? out_file_add(&pc.eo) : NULL;
+        if (pc.json_path && (af == NULL || cli_json_stage(CMD, pc.json_path, root, af) != 0)) rc = CLI_EXIT_FAIL;
     }
+    rc = out_files_close(&pc.eo, rc);
     cJSON_Delete(root);
     dyn_pipeline_free(pc.eo.pipe);
     plan_inputs_close(&in);

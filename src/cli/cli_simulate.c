@@ -710,7 +710,7 @@ static cJSON *row_json(const run_state *rs, const sim_row *r)
     return o;
 }
 
-static int write_json(const run_state *rs, const char *path)
+static int write_json(const run_state *rs, const char *path, dyn_atomic_file *af)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON *batches = root ? cJSON_AddArrayToObject(root, "global_batches") : NULL;
@@ -737,26 +737,39 @@ static int write_json(const run_state *rs, const char *path)
         cli_errorf(CMD, "%s: out of memory building JSON", path);
         return -1;
     }
-    int rc = cli_write_json(CMD, path, root);
+    int rc = cli_json_stage(CMD, path, root, af);
     cJSON_Delete(root);
     return rc;
 }
 
-/* All output files, only after every batch succeeded. */
+/* All output files, only after every batch succeeded, and published
+ * together: a failure in any leaves none (util.h, dyn_atomic_commit_all). */
 static int write_outputs(run_state *rs)
 {
     const sim_args *a = rs->a;
     dyn_error err;
+    dyn_atomic_file af[3];
+    memset(af, 0, sizeof af);
+    int n = 0;
+    dyn_status st = DYN_OK;
     if ((a->trace || a->svg) && rs->rec.have) {
-        if (dyn_sim_run(rs->sim, &rs->rec.plan, &rs->rec.costs, &rs->simopt, NULL, &err) != DYN_OK ||
-            (a->trace && dyn_sim_write_trace(rs->sim, &rs->rec.plan, a->trace, &err) != DYN_OK) ||
-            (a->svg && dyn_sim_write_svg(rs->sim, &rs->rec.plan, rs->rec.title, a->svg, &err) != DYN_OK)) {
-            cli_errorf(CMD, "%s", err.msg);
-            return -1;
-        }
+        st = dyn_sim_run(rs->sim, &rs->rec.plan, &rs->rec.costs, &rs->simopt, NULL, &err);
+        if (st == DYN_OK && a->trace && (st = dyn_atomic_open(&af[n], a->trace, &err)) == DYN_OK &&
+            (st = dyn_sim_trace_to_stream(rs->sim, &rs->rec.plan, af[n++].fp, &err)) != DYN_OK)
+            dyn_error_prefix(&err, st, a->trace);
+        if (st == DYN_OK && a->svg && (st = dyn_atomic_open(&af[n], a->svg, &err)) == DYN_OK &&
+            (st = dyn_sim_svg_to_stream(rs->sim, &rs->rec.plan, rs->rec.title, af[n++].fp, &err)) != DYN_OK)
+            dyn_error_prefix(&err, st, a->svg);
     }
-    if (a->json && write_json(rs, a->json) != 0) return -1;
-    return 0;
+    int rc = st == DYN_OK ? 0 : -1;
+    if (rc != 0) cli_errorf(CMD, "%s", err.msg);
+    if (rc == 0 && a->json && write_json(rs, a->json, &af[n++]) != 0) rc = -1;
+    if (rc == 0 && dyn_atomic_commit_all(af, n, &err) != DYN_OK) {
+        cli_errorf(CMD, "%s", err.msg);
+        rc = -1;
+    }
+    for (int i = 0; i < n; i++) dyn_atomic_abort(&af[i]);
+    return rc;
 }
 
 int cli_simulate_main(int argc, char **argv)

@@ -112,6 +112,16 @@ static void trace_body(const dyn_sim_result *res, const dyn_exec_plan *plan, FIL
     fprintf(f, "\n]}\n");
 }
 
+dyn_status dyn_sim_trace_to_stream(const dyn_sim *sim, const dyn_exec_plan *plan, FILE *out, dyn_error *err)
+{
+    const dyn_sim_result *res;
+    dyn_status st = need_result(sim, plan, &res, err);
+    if (st != DYN_OK) return st;
+    trace_body(res, plan, out);
+    if (ferror(out)) return dyn_error_set(err, DYN_ERR_IO, "trace: write error");
+    return DYN_OK;
+}
+
 dyn_status dyn_sim_write_trace(const dyn_sim *sim, const dyn_exec_plan *plan, const char *path,
                                dyn_error *err)
 {
