@@ -126,6 +126,83 @@ static void test_bad_flags(void **state)
     expect_error(BASE " --synthetic flan --stages 9", 2, "9 pipeline stages");
 }
 
+/* Flags that contradict each other or the model, sizes that cannot be
+ * planned, and the messages that must say which flag or file is wrong. */
+static void test_contradictions_and_limits(void **state)
+{
+    (void)state;
+    char cmd[2000], path[700];
+#define NOSHAPE "--model gpt --global-batch-tokens 4096 --max-seqlen 256 --stages 2"
+    /* A cost table brings its own model and machine. */
+    expect_error(NOSHAPE " --synthetic flan --cost-model t.tsv --machine missing.json", 2, "--machine contradicts");
+    expect_error(NOSHAPE " --synthetic flan --cost-model t.tsv --layers 4", 2, "--layers contradicts");
+    expect_error(BASE " --synthetic flan --cost-model t.tsv --model-config gpt-tiny", 2,
+                 "--model-config contradicts");
+    /* More chunks than the model has layers, and interleaved without chunks. */
+    expect_error(BASE " --synthetic flan --model-config gpt-tiny --chunks 4", 2, "only 2 layers");
+    expect_error(BASE " --synthetic flan --model-config gpt-tiny --schedule interleaved", 1, "--chunks 2");
+    /* --hidden alone names --heads. */
+    expect_error(NOSHAPE " --synthetic flan --hidden 256", 2, "--heads");
+    /* A budget no machine could draw. */
+    expect_error("--model gpt --synthetic flan --global-batch-tokens 34359738368 --max-seqlen 256 --stages 2", 2,
+                 "--global-batch-tokens");
+    /* Model dimensions whose products overflow. */
+    write_file("huge.json",
+               "{\"kind\": \"gpt\", \"n_layers\": 2, \"hidden\": 1500000000, \"heads\": 1,\n"
+               " \"ffn\": 64, \"vocab\": 100, \"max_seqlen\": 256}\n",
+               path, sizeof path);
+    snprintf(cmd, sizeof cmd, BASE " --synthetic flan --model-config '%s'", path);
+    expect_error(cmd, 1, "hidden = 1500000000 is above the limit");
+    /* A bad preset inside a model file names the file. */
+    write_file("preset.json", "{\"preset\": \"gpt-huge\"}", path, sizeof path);
+    snprintf(cmd, sizeof cmd, BASE " --synthetic flan --model-config '%s'", path);
+    expect_error(cmd, 1, "preset.json: unknown model preset");
+    /* JSON syntax errors give the line and column; trailing text and
+     * duplicate keys are refused. */
+    write_file("syntax.json", "{\"kind\": \"gpt\",\n  \"n_layers\": 2 2}\n", path, sizeof path);
+    snprintf(cmd, sizeof cmd, BASE " --synthetic flan --model-config '%s'", path);
+    expect_error(cmd, 1, "line 2, column 17");
+    write_file("trail.json", "{\"base\": \"cpu\"}\n}", path, sizeof path);
+    snprintf(cmd, sizeof cmd, BASE " --synthetic flan --model-config gpt-tiny --machine '%s'", path);
+    expect_error(cmd, 1, "line 2, column 1: text after");
+    write_file("dup.json", "{\"base\": \"cpu\", \"mem_gbps\": 5, \"mem_gbps\": 50}", path, sizeof path);
+    snprintf(cmd, sizeof cmd, BASE " --synthetic flan --model-config gpt-tiny --machine '%s'", path);
+    expect_error(cmd, 1, "\"mem_gbps\" appears twice");
+    /* Over-long samples name --clip. */
+    write_file("long.tsv", "300\t10\n", path, sizeof path);
+    snprintf(cmd, sizeof cmd, BASE " --model-config gpt-tiny --lengths '%s'", path);
+    expect_error(cmd, 1, "give --clip");
+}
+
+/* GPT lengths with no target, read from standard input. */
+static void test_gpt_zero_target_from_stdin(void **state)
+{
+    (void)state;
+    char cmd[2000], path[700];
+    write_file("zero.tsv", "input_len\ttarget_len\n100\t0\n50\t0\n", path, sizeof path);
+    snprintf(cmd, sizeof cmd,
+             "--model gpt --model-config gpt-tiny --lengths - --global-batch-tokens 200 --max-seqlen 128 "
+             "--stages 1 --json '%s' < '%s'",
+             json_path, path);
+    assert_int_equal(run_plan(cmd), 0);
+    char *text = slurp(json_path);
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    const cJSON *gb = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "global_batches"), 0);
+    assert_non_null(gb);
+    assert_int_equal(cJSON_GetObjectItem(gb, "n_samples")->valueint, 2);
+    assert_int_equal(cJSON_GetObjectItem(gb, "real_tokens")->valueint, 150);
+    cJSON_Delete(root);
+    free(text);
+    remove(json_path);
+    /* T5 still needs a target. */
+    snprintf(cmd, sizeof cmd,
+             "--model t5 --model-config t5-tiny --lengths '%s' --global-batch-tokens 200 --max-seqlen 128 "
+             "--stages 1",
+             path);
+    expect_error(cmd, 1, "target_len 0 must be positive");
+}
+
 static void test_impossible_memory(void **state)
 {
     (void)state;
@@ -427,6 +504,8 @@ int main(void)
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_contradictions_and_limits),
+        cmocka_unit_test(test_gpt_zero_target_from_stdin),
         cmocka_unit_test(test_impossible_memory),
         cmocka_unit_test(test_json_structure),
         cmocka_unit_test(test_json_replica_plans),

@@ -455,7 +455,7 @@ int cli_plan_main(int argc, char **argv)
         if ((pc.eo.pipe = dyn_pipeline_create(in.planner, &po, &err)) == NULL) {
             cli_errorf(CMD, "%s", err.msg);
             plan_inputs_close(&in);
-            return CLI_EXIT_FAIL;
+            return err.code == DYN_ERR_INVALID_ARG ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
         }
     }
     cJSON *root = NULL, *batches = NULL;

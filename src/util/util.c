@@ -51,23 +51,16 @@ void dyn_loadavg_print(const char *when)
     printf("load average %s: %.2f %.2f %.2f\n", when, l1, l5, l15);
 }
 
-dyn_status dyn_file_read_all(const char *path, char **data, size_t *len, dyn_error *err)
+dyn_status dyn_stream_read_all(FILE *fp, const char *path, char **data, size_t *len, dyn_error *err)
 {
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL)
-        return dyn_error_set(err, DYN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
-    if (buf == NULL) {
-        fclose(fp);
-        return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory reading file", path);
-    }
+    if (buf == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory reading file", path);
     for (;;) {
         if (n + 1 >= cap) {
             char *bigger = realloc(buf, cap * 2);
             if (bigger == NULL) {
                 free(buf);
-                fclose(fp);
                 return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory reading file", path);
             }
             buf = bigger;
@@ -77,9 +70,7 @@ dyn_status dyn_file_read_all(const char *path, char **data, size_t *len, dyn_err
         n += got;
         if (got == 0) break;
     }
-    int failed = ferror(fp);
-    fclose(fp);
-    if (failed) {
+    if (ferror(fp)) {
         free(buf);
         return dyn_error_set(err, DYN_ERR_IO, "%s: read error", path);
     }
@@ -87,6 +78,16 @@ dyn_status dyn_file_read_all(const char *path, char **data, size_t *len, dyn_err
     *data = buf;
     if (len) *len = n;
     return DYN_OK;
+}
+
+dyn_status dyn_file_read_all(const char *path, char **data, size_t *len, dyn_error *err)
+{
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL)
+        return dyn_error_set(err, DYN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    dyn_status st = dyn_stream_read_all(fp, path, data, len, err);
+    fclose(fp);
+    return st;
 }
 
 /* Is path an existing character device or FIFO (written directly)? 1 yes,

@@ -37,6 +37,9 @@ void dyn_loadavg_print(const char *when);
 /* Read a whole file into a NUL-terminated buffer the caller frees.
  * *len (if not NULL) receives the byte count without the NUL. */
 dyn_status dyn_file_read_all(const char *path, char **data, size_t *len, dyn_error *err);
+/* The same from an open stream (standard input for a path "-"); name is
+ * what messages call it. The stream is not closed. */
+dyn_status dyn_stream_read_all(FILE *fp, const char *name, char **data, size_t *len, dyn_error *err);
 
 /* Atomic write: open a temporary file beside path (or the device / FIFO
  * itself); write into af->fp; then commit (flush, fsync, rename) or abort
