@@ -225,9 +225,12 @@ static void recv_bytes(dyn_rank_plan *rp)
 {
     rp->instrs[find(rp, DYN_OP_RECV_ACT_START, 1)].bytes += 4;
 }
+/* Both halves of rank 1's send changed alike: only the pair check (against
+ * rank 0's receive) can see it. */
 static void send_bytes(dyn_rank_plan *rp)
 {
     rp->instrs[find(rp, DYN_OP_SEND_GRAD_START, 2)].bytes *= 2;
+    rp->instrs[find(rp, DYN_OP_SEND_GRAD_FINISH, 2)].bytes *= 2;
 }
 static void recv_finish_bytes(dyn_rank_plan *rp)
 {
@@ -240,6 +243,7 @@ static void send_finish_bytes(dyn_rank_plan *rp)
 static void recv_stage(dyn_rank_plan *rp)
 {
     rp->instrs[find(rp, DYN_OP_RECV_ACT_START, 1)].stage = 2;
+    rp->instrs[find(rp, DYN_OP_RECV_ACT_FINISH, 1)].stage = 2;
 }
 static void recv_finish_stage(dyn_rank_plan *rp)
 {
