@@ -26,6 +26,10 @@ static void test_error_set_formats_and_returns_code(void **state)
     assert_int_equal(err.code, DYN_ERR_PARSE);
     assert_string_equal(err.msg, "f.tsv:7: bad");
     assert_int_equal(dyn_error_set(NULL, DYN_ERR_IO, "x"), DYN_ERR_IO);
+    /* Bytes from the input never break the one line: control bytes escaped. */
+    dyn_error_set(&err, DYN_ERR_PARSE, "name '%s'", "a\nb\tc\x01\x7f");
+    assert_string_equal(err.msg, "name 'a\\nb\\tc\\x01\\x7f'");
+    dyn_error_set(&err, DYN_ERR_PARSE, "%s", "f.tsv:7: bad"); /* as before for what follows */
     assert_string_equal(dyn_status_name(DYN_ERR_INFEASIBLE), "infeasible");
     /* A caller that knows where adds it in front, with its own code. */
     assert_int_equal(dyn_error_prefix(&err, DYN_ERR_IO, "model.json"), DYN_ERR_IO);
