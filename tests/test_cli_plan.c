@@ -174,6 +174,24 @@ static void test_contradictions_and_limits(void **state)
     expect_error(cmd, 1, "give --clip");
 }
 
+/* The shipped example cost table plans the shipped lengths. */
+static void test_example_cost_table(void **state)
+{
+    (void)state;
+    const char *src = getenv("DYN_SOURCE_DIR");
+    assert_non_null(src);
+    char cmd[2000];
+    snprintf(cmd, sizeof cmd,
+             "--model gpt --cost-model '%s/docs/examples/gpt-tiny-cpu-cost.tsv' --lengths '%s/docs/examples/lengths.tsv' "
+             "--clip --global-batch-tokens 4096 --max-seqlen 512 --stages 2 --quiet",
+             src, src);
+    assert_int_equal(run_plan(cmd), 0);
+    char *out = slurp(out_path);
+    assert_non_null(strstr(out, "hidden 64"));
+    assert_non_null(strstr(out, "total: "));
+    free(out);
+}
+
 /* GPT lengths with no target, read from standard input. */
 static void test_gpt_zero_target_from_stdin(void **state)
 {
@@ -506,6 +524,7 @@ int main(void)
         cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_contradictions_and_limits),
         cmocka_unit_test(test_gpt_zero_target_from_stdin),
+        cmocka_unit_test(test_example_cost_table),
         cmocka_unit_test(test_impossible_memory),
         cmocka_unit_test(test_json_structure),
         cmocka_unit_test(test_json_replica_plans),
