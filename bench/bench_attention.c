@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bench_args.h" /* defines: bench_args_check */
 #include "model/layers.h"  /* defines: dyn_attention_* */
 #include "model/blas.h"    /* defines: dyn_blas_describe */
 #include "model/threads.h" /* defines: dyn_threads_set, dyn_threads_init */
@@ -27,6 +28,7 @@ static int cmp(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
+    bench_args_check(argc, argv, "usage: bench_attention [seq >= 1] [repeat 1..1000] [threads >= 1]\n  times fused self-attention forward and backward (8 heads x 64, one row of seq tokens) against the reference", NULL);
     dyn_threads_init(); /* sleeping idle workers, the right BLAS kernel (threads.h); may re-execute */
     int T = argc > 1 ? atoi(argv[1]) : 2048, R = argc > 2 ? atoi(argv[2]) : 5;
     int nt = argc > 3 ? atoi(argv[3]) : 1;

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_args.h" /* defines: bench_args_check */
 #include "dynapipe/cost.h"         /* defines: dyn_cost_*, dyn_machine_builtin */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_preset */
 #include "model/layer_bench.h"     /* defines: dyn_layer_bench_run */
@@ -143,6 +144,11 @@ static double predict_block(const dyn_machine *m, int h, int b, int s)
 
 int main(int argc, char **argv)
 {
+    {
+        char usage[512];
+        snprintf(usage, sizeof usage, "usage: bench_calibrate [repeat 1..%d]\n  measures matmul, attention and memory throughput and fits the analytic cost model machine constants", MAX_REPEAT);
+        bench_args_check(argc, argv, usage, NULL);
+    }
     dyn_threads_init(); /* sleeping idle workers, the right BLAS kernel (threads.h); may re-execute */
     int repeat = argc > 1 ? atoi(argv[1]) : 5;
     g_use_min = argc > 2 && strcmp(argv[2], "min") == 0;

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bench_args.h" /* defines: bench_args_check */
 #include "dynapipe/corpus.h" /* defines: dyn_corpus_* */
 #include "util/rng.h"        /* defines: dyn_rng_* */
 #include "util/util.h"       /* defines: dyn_time_ms, dyn_median, dyn_loadavg_print */
@@ -76,6 +77,7 @@ static int time_source(const char *name, const char *spec, int64_t n, int repeat
 
 int main(int argc, char **argv)
 {
+    bench_args_check(argc, argv, "usage: bench_corpus [samples] [repeats <= 16]\n  times the built-in corpus (lengths and tokens) and reading a JSONL file", NULL);
     int64_t n = argc > 1 ? atoll(argv[1]) : 20000;
     int repeats = argc > 2 ? atoi(argv[2]) : 3;
     if (n < 1 || repeats < 1 || repeats > 16) {

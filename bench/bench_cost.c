@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "bench_args.h" /* defines: bench_args_check */
 #include "dynapipe/cost.h"         /* defines: dyn_cost_* */
 #include "dynapipe/data.h"         /* defines: dyn_dataset_synthetic_flan */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_preset */
@@ -34,6 +35,7 @@ static double time_queries(const dyn_cost_model *cm, int t5, double *sink)
 
 int main(int argc, char **argv)
 {
+    bench_args_check(argc, argv, "usage: bench_cost [runs]\n  times the analytic cost model, the FLAN-like generator and the TSV reader", NULL);
     int runs = argc > 1 ? atoi(argv[1]) : 7;
     if (runs < 1 || runs > MAX_RUNS) runs = 7;
     double sink = 0;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bench_args.h" /* defines: bench_args_check */
 #include "model/blas.h"        /* defines: dyn_blas_describe, dyn_cpu_fma_peak_gflops */
 #include "model/layer_bench.h" /* defines: dyn_layer_bench_compare */
 #include "model/threads.h"     /* defines: dyn_threads_blas_kind */
@@ -18,6 +19,7 @@
 
 int main(int argc, char **argv)
 {
+    bench_args_check(argc, argv, "usage: bench_layer [repeat >= 1]\n  times one GPT and one T5 layer forward and backward at several (batch, seq) shapes", NULL);
     dyn_threads_init(); /* sleeping idle workers, the right BLAS kernel (threads.h); may re-execute */
     int repeat = argc > 1 ? atoi(argv[1]) : 5;
     if (repeat < 1) {

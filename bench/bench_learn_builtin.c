@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_args.h" /* defines: bench_args_check */
 #include "dynapipe/corpus.h" /* defines: dyn_corpus_* */
 #include "model/model.h"     /* defines: dyn_model_*, dyn_token_sample */
 #include "model/threads.h"   /* defines: dyn_threads_init */
@@ -86,6 +87,7 @@ static int evaluate(dyn_model *m, dyn_model_acts *a, dyn_corpus *held, batch *b,
 
 int main(int argc, char **argv)
 {
+    bench_args_check(argc, argv, "usage: bench_learn_builtin [gpt|t5] [steps] [max_seqlen] [hidden]\n  trains a tiny model on the built-in tasks and reports the loss over time", NULL);
     dyn_threads_init();
     dyn_model_kind kind = argc > 1 && strcmp(argv[1], "t5") == 0 ? DYN_MODEL_T5 : DYN_MODEL_GPT;
     int steps = argc > 2 ? atoi(argv[2]) : 1500;

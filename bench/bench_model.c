@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bench_args.h" /* defines: bench_args_check */
 #include "model/model.h"   /* defines: dyn_model_*, dyn_microbatch_* */
 #include "model/blas.h"    /* defines: dyn_blas_describe */
 #include "model/threads.h" /* defines: dyn_threads_init */
@@ -74,6 +75,7 @@ static int run(const char *name, dyn_model_config cfg, int B, int in_len, int tg
 
 int main(int argc, char **argv)
 {
+    bench_args_check(argc, argv, "usage: bench_model [repeats >= 1] [threads >= 1]\n  times whole-model forward and backward with and without full recomputation", NULL);
     dyn_threads_init(); /* sleeping idle workers, the right BLAS kernel (threads.h); may re-execute */
     int repeats = argc > 1 ? atoi(argv[1]) : 5, threads = argc > 2 ? atoi(argv[2]) : 1;
     if (repeats < 1 || threads < 1) {

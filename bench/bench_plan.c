@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_args.h" /* defines: bench_args_check */
 #include "dynapipe/data.h"         /* defines: dyn_dataset_*, dyn_sampler_* */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_preset, dyn_machine_resolve */
 #include "plan/plan_internal.h"    /* defines: struct dyn_planner (benchmark knobs) */
@@ -392,6 +393,8 @@ static void bench_t5_order(void)
 
 int main(int argc, char **argv)
 {
+    static const char *const known[] = {"--quick", "--t5", NULL};
+    bench_args_check(argc, argv, "usage: bench_plan [--quick] [--t5]\n  times the micro-batch planner (fast and naive DP, baselines) on FLAN-like batches", known);
     if (argc > 1 && strcmp(argv[1], "--quick") == 0) {
         BATCHES = 8;
         REPS = 3;

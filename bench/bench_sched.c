@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_args.h" /* defines: bench_args_check */
 #include "dynapipe/sched.h"
 #include "util/rng.h"  /* defines: dyn_rng_* */
 #include "util/util.h" /* defines: dyn_time_ms, dyn_median */
@@ -62,6 +63,7 @@ static int paired_1f1b(int32_t M, int32_t S, uint64_t seed, double *ms)
 
 int main(int argc, char **argv)
 {
+    bench_args_check(argc, argv, "usage: bench_sched [reps 1..10000]\n  times building, validating and serialising schedules at S = 4 and 8", NULL);
     int reps = argc > 1 ? atoi(argv[1]) : 21;
     if (reps < 1 || reps > 10000) {
         fprintf(stderr, "bench_sched: reps must be 1..10000\n");

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_args.h" /* defines: bench_args_check */
 #include "dynapipe/data.h"         /* defines: dyn_dataset_*, dyn_sampler_* */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_preset */
 #include "dynapipe/pipeline.h"     /* defines: dyn_batch_costs_* */
@@ -214,6 +215,8 @@ static void bench_auto_packing(int32_t S, const dyn_dataset *ds, const dyn_cost_
 
 int main(int argc, char **argv)
 {
+    static const char *const known[] = {"--quick", NULL};
+    bench_args_check(argc, argv, "usage: bench_sim [--quick]\n  times the simulator and --schedule auto on planned batches", known);
     if (argc > 1 && strcmp(argv[1], "--quick") == 0) {
         BATCHES = 3;
         REPS = 5;

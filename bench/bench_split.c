@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bench_args.h" /* defines: bench_args_check */
 #include "dynapipe/cost.h" /* defines: dyn_cost_model_create_analytic, dyn_cost_layer */
 #include "model/model.h"   /* defines: dyn_model_*, dyn_model_stage_backward_input/_weight */
 #include "model/threads.h" /* defines: dyn_threads_init */
@@ -130,6 +131,7 @@ static int run(const char *name, dyn_model_config cfg, int B, int in_len, int tg
 
 int main(int argc, char **argv)
 {
+    bench_args_check(argc, argv, "usage: bench_split [repeats >= 1] [threads >= 1]\n  times the fused backward against its input-gradient and weight-gradient halves", NULL);
     dyn_threads_init(); /* idle OpenMP workers sleep (threads.h); may re-execute */
     int repeats = argc > 1 ? atoi(argv[1]) : 5, threads = argc > 2 ? atoi(argv[2]) : 1;
     if (repeats < 1 || threads < 1) {

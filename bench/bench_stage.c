@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bench_args.h" /* defines: bench_args_check */
 #include "dynapipe/cost.h"         /* defines: dyn_cost_model_create_analytic, dyn_cost_layer_states_mb */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_preset */
 #include "model/model.h"           /* defines: dyn_model_create_stage, dyn_model_state_bytes */
@@ -33,6 +34,7 @@ static double cost_states_mb(const dyn_cost_model *cm, const dyn_model_config *c
 
 int main(int argc, char **argv)
 {
+    bench_args_check(argc, argv, "usage: bench_stage [preset] [stages]\n  prints per-stage parameter and state bytes of a preset cut into stages", NULL);
     const char *preset = argc > 1 ? argv[1] : "gpt2-124m";
     int ns = argc > 2 ? atoi(argv[2]) : 4;
     dyn_error err;

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bench_args.h" /* defines: bench_args_check */
 #include "model/model.h"   /* defines: dyn_model_*, dyn_microbatch_* */
 #include "model/threads.h" /* defines: dyn_threads_* */
 #include "util/rng.h"      /* defines: dyn_rng_* */
@@ -112,6 +113,7 @@ static int run(const char *name, dyn_model_config cfg, int B, int in_len, int tg
 
 int main(int argc, char **argv)
 {
+    bench_args_check(argc, argv, "usage: bench_threads [repeats >= 1]\n  times whole models with 1 and 2 threads side by side", NULL);
     dyn_threads_init(); /* sleeping idle workers, the right BLAS kernel (threads.h); may re-execute */
     int repeats = argc > 1 ? atoi(argv[1]) : 7;
     if (repeats < 1) {

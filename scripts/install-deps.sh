@@ -12,9 +12,26 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Optional: clang and its libFuzzer runtime for the fuzz harnesses
+# (scripts/fuzz.sh, run briefly by scripts/test.sh); about 60 MB of packages
+# on Debian 12. Installed when possible, never a failure: without them the
+# fuzz step says it is skipped. DYN_NO_FUZZ_DEPS=1 leaves them out.
+optional=(clang-14 libclang-rt-14-dev)
+if [ "${DYN_NO_FUZZ_DEPS:-0}" != 1 ]; then
+  for p in "${optional[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 echo "install-deps: installing ${missing[*]}" >&2
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 $SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
+  # Retry without the optional ones: they must not stop a build.
+  required=()
+  for p in "${missing[@]}"; do [[ " ${optional[*]} " == *" $p "* ]] || required+=("$p"); done
+  echo "install-deps: installing without the optional fuzzing packages" >&2
+  [ ${#required[@]} -eq 0 ] ||
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${required[@]}" >/dev/null
+fi

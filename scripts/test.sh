@@ -13,3 +13,13 @@ cd "${BUILD_DIR:-build}"
 ctest -N -R '^(install_setup|test_install|test_headers|test_python)$' | grep -q '^Total Tests: 4$' ||
   { echo "test.sh: the install, header or Python tests are not registered with ctest" >&2; exit 1; }
 ctest --output-on-failure -j "$(nproc)"
+# A short run of the fuzz harnesses (tests/fuzz, scripts/fuzz.sh) when clang
+# with libFuzzer is available; it says "skipped" otherwise. Once per CI run:
+# the harnesses carry their own sanitizers, so the sanitizer pass skips them.
+# DYN_FUZZ_SECONDS sets the time per harness (0: none).
+cd ..
+fuzz_secs=${DYN_FUZZ_SECONDS:-3}
+case " $* " in
+  *DYN_SANITIZE=ON*) echo "fuzz: not run in the sanitizer pass (the harnesses have their own)";;
+  *) [ "$fuzz_secs" != 0 ] && scripts/fuzz.sh "$fuzz_secs";;
+esac

@@ -84,11 +84,43 @@ static void test_bench_layer_bad_flags(void **state)
     assert_non_null(strstr(out, "--enc-seq"));
 }
 
+/* Every benchmark program (bench/bench_*.c, built beside the CLI) answers
+ * --help with its usage and exit 0 instead of starting to measure, and
+ * refuses an unknown option with exit 2. */
+static void test_bench_programs_help(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"bench_attention", "bench_calibrate", "bench_corpus", "bench_cost",
+                                        "bench_layer",     "bench_learn_builtin", "bench_model", "bench_plan",
+                                        "bench_sched",     "bench_sim",       "bench_split", "bench_stage",
+                                        "bench_threads"};
+    const char *cli = getenv("DYN_CLI");
+    assert_non_null(cli);
+    const char *slash = strrchr(cli, '/');
+    assert_non_null(slash);
+    int dlen = (int)(slash - cli);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char cmd[1200], buf[2048];
+        snprintf(cmd, sizeof cmd, "timeout 20 '%.*s/%s' --help 2>&1", dlen, cli, names[i]);
+        FILE *p = popen(cmd, "r");
+        assert_non_null(p);
+        size_t n = fread(buf, 1, sizeof buf - 1, p);
+        buf[n] = '\0';
+        int st = pclose(p);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || strncmp(buf, "usage: ", 7) != 0)
+            fail_msg("%s --help: exit %d, output '%s'", names[i], WIFEXITED(st) ? WEXITSTATUS(st) : -1, buf);
+        snprintf(cmd, sizeof cmd, "timeout 20 '%.*s/%s' --no-such-flag >/dev/null 2>&1", dlen, cli, names[i]);
+        st = system(cmd);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bench_layer_gpt_runs),
         cmocka_unit_test(test_bench_layer_bad_flags),
+        cmocka_unit_test(test_bench_programs_help),
         cmocka_unit_test(test_bench_layer_sets_wait_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

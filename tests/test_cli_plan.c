@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +124,101 @@ static void test_bad_flags(void **state)
     expect_error(BASE " --synthetic flan --model-config nosuchpreset", 1, "nosuchpreset");
     expect_error(BASE " --synthetic flan --machine nosuchmachine", 1, "nosuchmachine");
     expect_error(BASE " --synthetic flan --stages 9", 2, "9 pipeline stages");
+}
+
+/* Flags that contradict each other or the model, sizes that cannot be
+ * planned, and the messages that must say which flag or file is wrong. */
+static void test_contradictions_and_limits(void **state)
+{
+    (void)state;
+    char cmd[2000], path[700];
+#define NOSHAPE "--model gpt --global-batch-tokens 4096 --max-seqlen 256 --stages 2"
+    /* A cost table brings its own model and machine. */
+    expect_error(NOSHAPE " --synthetic flan --cost-model t.tsv --machine missing.json", 2, "--machine contradicts");
+    expect_error(NOSHAPE " --synthetic flan --cost-model t.tsv --layers 4", 2, "--layers contradicts");
+    expect_error(BASE " --synthetic flan --cost-model t.tsv --model-config gpt-tiny", 2,
+                 "--model-config contradicts");
+    /* More chunks than the model has layers, and interleaved without chunks. */
+    expect_error(BASE " --synthetic flan --model-config gpt-tiny --chunks 4", 2, "only 2 layers");
+    expect_error(BASE " --synthetic flan --model-config gpt-tiny --schedule interleaved", 1, "--chunks 2");
+    /* --hidden alone names --heads. */
+    expect_error(NOSHAPE " --synthetic flan --hidden 256", 2, "--heads");
+    /* A budget no machine could draw. */
+    expect_error("--model gpt --synthetic flan --global-batch-tokens 34359738368 --max-seqlen 256 --stages 2", 2,
+                 "--global-batch-tokens");
+    /* Model dimensions whose products overflow. */
+    write_file("huge.json",
+               "{\"kind\": \"gpt\", \"n_layers\": 2, \"hidden\": 1500000000, \"heads\": 1,\n"
+               " \"ffn\": 64, \"vocab\": 100, \"max_seqlen\": 256}\n",
+               path, sizeof path);
+    snprintf(cmd, sizeof cmd, BASE " --synthetic flan --model-config '%s'", path);
+    expect_error(cmd, 1, "hidden = 1500000000 is above the limit");
+    /* A bad preset inside a model file names the file. */
+    write_file("preset.json", "{\"preset\": \"gpt-huge\"}", path, sizeof path);
+    snprintf(cmd, sizeof cmd, BASE " --synthetic flan --model-config '%s'", path);
+    expect_error(cmd, 1, "preset.json: unknown model preset");
+    /* JSON syntax errors give the line and column; trailing text and
+     * duplicate keys are refused. */
+    write_file("syntax.json", "{\"kind\": \"gpt\",\n  \"n_layers\": 2 2}\n", path, sizeof path);
+    snprintf(cmd, sizeof cmd, BASE " --synthetic flan --model-config '%s'", path);
+    expect_error(cmd, 1, "line 2, column 17");
+    write_file("trail.json", "{\"base\": \"cpu\"}\n}", path, sizeof path);
+    snprintf(cmd, sizeof cmd, BASE " --synthetic flan --model-config gpt-tiny --machine '%s'", path);
+    expect_error(cmd, 1, "line 2, column 1: text after");
+    write_file("dup.json", "{\"base\": \"cpu\", \"mem_gbps\": 5, \"mem_gbps\": 50}", path, sizeof path);
+    snprintf(cmd, sizeof cmd, BASE " --synthetic flan --model-config gpt-tiny --machine '%s'", path);
+    expect_error(cmd, 1, "\"mem_gbps\" appears twice");
+    /* Over-long samples name --clip. */
+    write_file("long.tsv", "300\t10\n", path, sizeof path);
+    snprintf(cmd, sizeof cmd, BASE " --model-config gpt-tiny --lengths '%s'", path);
+    expect_error(cmd, 1, "give --clip");
+}
+
+/* The shipped example cost table plans the shipped lengths. */
+static void test_example_cost_table(void **state)
+{
+    (void)state;
+    const char *src = getenv("DYN_SOURCE_DIR");
+    assert_non_null(src);
+    char cmd[2000];
+    snprintf(cmd, sizeof cmd,
+             "--model gpt --cost-model '%s/docs/examples/gpt-tiny-cpu-cost.tsv' --lengths '%s/docs/examples/lengths.tsv' "
+             "--clip --global-batch-tokens 4096 --max-seqlen 512 --stages 2 --quiet",
+             src, src);
+    assert_int_equal(run_plan(cmd), 0);
+    char *out = slurp(out_path);
+    assert_non_null(strstr(out, "hidden 64"));
+    assert_non_null(strstr(out, "total: "));
+    free(out);
+}
+
+/* GPT lengths with no target, read from standard input. */
+static void test_gpt_zero_target_from_stdin(void **state)
+{
+    (void)state;
+    char cmd[2000], path[700];
+    write_file("zero.tsv", "input_len\ttarget_len\n100\t0\n50\t0\n", path, sizeof path);
+    snprintf(cmd, sizeof cmd,
+             "--model gpt --model-config gpt-tiny --lengths - --global-batch-tokens 200 --max-seqlen 128 "
+             "--stages 1 --json '%s' < '%s'",
+             json_path, path);
+    assert_int_equal(run_plan(cmd), 0);
+    char *text = slurp(json_path);
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    const cJSON *gb = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "global_batches"), 0);
+    assert_non_null(gb);
+    assert_int_equal(cJSON_GetObjectItem(gb, "n_samples")->valueint, 2);
+    assert_int_equal(cJSON_GetObjectItem(gb, "real_tokens")->valueint, 150);
+    cJSON_Delete(root);
+    free(text);
+    remove(json_path);
+    /* T5 still needs a target. */
+    snprintf(cmd, sizeof cmd,
+             "--model t5 --model-config t5-tiny --lengths '%s' --global-batch-tokens 200 --max-seqlen 128 "
+             "--stages 1",
+             path);
+    expect_error(cmd, 1, "target_len 0 must be positive");
 }
 
 static void test_impossible_memory(void **state)
@@ -392,18 +488,50 @@ static void test_json_replica_plans(void **state)
     remove(json_path);
 }
 
+/* Every output of a run appears only if the whole run succeeds: plans of
+ * the first batches are not left behind when the --json path fails at the
+ * end; and a character device given as --json is written, not replaced. */
+static void test_outputs_all_or_nothing(void **state)
+{
+    (void)state;
+    char prefix[700], cmd[2048];
+    snprintf(prefix, sizeof prefix, "%s/partial", dir);
+    snprintf(cmd, sizeof cmd,
+             "--model gpt --model-config gpt-tiny --synthetic flan:3 --global-batch-tokens 4096 "
+             "--max-seqlen 256 --stages 2 --batches 2 --quiet --schedule 1f1b --plan-out '%s' "
+             "--json '%s/no/such/dir/out.json'",
+             prefix, dir);
+    cli_assert_one_line_error("plan", cmd, run_plan(cmd), 1, "out.json");
+    char path[800];
+    snprintf(path, sizeof path, "%s.0.0.dynplan", prefix);
+    assert_int_not_equal(access(path, F_OK), 0);
+    assert_no_json_left();
+
+    snprintf(cmd, sizeof cmd,
+             "--model gpt --model-config gpt-tiny --synthetic flan:3 --global-batch-tokens 4096 "
+             "--max-seqlen 256 --stages 2 --batches 1 --quiet --json /dev/null");
+    assert_int_equal(run_plan(cmd), 0);
+    struct stat sb;
+    assert_int_equal(stat("/dev/null", &sb), 0);
+    assert_true(S_ISCHR(sb.st_mode));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_contradictions_and_limits),
+        cmocka_unit_test(test_gpt_zero_target_from_stdin),
+        cmocka_unit_test(test_example_cost_table),
         cmocka_unit_test(test_impossible_memory),
         cmocka_unit_test(test_json_structure),
         cmocka_unit_test(test_json_replica_plans),
         cmocka_unit_test(test_every_method_runs),
         cmocka_unit_test(test_cost_table_and_model_files),
         cmocka_unit_test(test_show_and_write_execution_plans),
+        cmocka_unit_test(test_outputs_all_or_nothing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

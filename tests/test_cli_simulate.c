@@ -308,10 +308,46 @@ static void test_schedule_all_leaves_out_interleaved_without_chunks(void **state
     }
 }
 
+/* A what-if run says which memory limit and link model it used: none for a
+ * file without memory columns, --no-comm for free links (the hand-computed
+ * 12 ms without a machine file); planning flags are refused beside it. */
+static void test_whatif_limit_links_and_contradictions(void **state)
+{
+    (void)state;
+    char mb[700], cmd[2000];
+    remove(json_path), remove(trace_path), remove(svg_path); /* an earlier test's outputs */
+    write_file("mb2.tsv", WHATIF, mb, sizeof mb);
+    snprintf(cmd, sizeof cmd, "--microbatches '%s' --schedule 1f1b --no-comm --json '%s'", mb, json_path);
+    assert_int_equal(run_sim(cmd), 0);
+    char *out = slurp(out_path);
+    assert_non_null(strstr(out, "what-if: no memory limit (none: the file has no memory columns); links none (--no-comm)"));
+    free(out);
+    char *text = slurp(json_path);
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    const cJSON *r0 = cJSON_GetArrayItem(
+        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "global_batches"), 0), "results"), 0);
+    assert_non_null(r0);
+    assert_true(fabs(cJSON_GetObjectItem(r0, "makespan_ms")->valuedouble - 12.0) < 1e-9);
+    cJSON_Delete(root);
+    free(text);
+    remove(json_path);
+    snprintf(cmd, sizeof cmd, "--microbatches '%s' --memory-limit 100", mb);
+    assert_int_equal(run_sim(cmd), 0);
+    out = slurp(out_path);
+    assert_non_null(strstr(out, "what-if: memory limit 100 MB (--memory-limit); links cpu's"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "--microbatches '%s' --synthetic flan", mb);
+    expect_failure(cmd, 2, "--synthetic has no effect with --microbatches");
+    snprintf(cmd, sizeof cmd, "--microbatches '%s' --global-batch-tokens 4096", mb);
+    expect_failure(cmd, 2, "--global-batch-tokens has no effect");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whatif_hand_computed),
+        cmocka_unit_test(test_whatif_limit_links_and_contradictions),
         cmocka_unit_test(test_planned_run_json),
         cmocka_unit_test(test_json_is_deterministic),
         cmocka_unit_test(test_data_parallel_replicas),

@@ -260,7 +260,9 @@ static void test_tsv_errors_name_file_and_line(void **state)
     expect_tsv_error("word.tsv", "1\t2\nabc\t2\n", 2, "not an integer", 100, DYN_MODEL_GPT);
     expect_tsv_error("second_header.tsv", "in\tout\nin\tout\n", 2, "not an integer", 100, DYN_MODEL_GPT);
     expect_tsv_error("zero.tsv", "0\t5\n", 1, "must be positive", 100, DYN_MODEL_GPT);
-    expect_tsv_error("neg.tsv", "4\t1\n5\t-2\n", 2, "target_len -2 must be positive", 100, DYN_MODEL_GPT);
+    expect_tsv_error("neg.tsv", "4\t1\n5\t-2\n", 2, "target_len -2 must be >= 0", 100, DYN_MODEL_GPT);
+    /* T5 needs a target; GPT does not (test_cli_plan reads a zero target). */
+    expect_tsv_error("t5_zero.tsv", "4\t1\n5\t0\n", 2, "target_len 0 must be positive", 100, DYN_MODEL_T5);
     expect_tsv_error("empty_field.tsv", "4\t\n", 1, "empty field", 100, DYN_MODEL_GPT);
     expect_tsv_error("huge.tsv", "99999999999\t1\n", 1, "out of range", 100, DYN_MODEL_GPT);
     expect_tsv_error("space_sep.tsv", "4 5\n", 1, "expected 2 tab-separated fields", 100, DYN_MODEL_GPT);

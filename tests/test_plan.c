@@ -44,9 +44,40 @@ static void set(dyn_sample *s, int32_t id, int32_t in, int32_t tg)
     s->target_len = tg;
 }
 
+/* Every sample of micro-batch m sits inside its row on both sides (GPT:
+ * the whole sequence; T5: input in the encoder row, target in the decoder
+ * row), each row's samples fit its length, and no length exceeds the
+ * planner's max_seqlen. s is indexed by sample id. */
+static void check_rows(const dyn_planner *p, const dyn_batch_plan *pl, const dyn_sample *s, int32_t m)
+{
+    const dyn_plan_microbatch *mb = &pl->mbs[m];
+    const int t5 = p->kind == DYN_MODEL_T5;
+    assert_true(mb->shape.enc_len <= p->opt.max_seqlen);
+    assert_true(mb->shape.dec_len <= p->opt.max_seqlen);
+    int64_t used_a[64] = {0}, used_b[64] = {0};
+    assert_true(mb->shape.rows >= 1 && mb->shape.rows <= 64);
+    for (int32_t k = mb->first; k < mb->first + mb->n_samples; k++) {
+        const dyn_sample *x = &s[pl->sample_ids[k]];
+        int32_t row = pl->sample_row[k];
+        assert_true(row >= 0 && row < mb->shape.rows);
+        int32_t a = t5 ? x->input_len : x->input_len + x->target_len;
+        assert_true(pl->sample_offset[k] >= 0 && pl->sample_offset[k] + a <= mb->shape.enc_len);
+        used_a[row] += a;
+        if (t5) {
+            assert_true(pl->sample_dec_offset[k] >= 0 &&
+                        pl->sample_dec_offset[k] + x->target_len <= mb->shape.dec_len);
+            used_b[row] += x->target_len;
+        }
+    }
+    for (int32_t r = 0; r < mb->shape.rows; r++) {
+        assert_true(used_a[r] <= mb->shape.enc_len);
+        assert_true(used_b[r] <= (t5 ? mb->shape.dec_len : 0));
+    }
+}
+
 /* Every id exactly once; micro-batch ranges tile sample_ids; replicas valid;
- * memory within the planner's limits. */
-static void check_plan(const dyn_planner *p, const dyn_batch_plan *pl, int32_t n)
+ * memory within the planner's limits; rows within their lengths. */
+static void check_plan(const dyn_planner *p, const dyn_batch_plan *pl, const dyn_sample *s, int32_t n)
 {
     assert_int_equal(pl->n_samples, n);
     char *seen = calloc((size_t)n, 1);
@@ -69,6 +100,7 @@ static void check_plan(const dyn_planner *p, const dyn_batch_plan *pl, int32_t n
         int within = pl->mbs[m].stored_mb <= p->stored_limit_mb && pl->mbs[m].peak_mb <= p->peak_limit_mb;
         int alone = pl->mbs[m].shape.rows == 1 && pl->mbs[m].peak_mb <= p->alone_limit_mb;
         assert_true(within || alone);
+        if (pl->mbs[m].shape.rows <= 64) check_rows(p, pl, s, m);
     }
     assert_int_equal(pos, n);
 }
@@ -93,7 +125,7 @@ static void test_every_method_covers_each_sample_once(void **state)
                 dyn_batch_plan pl;
                 dyn_error err;
                 assert_int_equal(dyn_planner_plan(p, s, N, &pl, &err), DYN_OK);
-                check_plan(p, &pl, N);
+                check_plan(p, &pl, s, N);
                 assert_true(pl.real_tokens <= pl.padded_tokens);
                 dyn_batch_plan_free(&pl);
                 dyn_planner_free(p);
@@ -174,6 +206,36 @@ static void test_packing_hand_worked(void **state)
     assert_int_equal(pl.mbs[0].shape.rows, 2);
     int32_t want_row[5] = {0, 0, 1, 1, 1};
     for (int32_t i = 0; i < 5; i++) assert_int_equal(pl.sample_row[i], want_row[i]);
+    dyn_batch_plan_free(&pl);
+    dyn_planner_free(p);
+}
+
+/* T5 packing fills both sides of a row: here the encoder side has room for
+ * all three samples (10 + 10 + 10 <= 64) but the decoder side does not
+ * (40 + 40 > 64), so the second sample starts a new row, and the third
+ * (decoder 20) joins the first. */
+static void test_t5_packing_decoder_forces_new_row(void **state)
+{
+    (void)state;
+    dyn_sample s[3];
+    set(&s[0], 0, 10, 40);
+    set(&s[1], 1, 10, 40);
+    set(&s[2], 2, 10, 20);
+    dyn_planner *p = make_planner(DYN_MODEL_T5, DYN_BATCH_PACKING, 64, 1, 1, 0);
+    p->opt.pack_rows = 2;
+    dyn_batch_plan pl;
+    assert_int_equal(dyn_planner_plan(p, s, 3, &pl, NULL), DYN_OK);
+    check_plan(p, &pl, s, 3);
+    assert_int_equal(pl.n_microbatches, 1);
+    assert_int_equal(pl.mbs[0].shape.rows, 2);
+    assert_int_equal(pl.mbs[0].shape.enc_len, 64);
+    assert_int_equal(pl.mbs[0].shape.dec_len, 64);
+    int32_t want_ids[3] = {0, 2, 1}, want_row[3] = {0, 0, 1}, want_dec[3] = {0, 40, 0};
+    for (int32_t i = 0; i < 3; i++) {
+        assert_int_equal(pl.sample_ids[i], want_ids[i]);
+        assert_int_equal(pl.sample_row[i], want_row[i]);
+        assert_int_equal(pl.sample_dec_offset[i], want_dec[i]);
+    }
     dyn_batch_plan_free(&pl);
     dyn_planner_free(p);
 }
@@ -287,7 +349,7 @@ static void test_sample_over_share_runs_alone(void **state)
     dyn_batch_plan pl;
     dyn_error err;
     assert_int_equal(dyn_planner_plan(p, s, 4, &pl, &err), DYN_OK);
-    check_plan(p, &pl, 4);
+    check_plan(p, &pl, s, 4);
     int found = 0;
     for (int32_t m = 0; m < pl.n_microbatches; m++) {
         for (int32_t k = 0; k < pl.mbs[m].n_samples; k++) {
@@ -449,6 +511,7 @@ int main(void)
         cmocka_unit_test(test_every_method_covers_each_sample_once),
         cmocka_unit_test(test_padding_hand_worked),
         cmocka_unit_test(test_packing_hand_worked),
+        cmocka_unit_test(test_t5_packing_decoder_forces_new_row),
         cmocka_unit_test(test_token_hand_worked),
         cmocka_unit_test(test_auto_knobs_fit_memory),
         cmocka_unit_test(test_kk_beats_round_robin),

@@ -23,10 +23,19 @@ static int close_enough(double a, double b)
 
 /* ---- brute force over a raw DP problem ---------------------------------- */
 
+/* The objective written out here, not taken from the implementation: a
+ * pipeline of S stages with v chunks per rank and d data-parallel replicas
+ * takes (S - 1) t_max / v for filling and draining and t_sum / d for the
+ * steady state (docs/architecture.md). */
+static double test_objective(const plan_dp_problem *pb, double tmax, double tsum)
+{
+    return (double)(pb->stages - 1) * tmax / (double)pb->chunks + tsum / (double)pb->dp;
+}
+
 static void brute_rec(const plan_dp_problem *pb, int32_t start, double tmax, double tsum, double *best)
 {
     if (start == pb->n) {
-        double v = plan_dp_objective(pb, tmax, tsum);
+        double v = test_objective(pb, tmax, tsum);
         if (v < *best) *best = v;
         return;
     }
@@ -62,7 +71,7 @@ static void check_result(const plan_dp_problem *pb, const plan_dp_result *r)
         if (t > tmax) tmax = t;
     }
     assert_int_equal(pos, pb->n);
-    assert_true(close_enough(plan_dp_objective(pb, tmax, tsum), r->objective_ms));
+    assert_true(close_enough(test_objective(pb, tmax, tsum), r->objective_ms));
 }
 
 static void test_dp_fast_equals_naive_and_brute_force(void **state)
@@ -416,11 +425,50 @@ static void test_dp_keeps_close_candidates(void **state)
     assert_true(close_enough(r.objective_ms, 10 * 10.000001 + 30.000001));
 }
 
+/* Hand-worked instances with chunks = 2 and dp = 2, where the objective's
+ * two divisors change the best partition. Four samples; a run of k samples
+ * ending at sample j costs time[j][k-1]:
+ *   singles 4, 4, 4, 4; pairs 5 (samples 0-1 and 2-3; 1-2: 5 too);
+ *   triples 9; all four 16.
+ * S = 5, v = 1, d = 1: pairs: 4 * 5 + 10 = 30; singles: 4 * 4 + 16 = 32;
+ *   all four: 4 * 16 + 16 = 80. Best: two pairs, 30.
+ * S = 5, v = 2, d = 2: pairs: 4 * 5 / 2 + 10 / 2 = 15; singles: 4 * 4 / 2 +
+ *   16 / 2 = 16. Best: two pairs, 15.
+ * S = 9, v = 2, d = 2: pairs: 8 * 5 / 2 + 5 = 25; singles: 8 * 4 / 2 + 8 =
+ *   24. Best: singles, 24 (with v = 1, d = 1 singles win too: 48 vs 50).
+ * S = 3, v = 2, d = 1: pairs: 2 * 5 / 2 + 10 = 15; singles 4 + 16 = 20;
+ *   one run of four: 16 + 16 = 32; triple + single: 9 + 13 = 22. Pairs, 15. */
+static void test_dp_hand_worked_chunks_and_dp(void **state)
+{
+    (void)state;
+    double r0[] = {4}, r1[] = {4, 5}, r2[] = {4, 5, 9}, r3[] = {4, 5, 9, 16};
+    const double *time[] = {r0, r1, r2, r3};
+    int32_t width[] = {1, 2, 3, 4}, run[4];
+    struct { int32_t S, v, d, n_runs; double want; } cases[] = {
+        {5, 1, 1, 2, 30}, {5, 2, 2, 2, 15}, {9, 2, 2, 4, 24}, {3, 2, 1, 2, 15},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        plan_dp_problem pb = {4, width, time, cases[i].S, cases[i].v, cases[i].d, 1, INFINITY,
+                              NULL, NULL, NULL, NULL};
+        plan_dp_result r = {.run_len = run};
+        assert_int_equal(plan_dp_solve(&pb, &r, NULL), DYN_OK);
+        if (r.n_runs != cases[i].n_runs || !close_enough(r.objective_ms, cases[i].want))
+            fail_msg("S %d v %d d %d: %d runs, %.3f ms (want %d, %.3f)", cases[i].S, cases[i].v, cases[i].d,
+                     r.n_runs, r.objective_ms, cases[i].n_runs, cases[i].want);
+        check_result(&pb, &r);
+        plan_dp_result rn = {.run_len = run};
+        assert_int_equal(plan_dp_solve_naive(&pb, &rn, NULL), DYN_OK);
+        assert_true(close_enough(rn.objective_ms, cases[i].want));
+        assert_true(close_enough(brute_problem(&pb), cases[i].want));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dp_fast_equals_naive_and_brute_force),
         cmocka_unit_test(test_dp_keeps_close_candidates),
+        cmocka_unit_test(test_dp_hand_worked_chunks_and_dp),
         cmocka_unit_test(test_dp_shared_rows_affine_and_not),
         cmocka_unit_test(test_planner_gpt_equals_brute_force),
         cmocka_unit_test(test_planner_t5_equals_brute_force),

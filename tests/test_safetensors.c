@@ -147,6 +147,10 @@ static void test_bad_files_are_rejected(void **state)
          8, 0, "duplicate tensor 'a'"},
         {"{\"__metadata__\":{\"k\":3}}",
          0, 0, "value of 'k' is not a string"},
+        /* a name with a newline and a control byte (JSON escapes): the
+         * message stays one line, the bytes escaped */
+        {"{\"x\\ny\\u0001\":{\"dtype\":\"Q4\",\"shape\":[4],\"data_offsets\":[0,16]}}",
+         16, 0, "'x\\ny\\x01': unknown dtype 'Q4'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         write_raw(path, bad[i].header, d, bad[i].dlen, bad[i].hlen);

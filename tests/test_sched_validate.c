@@ -220,6 +220,40 @@ static void wrong_peer(dyn_rank_plan *rp)
     rp->instrs[find(rp, DYN_OP_SEND_ACT_START, 0)].peer = 0;
 }
 
+/* A matched pair whose two sides disagree on what the tensor is. */
+static void recv_bytes(dyn_rank_plan *rp)
+{
+    rp->instrs[find(rp, DYN_OP_RECV_ACT_START, 1)].bytes += 4;
+}
+/* Both halves of rank 1's send changed alike: only the pair check (against
+ * rank 0's receive) can see it. */
+static void send_bytes(dyn_rank_plan *rp)
+{
+    rp->instrs[find(rp, DYN_OP_SEND_GRAD_START, 2)].bytes *= 2;
+    rp->instrs[find(rp, DYN_OP_SEND_GRAD_FINISH, 2)].bytes *= 2;
+}
+static void recv_finish_bytes(dyn_rank_plan *rp)
+{
+    rp->instrs[find(rp, DYN_OP_RECV_ACT_FINISH, 1)].bytes += 4;
+}
+static void send_finish_bytes(dyn_rank_plan *rp)
+{
+    rp->instrs[find(rp, DYN_OP_SEND_ACT_FINISH, 0)].bytes += 4;
+}
+static void recv_stage(dyn_rank_plan *rp)
+{
+    rp->instrs[find(rp, DYN_OP_RECV_ACT_START, 1)].stage = 2;
+    rp->instrs[find(rp, DYN_OP_RECV_ACT_FINISH, 1)].stage = 2;
+}
+static void recv_finish_stage(dyn_rank_plan *rp)
+{
+    rp->instrs[find(rp, DYN_OP_RECV_ACT_FINISH, 1)].stage = 2;
+}
+static void send_finish_mb(dyn_rank_plan *rp)
+{
+    rp->instrs[find(rp, DYN_OP_SEND_ACT_FINISH, 0)].microbatch = 3;
+}
+
 static void test_mutations_of_generated_plan(void **state)
 {
     (void)state;
@@ -231,6 +265,13 @@ static void test_mutations_of_generated_plan(void **state)
     mutate_generated(1, drop_last_free, "leaked buffer", "rank 1", DYN_SCHED_1F1B);
     mutate_generated(2, drop_weight, "missing its weight-gradient backward", "micro-batch 3 stage 2", DYN_SCHED_ZB);
     mutate_generated(1, wrong_peer, "peer 0 is not the rank", "rank 1", DYN_SCHED_1F1B);
+    mutate_generated(1, recv_bytes, "byte", "rank 1", DYN_SCHED_1F1B);
+    mutate_generated(1, send_bytes, "disagree on the bytes", "rank 1", DYN_SCHED_1F1B);
+    mutate_generated(1, recv_finish_bytes, "byte count", "rank 1", DYN_SCHED_1F1B);
+    mutate_generated(1, send_finish_bytes, "byte count", "rank 1", DYN_SCHED_1F1B);
+    mutate_generated(1, recv_stage, "stage", "rank 1", DYN_SCHED_1F1B);
+    mutate_generated(1, recv_finish_stage, "stage", "rank 1", DYN_SCHED_1F1B);
+    mutate_generated(1, send_finish_mb, "micro-batch", "rank 1", DYN_SCHED_1F1B);
 }
 
 static void test_barrier_count_mismatch(void **state)

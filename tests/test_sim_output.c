@@ -134,11 +134,52 @@ static void test_svg_has_one_box_per_compute_instruction(void **state)
     tplan_free(&t);
 }
 
+/* About 70 micro-batches: the figure widens so boxes have room, colours
+ * mean size classes (one swatch per class), and the legend names every kind
+ * of box separately (B apart from Bi). */
+static void test_svg_many_microbatches_readable(void **state)
+{
+    (void)state;
+    enum { M = 70, S = 2 };
+    tplan t;
+    tplan_1f1b(&t, S, M, 1024);
+    if (t.p.mb_shape)
+        for (int32_t m = 0; m < M; m++) t.p.mb_shape[m] = (dyn_mb_shape){.rows = 1 + m % 4, .enc_len = 64 + 64 * (m % 3)};
+    dyn_stage_costs c;
+    tcosts_uniform(&c, M, S, 1.0, 2.0);
+    dyn_error err;
+    dyn_sim *sim = dyn_sim_create(&err);
+    dyn_sim_options o = {0.0, 0.0, 0, 0, 0};
+    assert_int_equal(dyn_sim_run(sim, &t.p, &c, &o, NULL, &err), DYN_OK);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    assert_int_equal(dyn_sim_svg_to_stream(sim, &t.p, NULL, f, &err), DYN_OK);
+    fclose(f);
+    assert_int_equal(count_substr(buf, "class=\"instr\""), 2 * S * M);
+    for (const char *k = "F = forward\0B = backward\0Bi = input-gradient backward\0W = weight-gradient backward\0";
+         *k; k += strlen(k) + 1)
+        assert_non_null(strstr(buf, k));
+    assert_non_null(strstr(buf, "colour = micro-batch size"));
+    /* wider than the default 1100 px plot: 2M boxes per rank at 14 px */
+    int w = 0;
+    assert_int_equal(sscanf(buf, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\"", &w), 1);
+    assert_true(w >= 14 * 2 * M);
+    /* every box big enough carries its micro-batch number: 14 px each */
+    assert_true(count_substr(buf, "<text") > 2 * S * M);
+    free(buf);
+    dyn_sim_free(sim);
+    dyn_stage_costs_free(&c);
+    tplan_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trace_has_one_event_per_instruction),
         cmocka_unit_test(test_svg_has_one_box_per_compute_instruction),
+        cmocka_unit_test(test_svg_many_microbatches_readable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -77,6 +77,9 @@ static void test_malformed_files(void **state)
     expect_error("mb stage fwd_ms bwd_ms\n0.5 0 1 2\n", "f.tsv:2: mb '0.5' is not a whole number");
     expect_error("mb stage fwd_ms bwd_ms\n0 99999 1 2\n", "f.tsv:2: stage 99999 is above");
     expect_error("mb stage fwd_ms bwd_ms\n0 0 nan 2\n", "f.tsv:2: fwd_ms 'nan' is not a number");
+    /* Finite but so large that sums along the schedule overflow. */
+    expect_error("mb stage fwd_ms bwd_ms\n0 0 1e308 2\n", "f.tsv:2: fwd_ms 1e+308 is above the limit");
+    expect_error("mb stage fwd_ms bwd_ms peak_mb\n0 0 1 2 1e300\n", "f.tsv:2: peak_mb 1e+300 is above the limit");
     expect_error("mb stage fwd_ms bwd_ms\n0 0 1 2\n0 0 1 2\n",
                  "f.tsv:3: micro-batch 0 stage 0 already given at line 2");
     expect_error("mb stage fwd_ms bwd_ms\n0 0 1 2\n1 1 1 2\n", "f.tsv: micro-batch 0 stage 1 is missing");

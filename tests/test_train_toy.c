@@ -11,7 +11,9 @@
  * below TOY_LOSS_THRESHOLD nats (chance over the alphabet is ln 8 = 2.08;
  * the untrained models start at ~5.6 (GPT) and ~19 (T5, HF init with N(0,1)
  * embeddings)). DYN_TOY_STEPS overrides the step count. Under the
- * sanitizers: 150 steps and a 1.5-nat threshold (see below). */
+ * sanitizers: 150 steps and a 1.5-nat threshold (see below). The first
+ * step's loss must be at least ln(vocabulary) - 0.5 (an untrained model
+ * cannot beat chance). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -105,6 +107,12 @@ static void run_toy(dyn_model_kind kind, const char *name)
     for (int i = from; i < steps; i++) tail += losses[i] / (steps - from);
     printf("    %s reverse: loss %.3f at step 0, %.4f mean of the last 10 of %d steps (%.1f s)\n", name, losses[0], tail,
            steps, (dyn_time_ms() - t0) / 1e3);
+    /* An untrained model knows nothing of the answers: its first loss is
+     * about ln(vocabulary) or more (uniform logits give exactly ln V). A
+     * much lower one means the loss sees what it should predict (a missing
+     * causal mask or unshifted decoder input) or is mis-normalised. */
+    const double floor0 = log((double)DYN_VOCAB_BYTES) - 0.5;
+    if (!(losses[0] > floor0)) fail_msg("%s starts at loss %.3f, below %.3f: it sees its answers", name, losses[0], floor0);
     if (!(tail < TOY_LOSS_THRESHOLD)) fail_msg("%s did not learn: %.4f >= %.2f", name, tail, TOY_LOSS_THRESHOLD);
     free(losses);
 }

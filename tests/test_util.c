@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "util/rng.h"  /* defines: dyn_rng_* */
@@ -24,6 +26,10 @@ static void test_error_set_formats_and_returns_code(void **state)
     assert_int_equal(err.code, DYN_ERR_PARSE);
     assert_string_equal(err.msg, "f.tsv:7: bad");
     assert_int_equal(dyn_error_set(NULL, DYN_ERR_IO, "x"), DYN_ERR_IO);
+    /* Bytes from the input never break the one line: control bytes escaped. */
+    dyn_error_set(&err, DYN_ERR_PARSE, "name '%s'", "a\nb\tc\x01\x7f");
+    assert_string_equal(err.msg, "name 'a\\nb\\tc\\x01\\x7f'");
+    dyn_error_set(&err, DYN_ERR_PARSE, "%s", "f.tsv:7: bad"); /* as before for what follows */
     assert_string_equal(dyn_status_name(DYN_ERR_INFEASIBLE), "infeasible");
     /* A caller that knows where adds it in front, with its own code. */
     assert_int_equal(dyn_error_prefix(&err, DYN_ERR_IO, "model.json"), DYN_ERR_IO);
@@ -115,6 +121,72 @@ static void test_atomic_write_commit_and_abort(void **state)
     unlink(path);
 }
 
+/* A FIFO (and so a character device such as /dev/null) is written in place,
+ * never replaced by a regular file; a directory is refused with its name. */
+static void test_atomic_write_fifo_in_place(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/dyn_test_fifo_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char fifo[600];
+    snprintf(fifo, sizeof fifo, "%s/out", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    /* Our own reader end (O_RDWR does not block on Linux), so the writer's
+     * open does not wait. */
+    int rd = open(fifo, O_RDWR | O_NONBLOCK);
+    assert_true(rd >= 0);
+    dyn_error err;
+    assert_int_equal(dyn_file_write_atomic(fifo, "hello", 5, &err), DYN_OK);
+    struct stat sb;
+    assert_int_equal(stat(fifo, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+    char buf[16] = {0};
+    assert_int_equal(read(rd, buf, sizeof buf), 5);
+    assert_string_equal(buf, "hello");
+    close(rd);
+    unlink(fifo);
+
+    assert_int_equal(dyn_file_write_atomic(dir, "x", 1, &err), DYN_ERR_IO);
+    assert_non_null(strstr(err.msg, "not a regular file"));
+    assert_int_equal(stat(dir, &sb), 0);
+    assert_true(S_ISDIR(sb.st_mode));
+    rmdir(dir);
+}
+
+/* Several outputs: all appear or none; a finished but unpublished file is
+ * not visible at its path. */
+static void test_atomic_commit_all_or_nothing(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/dyn_test_all_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char a[600], b[600], c[600];
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    snprintf(c, sizeof c, "%s/missing/c", dir);
+    dyn_error err;
+    dyn_atomic_file af[2];
+    assert_int_equal(dyn_atomic_open(&af[0], a, &err), DYN_OK);
+    assert_int_equal(dyn_atomic_open(&af[1], b, &err), DYN_OK);
+    fputs("A", af[0].fp);
+    fputs("B", af[1].fp);
+    assert_int_equal(dyn_atomic_finish(&af[0], &err), DYN_OK);
+    assert_int_not_equal(access(a, F_OK), 0);
+    assert_int_equal(dyn_atomic_commit_all(af, 2, &err), DYN_OK);
+    assert_int_equal(access(a, F_OK), 0);
+    assert_int_equal(access(b, F_OK), 0);
+    unlink(a);
+    unlink(b);
+    /* A later output that cannot be created: the caller aborts the earlier
+     * ones, and nothing is left. */
+    assert_int_equal(dyn_atomic_open(&af[0], a, &err), DYN_OK);
+    assert_int_equal(dyn_atomic_open(&af[1], c, &err), DYN_ERR_IO);
+    dyn_atomic_abort(&af[0]);
+    dyn_atomic_abort(&af[1]);
+    assert_int_not_equal(access(a, F_OK), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 static void test_read_missing_file_names_it(void **state)
 {
     (void)state;
@@ -134,6 +206,8 @@ int main(void)
         cmocka_unit_test(test_rng_uniform_and_below_are_unbiased),
         cmocka_unit_test(test_rng_skip_normals_matches_drawing),
         cmocka_unit_test(test_atomic_write_commit_and_abort),
+        cmocka_unit_test(test_atomic_write_fifo_in_place),
+        cmocka_unit_test(test_atomic_commit_all_or_nothing),
         cmocka_unit_test(test_read_missing_file_names_it),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -37,9 +37,10 @@ typedef struct dyn_dataset {
 void dyn_dataset_free(dyn_dataset *ds);
 
 /* 1 if (input_len, target_len) fits max_seqlen under the rule above for kind,
- * else 0. Lengths <= 0 never fit. */
+ * else 0. input_len must be >= 1; target_len >= 1 for T5, >= 0 for GPT
+ * (decoder-only data with no target: the whole sequence is the sample). */
 int dyn_lengths_fit(dyn_model_kind kind, int32_t max_seqlen, int32_t input_len, int32_t target_len);
-/* Clip *input_len and *target_len (both >= 1) to max_seqlen (>= 2 for GPT,
+/* Clip *input_len (>= 1) and *target_len (>= 1; GPT: >= 0) to max_seqlen (>= 2 for GPT,
  * >= 1 for T5) by the clipping rule above. */
 void dyn_lengths_clip(dyn_model_kind kind, int32_t max_seqlen, int32_t *input_len,
                       int32_t *target_len);
@@ -71,12 +72,13 @@ dyn_status dyn_dataset_synthetic_flan(uint64_t seed, int32_t n_samples, int32_t 
                                       dyn_model_kind kind, dyn_dataset *out, dyn_error *err);
 
 /* ---- TSV length files ----------------------------------------------------
- * One sample per line: `input_len<TAB>target_len` (positive integers, tokens).
+ * One sample per line: `input_len<TAB>target_len` (positive integers, tokens;
+ * for GPT the target may be 0). path "-" reads standard input.
  * Lines starting with '#' are comments; blank lines are skipped; the first
  * non-comment line may be a header (its first field not a number). Sample ids
  * are 0-based in file order (header and comments excluded); task = -1.
  * Errors (DYN_ERR_PARSE, message "path:line: what"): a wrong number of fields,
- * a non-integer, a length <= 0, a length over max_seqlen (per the rule above)
+ * a non-integer, a length <= 0 (a GPT target: < 0), a length over max_seqlen (per the rule above)
  * unless clip != 0, in which case it is clipped. DYN_ERR_IO if unreadable. */
 dyn_status dyn_dataset_read_tsv(const char *path, int32_t max_seqlen, dyn_model_kind kind,
                                 int clip, dyn_dataset *out, dyn_error *err);

@@ -36,7 +36,14 @@ dyn_status dyn_model_config_parse(const char *text, const char *where, dyn_model
                                   dyn_error *err);
 
 /* Check a shape: positive sizes; GPT: n_dec_layers == 0 and heads * head_dim ==
- * hidden; T5: n_dec_layers >= 1; max_seqlen >= 2. The message names the field. */
+ * hidden; T5: n_dec_layers >= 1; max_seqlen >= 2; each dimension at most its
+ * limit below (so every size derived from them is finite and exact). The
+ * message names the field. */
+#define DYN_MODEL_MAX_LAYERS 4096        /* n_layers, n_dec_layers */
+#define DYN_MODEL_MAX_HIDDEN 65536       /* hidden, heads, head_dim, heads * head_dim */
+#define DYN_MODEL_MAX_FFN (1 << 20)      /* ffn */
+#define DYN_MODEL_MAX_VOCAB (1 << 24)    /* vocab */
+#define DYN_MODEL_MAX_SEQLEN (1 << 20)   /* max_seqlen, tokens */
 dyn_status dyn_model_config_validate(const dyn_model_config *cfg, dyn_error *err);
 
 /* "gpt" or "t5"; and the reverse (DYN_ERR_INVALID_ARG if neither). */

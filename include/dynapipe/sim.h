@@ -113,11 +113,18 @@ dyn_status dyn_sim_run(dyn_sim *sim, const dyn_exec_plan *plan, const dyn_stage_
  * rank. Times in microseconds as the format wants. Written atomically. */
 dyn_status dyn_sim_write_trace(const dyn_sim *sim, const dyn_exec_plan *plan, const char *path,
                                dyn_error *err);
+/* The same trace to an open stream (for a caller that publishes several
+ * outputs together). */
+dyn_status dyn_sim_trace_to_stream(const dyn_sim *sim, const dyn_exec_plan *plan, FILE *out, dyn_error *err);
 
 /* SVG timeline of the last run: one row per rank, one box per compute
- * instruction (FORWARD light, BACKWARD dark, BACKWARD_INPUT dark,
- * BACKWARD_WEIGHT hatched), coloured by micro-batch and labelled with its
- * number, a time axis in ms and a legend. title may be NULL. Atomic. */
+ * instruction, its lightness saying the kind (FORWARD light,
+ * BACKWARD_INPUT medium, BACKWARD dark, BACKWARD_WEIGHT medium and hatched)
+ * and its hue the micro-batch (beyond 24 micro-batches: the micro-batch's
+ * size class, log2 of its padded tokens, with a swatch per class), labelled
+ * with its number where it fits; the plot widens to about 14 px per box on
+ * the busiest rank (1100 to 8000 px); a time axis in ms and a legend naming
+ * every kind. title may be NULL. Atomic. */
 dyn_status dyn_sim_write_svg(const dyn_sim *sim, const dyn_exec_plan *plan, const char *title,
                              const char *path, dyn_error *err);
 /* The same SVG to an open stream (for tests and composition). */

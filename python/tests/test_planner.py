@@ -58,8 +58,9 @@ class PlannerMatchesCli(unittest.TestCase):
 
     def test_baseline_knobs_and_chunks(self):
         inputs, targets = lengths(4, 40, 400, 60)
-        self.check(dict(model="gpt-tiny", max_seqlen=512, stages=2, chunks=2, method="padding", mb_samples=3),
-                   ["--model", "gpt", "--model-config", "gpt-tiny", "--max-seqlen", 512, "--stages", 2, "--chunks", 2,
+        # (gpt-tiny has 2 layers: room for 1 stage x 2 chunks; more chunks than layers are refused)
+        self.check(dict(model="gpt-tiny", max_seqlen=512, stages=1, chunks=2, method="padding", mb_samples=3),
+                   ["--model", "gpt", "--model-config", "gpt-tiny", "--max-seqlen", 512, "--stages", 1, "--chunks", 2,
                     "--method", "padding", "--mb-samples", 3], inputs, targets)
         self.check(dict(model="gpt-tiny", max_seqlen=512, stages=2, method="token", mb_tokens=1500),
                    ["--model", "gpt", "--model-config", "gpt-tiny", "--max-seqlen", 512, "--stages", 2,

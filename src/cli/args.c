@@ -111,15 +111,43 @@ static int json_numbers_exact(cJSON *node)
     return 0;
 }
 
-int cli_write_json(const char *cmd, const char *path, const cJSON *root)
+/* root as text with exact numbers; NULL when out of memory (printed). */
+static char *json_text(const char *cmd, const char *path, const cJSON *root)
 {
     cJSON *exact = cJSON_Duplicate(root, 1);
     char *text = exact != NULL && json_numbers_exact(exact) == 0 ? cJSON_Print(exact) : NULL;
     cJSON_Delete(exact);
-    if (text == NULL) {
-        cli_errorf(cmd, "%s: out of memory formatting JSON", path);
+    if (text == NULL) cli_errorf(cmd, "%s: out of memory formatting JSON", path);
+    return text;
+}
+
+int cli_json_stage(const char *cmd, const char *path, const cJSON *root, dyn_atomic_file *af)
+{
+    char *text = json_text(cmd, path, root);
+    if (text == NULL) return -1;
+    dyn_error err;
+    dyn_status st = dyn_atomic_open(af, path, &err);
+    if (st == DYN_OK) {
+        size_t len = strlen(text);
+        if (fwrite(text, 1, len, af->fp) != len) {
+            dyn_atomic_abort(af);
+            st = dyn_error_set(&err, DYN_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        } else {
+            st = dyn_atomic_finish(af, &err);
+        }
+    }
+    free(text);
+    if (st != DYN_OK) {
+        cli_errorf(cmd, "%s", err.msg);
         return -1;
     }
+    return 0;
+}
+
+int cli_write_json(const char *cmd, const char *path, const cJSON *root)
+{
+    char *text = json_text(cmd, path, root);
+    if (text == NULL) return -1;
     dyn_error err;
     dyn_status st = dyn_file_write_atomic(path, text, strlen(text), &err);
     free(text);

@@ -39,6 +39,12 @@ int cli_parse_f64(const char *cmd, const char *flag, const char *text, double mi
 struct cJSON;
 int cli_write_json(const char *cmd, const char *path, const struct cJSON *root);
 
+/* Format root into a finished but unpublished atomic file *af (util.h), for
+ * a run that publishes all its outputs together (dyn_atomic_commit_all); on
+ * failure print the one-line error and return -1 (nothing is left). */
+struct dyn_atomic_file;
+int cli_json_stage(const char *cmd, const char *path, const struct cJSON *root, struct dyn_atomic_file *af);
+
 /* Subcommands (one file each). */
 int cli_plan_main(int argc, char **argv);     /* cli_plan.c */
 int cli_simulate_main(int argc, char **argv); /* cli_simulate.c */

@@ -165,13 +165,22 @@ static cJSON *batch_json(int32_t index, const dyn_batch_plan *pl, const dyn_pipe
 /* Print one global batch. quiet: one line; default: plus the micro-batch
  * shapes (rows x padded length, runs of equal shapes counted); verbose: plus
  * a table with every micro-batch's time and memory. */
-static void print_batch(int32_t index, const dyn_batch_plan *pl, int t5, int verbosity, double limit_mb)
+/* sim_ms: the simulated iteration time of the execution plans (the slowest
+ * replica), or a negative value when none were built. The planner's
+ * objective is the DP's estimate ((S - 1) t_max / v + t_sum / d), an upper
+ * bound of the pipeline's time rather than a prediction of it: it is named
+ * as such, with the simulated time beside it when there is one. */
+static void print_batch(int32_t index, const dyn_batch_plan *pl, int t5, int verbosity, double limit_mb,
+                        double sim_ms)
 {
     double eff = pl->padded_tokens ? 100.0 * (double)pl->real_tokens / pl->padded_tokens : 0;
-    printf("global batch %d: %d samples, %lld tokens -> %d micro-batches; iteration %.2f ms "
-           "(balanced %.2f ms), padding efficiency %.1f%%, peak %.1f MB, planned in %.3f ms\n",
+    char sim[64];
+    if (sim_ms >= 0) snprintf(sim, sizeof sim, "simulated iteration %.2f ms", sim_ms);
+    else snprintf(sim, sizeof sim, "simulated: give --schedule");
+    printf("global batch %d: %d samples, %lld tokens -> %d micro-batches; planner objective %.2f ms "
+           "(balanced %.2f ms), %s, padding efficiency %.1f%%, peak %.1f MB, planned in %.3f ms\n",
            index, pl->n_samples, (long long)pl->real_tokens, pl->n_microbatches, pl->objective_ms,
-           pl->balanced_ms, eff, pl->device_peak_mb, pl->plan_time_ms);
+           pl->balanced_ms, sim, eff, pl->device_peak_mb, pl->plan_time_ms);
     if (pl->device_peak_mb > limit_mb)
         printf("  (peak counts S micro-batches in flight; a sample over its share runs alone and the "
                "schedule keeps fewer in flight to stay within %.0f MB)\n",
@@ -223,11 +232,52 @@ typedef struct exec_out {
     const char *prefix; /* --plan-out */
     int32_t schedule;   /* --schedule: dyn_schedule, or DYN_SCHEDULE_AUTO (the default) */
     dyn_pipeline *pipe; /* over the inputs' planner */
+    /* Every output file of the run, written and finished as the run goes
+     * and published together at its end (dyn_atomic_commit_all), so a
+     * failing batch, replica or --json leaves none of them. */
+    dyn_atomic_file *files;
+    int n_files, cap_files;
 } exec_out;
+
+/* A new slot in eo->files (zeroed); NULL when out of memory (printed). */
+static dyn_atomic_file *out_file_add(exec_out *eo)
+{
+    if (eo->n_files == eo->cap_files) {
+        int cap = eo->cap_files ? 2 * eo->cap_files : 16;
+        dyn_atomic_file *bigger = realloc(eo->files, (size_t)cap * sizeof *bigger);
+        if (bigger == NULL) {
+            cli_errorf(CMD, "out of memory");
+            return NULL;
+        }
+        eo->files = bigger;
+        eo->cap_files = cap;
+    }
+    dyn_atomic_file *af = &eo->files[eo->n_files++];
+    memset(af, 0, sizeof *af);
+    return af;
+}
+
+/* Publish every output (rc 0) or remove them all; returns the exit code. */
+static int out_files_close(exec_out *eo, int rc)
+{
+    if (rc == CLI_EXIT_OK) {
+        dyn_error err;
+        if (dyn_atomic_commit_all(eo->files, eo->n_files, &err) != DYN_OK) {
+            cli_errorf(CMD, "%s", err.msg);
+            rc = CLI_EXIT_FAIL;
+        }
+    } else {
+        for (int i = 0; i < eo->n_files; i++) dyn_atomic_abort(&eo->files[i]);
+    }
+    free(eo->files);
+    eo->files = NULL;
+    eo->n_files = eo->cap_files = 0;
+    return rc;
+}
 
 /* --show-plan / --plan-out for one global batch's replica plans; prints
  * the error. */
-static int emit_exec_plans(const exec_out *eo, const dyn_pipeline_result *res, int32_t index)
+static int emit_exec_plans(exec_out *eo, const dyn_pipeline_result *res, int32_t index)
 {
     for (int32_t r = 0; r < res->n_replicas; r++) {
         const dyn_replica_plan *rp = &res->replicas[r];
@@ -247,7 +297,17 @@ static int emit_exec_plans(const exec_out *eo, const dyn_pipeline_result *res, i
             char path[4096];
             snprintf(path, sizeof path, "%s.%d.%d.dynplan", eo->prefix, index, r);
             dyn_status st = dyn_exec_plan_serialize(&rp->plan, &buf, &len, &err);
-            if (st == DYN_OK) st = dyn_file_write_atomic(path, buf, len, &err);
+            dyn_atomic_file *af = st == DYN_OK ? out_file_add(eo) : NULL;
+            if (st == DYN_OK && af == NULL) {
+                free(buf);
+                return CLI_EXIT_FAIL;
+            }
+            if (st == DYN_OK) st = dyn_atomic_open(af, path, &err);
+            if (st == DYN_OK && len > 0 && fwrite(buf, 1, len, af->fp) != len) {
+                dyn_atomic_abort(af);
+                st = dyn_error_set(&err, DYN_ERR_IO, "%s: write failed", path);
+            }
+            if (st == DYN_OK) st = dyn_atomic_finish(af, &err);
             free(buf);
             if (st != DYN_OK) {
                 cli_errorf(CMD, "%s", err.msg);
@@ -356,10 +416,10 @@ static void totals_add(plan_totals *t, const dyn_batch_plan *pl)
 /* Plan global batch `index` (and with eo.build every replica's execution
  * plan), print it, write its plans, add it to the JSON; 0 or an exit code
  * (printed). */
-static int plan_one_batch(const plan_cmd *pc, plan_inputs *in, const dyn_sample *batch, int32_t n, int32_t index,
+static int plan_one_batch(plan_cmd *pc, plan_inputs *in, const dyn_sample *batch, int32_t n, int32_t index,
                           cJSON *batches, plan_totals *tot)
 {
-    const exec_out *eo = &pc->eo;
+    exec_out *eo = &pc->eo;
     dyn_pipeline_result res;
     memset(&res, 0, sizeof res);
     dyn_error err;
@@ -371,7 +431,10 @@ static int plan_one_batch(const plan_cmd *pc, plan_inputs *in, const dyn_sample 
     }
     const dyn_batch_plan *pl = &res.batch;
     const int t5 = pc->a.kind == DYN_MODEL_T5;
-    print_batch(index, pl, t5, pc->verbosity, dyn_planner_options(in->planner)->memory_limit_mb);
+    double sim_ms = -1;
+    for (int32_t r = 0; eo->build && r < res.n_replicas; r++)
+        if (res.replicas[r].makespan_ms > sim_ms) sim_ms = res.replicas[r].makespan_ms;
+    print_batch(index, pl, t5, pc->verbosity, dyn_planner_options(in->planner)->memory_limit_mb, sim_ms);
     int rc = eo->build ? emit_exec_plans(eo, &res, index) : CLI_EXIT_OK;
     if (rc == CLI_EXIT_OK && batches) {
         cJSON *b = batch_json(index, pl, eo->build ? &res : NULL, t5);
@@ -404,7 +467,7 @@ int cli_plan_main(int argc, char **argv)
         if ((pc.eo.pipe = dyn_pipeline_create(in.planner, &po, &err)) == NULL) {
             cli_errorf(CMD, "%s", err.msg);
             plan_inputs_close(&in);
-            return CLI_EXIT_FAIL;
+            return err.code == DYN_ERR_INVALID_ARG ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
         }
     }
     cJSON *root = NULL, *batches = NULL;
@@ -429,13 +492,15 @@ int cli_plan_main(int argc, char **argv)
         if ((rc = plan_one_batch(&pc, &in, batch, n, tot.batches, batches, &tot)) != 0) break;
     }
     if (rc == 0) {
-        printf("total: %d global batches, %d samples, %d micro-batches, predicted %.2f ms, padding "
+        printf("total: %d global batches, %d samples, %d micro-batches, planner objective %.2f ms, padding "
                "efficiency %.1f%%, peak %.1f MB, mean plan time %.3f ms/batch\n",
                tot.batches, tot.samples, tot.mbs, tot.objective_ms,
                tot.padded ? 100.0 * (double)tot.real / tot.padded : 0, tot.max_peak_mb,
                tot.batches ? tot.plan_ms / tot.batches : 0);
-        if (pc.json_path && cli_write_json(CMD, pc.json_path, root) != 0) rc = CLI_EXIT_FAIL;
+        dyn_atomic_file *af = pc.json_path ? out_file_add(&pc.eo) : NULL;
+        if (pc.json_path && (af == NULL || cli_json_stage(CMD, pc.json_path, root, af) != 0)) rc = CLI_EXIT_FAIL;
     }
+    rc = out_files_close(&pc.eo, rc);
     cJSON_Delete(root);
     dyn_pipeline_free(pc.eo.pipe);
     plan_inputs_close(&in);

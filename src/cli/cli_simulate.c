@@ -43,6 +43,7 @@ typedef struct sim_args {
     int skip_infeasible;
     int markdown; /* --markdown: the summary as a markdown table, methods x schedules */
     int interleaved_named; /* --schedule named interleaved itself (not only through all) */
+    int no_comm; /* --no-comm: messages take no time (what-if studies) */
 } sim_args;
 
 /* One (batch, method, schedule) result. */
@@ -73,6 +74,7 @@ static void usage(FILE *out)
             "  --order-groups K   micro-batch order search groups for auto, 1..4 (default 3)\n"
             "  --microbatches F   simulate the micro-batches of a what-if file instead of\n"
             "                     planning (format: docs/simulator.md)\n"
+            "  --no-comm          messages take no time (instead of the machine's link model)\n"
             "  --skip-infeasible  report a schedule that does not fit memory as infeasible\n"
             "                     instead of failing\n"
             "  --markdown         print the summary as a markdown table: one row per method,\n"
@@ -211,6 +213,10 @@ static int parse_args(sim_args *a, int argc, char **argv)
             }
             continue;
         }
+        if (strcmp(f, "--no-comm") == 0) {
+            a->no_comm = 1;
+            continue;
+        }
         if (strcmp(f, "--skip-infeasible") == 0) {
             a->skip_infeasible = 1;
             continue;
@@ -234,6 +240,18 @@ static int parse_args(sim_args *a, int argc, char **argv)
         a->methods[0] = a->plan.opt.method;
     }
     if (a->microbatches == NULL && plan_args_finish(CMD, &a->plan) != 0) return -1;
+    /* A what-if file gives the costs: flags that would plan are contradictions. */
+    if (a->microbatches) {
+        const plan_args *p = &a->plan;
+        const char *bad = p->lengths_path ? "--lengths" : p->synthetic ? "--synthetic" : p->data_spec ? "--data"
+                          : p->global_batch_tokens ? "--global-batch-tokens" : p->model_config ? "--model-config"
+                          : strcmp(p->cost_model, "analytic") != 0 ? "--cost-model" : methods_flag ? "--methods"
+                          : p->layers || p->hidden || p->heads || p->ffn || p->vocab ? "a model shape flag" : NULL;
+        if (bad) {
+            cli_errorf(CMD, "%s has no effect with --microbatches (the what-if file gives the costs)", bad);
+            return -1;
+        }
+    }
     /* `all` means every schedule that applies: interleaved needs v >= 2
      * chunks, so without --chunks it is left out rather than failing. */
     if (!a->interleaved_named && a->plan.opt.chunks < 2) {
@@ -496,6 +514,29 @@ static int run_whatif(run_state *rs)
         return -1;
     }
     rs->n_ranks = S;
+    /* The memory limit: --memory-limit, else the machine's memory when the
+     * file has memory columns, else none (a file of times only says nothing
+     * about memory, and a default limit would throttle the schedule
+     * silently). Said in one line, with the link model. */
+    int has_mem = 0;
+    for (int64_t i = 0; i < (int64_t)costs.n_microbatches * costs.n_stages; i++)
+        has_mem |= costs.stored_mb[i] > 0 || costs.peak_mb[i] > 0;
+    for (int32_t q = 0; q < costs.n_stages; q++) has_mem |= costs.states_mb[q] > 0;
+    const char *limit_src = "--memory-limit";
+    if (!(a->plan.opt.memory_limit_mb > 0)) {
+        a->plan.opt.memory_limit_mb = has_mem ? rs->machine.device_memory_mb : 1e300;
+        limit_src = has_mem ? "the machine's memory" : "none: the file has no memory columns";
+    }
+    char links[128];
+    if (rs->simopt.link_latency_ms == 0 && !(rs->simopt.link_gbps > 0))
+        snprintf(links, sizeof links, "none (--no-comm)");
+    else
+        snprintf(links, sizeof links, "%s's (%g ms + %g GB/s per message)", rs->machine.name,
+                 rs->simopt.link_latency_ms, rs->simopt.link_gbps);
+    if (a->plan.opt.memory_limit_mb < 1e300)
+        printf("what-if: memory limit %.0f MB (%s); links %s\n", a->plan.opt.memory_limit_mb, limit_src, links);
+    else
+        printf("what-if: no memory limit (%s); links %s\n", limit_src, links);
     whatif_ctx w = {&costs, costs.n_stages / S};
     a->plan.opt.chunks = w.chunks;
     rs->chunks_avail = w.chunks;
@@ -742,7 +783,7 @@ static cJSON *row_json(const run_state *rs, const sim_row *r)
     return o;
 }
 
-static int write_json(const run_state *rs, const char *path)
+static int write_json(const run_state *rs, const char *path, dyn_atomic_file *af)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON *batches = root ? cJSON_AddArrayToObject(root, "global_batches") : NULL;
@@ -769,26 +810,39 @@ static int write_json(const run_state *rs, const char *path)
         cli_errorf(CMD, "%s: out of memory building JSON", path);
         return -1;
     }
-    int rc = cli_write_json(CMD, path, root);
+    int rc = cli_json_stage(CMD, path, root, af);
     cJSON_Delete(root);
     return rc;
 }
 
-/* All output files, only after every batch succeeded. */
+/* All output files, only after every batch succeeded, and published
+ * together: a failure in any leaves none (util.h, dyn_atomic_commit_all). */
 static int write_outputs(run_state *rs)
 {
     const sim_args *a = rs->a;
     dyn_error err;
+    dyn_atomic_file af[3];
+    memset(af, 0, sizeof af);
+    int n = 0;
+    dyn_status st = DYN_OK;
     if ((a->trace || a->svg) && rs->rec.have) {
-        if (dyn_sim_run(rs->sim, &rs->rec.plan, &rs->rec.costs, &rs->simopt, NULL, &err) != DYN_OK ||
-            (a->trace && dyn_sim_write_trace(rs->sim, &rs->rec.plan, a->trace, &err) != DYN_OK) ||
-            (a->svg && dyn_sim_write_svg(rs->sim, &rs->rec.plan, rs->rec.title, a->svg, &err) != DYN_OK)) {
-            cli_errorf(CMD, "%s", err.msg);
-            return -1;
-        }
+        st = dyn_sim_run(rs->sim, &rs->rec.plan, &rs->rec.costs, &rs->simopt, NULL, &err);
+        if (st == DYN_OK && a->trace && (st = dyn_atomic_open(&af[n], a->trace, &err)) == DYN_OK &&
+            (st = dyn_sim_trace_to_stream(rs->sim, &rs->rec.plan, af[n++].fp, &err)) != DYN_OK)
+            dyn_error_prefix(&err, st, a->trace);
+        if (st == DYN_OK && a->svg && (st = dyn_atomic_open(&af[n], a->svg, &err)) == DYN_OK &&
+            (st = dyn_sim_svg_to_stream(rs->sim, &rs->rec.plan, rs->rec.title, af[n++].fp, &err)) != DYN_OK)
+            dyn_error_prefix(&err, st, a->svg);
     }
-    if (a->json && write_json(rs, a->json) != 0) return -1;
-    return 0;
+    int rc = st == DYN_OK ? 0 : -1;
+    if (rc != 0) cli_errorf(CMD, "%s", err.msg);
+    if (rc == 0 && a->json && write_json(rs, a->json, &af[n++]) != 0) rc = -1;
+    if (rc == 0 && dyn_atomic_commit_all(af, n, &err) != DYN_OK) {
+        cli_errorf(CMD, "%s", err.msg);
+        rc = -1;
+    }
+    for (int i = 0; i < n; i++) dyn_atomic_abort(&af[i]);
+    return rc;
 }
 
 int cli_simulate_main(int argc, char **argv)
@@ -828,6 +882,10 @@ int cli_simulate_main(int argc, char **argv)
         rs.machine = in.machine;
     }
     dyn_sim_options_from_machine(&rs.simopt, &rs.machine, 0);
+    if (a.no_comm) {
+        rs.simopt.link_latency_ms = 0;
+        rs.simopt.link_gbps = 0; /* <= 0: infinite */
+    }
     if (a.microbatches ? run_whatif(&rs) != 0 : run_planned(&rs, &in) != 0) goto done;
     if (write_outputs(&rs) != 0) goto done;
     if (a.markdown) print_markdown(&rs);

@@ -155,7 +155,9 @@ int plan_args_parse_one(const char *cmd, plan_args *a, int argc, char **argv, in
         a->clip = 1;
     } else if (strcmp(f, "--global-batch-tokens") == 0) {
         if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
-        if (cli_parse_i64(cmd, f, v, 1, INT64_C(1) << 40, &a->global_batch_tokens) != 0) return -1;
+        /* A bound far above any real budget (the paper's is 65,536): larger
+         * ones would only run out of memory drawing samples. */
+        if (cli_parse_i64(cmd, f, v, 1, PLAN_MAX_BATCH_TOKENS, &a->global_batch_tokens) != 0) return -1;
     } else if (strcmp(f, "--mb-tokens") == 0) {
         if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
         if (cli_parse_i64(cmd, f, v, 1, INT64_C(1) << 40, &a->opt.mb_tokens) != 0) return -1;
@@ -163,6 +165,7 @@ int plan_args_parse_one(const char *cmd, plan_args *a, int argc, char **argv, in
         if ((a->cost_model = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
     } else if (strcmp(f, "--machine") == 0) {
         if ((a->machine = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
+        a->have_machine = 1;
     } else if (strcmp(f, "--memory-limit") == 0) {
         if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
         if (cli_parse_f64(cmd, f, v, 1e-6, 1e12, &a->opt.memory_limit_mb) != 0) return -1;
@@ -210,6 +213,19 @@ int plan_args_finish(const char *cmd, plan_args *a)
         cli_errorf(cmd, "--dec-layers applies to t5 only");
         return -1;
     }
+    /* A cost table carries its own model shape and machine: flags that
+     * would describe another one contradict it. */
+    if (strcmp(a->cost_model, "analytic") != 0) {
+        const char *bad = a->have_machine ? "--machine" : a->model_config ? "--model-config"
+                          : a->layers ? "--layers" : a->dec_layers ? "--dec-layers" : a->hidden ? "--hidden"
+                          : a->heads ? "--heads" : a->head_dim ? "--head-dim" : a->ffn ? "--ffn"
+                          : a->vocab ? "--vocab" : NULL;
+        if (bad) {
+            cli_errorf(cmd, "%s contradicts --cost-model %s: a cost table carries its own model shape and machine",
+                       bad, a->cost_model);
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -249,8 +265,16 @@ static int resolve_model(const char *cmd, const plan_args *a, dyn_model_config *
     if (a->heads) cfg->heads = a->heads;
     if (a->ffn) cfg->ffn = a->ffn;
     if (a->vocab) cfg->vocab = a->vocab;
-    if (a->head_dim) cfg->head_dim = a->head_dim;
-    else if ((a->hidden || a->heads) && cfg->kind == DYN_MODEL_GPT) cfg->head_dim = cfg->hidden / cfg->heads;
+    if (a->head_dim) {
+        cfg->head_dim = a->head_dim;
+    } else if ((a->hidden || a->heads) && cfg->kind == DYN_MODEL_GPT) {
+        if (cfg->hidden % cfg->heads != 0) {
+            cli_errorf(cmd, "model shape: --hidden %d is not a multiple of %s %d; give --heads (or --head-dim)",
+                       cfg->hidden, a->heads ? "--heads" : "the model's heads", cfg->heads);
+            return CLI_EXIT_USAGE;
+        }
+        cfg->head_dim = cfg->hidden / cfg->heads;
+    }
     cfg->max_seqlen = a->opt.max_seqlen;
     if (dyn_model_config_validate(cfg, &err) != DYN_OK) {
         cli_errorf(cmd, "model shape: %s", err.msg);

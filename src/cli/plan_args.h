@@ -25,6 +25,10 @@
 #include "dynapipe/data.h"
 #include "dynapipe/plan.h"
 
+/* The largest --global-batch-tokens accepted (2^24, 256 times the DynaPipe
+ * paper's budget): a larger one would only exhaust memory drawing samples. */
+#define PLAN_MAX_BATCH_TOKENS (INT64_C(1) << 24)
+
 typedef struct plan_args {
     /* model */
     int have_kind;              /* --model given */
@@ -43,6 +47,7 @@ typedef struct plan_args {
     /* costs */
     const char *cost_model;     /* "analytic" or a table file */
     const char *machine;        /* built-in name or JSON file */
+    int have_machine;           /* --machine given */
     /* planning options (stages, dp, chunks, method, memory, recompute, knobs) */
     dyn_plan_options opt;
     int have_max_seqlen, have_stages;

@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "util/json.h" /* defines: dyn_json_parse */
 #include "util/util.h" /* defines: dyn_file_read_all */
 
 static const dyn_machine MACHINES[] = {
@@ -124,9 +125,9 @@ dyn_status dyn_machine_parse(const char *text, const char *where, dyn_machine *o
                                        "bytes_per_elem", "device_memory_mb", "link_latency_ms",
                                        "link_gbps", "dp_link_gbps", "gemm_n_half", "layer_overhead_ms",
                                        NULL};
-    cJSON *root = cJSON_Parse(text);
-    if (root == NULL) return dyn_error_set(err, DYN_ERR_PARSE, "%s: not valid JSON", where);
-    dyn_status st = DYN_OK;
+    cJSON *root = NULL;
+    dyn_status st = dyn_json_parse(text, strlen(text), where, &root, err);
+    if (st != DYN_OK) return st;
     dyn_machine m;
     memset(&m, 0, sizeof m);
     int have_base = 0;

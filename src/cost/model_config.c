@@ -13,6 +13,7 @@
 
 #include "cost/cost_internal.h" /* defines: cost_layer_params */
 #include "dynapipe/cost.h"
+#include "util/json.h" /* defines: dyn_json_parse */
 #include "util/util.h"          /* defines: dyn_file_read_all */
 
 typedef struct preset {
@@ -90,6 +91,23 @@ dyn_status dyn_model_config_validate(const dyn_model_config *c, dyn_error *err)
                                  pos[i].name, pos[i].v);
     if (c->max_seqlen < 2)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "model: max_seqlen = %d must be >= 2", c->max_seqlen);
+    /* Upper bounds far above any real model (GPT-3 has hidden 12288, 96
+     * layers) but low enough that every size computed from them (parameter
+     * counts in int64, FLOPs and bytes in double) stays exact and finite. */
+    struct { const char *name; int32_t v, max; } top[] = {
+        {"n_layers", c->n_layers, DYN_MODEL_MAX_LAYERS}, {"n_dec_layers", c->n_dec_layers, DYN_MODEL_MAX_LAYERS},
+        {"hidden", c->hidden, DYN_MODEL_MAX_HIDDEN},     {"heads", c->heads, DYN_MODEL_MAX_HIDDEN},
+        {"head_dim", c->head_dim, DYN_MODEL_MAX_HIDDEN}, {"ffn", c->ffn, DYN_MODEL_MAX_FFN},
+        {"vocab", c->vocab, DYN_MODEL_MAX_VOCAB},        {"max_seqlen", c->max_seqlen, DYN_MODEL_MAX_SEQLEN},
+    };
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+        if (top[i].v > top[i].max)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "model: %s = %d is above the limit %d", top[i].name,
+                                 top[i].v, top[i].max);
+    if ((int64_t)c->heads * c->head_dim > DYN_MODEL_MAX_HIDDEN)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "model: heads * head_dim = %lld is above the limit %d (attention width)",
+                             (long long)c->heads * c->head_dim, DYN_MODEL_MAX_HIDDEN);
     if (c->kind == DYN_MODEL_GPT) {
         if (c->n_dec_layers != 0)
             return dyn_error_set(err, DYN_ERR_INVALID_ARG,
@@ -146,9 +164,9 @@ dyn_status dyn_model_config_parse(const char *text, const char *where, dyn_model
 {
     static const char *const KEYS[] = {"preset", "kind", "n_layers", "n_dec_layers", "hidden", "heads",
                                        "head_dim", "ffn", "vocab", "max_seqlen", NULL};
-    cJSON *root = cJSON_Parse(text);
-    if (root == NULL) return dyn_error_set(err, DYN_ERR_PARSE, "%s: not valid JSON", where);
-    dyn_status st = DYN_OK;
+    cJSON *root = NULL;
+    dyn_status st = dyn_json_parse(text, strlen(text), where, &root, err);
+    if (st != DYN_OK) return st;
     dyn_model_config c;
     memset(&c, 0, sizeof c);
     int have_preset = 0;
@@ -168,7 +186,10 @@ dyn_status dyn_model_config_parse(const char *text, const char *where, dyn_model
             st = dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"preset\" must be a string", where);
             goto done;
         }
-        if ((st = dyn_model_config_preset(p->valuestring, &c, err)) != DYN_OK) goto done;
+        if ((st = dyn_model_config_preset(p->valuestring, &c, err)) != DYN_OK) {
+            st = dyn_error_prefix(err, DYN_ERR_PARSE, where);
+            goto done;
+        }
         have_preset = 1;
     }
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(root, "kind");

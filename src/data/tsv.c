@@ -60,7 +60,8 @@ static int parse_len(const char *field, long *v, const char **why)
 }
 
 /* Parse the two fields of a data line into *in / *tgt; 0 or -1 with err set. */
-static int parse_line(char *line, const char *path, int lineno, long *in, long *tgt, dyn_error *err)
+static int parse_line(char *line, const char *path, int lineno, dyn_model_kind kind, long *in, long *tgt,
+                      dyn_error *err)
 {
     char *fields[3] = {NULL, NULL, NULL};
     int nf = 0;
@@ -89,9 +90,11 @@ static int parse_line(char *line, const char *path, int lineno, long *in, long *
             dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: %s '%s': %s", path, lineno, names[k], f, why);
             return -1;
         }
-        if (vals[k] <= 0) {
-            dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: %s %ld must be positive", path, lineno,
-                          names[k], vals[k]);
+        /* A GPT sample may have no target: the whole sequence is the sample. */
+        long min = k == 1 && kind == DYN_MODEL_GPT ? 0 : 1;
+        if (vals[k] < min) {
+            dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: %s %ld must be %s", path, lineno, names[k], vals[k],
+                          min ? "positive" : ">= 0");
             return -1;
         }
     }
@@ -107,7 +110,10 @@ dyn_status dyn_dataset_read_tsv(const char *path, int32_t max_seqlen, dyn_model_
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: max_seqlen %d < 2", path, max_seqlen);
     char *text = NULL;
     size_t len = 0;
-    dyn_status st = dyn_file_read_all(path, &text, &len, err);
+    const int from_stdin = strcmp(path, "-") == 0;
+    if (from_stdin) path = "<stdin>";
+    dyn_status st = from_stdin ? dyn_stream_read_all(stdin, path, &text, &len, err)
+                               : dyn_file_read_all(path, &text, &len, err);
     if (st != DYN_OK) return st;
     if (memchr(text, '\0', len) != NULL) {
         free(text);
@@ -139,19 +145,19 @@ dyn_status dyn_dataset_read_tsv(const char *path, int32_t max_seqlen, dyn_model_
             if (looks_like_header(l)) continue;
         }
         long in, tgt;
-        if (parse_line(l, path, lineno, &in, &tgt, err) != 0) goto fail;
+        if (parse_line(l, path, lineno, kind, &in, &tgt, err) != 0) goto fail;
         int32_t i32 = (int32_t)in, t32 = (int32_t)tgt;
         if (!dyn_lengths_fit(kind, max_seqlen, i32, t32)) {
             if (!clip) {
                 if (kind == DYN_MODEL_GPT)
                     dyn_error_set(err, DYN_ERR_PARSE,
                                   "%s:%d: sample %d: input_len + target_len = %ld tokens exceeds "
-                                  "max_seqlen %d (GPT: the limit is on input+target; clip to cut it)",
+                                  "max_seqlen %d (GPT: the limit is on input+target; give --clip to cut it)",
                                   path, lineno, n, in + tgt, max_seqlen);
                 else
                     dyn_error_set(err, DYN_ERR_PARSE,
                                   "%s:%d: sample %d: %s = %ld tokens exceeds max_seqlen %d (T5: the "
-                                  "limit is on each side; clip to cut it)",
+                                  "limit is on each side; give --clip to cut it)",
                                   path, lineno, n, in > max_seqlen ? "input_len" : "target_len",
                                   in > max_seqlen ? in : tgt, max_seqlen);
                 goto fail;

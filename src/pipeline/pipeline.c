@@ -210,6 +210,12 @@ dyn_pipeline *dyn_pipeline_create(dyn_planner *planner, const dyn_pipeline_optio
         dyn_error_set(err, DYN_ERR_INVALID_ARG, "pipeline: the planner has no cost model (a custom planner)");
         return NULL;
     }
+    /* Refused here rather than at the first batch, so no run can plan with
+     * a schedule it cannot build. */
+    if (opt->schedule == DYN_SCHED_INTERLEAVED && dyn_planner_options(planner)->chunks < 2) {
+        dyn_error_set(err, DYN_ERR_INFEASIBLE, "the interleaved schedule needs --chunks 2 or more");
+        return NULL;
+    }
     dyn_pipeline *p = dyn_calloc(1, sizeof *p, "pipeline", err);
     if (p == NULL) return NULL;
     p->planner = planner;

@@ -736,10 +736,12 @@ static dyn_status plan_dynapipe(dyn_planner *p, const dyn_sample *s, int32_t n, 
 static dyn_status check_samples(const dyn_planner *p, const dyn_sample *s, int32_t n, dyn_error *err)
 {
     for (int32_t i = 0; i < n; i++) {
-        if (s[i].input_len <= 0 || s[i].target_len <= 0)
+        /* GPT data may have no target (the whole sequence is the sample). */
+        if (s[i].input_len <= 0 || s[i].target_len < (p->kind == DYN_MODEL_GPT ? 0 : 1))
             return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                 "sample %d: lengths must be > 0 (input %d, target %d)", s[i].id,
-                                 s[i].input_len, s[i].target_len);
+                                 "sample %d: lengths must be > 0%s (input %d, target %d)", s[i].id,
+                                 p->kind == DYN_MODEL_GPT ? " (a GPT target >= 0)" : "", s[i].input_len,
+                                 s[i].target_len);
         int64_t longest = p->kind == DYN_MODEL_GPT ? (int64_t)s[i].input_len + s[i].target_len
                           : s[i].input_len > s[i].target_len ? s[i].input_len
                                                              : s[i].target_len;
@@ -873,13 +875,18 @@ static dyn_status cost_groups(const dyn_planner *p, const dyn_sample *s, int32_t
         int fits;
         dyn_status st = plan_mb_cost(p, &sh, &c, &fits, err);
         if (st != DYN_OK) return st;
-        if (!fits)
+        if (!fits) {
+            char shape[64]; /* GPT "rows x len", T5 "rows x enc+dec" */
+            if (p->kind == DYN_MODEL_T5)
+                snprintf(shape, sizeof shape, "%d rows x %d+%d tokens", sh.rows, sh.enc_len, sh.dec_len);
+            else
+                snprintf(shape, sizeof shape, "%d rows x %d tokens", sh.rows, sh.enc_len);
             return dyn_error_set(err, DYN_ERR_INFEASIBLE,
-                                 "%s: micro-batch %d (%d rows x %d%s%d tokens) needs %.1f MB stored / "
+                                 "%s: micro-batch %d (%s) needs %.1f MB stored / "
                                  "%.1f MB peak per stage, over the limit %.1f / %.1f MB",
-                                 dyn_batching_name(p->opt.method), g, sh.rows, sh.enc_len,
-                                 sh.dec_len ? "+" : "", sh.dec_len ? sh.dec_len : 0, c.stored_mb,
-                                 c.peak_mb, p->stored_limit_mb, p->peak_limit_mb);
+                                 dyn_batching_name(p->opt.method), g, shape, c.stored_mb, c.peak_mb,
+                                 p->stored_limit_mb, p->peak_limit_mb);
+        }
         dyn_plan_microbatch *mb = &a->mbs[g];
         mb->n_samples = group_len[g];
         mb->shape = sh;

@@ -88,6 +88,15 @@ dyn_planner *dyn_planner_create(const dyn_cost_model *cm, const dyn_plan_options
                       total);
         return NULL;
     }
+    /* With chunks, each rank holds v model chunks of at least one layer:
+     * more chunks than layers would plan for a schedule no plan can have. */
+    if (opt->chunks > 1 && (int64_t)S * opt->chunks > total) {
+        dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                      "%d chunks x %d stages = %lld model chunks, but the model has only %d layers (use --chunks %d or "
+                      "fewer)",
+                      opt->chunks, S, (long long)S * opt->chunks, total, total / S);
+        return NULL;
+    }
     stage_ctx *c = dyn_calloc(1, sizeof *c, "stage cost", err);
     if (c == NULL) return NULL;
     c->st = dyn_calloc((size_t)S, sizeof(stage_layers), "stage layout", err);

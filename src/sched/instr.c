@@ -208,10 +208,13 @@ static dyn_status check_pair(const sched_match *m, int32_t R, int32_t ks, int32_
     return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                          "plan invalid: rank %d instruction %d (%s micro-batch %d stage %d, %lld bytes) is "
                          "matched in posting order with rank %d instruction %d (%s micro-batch %d stage %d, "
-                         "%lld bytes): sends and receives out of order",
+                         "%lld bytes): %s",
                          sr, ks - m->rank_off[sr], dyn_op_name((dyn_op)s->op), s->microbatch, s->stage,
                          (long long)s->bytes, rr, kr - m->rank_off[rr], dyn_op_name((dyn_op)q->op),
-                         q->microbatch, q->stage, (long long)q->bytes);
+                         q->microbatch, q->stage, (long long)q->bytes,
+                         s->microbatch != q->microbatch ? "sends and receives out of order"
+                         : s->bytes != q->bytes        ? "the two sides disagree on the bytes"
+                                                       : "the receive names the wrong stage");
 }
 
 /* A bucket with more sends than receives (or the reverse): name the first

@@ -225,11 +225,13 @@ static dyn_status walk_writes(rank_walk *w, int32_t i, const dyn_instr *in, dyn_
     return DYN_OK;
 }
 
-/* A FINISH must close a START of its kind on the same slot and (mb, stage). */
+/* A FINISH must close a START of its kind on the same slot and describe the
+ * same transfer: (mb, stage), peer and bytes. */
 static int finishes_its_start(const rank_walk *w, int32_t slot, int start_op, const dyn_instr *in)
 {
     const dyn_instr *st = &w->rp->instrs[w->open_send[slot]];
-    return st->op == start_op && st->microbatch == in->microbatch && st->stage == in->stage;
+    return st->op == start_op && st->microbatch == in->microbatch && st->stage == in->stage &&
+           st->peer == in->peer && st->bytes == in->bytes;
 }
 
 /* Sends in flight, receives finished, frees of live slots only. */
@@ -247,7 +249,10 @@ static dyn_status walk_transfers_and_frees(rank_walk *w, int32_t i, const dyn_in
     case DYN_OP_SEND_GRAD_FINISH: {
         int start_op = in->op == DYN_OP_SEND_ACT_FINISH ? DYN_OP_SEND_ACT_START : DYN_OP_SEND_GRAD_START;
         if (bi < 0 || !w->sending[bi] || !finishes_its_start(w, bi, start_op, in))
-            return bad(err, r, i, in, "finishes a send of slot %d that was not started", bi);
+            return bad(err, r, i, in,
+                       "finishes a send of slot %d that was not started (or whose START names another "
+                       "micro-batch, stage, peer or byte count)",
+                       bi);
         w->sending[bi] = 0;
         break;
     }
@@ -255,7 +260,10 @@ static dyn_status walk_transfers_and_frees(rank_walk *w, int32_t i, const dyn_in
     case DYN_OP_RECV_GRAD_FINISH: {
         int start_op = in->op == DYN_OP_RECV_ACT_FINISH ? DYN_OP_RECV_ACT_START : DYN_OP_RECV_GRAD_START;
         if (bo < 0 || w->state[bo] != SLOT_PENDING || !finishes_its_start(w, bo, start_op, in))
-            return bad(err, r, i, in, "finishes a receive into slot %d that was not started", bo);
+            return bad(err, r, i, in,
+                       "finishes a receive into slot %d that was not started (or whose START names another "
+                       "micro-batch, stage, peer or byte count)",
+                       bo);
         w->state[bo] = SLOT_VALID;
         break;
     }

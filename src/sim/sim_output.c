@@ -112,6 +112,16 @@ static void trace_body(const dyn_sim_result *res, const dyn_exec_plan *plan, FIL
     fprintf(f, "\n]}\n");
 }
 
+dyn_status dyn_sim_trace_to_stream(const dyn_sim *sim, const dyn_exec_plan *plan, FILE *out, dyn_error *err)
+{
+    const dyn_sim_result *res;
+    dyn_status st = need_result(sim, plan, &res, err);
+    if (st != DYN_OK) return st;
+    trace_body(res, plan, out);
+    if (ferror(out)) return dyn_error_set(err, DYN_ERR_IO, "trace: write error");
+    return DYN_OK;
+}
+
 dyn_status dyn_sim_write_trace(const dyn_sim *sim, const dyn_exec_plan *plan, const char *path,
                                dyn_error *err)
 {
@@ -162,12 +172,44 @@ static void xml_text(FILE *f, const char *s)
     }
 }
 
-/* Micro-batch colour: hues spread by the golden angle so neighbours differ;
- * forward light, backward dark of the same hue. */
-static void mb_colour(int32_t mb, int dark, char *out, size_t n)
+/* Colours. Up to SVG_MB_HUES micro-batches each get their own hue, spread
+ * by the golden angle so neighbours differ. Beyond that, hues repeating
+ * every few boxes would only mislead, so the hue says the micro-batch's size
+ * class instead (log2 of its padded tokens, rows x (enc + dec)) and the
+ * number label says which one it is. The kind of work is the lightness, so
+ * it reads even on boxes too small for a label: F light, Bi medium, B dark,
+ * W medium with a hatch. */
+#define SVG_MB_HUES 24
+
+static int svg_size_class(const dyn_exec_plan *plan, int32_t mb)
 {
-    double hue = fmod(mb * 137.508, 360.0);
-    snprintf(out, n, "hsl(%.0f,%d%%,%d%%)", hue, dark ? 55 : 70, dark ? 38 : 72);
+    if (plan->mb_shape == NULL || mb < 0 || mb >= plan->n_microbatches) return 0;
+    const dyn_mb_shape *sh = &plan->mb_shape[mb];
+    double tokens = (double)sh->rows * ((double)sh->enc_len + sh->dec_len);
+    return tokens >= 1 ? (int)floor(log2(tokens)) : 0;
+}
+
+static double svg_hue(const dyn_exec_plan *plan, int32_t mb, int by_class)
+{
+    int32_t key = by_class ? svg_size_class(plan, mb) : mb;
+    return fmod(key * 137.508, 360.0);
+}
+
+/* kind: 0 forward, 1 input-gradient backward, 2 backward, 3 weight backward */
+static void svg_colour(double hue, int kind, char *out, size_t n)
+{
+    static const int light[4] = {74, 50, 32, 50}, sat[4] = {70, 60, 55, 45};
+    snprintf(out, n, "hsl(%.0f,%d%%,%d%%)", hue, sat[kind], light[kind]);
+}
+
+static int svg_kind(int op)
+{
+    switch (op) {
+    case DYN_OP_FORWARD: return 0;
+    case DYN_OP_BACKWARD_INPUT: return 1;
+    case DYN_OP_BACKWARD_WEIGHT: return 3;
+    default: return 2;
+    }
 }
 
 dyn_status dyn_sim_svg_to_stream(const dyn_sim *sim, const dyn_exec_plan *plan, const char *title,
@@ -178,9 +220,21 @@ dyn_status dyn_sim_svg_to_stream(const dyn_sim *sim, const dyn_exec_plan *plan, 
     if (st != DYN_OK) return st;
     int32_t R = plan->n_ranks;
     double span = res->makespan_ms > 0 ? res->makespan_ms : 1.0;
-    double scale = SVG_PLOT_W / span; /* px per ms */
+    /* Wide enough for about 14 px per box on the busiest rank (room for a
+     * number label), within [1100, 8000] px. */
+    int32_t most = 0;
+    for (int32_t r = 0; r < R; r++) {
+        int32_t c = 0;
+        for (int32_t i = 0; i < plan->ranks[r].n_instrs; i++) c += is_compute_op(plan->ranks[r].instrs[i].op);
+        if (c > most) most = c;
+    }
+    double plot_w = 14.0 * most;
+    if (plot_w < SVG_PLOT_W) plot_w = SVG_PLOT_W;
+    if (plot_w > 8000.0) plot_w = 8000.0;
+    const int by_class = plan->n_microbatches > SVG_MB_HUES;
+    double scale = plot_w / span; /* px per ms */
     double plot_h = R * (SVG_ROW + SVG_ROW_GAP);
-    double width = SVG_LEFT + SVG_PLOT_W + SVG_RIGHT, height = SVG_TOP + plot_h + 100;
+    double width = SVG_LEFT + plot_w + SVG_RIGHT, height = SVG_TOP + plot_h + (by_class ? 140 : 100);
 
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
                "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n",
@@ -207,14 +261,14 @@ dyn_status dyn_sim_svg_to_stream(const dyn_sim *sim, const dyn_exec_plan *plan, 
                 SVG_TOP + plot_h + 14, t * step);
     }
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">time (ms)</text>\n",
-            SVG_LEFT + SVG_PLOT_W / 2, SVG_TOP + plot_h + 30);
+            SVG_LEFT + plot_w / 2, SVG_TOP + plot_h + 30);
 
     for (int32_t r = 0; r < R; r++) {
         double y = SVG_TOP + r * (SVG_ROW + SVG_ROW_GAP);
         fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"end\">rank %d</text>\n",
                 SVG_LEFT - 8, y + SVG_ROW / 2 + 4, r);
         fprintf(f, "<rect x=\"%.0f\" y=\"%.1f\" width=\"%.0f\" height=\"%.0f\" fill=\"#f4f4f4\"/>\n",
-                SVG_LEFT, y, SVG_PLOT_W, SVG_ROW);
+                SVG_LEFT, y, plot_w, SVG_ROW);
         const dyn_rank_plan *rp = &plan->ranks[r];
         for (int32_t i = 0; i < rp->n_instrs; i++) {
             const dyn_instr *in = &rp->instrs[i];
@@ -222,9 +276,9 @@ dyn_status dyn_sim_svg_to_stream(const dyn_sim *sim, const dyn_exec_plan *plan, 
             int32_t k = res->rank_offset[r] + i;
             double x = SVG_LEFT + res->events[k].start_ms * scale;
             double w = (res->events[k].end_ms - res->events[k].start_ms) * scale;
-            int dark = in->op != DYN_OP_FORWARD;
+            int kind = svg_kind(in->op), dark = kind != 0;
             char colour[48];
-            mb_colour(in->microbatch, dark, colour, sizeof colour);
+            svg_colour(svg_hue(plan, in->microbatch, by_class), kind, colour, sizeof colour);
             fprintf(f, "<rect class=\"instr\" data-op=\"%s\" data-mb=\"%d\" data-stage=\"%d\" x=\"%.2f\" "
                        "y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\" stroke=\"white\" "
                        "stroke-width=\"0.6\"><title>rank %d %s mb %d stage %d: %.3f-%.3f ms</title></rect>\n",
@@ -245,24 +299,51 @@ dyn_status dyn_sim_svg_to_stream(const dyn_sim *sim, const dyn_exec_plan *plan, 
         }
     }
 
-    /* Legend. */
-    double ly = SVG_TOP + plot_h + 48;
-    char light[48], darkc[48];
-    mb_colour(0, 0, light, sizeof light);
-    mb_colour(0, 1, darkc, sizeof darkc);
-    fprintf(f, "<rect x=\"%.0f\" y=\"%.1f\" width=\"18\" height=\"14\" fill=\"%s\"/>"
-               "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\">F = forward (light)</text>\n",
-            SVG_LEFT, ly, light, SVG_LEFT + 24, ly + 11);
-    fprintf(f, "<rect x=\"%.0f\" y=\"%.1f\" width=\"18\" height=\"14\" fill=\"%s\"/>"
-               "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\">B = backward, Bi = input-gradient backward (dark)</text>\n",
-            SVG_LEFT + 170, ly, darkc, SVG_LEFT + 194, ly + 11);
-    fprintf(f, "<rect x=\"%.0f\" y=\"%.1f\" width=\"18\" height=\"14\" fill=\"%s\"/>"
-               "<rect x=\"%.0f\" y=\"%.1f\" width=\"18\" height=\"14\" fill=\"url(#hatch)\"/>"
-               "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\">W = weight-gradient backward (hatched)</text>\n",
-            SVG_LEFT + 520, ly, darkc, SVG_LEFT + 520, ly, SVG_LEFT + 544, ly + 11);
-    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\" fill=\"#444\">colour = micro-batch; "
-               "number = micro-batch index; gaps = idle (bubbles)</text>\n",
-            SVG_LEFT, ly + 32);
+    /* Legend: every kind of box by name, then what the hue means. */
+    double ly = SVG_TOP + plot_h + 48, lx = SVG_LEFT;
+    static const char *const kind_name[4] = {"F = forward", "Bi = input-gradient backward", "B = backward",
+                                             "W = weight-gradient backward"};
+    for (int k = 0; k < 4; k++) {
+        char c[48];
+        svg_colour(svg_hue(plan, 0, 0), k, c, sizeof c);
+        fprintf(f, "<rect x=\"%.0f\" y=\"%.1f\" width=\"18\" height=\"14\" fill=\"%s\"/>", lx, ly, c);
+        if (k == 3)
+            fprintf(f, "<rect x=\"%.0f\" y=\"%.1f\" width=\"18\" height=\"14\" fill=\"url(#hatch)\"/>", lx, ly);
+        fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\">%s</text>\n", lx + 24, ly + 11, kind_name[k]);
+        lx += 24 + 7.0 * (double)strlen(kind_name[k]) + 20;
+    }
+    if (by_class) {
+        /* One swatch per size class present, in increasing size. */
+        int lo = 99, hi = -1;
+        for (int32_t m = 0; m < plan->n_microbatches; m++) {
+            int c = svg_size_class(plan, m);
+            if (c < lo) lo = c;
+            if (c > hi) hi = c;
+        }
+        double cx = SVG_LEFT;
+        fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\" fill=\"#444\">colour = micro-batch size "
+                   "(padded tokens, rows x length):</text>\n",
+                cx, ly + 34);
+        cx += 330;
+        for (int c = lo; c <= hi && hi >= 0; c++) {
+            int used = 0;
+            for (int32_t m = 0; m < plan->n_microbatches && !used; m++) used = svg_size_class(plan, m) == c;
+            if (!used) continue;
+            char col[48];
+            svg_colour(fmod(c * 137.508, 360.0), 0, col, sizeof col);
+            fprintf(f, "<rect x=\"%.0f\" y=\"%.1f\" width=\"18\" height=\"14\" fill=\"%s\"/>"
+                       "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\">%.0f-%.0f</text>\n",
+                    cx, ly + 23, col, cx + 22, ly + 34, pow(2, c), pow(2, c + 1) - 1);
+            cx += 110;
+        }
+        fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\" fill=\"#444\">number = micro-batch index "
+                   "(where there is room; hover a box for its details); gaps = idle (bubbles)</text>\n",
+                SVG_LEFT, ly + 58);
+    } else {
+        fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\" fill=\"#444\">colour = micro-batch; "
+                   "number = micro-batch index; gaps = idle (bubbles)</text>\n",
+                SVG_LEFT, ly + 32);
+    }
     fprintf(f, "</svg>\n");
     if (ferror(f)) return dyn_error_set(err, DYN_ERR_IO, "SVG: write error");
     return DYN_OK;

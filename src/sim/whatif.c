@@ -54,6 +54,8 @@ static int split_fields(char *p, char **fields, int max)
     return n;
 }
 
+#define WHATIF_MAX_VALUE 1e12 /* ms or MB */
+
 static int parse_number(const char *text, double *out)
 {
     char *end = NULL;
@@ -124,6 +126,13 @@ static dyn_status parse_row(const char *name, int32_t line, char **fields, int n
                                  col_names[c], v, WHATIF_MAX_INDEX);
         if (c == COL_TOKENS && v > 1e15)
             return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: tokens %g is too large", name, line, v);
+        /* Times and sizes are summed over up to 2^16 x 2^16 rows and along
+         * the schedule: a bound far above any real value (1e12 ms is 31
+         * years, 1e12 MB an exabyte) keeps every sum finite, so a huge
+         * number cannot turn into an infinity reported as a deadlock. */
+        if (c != COL_TOKENS && c != COL_MB && c != COL_STAGE && v > WHATIF_MAX_VALUE)
+            return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: %s %g is above the limit %g", name, line,
+                                 col_names[c], v, WHATIF_MAX_VALUE);
         row->v[c] = v;
     }
     return DYN_OK;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void *dyn_calloc(size_t n, size_t size, const char *what, dyn_error *err)
@@ -50,23 +51,16 @@ void dyn_loadavg_print(const char *when)
     printf("load average %s: %.2f %.2f %.2f\n", when, l1, l5, l15);
 }
 
-dyn_status dyn_file_read_all(const char *path, char **data, size_t *len, dyn_error *err)
+dyn_status dyn_stream_read_all(FILE *fp, const char *path, char **data, size_t *len, dyn_error *err)
 {
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL)
-        return dyn_error_set(err, DYN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
-    if (buf == NULL) {
-        fclose(fp);
-        return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory reading file", path);
-    }
+    if (buf == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory reading file", path);
     for (;;) {
         if (n + 1 >= cap) {
             char *bigger = realloc(buf, cap * 2);
             if (bigger == NULL) {
                 free(buf);
-                fclose(fp);
                 return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory reading file", path);
             }
             buf = bigger;
@@ -76,9 +70,7 @@ dyn_status dyn_file_read_all(const char *path, char **data, size_t *len, dyn_err
         n += got;
         if (got == 0) break;
     }
-    int failed = ferror(fp);
-    fclose(fp);
-    if (failed) {
+    if (ferror(fp)) {
         free(buf);
         return dyn_error_set(err, DYN_ERR_IO, "%s: read error", path);
     }
@@ -88,21 +80,46 @@ dyn_status dyn_file_read_all(const char *path, char **data, size_t *len, dyn_err
     return DYN_OK;
 }
 
+dyn_status dyn_file_read_all(const char *path, char **data, size_t *len, dyn_error *err)
+{
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL)
+        return dyn_error_set(err, DYN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    dyn_status st = dyn_stream_read_all(fp, path, data, len, err);
+    fclose(fp);
+    return st;
+}
+
+/* Is path an existing character device or FIFO (written directly)? 1 yes,
+ * 0 a regular file or no file, -1 another kind (set in err). */
+static int atomic_direct_target(const char *path, dyn_error *err)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0) return 0;
+    if (S_ISREG(sb.st_mode)) return 0;
+    if (S_ISCHR(sb.st_mode) || S_ISFIFO(sb.st_mode)) return 1;
+    dyn_error_set(err, DYN_ERR_IO, "%s: not a regular file, character device or FIFO; refusing to replace it",
+                  path);
+    return -1;
+}
+
 dyn_status dyn_atomic_open(dyn_atomic_file *af, const char *path, dyn_error *err)
 {
     memset(af, 0, sizeof *af);
+    int direct = atomic_direct_target(path, err);
+    if (direct < 0) return DYN_ERR_IO;
     size_t plen = strlen(path);
     af->path = malloc(plen + 1);
-    af->tmp_path = malloc(plen + 32);
-    if (af->path == NULL || af->tmp_path == NULL) {
+    af->tmp_path = direct ? NULL : malloc(plen + 32);
+    if (af->path == NULL || (!direct && af->tmp_path == NULL)) {
         free(af->path);
         free(af->tmp_path);
         memset(af, 0, sizeof *af);
         return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory", path);
     }
     memcpy(af->path, path, plen + 1);
-    snprintf(af->tmp_path, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-    af->fp = fopen(af->tmp_path, "wb");
+    if (!direct) snprintf(af->tmp_path, plen + 32, "%s.tmp.%ld", path, (long)getpid());
+    af->fp = fopen(direct ? path : af->tmp_path, "wb");
     if (af->fp == NULL) {
         dyn_status st = dyn_error_set(err, DYN_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
         free(af->path);
@@ -120,15 +137,30 @@ static void atomic_release(dyn_atomic_file *af)
     memset(af, 0, sizeof *af);
 }
 
-dyn_status dyn_atomic_commit(dyn_atomic_file *af, dyn_error *err)
+dyn_status dyn_atomic_finish(dyn_atomic_file *af, dyn_error *err)
 {
-    int bad = ferror(af->fp) || fflush(af->fp) != 0 || fsync(fileno(af->fp)) != 0;
+    if (af->fp == NULL) return DYN_OK;
+    /* A device or FIFO cannot be fsync'ed (EINVAL); flushing is all. */
+    int bad = ferror(af->fp) || fflush(af->fp) != 0 || (af->tmp_path && fsync(fileno(af->fp)) != 0);
     int saved = errno;
-    if (fclose(af->fp) != 0) bad = 1;
+    if (fclose(af->fp) != 0 && !bad) {
+        bad = 1;
+        saved = errno;
+    }
     af->fp = NULL;
-    if (bad || rename(af->tmp_path, af->path) != 0) {
-        if (!bad) saved = errno;
+    if (bad) {
         dyn_status st = dyn_error_set(err, DYN_ERR_IO, "%s: write failed: %s", af->path, strerror(saved));
+        if (af->tmp_path) unlink(af->tmp_path);
+        atomic_release(af);
+        return st;
+    }
+    return DYN_OK;
+}
+
+dyn_status dyn_atomic_publish(dyn_atomic_file *af, dyn_error *err)
+{
+    if (af->tmp_path && rename(af->tmp_path, af->path) != 0) {
+        dyn_status st = dyn_error_set(err, DYN_ERR_IO, "%s: write failed: %s", af->path, strerror(errno));
         unlink(af->tmp_path);
         atomic_release(af);
         return st;
@@ -137,11 +169,27 @@ dyn_status dyn_atomic_commit(dyn_atomic_file *af, dyn_error *err)
     return DYN_OK;
 }
 
+dyn_status dyn_atomic_commit(dyn_atomic_file *af, dyn_error *err)
+{
+    dyn_status st = dyn_atomic_finish(af, err);
+    return st != DYN_OK ? st : dyn_atomic_publish(af, err);
+}
+
 void dyn_atomic_abort(dyn_atomic_file *af)
 {
     if (af->fp) fclose(af->fp);
     if (af->tmp_path) unlink(af->tmp_path);
     atomic_release(af);
+}
+
+dyn_status dyn_atomic_commit_all(dyn_atomic_file *afs, int n, dyn_error *err)
+{
+    dyn_status st = DYN_OK;
+    for (int i = 0; i < n && st == DYN_OK; i++) st = dyn_atomic_finish(&afs[i], err);
+    for (int i = 0; i < n && st == DYN_OK; i++) st = dyn_atomic_publish(&afs[i], err);
+    for (int i = 0; i < n; i++)
+        if (afs[i].path) dyn_atomic_abort(&afs[i]);
+    return st;
 }
 
 dyn_status dyn_file_write_atomic(const char *path, const void *data, size_t len, dyn_error *err)

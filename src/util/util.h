@@ -3,7 +3,14 @@
  *
  * Atomic writes: output files are written to "<path>.tmp.<pid>", flushed,
  * fsync'ed and renamed over <path>, so a reader never sees a half-written
- * file and a failed run leaves nothing behind. */
+ * file and a failed run leaves nothing behind. Only regular files (or a path
+ * that does not exist yet) are replaced that way: a character device such as
+ * /dev/null or /dev/stdout, or a FIFO, is written directly (renaming over it
+ * would turn it into a regular file, for root), and any other kind of file
+ * (directory, block device, socket) is refused. A run with several outputs
+ * writes them all, then finishes every one (flush, fsync, close) and only then
+ * publishes them (rename), so that a failure in any output leaves none:
+ * dyn_atomic_commit_all. */
 #ifndef DYN_UTIL_UTIL_H
 #define DYN_UTIL_UTIL_H
 
@@ -30,18 +37,33 @@ void dyn_loadavg_print(const char *when);
 /* Read a whole file into a NUL-terminated buffer the caller frees.
  * *len (if not NULL) receives the byte count without the NUL. */
 dyn_status dyn_file_read_all(const char *path, char **data, size_t *len, dyn_error *err);
+/* The same from an open stream (standard input for a path "-"); name is
+ * what messages call it. The stream is not closed. */
+dyn_status dyn_stream_read_all(FILE *fp, const char *name, char **data, size_t *len, dyn_error *err);
 
-/* Atomic write: open a temporary file beside path; write into *out; then
- * commit (flush, fsync, rename) or abort (close, unlink). */
+/* Atomic write: open a temporary file beside path (or the device / FIFO
+ * itself); write into af->fp; then commit (flush, fsync, rename) or abort
+ * (close, unlink). */
 typedef struct dyn_atomic_file {
-    FILE *fp;
+    FILE *fp;       /* NULL once finished */
     char *path;
-    char *tmp_path;
+    char *tmp_path; /* NULL when writing straight to a device or FIFO */
 } dyn_atomic_file;
 
 dyn_status dyn_atomic_open(dyn_atomic_file *af, const char *path, dyn_error *err);
+/* Flush, fsync and close the temporary file, keeping it unpublished. On
+ * failure the temporary file is removed and af released. */
+dyn_status dyn_atomic_finish(dyn_atomic_file *af, dyn_error *err);
+/* Rename a finished file over its path and release af. */
+dyn_status dyn_atomic_publish(dyn_atomic_file *af, dyn_error *err);
+/* finish + publish. */
 dyn_status dyn_atomic_commit(dyn_atomic_file *af, dyn_error *err);
+/* Close and unlink (open or finished); releases af. A zeroed af is a no-op. */
 void dyn_atomic_abort(dyn_atomic_file *af);
+/* Commit n open files together: finish all, then publish all. On any failure
+ * every one not yet published is aborted (a rename failing after another
+ * succeeded is the one case that leaves part of the outputs). */
+dyn_status dyn_atomic_commit_all(dyn_atomic_file *afs, int n, dyn_error *err);
 /* Write len bytes to path atomically. */
 dyn_status dyn_file_write_atomic(const char *path, const void *data, size_t len, dyn_error *err);
 
