@@ -135,9 +135,19 @@ static void test_contradictions_and_limits(void **state)
 #define NOSHAPE "--model gpt --global-batch-tokens 4096 --max-seqlen 256 --stages 2"
     /* A cost table brings its own model and machine. */
     expect_error(NOSHAPE " --synthetic flan --cost-model t.tsv --machine missing.json", 2, "--machine contradicts");
-    expect_error(NOSHAPE " --synthetic flan --cost-model t.tsv --layers 4", 2, "--layers contradicts");
-    expect_error(BASE " --synthetic flan --cost-model t.tsv --model-config gpt-tiny", 2,
-                 "--model-config contradicts");
+    /* Shape flags may restate the table's shape, not name another. */
+    const char *src = getenv("DYN_SOURCE_DIR");
+    assert_non_null(src);
+    snprintf(cmd, sizeof cmd, NOSHAPE " --synthetic flan --cost-model %s/docs/examples/gpt-tiny-cpu-cost.tsv --layers 4",
+             src);
+    expect_error(cmd, 2, "another shape");
+    snprintf(cmd, sizeof cmd,
+             NOSHAPE " --synthetic flan --cost-model %s/docs/examples/gpt-tiny-cpu-cost.tsv --model-config gpt2-124m", src);
+    expect_error(cmd, 2, "another shape");
+    snprintf(cmd, sizeof cmd,
+             NOSHAPE " --synthetic flan --cost-model %s/docs/examples/gpt-tiny-cpu-cost.tsv --model-config gpt-tiny --batches 1",
+             src);
+    assert_int_equal(cli_run("plan", cmd), 0);
     /* More chunks than the model has layers, and interleaved without chunks. */
     expect_error(BASE " --synthetic flan --model-config gpt-tiny --chunks 4", 2, "only 2 layers");
     expect_error(BASE " --synthetic flan --model-config gpt-tiny --schedule interleaved", 1, "--chunks 2");
