@@ -25,7 +25,7 @@ METHODS = ("dynapipe", "padding", "packing", "packing-docmask", "token")
 # "auto": the best schedule x micro-batch order x recompute by simulation.
 SCHEDULES = ("1f1b", "cyclic", "wait-free-cyclic", "interleaved", "zb", "auto")
 RECOMPUTE = ("none", "selective", "full")
-MODEL_PRESETS = ("gpt-tiny", "gpt2-124m", "gpt-6.7b", "t5-tiny", "t5-base", "t5-11b")
+MODEL_PRESETS = ("gpt-tiny", "gpt-mini", "gpt2-124m", "gpt-6.7b", "t5-tiny", "t5-mini", "t5-base", "t5-11b")
 # `--model gpt|t5` alone means these presets in the command line; so here.
 _KIND_DEFAULT_PRESET = {"gpt": "gpt2-124m", "t5": "t5-base"}
 _INT32_MAX = 2**31 - 1

@@ -56,10 +56,13 @@ dyn_status dyn_model_config_preset(const char *name, dyn_model_config *out, dyn_
             return DYN_OK;
         }
     }
-    return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                         "unknown model preset '%s' (known: gpt-tiny, gpt2-124m, gpt-6.7b, "
-                         "t5-tiny, t5-base, t5-11b)",
-                         name ? name : "(null)");
+    char known[256] = "";
+    for (int32_t i = 0; i < N_PRESETS; i++) { /* the table's names, so the message never lags it */
+        size_t at = strlen(known);
+        snprintf(known + at, sizeof known - at, "%s%s", i ? ", " : "", PRESETS[i].name);
+    }
+    return dyn_error_set(err, DYN_ERR_INVALID_ARG, "unknown model preset '%s' (known: %s)", name ? name : "(null)",
+                         known);
 }
 
 const char *dyn_model_kind_name(dyn_model_kind kind)
