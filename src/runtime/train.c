@@ -31,6 +31,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "dynapipe/cost.h"
 #include "dynapipe/model_config.h"
@@ -1042,8 +1045,20 @@ static void run_free(rt_run *R)
     free(R->iters);
 }
 
+/* A rank dies with its launcher (mpirun or orted): after a `kill -9` of
+ * mpirun no orphaned rank trains on, or writes a checkpoint, behind the
+ * user's back (Linux; elsewhere ranks notice at their next wait). */
+static void die_with_parent(void)
+{
+#ifdef __linux__
+    pid_t parent = getppid();
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(137);
+#endif
+}
+
 int dyn_train_rank_main(const dyn_train_options *o, int *argc, char ***argv)
 {
+    die_with_parent();
     rt_run R;
     memset(&R, 0, sizeof R);
     R.o = *o;
