@@ -44,5 +44,6 @@ int cli_simulate_main(int argc, char **argv); /* cli_simulate.c */
 int cli_bench_main(int argc, char **argv);    /* cli_bench.c */
 int cli_train_main(int argc, char **argv);    /* cli_train.c */
 int cli_data_main(int argc, char **argv);     /* cli_data.c */
+int cli_eval_main(int argc, char **argv);     /* cli_eval.c */
 
 #endif
