@@ -76,11 +76,30 @@ static dyn_status builtin_open(dyn_corpus *c, const char *spec, dyn_error *err)
         char *end = NULL;
         errno = 0;
         unsigned long long s = strtoull(spec + 8, &end, 10);
-        if (spec[8] == '\0' || spec[8] == '-' || *end != '\0' || errno == ERANGE)
+        if (spec[8] == '\0' || spec[8] == '-' || (*end != '\0' && *end != ':') || errno == ERANGE)
             return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': seed is not a non-negative integer", spec);
         c->seed = (uint64_t)s;
+        if (*end == ':') { /* a task subset: builtin:SEED:TASK+TASK */
+            const char *p = end + 1;
+            while (*p) {
+                size_t n = strcspn(p, "+");
+                int32_t t = 0;
+                while (t < BUILTIN_NUM_TASKS &&
+                       (strlen(builtin_task_name(t)) != n || strncmp(builtin_task_name(t), p, n) != 0))
+                    t++;
+                if (n == 0 || t == BUILTIN_NUM_TASKS)
+                    return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': unknown task '%.*s' (tasks: copy, "
+                                         "reverse, sort, add, lookup, cipher, summarise, classify)", spec, (int)n, p);
+                c->task_mask |= 1u << t;
+                p += n;
+                if (*p == '+') p++;
+            }
+            if (c->task_mask == 0)
+                return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': no task after the second ':'", spec);
+        }
     } else if (spec[7] != '\0') {
-        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': use builtin or builtin:SEED", spec);
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': use builtin, builtin:SEED or builtin:SEED:TASK+TASK",
+                             spec);
     }
     if (c->opt.max_seqlen < DYN_CORPUS_BUILTIN_MIN_SEQLEN)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus builtin: max_seqlen %d < %d (the smallest the tasks fit)",
@@ -105,7 +124,7 @@ static void builtin_text_at(const dyn_corpus *c, int64_t i, builtin_text *t)
 {
     t->in = c->text_in;
     t->tgt = c->text_tgt;
-    builtin_generate(c->seed, c->opt.split, i, c->opt.max_seqlen, c->opt.kind, t);
+    builtin_generate(c->seed, c->opt.split, i, c->opt.max_seqlen, c->opt.kind, c->task_mask, t);
 }
 
 static dyn_status builtin_read(dyn_corpus *c, int64_t i, dyn_corpus_sample *out, dyn_error *err)

@@ -365,7 +365,7 @@ static uint64_t mix64(uint64_t x)
 }
 
 void builtin_generate(uint64_t seed, dyn_corpus_split split, int64_t index, int32_t max_seqlen,
-                      dyn_model_kind kind, builtin_text *out)
+                      dyn_model_kind kind, uint32_t task_mask, builtin_text *out)
 {
     /* One stream per (seed, split); one generator per index in it. */
     uint64_t stream = mix64(mix64(seed) ^ (split == DYN_SPLIT_HELDOUT ? 0x686f6c646f7574ULL : 0x747261696eULL));
@@ -378,9 +378,19 @@ void builtin_generate(uint64_t seed, dyn_corpus_split split, int64_t index, int3
         g.cap_in = g.cap_tgt = (int64_t)max_seqlen - 1;
         g.cap_total = 2 * (int64_t)max_seqlen;
     }
-    double u = dyn_rng_uniform(&rng), acc = 0.0;
-    int32_t t = BUILTIN_NUM_TASKS - 1; /* the last task absorbs rounding */
+    uint32_t all = (1u << BUILTIN_NUM_TASKS) - 1;
+    uint32_t mask = task_mask & all ? task_mask & all : all;
+    double total = 0.0;
+    int32_t t = 0; /* the last allowed task absorbs rounding */
+    for (int32_t k = 0; k < BUILTIN_NUM_TASKS; k++)
+        if (mask >> k & 1) {
+            total += TASKS[k].weight;
+            t = k;
+        }
+    /* the whole mixture scales by 1: the same draws as before subsets existed */
+    double u = dyn_rng_uniform(&rng) * (mask == all ? 1.0 : total), acc = 0.0;
     for (int32_t k = 0; k < BUILTIN_NUM_TASKS - 1; k++) {
+        if (!(mask >> k & 1)) continue;
         acc += TASKS[k].weight;
         if (u < acc) {
             t = k;
