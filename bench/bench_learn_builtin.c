@@ -9,6 +9,7 @@
  *
  * usage: bench_learn_builtin [gpt|t5] [steps 1500] [max_seqlen 128]
  *                            [hidden 128] [layers 2] [batch 16] [threads 1]
+ *                            [spec builtin:1] (e.g. builtin:1:copy+classify)
  * One padded micro-batch of `batch` samples per step; lr 2e-3 with 50 warm-up
  * steps, cosine to 1e-4; held-out evaluation on 256 samples at the start,
  * halfway and at the end. Reported in docs/data.md. */
@@ -73,7 +74,8 @@ static int evaluate(dyn_model *m, dyn_model_acts *a, dyn_corpus *held, batch *b,
     printf("step %5d (%6.1f s) held-out loss/token and exact match >=:", step, t_s);
     double all_l = 0, all_t = 0;
     for (int t = 0; t < NT; t++) {
-        printf(" %s %.3f %3.0f%%", dyn_corpus_task_name(held, t), loss[t] / tokens[t], 100 * exact[t] / count[t]);
+        if (count[t] > 0)
+            printf(" %s %.3f %3.0f%%", dyn_corpus_task_name(held, t), loss[t] / tokens[t], 100 * exact[t] / count[t]);
         all_l += loss[t];
         all_t += tokens[t];
     }
@@ -92,6 +94,7 @@ int main(int argc, char **argv)
     int layers = argc > 5 ? atoi(argv[5]) : 2;
     int B = argc > 6 ? atoi(argv[6]) : 16;
     int threads = argc > 7 ? atoi(argv[7]) : 1;
+    const char *spec = argc > 8 ? argv[8] : "builtin:1";
     if (steps < 1 || L < 64 || hidden < 8 || layers < 1 || B < 1 || B > 64 || threads < 1) {
         fprintf(stderr, "usage: bench_learn_builtin [gpt|t5] [steps] [max_seqlen>=64] [hidden] [layers] [batch<=64] [threads]\n");
         return 2;
@@ -102,10 +105,10 @@ int main(int argc, char **argv)
     o.max_seqlen = L;
     o.kind = kind;
     o.builtin_samples = (int64_t)steps * B;
-    dyn_corpus *train = dyn_corpus_open("builtin:1", &o, &err);
+    dyn_corpus *train = dyn_corpus_open(spec, &o, &err);
     o.split = DYN_SPLIT_HELDOUT;
     o.builtin_samples = EVAL_N;
-    dyn_corpus *held = train ? dyn_corpus_open("builtin:1", &o, &err) : NULL;
+    dyn_corpus *held = train ? dyn_corpus_open(spec, &o, &err) : NULL;
     dyn_model_config cfg = dyn_model_config_tiny(kind, layers, hidden, hidden / 32 > 0 ? hidden / 32 : 1, L);
     dyn_model *m = held ? dyn_model_create(&cfg, 1, &err) : NULL;
     dyn_model_acts *a = m ? dyn_model_acts_create(&err) : NULL;
@@ -115,8 +118,8 @@ int main(int argc, char **argv)
         return 1;
     }
     dyn_model_set_threads(m, threads);
-    printf("%s, %d layers, hidden %d, max_seqlen %d, batch %d, %d steps, %d thread(s)\n",
-           kind == DYN_MODEL_GPT ? "gpt" : "t5", layers, hidden, L, B, steps, threads);
+    printf("%s on %s, %d layers, hidden %d, max_seqlen %d, batch %d, %d steps, %d thread(s)\n",
+           kind == DYN_MODEL_GPT ? "gpt" : "t5", spec, layers, hidden, L, B, steps, threads);
     dyn_adamw_config ac = {0.9f, 0.98f, 1e-8f, 0.01f};
     dyn_lr_schedule sch = {2e-3f, 1e-4f, 50, steps};
     double t0 = dyn_time_ms();

@@ -91,7 +91,23 @@ static void open_fails(const char *spec, const dyn_corpus_options *o, dyn_status
     assert_null(strchr(err.msg, '\n'));
 }
 
-/* Sample i has exactly these tokens (ints, -1 terminated lists). */
+/* dyn_corpus_lengths agrees with the lengths of every read. */
+static void expect_lengths_match_reads(dyn_corpus *c)
+{
+    dyn_dataset ds = {0};
+    dyn_error err;
+    assert_int_equal(dyn_corpus_lengths(c, &ds, &err), DYN_OK);
+    assert_int_equal(ds.n, dyn_corpus_count(c));
+    for (int32_t i = 0; i < ds.n; i++) {
+        dyn_corpus_sample s;
+        assert_int_equal(dyn_corpus_read(c, i, &s, &err), DYN_OK);
+        assert_int_equal(ds.samples[i].input_len, s.input_len);
+        assert_int_equal(ds.samples[i].target_len, s.target_len);
+    }
+    dyn_dataset_free(&ds);
+}
+
+/* Sample i has exactly these tokens. */
 static void expect_sample(dyn_corpus *c, int64_t i, const int32_t *in, int32_t n_in, const int32_t *tgt,
                           int32_t n_tgt)
 {
@@ -198,6 +214,7 @@ static void test_jsonl_limit_and_truncation(void **state)
     int32_t a[16], b[16];
     expect_sample(c, 0, a, bytes_of("abc", a), b, bytes_of("de", b));
     expect_sample(c, 1, a, bytes_of("0123", a), b, bytes_of("wxyz", b));
+    expect_lengths_match_reads(c);
     dyn_corpus_sample s;
     assert_int_equal(dyn_corpus_read(c, 1, &s, NULL), DYN_OK);
     assert_true(s.truncated);
@@ -209,6 +226,7 @@ static void test_jsonl_limit_and_truncation(void **state)
     o.truncate = 1; /* T5: each side to 3 */
     c = open_ok(p, &o);
     expect_sample(c, 1, a, bytes_of("012", a), b, bytes_of("wxy", b));
+    expect_lengths_match_reads(c);
     dyn_corpus_free(c);
     /* decoder-only, GPT truncation keeps the first L tokens of the sequence */
     p = write_text("lmlong.jsonl", "{\"text\": \"abcdefghij\"}\n");
@@ -368,6 +386,7 @@ static void test_megatron_hand_built(void **state)
     o.vocab = 5000;
     c = open_ok(path_of("oov"), &o);
     expect_sample(c, 1, (const int32_t[]){3}, 1, (const int32_t[]){4000}, 1);
+    expect_lengths_match_reads(c);
     dyn_corpus_free(c);
 }
 

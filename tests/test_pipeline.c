@@ -317,6 +317,15 @@ static void test_bad_arguments(void **state)
     assert_null(dyn_pipeline_create(custom, &o, &err));
     assert_int_equal(err.code, DYN_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "custom planner"));
+    /* Schedule names, auto included. */
+    int32_t k = -1;
+    assert_int_equal(dyn_pipeline_schedule_parse("auto", &k, &err), DYN_OK);
+    assert_int_equal(k, DYN_SCHEDULE_AUTO);
+    assert_string_equal(dyn_pipeline_schedule_name(k), "auto");
+    assert_int_equal(dyn_pipeline_schedule_parse("zb", &k, &err), DYN_OK);
+    assert_int_equal(k, DYN_SCHED_ZB);
+    assert_string_equal(dyn_pipeline_schedule_name(k), "zb");
+    assert_int_not_equal(dyn_pipeline_schedule_parse("fastest", &k, &err), DYN_OK);
     /* A replica out of range. */
     dyn_pipeline *pp = dyn_pipeline_create(pl, &o, &err);
     assert_non_null(pp);

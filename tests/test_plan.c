@@ -236,8 +236,8 @@ static void test_kk_beats_round_robin(void **state)
             w[i] = (i ? w[i - 1] : 1.0) + dyn_rng_uniform(&rng) * 5;
             total += w[i];
         }
-        double kk, rr = dyn_balance_round_robin(w, m, d, b);
-        assert_int_equal(dyn_balance_kk(w, m, d, a, &kk, NULL), DYN_OK);
+        double kk, rr = plan_balance_round_robin(w, m, d, b);
+        assert_int_equal(plan_balance_kk(w, m, d, a, &kk, NULL), DYN_OK);
         /* KK's reported max equals the max over its assignment */
         double load[8] = {0}, sum = 0;
         for (int32_t i = 0; i < m; i++) {
@@ -262,11 +262,11 @@ static void test_kk_beats_round_robin(void **state)
     double w[5] = {8, 7, 6, 5, 4};
     int32_t a[5];
     double kk;
-    assert_int_equal(dyn_balance_kk(w, 5, 2, a, &kk, NULL), DYN_OK);
+    assert_int_equal(plan_balance_kk(w, 5, 2, a, &kk, NULL), DYN_OK);
     assert_true(fabs(kk - 16.0) < 1e-12);
-    assert_true(fabs(dyn_balance_round_robin(w, 5, 2, a) - 18.0) < 1e-12);
+    assert_true(fabs(plan_balance_round_robin(w, 5, 2, a) - 18.0) < 1e-12);
     /* more replicas than micro-batches: one each */
-    assert_int_equal(dyn_balance_kk(w, 5, 7, a, &kk, NULL), DYN_OK);
+    assert_int_equal(plan_balance_kk(w, 5, 7, a, &kk, NULL), DYN_OK);
     assert_true(fabs(kk - 8.0) < 1e-12);
     for (int32_t i = 0; i < 5; i++)
         for (int32_t j = 0; j < i; j++) assert_true(a[i] != a[j]);
@@ -371,7 +371,7 @@ static void test_t5_order_no_worse_than_lexicographic(void **state)
     int32_t lex[N], width[N], run[N];
     const double *time[N];
     double band[N][N];
-    assert_int_equal(dyn_order_t5_lex(s, N, lex, NULL), DYN_OK);
+    assert_int_equal(plan_order_t5_lex(s, N, lex, NULL), DYN_OK);
     for (int32_t j = 0; j < N; j++) {
         int32_t mi = 0, mt = 0, k;
         for (k = 1; k <= j + 1; k++) {
@@ -389,9 +389,9 @@ static void test_t5_order_no_worse_than_lexicographic(void **state)
         width[j] = k - 1;
         time[j] = band[j];
     }
-    dyn_dp_problem pb = {N, width, time, 4, 1, 1, 1, INFINITY, NULL, NULL, NULL, NULL};
-    dyn_dp_result r = {.run_len = run};
-    assert_int_equal(dyn_dp_solve_naive(&pb, &r, NULL), DYN_OK);
+    plan_dp_problem pb = {N, width, time, 4, 1, 1, 1, INFINITY, NULL, NULL, NULL, NULL};
+    plan_dp_result r = {.run_len = run};
+    assert_int_equal(plan_dp_solve_naive(&pb, &r, NULL), DYN_OK);
     assert_true(pl.objective_ms <= r.objective_ms * (1 + 1e-12));
     assert_true(pl.objective_ms < r.objective_ms * 0.995); /* and here strictly better */
     dyn_batch_plan_free(&pl);

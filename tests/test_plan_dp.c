@@ -23,10 +23,10 @@ static int close_enough(double a, double b)
 
 /* ---- brute force over a raw DP problem ---------------------------------- */
 
-static void brute_rec(const dyn_dp_problem *pb, int32_t start, double tmax, double tsum, double *best)
+static void brute_rec(const plan_dp_problem *pb, int32_t start, double tmax, double tsum, double *best)
 {
     if (start == pb->n) {
-        double v = dyn_dp_objective(pb, tmax, tsum);
+        double v = plan_dp_objective(pb, tmax, tsum);
         if (v < *best) *best = v;
         return;
     }
@@ -39,7 +39,7 @@ static void brute_rec(const dyn_dp_problem *pb, int32_t start, double tmax, doub
     }
 }
 
-static double brute_problem(const dyn_dp_problem *pb)
+static double brute_problem(const plan_dp_problem *pb)
 {
     double best = INFINITY;
     brute_rec(pb, 0, 0.0, 0.0, &best);
@@ -47,7 +47,7 @@ static double brute_problem(const dyn_dp_problem *pb)
 }
 
 /* Check a result's runs: they cover n, respect widths, and give its numbers. */
-static void check_result(const dyn_dp_problem *pb, const dyn_dp_result *r)
+static void check_result(const plan_dp_problem *pb, const plan_dp_result *r)
 {
     int32_t pos = 0;
     double tmax = 0, tsum = 0;
@@ -62,7 +62,7 @@ static void check_result(const dyn_dp_problem *pb, const dyn_dp_result *r)
         if (t > tmax) tmax = t;
     }
     assert_int_equal(pos, pb->n);
-    assert_true(close_enough(dyn_dp_objective(pb, tmax, tsum), r->objective_ms));
+    assert_true(close_enough(plan_dp_objective(pb, tmax, tsum), r->objective_ms));
 }
 
 static void test_dp_fast_equals_naive_and_brute_force(void **state)
@@ -99,13 +99,13 @@ static void test_dp_fast_equals_naive_and_brute_force(void **state)
             for (int32_t j = 0; j < n; j++)
                 for (int32_t k = 2; k <= NMAX; k++)
                     if (rows[j][k - 2] > rows[j][k - 1]) rows[j][k - 1] = rows[j][k - 2];
-        dyn_dp_problem pb = {n, width, time, 1 + (int32_t)dyn_rng_below(&rng, 8),
+        plan_dp_problem pb = {n, width, time, 1 + (int32_t)dyn_rng_below(&rng, 8),
                              1 + (int32_t)dyn_rng_below(&rng, 3), 1 + (int32_t)dyn_rng_below(&rng, 4),
                              singles, INFINITY, NULL, NULL, NULL, NULL};
-        dyn_dp_result fast = {.run_len = run_a}, naive = {.run_len = run_b};
+        plan_dp_result fast = {.run_len = run_a}, naive = {.run_len = run_b};
         dyn_error err;
-        assert_int_equal(dyn_dp_solve(&pb, &fast, &err), DYN_OK);
-        assert_int_equal(dyn_dp_solve_naive(&pb, &naive, &err), DYN_OK);
+        assert_int_equal(plan_dp_solve(&pb, &fast, &err), DYN_OK);
+        assert_int_equal(plan_dp_solve_naive(&pb, &naive, &err), DYN_OK);
         double brute = brute_problem(&pb);
         check_result(&pb, &fast);
         check_result(&pb, &naive);
@@ -156,12 +156,12 @@ static void test_dp_shared_rows_affine_and_not(void **state)
             time[j] = rows[g - 1];
             width[j] = cap < j + 1 ? cap : j + 1;
         }
-        dyn_dp_problem pb = {n, width, time, 1 + (int32_t)dyn_rng_below(&rng, 8),
+        plan_dp_problem pb = {n, width, time, 1 + (int32_t)dyn_rng_below(&rng, 8),
                              1 + (int32_t)dyn_rng_below(&rng, 3), 1 + (int32_t)dyn_rng_below(&rng, 4),
                              trial % 2, INFINITY, NULL, NULL, NULL, NULL};
-        dyn_dp_result fast = {.run_len = run_a}, naive = {.run_len = run_b};
-        assert_int_equal(dyn_dp_solve(&pb, &fast, NULL), DYN_OK);
-        assert_int_equal(dyn_dp_solve_naive(&pb, &naive, NULL), DYN_OK);
+        plan_dp_result fast = {.run_len = run_a}, naive = {.run_len = run_b};
+        assert_int_equal(plan_dp_solve(&pb, &fast, NULL), DYN_OK);
+        assert_int_equal(plan_dp_solve_naive(&pb, &naive, NULL), DYN_OK);
         double brute = brute_problem(&pb);
         check_result(&pb, &fast);
         assert_true(close_enough(fast.objective_ms, brute));
@@ -313,7 +313,7 @@ static void run_planner_vs_brute(dyn_model_kind kind, uint64_t seed, int trials)
                 assert_true(close_enough(plan.objective_ms, bf_best(&c)));
             }
             /* And never worse than the best partition of the lexicographic order. */
-            assert_int_equal(dyn_order_t5_lex(s, n, lex, &err), DYN_OK);
+            assert_int_equal(plan_order_t5_lex(s, n, lex, &err), DYN_OK);
             c.order = lex;
             assert_true(plan.objective_ms <= bf_best(&c) * (1 + 1e-9));
         }
@@ -409,9 +409,9 @@ static void test_dp_keeps_close_candidates(void **state)
     double r0[] = {10.0}, r1[] = {10.0, 12.0}, r2[] = {10.000001, 12.0, 30.0};
     const double *time[] = {r0, r1, r2};
     int32_t width[] = {1, 2, 3}, run[3];
-    dyn_dp_problem pb = {3, width, time, 11, 1, 1, 1, INFINITY, NULL, NULL, NULL, NULL};
-    dyn_dp_result r = {.run_len = run};
-    assert_int_equal(dyn_dp_solve(&pb, &r, NULL), DYN_OK);
+    plan_dp_problem pb = {3, width, time, 11, 1, 1, 1, INFINITY, NULL, NULL, NULL, NULL};
+    plan_dp_result r = {.run_len = run};
+    assert_int_equal(plan_dp_solve(&pb, &r, NULL), DYN_OK);
     assert_int_equal(r.n_runs, 3);
     assert_true(close_enough(r.objective_ms, 10 * 10.000001 + 30.000001));
 }

@@ -74,8 +74,8 @@ typedef struct dyn_corpus dyn_corpus;
 
 /* Open a source. spec is one of
  *   builtin | builtin:SEED   the built-in multi-task dataset (seed default 1)
- *   builtin:SEED:TASK+TASK   only those tasks (names as dyn_corpus_task_name),
- *                            the mixture weights renormalised over them
+ *   builtin:SEED:TASK+TASK   only those tasks (names below), their weights
+ *                            renormalised; task ids stay those of all eight
  *   PATH.jsonl               one JSON object per line (docs/data.md)
  *   PREFIX                   a Megatron dataset PREFIX.idx + PREFIX.bin
  *                            (decoder-only); if PREFIX.idx does not exist but

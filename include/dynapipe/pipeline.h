@@ -81,6 +81,11 @@ typedef struct dyn_pipeline_options {
 
 /* DYN_SCHEDULE_AUTO with 4 order groups. */
 void dyn_pipeline_options_default(dyn_pipeline_options *opt);
+/* A schedule by name: "auto" or a dyn_schedule_parse name ("1f1b",
+ * "cyclic", "wait-free-cyclic", "interleaved", "zb"). */
+dyn_status dyn_pipeline_schedule_parse(const char *name, int32_t *schedule, dyn_error *err);
+/* "auto" for DYN_SCHEDULE_AUTO, else dyn_schedule_name. */
+const char *dyn_pipeline_schedule_name(int32_t schedule);
 
 /* One replica's execution plan and what it was built from. Micro-batch j
  * of plan, costs and mb_index is the same micro-batch. */

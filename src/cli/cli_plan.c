@@ -269,14 +269,9 @@ typedef struct plan_cmd {
 /* --schedule NAME (auto or a schedule); -1 on a bad name (printed). */
 static int parse_schedule(exec_out *eo, const char *v)
 {
-    dyn_schedule kind;
     dyn_error err;
     eo->build = 1;
-    if (strcmp(v, "auto") == 0) {
-        eo->schedule = DYN_SCHEDULE_AUTO;
-    } else if (dyn_schedule_parse(v, &kind, &err) == DYN_OK) {
-        eo->schedule = (int32_t)kind;
-    } else {
+    if (dyn_pipeline_schedule_parse(v, &eo->schedule, &err) != DYN_OK) {
         cli_errorf(CMD, "--schedule: %s", err.msg);
         return -1;
     }

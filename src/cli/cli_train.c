@@ -51,8 +51,8 @@ static void usage(FILE *out)
             "  --eval-samples N          held-out samples per evaluation (default 64)\n"
             "  --hostfile FILE           hosts for mpirun (default: this machine)\n"
             "  --quiet | --verbose\n\n"
-            "Defaults for the planning flags below: --data builtin, --model-config gpt-tiny /\n"
-            "t5-tiny, --stages 2, --global-batch-tokens 8192, --max-seqlen 512.\n\n");
+            "Defaults for the planning flags below: --data builtin, --model-config gpt-mini /\n"
+            "t5-mini, --stages 2, --global-batch-tokens 8192, --max-seqlen 512.\n\n");
     plan_args_usage(out);
 }
 
@@ -211,7 +211,7 @@ static int parse(int argc, char **argv, dyn_train_options *o, const char **hostf
     }
     /* training defaults for the planning flags */
     if (a.data_spec == NULL) a.data_spec = "builtin";
-    if (!have_config && a.have_kind) a.model_config = a.kind == DYN_MODEL_GPT ? "gpt-tiny" : "t5-tiny";
+    if (!have_config && a.have_kind) a.model_config = a.kind == DYN_MODEL_GPT ? "gpt-mini" : "t5-mini";
     if (!have_gbt) a.global_batch_tokens = o->global_batch_tokens;
     if (!a.have_max_seqlen) {
         a.have_max_seqlen = 1;

@@ -58,7 +58,7 @@ static double pairs_or(int64_t given, double dense)
     return given > 0 ? (double)given : dense;
 }
 
-int64_t dyn_layer_params(const dyn_model_config *c, dyn_layer_kind kind)
+int64_t cost_layer_params(const dyn_model_config *c, dyn_layer_kind kind)
 {
     int64_t h = c->hidden, a = (int64_t)c->heads * c->head_dim, f = c->ffn, V = c->vocab;
     int gpt = c->kind == DYN_MODEL_GPT;
@@ -83,7 +83,7 @@ int64_t dyn_layer_params(const dyn_model_config *c, dyn_layer_kind kind)
     return 0;
 }
 
-double dyn_state_bytes_per_param(int32_t bytes_per_elem)
+double cost_state_bytes_per_param(int32_t bytes_per_elem)
 {
     return bytes_per_elem == 2 ? 2.0 + 2.0 + 4.0 + 4.0 + 4.0 : 4.0 * 4.0;
 }
@@ -205,7 +205,7 @@ static double ms_of(double work, double rate_per_ms)
     return work / rate_per_ms;
 }
 
-void dyn_analytic_layer(const struct dyn_cost_model *cm, dyn_layer_kind kind, const dyn_mb_shape *mb,
+void cost_analytic_layer(const struct dyn_cost_model *cm, dyn_layer_kind kind, const dyn_mb_shape *mb,
                         dyn_recompute rc, dyn_layer_cost *out)
 {
     const dyn_model_config *c = &cm->cfg;

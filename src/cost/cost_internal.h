@@ -20,18 +20,18 @@ struct dyn_cost_model {
 
 /* Parameter count (elements) of one layer of kind in cfg (model_config.c and
  * the analytic model's states use it). */
-int64_t dyn_layer_params(const dyn_model_config *cfg, dyn_layer_kind kind);
+int64_t cost_layer_params(const dyn_model_config *cfg, dyn_layer_kind kind);
 
 /* Model states per parameter, bytes: weights + gradients + two AdamW moments
  * in fp32 (16), or bf16 weights + bf16 gradients + fp32 master weights + two
  * fp32 moments (2 + 2 + 4 + 4 + 4 = 16). Either way 16 bytes. */
-double dyn_state_bytes_per_param(int32_t bytes_per_elem);
+double cost_state_bytes_per_param(int32_t bytes_per_elem);
 
 /* The analytic cost of one layer (analytic.c); arguments already checked. */
-void dyn_analytic_layer(const struct dyn_cost_model *cm, dyn_layer_kind kind,
+void cost_analytic_layer(const struct dyn_cost_model *cm, dyn_layer_kind kind,
                         const dyn_mb_shape *mb, dyn_recompute rc, dyn_layer_cost *out);
 /* The interpolated cost of one layer (table.c); arguments already checked. */
-void dyn_table_layer(const struct dyn_cost_model *cm, dyn_layer_kind kind, const dyn_mb_shape *mb,
+void cost_table_layer(const struct dyn_cost_model *cm, dyn_layer_kind kind, const dyn_mb_shape *mb,
                      dyn_recompute rc, dyn_layer_cost *out);
 
 #define DYN_MB (1024.0 * 1024.0)

@@ -10,9 +10,9 @@
 
 static void fill_states(dyn_cost_model *cm)
 {
-    double bpp = dyn_state_bytes_per_param(cm->machine.bytes_per_elem);
+    double bpp = cost_state_bytes_per_param(cm->machine.bytes_per_elem);
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
-        cm->states_mb[k] = (double)dyn_layer_params(&cm->cfg, (dyn_layer_kind)k) * bpp / DYN_MB;
+        cm->states_mb[k] = (double)cost_layer_params(&cm->cfg, (dyn_layer_kind)k) * bpp / DYN_MB;
 }
 
 dyn_cost_model *dyn_cost_model_create_analytic(const dyn_model_config *cfg, const dyn_machine *m,
@@ -71,9 +71,9 @@ dyn_status dyn_cost_layer(const dyn_cost_model *cm, dyn_layer_kind kind, const d
     if (mb->enc_attn < 0 || mb->dec_attn < 0 || mb->cross_attn < 0)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "cost: negative attention pair count");
     if (cm->is_table)
-        dyn_table_layer(cm, kind, mb, rc, out);
+        cost_table_layer(cm, kind, mb, rc, out);
     else
-        dyn_analytic_layer(cm, kind, mb, rc, out);
+        cost_analytic_layer(cm, kind, mb, rc, out);
     return DYN_OK;
 }
 

@@ -11,7 +11,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "cost/cost_internal.h" /* defines: dyn_layer_params */
+#include "cost/cost_internal.h" /* defines: cost_layer_params */
 #include "dynapipe/cost.h"
 #include "util/util.h"          /* defines: dyn_file_read_all */
 
@@ -29,6 +29,11 @@ static const preset PRESETS[] = {
     /* The DynaPipe paper's GPT: 32 layers, h = 4096, ffn = 16384, 32 heads. */
     {"gpt-6.7b", {DYN_MODEL_GPT, 32, 0, 4096, 32, 128, 16384, 50257, 4096}},
     {"t5-tiny", {DYN_MODEL_T5, 2, 2, 64, 4, 16, 128, 512, 256}},
+    /* Small byte-level models `dynapipe train` trains by default: big enough
+     * that matrix products, not per-call overhead, take most of the time on
+     * one CPU core, small enough for a run of a minute or two on two. */
+    {"gpt-mini", {DYN_MODEL_GPT, 4, 0, 256, 4, 64, 1024, 260, 2048}},
+    {"t5-mini", {DYN_MODEL_T5, 4, 4, 256, 4, 64, 512, 260, 2048}},
     /* T5 v1.1 base. */
     {"t5-base", {DYN_MODEL_T5, 12, 12, 768, 12, 64, 2048, 32128, 2048}},
     /* The paper's T5 (T5 v1.1 11B): 24 + 24 layers, d_model 1024, d_ff 65536,
@@ -103,10 +108,10 @@ dyn_status dyn_model_config_validate(const dyn_model_config *c, dyn_error *err)
 
 int64_t dyn_model_config_params(const dyn_model_config *c)
 {
-    int64_t per_layer = dyn_layer_params(c, DYN_LAYER_EMBED) +
-                        (int64_t)c->n_layers * dyn_layer_params(c, DYN_LAYER_ENCODER) +
-                        (int64_t)c->n_dec_layers * dyn_layer_params(c, DYN_LAYER_DECODER) +
-                        dyn_layer_params(c, DYN_LAYER_LM_HEAD);
+    int64_t per_layer = cost_layer_params(c, DYN_LAYER_EMBED) +
+                        (int64_t)c->n_layers * cost_layer_params(c, DYN_LAYER_ENCODER) +
+                        (int64_t)c->n_dec_layers * cost_layer_params(c, DYN_LAYER_DECODER) +
+                        cost_layer_params(c, DYN_LAYER_LM_HEAD);
     if (c->kind == DYN_MODEL_GPT) /* the LM head is tied to the token table: count it once */
         return per_layer - (int64_t)c->vocab * c->hidden;
     /* T5: the encoder's final RMSNorm and one relative-bias table

@@ -73,7 +73,7 @@ static void axis_locate(const int32_t *ax, int32_t n, double x, int32_t *i0, dou
     *t = (x - ax[lo]) / (double)(ax[lo + 1] - ax[lo]);
 }
 
-void dyn_table_layer(const struct dyn_cost_model *cm, dyn_layer_kind kind, const dyn_mb_shape *mb,
+void cost_table_layer(const struct dyn_cost_model *cm, dyn_layer_kind kind, const dyn_mb_shape *mb,
                      dyn_recompute rc, dyn_layer_cost *out)
 {
     dyn_cost_grid g = {cm->n_rows, cm->n_enc, cm->n_dec, cm->rows, cm->enc_len, cm->dec_len};

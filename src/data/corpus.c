@@ -68,38 +68,45 @@ dyn_status corpus_fit_lengths(const dyn_corpus_options *opt, const char *where, 
 
 /* ---- built-in ------------------------------------------------------------- */
 
+/* "TASK+TASK+..." after the seed -> a mask of task ids. */
+static dyn_status parse_tasks(const char *spec, const char *list, uint32_t *mask, dyn_error *err)
+{
+    *mask = 0;
+    const char *p = list;
+    for (;;) {
+        const char *e = strchr(p, '+');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        int32_t found = -1;
+        for (int32_t t = 0; t < BUILTIN_NUM_TASKS && found < 0; t++)
+            if (strlen(builtin_task_name(t)) == n && strncmp(builtin_task_name(t), p, n) == 0) found = t;
+        if (found < 0)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "corpus '%s': unknown task '%.*s' (copy, reverse, sort, add, lookup, cipher, "
+                                 "summarise, classify)", spec, (int)n, p);
+        *mask |= UINT32_C(1) << found;
+        if (e == NULL) return DYN_OK;
+        p = e + 1;
+    }
+}
+
 static dyn_status builtin_open(dyn_corpus *c, const char *spec, dyn_error *err)
 {
     c->src = SRC_BUILTIN;
     c->seed = 1;
+    c->task_mask = (UINT32_C(1) << BUILTIN_NUM_TASKS) - 1;
     if (spec[7] == ':') {
         char *end = NULL;
         errno = 0;
         unsigned long long s = strtoull(spec + 8, &end, 10);
-        if (spec[8] == '\0' || spec[8] == '-' || (*end != '\0' && *end != ':') || errno == ERANGE)
+        if (spec[8] < '0' || spec[8] > '9' || (*end != '\0' && *end != ':') || errno == ERANGE)
             return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': seed is not a non-negative integer", spec);
         c->seed = (uint64_t)s;
-        if (*end == ':') { /* a task subset: builtin:SEED:TASK+TASK */
-            const char *p = end + 1;
-            while (*p) {
-                size_t n = strcspn(p, "+");
-                int32_t t = 0;
-                while (t < BUILTIN_NUM_TASKS &&
-                       (strlen(builtin_task_name(t)) != n || strncmp(builtin_task_name(t), p, n) != 0))
-                    t++;
-                if (n == 0 || t == BUILTIN_NUM_TASKS)
-                    return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': unknown task '%.*s' (tasks: copy, "
-                                         "reverse, sort, add, lookup, cipher, summarise, classify)", spec, (int)n, p);
-                c->task_mask |= 1u << t;
-                p += n;
-                if (*p == '+') p++;
-            }
-            if (c->task_mask == 0)
-                return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': no task after the second ':'", spec);
+        if (*end == ':') {
+            dyn_status st = parse_tasks(spec, end + 1, &c->task_mask, err);
+            if (st != DYN_OK) return st;
         }
     } else if (spec[7] != '\0') {
-        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': use builtin, builtin:SEED or builtin:SEED:TASK+TASK",
-                             spec);
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': use builtin, builtin:SEED or builtin:SEED:TASK+TASK", spec);
     }
     if (c->opt.max_seqlen < DYN_CORPUS_BUILTIN_MIN_SEQLEN)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus builtin: max_seqlen %d < %d (the smallest the tasks fit)",

@@ -28,8 +28,8 @@ const char *builtin_task_name(int32_t task);
 double builtin_task_weight(int32_t task);
 /* Generate sample (seed, split, index) so that its tokens (bytes + SEP,
  * bytes + EOS) fit max_seqlen (>= DYN_CORPUS_BUILTIN_MIN_SEQLEN) for kind.
- * task_mask: bit t set = task t may be drawn, with the mixture weights
- * renormalised over the set (0 or all bits: the whole mixture, unchanged). */
+ * task_mask (bit t = task t, != 0) limits the mixture to those tasks, their
+ * weights renormalised. */
 void builtin_generate(uint64_t seed, dyn_corpus_split split, int64_t index, int32_t max_seqlen,
                       dyn_model_kind kind, uint32_t task_mask, builtin_text *out);
 /* The fixed substitution cipher of the `cipher` task: lowercase letter c
@@ -66,7 +66,7 @@ struct dyn_corpus {
     int decoder_only;
     /* built-in */
     uint64_t seed;
-    uint32_t task_mask;        /* built-in: tasks drawn (builtin:SEED:TASK+TASK); 0 all */
+    uint32_t task_mask;        /* tasks in the mixture (bit t = task t) */
     char *text_in, *text_tgt;  /* generation buffers, max_seqlen bytes each */
     /* JSONL: the byte-offset index (record i is line line_no[i] at
      * offset[i], line_len[i] bytes) and the lengths after truncation */

@@ -378,19 +378,18 @@ void builtin_generate(uint64_t seed, dyn_corpus_split split, int64_t index, int3
         g.cap_in = g.cap_tgt = (int64_t)max_seqlen - 1;
         g.cap_total = 2 * (int64_t)max_seqlen;
     }
-    uint32_t all = (1u << BUILTIN_NUM_TASKS) - 1;
-    uint32_t mask = task_mask & all ? task_mask & all : all;
+    /* The task: walk the cumulative weights of the tasks in the mask; the
+     * last of them absorbs rounding. */
     double total = 0.0;
-    int32_t t = 0; /* the last allowed task absorbs rounding */
+    int32_t t = -1;
     for (int32_t k = 0; k < BUILTIN_NUM_TASKS; k++)
-        if (mask >> k & 1) {
+        if (task_mask >> k & 1) {
             total += TASKS[k].weight;
             t = k;
         }
-    /* the whole mixture scales by 1: the same draws as before subsets existed */
-    double u = dyn_rng_uniform(&rng) * (mask == all ? 1.0 : total), acc = 0.0;
-    for (int32_t k = 0; k < BUILTIN_NUM_TASKS - 1; k++) {
-        if (!(mask >> k & 1)) continue;
+    double u = dyn_rng_uniform(&rng) * total, acc = 0.0;
+    for (int32_t k = 0; k < t; k++) {
+        if (!(task_mask >> k & 1)) continue;
         acc += TASKS[k].weight;
         if (u < acc) {
             t = k;

@@ -34,6 +34,23 @@ void dyn_pipeline_options_default(dyn_pipeline_options *opt)
     opt->order_groups = DYN_ORDER_MAX_GROUPS;
 }
 
+dyn_status dyn_pipeline_schedule_parse(const char *name, int32_t *schedule, dyn_error *err)
+{
+    if (name != NULL && strcmp(name, "auto") == 0) {
+        *schedule = DYN_SCHEDULE_AUTO;
+        return DYN_OK;
+    }
+    dyn_schedule kind;
+    dyn_status st = dyn_schedule_parse(name ? name : "", &kind, err);
+    if (st == DYN_OK) *schedule = (int32_t)kind;
+    return st;
+}
+
+const char *dyn_pipeline_schedule_name(int32_t schedule)
+{
+    return schedule == DYN_SCHEDULE_AUTO ? "auto" : dyn_schedule_name((dyn_schedule)schedule);
+}
+
 void dyn_replica_plan_free(dyn_replica_plan *r)
 {
     if (r == NULL) return;

@@ -37,7 +37,7 @@ static void bins_sort_desc(kk_bin *b, int32_t d)
     }
 }
 
-dyn_status dyn_balance_kk(const double *w, int32_t m, int32_t d, int32_t *replica, double *max_load,
+dyn_status plan_balance_kk(const double *w, int32_t m, int32_t d, int32_t *replica, double *max_load,
                           dyn_error *err)
 {
     if (d <= 1 || m <= 0) {
@@ -117,7 +117,7 @@ dyn_status dyn_balance_kk(const double *w, int32_t m, int32_t d, int32_t *replic
     return DYN_OK;
 }
 
-double dyn_balance_round_robin(const double *w, int32_t m, int32_t d, int32_t *replica)
+double plan_balance_round_robin(const double *w, int32_t m, int32_t d, int32_t *replica)
 {
     if (d < 1) d = 1;
     double load[64] = {0};

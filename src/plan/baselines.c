@@ -1,5 +1,5 @@
 /* baselines.c — the micro-batching methods dynapipe is compared with. Each
- * fills the same dyn_batch_plan as the DP, through dyn_plan_assemble, so the
+ * fills the same dyn_batch_plan as the DP, through plan_assemble, so the
  * costs, memory check and replica balancing are the same for all.
  *
  *   padding          samples in dataset order, mb_samples per micro-batch,
@@ -28,10 +28,10 @@
 
 #include "util/util.h" /* defines: dyn_calloc */
 
-dyn_status dyn_planner_max_rows(const dyn_planner *p, int32_t cap, int32_t *rows, dyn_error *err)
+dyn_status plan_max_rows(const dyn_planner *p, int32_t cap, int32_t *rows, dyn_error *err)
 {
     dyn_mb_shape sh = {0};
-    sh.enc_len = dyn_round_up(p->opt.max_seqlen, p->opt.round_to);
+    sh.enc_len = plan_round_up(p->opt.max_seqlen, p->opt.round_to);
     sh.dec_len = p->kind == DYN_MODEL_T5 ? sh.enc_len : 0;
     /* fits(k) is monotone in k: grow geometrically, then bisect. */
     int32_t good = 0, bad = -1, k = 1;
@@ -39,7 +39,7 @@ dyn_status dyn_planner_max_rows(const dyn_planner *p, int32_t cap, int32_t *rows
         sh.rows = k;
         dyn_mb_cost c;
         int fits;
-        dyn_status st = dyn_planner_mb_cost(p, &sh, &c, &fits, err);
+        dyn_status st = plan_mb_cost(p, &sh, &c, &fits, err);
         if (st != DYN_OK) return st;
         if (!fits) {
             bad = k;
@@ -54,7 +54,7 @@ dyn_status dyn_planner_max_rows(const dyn_planner *p, int32_t cap, int32_t *rows
         sh.rows = good + (bad - good) / 2;
         dyn_mb_cost c;
         int fits;
-        dyn_status st = dyn_planner_mb_cost(p, &sh, &c, &fits, err);
+        dyn_status st = plan_mb_cost(p, &sh, &c, &fits, err);
         if (st != DYN_OK) return st;
         if (fits) good = sh.rows;
         else bad = sh.rows;
@@ -66,7 +66,7 @@ dyn_status dyn_planner_max_rows(const dyn_planner *p, int32_t cap, int32_t *rows
 /* Auto knob: rows of max_seqlen that fit; infeasible if not even one. */
 static dyn_status auto_rows(const dyn_planner *p, int32_t cap, int32_t *rows, dyn_error *err)
 {
-    dyn_status st = dyn_planner_max_rows(p, cap, rows, err);
+    dyn_status st = plan_max_rows(p, cap, rows, err);
     if (st != DYN_OK) return st;
     if (*rows < 1)
         return dyn_error_set(err, DYN_ERR_INFEASIBLE,
@@ -85,7 +85,7 @@ static dyn_status plan_padding(dyn_planner *p, const dyn_sample *s, int32_t n, i
     int32_t m = 0;
     for (int32_t i = 0; i < n; i++) perm[i] = i;
     for (int32_t i = 0; i < n; i += c) groups[m++] = n - i < c ? n - i : c;
-    return dyn_plan_assemble(p, s, n, perm, groups, m, NULL, NULL, NULL, NULL, out, err);
+    return plan_assemble(p, s, n, perm, groups, m, NULL, NULL, NULL, NULL, out, err);
 }
 
 static dyn_status plan_token(dyn_planner *p, const dyn_sample *s, int32_t n, int32_t *perm,
@@ -97,15 +97,15 @@ static dyn_status plan_token(dyn_planner *p, const dyn_sample *s, int32_t n, int
     if (budget == 0) {
         int32_t c;
         if ((st = auto_rows(p, n, &c, err)) != DYN_OK) return st;
-        budget = (int64_t)c * dyn_round_up(p->opt.max_seqlen, r) * (p->kind == DYN_MODEL_T5 ? 2 : 1);
+        budget = (int64_t)c * plan_round_up(p->opt.max_seqlen, r) * (p->kind == DYN_MODEL_T5 ? 2 : 1);
     }
-    st = p->kind == DYN_MODEL_GPT ? dyn_order_gpt(s, n, perm, err) : dyn_order_t5_lex(s, n, perm, err);
+    st = p->kind == DYN_MODEL_GPT ? plan_order_gpt(s, n, perm, err) : plan_order_t5_lex(s, n, perm, err);
     if (st != DYN_OK) return st;
     int32_t m = 0, cnt = 0, max_a = 0, max_b = 0;
     for (int32_t i = 0; i < n; i++) {
         const dyn_sample *x = &s[perm[i]];
-        int32_t a = dyn_round_up(p->kind == DYN_MODEL_GPT ? x->input_len + x->target_len : x->input_len, r);
-        int32_t b = p->kind == DYN_MODEL_T5 ? dyn_round_up(x->target_len, r) : 0;
+        int32_t a = plan_round_up(p->kind == DYN_MODEL_GPT ? x->input_len + x->target_len : x->input_len, r);
+        int32_t b = p->kind == DYN_MODEL_T5 ? plan_round_up(x->target_len, r) : 0;
         int32_t na = a > max_a ? a : max_a, nb = b > max_b ? b : max_b;
         if (cnt > 0 && (int64_t)(cnt + 1) * (na + nb) > budget) {
             groups[m++] = cnt;
@@ -118,7 +118,7 @@ static dyn_status plan_token(dyn_planner *p, const dyn_sample *s, int32_t n, int
         max_b = nb;
     }
     if (cnt > 0) groups[m++] = cnt;
-    return dyn_plan_assemble(p, s, n, perm, groups, m, NULL, NULL, NULL, NULL, out, err);
+    return plan_assemble(p, s, n, perm, groups, m, NULL, NULL, NULL, NULL, out, err);
 }
 
 /* Packing: first-fit-decreasing into rows, then pack_rows rows per
@@ -141,7 +141,7 @@ static dyn_status plan_packing(dyn_planner *p, const dyn_sample *s, int32_t n, i
                                int32_t *groups, dyn_batch_plan *out, dyn_error *err)
 {
     const int gpt = p->kind == DYN_MODEL_GPT;
-    const int32_t L = dyn_round_up(p->opt.max_seqlen, p->opt.round_to);
+    const int32_t L = plan_round_up(p->opt.max_seqlen, p->opt.round_to);
     int64_t *key = dyn_calloc((size_t)n, sizeof(int64_t), "packing keys", err);
     pack_row *rowv = dyn_calloc((size_t)n, sizeof(pack_row), "packing rows", err);
     int32_t *next = dyn_calloc((size_t)n, sizeof(int32_t), "packing links", err);
@@ -203,7 +203,7 @@ static dyn_status plan_packing(dyn_planner *p, const dyn_sample *s, int32_t n, i
         shapes[m] = sh;
         groups[m++] = cnt;
     }
-    st = dyn_plan_assemble(p, s, n, perm, groups, m, shapes, row_of, enc_off, dec_off, out, err);
+    st = plan_assemble(p, s, n, perm, groups, m, shapes, row_of, enc_off, dec_off, out, err);
 done:
     free(key);
     free(rowv);
@@ -217,7 +217,7 @@ done:
     return st;
 }
 
-dyn_status dyn_plan_baseline(dyn_planner *p, const dyn_sample *s, int32_t n, dyn_batch_plan *out,
+dyn_status plan_baseline(dyn_planner *p, const dyn_sample *s, int32_t n, dyn_batch_plan *out,
                              dyn_error *err)
 {
     int32_t *perm = dyn_calloc((size_t)n, sizeof(int32_t), "baseline order", err);

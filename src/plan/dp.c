@@ -55,7 +55,7 @@
 
 #include "util/util.h" /* defines: dyn_calloc */
 
-double dyn_dp_objective(const dyn_dp_problem *pb, double t_max, double t_sum)
+double plan_dp_objective(const plan_dp_problem *pb, double t_max, double t_sum)
 {
     return plan_objective_ms(pb->stages, pb->chunks, pb->dp, t_max, t_sum);
 }
@@ -80,7 +80,7 @@ typedef struct dp_work {
 
 /* Reference pass at bound tau (the naive solver): scans every run. Returns
  * F(n), INFINITY if no partition has all runs <= tau. */
-static double dp_pass(const dyn_dp_problem *pb, double tau, dp_work *w)
+static double dp_pass(const plan_dp_problem *pb, double tau, dp_work *w)
 {
     w->F[0] = 0.0;
     for (int32_t j = 0; j < pb->n; j++) {
@@ -139,7 +139,7 @@ typedef struct k_cache {
     int32_t width, K;
 } k_cache;
 
-static int32_t runs_within(const dyn_dp_problem *pb, int32_t j, double tau, k_cache *c)
+static int32_t runs_within(const plan_dp_problem *pb, int32_t j, double tau, k_cache *c)
 {
     const double *row = pb->time[j];
     int32_t width = pb->width[j], K;
@@ -264,7 +264,7 @@ static int32_t seg_best_start(dp_work *w, int32_t key, double beta, int32_t L, i
  * is F(i) + t(j, k) with the row's true time, a real partition within the
  * segment's deviation from affine (<= 1e-13 t) of the scanned minimum.
  * Short or non-affine segments are scanned. Ties keep the shortest run. */
-static void pass_seg_pos(const dyn_dp_problem *pb, dp_work *w, int32_t j, int32_t K)
+static void pass_seg_pos(const plan_dp_problem *pb, dp_work *w, int32_t j, int32_t K)
 {
     const double *row = pb->time[j];
     const double *F = w->F;
@@ -300,7 +300,7 @@ static void pass_seg_pos(const dyn_dp_problem *pb, dp_work *w, int32_t j, int32_
 }
 
 /* Plain positions j in [j0, j1) sharing one row: scan every usable run. */
-static void pass_plain(const dyn_dp_problem *pb, double tau, dp_work *w, int32_t j0, int32_t j1,
+static void pass_plain(const plan_dp_problem *pb, double tau, dp_work *w, int32_t j0, int32_t j1,
                        double *nxt, k_cache *kc)
 {
     for (int32_t j = j0; j < j1; j++) {
@@ -326,7 +326,7 @@ static void pass_plain(const dyn_dp_problem *pb, double tau, dp_work *w, int32_t
  * The value stored is F(i) + t(k) with the row's true t(k): a real
  * partition, at most the row's deviation from affine (<= 1e-13 t) above the
  * scanned minimum. Ties keep the latest start (the shortest run). */
-static void pass_affine(const dyn_dp_problem *pb, double tau, dp_work *w, int32_t j0, int32_t j1,
+static void pass_affine(const plan_dp_problem *pb, double tau, dp_work *w, int32_t j0, int32_t j1,
                         double beta, double *nxt, k_cache *kc)
 {
     const double *row = pb->time[j0];
@@ -360,7 +360,7 @@ static void pass_affine(const dyn_dp_problem *pb, double tau, dp_work *w, int32_
  * bisection (rows are non-decreasing); that run is the row's next candidate:
  * *next receives the smallest run time > tau. Positions that share a row
  * (GPT: equal padded lengths) use the deque when the row is affine. */
-static double dp_pass_fast(const dyn_dp_problem *pb, double tau, dp_work *w, double *next)
+static double dp_pass_fast(const plan_dp_problem *pb, double tau, dp_work *w, double *next)
 {
     double nxt = INFINITY;
     k_cache kc = {NULL, -1, 0};
@@ -387,7 +387,7 @@ static double dp_pass_fast(const dyn_dp_problem *pb, double tau, dp_work *w, dou
 
 /* Walk the choices back from n: run sizes into res (in order), its max and
  * sum of times. Requires F(n) finite. */
-static void dp_traceback(const dyn_dp_problem *pb, const dp_work *w, dyn_dp_result *res)
+static void dp_traceback(const plan_dp_problem *pb, const dp_work *w, plan_dp_result *res)
 {
     int32_t m = 0;
     double tmax = 0.0;
@@ -405,7 +405,7 @@ static void dp_traceback(const dyn_dp_problem *pb, const dp_work *w, dyn_dp_resu
     res->n_runs = m;
     res->t_max_ms = tmax;
     res->t_sum_ms = w->F[pb->n];
-    res->objective_ms = dyn_dp_objective(pb, tmax, w->F[pb->n]);
+    res->objective_ms = plan_dp_objective(pb, tmax, w->F[pb->n]);
 }
 
 static void work_free(dp_work *w)
@@ -438,9 +438,9 @@ static dyn_status work_alloc(dp_work *w, int32_t n, int segments, dyn_error *err
 /* The search state of the fast solver. The best partition is kept as run
  * sizes in best->run_len (best is the caller's result). */
 typedef struct dp_search {
-    const dyn_dp_problem *pb;
+    const plan_dp_problem *pb;
     dp_work w;
-    dyn_dp_result *best;
+    plan_dp_result *best;
     int32_t evals;
 } dp_search;
 
@@ -463,7 +463,7 @@ static double search_eval(dp_search *s, double tau, double *lo_flat, double *hi_
         if (t > tmax) tmax = t;
     }
     *lo_flat = tmax;
-    double obj = dyn_dp_objective(s->pb, tmax, F);
+    double obj = plan_dp_objective(s->pb, tmax, F);
     if (obj < s->best->objective_ms) dp_traceback(s->pb, &s->w, s->best);
     return F;
 }
@@ -474,7 +474,7 @@ static void search_interval(dp_search *s, double lo, double hi, double F_left, d
 {
     while (lo < hi) {
         if (F_left == F_right) return; /* flat: dominated by the left neighbour */
-        double bound = dyn_dp_objective(s->pb, lo, F_right);
+        double bound = plan_dp_objective(s->pb, lo, F_right);
         double inc = s->best->objective_ms < s->pb->known_ms ? s->best->objective_ms : s->pb->known_ms;
         if (!(bound < inc)) return;
         double mid = isfinite(hi) ? lo + (hi - lo) * 0.5 : lo;
@@ -489,7 +489,7 @@ static void search_interval(dp_search *s, double lo, double hi, double F_left, d
     }
 }
 
-dyn_status dyn_dp_solve(const dyn_dp_problem *pb, dyn_dp_result *res, dyn_error *err)
+dyn_status plan_dp_solve(const plan_dp_problem *pb, plan_dp_result *res, dyn_error *err)
 {
     dp_search s = {.pb = pb, .best = res, .evals = 0};
     res->objective_ms = INFINITY;
@@ -529,7 +529,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-dyn_status dyn_dp_solve_naive(const dyn_dp_problem *pb, dyn_dp_result *res, dyn_error *err)
+dyn_status plan_dp_solve_naive(const plan_dp_problem *pb, plan_dp_result *res, dyn_error *err)
 {
     res->objective_ms = INFINITY;
     res->n_runs = 0;
@@ -560,7 +560,7 @@ dyn_status dyn_dp_solve_naive(const dyn_dp_problem *pb, dyn_dp_result *res, dyn_
         double F = dp_pass(pb, cand[i], &w);
         res->n_evals++;
         if (!isfinite(F)) continue;
-        double value = dyn_dp_objective(pb, cand[i], F);
+        double value = plan_dp_objective(pb, cand[i], F);
         if (value < best_value) {
             best_value = value;
             dp_traceback(pb, &w, res);

@@ -55,7 +55,7 @@ static uint64_t clamp21(int64_t v)
     return (uint64_t)v;
 }
 
-dyn_status dyn_order_gpt(const dyn_sample *s, int32_t n, int32_t *perm, dyn_error *err)
+dyn_status plan_order_gpt(const dyn_sample *s, int32_t n, int32_t *perm, dyn_error *err)
 {
     order_key *keys = dyn_calloc((size_t)n, sizeof(order_key), "ordering keys", err);
     if (keys == NULL) return DYN_ERR_NOMEM;
@@ -68,7 +68,7 @@ dyn_status dyn_order_gpt(const dyn_sample *s, int32_t n, int32_t *perm, dyn_erro
     return DYN_OK;
 }
 
-dyn_status dyn_order_t5_lex(const dyn_sample *s, int32_t n, int32_t *perm, dyn_error *err)
+dyn_status plan_order_t5_lex(const dyn_sample *s, int32_t n, int32_t *perm, dyn_error *err)
 {
     order_key *keys = dyn_calloc((size_t)n, sizeof(order_key), "ordering keys", err);
     if (keys == NULL) return DYN_ERR_NOMEM;
@@ -81,7 +81,7 @@ dyn_status dyn_order_t5_lex(const dyn_sample *s, int32_t n, int32_t *perm, dyn_e
     return DYN_OK;
 }
 
-dyn_status dyn_order_t5_padded(const dyn_sample *s, int32_t n, int32_t r, int32_t *perm,
+dyn_status plan_order_t5_padded(const dyn_sample *s, int32_t n, int32_t r, int32_t *perm,
                                dyn_error *err)
 {
     order_key *keys = dyn_calloc((size_t)n, sizeof(order_key), "ordering keys", err);
@@ -96,7 +96,7 @@ dyn_status dyn_order_t5_padded(const dyn_sample *s, int32_t n, int32_t r, int32_
     return DYN_OK;
 }
 
-dyn_status dyn_order_t5_serpentine(const dyn_sample *s, int32_t n, int32_t bucket, int32_t *perm,
+dyn_status plan_order_t5_serpentine(const dyn_sample *s, int32_t n, int32_t bucket, int32_t *perm,
                                    dyn_error *err)
 {
     if (bucket < 1) bucket = 1;

@@ -26,7 +26,7 @@
  * dyn_mb_cost_fn contract: a longer run has more rows and no shorter
  * lengths). Objective of a partition into runs:
  *     (stages - 1) * max t / chunks + sum t / dp. */
-typedef struct dyn_dp_problem {
+typedef struct plan_dp_problem {
     int32_t n;
     const int32_t *width;
     const double *const *time;
@@ -54,25 +54,25 @@ typedef struct dyn_dp_problem {
     const int32_t *seg_k;
     const int32_t *seg_key;
     const double *seg_beta;
-} dyn_dp_problem;
+} plan_dp_problem;
 
 /* Result: run_len[0..n_runs) (caller allocates n entries) are the run sizes
  * in order; objective/t_max/t_sum in ms; n_evals counts DP passes. */
-typedef struct dyn_dp_result {
+typedef struct plan_dp_result {
     int32_t n_runs;
     int32_t *run_len;
     double objective_ms;
     double t_max_ms;
     double t_sum_ms;
     int32_t n_evals;
-} dyn_dp_result;
+} plan_dp_result;
 
 /* Exact optimum over the candidate set T = { time[j][k-1] : all j, k <=
  * width[j] } (every achievable micro-batch time) by branch and bound over
  * t_max; see dp.c. DYN_ERR_NOMEM only. */
-dyn_status dyn_dp_solve(const dyn_dp_problem *pb, dyn_dp_result *res, dyn_error *err);
+dyn_status plan_dp_solve(const plan_dp_problem *pb, plan_dp_result *res, dyn_error *err);
 /* Reference: one full DP pass for every candidate in T, O(n * w * |T|). */
-dyn_status dyn_dp_solve_naive(const dyn_dp_problem *pb, dyn_dp_result *res, dyn_error *err);
+dyn_status plan_dp_solve_naive(const plan_dp_problem *pb, plan_dp_result *res, dyn_error *err);
 /* The DP objective, the predicted iteration time (ms), of a partition whose
  * slowest micro-batch takes t_max and whose micro-batches sum to t_sum:
  * (S - 1) * t_max / v + t_sum / d. The one formula: the DP, the planner's
@@ -83,47 +83,47 @@ static inline double plan_objective_ms(int32_t S, int32_t v, int32_t d, double t
     return (double)(S - 1) * t_max / (double)v + t_sum / (double)d;
 }
 /* plan_objective_ms with pb's S, v and d. */
-double dyn_dp_objective(const dyn_dp_problem *pb, double t_max, double t_sum);
+double plan_dp_objective(const plan_dp_problem *pb, double t_max, double t_sum);
 
 /* ---- order.c ------------------------------------------------------------- */
 
 /* Padded length of a sample side: len rounded up to a multiple of r. */
-static inline int32_t dyn_round_up(int32_t len, int32_t r)
+static inline int32_t plan_round_up(int32_t len, int32_t r)
 {
     return r > 1 ? (len + r - 1) / r * r : len;
 }
 
 /* GPT: perm[0..n) = indices of samples sorted by input+target (ties: index). */
-dyn_status dyn_order_gpt(const dyn_sample *s, int32_t n, int32_t *perm, dyn_error *err);
+dyn_status plan_order_gpt(const dyn_sample *s, int32_t n, int32_t *perm, dyn_error *err);
 /* T5, lexicographic: by input, then target, then index. */
-dyn_status dyn_order_t5_lex(const dyn_sample *s, int32_t n, int32_t *perm, dyn_error *err);
+dyn_status plan_order_t5_lex(const dyn_sample *s, int32_t n, int32_t *perm, dyn_error *err);
 /* T5, by padded lengths: (input rounded up to r, target rounded up to r,
  * input, index), so that samples of equal padded shape are adjacent and the
  * DP can share one cost row among them. */
-dyn_status dyn_order_t5_padded(const dyn_sample *s, int32_t n, int32_t r, int32_t *perm,
+dyn_status plan_order_t5_padded(const dyn_sample *s, int32_t n, int32_t r, int32_t *perm,
                                dyn_error *err);
 /* T5, serpentine: inputs cut into buckets of `bucket` tokens (rounded input /
  * bucket); buckets in increasing input; within a bucket sorted by target,
  * alternately increasing and decreasing, so that consecutive buckets meet at
  * similar targets. */
-dyn_status dyn_order_t5_serpentine(const dyn_sample *s, int32_t n, int32_t bucket, int32_t *perm,
+dyn_status plan_order_t5_serpentine(const dyn_sample *s, int32_t n, int32_t bucket, int32_t *perm,
                                    dyn_error *err);
 
 /* ---- balance.c ----------------------------------------------------------- */
 
 /* Assign m items with loads w[0..m) (ms) to d bins; replica[i] receives the
  * bin. Karmarkar-Karp multi-way differencing. Returns the largest bin load. */
-dyn_status dyn_balance_kk(const double *w, int32_t m, int32_t d, int32_t *replica, double *max_load,
+dyn_status plan_balance_kk(const double *w, int32_t m, int32_t d, int32_t *replica, double *max_load,
                           dyn_error *err);
 /* Round-robin in the given order (the comparison baseline). */
-double dyn_balance_round_robin(const double *w, int32_t m, int32_t d, int32_t *replica);
+double plan_balance_round_robin(const double *w, int32_t m, int32_t d, int32_t *replica);
 
 /* ---- planner.c / baselines.c --------------------------------------------- */
 
 /* What a planner holds. Costs of micro-batch shapes are cached by
  * (padded input or sequence length, padded target length) in rows indexed
- * by the number of samples: see struct dyn_cost_row. */
-typedef struct dyn_cost_row {
+ * by the number of samples: see struct plan_cost_row. */
+typedef struct plan_cost_row {
     int32_t n;     /* entries 1..n evaluated (index k-1) */
     int32_t cap;   /* largest feasible row count, once known; -1 not yet */
     int32_t alloc;
@@ -131,7 +131,7 @@ typedef struct dyn_cost_row {
     double *amin;  /* amin[k-1] = min over i <= k of time[i-1] / i: cheapest ms per sample */
     int32_t aff_n; /* T5 segments: entries 1..aff_n are affine, t(1) + (t(2) - t(1)) (k - 1) */
     int32_t aff_bad; /* 1: entry aff_n + 1 is not, so no longer prefix is */
-} dyn_cost_row;
+} plan_cost_row;
 
 struct dyn_planner {
     dyn_model_kind kind;
@@ -146,9 +146,9 @@ struct dyn_planner {
     double peak_limit_mb;
     double alone_limit_mb;  /* A: what one-row micro-batch may use with nothing else in flight */
     int32_t n_len;                /* padded lengths 1..n_len units of round_to */
-    dyn_cost_row **rows;          /* [n_len * (T5 ? n_len : 1)], lazily made */
+    plan_cost_row **rows;          /* [n_len * (T5 ? n_len : 1)], lazily made */
     /* knobs for the benchmark and tests (0 = normal operation) */
-    int use_naive_dp;             /* solve with dyn_dp_solve_naive, over all runs (no time cap) */
+    int use_naive_dp;             /* solve with plan_dp_solve_naive, over all runs (no time cap) */
     int t5_lex_only;              /* T5: try only the lexicographic order */
     int64_t dp_evals;             /* DP passes, summed over solves */
     /* scratch, grown as needed */
@@ -162,7 +162,7 @@ struct dyn_planner {
     const double **time;
     double *band;
     int64_t band_alloc;
-    /* T5: affine segments of the band rows (see dyn_dp_problem) */
+    /* T5: affine segments of the band rows (see plan_dp_problem) */
     int64_t *seg_start;  /* [scratch_n + 1] */
     int32_t *seg_k, *seg_key;
     double *seg_beta;    /* the seg_* arrays have band_alloc entries */
@@ -170,21 +170,21 @@ struct dyn_planner {
 
 /* Cost of a micro-batch shape through the planner's function, with the
  * memory check: *fits = 0 when stored or peak exceed the limits. */
-dyn_status dyn_planner_mb_cost(const dyn_planner *p, const dyn_mb_shape *shape, dyn_mb_cost *out,
+dyn_status plan_mb_cost(const dyn_planner *p, const dyn_mb_shape *shape, dyn_mb_cost *out,
                                int *fits, dyn_error *err);
 /* Fill plan from micro-batch groups: ids in final order (perm over samples),
  * group sizes, shapes; computes costs, checks memory, balances, objective.
  * rows/offsets may be NULL (one sample per row, offset 0). */
-dyn_status dyn_plan_assemble(const dyn_planner *p, const dyn_sample *s, int32_t n,
+dyn_status plan_assemble(const dyn_planner *p, const dyn_sample *s, int32_t n,
                              const int32_t *perm, const int32_t *group_len, int32_t n_groups,
                              const dyn_mb_shape *shapes, const int32_t *rows,
                              const int32_t *enc_off, const int32_t *dec_off, dyn_batch_plan *out,
                              dyn_error *err);
 /* Baselines (baselines.c): fill out for method p->opt.method. */
-dyn_status dyn_plan_baseline(dyn_planner *p, const dyn_sample *s, int32_t n, dyn_batch_plan *out,
+dyn_status plan_baseline(dyn_planner *p, const dyn_sample *s, int32_t n, dyn_batch_plan *out,
                              dyn_error *err);
 /* Largest number of rows of max_seqlen-long sequences that fits the memory
  * limit (at least 1 when a single row fits; 0 if none does), capped at cap. */
-dyn_status dyn_planner_max_rows(const dyn_planner *p, int32_t cap, int32_t *rows, dyn_error *err);
+dyn_status plan_max_rows(const dyn_planner *p, int32_t cap, int32_t *rows, dyn_error *err);
 
 #endif

@@ -131,7 +131,7 @@ dyn_planner *dyn_planner_create_custom(dyn_model_kind kind, dyn_mb_cost_fn fn, v
     p->alone_limit_mb = avail;
     p->n_len = (opt->max_seqlen + opt->round_to - 1) / opt->round_to;
     size_t n_rows = (size_t)p->n_len * (kind == DYN_MODEL_T5 ? (size_t)p->n_len : 1);
-    p->rows = dyn_calloc(n_rows, sizeof(dyn_cost_row *), "cost cache", err);
+    p->rows = dyn_calloc(n_rows, sizeof(plan_cost_row *), "cost cache", err);
     if (p->rows == NULL) {
         free(p);
         return NULL;
@@ -197,7 +197,7 @@ double dyn_planner_peak_limit_mb(const dyn_planner *p)
 
 /* ---- micro-batch costs ------------------------------------------------- */
 
-dyn_status dyn_planner_mb_cost(const dyn_planner *p, const dyn_mb_shape *shape, dyn_mb_cost *out,
+dyn_status plan_mb_cost(const dyn_planner *p, const dyn_mb_shape *shape, dyn_mb_cost *out,
                                int *fits, dyn_error *err)
 {
     dyn_status st = p->fn(p->ctx, shape, out, err);
@@ -211,10 +211,10 @@ dyn_status dyn_planner_mb_cost(const dyn_planner *p, const dyn_mb_shape *shape, 
  * for k = 1..want, or up to its memory cap. *avail receives how many entries
  * are usable (<= want). */
 static dyn_status row_ensure(dyn_planner *p, int32_t ei, int32_t di, int32_t want,
-                             dyn_cost_row **rowp, int32_t *avail, dyn_error *err)
+                             plan_cost_row **rowp, int32_t *avail, dyn_error *err)
 {
     size_t idx = (size_t)ei * (p->kind == DYN_MODEL_T5 ? (size_t)p->n_len : 1) + (size_t)di;
-    dyn_cost_row *row = p->rows[idx];
+    plan_cost_row *row = p->rows[idx];
     if (row == NULL) {
         row = dyn_calloc(1, sizeof *row, "cost cache row", err);
         if (row == NULL) return DYN_ERR_NOMEM;
@@ -240,7 +240,7 @@ static dyn_status row_ensure(dyn_planner *p, int32_t ei, int32_t di, int32_t wan
             sh.rows = row->n + 1;
             dyn_mb_cost c;
             int fits;
-            dyn_status st = dyn_planner_mb_cost(p, &sh, &c, &fits, err);
+            dyn_status st = plan_mb_cost(p, &sh, &c, &fits, err);
             if (st != DYN_OK) return st;
             if (!fits) {
                 row->cap = row->n;
@@ -312,14 +312,14 @@ static dyn_status infeasible_sample(const dyn_planner *p, const dyn_sample *s, d
     dyn_mb_shape sh = {0};
     sh.rows = 1;
     if (p->kind == DYN_MODEL_GPT) {
-        sh.enc_len = dyn_round_up(s->input_len + s->target_len, p->opt.round_to);
+        sh.enc_len = plan_round_up(s->input_len + s->target_len, p->opt.round_to);
     } else {
-        sh.enc_len = dyn_round_up(s->input_len, p->opt.round_to);
-        sh.dec_len = dyn_round_up(s->target_len, p->opt.round_to);
+        sh.enc_len = plan_round_up(s->input_len, p->opt.round_to);
+        sh.dec_len = plan_round_up(s->target_len, p->opt.round_to);
     }
     dyn_mb_cost c = {0};
     int fits = 0;
-    dyn_status st = dyn_planner_mb_cost(p, &sh, &c, &fits, err);
+    dyn_status st = plan_mb_cost(p, &sh, &c, &fits, err);
     if (st != DYN_OK) return st;
     return dyn_error_set(err, DYN_ERR_INFEASIBLE,
                          "sample %d (input %d + target %d tokens) cannot fit alone: it needs "
@@ -376,7 +376,7 @@ static int32_t grid_floor(int32_t u)
 static dyn_status lower_bound_row(dyn_planner *p, int32_t ei, int32_t di, int32_t n, double *per,
                                   dyn_error *err)
 {
-    dyn_cost_row *row;
+    plan_cost_row *row;
     int32_t avail;
     dyn_status st = row_ensure(p, ei, di, n, &row, &avail, err);
     if (st != DYN_OK) return st;
@@ -392,7 +392,7 @@ static dyn_status build_gpt(dyn_planner *p, const dyn_sample *s, int32_t n, cons
     for (int32_t j = 0; j < n; j++) {
         const dyn_sample *x = &s[perm[j]];
         int32_t li = len_index(x->input_len + x->target_len, p->opt.round_to);
-        dyn_cost_row *row;
+        plan_cost_row *row;
         int32_t avail;
         dyn_status st = row_ensure(p, li, 0, j + 1, &row, &avail, err);
         if (st != DYN_OK) return st;
@@ -450,7 +450,7 @@ static int32_t count_le_row(const double *row, int32_t len, double cap)
  * with that slope, so any two within 1e-13 of each other's line) is
  * verified once and extended as needed, so this is O(1) amortised. */
 #define PLAN_SEG_MIN 8
-static double segment_slope(dyn_cost_row *R, int32_t ka, int32_t kb)
+static double segment_slope(plan_cost_row *R, int32_t ka, int32_t kb)
 {
     if (kb - ka + 1 < PLAN_SEG_MIN || R->n < 2) return NAN;
     double beta = R->time[1] - R->time[0], t1 = R->time[0];
@@ -482,7 +482,7 @@ static dyn_status chunk_value(dyn_planner *p, const dyn_sample *s, int32_t n, co
                 if (x->input_len > max_in) max_in = x->input_len;
                 if (x->target_len > max_tg) max_tg = x->target_len;
             }
-            dyn_cost_row *row;
+            plan_cost_row *row;
             int32_t avail;
             dyn_status st = row_ensure(p, len_index(max_in, r), len_index(max_tg, r), len, &row,
                                        &avail, err);
@@ -514,7 +514,7 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
     double single_max = 0.0, single_sum = 0.0, lb = 0.0;
     for (int32_t j = 0; j < n; j++) {
         const dyn_sample *x = &s[perm[j]];
-        dyn_cost_row *row;
+        plan_cost_row *row;
         int32_t avail;
         int32_t e = len_index(x->input_len, r), d = len_index(x->target_len, r);
         p->pe[j] = e;
@@ -560,7 +560,7 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
              * do too. One more (W + 1 samples) is in the group as well, so
              * it stops j only if the row itself stops there. */
             int32_t W = p->width[j - 1], avail;
-            dyn_cost_row *row;
+            plan_cost_row *row;
             st = row_ensure(p, own_e, own_d, W + 1, &row, &avail, err);
             if (st != DYN_OK) return st;
             if (avail < W + 1 || row->time[W] > tau_cap) {
@@ -580,7 +580,7 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
          * and j's band is at most one longer than j-1's. */
         int32_t kmax = j == 0 ? 1 : p->width[j - 1] + 1;
         int32_t e = -1, d = -1, in_group = 1, k = 1;
-        dyn_cost_row *row = NULL, *srow = NULL;
+        plan_cost_row *row = NULL, *srow = NULL;
         if ((st = band_ensure(p, off + j + 1, err)) != DYN_OK) return st;
         while (k <= kmax) {
             if (p->pe[j + 1 - k] > e) e = p->pe[j + 1 - k];
@@ -639,12 +639,12 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
 }
 
 static dyn_status solve_order(dyn_planner *p, const dyn_sample *s, int32_t n, const int32_t *perm,
-                              double known_ms, dyn_dp_result *res, dyn_error *err)
+                              double known_ms, plan_dp_result *res, dyn_error *err)
 {
     dyn_status st = p->kind == DYN_MODEL_GPT ? build_gpt(p, s, n, perm, err)
                                              : build_t5(p, s, n, perm, known_ms, err);
     if (st != DYN_OK) return st;
-    dyn_dp_problem pb = {n, p->width, p->time, p->opt.stages, p->opt.chunks, p->opt.dp, 1, known_ms,
+    plan_dp_problem pb = {n, p->width, p->time, p->opt.stages, p->opt.chunks, p->opt.dp, 1, known_ms,
                          NULL, NULL, NULL, NULL};
     if (p->kind == DYN_MODEL_T5 && p->seg_on && !p->use_naive_dp) {
         pb.seg_start = p->seg_start;
@@ -652,7 +652,7 @@ static dyn_status solve_order(dyn_planner *p, const dyn_sample *s, int32_t n, co
         pb.seg_key = p->seg_key;
         pb.seg_beta = p->seg_beta;
     }
-    st = p->use_naive_dp ? dyn_dp_solve_naive(&pb, res, err) : dyn_dp_solve(&pb, res, err);
+    st = p->use_naive_dp ? plan_dp_solve_naive(&pb, res, err) : plan_dp_solve(&pb, res, err);
     p->dp_evals += res->n_evals;
     return st;
 }
@@ -672,9 +672,9 @@ static dyn_status plan_dynapipe(dyn_planner *p, const dyn_sample *s, int32_t n, 
 {
     dyn_status st = scratch_ensure(p, n, err);
     if (st != DYN_OK) return st;
-    dyn_dp_result res = {.run_len = p->run_len};
+    plan_dp_result res = {.run_len = p->run_len};
     if (p->kind == DYN_MODEL_GPT) {
-        if ((st = dyn_order_gpt(s, n, p->perm, err)) != DYN_OK) return st;
+        if ((st = plan_order_gpt(s, n, p->perm, err)) != DYN_OK) return st;
         if ((st = solve_order(p, s, n, p->perm, INFINITY, &res, err)) != DYN_OK) return st;
     } else {
         /* perm/run_len hold the best so far; perm2/run_len2 the trial. */
@@ -709,11 +709,11 @@ static dyn_status plan_dynapipe(dyn_planner *p, const dyn_sample *s, int32_t n, 
             int32_t b = t5_buckets[c];
             if ((p->t5_lex_only && b != 0) || (b < 0 && !use_padded)) continue;
             int32_t *perm = tried == 0 ? p->perm : p->perm2;
-            st = b < 0    ? dyn_order_t5_padded(s, n, p->opt.round_to, perm, err)
-                 : b == 0 ? dyn_order_t5_lex(s, n, perm, err)
-                          : dyn_order_t5_serpentine(s, n, b * p->opt.round_to, perm, err);
+            st = b < 0    ? plan_order_t5_padded(s, n, p->opt.round_to, perm, err)
+                 : b == 0 ? plan_order_t5_lex(s, n, perm, err)
+                          : plan_order_t5_serpentine(s, n, b * p->opt.round_to, perm, err);
             if (st != DYN_OK) return st;
-            dyn_dp_result trial = {.run_len = tried == 0 ? p->run_len : p->run_len2};
+            plan_dp_result trial = {.run_len = tried == 0 ? p->run_len : p->run_len2};
             /* Later orders only need to beat the best so far: the search
              * skips t_max values that cannot (exact for the better one). */
             if ((st = solve_order(p, s, n, perm, best, &trial, err)) != DYN_OK) return st;
@@ -729,7 +729,7 @@ static dyn_status plan_dynapipe(dyn_planner *p, const dyn_sample *s, int32_t n, 
         }
         res.n_runs = best_runs;
     }
-    return dyn_plan_assemble(p, s, n, p->perm, p->run_len, res.n_runs, NULL, NULL, NULL, NULL, out,
+    return plan_assemble(p, s, n, p->perm, p->run_len, res.n_runs, NULL, NULL, NULL, NULL, out,
                              err);
 }
 
@@ -763,7 +763,7 @@ dyn_status dyn_planner_plan(dyn_planner *p, const dyn_sample *samples, int32_t n
     dyn_status st = check_samples(p, samples, n, err);
     if (st == DYN_OK)
         st = p->opt.method == DYN_BATCH_DYNAPIPE ? plan_dynapipe(p, samples, n, out, err)
-                                                 : dyn_plan_baseline(p, samples, n, out, err);
+                                                 : plan_baseline(p, samples, n, out, err);
     if (st != DYN_OK) {
         dyn_batch_plan_free(out);
         return st;
@@ -774,7 +774,7 @@ dyn_status dyn_planner_plan(dyn_planner *p, const dyn_sample *samples, int32_t n
 
 /* ---- assembling a plan --------------------------------------------------- */
 
-/* Scratch of dyn_plan_assemble, per micro-batch group; one free. */
+/* Scratch of plan_assemble, per micro-batch group; one free. */
 typedef struct assemble_scratch {
     dyn_plan_microbatch *mbs; /* [n_groups] in planning order */
     int32_t *first;           /* [n_groups] position of the group's first sample in perm */
@@ -810,8 +810,8 @@ static dyn_mb_shape group_shape(const dyn_planner *p, const dyn_sample *s, const
         if (a > sh.enc_len) sh.enc_len = a;
         if (p->kind == DYN_MODEL_T5 && x->target_len > sh.dec_len) sh.dec_len = x->target_len;
     }
-    sh.enc_len = dyn_round_up(sh.enc_len, p->opt.round_to);
-    sh.dec_len = dyn_round_up(sh.dec_len, p->opt.round_to);
+    sh.enc_len = plan_round_up(sh.enc_len, p->opt.round_to);
+    sh.dec_len = plan_round_up(sh.dec_len, p->opt.round_to);
     return sh;
 }
 
@@ -829,7 +829,7 @@ static dyn_status cost_groups(const dyn_planner *p, const dyn_sample *s, int32_t
         sum->padded += (int64_t)sh.rows * (sh.enc_len + sh.dec_len);
         dyn_mb_cost c;
         int fits;
-        dyn_status st = dyn_planner_mb_cost(p, &sh, &c, &fits, err);
+        dyn_status st = plan_mb_cost(p, &sh, &c, &fits, err);
         if (st != DYN_OK) return st;
         if (!fits)
             return dyn_error_set(err, DYN_ERR_INFEASIBLE,
@@ -900,7 +900,7 @@ static dyn_status write_groups(const dyn_sample *s, const int32_t *perm, const i
     return DYN_OK;
 }
 
-dyn_status dyn_plan_assemble(const dyn_planner *p, const dyn_sample *s, int32_t n,
+dyn_status plan_assemble(const dyn_planner *p, const dyn_sample *s, int32_t n,
                              const int32_t *perm, const int32_t *group_len, int32_t n_groups,
                              const dyn_mb_shape *shapes, const int32_t *rows,
                              const int32_t *enc_off, const int32_t *dec_off, dyn_batch_plan *out,
@@ -924,7 +924,7 @@ dyn_status dyn_plan_assemble(const dyn_planner *p, const dyn_sample *s, int32_t 
         !out->sample_offset || !out->sample_dec_offset)
         st = DYN_ERR_NOMEM;
     if (st == DYN_OK) st = cost_groups(p, s, n, perm, group_len, n_groups, shapes, &a, &sum, err);
-    if (st == DYN_OK) st = dyn_balance_kk(a.load, n_groups, p->opt.dp, a.rep, &max_load, err);
+    if (st == DYN_OK) st = plan_balance_kk(a.load, n_groups, p->opt.dp, a.rep, &max_load, err);
     if (st == DYN_OK) st = order_by_replica(&a, n_groups, p->opt.dp, &max_per_replica, err);
     if (st == DYN_OK) st = write_groups(s, perm, group_len, n_groups, rows, enc_off, dec_off, &a, out, err);
     if (st == DYN_OK) {

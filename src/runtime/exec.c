@@ -117,12 +117,13 @@ void rt_exec_clear_events(rt_exec *x) { x->n_ev = 0; }
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-/* "instruction 12 (SEND_ACT_START mb 3 stage 1 peer 2)" */
+/* "instruction 12 (SEND_ACT_START, micro-batch 3, stage 1, peer 2)"; the
+ * rank is named by the abort message's prefix. */
 static const char *where(const rt_exec *x, int32_t i, char *buf, size_t n)
 {
     const dyn_instr *in = &x->rp->instrs[i];
-    snprintf(buf, n, "rank %d instruction %d (%s, micro-batch %d, stage %d, peer %d)", x->env.g->stage_rank, i,
-             dyn_op_name((dyn_op)in->op), in->microbatch, in->stage, in->peer);
+    snprintf(buf, n, "instruction %d (%s, micro-batch %d, stage %d, peer %d)", i, dyn_op_name((dyn_op)in->op),
+             in->microbatch, in->stage, in->peer);
     return buf;
 }
 
@@ -543,6 +544,20 @@ static dyn_status record(rt_exec *x, int32_t i, double t0, double t1, dyn_error 
     return DYN_OK;
 }
 
+/* Whether instruction i is the last of its rank's list to add to its
+ * stage's weight gradients. O(rest of the list) on the few backward
+ * instructions; a plan has a handful per micro-batch. */
+static int last_weight_grad(const dyn_rank_plan *rp, int32_t i)
+{
+    int op = rp->instrs[i].op;
+    if (op != DYN_OP_BACKWARD && op != DYN_OP_BACKWARD_WEIGHT) return 0;
+    for (int32_t j = i + 1; j < rp->n_instrs; j++) {
+        int o = rp->instrs[j].op;
+        if ((o == DYN_OP_BACKWARD || o == DYN_OP_BACKWARD_WEIGHT) && rp->instrs[j].stage == rp->instrs[i].stage) return 0;
+    }
+    return 1;
+}
+
 dyn_status rt_exec_run(rt_exec *x, const dyn_rt_work *w, double epoch_ms, rt_exec_stats *st, dyn_error *err)
 {
     memset(st, 0, sizeof *st);
@@ -555,6 +570,8 @@ dyn_status rt_exec_run(rt_exec *x, const dyn_rt_work *w, double epoch_ms, rt_exe
         double t0 = dyn_time_ms();
         s = handlers[x->rp->instrs[i].op](x, i, err);
         if (s == DYN_OK && x->env.record) s = record(x, i, t0, dyn_time_ms(), err);
+        if (s == DYN_OK && x->env.stage_done && last_weight_grad(x->rp, i))
+            x->env.stage_done(x->env.poll_ctx, x->rp->instrs[i].stage);
         if (s == DYN_OK) poll_all(x);
     }
     st->wall_ms = dyn_time_ms() - start;

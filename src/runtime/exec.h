@@ -43,6 +43,11 @@ typedef struct rt_exec_env {
     double timeout_s;         /* deadline of every wait */
     void (*poll)(void *ctx);  /* called between instructions and while waiting */
     void *poll_ctx;
+    /* called (with poll_ctx) right after the last instruction of this
+     * iteration that adds to stage s's weight gradients (its last BACKWARD
+     * or BACKWARD_WEIGHT), so the caller can start that stage's gradient
+     * allreduce while the rest of the plan runs; NULL: none */
+    void (*stage_done)(void *ctx, int32_t stage);
     int record;               /* 1: keep one event per instruction (trace) */
 } rt_exec_env;
 

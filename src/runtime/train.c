@@ -339,6 +339,11 @@ typedef struct rt_iter {
     double *pred_peak_mb; /* [world] */
 } rt_iter;
 
+/* A stage model's gradient allreduce goes in parts of at most 2^30 floats
+ * (MPI counts are int). */
+#define DP_PARTS 8
+#define DP_PART_FLOATS ((size_t)1 << 30)
+
 /* A shared tensor held by this rank: the local chunks holding a copy, and
  * the communicator of the ranks holding one (MPI_COMM_NULL when all
  * holders are on this rank). */
@@ -359,6 +364,8 @@ typedef struct rt_run {
     int32_t *lay_first, n_stages;
     rt_shared *shared;            /* [n_shared] shared tensors this rank holds */
     int n_shared;
+    MPI_Request (*dp_req)[DP_PARTS]; /* [n_local]: a chunk's data-parallel allreduce in flight */
+    int *dp_started;              /* [n_local] */
     rt_exec *x;
     rt_mail mail;
     rt_planner *planner;
@@ -382,6 +389,49 @@ static dyn_model *model_of(void *ctx, int32_t stage)
 /* ---- the step --------------------------------------------------------------- */
 
 /* Sum count values of buf over comm, in place, with the deadline. */
+/* The poll hook of every wait: plan delivery, and the data-parallel
+ * allreduces started during the backward (MPI_Test drives them). */
+static void run_poll(void *ctx)
+{
+    rt_run *R = ctx;
+    mail_poll(&R->mail);
+    for (int32_t c = 0; c < R->n_local; c++)
+        if (R->dp_started[c])
+            for (int k = 0; k < DP_PARTS; k++)
+                if (R->dp_req[c][k] != MPI_REQUEST_NULL) {
+                    int done = 0;
+                    MPI_Test(&R->dp_req[c][k], &done, MPI_STATUS_IGNORE);
+                }
+}
+
+/* Start chunk c's gradient allreduce over the stage's replicas. */
+static dyn_status dp_start(rt_run *R, int32_t c, dyn_error *err)
+{
+    if (R->g.dp < 2 || R->dp_started[c]) return DYN_OK;
+    float *g = dyn_model_grads(R->models[c]);
+    size_t n = dyn_model_num_params(R->models[c]);
+    if (n > DP_PARTS * DP_PART_FLOATS) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "a stage of %zu parameters", n);
+    for (int k = 0; k < DP_PARTS; k++) R->dp_req[c][k] = MPI_REQUEST_NULL;
+    for (size_t at = 0, k = 0; at < n; at += DP_PART_FLOATS, k++) {
+        size_t cnt = n - at < DP_PART_FLOATS ? n - at : DP_PART_FLOATS;
+        dyn_status st = dyn_rt_mpi_check(
+            MPI_Iallreduce(MPI_IN_PLACE, g + at, (int)cnt, MPI_FLOAT, MPI_SUM, R->g.dpc, &R->dp_req[c][k]),
+            "MPI_Iallreduce (data parallel)", err);
+        if (st != DYN_OK) return st;
+    }
+    R->dp_started[c] = 1;
+    return DYN_OK;
+}
+
+/* The interpreter's stage_done hook: the stage's weight gradients of this
+ * iteration are complete, so their allreduce overlaps the rest of the plan. */
+static void on_stage_done(void *ctx, int32_t stage)
+{
+    rt_run *R = ctx;
+    dyn_error e;
+    if (dp_start(R, stage / R->g.stages, &e) != DYN_OK) mail_fail(&R->mail, e.code, &e);
+}
+
 static dyn_status allreduce_on(rt_run *R, MPI_Comm comm, void *buf, size_t count, MPI_Datatype t, const char *what,
                                dyn_error *err)
 {
@@ -391,7 +441,7 @@ static dyn_status allreduce_on(rt_run *R, MPI_Comm comm, void *buf, size_t count
         MPI_Request req;
         dyn_status st = dyn_rt_mpi_check(
             MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + at * esz, (int)c, t, MPI_SUM, comm, &req), what, err);
-        if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, mail_poll, &R->mail, what, err);
+        if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, run_poll, R, what, err);
         if (st != DYN_OK) return st;
     }
     return DYN_OK;
@@ -421,10 +471,19 @@ static dyn_status sum_shared(rt_run *R, dyn_error *err)
 
 static dyn_status step(rt_run *R, int64_t k, double *grad_norm, double *lr, dyn_error *err)
 {
-    dyn_status st = sum_shared(R, err);
-    for (int32_t c = 0; st == DYN_OK && R->g.dp > 1 && c < R->n_local; c++)
-        st = allreduce_on(R, R->g.dpc, dyn_model_grads(R->models[c]), dyn_model_num_params(R->models[c]), MPI_FLOAT,
-                          "the data-parallel gradient allreduce", err);
+    /* The data-parallel sums started as each stage's backward finished
+     * (on_stage_done); a replica idle this iteration starts them now. Then
+     * the shared tensors' sums over their holders (sums commute: the order
+     * of the two does not change the total). */
+    dyn_status st = R->mail.fail;
+    if (st != DYN_OK) *err = R->mail.err;
+    for (int32_t c = 0; st == DYN_OK && c < R->n_local; c++) {
+        st = dp_start(R, c, err);
+        for (int p = 0; st == DYN_OK && R->dp_started[c] && p < DP_PARTS; p++)
+            st = rt_wait(&R->dp_req[c][p], R->o.timeout_s, run_poll, R, "the data-parallel gradient allreduce", err);
+        R->dp_started[c] = 0;
+    }
+    if (st == DYN_OK) st = sum_shared(R, err);
     double sq = 0;
     for (int32_t c = 0; c < R->n_local; c++) sq += dyn_model_grad_sqnorm_owned(R->models[c]);
     if (st == DYN_OK) st = allreduce_on(R, R->g.pipe, &sq, 1, MPI_DOUBLE, "the gradient-norm allreduce", err);
@@ -601,6 +660,9 @@ static dyn_status create_models(rt_run *R, int threads, dyn_error *err)
         bytes += dyn_model_state_bytes(R->models[c], NULL);
     }
     R->states_mb = (double)bytes / (1024.0 * 1024.0);
+    R->dp_req = dyn_calloc((size_t)R->n_local, sizeof *R->dp_req, "allreduce requests", err);
+    R->dp_started = dyn_calloc((size_t)R->n_local, sizeof(int), "allreduce requests", err);
+    if (R->dp_req == NULL || R->dp_started == NULL) return DYN_ERR_NOMEM;
     int n = 0;
     dyn_shared_tensor *sh = dyn_model_shared_tensors(&o->model, R->lay_first, R->n_stages, &n, err);
     if (sh == NULL) return err->code;
@@ -895,8 +957,9 @@ static dyn_status setup(rt_run *R, dyn_error *err)
     env.n_layers = dyn_model_num_layers(R->models[0]);
     env.src = R->src;
     env.timeout_s = o->timeout_s;
-    env.poll = mail_poll;
-    env.poll_ctx = &R->mail;
+    env.poll = run_poll;
+    env.poll_ctx = R;
+    env.stage_done = on_stage_done;
     env.record = o->trace_path != NULL;
     if ((R->x = rt_exec_create(&env, err)) == NULL) return err->code;
     for (int32_t c = 0; c < R->n_local; c++) dyn_model_set_progress(R->models[c], rt_exec_poll, R->x);
@@ -986,7 +1049,7 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
     if (st == DYN_OK)
         st = dyn_rt_mpi_check(MPI_Igather(rec, R_COUNT, MPI_DOUBLE, all, R_COUNT, MPI_DOUBLE, 0, R->g.world, &req),
                               "MPI_Igather (metrics)", err);
-    if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, mail_poll, &R->mail, "the metrics gather", err);
+    if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, run_poll, R, "the metrics gather", err);
     if (st == DYN_OK && R->g.world_rank == 0) {
         double loss = 0, busy = 0, comm = 0, bytes = 0, wait = 0, iter_ms = 0;
         for (int r = 0; r < R->g.world_size; r++) {
@@ -1035,6 +1098,8 @@ static void run_free(rt_run *R)
         if (R->shared[i].comm != MPI_COMM_NULL) MPI_Comm_free(&R->shared[i].comm);
     }
     free(R->shared);
+    free(R->dp_req);
+    free(R->dp_started);
     rt_source_free(R->src);
     free(R->lay_first);
     if (R->iters)
@@ -1077,7 +1142,14 @@ int dyn_train_rank_main(const dyn_train_options *o, int *argc, char ***argv)
         MPI_Request req;
         st = dyn_rt_mpi_check(MPI_Ibarrier(R.g.world, &req), "MPI_Ibarrier", &err);
         if (st == DYN_OK) st = rt_wait(&req, o->timeout_s, NULL, NULL, "the start-up barrier", &err);
+        /* One epoch for every rank's trace: rank 0's clock reading. The
+         * monotonic clock is the host's, so on one host every rank's events
+         * are then on one time line (across hosts they are off by the
+         * hosts' clock difference). */
         R.epoch_ms = dyn_time_ms();
+        if (st == DYN_OK)
+            st = dyn_rt_mpi_check(MPI_Ibcast(&R.epoch_ms, 1, MPI_DOUBLE, 0, R.g.world, &req), "MPI_Ibcast", &err);
+        if (st == DYN_OK) st = rt_wait(&req, o->timeout_s, NULL, NULL, "the start-up broadcast", &err);
     }
     R.end_step = R.first_step;
     for (int64_t k = R.first_step, stop = 0; st == DYN_OK && !stop && k < o->steps; k++) {

@@ -71,11 +71,12 @@ void dyn_train_options_default(dyn_train_options *o);
  * aborts the whole job with MPI_Abort). */
 int dyn_train_rank_main(const dyn_train_options *o, int *argc, char ***argv);
 
-/* Not under mpirun: re-execute this program as `mpirun -np stages*dp` with
- * the flags this machine needs (oversubscription when ranks exceed cores;
+/* Not under mpirun: run this program as `mpirun -np stages*dp` with the
+ * flags this machine needs (oversubscription when ranks exceed cores;
  * --allow-run-as-root and the OMPI_ALLOW_RUN_AS_ROOT variables as root),
- * same arguments. hostfile: passed to mpirun (NULL: this host). Returns
- * only on failure (1, message printed). */
+ * same arguments, as a child (signals forwarded, stderr filtered: launch.c).
+ * hostfile: passed to mpirun (NULL: this host). Returns mpirun's exit
+ * status, or 1 with a message when it cannot start. */
 int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc, char **argv);
 
 #endif

@@ -379,15 +379,17 @@ dyn_status sched_emit_timed(const sched_orders *o, const dyn_stage_costs *c,
     sched_emitter *e = NULL;
     dyn_status st = sched_emitter_create(&e, plan, kind, o, c, shapes, opt, 0, err);
     if (st != DYN_OK) return st;
-    double *fdone = dyn_calloc((size_t)M * ns, sizeof(double), "timed order", err);
-    double *bdone = dyn_calloc((size_t)M * ns, sizeof(double), "timed order", err);
-    double *free_at = dyn_calloc((size_t)S, sizeof(double), "timed order", err);
-    double *start = dyn_calloc((size_t)S, sizeof(double), "timed order", err);
-    int32_t *pos = dyn_calloc((size_t)S, sizeof(int32_t), "timed order", err);
-    if (!fdone || !bdone || !free_at || !start || !pos) {
-        st = DYN_ERR_NOMEM;
-        goto out;
+    /* One block: fdone, bdone [M * ns] (end of each forward / backward, ms;
+     * -1 not yet), free_at, start [S] (ms), pos [S] (next unit). */
+    double *block = dyn_calloc(2 * (size_t)M * ns + 3 * (size_t)S, sizeof(double), "timed order", err);
+    if (block == NULL) {
+        sched_emitter_free(e);
+        dyn_exec_plan_free(plan);
+        return DYN_ERR_NOMEM;
     }
+    double *fdone = block, *bdone = fdone + (size_t)M * ns, *free_at = bdone + (size_t)M * ns;
+    double *start = free_at + S;
+    int32_t *pos = (int32_t *)(start + S); /* S int32s fit in S doubles */
     for (size_t i = 0; i < (size_t)M * ns; i++) fdone[i] = bdone[i] = -1;
     e->clock = free_at;
     int64_t total = 0;
@@ -431,11 +433,7 @@ dyn_status sched_emit_timed(const sched_orders *o, const dyn_stage_costs *c,
         }
     }
 out:
-    free(fdone);
-    free(bdone);
-    free(free_at);
-    free(start);
-    free(pos);
+    free(block);
     if (st != DYN_OK) {
         sched_emitter_free(e);
         dyn_exec_plan_free(plan);

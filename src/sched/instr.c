@@ -66,16 +66,20 @@ void sched_match_free(sched_match *m)
     free(m->rank_off); free(m->ins); free(m->msg_of); free(m->msg_send); free(m->msg_recv);
     free(m->msg_src); free(m->msg_dst); free(m->slot_off); free(m->pend_send); free(m->pend_recv);
     free(m->bucket_send); free(m->bucket_recv); free(m->order_send); free(m->order_recv);
-    free(m->comm); free(m->comm_rank);
+    free(m->comm); free(m->comm_rank); free(m->comm_peer); free(m->comm_fl);
     memset(m, 0, sizeof *m);
 }
 
-/* Contents need not survive growth: free and calloc. */
-#define GROW(ptr, n, what)                                                  \
-    do {                                                                    \
-        free(ptr);                                                          \
-        (ptr) = dyn_calloc((size_t)(n), sizeof(*(ptr)), what, err);         \
-        if ((ptr) == NULL) return DYN_ERR_NOMEM;                            \
+/* Contents need not survive growth, and every entry is written before it
+ * is read (see sched_match_begin and sched_match_instr), so plain malloc:
+ * the validator makes a fresh workspace per plan, and zeroing arrays of
+ * the instruction count it would not use cost it more than the matching. */
+#define GROW(ptr, n, what)                                                         \
+    do {                                                                           \
+        free(ptr);                                                                 \
+        (ptr) = malloc((size_t)(n) * sizeof(*(ptr)));                              \
+        if ((ptr) == NULL)                                                         \
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the %s", what); \
     } while (0)
 
 /* Room for R ranks, N instructions, B buckets, K slots; geometric growth. */
@@ -99,6 +103,8 @@ static dyn_status reserve(sched_match *m, int32_t R, int32_t N, int32_t B, int32
         GROW(m->order_recv, c, "matcher");
         GROW(m->comm, c, "matcher");
         GROW(m->comm_rank, c, "matcher");
+        GROW(m->comm_peer, c, "matcher");
+        GROW(m->comm_fl, c, "matcher");
         m->cap_instrs = c;
     }
     if (B > m->cap_buckets) {
@@ -134,59 +140,59 @@ static int32_t rank_of(const sched_match *m, int32_t R, int32_t k)
     return lo;
 }
 
-/* Pass 1: FINISH -> START through slots (msg_of holds the START's flat
- * index for now), START counts per bucket, the list of communication
- * instructions. */
-static dyn_status pair_slots(sched_match *m, const dyn_exec_plan *p, int32_t *n_comm, dyn_error *err)
+/* ---- pass 1, instruction by instruction: FINISH -> START through slots
+ * (msg_of holds the START's flat index for now), START counts per bucket,
+ * the list of communication instructions. */
+
+void sched_match_rank_begin(sched_match *m, const dyn_exec_plan *p, int32_t r)
 {
-    int32_t R = p->n_ranks, nc = 0;
-    for (int32_t r = 0; r < R; r++) {
-        const dyn_rank_plan *rp = &p->ranks[r];
-        int32_t base = m->slot_off[r], nb = rp->n_buffers;
-        for (int32_t q = 0; q < nb; q++) m->pend_send[base + q] = m->pend_recv[base + q] = -1;
-        for (int32_t i = 0; i < rp->n_instrs; i++) {
-            const dyn_instr *in = &rp->instrs[i];
-            unsigned fl = sched_op(in->op);
-            int32_t k = m->rank_off[r] + i;
-            m->msg_of[k] = -1;
-            if (!(fl & SCHED_OP_COMM)) continue;
-            m->ins[k] = in;
-            m->comm_rank[nc] = r;
-            m->comm[nc++] = k;
-            int send = (fl & SCHED_OP_SEND) != 0, grad = (fl & SCHED_OP_GRAD) != 0;
-            int32_t slot = send ? in->buf_in : in->buf_out;
-            int32_t *pend = send ? m->pend_send : m->pend_recv;
-            const char *name = dyn_op_name((dyn_op)in->op);
-            if (slot < 0)
-                return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                     "plan invalid: rank %d instruction %d (%s): names no slot", r, i, name);
-            if (fl & SCHED_OP_START) {
-                if (pend[base + slot] >= 0)
-                    return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                         "plan invalid: rank %d instruction %d (%s): slot %d already has a "
-                                         "transfer in flight",
-                                         r, i, name, slot);
-                pend[base + slot] = k;
-                if (send) m->bucket_send[bucket_of(R, grad, r, in->peer) + 1]++;
-                else m->bucket_recv[bucket_of(R, grad, in->peer, r) + 1]++;
-            } else {
-                int32_t ks = pend[base + slot];
-                if (ks < 0 || sched_op_grad(m->ins[ks]->op) != grad)
-                    return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                         "plan invalid: rank %d instruction %d (%s): no transfer started on "
-                                         "slot %d",
-                                         r, i, name, slot);
-                m->msg_of[k] = ks;
-                pend[base + slot] = -1;
-            }
-        }
-        for (int32_t q = 0; q < nb; q++)
-            if (m->pend_send[base + q] >= 0 || m->pend_recv[base + q] >= 0)
-                return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                     "plan invalid: rank %d: transfer on slot %d is started but never finished",
-                                     r, q);
+    int32_t base = m->slot_off[r], nb = p->ranks[r].n_buffers;
+    for (int32_t q = 0; q < nb; q++) m->pend_send[base + q] = m->pend_recv[base + q] = -1;
+}
+
+dyn_status sched_match_instr(sched_match *m, int32_t r, int32_t i, const dyn_instr *in, dyn_error *err)
+{
+    unsigned fl = sched_op(in->op);
+    int32_t R = m->n_ranks, base = m->slot_off[r], k = m->rank_off[r] + i, nc = m->n_comm;
+    m->ins[k] = in;
+    m->comm_rank[nc] = r;
+    m->comm_peer[nc] = in->peer;
+    m->comm_fl[nc] = (uint16_t)fl;
+    m->comm[nc] = k;
+    m->n_comm = nc + 1;
+    int send = (fl & SCHED_OP_SEND) != 0, grad = (fl & SCHED_OP_GRAD) != 0;
+    int32_t slot = send ? in->buf_in : in->buf_out;
+    int32_t *pend = send ? m->pend_send : m->pend_recv;
+    if (slot < 0)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "plan invalid: rank %d instruction %d (%s): names no slot", r,
+                             i, dyn_op_name((dyn_op)in->op));
+    if (fl & SCHED_OP_START) {
+        if (pend[base + slot] >= 0)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "plan invalid: rank %d instruction %d (%s): slot %d already has a transfer in flight",
+                                 r, i, dyn_op_name((dyn_op)in->op), slot);
+        pend[base + slot] = k;
+        if (send) m->bucket_send[bucket_of(R, grad, r, in->peer) + 1]++;
+        else m->bucket_recv[bucket_of(R, grad, in->peer, r) + 1]++;
+        return DYN_OK;
     }
-    *n_comm = nc;
+    int32_t ks = pend[base + slot];
+    if (ks < 0 || sched_op_grad(m->ins[ks]->op) != grad)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "plan invalid: rank %d instruction %d (%s): no transfer started on slot %d", r, i,
+                             dyn_op_name((dyn_op)in->op), slot);
+    m->msg_of[k] = ks;
+    pend[base + slot] = -1;
+    return DYN_OK;
+}
+
+dyn_status sched_match_rank_end(sched_match *m, const dyn_exec_plan *p, int32_t r, dyn_error *err)
+{
+    int32_t base = m->slot_off[r], nb = p->ranks[r].n_buffers;
+    for (int32_t q = 0; q < nb; q++)
+        if (m->pend_send[base + q] >= 0 || m->pend_recv[base + q] >= 0)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "plan invalid: rank %d: transfer on slot %d is started but never finished", r, q);
     return DYN_OK;
 }
 
@@ -223,7 +229,7 @@ static dyn_status unmatched(const sched_match *m, int32_t k, int32_t rank, int32
                          sched_op_grad(in->op) ? "gradient" : "activation", n_recvs);
 }
 
-dyn_status sched_match_plan(sched_match *m, const dyn_exec_plan *p, int check_stages, dyn_error *err)
+dyn_status sched_match_begin(sched_match *m, const dyn_exec_plan *p, dyn_error *err)
 {
     int32_t R = p->n_ranks;
     int64_t N = 0, K = 0;
@@ -237,6 +243,7 @@ dyn_status sched_match_plan(sched_match *m, const dyn_exec_plan *p, int check_st
     int32_t B = 2 * R * R;
     dyn_status st = reserve(m, R, (int32_t)N, B, (int32_t)K, err);
     if (st != DYN_OK) return st;
+    m->n_ranks = R;
     m->rank_off[0] = m->slot_off[0] = 0;
     for (int32_t r = 0; r < R; r++) {
         m->rank_off[r + 1] = m->rank_off[r] + p->ranks[r].n_instrs;
@@ -245,8 +252,14 @@ dyn_status sched_match_plan(sched_match *m, const dyn_exec_plan *p, int check_st
     memset(m->bucket_send, 0, sizeof(int32_t) * (size_t)(B + 1));
     memset(m->bucket_recv, 0, sizeof(int32_t) * (size_t)(B + 1));
     m->n_msgs = 0;
-    int32_t n_comm = 0;
-    if ((st = pair_slots(m, p, &n_comm, err)) != DYN_OK) return st;
+    m->n_comm = 0;
+    return DYN_OK;
+}
+
+dyn_status sched_match_end(sched_match *m, int check_stages, dyn_error *err)
+{
+    int32_t R = m->n_ranks, B = 2 * R * R, n_comm = m->n_comm;
+    dyn_status st;
     for (int32_t b = 0; b < B; b++) {
         m->bucket_send[b + 1] += m->bucket_send[b];
         m->bucket_recv[b + 1] += m->bucket_recv[b];
@@ -255,14 +268,12 @@ dyn_status sched_match_plan(sched_match *m, const dyn_exec_plan *p, int check_st
      * one bucket later: afterwards bucket b spans [bucket[b-1], bucket[b])
      * with bucket[-1] = 0. */
     for (int32_t c = 0; c < n_comm; c++) {
-        int32_t k = m->comm[c];
-        const dyn_instr *in = m->ins[k];
-        unsigned fl = sched_op(in->op);
+        unsigned fl = m->comm_fl[c];
         if (!(fl & SCHED_OP_START)) continue;
-        int32_t r = m->comm_rank[c];
+        int32_t k = m->comm[c], r = m->comm_rank[c], peer = m->comm_peer[c];
         int grad = (fl & SCHED_OP_GRAD) != 0;
-        if (fl & SCHED_OP_SEND) m->order_send[m->bucket_send[bucket_of(R, grad, r, in->peer)]++] = k;
-        else m->order_recv[m->bucket_recv[bucket_of(R, grad, in->peer, r)]++] = k;
+        if (fl & SCHED_OP_SEND) m->order_send[m->bucket_send[bucket_of(R, grad, r, peer)]++] = k;
+        else m->order_recv[m->bucket_recv[bucket_of(R, grad, peer, r)]++] = k;
     }
     for (int32_t b = 0; b < B; b++) {
         int32_t s0 = b ? m->bucket_send[b - 1] : 0, s1 = m->bucket_send[b];
@@ -285,7 +296,21 @@ dyn_status sched_match_plan(sched_match *m, const dyn_exec_plan *p, int check_st
     /* FINISHes: from their START's index to its message. */
     for (int32_t c = 0; c < n_comm; c++) {
         int32_t k = m->comm[c];
-        if (sched_op(m->ins[k]->op) & SCHED_OP_FINISH) m->msg_of[k] = m->msg_of[m->msg_of[k]];
+        if (m->comm_fl[c] & SCHED_OP_FINISH) m->msg_of[k] = m->msg_of[m->msg_of[k]];
     }
     return DYN_OK;
+}
+
+dyn_status sched_match_plan(sched_match *m, const dyn_exec_plan *p, int check_stages, dyn_error *err)
+{
+    dyn_status st = sched_match_begin(m, p, err);
+    for (int32_t r = 0; st == DYN_OK && r < p->n_ranks; r++) {
+        const dyn_rank_plan *rp = &p->ranks[r];
+        sched_match_rank_begin(m, p, r);
+        for (int32_t i = 0; st == DYN_OK && i < rp->n_instrs; i++)
+            if (sched_op(rp->instrs[i].op) & SCHED_OP_COMM) st = sched_match_instr(m, r, i, &rp->instrs[i], err);
+        if (st == DYN_OK) st = sched_match_rank_end(m, p, r, err);
+    }
+    if (st == DYN_OK) st = sched_match_end(m, check_stages, err);
+    return st;
 }

@@ -71,17 +71,20 @@ static inline int sched_op_peer_step(int op)
  * zero it, run it on any number of plans (it grows to the largest and then
  * does not allocate), free it. */
 typedef struct sched_match {
+    int32_t n_ranks, n_comm;
     int32_t n_msgs;
     int32_t *rank_off;     /* [R + 1] */
     const dyn_instr **ins; /* [N] flat view, set for communication instructions only */
-    int32_t *msg_of;       /* [N] message of a SEND/RECV START or FINISH; -1 otherwise */
+    int32_t *msg_of;       /* [N] message of a SEND/RECV START or FINISH (others unset) */
     int32_t *msg_send;     /* [n_msgs] flat index of the SEND_*_START */
     int32_t *msg_recv;     /* [n_msgs] flat index of the RECV_*_START */
     int32_t *msg_src;      /* [n_msgs] sending rank */
     int32_t *msg_dst;      /* [n_msgs] receiving rank */
     /* scratch */
     int32_t *slot_off, *pend_send, *pend_recv;
-    int32_t *bucket_send, *bucket_recv, *order_send, *order_recv, *comm, *comm_rank;
+    int32_t *bucket_send, *bucket_recv, *order_send, *order_recv;
+    int32_t *comm, *comm_rank, *comm_peer; /* [N] SEND/RECV instructions (flat), their ranks, peers */
+    uint16_t *comm_fl;                     /* [N] and their flags */
     int32_t cap_ranks, cap_instrs, cap_buckets, cap_slots;
 } sched_match;
 
@@ -98,6 +101,16 @@ typedef struct sched_match {
  * without its receive or the reverse, a pair that disagrees. */
 dyn_status sched_match_plan(sched_match *m, const dyn_exec_plan *plan, int check_stages, dyn_error *err);
 void sched_match_free(sched_match *m);
+
+/* The same in steps, for a caller that checks its own fields in the same
+ * pass over the plan (the simulator): begin; per rank, rank_begin, then
+ * sched_match_instr for each SEND/RECV instruction in program order, then
+ * rank_end; finally end. sched_match_plan is exactly this. */
+dyn_status sched_match_begin(sched_match *m, const dyn_exec_plan *plan, dyn_error *err);
+void sched_match_rank_begin(sched_match *m, const dyn_exec_plan *plan, int32_t r);
+dyn_status sched_match_instr(sched_match *m, int32_t r, int32_t i, const dyn_instr *in, dyn_error *err);
+dyn_status sched_match_rank_end(sched_match *m, const dyn_exec_plan *plan, int32_t r, dyn_error *err);
+dyn_status sched_match_end(sched_match *m, int check_stages, dyn_error *err);
 
 /* ---- the memory model (sched.h "Memory model") ---------------------------
  * What one instruction does to its rank's memory, MB: before it runs the

@@ -162,13 +162,16 @@ static dyn_status reserve(dyn_sim *s, int32_t R, int32_t N, int32_t K, dyn_error
 static const char *op_label(int op) { return dyn_op_name((dyn_op)op); }
 
 /* Check every field the simulator indexes with, rank by rank in program
- * order (the matcher relies on ops, peers and slots in range). */
-static dyn_status check_fields(const dyn_exec_plan *p, dyn_error *err)
+ * order, and feed each SEND/RECV to the matcher in the same pass (it
+ * relies on ops, peers and slots in range, checked first). */
+static dyn_status scan_plan(dyn_sim *s, const dyn_exec_plan *p, dyn_error *err)
 {
     int32_t R = p->n_ranks, S = p->n_stages, M = p->n_microbatches;
-    for (int32_t r = 0; r < R; r++) {
+    dyn_status st = sched_match_begin(&s->match, p, err);
+    for (int32_t r = 0; st == DYN_OK && r < R; r++) {
         const dyn_rank_plan *rp = &p->ranks[r];
         int32_t nb = rp->n_buffers;
+        sched_match_rank_begin(&s->match, p, r);
         for (int32_t i = 0; i < rp->n_instrs; i++) {
             const dyn_instr *in = &rp->instrs[i];
             if (in->op >= DYN_OP_COUNT)
@@ -192,23 +195,26 @@ static dyn_status check_fields(const dyn_exec_plan *p, dyn_error *err)
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan rank %d instruction %d (%s): negative bytes", r, i,
                                      op_label(op));
-            if ((fl & SCHED_OP_COMM) && (in->peer < 0 || in->peer >= R || in->peer == r))
+            if (!(fl & SCHED_OP_COMM)) continue;
+            if (in->peer < 0 || in->peer >= R || in->peer == r)
                 return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                      "plan rank %d instruction %d (%s): bad peer rank %d", r, i,
                                      op_label(op), in->peer);
+            if ((st = sched_match_instr(&s->match, r, i, in, err)) != DYN_OK) return st;
         }
+        st = sched_match_rank_end(&s->match, p, r, err);
     }
-    return DYN_OK;
+    return st;
 }
 
-/* Check the plan and pair its messages (sched_match_plan: the k-th
+/* Check the plan and pair its messages (sched/instr.h: the k-th
  * SEND_ACT_START from a to b meets the k-th RECV_ACT_START from a on b,
- * and agree on micro-batch and bytes), then set up one sim_msg per
- * message. */
+ * and they must agree on micro-batch and bytes), then set up one sim_msg
+ * per message. */
 static dyn_status prepare(dyn_sim *s, const dyn_exec_plan *p, dyn_error *err)
 {
-    dyn_status st = check_fields(p, err);
-    if (st == DYN_OK) st = sched_match_plan(&s->match, p, 0, err);
+    dyn_status st = scan_plan(s, p, err);
+    if (st == DYN_OK) st = sched_match_end(&s->match, 0, err);
     if (st != DYN_OK) return st;
     for (int32_t x = 0; x < s->match.n_msgs; x++) {
         sim_msg *m = &s->msgs[x];
