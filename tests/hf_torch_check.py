@@ -186,8 +186,8 @@ def main():
         with open(data, "w") as f:
             for i, t in SAMPLES:
                 f.write(json.dumps({"input": i, "target": t}) + "\n")
-        for kind, model, loss_fn in (("gpt", ["--layers", "2"], gpt2_loss),
-                                     ("t5", ["--layers", "2", "--dec-layers", "2"], t5_loss)):
+        for kind, model, loss_fn in (("gpt", ["--model-config", "gpt-tiny", "--layers", "2"], gpt2_loss),
+                                     ("t5", ["--model-config", "t5-tiny", "--layers", "2", "--dec-layers", "2"], t5_loss)):
             ck = os.path.join(tmp, kind)
             run([cli, "train", "--model", kind] + model + ["--stages", "2", "--steps", "2", "--threads", "1",
                 "--samples", "500", "--global-batch-tokens", "2048", "--max-seqlen", "128", "--quiet",

@@ -39,8 +39,8 @@
 
 #define COMMON                                                                                                       \
     "--steps 8 --threads 1 --samples 2000 --data builtin:3 --global-batch-tokens 2048 --max-seqlen 128 --quiet"
-#define GPT "--model gpt --layers 4 --stages 2 --schedule auto"
-#define T5 "--model t5 --layers 2 --dec-layers 2 --stages 2 --schedule 1f1b"
+#define GPT "--model gpt --model-config gpt-tiny --layers 4 --stages 2 --schedule auto"
+#define T5 "--model t5 --model-config t5-tiny --layers 2 --dec-layers 2 --stages 2 --schedule 1f1b"
 
 static const char *env_prefix(void)
 {
@@ -283,10 +283,10 @@ static void test_mismatch_and_corruption(void **state)
     snprintf(args, sizeof args, "%s --steps 2 --save '%s'", GPT, src);
     train_ok(args);
     static const struct { const char *model, *needle; } runs[] = {
-        {"--model gpt --layers 2 --stages 2", "layers 4, this run 2"},
-        {"--model gpt --layers 4 --stages 4", "--stages 4"},
-        {"--model gpt --layers 4 --stages 2 --hidden 128", "hidden size 64, this run 128"},
-        {"--model t5 --layers 4 --stages 2", "a gpt model, this run trains t5"},
+        {"--model gpt --model-config gpt-tiny --layers 2 --stages 2", "layers 4, this run 2"},
+        {"--model gpt --model-config gpt-tiny --layers 4 --stages 4", "--stages 4"},
+        {"--model gpt --model-config gpt-tiny --layers 4 --stages 2 --hidden 128 --head-dim 32 --ffn 512", "hidden size 64, this run 128"},
+        {"--model t5 --model-config t5-tiny --layers 4 --stages 2", "a gpt model, this run trains t5"},
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         snprintf(args, sizeof args, "%s --resume '%s' --save '%s'", runs[i].model, src, out);
