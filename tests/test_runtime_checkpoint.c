@@ -238,6 +238,52 @@ static void test_kill9_resume_t5(void **state)
     kill_resume_same(T5, "t5", seed);
 }
 
+/* SIGTERM to the command (through timeout, the launcher and mpirun): the
+ * ranks checkpoint at the next step boundary and the command exits
+ * non-zero; the checkpoint `latest` names is complete and resumes. */
+static void test_sigterm_saves(void **state)
+{
+    (void)state;
+    const char *cli = getenv("DYN_CLI");
+    char ck[800], cmd[8192], latest[1000];
+    snprintf(ck, sizeof ck, "%s/term", dir);
+    snprintf(latest, sizeof latest, "%s/latest", ck);
+    /* not --quiet: the progress lines on stderr say when training runs; no
+     * periodic save, so the only checkpoint is the signal's */
+    snprintf(cmd, sizeof cmd, "%s exec timeout 300 '%s' train --threads 1 --samples 2000 --data builtin:3 "
+             "--global-batch-tokens 2048 --max-seqlen 128 %s --steps 100000 --save '%s' >'%s' 2>'%s'",
+             env_prefix(), cli, GPT, ck, out_path, err_path);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    double t0 = dyn_time_ms();
+    int running = 0;
+    while (!running && dyn_time_ms() - t0 < 120e3) {
+        sleep_ms(20);
+        char *e = NULL;
+        if (dyn_file_read_all(err_path, &e, NULL, NULL) == DYN_OK) running = strstr(e, "step 2/") != NULL;
+        free(e);
+    }
+    assert_true(running);
+    assert_false(exists(latest));
+    kill(child, SIGTERM);
+    int status = 0;
+    waitpid(child, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 124);
+    char *name = slurp(latest);
+    long step = 0;
+    assert_int_equal(sscanf(name, "step-%ld", &step), 1);
+    free(name);
+    print_message("  stopped by SIGTERM at step %ld\n", step);
+    assert_true(step >= 2 && step < 100000);
+    char args[2048];
+    snprintf(args, sizeof args, "%s --steps %ld --save '%s' --resume '%s'", GPT, step + 1, ck, ck);
+    train_ok(args);
+}
+
 /* The shards' weights, assembled through the index, equal the single-file
  * save of the same run (gathered over MPI by rank 0). */
 static void test_shards_assemble(void **state)
@@ -420,6 +466,7 @@ int main(void)
         cmocka_unit_test(test_kill9_resume_gpt),  cmocka_unit_test(test_kill9_resume_t5),
         cmocka_unit_test(test_shards_assemble),   cmocka_unit_test(test_mismatch_and_corruption),
         cmocka_unit_test(test_stale_tmp),         cmocka_unit_test(test_eval_loss),
+        cmocka_unit_test(test_sigterm_saves),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

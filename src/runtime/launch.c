@@ -18,6 +18,9 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "runtime/train.h"
 
@@ -141,6 +144,15 @@ int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc,
         return 1;
     }
     if (pid == 0) {
+        /* mpirun in its own process group: a terminal's Ctrl-C or timeout's
+         * group-wide signal then reaches it once, through forward_signal (a
+         * second SIGINT/SIGTERM makes mpirun abort the job at once, before
+         * the ranks' signal-stop checkpoint); and it dies with the launcher
+         * (after a kill -9 of the launcher's group no job is left behind). */
+        setpgid(0, 0);
+#ifdef __linux__
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
         close(fd[0]);
         dup2(fd[1], 2);
         close(fd[1]);
