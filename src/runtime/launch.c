@@ -11,6 +11,7 @@
  * ends with the lines that say what went wrong, not three screens of
  * launcher boilerplate. Run under mpirun by hand to see everything. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -150,6 +151,13 @@ int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc,
          * the ranks' signal-stop checkpoint); and it dies with the launcher
          * (after a kill -9 of the launcher's group no job is left behind). */
         setpgid(0, 0);
+        /* a background group may not read the terminal (SIGTTIN would stop
+         * mpirun); training reads no stdin */
+        int null_fd = open("/dev/null", O_RDONLY);
+        if (null_fd >= 0) {
+            dup2(null_fd, 0);
+            close(null_fd);
+        }
 #ifdef __linux__
         prctl(PR_SET_PDEATHSIG, SIGKILL);
 #endif
