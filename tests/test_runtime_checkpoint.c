@@ -244,6 +244,12 @@ static void test_kill9_resume_t5(void **state)
 static void test_sigterm_saves(void **state)
 {
     (void)state;
+#if defined(__SANITIZE_ADDRESS__)
+    /* mpirun SIGKILLs the ranks a short grace period after forwarding
+     * SIGTERM; under the sanitizers a step outlasts it, so the signal-stop
+     * save cannot be tested there (architecture.md, "Signals") */
+    skip();
+#endif
     const char *cli = getenv("DYN_CLI");
     char ck[800], cmd[8192], latest[1000];
     snprintf(ck, sizeof ck, "%s/term", dir);
