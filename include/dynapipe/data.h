@@ -99,6 +99,13 @@ dyn_sampler *dyn_sampler_create(const dyn_dataset *ds, int64_t budget_tokens, dy
 dyn_status dyn_sampler_next(dyn_sampler *s, const dyn_sample **batch, int32_t *n, dyn_error *err);
 /* Start again from the first sample. */
 void dyn_sampler_reset(dyn_sampler *s);
+/* The position: index of the next sample to hand out (0..ds->n; ds->n at
+ * the end of the dataset). A checkpoint records it after the last trained
+ * batch; dyn_sampler_seek(s, pos) makes the next dyn_sampler_next return
+ * the batch the sampler would have returned there. DYN_ERR_INVALID_ARG,
+ * naming both, when pos is outside [0, ds->n]. */
+int64_t dyn_sampler_position(const dyn_sampler *s);
+dyn_status dyn_sampler_seek(dyn_sampler *s, int64_t pos, dyn_error *err);
 void dyn_sampler_free(dyn_sampler *s); /* NULL is a no-op; the dataset is not freed */
 
 #ifdef __cplusplus

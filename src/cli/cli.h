@@ -63,5 +63,6 @@ int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int
  * shape and the thread count) into path; make != 0: profile it first when
  * absent. Returns an exit code. */
 int cli_profile_cached(const dyn_model_config *cfg, int threads, char *path, size_t cap, int make);
+int cli_eval_main(int argc, char **argv);     /* cli_eval.c */
 
 #endif

@@ -12,6 +12,7 @@
 #include "dynapipe/model_config.h"
 #include "dynapipe/sched.h"
 #include "model/threads.h"
+#include "runtime/checkpoint.h" /* defines: rt_ckpt_resolve, rt_ckpt_read, rt_ckpt_check */
 #include "runtime/group.h"
 #include "runtime/train.h"
 
@@ -44,7 +45,17 @@ static void usage(FILE *out)
             "  --order-groups K          auto's micro-batch order search, 1..4 (default 2)\n"
             "  --metrics FILE.jsonl      one record per iteration\n"
             "  --trace FILE.json         Perfetto/Chrome trace of every rank's instructions\n"
-            "  --save FILE.safetensors   final weights (Hugging Face names)\n"
+            "  --save FILE.safetensors   final weights as one file (Hugging Face names)\n"
+            "  --save DIR                sharded checkpoints DIR/step-K (Hugging Face safetensors per\n"
+            "                            stage, index, config.json, optimizer, trainer state) at the\n"
+            "                            end, every --save-every N steps, and on SIGINT/SIGTERM (at\n"
+            "                            the next step boundary; the ranks exit 128 + signal, the\n"
+            "                            command non-zero)\n"
+            "  --save-every N            checkpoint interval in steps (with --save DIR)\n"
+            "  --resume DIR              continue from a checkpoint (DIR's latest, or a step folder);\n"
+            "                            --steps is the total, same model, stages, data and batch\n"
+            "  --eval-every N            held-out loss every N steps into the metrics (eval_loss)\n"
+            "  --eval-samples N          held-out samples per evaluation (default 64)\n"
             "  --hostfile FILE           hosts for mpirun, filled slot by slot so a replica's\n"
             "                            stages share a host (default: this machine)\n"
             "  --quiet | --verbose\n\n"
@@ -146,7 +157,21 @@ static int parse_train_flag(dyn_train_options *o, const char **hostfile, int arg
         o->trace_path = val;
     } else if (strcmp(f, "--save") == 0) {
         VAL();
-        o->save_path = val;
+        size_t n = strlen(val), x = strlen(".safetensors");
+        if (n > x && strcmp(val + n - x, ".safetensors") == 0) o->save_path = val;
+        else o->save_dir = val;
+    } else if (strcmp(f, "--save-every") == 0 || strcmp(f, "--eval-every") == 0) {
+        VAL();
+        if (cli_parse_i64(CMD, f, val, 1, 100000000, &v)) return -1;
+        if (f[3] == 'a') o->save_every = v;
+        else o->eval_every = v;
+    } else if (strcmp(f, "--eval-samples") == 0) {
+        VAL();
+        if (cli_parse_i64(CMD, f, val, 1, 1000000, &v)) return -1;
+        o->eval_samples = (int32_t)v;
+    } else if (strcmp(f, "--resume") == 0) {
+        VAL();
+        o->resume_dir = val;
     } else if (strcmp(f, "--hostfile") == 0) {
         VAL();
         *hostfile = val;
@@ -273,6 +298,36 @@ static int parse(int argc, char **argv, dyn_train_options *o, const char **hostf
         cli_errorf(CMD, "--chunks %d applies to --schedule interleaved only", o->plan.chunks);
         return CLI_EXIT_USAGE;
     }
+    if (o->save_every > 0 && o->save_dir == NULL) {
+        cli_errorf(CMD, "--save-every needs --save DIR (a checkpoint folder, not a .safetensors file)");
+        return CLI_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* --resume, checked once before any rank starts: the checkpoint's files
+ * (sizes, hashes) and its shape against this run's; one line if not. */
+static int check_resume(const dyn_train_options *o)
+{
+    char dir[4096];
+    dyn_error e;
+    rt_ckpt_meta *meta = calloc(1, sizeof *meta);
+    if (meta == NULL) {
+        cli_errorf(CMD, "out of memory");
+        return -1;
+    }
+    dyn_status st = rt_ckpt_resolve(o->resume_dir, dir, sizeof dir, &e);
+    if (st == DYN_OK) st = rt_ckpt_read(dir, meta, &e);
+    if (st == DYN_OK && rt_ckpt_check(meta, o, &e) != DYN_OK) {
+        cli_errorf(CMD, "--resume %s: %s", dir, e.msg);
+        free(meta);
+        return -1;
+    }
+    free(meta);
+    if (st != DYN_OK) {
+        cli_errorf(CMD, "--resume: %s", e.msg);
+        return -1;
+    }
     return 0;
 }
 
@@ -286,6 +341,7 @@ int cli_train_main(int argc, char **argv)
     const char *hostfile = NULL;
     int rc = parse(argc, argv, &o, &hostfile);
     if (rc != 0) return rc < 0 ? CLI_EXIT_OK : rc;
+    if (!mpi && o.resume_dir && check_resume(&o) != 0) return CLI_EXIT_FAIL;
     if (!mpi) return dyn_train_launch(&o, hostfile, argc + 1, argv - 1);
     return dyn_train_rank_main(&o, &argc, &argv);
 }

@@ -24,6 +24,7 @@ static const cli_command commands[] = {
     /* model and training */
     {"train", cli_train_main, "train GPT or T5 on a pipeline of MPI ranks with dynamic micro-batches"},
     {"profile", cli_profile_main, "measure the layers on this machine into a cost table (--cost-model FILE)"},
+    {"eval", cli_eval_main, "held-out loss, per-task accuracy and generation of a training checkpoint"},
     {"bench", cli_bench_main, "benchmark model layers on this CPU (bench layer)"},
 
     {NULL, NULL, NULL}

@@ -64,6 +64,20 @@ void dyn_sampler_reset(dyn_sampler *s)
     s->pos = 0;
 }
 
+int64_t dyn_sampler_position(const dyn_sampler *s)
+{
+    return s->pos;
+}
+
+dyn_status dyn_sampler_seek(dyn_sampler *s, int64_t pos, dyn_error *err)
+{
+    if (pos < 0 || pos > s->ds->n)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "sampler: position %lld outside the dataset's %d samples",
+                             (long long)pos, s->ds->n);
+    s->pos = (int32_t)pos;
+    return DYN_OK;
+}
+
 void dyn_sampler_free(dyn_sampler *s)
 {
     free(s);

@@ -18,11 +18,22 @@
  * Companion file (also safetensors, our layout): "<name>.exp_avg" and
  * "<name>.exp_avg_sq" per tensor, metadata dynapipe.step,
  * dynapipe.data_cursor, dynapipe.rng ("%016llx" x4, space separated) and
- * dynapipe.n_params. */
+ * dynapipe.n_params. A stage model's companion file holds the moments of
+ * every tensor it holds, shared copies included (their moments equal the
+ * owner's: every holder takes the same step).
+ *
+ * Sharded weights (dyn_model_load_index): a folder with
+ * model.safetensors.index.json, the Hub's convention for weights split over
+ * several files ({"metadata": {...}, "weight_map": {name: file}}); every
+ * tensor the model holds is read from the file the map names, so a stage
+ * model reads its owned tensors from its own shard and its shared copies
+ * from the owner's, and a whole model is assembled from all shards. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 #include "model/model_impl.h"
 #include "model/safetensors.h" /* defines: dyn_safetensors_* */
@@ -47,7 +58,7 @@ static int is_stage(const dyn_model *m) { return m->first != 0 || m->last != m->
 static dyn_status refuse_stage(const dyn_model *m, const char *what, const char *path, dyn_error *err)
 {
     return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                         "%s: %s of a stage model (layers [%d, %d) of %d) is not supported (no sharded checkpoints yet)",
+                         "%s: %s of a stage model (layers [%d, %d) of %d) is not supported (a sharded checkpoint loads with dyn_model_load_index)",
                          path, what, m->first, m->last, m->L);
 }
 
@@ -152,11 +163,67 @@ dyn_status dyn_model_load(dyn_model *m, const char *path, dyn_error *err)
     return s;
 }
 
+/* ---------------------------------------------------------- sharded weights */
+
+#define INDEX_MAX_FILES 64
+
+dyn_status dyn_model_load_index(dyn_model *m, const char *dir, dyn_error *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    char *text = NULL;
+    dyn_status s = dyn_file_read_all(path, &text, NULL, err);
+    if (s != DYN_OK) return s;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
+    if (!cJSON_IsObject(map)) {
+        cJSON_Delete(root);
+        return dyn_error_set(err, DYN_ERR_CORRUPT, "%s: not JSON with a \"weight_map\" object", path);
+    }
+    const char *names[INDEX_MAX_FILES];
+    dyn_safetensors *files[INDEX_MAX_FILES];
+    int n_files = 0;
+    float *staging = dyn_calloc(m->n_params ? m->n_params : 1, sizeof(float), "checkpoint staging", err);
+    float *scratch = staging ? dyn_calloc(max_numel(m), sizeof(float), "checkpoint staging", err) : NULL;
+    if (scratch == NULL) s = DYN_ERR_NOMEM;
+    for (int i = 0; i < m->n_tensors && s == DYN_OK; i++) {
+        const dyn_param_tensor *t = &m->tensors[i];
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(map, t->name);
+        if (!cJSON_IsString(f) || strchr(f->valuestring, '/') != NULL) {
+            s = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: no shard named for tensor '%s' (a checkpoint of another model?)",
+                              path, t->name);
+            break;
+        }
+        int k = 0;
+        while (k < n_files && strcmp(names[k], f->valuestring) != 0) k++;
+        if (k == n_files) {
+            if (n_files == INDEX_MAX_FILES) {
+                s = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: more than %d shards", path, INDEX_MAX_FILES);
+                break;
+            }
+            char fp[4096];
+            snprintf(fp, sizeof fp, "%s/%s", dir, f->valuestring);
+            if ((files[k] = dyn_safetensors_open(fp, err)) == NULL) {
+                s = err ? err->code : DYN_ERR_CORRUPT;
+                break;
+            }
+            names[n_files++] = f->valuestring;
+        }
+        s = read_tensor(files[k], t->name, t, 1, staging + t->offset, scratch, err);
+    }
+    if (s == DYN_OK) memcpy(m->params, staging, m->n_params * sizeof(float));
+    for (int k = 0; k < n_files; k++) dyn_safetensors_free(files[k]);
+    cJSON_Delete(root);
+    free(scratch);
+    free(staging);
+    return s;
+}
+
 /* ---------------------------------------------------------------- train state */
 
 dyn_status dyn_model_save_train_state(const dyn_model *m, const dyn_train_state *ts, const char *path, dyn_error *err)
 {
-    if (is_stage(m)) return refuse_stage(m, "saving the train state", path, err);
     int n = m->n_tensors;
     dyn_st_entry *e = dyn_calloc((size_t)(2 * n), sizeof *e, "train-state entries", err);
     char *names = e ? dyn_calloc((size_t)(2 * n), 128, "train-state names", err) : NULL;
@@ -207,7 +274,6 @@ static dyn_status meta_i64(const dyn_safetensors *st, const char *path, const ch
 
 dyn_status dyn_model_load_train_state(dyn_model *m, dyn_train_state *ts, const char *path, dyn_error *err)
 {
-    if (is_stage(m)) return refuse_stage(m, "loading the train state", path, err);
     dyn_safetensors *st = dyn_safetensors_open(path, err);
     if (st == NULL) return err ? err->code : DYN_ERR_CORRUPT;
     int64_t step = 0, cursor = 0, np = 0;

@@ -335,6 +335,14 @@ dyn_status dyn_model_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_mi
 dyn_status dyn_model_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb,
                               float dloss, dyn_error *err);
 
+/* Greedy decoding (generate.c): the whole model m (not a stage) continues
+ * prompt input[in_len] (GPT: the sequence so far; T5: the encoder input)
+ * one arg-max token at a time into out[max_new], stopping after
+ * DYN_TOK_EOS (kept in out), after max_new tokens, or at max_seqlen.
+ * *n_out: tokens written. a: any acts (grown as needed). */
+dyn_status dyn_model_generate_greedy(dyn_model *m, dyn_model_acts *a, const int32_t *input, int32_t in_len,
+                                     int32_t max_new, int32_t *out, int32_t *n_out, dyn_error *err);
+
 /* ---- optimizer ----------------------------------------------------------- */
 
 /* Clip the global gradient norm to max_norm (<= 0: no clipping), then one
@@ -360,14 +368,21 @@ void dyn_model_adamw_step_norm(dyn_model *m, float lr, const dyn_adamw_config *c
 
 /* Weights as safetensors with Hugging Face names and shapes (GPT-2 Conv1D
  * matrices and T5 bias tables transposed to HF layout), atomically. A stage
- * model writes the tensors it owns (not its shared copies); loading and the
- * train-state files refuse stage models for now (sharded checkpoints are
- * not built yet). */
+ * model writes the tensors it owns (not its shared copies): one shard of a
+ * sharded checkpoint; dyn_model_load (one file, a whole model) refuses stage
+ * models, dyn_model_load_index loads any model from shards. */
 dyn_status dyn_model_save(const dyn_model *m, const char *path, dyn_error *err);
 /* Load weights saved by dyn_model_save (or by Hugging Face for the same
  * config). Every tensor is read and checked into a staging copy first; the
  * model is changed only if all are present with the right dtype and shape. */
 dyn_status dyn_model_load(dyn_model *m, const char *path, dyn_error *err);
+
+/* Load every tensor m holds (a stage model: owned tensors and shared
+ * copies) from the sharded weights in folder dir: dir/model.safetensors.index.json
+ * maps each Hugging Face name to a shard file in dir. All-or-nothing like
+ * dyn_model_load; a tensor the map lacks, a shard that is malformed, or a
+ * shape that differs is an error naming the file and tensor. */
+dyn_status dyn_model_load_index(dyn_model *m, const char *dir, dyn_error *err);
 
 /* Training position saved beside the weights. */
 typedef struct dyn_train_state {
@@ -381,7 +396,8 @@ typedef struct dyn_train_state {
  * dynapipe.n_params. Atomic. */
 dyn_status dyn_model_save_train_state(const dyn_model *m, const dyn_train_state *ts,
                                       const char *path, dyn_error *err);
-/* Restore moments, step and *ts; all-or-nothing like dyn_model_load. */
+/* Restore moments, step and *ts; all-or-nothing like dyn_model_load. Both
+ * work on stage models too (the moments of every tensor held). */
 dyn_status dyn_model_load_train_state(dyn_model *m, dyn_train_state *ts, const char *path,
                                       dyn_error *err);
 

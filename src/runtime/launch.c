@@ -22,6 +22,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "runtime/train.h"
 
@@ -49,9 +52,22 @@ static volatile sig_atomic_t launch_child = 0;
 
 /* SIGINT / SIGTERM / SIGHUP to the launcher go on to mpirun (kill is
  * async-signal-safe). */
+/* With checkpoints (--save DIR) the first SIGINT/SIGTERM asks for a stop at
+ * the next step boundary: mpirun gets SIGUSR1, which it passes on to every
+ * rank without ending the job (it ends the job soon after forwarding
+ * SIGTERM, which a slow step would not survive); the ranks save and exit.
+ * A second signal is forwarded as it is. */
+static int launch_soft_stop = 0;
+static volatile sig_atomic_t launch_stops = 0;
+
 static void launch_forward(int sig)
 {
-    if (launch_child > 0) kill((pid_t)launch_child, sig);
+    if (launch_child <= 0) return;
+    if (launch_soft_stop && (sig == SIGINT || sig == SIGTERM) && launch_stops++ == 0) {
+        kill((pid_t)launch_child, SIGUSR1);
+        return;
+    }
+    kill((pid_t)launch_child, sig);
 }
 
 static double launch_now_s(void)
@@ -178,6 +194,11 @@ static int launch_supervise(char **av)
         close(fds[0]);
         int null_fd = open("/dev/null", O_RDONLY);
         if (setpgid(0, 0) != 0 || null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(fds[1], 2) < 0) _exit(127);
+#ifdef __linux__
+        /* it dies with the launcher: after a kill -9 of the launcher no job
+         * is left behind writing checkpoints */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
         close(null_fd);
         close(fds[1]);
         execvp("mpirun", av);
@@ -303,6 +324,7 @@ int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc,
     for (int i = 1; i < argc; i++) av[k++] = argv[i];
     av[k] = NULL;
     fflush(NULL);
+    launch_soft_stop = o->save_dir != NULL;
     int rc = launch_supervise(av);
     free(av);
     return rc;

@@ -25,6 +25,7 @@ struct rt_planner {
     pthread_cond_t cv;
     rt_planned *q[QUEUE_CAP];
     int head, count;
+    int64_t first_step; /* the first iteration the thread plans (resume) */
     int stop, done, failed, started;
     dyn_error fail;
     pthread_t thread;
@@ -203,6 +204,7 @@ dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_e
     pl->n_mb = res.batch.n_microbatches;
     pl->schedule = res.replicas[0].n_microbatches > 0 ? (int32_t)res.replicas[0].schedule : -1;
     pl->plan_ms = plan_ms;
+    pl->sampler_pos = dyn_sampler_position(p->sampler);
     for (int32_t r = 0; st == DYN_OK && r < dp; r++) {
         dyn_rt_work w;
         memset(&w, 0, sizeof w);
@@ -231,7 +233,7 @@ dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_e
 static void *planner_thread(void *arg)
 {
     rt_planner *p = arg;
-    for (int64_t k = 0; k < p->o.steps; k++) {
+    for (int64_t k = p->first_step; k < p->o.steps; k++) {
         pthread_mutex_lock(&p->mu);
         while (!p->stop && p->count >= p->o.plan_ahead) pthread_cond_wait(&p->cv, &p->mu);
         int stop = p->stop;
@@ -257,6 +259,14 @@ static void *planner_thread(void *arg)
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     return NULL;
+}
+
+dyn_status rt_planner_seek(rt_planner *p, int64_t first_step, int64_t pos, dyn_error *err)
+{
+    if (p->started) return dyn_error_set(err, DYN_ERR_INTERNAL, "planner: seek after start");
+    dyn_status st = dyn_sampler_seek(p->sampler, pos, err);
+    if (st == DYN_OK) p->first_step = first_step;
+    return st;
 }
 
 dyn_status rt_planner_start(rt_planner *p, dyn_error *err)

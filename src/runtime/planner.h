@@ -20,6 +20,8 @@ typedef struct rt_planned {
     double plan_ms;   /* planner wall time for this global batch, ms */
     int32_t schedule; /* replica 0's schedule (dyn_schedule) */
     int32_t n_mb;     /* micro-batches over all replicas */
+    int64_t sampler_pos; /* the sampler's position after this batch (what a checkpoint
+                          * saved after this iteration records) */
 } rt_planned;
 
 void rt_planned_free(rt_planned *p);
@@ -28,8 +30,11 @@ typedef struct rt_planner rt_planner;
 
 /* lengths: the dataset (borrowed; must outlive the planner). */
 rt_planner *rt_planner_create(const dyn_train_options *o, const dyn_dataset *lengths, dyn_error *err);
-/* Start the thread; it plans iterations 0..o->steps-1, at most
- * o->plan_ahead ahead of the consumer. */
+/* Resume: plan iterations from first_step on, with the sampler at pos
+ * (a checkpoint's sampler position). Before rt_planner_start only. */
+dyn_status rt_planner_seek(rt_planner *p, int64_t first_step, int64_t pos, dyn_error *err);
+/* Start the thread; it plans iterations first_step..o->steps-1 (first_step
+ * 0 unless seeked), at most o->plan_ahead ahead of the consumer. */
 dyn_status rt_planner_start(rt_planner *p, dyn_error *err);
 /* Iteration k's plans (taken in order, k = 0, 1, ...). block = 0: *out =
  * NULL when not ready yet. block = 1: wait up to timeout_s, then

@@ -31,6 +31,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "dynapipe/cost.h"
 #include "dynapipe/model_config.h"
@@ -38,6 +41,8 @@
 #include "model/blas.h"  /* defines: dyn_blas_describe */
 #include "model/model.h"
 #include "model/threads.h"
+#include "runtime/checkpoint.h" /* defines: rt_ckpt_* */
+#include "runtime/evaluate.h"   /* defines: rt_eval_run */
 #include "runtime/exec.h"
 #include "runtime/group.h"
 #include "runtime/calibrate.h"
@@ -67,6 +72,7 @@ void dyn_train_options_default(dyn_train_options *o)
     o->timeout_s = 60;
     o->calibrate_window = 8;
     o->kill_rank = o->hang_rank = -1;
+    o->eval_samples = 64;
 }
 
 /* ---- plan delivery ---------------------------------------------------------- */
@@ -97,6 +103,7 @@ typedef struct rt_mail {
     int64_t horizon;    /* send iterations up to this one: the one training now, plus one */
     rt_outgoing out[OUT_CAP];
     double plan_ms_sent;
+    int64_t *sampler_pos; /* rank 0, [steps]: the sampler position after each sent iteration */
 } rt_mail;
 
 static void mail_fail(rt_mail *m, dyn_status st, const dyn_error *e)
@@ -123,6 +130,7 @@ static void mail_send(rt_mail *m, rt_planned *pl)
         return;
     }
     o->pl = pl;
+    if (m->sampler_pos) m->sampler_pos[pl->iteration] = pl->sampler_pos;
     for (int w = 0; w < g->world_size; w++) {
         int r = w / g->stages;
         o->len[w] = pl->len[r];
@@ -329,6 +337,7 @@ typedef struct rt_iter {
     double loss, iteration_ms, predicted_ms, bubble, plan_ms, plan_wait_ms, comm_wait_ms, comm_mb, lr, grad_norm;
     int64_t tokens, target_tokens;
     int32_t schedule, n_mb;
+    double eval_loss;     /* held-out loss after this step (--eval-every); < 0: not evaluated */
     double *peak_mb;      /* [world] allocated per rank */
     double *pred_peak_mb; /* [world] */
 } rt_iter;
@@ -368,6 +377,11 @@ typedef struct rt_run {
     double epoch_ms;
     double states_mb;
     int tty;
+    int64_t first_step;           /* 0, or the step a --resume continues from */
+    char resume_dir[4096];        /* the step folder resumed from */
+    int stop_signal;              /* the signal that stopped the run at a boundary, or 0 */
+    int64_t end_step;             /* steps done when the loop ended */
+    int threads;                  /* kernel threads per rank */
 } rt_run;
 
 static dyn_model *model_of(void *ctx, int32_t stage)
@@ -536,7 +550,7 @@ static dyn_status write_metrics(rt_run *R, dyn_error *err)
     dyn_atomic_file af;
     dyn_status st = dyn_atomic_open(&af, R->o.metrics_path, err);
     if (st != DYN_OK) return st;
-    for (int64_t k = 0; k < R->o.steps; k++) {
+    for (int64_t k = R->first_step; k < R->end_step; k++) {
         const rt_iter *it = &R->iters[k];
         double tps = it->iteration_ms > 0 ? (double)it->tokens / (it->iteration_ms / 1e3) : 0;
         fprintf(af.fp,
@@ -553,7 +567,9 @@ static dyn_status write_metrics(rt_run *R, dyn_error *err)
         for (int w = 0; w < R->g.world_size; w++) fprintf(af.fp, "%s%.2f", w ? "," : "", it->pred_peak_mb[w]);
         fprintf(af.fp, "],\"hosts\":[");
         for (int w = 0; w < R->g.world_size; w++) fprintf(af.fp, "%s\"%s\"", w ? "," : "", R->g.hosts[w]);
-        fprintf(af.fp, "]}\n");
+        fprintf(af.fp, "]");
+        if (it->eval_loss >= 0) fprintf(af.fp, ",\"eval_loss\":%.6f", it->eval_loss);
+        fprintf(af.fp, "}\n");
     }
     if (ferror(af.fp)) {
         dyn_atomic_abort(&af);
@@ -773,11 +789,12 @@ static dyn_status unpack_full(const rt_run *R, const char *all, size_t total, dy
     return DYN_OK;
 }
 
-/* --save: replica 0's ranks send their owned tensors to rank 0, which
- * writes the whole model as one safetensors file (so rank 0 holds the
- * whole model once, at the end). */
-static dyn_status save_full(rt_run *R, dyn_error *err)
+/* Replica 0's ranks send their owned tensors to rank 0, which assembles
+ * the whole model into *out (NULL elsewhere): for --save FILE and
+ * --eval-every. */
+static dyn_status gather_full(rt_run *R, dyn_model **out, dyn_error *err)
 {
+    *out = NULL;
     if (R->g.replica != 0) return DYN_OK;
     size_t bytes = pack_owned(R, NULL);
     if (bytes > (size_t)INT32_MAX) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "--save: a stage of %zu bytes", bytes);
@@ -811,13 +828,133 @@ static dyn_status save_full(rt_run *R, dyn_error *err)
                               "MPI_Igatherv", err);
     if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, NULL, NULL, "the weights gather", err);
     free(buf);
-    dyn_model *full = NULL;
-    if (st == DYN_OK && me == 0) st = unpack_full(R, all, total, &full, err);
-    if (st == DYN_OK && me == 0) st = dyn_model_save(full, R->o.save_path, err);
-    dyn_model_free(full);
+    if (st == DYN_OK && me == 0) st = unpack_full(R, all, total, out, err);
     free(counts);
     free(displs);
     free(all);
+    return st;
+}
+
+/* --save FILE.safetensors: the whole model as one file, written by rank 0
+ * (so rank 0 holds the whole model once, at the end). */
+static dyn_status save_full(rt_run *R, dyn_error *err)
+{
+    dyn_model *full = NULL;
+    dyn_status st = gather_full(R, &full, err);
+    if (st == DYN_OK && full != NULL) st = dyn_model_save(full, R->o.save_path, err);
+    dyn_model_free(full);
+    return st;
+}
+
+/* ---- checkpoints, resume and evaluation (checkpoint.h, evaluate.h) --------- */
+
+static volatile sig_atomic_t got_signal;
+
+static void on_stop_signal(int sig) { got_signal = sig == SIGUSR1 ? SIGTERM : sig; }
+
+/* With --save DIR, SIGINT and SIGTERM stop the run at the next iteration
+ * boundary, after a checkpoint (ckpt_after_step). */
+static dyn_status ckpt_install_signals(dyn_error *err)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    /* SIGUSR1: the launcher's stop request, which mpirun passes on without
+     * ending the job (launch.c); it counts as SIGTERM. */
+    if (sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGUSR1, &sa, NULL) != 0)
+        return dyn_error_set(err, DYN_ERR_INTERNAL, "cannot install the SIGINT/SIGTERM/SIGUSR1 handlers");
+    return DYN_OK;
+}
+
+/* --resume: every rank checks the checkpoint (sizes and hashes of every
+ * file, then the run's shape) and loads its own chunks; *pos gets the
+ * sampler position for rank 0's planner. Nothing trains before all ranks
+ * loaded (the start-up barrier). */
+static dyn_status ckpt_resume(rt_run *R, int64_t *pos, dyn_error *err)
+{
+    rt_ckpt_meta *meta = dyn_calloc(1, sizeof *meta, "checkpoint", err);
+    if (meta == NULL) return DYN_ERR_NOMEM;
+    dyn_status st = rt_ckpt_resolve(R->o.resume_dir, R->resume_dir, sizeof R->resume_dir, err);
+    if (st == DYN_OK) st = rt_ckpt_read(R->resume_dir, meta, err);
+    if (st == DYN_OK) st = rt_ckpt_check(meta, &R->o, err);
+    if (st == DYN_OK && meta->n_stages != R->n_stages)
+        st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: %d plan stages, this run %d", R->resume_dir, meta->n_stages,
+                           R->n_stages);
+    for (int32_t c = 0; st == DYN_OK && c < R->n_local; c++)
+        st = rt_ckpt_load_stage(R->resume_dir, meta, c * R->g.stages + R->g.stage_rank, R->models[c], err);
+    if (st == DYN_OK) {
+        R->first_step = meta->step;
+        *pos = meta->sampler_pos;
+    }
+    free(meta);
+    return st;
+}
+
+/* --eval-every: the whole model gathered on rank 0, its loss on the
+ * held-out split (the same --data opened with the held-out split; a file
+ * has no split, so it is the file itself). */
+static dyn_status eval_step(rt_run *R, rt_iter *it, dyn_error *err)
+{
+    dyn_model *full = NULL;
+    dyn_status st = gather_full(R, &full, err);
+    if (st != DYN_OK || full == NULL) return st;
+    dyn_corpus_options co;
+    dyn_corpus_options_default(&co);
+    co.split = DYN_SPLIT_HELDOUT;
+    co.builtin_samples = R->o.eval_samples;
+    co.max_seqlen = R->o.model.max_seqlen;
+    co.kind = R->o.model.kind;
+    co.truncate = R->o.truncate;
+    co.vocab = R->o.model.vocab;
+    dyn_corpus *c = dyn_corpus_open(R->o.data_spec, &co, err);
+    if (c == NULL) st = err->code;
+    rt_eval_result *res = st == DYN_OK ? dyn_calloc(1, sizeof *res, "evaluation", err) : NULL;
+    if (st == DYN_OK && res == NULL) st = DYN_ERR_NOMEM;
+    if (st == DYN_OK) {
+        dyn_model_set_threads(full, R->threads);
+        st = rt_eval_run(full, c, R->o.eval_samples, 0, res, err);
+    }
+    if (st == DYN_OK) it->eval_loss = res->loss;
+    free(res);
+    dyn_corpus_free(c);
+    dyn_model_free(full);
+    return st;
+}
+
+/* After step k (k + 1 steps done): with --save DIR, agree whether any rank
+ * got SIGINT/SIGTERM, and save every --save-every steps, at the last step
+ * and on a signal (then *stop); with --eval-every, the held-out loss. */
+static dyn_status ckpt_after_step(rt_run *R, int64_t k, int *stop, dyn_error *err)
+{
+    int64_t done = k + 1;
+    dyn_status st = DYN_OK;
+    *stop = 0;
+    if (R->o.save_dir) {
+        int mine = got_signal, any = 0;
+        MPI_Request req;
+        st = dyn_rt_mpi_check(MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_MAX, R->g.world, &req),
+                              "MPI_Iallreduce (stop signal)", err);
+        if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, mail_poll, &R->mail, "the stop-signal allreduce", err);
+        if (st != DYN_OK) return st;
+        if (any) {
+            *stop = 1;
+            R->stop_signal = any;
+        }
+        if (*stop || done == R->o.steps || (R->o.save_every > 0 && done % R->o.save_every == 0)) {
+            rt_ckpt_job j = {&R->g, &R->o, R->models, R->n_local, R->lay_first, R->n_stages, done,
+                             R->mail.sampler_pos ? R->mail.sampler_pos[k] : 0};
+            st = rt_ckpt_save(&j, err);
+            if (st == DYN_OK && R->g.world_rank == 0 && R->o.progress >= 0)
+                fprintf(stderr, "%scheckpoint %s/step-%08lld%s\n", R->tty ? "\r\033[K" : "", R->o.save_dir,
+                        (long long)done, *stop ? " (stopped by a signal)" : "");
+        }
+    }
+    if (st == DYN_OK && R->o.eval_every > 0 && (done % R->o.eval_every == 0 || done == R->o.steps))
+        st = eval_step(R, &R->iters[k], err);
+    if (st == DYN_OK && R->g.world_rank == 0 && R->iters[k].eval_loss >= 0 && R->o.progress >= 0)
+        fprintf(stderr, "%sstep %lld: held-out loss %.4f\n", R->tty ? "\r\033[K" : "", (long long)done,
+                R->iters[k].eval_loss);
     return st;
 }
 
@@ -832,10 +969,14 @@ static dyn_status setup(rt_run *R, dyn_error *err)
         threads = local > 0 && cores > 0 ? (int)(cores / local) : 1;
         if (threads < 1) threads = 1;
     }
+    R->threads = threads;
     dyn_status st = stage_layers(o, &R->lay_first, &R->n_stages, err);
     if (st != DYN_OK) return st;
     if ((R->src = rt_source_open(o, err)) == NULL) return err->code;
     if ((st = create_models(R, threads, err)) != DYN_OK) return st;
+    int64_t resume_pos = 0;
+    if (o->resume_dir && (st = ckpt_resume(R, &resume_pos, err)) != DYN_OK) return st;
+    if (o->save_dir && (st = ckpt_install_signals(err)) != DYN_OK) return st;
     rt_exec_env env;
     memset(&env, 0, sizeof env);
     env.g = &R->g;
@@ -867,6 +1008,11 @@ static dyn_status setup(rt_run *R, dyn_error *err)
         if ((R->planner = rt_planner_create(o, rt_source_lengths(R->src), err)) == NULL) return err->code;
         if (o->calibrate && (R->calib = rt_calib_create(o->calibrate_window, 0.03)) == NULL)
             return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the calibration");
+        if (R->first_step > 0 && (st = rt_planner_seek(R->planner, R->first_step, resume_pos, err)) != DYN_OK)
+            return st;
+        R->mail.next_send = R->first_step;
+        R->mail.sampler_pos = dyn_calloc((size_t)o->steps, sizeof(int64_t), "sampler positions", err);
+        if (R->mail.sampler_pos == NULL) return DYN_ERR_NOMEM;
         if ((st = rt_planner_start(R->planner, err)) != DYN_OK) return st;
         R->mail.planner = R->planner;
         if (o->progress >= 0) {
@@ -883,7 +1029,9 @@ static dyn_status setup(rt_run *R, dyn_error *err)
                         split, R->g.stages);
         }
     }
-    mail_post(&R->mail, 0);
+    if (R->first_step > 0 && R->g.world_rank == 0 && o->progress >= 0)
+        fprintf(stderr, "dynapipe train: resumed from %s at step %lld\n", R->resume_dir, (long long)R->first_step);
+    mail_post(&R->mail, R->first_step);
     return DYN_OK;
 }
 
@@ -897,6 +1045,7 @@ static void fault_injection(const rt_run *R, int64_t k)
 static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
 {
     rt_iter *it = &R->iters[k];
+    it->eval_loss = -1;
     double t0 = dyn_time_ms();
     uint8_t *buf = NULL;
     size_t len = 0;
@@ -984,6 +1133,7 @@ static void run_free(rt_run *R)
 {
     rt_planner_free(R->planner);
     rt_calib_free(R->calib);
+    free(R->mail.sampler_pos);
     mail_free(&R->mail);
     rt_exec_free(R->x);
     for (int32_t c = 0; c < R->n_local && R->models; c++) dyn_model_free(R->models[c]);
@@ -1005,8 +1155,20 @@ static void run_free(rt_run *R)
     free(R->iters);
 }
 
+/* A rank dies with its launcher (mpirun or orted): after a `kill -9` of
+ * mpirun no orphaned rank trains on, or writes a checkpoint, behind the
+ * user's back (Linux; elsewhere ranks notice at their next wait). */
+static void die_with_parent(void)
+{
+#ifdef __linux__
+    pid_t parent = getppid();
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(137);
+#endif
+}
+
 int dyn_train_rank_main(const dyn_train_options *o, int *argc, char ***argv)
 {
+    die_with_parent();
     rt_run R;
     memset(&R, 0, sizeof R);
     R.o = *o;
@@ -1034,12 +1196,20 @@ int dyn_train_rank_main(const dyn_train_options *o, int *argc, char ***argv)
             st = dyn_rt_mpi_check(MPI_Ibcast(&R.epoch_ms, 1, MPI_DOUBLE, 0, R.g.world, &req), "MPI_Ibcast", &err);
         if (st == DYN_OK) st = rt_wait(&req, o->timeout_s, NULL, NULL, "the start-up broadcast", &err);
     }
-    for (int64_t k = 0; st == DYN_OK && k < o->steps; k++) st = iteration(&R, k, &err);
+    R.end_step = R.first_step;
+    for (int64_t k = R.first_step, stop = 0; st == DYN_OK && !stop && k < o->steps; k++) {
+        st = iteration(&R, k, &err);
+        int halt = 0;
+        if (st == DYN_OK) st = ckpt_after_step(&R, k, &halt, &err);
+        if (st == DYN_OK) R.end_step = k + 1;
+        stop = halt;
+    }
     if (st == DYN_OK && o->trace_path) st = gather_trace(&R, &err);
     if (st == DYN_OK && R.g.world_rank == 0 && o->metrics_path) st = write_metrics(&R, &err);
-    if (st == DYN_OK && o->save_path) st = save_full(&R, &err);
+    if (st == DYN_OK && o->save_path && !R.stop_signal) st = save_full(&R, &err);
     if (st != DYN_OK) dyn_rt_group_abort(&R.g, 1, err.msg);
+    int rc = R.stop_signal ? 128 + R.stop_signal : 0; /* stopped by a signal: the shell's convention */
     run_free(&R);
     dyn_rt_group_free(&R.g);
-    return 0;
+    return rc;
 }

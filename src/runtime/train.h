@@ -50,6 +50,13 @@ typedef struct dyn_train_options {
     const char *metrics_path; /* JSONL, one record per iteration */
     const char *trace_path;   /* Chrome/Perfetto trace of every rank */
     const char *save_path;    /* final weights, one safetensors file (Hugging Face names) */
+    /* checkpoints (checkpoint.h) and evaluation */
+    const char *save_dir;     /* checkpoint root: every save_every steps, at the end, and on
+                               * SIGINT/SIGTERM (at the next iteration boundary) */
+    int64_t save_every;       /* steps between checkpoints; 0: only at the end and on a signal */
+    const char *resume_dir;   /* continue from this checkpoint (root or step folder) */
+    int64_t eval_every;       /* held-out loss every N steps into the metrics; 0: never */
+    int32_t eval_samples;     /* held-out samples per evaluation */
     int32_t progress;         /* 1 live line, 0 plain lines, -1 quiet; set from isatty */
     int32_t verbose;
     /* fault injection for the tests: rank kill_rank raises SIGKILL at the start of

@@ -1,0 +1,115 @@
+/* checkpoint.h — sharded training checkpoints of `dynapipe train`: save
+ * (collective over the ranks, atomic as a whole), verify, resume, and the
+ * whole model for `dynapipe eval`.
+ *
+ * Layout of a checkpoint root DIR (--save DIR):
+ *   DIR/latest                      "step-00000040\n": the newest complete
+ *                                   checkpoint (replaced atomically)
+ *   DIR/step-00000040/
+ *     config.json                   Hugging Face config (GPT2LMHeadModel or
+ *                                   T5ForConditionalGeneration; byte
+ *                                   vocabulary, pad 256, decoder start 257,
+ *                                   eos 258, the model's shape)
+ *     model.safetensors.index.json  the Hub's sharded-weights index:
+ *                                   {"metadata": {"total_size": bytes},
+ *                                    "weight_map": {name: shard file}}
+ *     model-0000s-of-0000N.safetensors    plan stage s-1's owned tensors
+ *                                   (Hugging Face names and layouts)
+ *     optimizer-0000s-of-0000N.safetensors AdamW moments of every tensor
+ *                                   stage s-1 holds, and its step count
+ *     trainer_state.json            step, sampler position, the run's shape
+ *                                   (model, stages, layer cuts, data, batch
+ *                                   tokens) and the size and FNV-1a 64 hash
+ *                                   of every file above
+ * N = plan stages (stages x chunks). Training draws no random numbers after
+ * initialisation (no dropout; the sampler walks the data in order and the
+ * planner is deterministic), so the sampler position and the step are the
+ * whole training position; trainer_state.json says so ("rng": "none").
+ *
+ * Atomicity: everything is written into DIR/step-K.tmp (each file written to
+ * a temporary name, fsync'ed, renamed), the folder is fsync'ed and renamed to
+ * DIR/step-K, then DIR/latest is replaced (temporary file, fsync, rename)
+ * and DIR fsync'ed. A crash at any point leaves the previous `latest` and
+ * its folder untouched; a stale step-K.tmp is removed by the next save. */
+#ifndef DYN_RUNTIME_CHECKPOINT_H
+#define DYN_RUNTIME_CHECKPOINT_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dynapipe/common.h"
+#include "model/model.h"
+#include "runtime/group.h"
+#include "runtime/train.h"
+
+#define RT_CKPT_MAX_STAGES 64
+#define RT_CKPT_MAX_FILES (2 * RT_CKPT_MAX_STAGES + 2)
+
+typedef struct rt_ckpt_file {
+    char name[64];
+    uint64_t bytes;
+    uint64_t fnv;  /* FNV-1a 64 of the file's bytes */
+} rt_ckpt_file;
+
+/* What trainer_state.json records. */
+typedef struct rt_ckpt_meta {
+    int64_t step;          /* optimizer steps taken = the next iteration to train */
+    int64_t sampler_pos;   /* the sampler's position after batch step-1 */
+    int32_t stages, dp, chunks, n_stages; /* ranks per replica, replicas, chunks per rank, plan stages */
+    int32_t lay_first[RT_CKPT_MAX_STAGES + 1]; /* plan stage s = model layers [lay_first[s], lay_first[s+1]) */
+    dyn_model_config model;
+    uint64_t seed;
+    char data_spec[512];
+    int32_t n_samples, split;
+    int64_t global_batch_tokens;
+    int32_t n_files;
+    rt_ckpt_file files[RT_CKPT_MAX_FILES];
+} rt_ckpt_meta;
+
+/* A --resume or --checkpoint argument: a checkpoint root (its `latest` is
+ * followed) or one step folder. dir[cap] gets the step folder. */
+dyn_status rt_ckpt_resolve(const char *path, char *dir, size_t cap, dyn_error *err);
+
+/* Read dir/trainer_state.json into *meta and check every file it lists
+ * (size and hash): a missing, truncated or altered file is
+ * DYN_ERR_CORRUPT naming it. Reads every file once. */
+dyn_status rt_ckpt_read(const char *dir, rt_ckpt_meta *meta, dyn_error *err);
+
+/* Whether a run of options o can resume from *meta: one message naming
+ * the first thing that differs (model shape, stages, chunks, data, global
+ * batch tokens, or a checkpoint already at or past --steps). */
+dyn_status rt_ckpt_check(const rt_ckpt_meta *meta, const dyn_train_options *o, dyn_error *err);
+
+/* Load plan stage `stage`'s model m (dyn_model_create_stage of the same
+ * cuts) from step folder dir: weights of every held tensor through the
+ * index, moments and step count from its optimizer shard. All-or-nothing
+ * for m. */
+dyn_status rt_ckpt_load_stage(const char *dir, const rt_ckpt_meta *meta, int32_t stage, dyn_model *m,
+                              dyn_error *err);
+
+/* The whole model assembled from the shards of dir (for eval); NULL + err. */
+dyn_model *rt_ckpt_load_model(const char *dir, rt_ckpt_meta *meta, dyn_error *err);
+
+/* One rank's part of a save. */
+typedef struct rt_ckpt_job {
+    const dyn_rt_group *g;
+    const dyn_train_options *o;
+    dyn_model *const *models;  /* [n_local]: chunk c is plan stage c * stages + stage_rank */
+    int32_t n_local;
+    const int32_t *lay_first;  /* [n_stages + 1] */
+    int32_t n_stages;
+    int64_t step;              /* steps taken */
+    int64_t sampler_pos;       /* rank 0: the sampler position after the last trained batch */
+} rt_ckpt_job;
+
+/* Write checkpoint step-<j->step> under o->save_dir. Collective over the
+ * world (every rank calls it; replica 0's ranks write their shards, rank 0
+ * the rest). Returns DYN_OK on every rank only if the whole checkpoint was
+ * committed. */
+dyn_status rt_ckpt_save(const rt_ckpt_job *j, dyn_error *err);
+
+/* The Hugging Face config.json text for cfg (malloc'ed). */
+char *rt_ckpt_hf_config(const dyn_model_config *cfg, dyn_error *err);
+
+#endif
