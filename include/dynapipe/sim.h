@@ -107,6 +107,14 @@ void dyn_sim_free(dyn_sim *sim);
 dyn_status dyn_sim_run(dyn_sim *sim, const dyn_exec_plan *plan, const dyn_stage_costs *costs,
                        const dyn_sim_options *opt, const dyn_sim_result **res, dyn_error *err);
 
+/* The trace's names of instruction kinds: label ("F", "Bi", "W", "send
+ * act", "wait recv grad", ...; a slice is the label and the micro-batch,
+ * e.g. "F3") and category ("forward", "backward", "communication",
+ * "memory", "sync"). Static strings; "?" for an unknown kind. The runtime's
+ * trace of what ranks really did uses the same names. */
+const char *dyn_sim_op_label(int op);
+const char *dyn_sim_op_category(int op);
+
 /* Chrome / Perfetto trace JSON of the last run of sim on plan (the same
  * plan): one track per rank, one complete ("X") event per instruction with
  * micro-batch, stage and op in its args, and one memory counter track per

@@ -38,6 +38,7 @@
 #include "dynapipe/cost.h"
 #include "dynapipe/model_config.h"
 #include "dynapipe/sched.h"
+#include "dynapipe/sim.h" /* defines: dyn_sim_op_label, dyn_sim_op_category */
 #include "model/blas.h"  /* defines: dyn_blas_describe */
 #include "model/model.h"
 #include "model/threads.h"
@@ -579,28 +580,6 @@ static dyn_status write_metrics(rt_run *R, dyn_error *err)
 }
 
 /* The trace: every rank's events gathered on rank 0, one track per rank. */
-static const char *op_label(int op)
-{
-    static const char *const names[DYN_OP_COUNT] = {
-        "load", "F", "B", "Bi", "W", "send act", "wait send act", "recv act", "wait recv act", "send grad",
-        "wait send grad", "recv grad", "wait recv grad", "free", "barrier"};
-    return (unsigned)op < DYN_OP_COUNT ? names[op] : "?";
-}
-
-static const char *op_category(int op)
-{
-    switch (op) {
-    case DYN_OP_FORWARD: return "forward";
-    case DYN_OP_BACKWARD:
-    case DYN_OP_BACKWARD_INPUT:
-    case DYN_OP_BACKWARD_WEIGHT: return "backward";
-    case DYN_OP_FREE_BUFFER:
-    case DYN_OP_LOAD_INPUT: return "memory";
-    case DYN_OP_BARRIER: return "sync";
-    default: return "communication";
-    }
-}
-
 static dyn_status gather_trace(rt_run *R, dyn_error *err)
 {
     int64_t n = 0;
@@ -650,8 +629,8 @@ static dyn_status gather_trace(rt_run *R, dyn_error *err)
                 for (int64_t i = 0; i < ne; i++)
                     fprintf(f, ",\n{\"name\":\"%s%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,"
                                "\"dur\":%.3f,\"args\":{\"op\":\"%s\",\"instr\":%d,\"microbatch\":%d,\"stage\":%d}}",
-                            op_label(e[i].op), e[i].microbatch, op_category(e[i].op), w, e[i].t0_ms * 1e3,
-                            (e[i].t1_ms - e[i].t0_ms) * 1e3, op_label(e[i].op), e[i].instr, e[i].microbatch,
+                            dyn_sim_op_label(e[i].op), e[i].microbatch, dyn_sim_op_category(e[i].op), w, e[i].t0_ms * 1e3,
+                            (e[i].t1_ms - e[i].t0_ms) * 1e3, dyn_sim_op_label(e[i].op), e[i].instr, e[i].microbatch,
                             e[i].stage);
             }
             fprintf(f, "\n]}\n");

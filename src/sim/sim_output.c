@@ -16,7 +16,7 @@
 #include "sim/sim_internal.h" /* defines: sim_last_result */
 #include "util/util.h"        /* defines: dyn_atomic_* */
 
-static const char *op_short(int op)
+const char *dyn_sim_op_label(int op)
 {
     switch (op) {
     case DYN_OP_LOAD_INPUT: return "load";
@@ -38,7 +38,7 @@ static const char *op_short(int op)
     }
 }
 
-static const char *op_category(int op)
+const char *dyn_sim_op_category(int op)
 {
     switch (op) {
     case DYN_OP_FORWARD: return "forward";
@@ -96,8 +96,8 @@ static void trace_body(const dyn_sim_result *res, const dyn_exec_plan *plan, FIL
             fprintf(f, ",\n{\"name\":\"%s%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,"
                        "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"op\":\"%s\",\"instr\":%d,\"microbatch\":%d,"
                        "\"stage\":%d,\"peer\":%d,\"bytes\":%lld,\"memory_mb\":%.3f}}",
-                    op_short(in->op), in->microbatch, op_category(in->op), r, ts, dur,
-                    op_short(in->op), i, in->microbatch, in->stage, in->peer, (long long)in->bytes,
+                    dyn_sim_op_label(in->op), in->microbatch, dyn_sim_op_category(in->op), r, ts, dur,
+                    dyn_sim_op_label(in->op), i, in->microbatch, in->stage, in->peer, (long long)in->bytes,
                     res->events[k].mem_mb);
             /* Memory counter: the high-water mark while it runs, then after. */
             fprintf(f, ",\n{\"name\":\"memory rank %d (MB)\",\"ph\":\"C\",\"pid\":0,\"ts\":%.3f,"
@@ -282,14 +282,14 @@ dyn_status dyn_sim_svg_to_stream(const dyn_sim *sim, const dyn_exec_plan *plan, 
             fprintf(f, "<rect class=\"instr\" data-op=\"%s\" data-mb=\"%d\" data-stage=\"%d\" x=\"%.2f\" "
                        "y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\" stroke=\"white\" "
                        "stroke-width=\"0.6\"><title>rank %d %s mb %d stage %d: %.3f-%.3f ms</title></rect>\n",
-                    op_short(in->op), in->microbatch, in->stage, x, y, w, SVG_ROW, colour, r,
-                    op_short(in->op), in->microbatch, in->stage, res->events[k].start_ms, res->events[k].end_ms);
+                    dyn_sim_op_label(in->op), in->microbatch, in->stage, x, y, w, SVG_ROW, colour, r,
+                    dyn_sim_op_label(in->op), in->microbatch, in->stage, res->events[k].start_ms, res->events[k].end_ms);
             if (in->op == DYN_OP_BACKWARD_WEIGHT)
                 fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"url(#hatch)\"/>\n",
                         x, y, w, SVG_ROW);
             /* Label when it fits: about 7 px per character at 11 px. */
             char label[24];
-            snprintf(label, sizeof label, "%s%d", op_short(in->op), in->microbatch);
+            snprintf(label, sizeof label, "%s%d", dyn_sim_op_label(in->op), in->microbatch);
             if (w >= 7.0 * (double)strlen(label) + 2)
                 fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\" fill=\"%s\">%s</text>\n",
                         x + w / 2, y + SVG_ROW / 2 + 4, dark ? "white" : "black", label);
