@@ -1,7 +1,8 @@
 /* test_runtime_hosts.c — the host-list helpers of the runtime's process group
  * (group.h) on hand-made groups, without MPI: the header's host summary
  * and the check for a replica split over hosts, for the placements mpirun
- * can produce (by slot, by node, uneven slots, one host, long lists). The
+ * can produce (by slot, by node, uneven slots, one host, long lists); it
+ * starts no process, so it needs no timeout. The
  * expected strings are written out by hand from the rank layout
  * w = replica * S + stage. tests/test_netns.c checks the same on real
  * ranks across namespace hosts. */

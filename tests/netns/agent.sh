@@ -1,7 +1,8 @@
 #!/bin/sh
 # agent.sh — Open MPI's remote-start agent for the network-namespace "hosts"
 # of tests/netns/hosts.sh, used as `--mca plm_rsh_agent agent.sh` in place
-# of ssh. mpirun calls it as `agent.sh HOST COMMAND...`; it runs COMMAND in
+# of ssh (the mpirun that calls it runs under `timeout`: tests/test_netns.c).
+# mpirun calls it as `agent.sh HOST COMMAND...`; it runs COMMAND in
 # the namespace of HOST ($DYN_NETNS_PREFIX HOST) under a UTS namespace of
 # its own whose host name is HOST, so every "host" has a distinct name (Open
 # MPI names its shared-memory segments by host name: with one name for all

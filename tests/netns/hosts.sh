@@ -14,6 +14,7 @@
 #   DYN_NETNS_HOSTS    "h0 h1 ..."
 #   DYN_NETNS_SUBNET   10.213.0.0/24
 #   DYN_NETNS_AGENT    tests/netns/agent.sh (mpirun's --mca plm_rsh_agent)
+# (the mpirun jobs CMD starts run under `timeout`: tests/test_netns.c)
 # and exits with its status. An EXIT trap kills every process left in the
 # namespaces and deletes them; namespaces of an earlier run that died
 # without its trap (SIGKILL) are removed first. Where namespaces cannot be
