@@ -239,6 +239,12 @@ dyn_status dyn_stage_split(const double *block_ms, int32_t n, int32_t n_stages, 
  * reference micro-batch shape ref under recompute mode rc. */
 dyn_status dyn_stage_assign(const dyn_cost_model *cm, int32_t n_stages, const dyn_mb_shape *ref,
                             dyn_recompute rc, dyn_stage_assignment *out, dyn_error *err);
+/* The assignment a run uses, fixed for the run: dyn_stage_assign balanced
+ * for one row of cm's max_seqlen tokens (T5: on both sides), no recompute.
+ * The planner's stage costs and the runtime's layers per rank both come
+ * from here, so they agree. */
+dyn_status dyn_stage_assign_run(const dyn_cost_model *cm, int32_t n_stages, dyn_stage_assignment *out,
+                                dyn_error *err);
 void dyn_stage_assignment_free(dyn_stage_assignment *a);
 
 /* Per-micro-batch, per-stage costs of the M shapes under assignment a: times

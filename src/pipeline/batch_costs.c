@@ -66,13 +66,7 @@ dyn_batch_costs *dyn_batch_costs_create(const dyn_cost_model *cm, int32_t n_rank
     bc->cm = cm;
     bc->n_ranks = n_ranks;
     bc->chunks = chunks;
-    const dyn_model_config *cfg = dyn_cost_model_config(cm);
-    dyn_mb_shape ref;
-    memset(&ref, 0, sizeof ref);
-    ref.rows = 1;
-    ref.enc_len = cfg->max_seqlen;
-    ref.dec_len = cfg->kind == DYN_MODEL_T5 ? cfg->max_seqlen : 0;
-    if (dyn_stage_assign(cm, n_ranks, &ref, DYN_RECOMPUTE_NONE, &bc->assign[0], err) != DYN_OK) {
+    if (dyn_stage_assign_run(cm, n_ranks, &bc->assign[0], err) != DYN_OK) {
         dyn_batch_costs_free(bc);
         return NULL;
     }
@@ -80,7 +74,7 @@ dyn_batch_costs *dyn_batch_costs_create(const dyn_cost_model *cm, int32_t n_rank
      * chunked schedules are unavailable, reported when asked for. */
     if (chunks > 1) {
         dyn_error e;
-        if (dyn_stage_assign(cm, n_ranks * chunks, &ref, DYN_RECOMPUTE_NONE, &bc->assign[1], &e) == DYN_OK)
+        if (dyn_stage_assign_run(cm, n_ranks * chunks, &bc->assign[1], &e) == DYN_OK)
             bc->have_chunked = 1;
         else
             snprintf(bc->chunked_error, sizeof bc->chunked_error, "%s", e.msg);

@@ -84,6 +84,18 @@ dyn_status dyn_stage_split(const double *block_ms, int32_t n, int32_t n_stages, 
     return DYN_OK;
 }
 
+dyn_status dyn_stage_assign_run(const dyn_cost_model *cm, int32_t n_stages, dyn_stage_assignment *out,
+                                dyn_error *err)
+{
+    const dyn_model_config *cfg = dyn_cost_model_config(cm);
+    dyn_mb_shape ref;
+    memset(&ref, 0, sizeof ref);
+    ref.rows = 1;
+    ref.enc_len = cfg->max_seqlen;
+    ref.dec_len = cfg->kind == DYN_MODEL_T5 ? cfg->max_seqlen : 0;
+    return dyn_stage_assign(cm, n_stages, &ref, DYN_RECOMPUTE_NONE, out, err);
+}
+
 void dyn_stage_assignment_free(dyn_stage_assignment *a)
 {
     if (a == NULL) return;
