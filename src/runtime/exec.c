@@ -45,6 +45,10 @@ struct rt_exec {
     /* events */
     rt_event *ev;
     int64_t n_ev, cap_ev;
+    /* [n_stages]: index of the last instruction of this iteration adding
+     * to stage s's weight gradients (BACKWARD or BACKWARD_WEIGHT), or -1 */
+    int32_t *last_w;
+    int32_t cap_last_w;
 };
 
 /* ---- waiting ---------------------------------------------------------------- */
@@ -104,6 +108,7 @@ void rt_exec_free(rt_exec *x)
     free(x->tok);
     free(x->ts);
     free(x->ev);
+    free(x->last_w);
     free(x);
 }
 
@@ -547,6 +552,20 @@ static dyn_status prepare(rt_exec *x, const dyn_rt_work *w, dyn_error *err)
     }
     for (int32_t k = 0; k < x->n_slots; k++) x->slots[k].live = 0;
     for (int32_t k = 0; k < x->n_acts; k++) x->acts[k].used = 0;
+    /* where each stage's weight gradients are complete (the stage_done hook) */
+    int32_t ns = w->plan.n_stages;
+    if (ns > x->cap_last_w) {
+        int32_t *l = realloc(x->last_w, (size_t)ns * sizeof *l);
+        if (l == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the stage table");
+        x->last_w = l;
+        x->cap_last_w = ns;
+    }
+    for (int32_t k = 0; k < ns; k++) x->last_w[k] = -1;
+    for (int32_t i = 0; i < x->rp->n_instrs; i++) {
+        const dyn_instr *in = &x->rp->instrs[i];
+        if ((in->op == DYN_OP_BACKWARD || in->op == DYN_OP_BACKWARD_WEIGHT) && in->stage >= 0 && in->stage < ns)
+            x->last_w[in->stage] = i;
+    }
     return DYN_OK;
 }
 
@@ -564,20 +583,6 @@ static dyn_status record(rt_exec *x, int32_t i, double t0, double t1, dyn_error 
     return DYN_OK;
 }
 
-/* Whether instruction i is the last of its rank's list to add to its
- * stage's weight gradients. O(rest of the list) on the few backward
- * instructions; a plan has a handful per micro-batch. */
-static int last_weight_grad(const dyn_rank_plan *rp, int32_t i)
-{
-    int op = rp->instrs[i].op;
-    if (op != DYN_OP_BACKWARD && op != DYN_OP_BACKWARD_WEIGHT) return 0;
-    for (int32_t j = i + 1; j < rp->n_instrs; j++) {
-        int o = rp->instrs[j].op;
-        if ((o == DYN_OP_BACKWARD || o == DYN_OP_BACKWARD_WEIGHT) && rp->instrs[j].stage == rp->instrs[i].stage) return 0;
-    }
-    return 1;
-}
-
 dyn_status rt_exec_run(rt_exec *x, const dyn_rt_work *w, double epoch_ms, rt_exec_stats *st, dyn_error *err)
 {
     memset(st, 0, sizeof *st);
@@ -590,8 +595,9 @@ dyn_status rt_exec_run(rt_exec *x, const dyn_rt_work *w, double epoch_ms, rt_exe
         double t0 = dyn_time_ms();
         s = handlers[x->rp->instrs[i].op](x, i, err);
         if (s == DYN_OK && x->env.record) s = record(x, i, t0, dyn_time_ms(), err);
-        if (s == DYN_OK && x->env.stage_done && last_weight_grad(x->rp, i))
-            x->env.stage_done(x->env.poll_ctx, x->rp->instrs[i].stage);
+        int32_t stage = x->rp->instrs[i].stage; /* -1 for barriers */
+        if (s == DYN_OK && x->env.stage_done && stage >= 0 && x->last_w[stage] == i)
+            x->env.stage_done(x->env.poll_ctx, stage);
         if (s == DYN_OK) poll_all(x);
     }
     st->wall_ms = dyn_time_ms() - start;
