@@ -679,7 +679,7 @@ static void test_table_malformed_files(void **state)
     expect_table_error("decoder_in_gpt.table", buf, ":9: ", "unknown layer kind for this model: decoder");
 
     snprintf(buf, sizeof buf, "%s%s", GOOD_TABLE, "point encoder none 1 8 0 1 -2 1 1 0.5 0.25 0.1\n");
-    expect_table_error("negative.table", buf, ":9: ", "finite number >= 0: -2");
+    expect_table_error("negative.table", buf, ":9: ", "bwd_ms -2 is negative");
 
     snprintf(buf, sizeof buf, "%s%s", GOOD_TABLE, "point encoder some 1 8 0 1 2 1 1 0.5 0.25 0.1\n");
     expect_table_error("rc.table", buf, ":9: ", "unknown recompute mode: some");
@@ -705,13 +705,105 @@ static void test_table_malformed_files(void **state)
     p = strstr(buf, "dec_len 0");
     memcpy(p, "dec_len 4", 9);
     append_points(buf, sizeof buf, NULL);
-    expect_table_error("gpt_dec.table", buf, ":9: ", "single value 0");
+    expect_table_error("gpt_dec.table", buf, ":8: ", "single value 0"); /* the axis line, not the first point */
 
     snprintf(buf, sizeof buf, "%sbogus 1 2\n", GOOD_TABLE);
     expect_table_error("unknown_line.table", buf, ":9: ", "unknown line: bogus");
 
     assert_null(dyn_cost_model_load_table("/nonexistent/t.table", &err));
     assert_int_equal(err.code, DYN_ERR_IO);
+}
+
+/* buf with the first occurrence of from replaced by to (buf has room). */
+static void replace_once(char *buf, size_t cap, const char *from, const char *to)
+{
+    char *p = strstr(buf, from);
+    if (p == NULL) fail_msg("'%s' not in the table", from);
+    size_t tail = strlen(p + strlen(from));
+    assert_true(strlen(buf) - strlen(from) + strlen(to) < cap);
+    memmove(p + strlen(to), p + strlen(from), tail + 1);
+    memcpy(p, to, strlen(to));
+}
+
+/* Values whose sums over a plan would not be finite are refused where they
+ * are read, naming the line and the field: a time or size column above
+ * 1e12 (DYN_COST_VALUE_MAX), inf, nan, a number past double's range; the
+ * same for states_mb and the machine line's latencies. 1e12 itself loads. */
+static void test_table_refuses_huge_and_non_finite_values(void **state)
+{
+    (void)state;
+    static char buf[8192];
+    struct { const char *point, *what; } bad[] = {
+        {"point encoder none 1 8 0 1e308 2 1 1 0.5 0.25 0.1\n", "fwd_ms 1e308 is too large (at most 1e12)"},
+        {"point encoder none 1 8 0 1 2 1 1 0.5 1.5e12 0.1\n", "peak_mb 1.5e12 is too large (at most 1e12)"},
+        {"point encoder none 1 8 0 1 2 inf 1 0.5 0.25 0.1\n", "bwd_input_ms inf is not a finite number"},
+        {"point encoder none 1 8 0 1 2 1 nan 0.5 0.25 0.1\n", "bwd_weight_ms nan is not a finite number"},
+        {"point encoder none 1 8 0 1 2 1 1 1e400 0.25 0.1\n", "stored_mb 1e400 is not a finite number"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(buf, sizeof buf, "%s%s", GOOD_TABLE, bad[i].point);
+        expect_table_error("huge.table", buf, ":9: ", bad[i].what);
+    }
+
+    snprintf(buf, sizeof buf, "%s", GOOD_TABLE);
+    replace_once(buf, sizeof buf, "encoder=2", "encoder=1e308");
+    append_points(buf, sizeof buf, NULL);
+    expect_table_error("huge_states.table", buf, ":5: ", "states_mb encoder 1e+308 is too large (at most 1e12)");
+
+    snprintf(buf, sizeof buf, "%s", GOOD_TABLE);
+    replace_once(buf, sizeof buf, "link_latency_ms=0.01", "link_latency_ms=1e300");
+    append_points(buf, sizeof buf, NULL);
+    expect_table_error("huge_latency.table", buf, ":4: ", "link_latency_ms = 1e+300 is too large");
+    dyn_machine mm = *dyn_machine_builtin("cpu"); /* machine files share the check */
+    mm.layer_overhead_ms = 2e12;
+    dyn_error merr;
+    assert_int_equal(dyn_machine_validate(&mm, &merr), DYN_ERR_INVALID_ARG);
+    assert_non_null(strstr(merr.msg, "layer_overhead_ms = 2e+12 is too large (at most 1e12)"));
+
+    /* the bound itself, and a negative zero, load */
+    snprintf(buf, sizeof buf, "%s%s%s", GOOD_TABLE, "point encoder none 1 8 0 1e12 1e12 1 1 0.5 1e12 -0\n",
+             "point embed none 1 8 0 1 2 1 1 0.5 0.25 1e12\n");
+    append_points(buf, sizeof buf, "point e");
+    strncat(buf, "point encoder selective 1 8 0 1 2 1 1 0.5 0.25 0.1\npoint encoder full 1 8 0 1 2 1 1 0.5 0.25 0.1\n"
+                 "point embed selective 1 8 0 1 2 1 1 0.5 0.25 0.1\npoint embed full 1 8 0 1 2 1 1 0.5 0.25 0.1\n",
+            sizeof buf - strlen(buf) - 1);
+    dyn_error err;
+    dyn_cost_model *cm = dyn_cost_model_load_table(write_file("bound.table", buf), &err);
+    if (cm == NULL) fail_msg("%s", err.msg);
+    dyn_layer_cost c;
+    dyn_mb_shape mb = {.rows = 1, .enc_len = 8};
+    assert_int_equal(dyn_cost_layer(cm, DYN_LAYER_ENCODER, &mb, DYN_RECOMPUTE_NONE, &c, NULL), DYN_OK);
+    assert_true(c.fwd_ms == 1e12 && c.peak_mb == 1e12 && c.output_mb == 0.0);
+    dyn_cost_model_free(cm);
+}
+
+/* Every axis error names the line that declared the axis (rows, enc_len,
+ * dec_len, in any order), not the first point line where the grid is
+ * checked. */
+static void test_table_axis_errors_name_the_axis_line(void **state)
+{
+    (void)state;
+    static char buf[8192];
+    snprintf(buf, sizeof buf, "%s", GOOD_TABLE);
+    replace_once(buf, sizeof buf, "rows 1\n", "rows 0 1\n");
+    append_points(buf, sizeof buf, NULL);
+    expect_table_error("rows0.table", buf, ":6: ", "rows axis value 0 is below 1");
+
+    snprintf(buf, sizeof buf, "%s", GOOD_TABLE);
+    replace_once(buf, sizeof buf, "enc_len 8\n", "enc_len 8 4\n");
+    append_points(buf, sizeof buf, NULL);
+    expect_table_error("enc_order.table", buf, ":7: ", "enc_len axis is not strictly increasing (4 after 8)");
+
+    /* axes declared in another order, after a comment: each error still
+     * points at its own axis */
+    snprintf(buf, sizeof buf, "%s", GOOD_TABLE);
+    replace_once(buf, sizeof buf, "rows 1\nenc_len 8\ndec_len 0\n", "dec_len 0 8\n# grid\nenc_len 8\nrows 1\n");
+    append_points(buf, sizeof buf, NULL);
+    expect_table_error("dec_first.table", buf, ":6: ", "single value 0");
+    snprintf(buf, sizeof buf, "%s", GOOD_TABLE);
+    replace_once(buf, sizeof buf, "rows 1\nenc_len 8\ndec_len 0\n", "dec_len 0\n# grid\nenc_len 8\nrows 2 2\n");
+    append_points(buf, sizeof buf, NULL);
+    expect_table_error("rows_last.table", buf, ":9: ", "rows axis is not strictly increasing");
 }
 
 /* Random byte edits of a valid table: the reader either accepts the file or
@@ -931,6 +1023,8 @@ int main(void)
         cmocka_unit_test(test_table_extrapolation_rule),
         cmocka_unit_test(test_table_round_trip_from_analytic),
         cmocka_unit_test(test_table_malformed_files),
+        cmocka_unit_test(test_table_refuses_huge_and_non_finite_values),
+        cmocka_unit_test(test_table_axis_errors_name_the_axis_line),
         cmocka_unit_test(test_table_reader_survives_random_edits),
         cmocka_unit_test(test_table_write_rejects_bad_input),
         cmocka_unit_test(test_builtin_machines),

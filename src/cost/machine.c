@@ -113,6 +113,13 @@ dyn_status dyn_machine_validate(const dyn_machine *m, dyn_error *err)
         if (!(nonneg[i].v >= 0) || !isfinite(nonneg[i].v))
             return dyn_error_set(err, DYN_ERR_INVALID_ARG, "machine %s: %s = %g must be >= 0", m->name,
                                  nonneg[i].name, nonneg[i].v);
+    /* the two latencies are added once per message or layer along a run:
+     * the cost inputs' bound keeps those sums finite */
+    if (m->link_latency_ms > DYN_COST_VALUE_MAX || m->layer_overhead_ms > DYN_COST_VALUE_MAX)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "machine %s: %s = %g is too large (at most %s)", m->name,
+                             m->link_latency_ms > DYN_COST_VALUE_MAX ? "link_latency_ms" : "layer_overhead_ms",
+                             m->link_latency_ms > DYN_COST_VALUE_MAX ? m->link_latency_ms : m->layer_overhead_ms,
+                             DYN_COST_VALUE_MAX_TEXT);
     if (m->bytes_per_elem != 2 && m->bytes_per_elem != 4)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "machine %s: bytes_per_elem = %d must be 2 or 4",
                              m->name, m->bytes_per_elem);

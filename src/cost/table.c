@@ -49,6 +49,10 @@
 #define TABLE_VERSION 1
 #define N_VALUES 7 /* fwd bwd bwd_input bwd_weight stored peak output */
 
+/* The point line's value columns, in file order (the header's names). */
+static const char *const value_names[N_VALUES] = {"fwd_ms", "bwd_ms", "bwd_input_ms", "bwd_weight_ms",
+                                                  "stored_mb", "peak_mb", "output_mb"};
+
 int64_t dyn_cost_grid_size(const dyn_cost_grid *g)
 {
     return (int64_t)g->n_rows * g->n_enc * g->n_dec;
@@ -151,18 +155,25 @@ static dyn_status check_axis(const char *what, const int32_t *ax, int32_t n, int
     return DYN_OK;
 }
 
-/* GPT: dec_len axis exactly {0}; T5: values >= 1. */
-static dyn_status check_grid(const dyn_model_config *cfg, const dyn_cost_grid *g, dyn_error *err)
+/* Axis a of the grid (0 rows, 1 enc_len, 2 dec_len): rows and enc_len
+ * values >= 1; GPT: dec_len exactly {0}; T5: values >= 1. */
+static dyn_status check_grid_axis(const dyn_model_config *cfg, const dyn_cost_grid *g, int a, dyn_error *err)
 {
-    dyn_status st;
-    if ((st = check_axis("rows", g->rows, g->n_rows, 1, err)) != DYN_OK) return st;
-    if ((st = check_axis("enc_len", g->enc_len, g->n_enc, 1, err)) != DYN_OK) return st;
+    if (a == 0) return check_axis("rows", g->rows, g->n_rows, 1, err);
+    if (a == 1) return check_axis("enc_len", g->enc_len, g->n_enc, 1, err);
     if (cfg->kind == DYN_MODEL_GPT) {
         if (g->n_dec != 1 || g->dec_len[0] != 0)
             return dyn_error_set(err, DYN_ERR_INVALID_ARG, "dec_len axis of a gpt table must be the single value 0");
         return DYN_OK;
     }
     return check_axis("dec_len", g->dec_len, g->n_dec, 1, err);
+}
+
+static dyn_status check_grid(const dyn_model_config *cfg, const dyn_cost_grid *g, dyn_error *err)
+{
+    dyn_status st = DYN_OK;
+    for (int a = 0; a < 3 && st == DYN_OK; a++) st = check_grid_axis(cfg, g, a, err);
+    return st;
 }
 
 static int kind_present(const dyn_model_config *cfg, int kind)
@@ -283,9 +294,9 @@ dyn_status dyn_cost_table_write_profile(const char *path, const dyn_model_config
     if ((st = dyn_machine_validate(m, err)) != DYN_OK) return st;
     if ((st = check_grid(cfg, grid, err)) != DYN_OK) return st;
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
-        if (!(states_mb[k] >= 0) || !isfinite(states_mb[k]))
-            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "cost table: states_mb of %s is %g",
-                                 dyn_layer_kind_name((dyn_layer_kind)k), states_mb[k]);
+        if (!(states_mb[k] >= 0) || !(states_mb[k] <= DYN_COST_VALUE_MAX))
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "cost table: states_mb of %s is %g (need 0 .. %g)",
+                                 dyn_layer_kind_name((dyn_layer_kind)k), states_mb[k], DYN_COST_VALUE_MAX);
     int64_t gs = dyn_cost_grid_size(grid);
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
         if (!kind_present(cfg, k)) continue;
@@ -293,10 +304,11 @@ dyn_status dyn_cost_table_write_profile(const char *path, const dyn_model_config
             double v[N_VALUES];
             cost_to_values(&points[p], v);
             for (int j = 0; j < N_VALUES; j++)
-                if (!(v[j] >= 0) || !isfinite(v[j]))
+                if (!(v[j] >= 0) || !(v[j] <= DYN_COST_VALUE_MAX)) /* what the reader accepts */
                     return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                         "cost table: point %lld of %s has a negative or non-finite value %g",
-                                         (long long)p, dyn_layer_kind_name((dyn_layer_kind)k), v[j]);
+                                         "cost table: point %lld of %s has %s %g (need 0 .. %g)", (long long)p,
+                                         dyn_layer_kind_name((dyn_layer_kind)k), value_names[j], v[j],
+                                         DYN_COST_VALUE_MAX);
         }
     }
     dyn_atomic_file af;
@@ -390,14 +402,22 @@ static dyn_status rd_fail(reader *r, const char *what, const char *detail)
                          detail ? ": " : "", detail ? detail : "");
 }
 
-static int parse_double(const char *s, double *out)
+static int parse_double(const char *s, double *out) { return dyn_parse_finite(s, out); }
+
+/* A time (ms) or size (MB) field: a finite number in [0, DYN_COST_VALUE_MAX],
+ * so that sums over a plan stay finite. On failure one line names the line,
+ * the field and the text as written. */
+static dyn_status parse_cost_value(reader *r, const char *field, const char *text, double *out)
 {
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v)) return -1;
+    double v;
+    const char *why = NULL;
+    if (parse_double(text, &v) != 0) why = "is not a finite number";
+    else if (v < 0) why = "is negative";
+    else if (v > DYN_COST_VALUE_MAX) why = "is too large (at most " DYN_COST_VALUE_MAX_TEXT ")";
+    if (why != NULL)
+        return dyn_error_set(r->err, DYN_ERR_PARSE, "%s:%d: %s %s %s", r->path, r->line, field, text, why);
     *out = v;
-    return 0;
+    return DYN_OK;
 }
 
 static int parse_int(const char *s, int32_t *out)
@@ -498,6 +518,7 @@ typedef struct table_parse {
     dyn_cost_model *cm;
     reader *r;
     int have_magic, have_model, have_machine, have_states;
+    int axis_line[3];    /* line of the rows, enc_len, dec_len axis: where its errors point */
     unsigned char *seen; /* [points] how often each point was given; NULL before the first */
     dyn_cost_grid g;     /* the grid, fixed at the first point */
 } table_parse;
@@ -563,8 +584,16 @@ static dyn_status parse_states_line(table_parse *tp, char **tok, int ntok)
                     {"lm_head", 'd', &s[3]}};
     dyn_status st = parse_kv(tp->r, tok + 1, ntok - 1, f, 4, "states_mb");
     if (st != DYN_OK) return st;
-    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
-        if (s[k] < 0) return rd_fail(tp->r, "states_mb must be >= 0", NULL);
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
+        char what[64];
+        snprintf(what, sizeof what, "states_mb %s", f[k].key);
+        if (s[k] < 0)
+            return dyn_error_set(tp->r->err, DYN_ERR_PARSE, "%s:%d: %s %g is negative", tp->r->path, tp->r->line,
+                                 what, s[k]);
+        if (s[k] > DYN_COST_VALUE_MAX) /* summed over a stage's layers */
+            return dyn_error_set(tp->r->err, DYN_ERR_PARSE, "%s:%d: %s %g is too large (at most " DYN_COST_VALUE_MAX_TEXT ")",
+                                 tp->r->path, tp->r->line, what, s[k]);
+    }
     return DYN_OK;
 }
 
@@ -592,19 +621,26 @@ static dyn_status parse_axis_line(table_parse *tp, char **tok, int ntok)
     if (tp->seen != NULL) return rd_fail(tp->r, "axis after the first point", NULL);
     int32_t **ax = tok[0][0] == 'r' ? &cm->rows : tok[0][0] == 'e' ? &cm->enc_len : &cm->dec_len;
     int32_t *n = tok[0][0] == 'r' ? &cm->n_rows : tok[0][0] == 'e' ? &cm->n_enc : &cm->n_dec;
-    return parse_axis(tp->r, tok + 1, ntok - 1, ax, n);
+    dyn_status st = parse_axis(tp->r, tok + 1, ntok - 1, ax, n);
+    tp->axis_line[tok[0][0] == 'r' ? 0 : tok[0][0] == 'e' ? 1 : 2] = tp->r->line;
+    return st;
 }
 
 /* At the first point: the header must be complete and the grid valid; the
- * point arrays are allocated. */
+ * point arrays are allocated. The grid is checked here because the dec_len
+ * rule depends on the model line, which may come after the axes; an axis
+ * error names the line that declared the axis, not this point. */
 static dyn_status begin_points(table_parse *tp)
 {
     dyn_cost_model *cm = tp->cm;
     if (!tp->have_model || !tp->have_machine || !tp->have_states || !cm->rows || !cm->enc_len || !cm->dec_len)
         return rd_fail(tp->r, "point before the model, machine, states_mb, rows, enc_len and dec_len lines", NULL);
     tp->g = (dyn_cost_grid){cm->n_rows, cm->n_enc, cm->n_dec, cm->rows, cm->enc_len, cm->dec_len};
-    dyn_error e2;
-    if (check_grid(&cm->cfg, &tp->g, &e2) != DYN_OK) return rd_fail(tp->r, e2.msg, NULL);
+    for (int a = 0; a < 3; a++) {
+        dyn_error e2;
+        if (check_grid_axis(&cm->cfg, &tp->g, a, &e2) != DYN_OK)
+            return dyn_error_set(tp->r->err, DYN_ERR_PARSE, "%s:%d: %s", tp->r->path, tp->axis_line[a], e2.msg);
+    }
     size_t total = (size_t)(dyn_cost_grid_size(&tp->g) * DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT);
     tp->seen = dyn_calloc(total, 1, "cost table", tp->r->err);
     cm->points = dyn_calloc(total, sizeof *cm->points, "cost table points", tp->r->err);
@@ -639,8 +675,7 @@ static dyn_status parse_point_line(table_parse *tp, char **tok, int ntok)
     }
     double v[N_VALUES];
     for (int j = 0; j < N_VALUES; j++)
-        if (parse_double(tok[6 + j], &v[j]) != 0 || v[j] < 0)
-            return rd_fail(r, "value must be a finite number >= 0", tok[6 + j]);
+        if ((st = parse_cost_value(r, value_names[j], tok[6 + j], &v[j])) != DYN_OK) return st;
     int64_t p = dyn_cost_grid_index(&tp->g, kind, rc, idx[0], idx[1], idx[2]);
     if (tp->seen[p]++) return rd_fail(r, "duplicate point", NULL);
     values_to_cost(v, &cm->points[p]);

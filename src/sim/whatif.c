@@ -14,13 +14,12 @@
  * Micro-batches are 0..M-1 and stages 0..S-1, M and S the largest indices
  * + 1; every pair must appear exactly once. Every error names path:line.
  */
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dynapipe/sim.h"
-#include "util/util.h" /* defines: dyn_calloc, dyn_file_read_all */
+#include "util/util.h" /* defines: dyn_calloc, dyn_file_read_all, dyn_parse_finite, DYN_COST_VALUE_MAX */
 
 #define WHATIF_MAX_INDEX 65535
 #define WHATIF_MAX_CELLS (1 << 22)
@@ -52,18 +51,6 @@ static int split_fields(char *p, char **fields, int max)
         if (*p) *p++ = '\0';
     }
     return n;
-}
-
-#define WHATIF_MAX_VALUE 1e12 /* ms or MB */
-
-static int parse_number(const char *text, double *out)
-{
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (end == text || *end != '\0' || errno == ERANGE || !isfinite(v)) return -1;
-    *out = v;
-    return 0;
 }
 
 static int blank_or_comment(const char *p)
@@ -112,7 +99,7 @@ static dyn_status parse_row(const char *name, int32_t line, char **fields, int n
     for (int i = 0; i < nf; i++) {
         int c = col_of[i];
         double v;
-        if (parse_number(fields[i], &v) != 0)
+        if (dyn_parse_finite(fields[i], &v) != 0)
             return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: %s '%s' is not a number", name, line,
                                  col_names[c], fields[i]);
         if (v < 0)
@@ -127,12 +114,11 @@ static dyn_status parse_row(const char *name, int32_t line, char **fields, int n
         if (c == COL_TOKENS && v > 1e15)
             return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: tokens %g is too large", name, line, v);
         /* Times and sizes are summed over up to 2^16 x 2^16 rows and along
-         * the schedule: a bound far above any real value (1e12 ms is 31
-         * years, 1e12 MB an exabyte) keeps every sum finite, so a huge
-         * number cannot turn into an infinity reported as a deadlock. */
-        if (c != COL_TOKENS && c != COL_MB && c != COL_STAGE && v > WHATIF_MAX_VALUE)
+         * the schedule: the bound shared with the cost table keeps every sum
+         * finite (DYN_COST_VALUE_MAX, util.h). */
+        if (c != COL_TOKENS && c != COL_MB && c != COL_STAGE && v > DYN_COST_VALUE_MAX)
             return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: %s %g is above the limit %g", name, line,
-                                 col_names[c], v, WHATIF_MAX_VALUE);
+                                 col_names[c], v, DYN_COST_VALUE_MAX);
         row->v[c] = v;
     }
     return DYN_OK;

@@ -1,7 +1,9 @@
-/* util.c — checked allocation, clock, whole-file read, atomic write. */
+/* util.c — checked allocation, number parsing, clock, whole-file read,
+ * atomic write. */
 #include "util/util.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,16 @@ void *dyn_calloc(size_t n, size_t size, const char *what, dyn_error *err)
     if (p == NULL)
         dyn_error_set(err, DYN_ERR_NOMEM, "out of memory allocating %zu bytes for %s", n * size, what);
     return p;
+}
+
+int dyn_parse_finite(const char *text, double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || *end != '\0' || errno == ERANGE || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
 }
 
 double dyn_time_ms(void)
