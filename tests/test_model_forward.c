@@ -332,10 +332,11 @@ static void t5_samples(dyn_token_sample *s, int32_t tok[T5_NS][2][20])
  * to back, causal across the row). Checks the model's boundary activation
  * `out` (encoder output then decoder hidden, flat (row, position)) at every
  * real position of these samples, and returns the group's per-sample losses
- * in ref_loss[s0 .. s1). The worst error ratio goes to *worst. */
+ * in ref_loss[s0 .. s1) and each target's loss at its flat decoder position
+ * in ref_tok (B*Td). The worst error ratio goes to *worst. */
 static void t5_check_group(const dyn_model *m, const dyn_model_config *c, const dyn_model_microbatch *mb,
                            const dyn_token_sample *s, int s0, int s1, const float *out, double *ref_loss,
-                           double *worst)
+                           double *ref_tok, double *worst)
 {
     const int C = c->hidden;
     int Te = 0, Td = 0;
@@ -367,8 +368,10 @@ static void t5_check_group(const dyn_model *m, const dyn_model_config *c, const 
                 if (!(r <= *worst)) *worst = r;
             }
         for (int t = 0; t < s[i].target_len; t++, d++) {
+            size_t at = (size_t)ds->row * mb->dec_lay->T + ds->start + t;
+            ref_tok[at] = tl[d];
             for (int k = 0; k < C; k++) {
-                double got = out[(Ne + (size_t)ds->row * mb->dec_lay->T + ds->start + t) * C + k], want = dec[d * C + k];
+                double got = out[(Ne + at) * C + k], want = dec[d * C + k];
                 double r = fabs(got - want) / (1e-5 + 1e-5 * fabs(want));
                 if (!(r <= *worst)) *worst = r;
             }
@@ -379,9 +382,11 @@ static void t5_check_group(const dyn_model *m, const dyn_model_config *c, const 
 }
 
 /* The whole check for one micro-batch: the boundary entering the head
- * elementwise, the loss sum and every sample's loss. groups[g] .. groups[g+1]
- * are the attention groups (see t5_check_group). */
-static void t5_check_microbatch(dyn_model *m, const dyn_model_config *c, const dyn_model_microbatch *mb,
+ * elementwise, the loss sum, every sample's loss, and every target token's
+ * loss alone (its logits' log-softmax at the target: the model returns no
+ * logits, so each position is counted alone by giving only it weight 1).
+ * groups[g] .. groups[g+1] are the attention groups (see t5_check_group). */
+static void t5_check_microbatch(dyn_model *m, const dyn_model_config *c, dyn_model_microbatch *mb,
                                 const dyn_token_sample *s, const int *groups, int n_groups, const char *what)
 {
     dyn_error err;
@@ -395,7 +400,10 @@ static void t5_check_microbatch(dyn_model *m, const dyn_model_config *c, const d
     float sample_loss[T5_NS];
     assert_int_equal(dyn_model_forward(m, a, mb, 0, &loss, sample_loss, &err), DYN_OK);
     double ref_loss[T5_NS], ref = 0, worst = 0;
-    for (int g = 0; g < n_groups; g++) t5_check_group(m, c, mb, s, groups[g], groups[g + 1], out, ref_loss, &worst);
+    const size_t Nd = (size_t)mb->dec_lay->B * mb->dec_lay->T;
+    double *ref_tok = xcalloc(Nd, sizeof(double));
+    for (int g = 0; g < n_groups; g++)
+        t5_check_group(m, c, mb, s, groups[g], groups[g + 1], out, ref_loss, ref_tok, &worst);
     printf("    T5 forward, %s: hidden error ratio %.3g (<= 1 passes)\n", what, worst);
     assert_true(worst <= 1.0);
     for (int i = 0; i < T5_NS; i++) {
@@ -406,6 +414,26 @@ static void t5_check_microbatch(dyn_model *m, const dyn_model_config *c, const d
         assert_true(fabs(sample_loss[i] - ref_loss[i]) <= 1e-5 * fabs(ref_loss[i]));
     }
     assert_true(fabs(loss - ref) <= 1e-5 * fabs(ref));
+    float *w = mb->weights, *saved = xcalloc(Nd, sizeof(float));
+    memcpy(saved, w, Nd * sizeof(float));
+    double tok_worst = 0;
+    int counted = 0;
+    for (size_t i = 0; i < Nd; i++) {
+        if (saved[i] == 0.0f) continue;
+        memset(w, 0, Nd * sizeof(float));
+        w[i] = 1.0f;
+        double one = 0;
+        assert_int_equal(dyn_model_forward(m, a, mb, 0, &one, NULL, &err), DYN_OK);
+        double r = fabs(one - ref_tok[i]) / fabs(ref_tok[i]);
+        if (!(r <= tok_worst)) tok_worst = r;
+        counted++;
+    }
+    memcpy(w, saved, Nd * sizeof(float));
+    printf("    T5 forward, %s: %d target tokens alone, worst relative error %.3g\n", what, counted, tok_worst);
+    assert_int_equal(counted, mb->n_target_tokens);
+    assert_true(tok_worst <= 1e-5); /* as the sample losses */
+    free(saved);
+    free(ref_tok);
     free(out);
     dyn_model_acts_free(a);
 }
