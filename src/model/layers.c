@@ -41,23 +41,14 @@ void dyn_linear_forward(float *out, const float *inp, const float *w, const floa
     dyn_sgemm(0, 1, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
 }
 
+/* The fused backward is its two halves, input first: the same operations in
+ * the same order as a zero-bubble B then W, so fused and split agree to the
+ * bit, and each piece of arithmetic has one place (the halves, below). */
 void dyn_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
                          const float *inp, const float *w, int N, int C, int OC)
 {
-    if (dinp)
-        dyn_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
-    dyn_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
-    if (dbias) {
-#pragma omp parallel if (dyn_par((size_t)N * OC))
-        {
-            int c0, c1;
-            channel_range(OC, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
-            for (int n = 0; n < N; n++) {
-                const float *d = dout + (size_t)n * OC;
-                for (int c = c0; c < c1; c++) dbias[c] += d[c];
-            }
-        }
-    }
+    if (dinp) dyn_linear_backward_input(dinp, dout, w, N, C, OC);
+    dyn_linear_backward_weight(dw, dbias, dout, inp, N, C, OC);
 }
 
 /* ---- LayerNorm -------------------------------------------------------- */
@@ -82,47 +73,13 @@ void dyn_layernorm_forward(float *out, float *mean, float *rstd, const float *in
     }
 }
 
+/* B then W, as dyn_linear_backward. */
 void dyn_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                             const float *inp, const float *w, const float *mean,
                             const float *rstd, int N, int C)
 {
-    if (dinp) {
-        /* dx = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),
-         * dnorm = dout * w: the standard LayerNorm input gradient. */
-#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
-        for (int n = 0; n < N; n++) {
-            const float *x = inp + (size_t)n * C;
-            const float *d = dout + (size_t)n * C;
-            float *dx = dinp + (size_t)n * C;
-            float m = mean[n], s = rstd[n];
-            float sum_dn = 0.0f, sum_dnx = 0.0f;
-            for (int c = 0; c < C; c++) {
-                float dn = d[c] * w[c];
-                sum_dn += dn;
-                sum_dnx += dn * (x[c] - m) * s;
-            }
-            sum_dn /= (float)C;
-            sum_dnx /= (float)C;
-            for (int c = 0; c < C; c++) {
-                float xhat = (x[c] - m) * s;
-                dx[c] += s * (d[c] * w[c] - sum_dn - xhat * sum_dnx);
-            }
-        }
-    }
-#pragma omp parallel if (dyn_par((size_t)N * C))
-    {
-        int c0, c1;
-        channel_range(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
-        for (int n = 0; n < N; n++) {
-            const float *x = inp + (size_t)n * C;
-            const float *d = dout + (size_t)n * C;
-            float m = mean[n], s = rstd[n];
-            for (int c = c0; c < c1; c++) {
-                dw[c] += d[c] * (x[c] - m) * s;
-                db[c] += d[c];
-            }
-        }
-    }
+    if (dinp) dyn_layernorm_backward_input(dinp, dout, inp, w, mean, rstd, N, C);
+    dyn_layernorm_backward_weight(dw, db, dout, inp, mean, rstd, N, C);
 }
 
 /* ---- RMSNorm ---------------------------------------------------------- */
@@ -141,35 +98,12 @@ void dyn_rmsnorm_forward(float *out, float *rstd, const float *inp, const float 
     }
 }
 
+/* B then W, as dyn_linear_backward. */
 void dyn_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
                           const float *w, const float *rstd, int N, int C)
 {
-    if (dinp) {
-        /* y = x s w with s = (mean(x^2)+eps)^-1/2: dx = s (dn - x s^2 mean(dn x)),
-         * dn = dout * w. */
-#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
-        for (int n = 0; n < N; n++) {
-            const float *x = inp + (size_t)n * C;
-            const float *d = dout + (size_t)n * C;
-            float *dx = dinp + (size_t)n * C;
-            float s = rstd[n];
-            float dot = 0.0f;
-            for (int c = 0; c < C; c++) dot += d[c] * w[c] * x[c];
-            float k = s * s * dot / (float)C;
-            for (int c = 0; c < C; c++) dx[c] += s * (d[c] * w[c] - x[c] * k);
-        }
-    }
-#pragma omp parallel if (dyn_par((size_t)N * C))
-    {
-        int c0, c1;
-        channel_range(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
-        for (int n = 0; n < N; n++) {
-            const float *x = inp + (size_t)n * C;
-            const float *d = dout + (size_t)n * C;
-            float s = rstd[n];
-            for (int c = c0; c < c1; c++) dw[c] += d[c] * x[c] * s;
-        }
-    }
+    if (dinp) dyn_rmsnorm_backward_input(dinp, dout, inp, w, rstd, N, C);
+    dyn_rmsnorm_backward_weight(dw, dout, inp, rstd, N, C);
 }
 
 /* ---- GELU ------------------------------------------------------------- */
@@ -382,9 +316,34 @@ double dyn_lmhead_ce_forward(float *losses, float *lse, const float *x, const fl
     return total;
 }
 
-void dyn_lmhead_ce_backward(float *dx, float *dw, const float *x, const float *w,
-                            const int32_t *targets, const float *weights, const float *lse,
-                            float dloss, int N, int C, int V, float *work)
+/* One chunk's logits lg (m, nv) -> dlogits in place: dloss * weight *
+ * (softmax - onehot(target)), with the row's logsumexp from the forward. */
+static void lmhead_dlogits(float *lg, const int *idx, int m, int v0, int nv, const int32_t *targets,
+                           const float *weights, const float *lse, float dloss)
+{
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)m * nv))
+    for (int i = 0; i < m; i++) {
+        int n = idx[i];
+        float *l = lg + (size_t)i * nv;
+        float g = dloss * weights[n], ls = lse[n];
+        for (int v = 0; v < nv; v++) l[v] = g * dyn_fast_expf(l[v] - ls);
+        int t = targets[n];
+        if (t >= v0 && t < v0 + nv) l[t - v0] -= g;
+    }
+}
+
+/* The one LM head backward loop, behind the fused call (dx and dw) and the
+ * split halves (dx only: B; dw only: W). The dlogits are (target rows, V):
+ * far larger than anything else a block keeps, so neither half stores them;
+ * each recomputes the logits chunk by chunk and applies only its own
+ * product: one extra logits sgemm (2·rows·C·V FLOPs) for never holding
+ * (rows, V) floats between B and W. Every half runs the fused call's
+ * operations on its outputs in the same order, so B + W is bit-identical to
+ * it. Work layout: xs (rb,C), dxs (rb,C), lg (rb,vch); dxs is used only
+ * when dx is given. */
+static void lmhead_backward(float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
+                            const float *weights, const float *lse, float dloss, int N, int C, int V,
+                            float *work)
 {
     int rb = N < LMHEAD_RB ? N : LMHEAD_RB;
     int vch = V < DYN_LMHEAD_VCHUNK ? V : DYN_LMHEAD_VCHUNK;
@@ -395,20 +354,13 @@ void dyn_lmhead_ce_backward(float *dx, float *dw, const float *x, const float *w
     for (;;) {
         int m = lmhead_gather(idx, xs, x, weights, N, C, rb, &next);
         if (m == 0) break;
-        memset(dxs, 0, (size_t)m * C * sizeof(float));
+        if (dx) memset(dxs, 0, (size_t)m * C * sizeof(float));
         for (int v0 = 0; v0 < V; v0 += vch) {
             int nv = V - v0 < vch ? V - v0 : vch;
             dyn_sgemm(0, 1, m, nv, C, 1.0f, xs, C, w + (size_t)v0 * C, C, 0.0f, lg, nv);
-#pragma omp parallel for schedule(static) if (dyn_par((size_t)m * nv))
-            for (int i = 0; i < m; i++) {
-                int n = idx[i];
-                float *l = lg + (size_t)i * nv;
-                float g = dloss * weights[n], ls = lse[n];
-                for (int v = 0; v < nv; v++) l[v] = g * dyn_fast_expf(l[v] - ls);
-                int t = targets[n];
-                if (t >= v0 && t < v0 + nv) l[t - v0] -= g;
-            }
-            dyn_sgemm(1, 0, nv, C, m, 1.0f, lg, nv, xs, C, 1.0f, dw + (size_t)v0 * C, C);
+            lmhead_dlogits(lg, idx, m, v0, nv, targets, weights, lse, dloss);
+            if (dw)
+                dyn_sgemm(1, 0, nv, C, m, 1.0f, lg, nv, xs, C, 1.0f, dw + (size_t)v0 * C, C);
             if (dx)
                 dyn_sgemm(0, 0, m, C, nv, 1.0f, lg, nv, w + (size_t)v0 * C, C, 1.0f, dxs, C);
         }
@@ -422,12 +374,33 @@ void dyn_lmhead_ce_backward(float *dx, float *dw, const float *x, const float *w
     }
 }
 
+void dyn_lmhead_ce_backward(float *dx, float *dw, const float *x, const float *w,
+                            const int32_t *targets, const float *weights, const float *lse,
+                            float dloss, int N, int C, int V, float *work)
+{
+    lmhead_backward(dx, dw, x, w, targets, weights, lse, dloss, N, C, V, work);
+}
+
+void dyn_lmhead_ce_backward_input(float *dx, const float *x, const float *w, const int32_t *targets,
+                                  const float *weights, const float *lse, float dloss, int N, int C,
+                                  int V, float *work)
+{
+    lmhead_backward(dx, NULL, x, w, targets, weights, lse, dloss, N, C, V, work);
+}
+
+void dyn_lmhead_ce_backward_weight(float *dw, const float *x, const float *w, const int32_t *targets,
+                                   const float *weights, const float *lse, float dloss, int N, int C,
+                                   int V, float *work)
+{
+    lmhead_backward(NULL, dw, x, w, targets, weights, lse, dloss, N, C, V, work);
+}
+
 /* ---- split backward (zero-bubble B and W halves) ---------------------------
- * Each pair below does exactly the operations of the fused *_backward above,
- * in the same order, split into the input-gradient half and the
- * weight-gradient half: B + W gives bit-identical results to the fused call
- * (tests/test_layers.c checks it). The fused functions are kept unchanged
- * beside them. */
+ * The input-gradient half and the weight-gradient half of the linear and
+ * norm backwards. They are the only copy of that arithmetic: the fused
+ * *_backward above calls B then W, so B + W is bit-identical to the fused
+ * call by construction (tests/test_split_backward.c checks it, with W run
+ * before B too). The LM head's three entry points share lmhead_backward. */
 
 void dyn_linear_backward_input(float *dinp, const float *dout, const float *w, int N, int C, int OC)
 {
@@ -454,6 +427,8 @@ void dyn_linear_backward_weight(float *dw, float *dbias, const float *dout, cons
 void dyn_layernorm_backward_input(float *dinp, const float *dout, const float *inp, const float *w,
                                   const float *mean, const float *rstd, int N, int C)
 {
+    /* dx = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),
+     * dnorm = dout * w: the standard LayerNorm input gradient. */
 #pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -497,6 +472,8 @@ void dyn_layernorm_backward_weight(float *dw, float *db, const float *dout, cons
 void dyn_rmsnorm_backward_input(float *dinp, const float *dout, const float *inp, const float *w,
                                 const float *rstd, int N, int C)
 {
+    /* y = x s w with s = (mean(x^2)+eps)^-1/2: dx = s (dn - x s^2 mean(dn x)),
+     * dn = dout * w. */
 #pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -522,75 +499,6 @@ void dyn_rmsnorm_backward_weight(float *dw, const float *dout, const float *inp,
             const float *d = dout + (size_t)n * C;
             float s = rstd[n];
             for (int c = c0; c < c1; c++) dw[c] += d[c] * x[c] * s;
-        }
-    }
-}
-
-/* The LM head's dlogits are (target rows, V): far larger than anything else
- * a block keeps, so neither half stores them. Each half recomputes the
- * logits chunk by chunk, turns them into dlogits with the same expression as
- * the fused backward, and applies its own product: one extra logits sgemm
- * (2·rows·C·V FLOPs) for never holding (rows, V) floats between B and W. */
-static void lmhead_dlogits(float *lg, const int *idx, int m, int v0, int nv, const int32_t *targets,
-                           const float *weights, const float *lse, float dloss)
-{
-#pragma omp parallel for schedule(static) if (dyn_par((size_t)m * nv))
-    for (int i = 0; i < m; i++) {
-        int n = idx[i];
-        float *l = lg + (size_t)i * nv;
-        float g = dloss * weights[n], ls = lse[n];
-        for (int v = 0; v < nv; v++) l[v] = g * dyn_fast_expf(l[v] - ls);
-        int t = targets[n];
-        if (t >= v0 && t < v0 + nv) l[t - v0] -= g;
-    }
-}
-
-void dyn_lmhead_ce_backward_input(float *dx, const float *x, const float *w, const int32_t *targets,
-                                  const float *weights, const float *lse, float dloss, int N, int C,
-                                  int V, float *work)
-{
-    int rb = N < LMHEAD_RB ? N : LMHEAD_RB;
-    int vch = V < DYN_LMHEAD_VCHUNK ? V : DYN_LMHEAD_VCHUNK;
-    if (rb < 1) return;
-    float *xs = work, *dxs = xs + (size_t)rb * C, *lg = dxs + (size_t)rb * C;
-    int idx[LMHEAD_RB];
-    int next = 0;
-    for (;;) {
-        int m = lmhead_gather(idx, xs, x, weights, N, C, rb, &next);
-        if (m == 0) break;
-        memset(dxs, 0, (size_t)m * C * sizeof(float));
-        for (int v0 = 0; v0 < V; v0 += vch) {
-            int nv = V - v0 < vch ? V - v0 : vch;
-            dyn_sgemm(0, 1, m, nv, C, 1.0f, xs, C, w + (size_t)v0 * C, C, 0.0f, lg, nv);
-            lmhead_dlogits(lg, idx, m, v0, nv, targets, weights, lse, dloss);
-            dyn_sgemm(0, 0, m, C, nv, 1.0f, lg, nv, w + (size_t)v0 * C, C, 1.0f, dxs, C);
-        }
-        for (int i = 0; i < m; i++) {
-            float *d = dx + (size_t)idx[i] * C;
-            const float *s = dxs + (size_t)i * C;
-            for (int c = 0; c < C; c++) d[c] += s[c];
-        }
-    }
-}
-
-void dyn_lmhead_ce_backward_weight(float *dw, const float *x, const float *w, const int32_t *targets,
-                                   const float *weights, const float *lse, float dloss, int N, int C,
-                                   int V, float *work)
-{
-    int rb = N < LMHEAD_RB ? N : LMHEAD_RB;
-    int vch = V < DYN_LMHEAD_VCHUNK ? V : DYN_LMHEAD_VCHUNK;
-    if (rb < 1) return;
-    float *xs = work, *lg = xs + 2 * (size_t)rb * C;
-    int idx[LMHEAD_RB];
-    int next = 0;
-    for (;;) {
-        int m = lmhead_gather(idx, xs, x, weights, N, C, rb, &next);
-        if (m == 0) break;
-        for (int v0 = 0; v0 < V; v0 += vch) {
-            int nv = V - v0 < vch ? V - v0 : vch;
-            dyn_sgemm(0, 1, m, nv, C, 1.0f, xs, C, w + (size_t)v0 * C, C, 0.0f, lg, nv);
-            lmhead_dlogits(lg, idx, m, v0, nv, targets, weights, lse, dloss);
-            dyn_sgemm(1, 0, nv, C, m, 1.0f, lg, nv, xs, C, 1.0f, dw + (size_t)v0 * C, C);
         }
     }
 }
