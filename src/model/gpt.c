@@ -163,46 +163,13 @@ dyn_status gpt_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbat
     return DYN_OK;
 }
 
-dyn_status gpt_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                        const float *dout, float *din, float dloss, dyn_error *err)
-{
-    (void)err;
-    const dyn_layout *lay = mb->lay;
-    int L = m->L, C = m->cfg.hidden, V = m->cfg.vocab;
-    int N = lay->B * lay->T;
-    size_t bytes = (size_t)N * C * sizeof(float);
-    float *cur = a->d0;
-    if (last < L) memcpy(cur, dout, bytes);
-    for (int l = last - 1; l >= first; l--) {
-        model_progress(m);
-        if (l == L - 1) {
-            /* LM head accumulates into d1, LayerNorm into d0: both zeroed. */
-            memset(a->d1, 0, bytes);
-            dyn_lmhead_ce_backward(a->d1, model_grad_of(m, m->wte), a->head_ln, m->wte, mb->targets, mb->weights,
-                                   a->head_lse, dloss, N, C, V, a->work);
-            memset(a->d0, 0, bytes);
-            dyn_layernorm_backward(a->d0, model_grad_of(m, m->lnf_w), model_grad_of(m, m->lnf_b), a->d1, a->hid[l],
-                                   m->lnf_w, a->head_mean, a->head_rstd, N, C);
-            cur = a->d0;
-        } else if (l >= 1) {
-            float *next = cur == a->d0 ? a->d1 : a->d0;
-            dyn_gpt_block_backward(next, &m->gg[l - 1], cur, a->hid[l], &m->gp[l - 1], &a->blk[l].gpt, lay, m->dims,
-                                   a->fwd_recompute, a->work);
-            cur = next;
-        } else {
-            dyn_embed_pos_backward(model_grad_of(m, m->wte), model_grad_of(m, m->wpe), cur, mb->tokens, a->pos, N, C);
-        }
-    }
-    if (first > 0) memcpy(din, cur, bytes);
-    return DYN_OK;
-}
-
-/* ---- split backward (zero-bubble B and W) ---------------------------------
- * B walks the layers as gpt_backward does but calls only the input-gradient
- * halves, keeping per layer what its W needs (model_impl.h keep_*, dy);
- * W walks the same layers in the same order, so a shared tensor (the tied
- * wte: head first, then embedding) receives its contributions in the fused
- * order and B + W is bit-identical to gpt_backward. */
+/* ---- backward: fused, and split (zero-bubble B and W) ----------------------
+ * B is gpt_backward's own layer walk (gpt_backward_walk) calling only the
+ * input-gradient halves, keeping per layer what its W needs (model_impl.h
+ * keep_*, dy); W walks the same layers in the same order, so a shared
+ * tensor (the tied wte: head first, then embedding) receives its
+ * contributions in the fused order and B + W is bit-identical to
+ * gpt_backward. */
 
 size_t gpt_keep_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
                       int recompute, float *base)
@@ -232,8 +199,15 @@ static dyn_gpt_block_acts *gpt_split_acts(dyn_model_acts *a, int l)
     return a->fwd_recompute ? &a->wblk[l].gpt : &a->blk[l].gpt;
 }
 
-void gpt_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                        const float *dout, float *din, float dloss)
+/* The layer walk both backwards share: dout (N,C) enters in d0, layers run
+ * last-1 down to first, each writing its input gradient into the other of
+ * d0/d1, and the gradient entering `first` leaves in din. split == 0 runs
+ * each layer's fused backward (gpt_backward); split != 0 runs only its
+ * input-gradient half and keeps in acts what gpt_backward_weight needs
+ * (gpt_backward_input). One walk, so the two cannot drift apart in order
+ * or in which buffer holds what. */
+static void gpt_backward_walk(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                              const float *dout, float *din, float dloss, int split)
 {
     const dyn_layout *lay = mb->lay;
     int L = m->L, C = m->cfg.hidden, V = m->cfg.vocab;
@@ -244,24 +218,54 @@ void gpt_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microba
     for (int l = last - 1; l >= first; l--) {
         model_progress(m);
         if (l == L - 1) {
-            /* keep_head is the LM head's input gradient, which W's ln_f
-             * reduction needs too. */
-            memset(a->keep_head, 0, bytes);
-            dyn_lmhead_ce_backward_input(a->keep_head, a->head_ln, m->wte, mb->targets, mb->weights, a->head_lse,
-                                         dloss, N, C, V, a->work);
+            /* The LM head accumulates into dhead, LayerNorm into d0: both
+             * zeroed. Split, dhead is keep_head: W's ln_f reduction needs
+             * the head's input gradient too. */
+            float *dhead = split ? a->keep_head : a->d1;
+            memset(dhead, 0, bytes);
+            if (split)
+                dyn_lmhead_ce_backward_input(dhead, a->head_ln, m->wte, mb->targets, mb->weights, a->head_lse, dloss,
+                                             N, C, V, a->work);
+            else
+                dyn_lmhead_ce_backward(dhead, model_grad_of(m, m->wte), a->head_ln, m->wte, mb->targets, mb->weights,
+                                       a->head_lse, dloss, N, C, V, a->work);
             memset(a->d0, 0, bytes);
-            dyn_layernorm_backward_input(a->d0, a->keep_head, a->hid[l], m->lnf_w, a->head_mean, a->head_rstd, N, C);
+            if (split)
+                dyn_layernorm_backward_input(a->d0, dhead, a->hid[l], m->lnf_w, a->head_mean, a->head_rstd, N, C);
+            else
+                dyn_layernorm_backward(a->d0, model_grad_of(m, m->lnf_w), model_grad_of(m, m->lnf_b), dhead,
+                                       a->hid[l], m->lnf_w, a->head_mean, a->head_rstd, N, C);
             cur = a->d0;
         } else if (l >= 1) {
             float *next = cur == a->d0 ? a->d1 : a->d0;
-            dyn_gpt_block_backward_input(next, &a->dy[l].gpt, cur, a->hid[l], &m->gp[l - 1], gpt_split_acts(a, l), lay,
-                                         m->dims, a->fwd_recompute, a->work);
+            if (split)
+                dyn_gpt_block_backward_input(next, &a->dy[l].gpt, cur, a->hid[l], &m->gp[l - 1], gpt_split_acts(a, l),
+                                             lay, m->dims, a->fwd_recompute, a->work);
+            else
+                dyn_gpt_block_backward(next, &m->gg[l - 1], cur, a->hid[l], &m->gp[l - 1], &a->blk[l].gpt, lay,
+                                       m->dims, a->fwd_recompute, a->work);
             cur = next;
-        } else {
+        } else if (split) {
             memcpy(a->keep_emb, cur, bytes); /* the embedding is all weight gradient */
+        } else {
+            dyn_embed_pos_backward(model_grad_of(m, m->wte), model_grad_of(m, m->wpe), cur, mb->tokens, a->pos, N, C);
         }
     }
     if (first > 0) memcpy(din, cur, bytes);
+}
+
+dyn_status gpt_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                        const float *dout, float *din, float dloss, dyn_error *err)
+{
+    (void)err;
+    gpt_backward_walk(m, a, mb, first, last, dout, din, dloss, 0);
+    return DYN_OK;
+}
+
+void gpt_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                        const float *dout, float *din, float dloss)
+{
+    gpt_backward_walk(m, a, mb, first, last, dout, din, dloss, 1);
 }
 
 void gpt_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last)
