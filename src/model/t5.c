@@ -262,68 +262,10 @@ dyn_status t5_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatc
     return DYN_OK;
 }
 
-dyn_status t5_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                       const float *dout, float *din, float dloss, dyn_error *err)
-{
-    (void)err;
-    int ne = m->cfg.n_layers, nd = m->cfg.n_dec_layers;
-    int E = ne + 1, D = ne + 2, H = ne + nd + 3;
-    const dyn_layout *el = mb->lay, *dl = mb->dec_lay;
-    int C = m->cfg.hidden, V = m->cfg.vocab;
-    int N = el->B * el->T, Nd = dl->B * dl->T;
-    size_t eb = (size_t)N * C * sizeof(float), db = (size_t)Nd * C * sizeof(float);
-    float *cur = a->d0;
-    /* Split the incoming boundary gradient; denc accumulates the encoder
-     * output's gradient over every decoder block of the range. */
-    if (last <= E) {
-        memcpy(cur, dout, eb);
-    } else if (last <= H) {
-        memcpy(a->denc, dout, eb);
-        if (last > D) memcpy(cur, dout + (size_t)N * C, db);
-    } else if (a->denc) {
-        memset(a->denc, 0, eb);
-    }
-    for (int l = last - 1; l >= first; l--) {
-        model_progress(m);
-        if (l == H) {
-            memset(a->d1, 0, db);
-            dyn_lmhead_ce_backward(a->d1, model_grad_of(m, m->lm_head), a->head_ln, m->lm_head, mb->targets,
-                                   mb->weights, a->head_lse, dloss, Nd, C, V, a->work);
-            memset(a->d0, 0, db);
-            dyn_rmsnorm_backward(a->d0, model_grad_of(m, m->dec_lnf), a->d1, a->hid[H], m->dec_lnf, a->head_rstd, Nd, C);
-            cur = a->d0;
-        } else if (l > D) {
-            float *next = cur == a->d0 ? a->d1 : a->d0;
-            dyn_t5_dec_backward(next, a->denc, &m->dg[l - D - 1], model_grad_of(m, m->dec_rel), cur, a->hid[l],
-                                a->encout, &m->dp[l - D - 1], m->dec_rel, &a->blk[l].dec, dl, el, m->dims,
-                                a->fwd_recompute, a->work);
-            cur = next;
-        } else if (l == D) {
-            dyn_embed_backward(model_grad_of(m, m->shared), cur, mb->dec_tokens, Nd, C);
-        } else if (l == E) {
-            memset(a->d0, 0, eb);
-            dyn_rmsnorm_backward(a->d0, model_grad_of(m, m->enc_lnf), a->denc, a->hid[E], m->enc_lnf, a->enc_rstd, N, C);
-            cur = a->d0;
-        } else if (l >= 1) {
-            float *next = cur == a->d0 ? a->d1 : a->d0;
-            dyn_t5_enc_backward(next, &m->eg[l - 1], model_grad_of(m, m->enc_rel), cur, a->hid[l], &m->ep[l - 1],
-                                m->enc_rel, &a->blk[l].enc, el, m->dims, a->fwd_recompute, a->work);
-            cur = next;
-        } else {
-            dyn_embed_backward(model_grad_of(m, m->shared), cur, mb->tokens, N, C);
-        }
-    }
-    if (first > 0 && first <= E) memcpy(din, cur, eb);
-    else if (first >= D) {
-        memcpy(din, a->denc, eb);
-        if (first > D) memcpy(din + (size_t)N * C, cur, db);
-    }
-    return DYN_OK;
-}
-
-/* ---- split backward (zero-bubble B and W) ---------------------------------
- * As in gpt.c: B runs the input-gradient halves in t5_backward's order and
- * keeps what W needs; W runs the weight halves in the same layer order, so
+/* ---- backward: fused, and split (zero-bubble B and W) ----------------------
+ * As in gpt.c: B is t5_backward's own layer walk (t5_backward_walk) running
+ * the input-gradient halves and keeping what W needs; W runs the weight
+ * halves in the same layer order, so
  * the shared embedding (decoder embedding first, then encoder) and each
  * stack's bias table (blocks last to first) accumulate in the fused order
  * and B + W is bit-identical to t5_backward. */
@@ -359,8 +301,17 @@ size_t t5_keep_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_micr
     return b.used;
 }
 
-void t5_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                       const float *dout, float *din, float dloss)
+/* The layer walk both backwards share. The incoming boundary gradient is
+ * split: the encoder part into cur (an encoder range) or denc, the decoder
+ * part into cur; denc accumulates the encoder output's gradient over every
+ * decoder block of the range. Layers run last-1 down to first, blocks
+ * writing their input gradient into the other of d0/d1, and din gets the
+ * gradient entering `first`. split == 0 runs each layer's fused backward
+ * (t5_backward); split != 0 only its input-gradient half, keeping in acts
+ * what t5_backward_weight needs (t5_backward_input). One walk, so the two
+ * cannot drift apart in order or in which buffer holds what. */
+static void t5_backward_walk(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                             const float *dout, float *din, float dloss, int split)
 {
     int ne = m->cfg.n_layers, nd = m->cfg.n_dec_layers;
     int E = ne + 1, D = ne + 2, H = ne + nd + 3;
@@ -381,31 +332,64 @@ void t5_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbat
     for (int l = last - 1; l >= first; l--) {
         model_progress(m);
         if (l == H) {
-            memset(a->keep_head, 0, db);
-            dyn_lmhead_ce_backward_input(a->keep_head, a->head_ln, m->lm_head, mb->targets, mb->weights, a->head_lse,
-                                         dloss, Nd, C, V, a->work);
+            /* LM head into dhead, final norm into d0: both zeroed. Split,
+             * dhead is keep_head, the norm's dY for W. */
+            float *dhead = split ? a->keep_head : a->d1;
+            memset(dhead, 0, db);
+            if (split)
+                dyn_lmhead_ce_backward_input(dhead, a->head_ln, m->lm_head, mb->targets, mb->weights, a->head_lse,
+                                             dloss, Nd, C, V, a->work);
+            else
+                dyn_lmhead_ce_backward(dhead, model_grad_of(m, m->lm_head), a->head_ln, m->lm_head, mb->targets,
+                                       mb->weights, a->head_lse, dloss, Nd, C, V, a->work);
             memset(a->d0, 0, db);
-            dyn_rmsnorm_backward_input(a->d0, a->keep_head, a->hid[H], m->dec_lnf, a->head_rstd, Nd, C);
+            if (split)
+                dyn_rmsnorm_backward_input(a->d0, dhead, a->hid[H], m->dec_lnf, a->head_rstd, Nd, C);
+            else
+                dyn_rmsnorm_backward(a->d0, model_grad_of(m, m->dec_lnf), dhead, a->hid[H], m->dec_lnf, a->head_rstd,
+                                     Nd, C);
             cur = a->d0;
         } else if (l > D) {
             float *next = cur == a->d0 ? a->d1 : a->d0;
-            dyn_t5_dec_backward_input(next, a->denc, &a->dy[l].dec, cur, a->hid[l], a->encout, &m->dp[l - D - 1],
-                                      m->dec_rel, rc ? &a->wblk[l].dec : &a->blk[l].dec, dl, el, m->dims, rc, a->work);
+            if (split)
+                dyn_t5_dec_backward_input(next, a->denc, &a->dy[l].dec, cur, a->hid[l], a->encout, &m->dp[l - D - 1],
+                                          m->dec_rel, rc ? &a->wblk[l].dec : &a->blk[l].dec, dl, el, m->dims, rc,
+                                          a->work);
+            else
+                dyn_t5_dec_backward(next, a->denc, &m->dg[l - D - 1], model_grad_of(m, m->dec_rel), cur, a->hid[l],
+                                    a->encout, &m->dp[l - D - 1], m->dec_rel, &a->blk[l].dec, dl, el, m->dims, rc,
+                                    a->work);
             cur = next;
         } else if (l == D) {
-            memcpy(a->keep_dec_emb, cur, db);
+            if (split) memcpy(a->keep_dec_emb, cur, db);
+            else dyn_embed_backward(model_grad_of(m, m->shared), cur, mb->dec_tokens, Nd, C);
         } else if (l == E) {
-            memcpy(a->keep_enc_norm, a->denc, eb);
+            /* Split, the norm's dY (denc) is kept for W. */
+            const float *dnorm = a->denc;
+            if (split) {
+                memcpy(a->keep_enc_norm, a->denc, eb);
+                dnorm = a->keep_enc_norm;
+            }
             memset(a->d0, 0, eb);
-            dyn_rmsnorm_backward_input(a->d0, a->keep_enc_norm, a->hid[E], m->enc_lnf, a->enc_rstd, N, C);
+            if (split)
+                dyn_rmsnorm_backward_input(a->d0, dnorm, a->hid[E], m->enc_lnf, a->enc_rstd, N, C);
+            else
+                dyn_rmsnorm_backward(a->d0, model_grad_of(m, m->enc_lnf), dnorm, a->hid[E], m->enc_lnf, a->enc_rstd,
+                                     N, C);
             cur = a->d0;
         } else if (l >= 1) {
             float *next = cur == a->d0 ? a->d1 : a->d0;
-            dyn_t5_enc_backward_input(next, &a->dy[l].enc, cur, a->hid[l], &m->ep[l - 1], m->enc_rel,
-                                      rc ? &a->wblk[l].enc : &a->blk[l].enc, el, m->dims, rc, a->work);
+            if (split)
+                dyn_t5_enc_backward_input(next, &a->dy[l].enc, cur, a->hid[l], &m->ep[l - 1], m->enc_rel,
+                                          rc ? &a->wblk[l].enc : &a->blk[l].enc, el, m->dims, rc, a->work);
+            else
+                dyn_t5_enc_backward(next, &m->eg[l - 1], model_grad_of(m, m->enc_rel), cur, a->hid[l], &m->ep[l - 1],
+                                    m->enc_rel, &a->blk[l].enc, el, m->dims, rc, a->work);
             cur = next;
+        } else if (split) {
+            memcpy(a->keep_emb, cur, eb); /* the embedding is all weight gradient */
         } else {
-            memcpy(a->keep_emb, cur, eb);
+            dyn_embed_backward(model_grad_of(m, m->shared), cur, mb->tokens, N, C);
         }
     }
     if (first > 0 && first <= E) memcpy(din, cur, eb);
@@ -413,6 +397,20 @@ void t5_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbat
         memcpy(din, a->denc, eb);
         if (first > D) memcpy(din + (size_t)N * C, cur, db);
     }
+}
+
+dyn_status t5_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                       const float *dout, float *din, float dloss, dyn_error *err)
+{
+    (void)err;
+    t5_backward_walk(m, a, mb, first, last, dout, din, dloss, 0);
+    return DYN_OK;
+}
+
+void t5_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                       const float *dout, float *din, float dloss)
+{
+    t5_backward_walk(m, a, mb, first, last, dout, din, dloss, 1);
 }
 
 void t5_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last)
