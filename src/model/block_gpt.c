@@ -102,38 +102,63 @@ void dyn_gpt_block_forward(float *out, const float *inp, const dyn_gpt_block_par
     dyn_residual_forward(out, out, a->x1, NC);
 }
 
+/* The block backward's one chain of input gradients, behind the fused
+ * backward (g given, k NULL) and the split's B (k given, g NULL). Fused,
+ * each linear's and norm's weight gradient follows its input gradient at
+ * once, as the fused kernels do (layers.c: B then W), and the intermediate
+ * gradients live in work, dC reused; B instead keeps every dY in k for W
+ * and copies out dout and dx1, which the fused path reads in place. Either
+ * way the input-gradient arithmetic is this one sequence, so dinp agrees to
+ * the bit. Work: dF (N,F), dC (N,C), dqkv (N,3C), attention workspace; B
+ * uses only dC and the attention workspace, at the same offsets. */
+static void gpt_block_backward_run(float *dinp, const dyn_gpt_block_params *g, dyn_gpt_block_dy *k,
+                                   const float *dout, const float *inp, const dyn_gpt_block_params *p,
+                                   dyn_gpt_block_acts *a, const dyn_layout *lay, dyn_block_dims d,
+                                   int recompute, float *work)
+{
+    int N = lay->B * lay->T, C = d.C, F = d.F;
+    size_t NC = (size_t)N * C, NF = (size_t)N * F;
+    dyn_attn_cfg cfg = gpt_attn_cfg(d);
+    float *dC = work + NF, *attn_work = dC + 4 * NC;
+    float *dF = k ? k->dfch : work, *dln2 = k ? k->dln2 : dC;
+    float *dqkv = k ? k->dqkv : dC + NC, *dln1 = k ? k->dln1 : dC;
+    /* dinp doubles as the recomputed block output: it is overwritten next. */
+    if (recompute) dyn_gpt_block_forward(dinp, inp, p, a, lay, d, work);
+    if (k) memcpy(k->dout, dout, NC * sizeof(float));
+    memcpy(dinp, dout, NC * sizeof(float));
+
+    /* MLP branch: out = x1 + fcproj(gelu(fc(ln2(x1)))). dinp holds dout. */
+    memset(dF, 0, NF * sizeof(float));
+    dyn_linear_backward_input(dF, dinp, p->fcproj_w, N, F, C);
+    if (g) dyn_linear_backward_weight(g->fcproj_w, g->fcproj_b, dinp, a->fch_gelu, N, F, C);
+    dyn_gelu_backward_inplace(dF, a->fch, NF);
+    memset(dln2, 0, NC * sizeof(float));
+    dyn_linear_backward_input(dln2, dF, p->fc_w, N, C, F);
+    if (g) dyn_linear_backward_weight(g->fc_w, g->fc_b, dF, a->ln2, N, C, F);
+    dyn_layernorm_backward_input(dinp, dln2, a->x1, p->ln2_w, a->ln2_mean, a->ln2_rstd, N, C);
+    if (g) dyn_layernorm_backward_weight(g->ln2_w, g->ln2_b, dln2, a->x1, a->ln2_mean, a->ln2_rstd, N, C);
+
+    /* Attention branch: x1 = x + proj(attn(ln1(x))). dinp holds dx1. */
+    if (k) memcpy(k->dx1, dinp, NC * sizeof(float));
+    memset(dC, 0, NC * sizeof(float));
+    dyn_linear_backward_input(dC, dinp, p->proj_w, N, C, C);
+    if (g) dyn_linear_backward_weight(g->proj_w, g->proj_b, dinp, a->atty, N, C, C);
+    dyn_attention_backward(dqkv, dqkv + C, dqkv + 2 * C, NULL, dC, a->qkv, 3 * C, a->qkv + C,
+                           3 * C, a->qkv + 2 * C, 3 * C, a->atty, a->att_lse, NULL, lay, lay,
+                           &cfg, attn_work);
+    memset(dln1, 0, NC * sizeof(float));
+    dyn_linear_backward_input(dln1, dqkv, p->qkv_w, N, C, 3 * C);
+    if (g) dyn_linear_backward_weight(g->qkv_w, g->qkv_b, dqkv, a->ln1, N, C, 3 * C);
+    dyn_layernorm_backward_input(dinp, dln1, inp, p->ln1_w, a->ln1_mean, a->ln1_rstd, N, C);
+    if (g) dyn_layernorm_backward_weight(g->ln1_w, g->ln1_b, dln1, inp, a->ln1_mean, a->ln1_rstd, N, C);
+}
+
 void dyn_gpt_block_backward(float *dinp, const dyn_gpt_block_params *g, const float *dout,
                             const float *inp, const dyn_gpt_block_params *p,
                             dyn_gpt_block_acts *a, const dyn_layout *lay, dyn_block_dims d,
                             int recompute, float *work)
 {
-    int N = lay->B * lay->T, C = d.C, F = d.F;
-    size_t NC = (size_t)N * C, NF = (size_t)N * F;
-    dyn_attn_cfg cfg = gpt_attn_cfg(d);
-    float *dF = work, *dC = dF + NF, *dqkv = dC + NC, *attn_work = dqkv + 3 * NC;
-    /* dinp doubles as the recomputed block output: it is overwritten next. */
-    if (recompute) dyn_gpt_block_forward(dinp, inp, p, a, lay, d, work);
-    memcpy(dinp, dout, NC * sizeof(float));
-
-    /* MLP branch: out = x1 + fcproj(gelu(fc(ln2(x1)))). dinp holds dout. */
-    memset(dF, 0, NF * sizeof(float));
-    dyn_linear_backward(dF, g->fcproj_w, g->fcproj_b, dinp, a->fch_gelu, p->fcproj_w, N, F, C);
-    dyn_gelu_backward_inplace(dF, a->fch, NF);
-    memset(dC, 0, NC * sizeof(float));
-    dyn_linear_backward(dC, g->fc_w, g->fc_b, dF, a->ln2, p->fc_w, N, C, F);
-    dyn_layernorm_backward(dinp, g->ln2_w, g->ln2_b, dC, a->x1, p->ln2_w, a->ln2_mean,
-                           a->ln2_rstd, N, C);
-
-    /* Attention branch: x1 = x + proj(attn(ln1(x))). dinp holds dx1. */
-    memset(dC, 0, NC * sizeof(float));
-    dyn_linear_backward(dC, g->proj_w, g->proj_b, dinp, a->atty, p->proj_w, N, C, C);
-    dyn_attention_backward(dqkv, dqkv + C, dqkv + 2 * C, NULL, dC, a->qkv, 3 * C, a->qkv + C,
-                           3 * C, a->qkv + 2 * C, 3 * C, a->atty, a->att_lse, NULL, lay, lay,
-                           &cfg, attn_work);
-    memset(dC, 0, NC * sizeof(float));
-    dyn_linear_backward(dC, g->qkv_w, g->qkv_b, dqkv, a->ln1, p->qkv_w, N, C, 3 * C);
-    dyn_layernorm_backward(dinp, g->ln1_w, g->ln1_b, dC, inp, p->ln1_w, a->ln1_mean, a->ln1_rstd,
-                           N, C);
+    gpt_block_backward_run(dinp, g, NULL, dout, inp, p, a, lay, d, recompute, work);
 }
 
 double dyn_gpt_block_flops(int B, int T, int C)
@@ -168,31 +193,7 @@ void dyn_gpt_block_backward_input(float *dinp, dyn_gpt_block_dy *k, const float 
                                   dyn_gpt_block_acts *a, const dyn_layout *lay, dyn_block_dims d,
                                   int recompute, float *work)
 {
-    int N = lay->B * lay->T, C = d.C, F = d.F;
-    size_t NC = (size_t)N * C, NF = (size_t)N * F;
-    dyn_attn_cfg cfg = gpt_attn_cfg(d);
-    /* The fused backward's work layout; dF and dqkv live in k instead. */
-    float *dC = work + NF, *attn_work = dC + 4 * NC;
-    if (recompute) dyn_gpt_block_forward(dinp, inp, p, a, lay, d, work);
-    memcpy(k->dout, dout, NC * sizeof(float));
-    memcpy(dinp, dout, NC * sizeof(float));
-
-    memset(k->dfch, 0, NF * sizeof(float));
-    dyn_linear_backward_input(k->dfch, dinp, p->fcproj_w, N, F, C);
-    dyn_gelu_backward_inplace(k->dfch, a->fch, NF);
-    memset(k->dln2, 0, NC * sizeof(float));
-    dyn_linear_backward_input(k->dln2, k->dfch, p->fc_w, N, C, F);
-    dyn_layernorm_backward_input(dinp, k->dln2, a->x1, p->ln2_w, a->ln2_mean, a->ln2_rstd, N, C);
-
-    memcpy(k->dx1, dinp, NC * sizeof(float));
-    memset(dC, 0, NC * sizeof(float));
-    dyn_linear_backward_input(dC, dinp, p->proj_w, N, C, C);
-    dyn_attention_backward(k->dqkv, k->dqkv + C, k->dqkv + 2 * C, NULL, dC, a->qkv, 3 * C,
-                           a->qkv + C, 3 * C, a->qkv + 2 * C, 3 * C, a->atty, a->att_lse, NULL,
-                           lay, lay, &cfg, attn_work);
-    memset(k->dln1, 0, NC * sizeof(float));
-    dyn_linear_backward_input(k->dln1, k->dqkv, p->qkv_w, N, C, 3 * C);
-    dyn_layernorm_backward_input(dinp, k->dln1, inp, p->ln1_w, a->ln1_mean, a->ln1_rstd, N, C);
+    gpt_block_backward_run(dinp, NULL, k, dout, inp, p, a, lay, d, recompute, work);
 }
 
 void dyn_gpt_block_backward_weight(const dyn_gpt_block_params *g, const dyn_gpt_block_dy *k,
