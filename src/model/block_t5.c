@@ -41,18 +41,30 @@ static void ffn_forward(float *out, const float *x, const float *ln_w, const flo
     dyn_residual_forward(out, out, x, (size_t)N * d.C);
 }
 
-/* dres (N,C) holds d(out) on entry and d(x) on return. */
-static void ffn_backward(float *dres, float *gln_w, float *gwi_w, float *gwo_w, const float *x,
-                         const float *ln_w, const float *wi_w, const float *wo_w, const float *ln,
-                         const float *rstd, const float *h, const float *g, int N,
-                         dyn_block_dims d, float *dg, float *dh, float *dC)
+/* The FFN sub-layer's backward, behind the fused block backward and the
+ * split's B. dres (N,C) holds d(out) on entry and d(x) on return.
+ * Fused: the weight gradients gln_w, gwi_w, gwo_w are given and each is
+ * added right after its input gradient (as the fused kernels do, layers.c:
+ * B then W); kdout is NULL and dh (N,2F), dln (N,C) are scratch. B: the
+ * weight gradients are NULL, and kdout, dh, dln are the dY slots kept for
+ * ffn_backward_weight. One sequence of input-gradient operations either
+ * way, so d(x) agrees to the bit. dg (N,F) is scratch. */
+static void ffn_backward(float *dres, float *gln_w, float *gwi_w, float *gwo_w, float *kdout,
+                         float *dh, float *dln, const float *x, const float *ln_w,
+                         const float *wi_w, const float *wo_w, const float *ln, const float *rstd,
+                         const float *h, const float *g, int N, dyn_block_dims d, float *dg)
 {
+    int fused = gwo_w != NULL;
+    if (kdout) memcpy(kdout, dres, (size_t)N * d.C * sizeof(float));
     memset(dg, 0, (size_t)N * d.F * sizeof(float));
-    dyn_linear_backward(dg, gwo_w, NULL, dres, g, wo_w, N, d.F, d.C);
+    dyn_linear_backward_input(dg, dres, wo_w, N, d.F, d.C);
+    if (fused) dyn_linear_backward_weight(gwo_w, NULL, dres, g, N, d.F, d.C);
     dyn_gated_gelu_backward(dh, dg, h, N, d.F);
-    memset(dC, 0, (size_t)N * d.C * sizeof(float));
-    dyn_linear_backward(dC, gwi_w, NULL, dh, ln, wi_w, N, d.C, 2 * d.F);
-    dyn_rmsnorm_backward(dres, gln_w, dC, x, ln_w, rstd, N, d.C);
+    memset(dln, 0, (size_t)N * d.C * sizeof(float));
+    dyn_linear_backward_input(dln, dh, wi_w, N, d.C, 2 * d.F);
+    if (fused) dyn_linear_backward_weight(gwi_w, NULL, dh, ln, N, d.C, 2 * d.F);
+    dyn_rmsnorm_backward_input(dres, dln, x, ln_w, rstd, N, d.C);
+    if (fused) dyn_rmsnorm_backward_weight(gln_w, dln, x, rstd, N, d.C);
 }
 
 /* ---- self-attention sub-layer shared by both blocks ---------------------
@@ -71,21 +83,36 @@ static void self_forward(float *out, const float *x, const float *ln_w, const fl
     dyn_residual_forward(out, out, x, (size_t)N * d.C);
 }
 
+/* The self-attention sub-layer's backward, as ffn_backward: fused, the
+ * weight gradients (go_w given) follow their input gradients and the bias
+ * table's gradient goes to drel; kdy, krel are NULL and dqkv (N,3I), dln
+ * (N,C) are scratch. B: go_w NULL; kdy, dqkv, dln are kept dYs and the bias
+ * partial sums go to krel (dyn_attention_backward_input). dA (N,I) scratch. */
 static void self_backward(float *dres, float *gln_w, float *gqkv_w, float *go_w, float *drel,
-                          const float *x, const float *ln_w, const float *qkv_w, const float *o_w,
-                          const float *rel_bias, const float *ln, const float *rstd,
-                          const float *qkv, const float *y, const float *lse,
-                          const dyn_layout *lay, const dyn_attn_cfg *cfg, dyn_block_dims d,
-                          float *dC, float *dA, float *dqkv, float *attn_work)
+                          float *kdy, float *krel, const float *x, const float *ln_w,
+                          const float *qkv_w, const float *o_w, const float *rel_bias,
+                          const float *ln, const float *rstd, const float *qkv, const float *y,
+                          const float *lse, const dyn_layout *lay, const dyn_attn_cfg *cfg,
+                          dyn_block_dims d, float *dqkv, float *dln, float *dA, float *attn_work)
 {
     int N = lay->B * lay->T, I = d.NH * d.HD;
+    int fused = go_w != NULL;
+    if (kdy) memcpy(kdy, dres, (size_t)N * d.C * sizeof(float));
     memset(dA, 0, (size_t)N * I * sizeof(float));
-    dyn_linear_backward(dA, go_w, NULL, dres, y, o_w, N, I, d.C);
-    dyn_attention_backward(dqkv, dqkv + I, dqkv + 2 * I, drel, dA, qkv, 3 * I, qkv + I, 3 * I,
-                           qkv + 2 * I, 3 * I, y, lse, rel_bias, lay, lay, cfg, attn_work);
-    memset(dC, 0, (size_t)N * d.C * sizeof(float));
-    dyn_linear_backward(dC, gqkv_w, NULL, dqkv, ln, qkv_w, N, d.C, 3 * I);
-    dyn_rmsnorm_backward(dres, gln_w, dC, x, ln_w, rstd, N, d.C);
+    dyn_linear_backward_input(dA, dres, o_w, N, I, d.C);
+    if (fused) dyn_linear_backward_weight(go_w, NULL, dres, y, N, I, d.C);
+    if (fused)
+        dyn_attention_backward(dqkv, dqkv + I, dqkv + 2 * I, drel, dA, qkv, 3 * I, qkv + I, 3 * I,
+                               qkv + 2 * I, 3 * I, y, lse, rel_bias, lay, lay, cfg, attn_work);
+    else
+        dyn_attention_backward_input(dqkv, dqkv + I, dqkv + 2 * I, krel, dA, qkv, 3 * I, qkv + I,
+                                     3 * I, qkv + 2 * I, 3 * I, y, lse, rel_bias, lay, lay, cfg,
+                                     attn_work);
+    memset(dln, 0, (size_t)N * d.C * sizeof(float));
+    dyn_linear_backward_input(dln, dqkv, qkv_w, N, d.C, 3 * I);
+    if (fused) dyn_linear_backward_weight(gqkv_w, NULL, dqkv, ln, N, d.C, 3 * I);
+    dyn_rmsnorm_backward_input(dres, dln, x, ln_w, rstd, N, d.C);
+    if (fused) dyn_rmsnorm_backward_weight(gln_w, dln, x, rstd, N, d.C);
 }
 
 /* ================= encoder ============================================== */
@@ -173,11 +200,11 @@ void dyn_t5_enc_backward(float *dinp, const dyn_t5_enc_params *g, float *drel_bi
     float *dqkv = dA + N * I, *attn_work = work + scratch_floats(d, N, 0);
     if (recompute) dyn_t5_enc_forward(dinp, inp, p, rel_bias, a, lay, d, work);
     memcpy(dinp, dout, N * C * sizeof(float));
-    ffn_backward(dinp, g->ln2_w, g->wi0_w, g->wo_w, a->x1, p->ln2_w, p->wi0_w, p->wo_w, a->ln2,
-                 a->ln2_rstd, a->h, a->g, (int)N, d, dg, dh, dC);
-    self_backward(dinp, g->ln1_w, g->q_w, g->o_w, drel_bias, inp, p->ln1_w, p->q_w, p->o_w,
-                  rel_bias, a->ln1, a->ln1_rstd, a->qkv, a->atty, a->att_lse, lay, &cfg, d, dC,
-                  dA, dqkv, attn_work);
+    ffn_backward(dinp, g->ln2_w, g->wi0_w, g->wo_w, NULL, dh, dC, a->x1, p->ln2_w, p->wi0_w,
+                 p->wo_w, a->ln2, a->ln2_rstd, a->h, a->g, (int)N, d, dg);
+    self_backward(dinp, g->ln1_w, g->q_w, g->o_w, drel_bias, NULL, NULL, inp, p->ln1_w, p->q_w,
+                  p->o_w, rel_bias, a->ln1, a->ln1_rstd, a->qkv, a->atty, a->att_lse, lay, &cfg, d,
+                  dqkv, dC, dA, attn_work);
 }
 
 /* ================= decoder ============================================== */
@@ -273,6 +300,35 @@ void dyn_t5_dec_forward(float *out, const float *inp, const float *enc,
     ffn_forward(out, a->x2, p->ln3_w, p->wi0_w, p->wo_w, a->ln3, a->ln3_rstd, a->h, a->g, Nd, d);
 }
 
+/* The decoder's cross-attention sub-layer backward (dres holds d(x2) on
+ * entry, d(x1) on return; denc (Ne,C) += the encoder output's gradient
+ * when not NULL), as ffn_backward: fused, the weight gradients (gco_w
+ * given) follow their input gradients, kdx2 is NULL and dcq (Nd,I), dckv
+ * (Ne,2I), dln (Nd,C) are scratch; B: gco_w NULL, kdx2, dcq, dckv, dln are
+ * the kept dYs. dA (Nd,I) scratch. */
+static void cross_backward(float *dres, float *denc, float *gln_w, float *gcq_w, float *gck_w,
+                           float *gco_w, float *kdx2, float *dcq, float *dckv, float *dln,
+                           const float *enc, const dyn_t5_dec_params *p, const dyn_t5_dec_acts *a,
+                           const dyn_layout *dlay, const dyn_layout *elay, const dyn_attn_cfg *cfg,
+                           dyn_block_dims d, float *dA, float *attn_work)
+{
+    int Nd = dlay->B * dlay->T, Ne = elay->B * elay->T, C = d.C, I = d.NH * d.HD;
+    int fused = gco_w != NULL;
+    if (kdx2) memcpy(kdx2, dres, (size_t)Nd * C * sizeof(float));
+    memset(dA, 0, (size_t)Nd * I * sizeof(float));
+    dyn_linear_backward_input(dA, dres, p->co_w, Nd, I, C);
+    if (fused) dyn_linear_backward_weight(gco_w, NULL, dres, a->ca_y, Nd, I, C);
+    dyn_attention_backward(dcq, dckv, dckv + I, NULL, dA, a->cq, I, a->ckv, 2 * I, a->ckv + I,
+                           2 * I, a->ca_y, a->ca_lse, NULL, dlay, elay, cfg, attn_work);
+    if (denc) dyn_linear_backward_input(denc, dckv, p->ck_w, Ne, C, 2 * I);
+    if (fused) dyn_linear_backward_weight(gck_w, NULL, dckv, enc, Ne, C, 2 * I);
+    memset(dln, 0, (size_t)Nd * C * sizeof(float));
+    dyn_linear_backward_input(dln, dcq, p->cq_w, Nd, C, I);
+    if (fused) dyn_linear_backward_weight(gcq_w, NULL, dcq, a->ln2, Nd, C, I);
+    dyn_rmsnorm_backward_input(dres, dln, a->x1, p->ln2_w, a->ln2_rstd, Nd, C);
+    if (fused) dyn_rmsnorm_backward_weight(gln_w, dln, a->x1, a->ln2_rstd, Nd, C);
+}
+
 void dyn_t5_dec_backward(float *dinp, float *denc, const dyn_t5_dec_params *g, float *drel_bias,
                          const float *dout, const float *inp, const float *enc,
                          const dyn_t5_dec_params *p, const float *rel_bias, dyn_t5_dec_acts *a,
@@ -287,26 +343,14 @@ void dyn_t5_dec_backward(float *dinp, float *denc, const dyn_t5_dec_params *g, f
     float *attn_work = work + scratch_floats(d, Nd, Ne);
     if (recompute) dyn_t5_dec_forward(dinp, inp, enc, p, rel_bias, a, dlay, elay, d, work);
     memcpy(dinp, dout, Nd * C * sizeof(float));
-    ffn_backward(dinp, g->ln3_w, g->wi0_w, g->wo_w, a->x2, p->ln3_w, p->wi0_w, p->wo_w, a->ln3,
-                 a->ln3_rstd, a->h, a->g, (int)Nd, d, dg, dh, dC);
-
-    /* Cross-attention branch; dinp holds d(x2). dqkv's first Nd*I floats
-     * serve as d(cq). */
-    float *dcq = dqkv;
-    memset(dA, 0, Nd * I * sizeof(float));
-    dyn_linear_backward(dA, g->co_w, NULL, dinp, a->ca_y, p->co_w, (int)Nd, (int)I, (int)C);
-    dyn_attention_backward(dcq, dckv, dckv + I, NULL, dA, a->cq, (int)I, a->ckv, 2 * (int)I,
-                           a->ckv + I, 2 * (int)I, a->ca_y, a->ca_lse, NULL, dlay, elay, &cross,
-                           attn_work);
-    dyn_linear_backward(denc, g->ck_w, NULL, dckv, enc, p->ck_w, (int)Ne, (int)C, 2 * (int)I);
-    memset(dC, 0, Nd * C * sizeof(float));
-    dyn_linear_backward(dC, g->cq_w, NULL, dcq, a->ln2, p->cq_w, (int)Nd, (int)C, (int)I);
-    dyn_rmsnorm_backward(dinp, g->ln2_w, dC, a->x1, p->ln2_w, a->ln2_rstd, (int)Nd, (int)C);
-
-    /* Self-attention branch; dinp holds d(x1). */
-    self_backward(dinp, g->ln1_w, g->q_w, g->o_w, drel_bias, inp, p->ln1_w, p->q_w, p->o_w,
-                  rel_bias, a->ln1, a->ln1_rstd, a->qkv, a->sa_y, a->sa_lse, dlay, &self, d, dC,
-                  dA, dqkv, attn_work);
+    ffn_backward(dinp, g->ln3_w, g->wi0_w, g->wo_w, NULL, dh, dC, a->x2, p->ln3_w, p->wi0_w,
+                 p->wo_w, a->ln3, a->ln3_rstd, a->h, a->g, (int)Nd, d, dg);
+    /* dqkv's first Nd*I floats serve as d(cq). */
+    cross_backward(dinp, denc, g->ln2_w, g->cq_w, g->ck_w, g->co_w, NULL, dqkv, dckv, dC, enc, p,
+                   a, dlay, elay, &cross, d, dA, attn_work);
+    self_backward(dinp, g->ln1_w, g->q_w, g->o_w, drel_bias, NULL, NULL, inp, p->ln1_w, p->q_w,
+                  p->o_w, rel_bias, a->ln1, a->ln1_rstd, a->qkv, a->sa_y, a->sa_lse, dlay, &self, d,
+                  dqkv, dC, dA, attn_work);
 }
 
 double dyn_t5_dec_flops(dyn_block_dims d, int B, int Td, int Te)
@@ -321,23 +365,10 @@ double dyn_t5_dec_flops(dyn_block_dims d, int B, int Td, int Te)
 }
 
 /* ---- split backward (blocks.h "split backward") ------------------------
- * The halves of ffn_backward and self_backward; the block functions below
- * call them in the fused order. Work layout as in the fused backward. */
-
-/* B: dres holds d(out) on entry and d(x) on return; kdout, kdh, kdln kept. */
-static void ffn_backward_input(float *dres, float *kdout, float *kdh, float *kdln, const float *x,
-                               const float *ln_w, const float *wi_w, const float *wo_w,
-                               const float *rstd, const float *h, int N, dyn_block_dims d,
-                               float *dg)
-{
-    memcpy(kdout, dres, (size_t)N * d.C * sizeof(float));
-    memset(dg, 0, (size_t)N * d.F * sizeof(float));
-    dyn_linear_backward_input(dg, dres, wo_w, N, d.F, d.C);
-    dyn_gated_gelu_backward(kdh, dg, h, N, d.F);
-    memset(kdln, 0, (size_t)N * d.C * sizeof(float));
-    dyn_linear_backward_input(kdln, kdh, wi_w, N, d.C, 2 * d.F);
-    dyn_rmsnorm_backward_input(dres, kdln, x, ln_w, rstd, N, d.C);
-}
+ * B is the fused backward's own sub-layer sequence (ffn_backward,
+ * cross_backward, self_backward with the dY slots of k and no weight
+ * gradients); W is the weight halves below, in the fused order. Work layout
+ * as in the fused backward. */
 
 static void ffn_backward_weight(float *gln_w, float *gwi_w, float *gwo_w, const float *kdout,
                                 const float *kdh, const float *kdln, const float *x,
@@ -347,25 +378,6 @@ static void ffn_backward_weight(float *gln_w, float *gwi_w, float *gwo_w, const 
     dyn_linear_backward_weight(gwo_w, NULL, kdout, g, N, d.F, d.C);
     dyn_linear_backward_weight(gwi_w, NULL, kdh, ln, N, d.C, 2 * d.F);
     dyn_rmsnorm_backward_weight(gln_w, kdln, x, rstd, N, d.C);
-}
-
-static void self_backward_input(float *dres, float *kdy, float *kdqkv, float *kdln, float *krel,
-                                const float *x, const float *ln_w, const float *qkv_w,
-                                const float *o_w, const float *rel_bias, const float *rstd,
-                                const float *qkv, const float *y, const float *lse,
-                                const dyn_layout *lay, const dyn_attn_cfg *cfg, dyn_block_dims d,
-                                float *dA, float *attn_work)
-{
-    int N = lay->B * lay->T, I = d.NH * d.HD;
-    memcpy(kdy, dres, (size_t)N * d.C * sizeof(float));
-    memset(dA, 0, (size_t)N * I * sizeof(float));
-    dyn_linear_backward_input(dA, dres, o_w, N, I, d.C);
-    dyn_attention_backward_input(kdqkv, kdqkv + I, kdqkv + 2 * I, krel, dA, qkv, 3 * I, qkv + I,
-                                 3 * I, qkv + 2 * I, 3 * I, y, lse, rel_bias, lay, lay, cfg,
-                                 attn_work);
-    memset(kdln, 0, (size_t)N * d.C * sizeof(float));
-    dyn_linear_backward_input(kdln, kdqkv, qkv_w, N, d.C, 3 * I);
-    dyn_rmsnorm_backward_input(dres, kdln, x, ln_w, rstd, N, d.C);
 }
 
 static void self_backward_weight(float *gln_w, float *gqkv_w, float *go_w, float *drel,
@@ -413,11 +425,11 @@ void dyn_t5_enc_backward_input(float *dinp, dyn_t5_enc_dy *k, const float *dout,
     float *attn_work = work + scratch_floats(d, N, 0);
     if (recompute) dyn_t5_enc_forward(dinp, inp, p, rel_bias, a, lay, d, work);
     memcpy(dinp, dout, N * C * sizeof(float));
-    ffn_backward_input(dinp, k->dout, k->dh, k->dln2, a->x1, p->ln2_w, p->wi0_w, p->wo_w,
-                       a->ln2_rstd, a->h, (int)N, d, dg);
-    self_backward_input(dinp, k->dx1, k->dqkv, k->dln1, k->drel, inp, p->ln1_w, p->q_w, p->o_w,
-                        rel_bias, a->ln1_rstd, a->qkv, a->atty, a->att_lse, lay, &cfg, d, dA,
-                        attn_work);
+    ffn_backward(dinp, NULL, NULL, NULL, k->dout, k->dh, k->dln2, a->x1, p->ln2_w, p->wi0_w,
+                 p->wo_w, a->ln2, a->ln2_rstd, a->h, a->g, (int)N, d, dg);
+    self_backward(dinp, NULL, NULL, NULL, NULL, k->dx1, k->drel, inp, p->ln1_w, p->q_w, p->o_w,
+                  rel_bias, a->ln1, a->ln1_rstd, a->qkv, a->atty, a->att_lse, lay, &cfg, d, k->dqkv,
+                  k->dln1, dA, attn_work);
 }
 
 void dyn_t5_enc_backward_weight(const dyn_t5_enc_params *g, float *drel_bias,
@@ -473,25 +485,13 @@ void dyn_t5_dec_backward_input(float *dinp, float *denc, dyn_t5_dec_dy *k, const
     float *attn_work = work + scratch_floats(d, Nd, Ne);
     if (recompute) dyn_t5_dec_forward(dinp, inp, enc, p, rel_bias, a, dlay, elay, d, work);
     memcpy(dinp, dout, Nd * C * sizeof(float));
-    ffn_backward_input(dinp, k->dout, k->dh, k->dln3, a->x2, p->ln3_w, p->wi0_w, p->wo_w,
-                       a->ln3_rstd, a->h, (int)Nd, d, dg);
-
-    /* Cross-attention branch; dinp holds d(x2). */
-    memcpy(k->dx2, dinp, Nd * C * sizeof(float));
-    memset(dA, 0, Nd * I * sizeof(float));
-    dyn_linear_backward_input(dA, dinp, p->co_w, (int)Nd, (int)I, (int)C);
-    dyn_attention_backward(k->dcq, k->dckv, k->dckv + I, NULL, dA, a->cq, (int)I, a->ckv,
-                           2 * (int)I, a->ckv + I, 2 * (int)I, a->ca_y, a->ca_lse, NULL, dlay,
-                           elay, &cross, attn_work);
-    if (denc) dyn_linear_backward_input(denc, k->dckv, p->ck_w, (int)Ne, (int)C, 2 * (int)I);
-    memset(k->dln2, 0, Nd * C * sizeof(float));
-    dyn_linear_backward_input(k->dln2, k->dcq, p->cq_w, (int)Nd, (int)C, (int)I);
-    dyn_rmsnorm_backward_input(dinp, k->dln2, a->x1, p->ln2_w, a->ln2_rstd, (int)Nd, (int)C);
-
-    /* Self-attention branch; dinp holds d(x1). */
-    self_backward_input(dinp, k->dx1, k->dqkv, k->dln1, k->drel, inp, p->ln1_w, p->q_w, p->o_w,
-                        rel_bias, a->ln1_rstd, a->qkv, a->sa_y, a->sa_lse, dlay, &self, d, dA,
-                        attn_work);
+    ffn_backward(dinp, NULL, NULL, NULL, k->dout, k->dh, k->dln3, a->x2, p->ln3_w, p->wi0_w,
+                 p->wo_w, a->ln3, a->ln3_rstd, a->h, a->g, (int)Nd, d, dg);
+    cross_backward(dinp, denc, NULL, NULL, NULL, NULL, k->dx2, k->dcq, k->dckv, k->dln2, enc, p, a,
+                   dlay, elay, &cross, d, dA, attn_work);
+    self_backward(dinp, NULL, NULL, NULL, NULL, k->dx1, k->drel, inp, p->ln1_w, p->q_w, p->o_w,
+                  rel_bias, a->ln1, a->ln1_rstd, a->qkv, a->sa_y, a->sa_lse, dlay, &self, d,
+                  k->dqkv, k->dln1, dA, attn_work);
 }
 
 void dyn_t5_dec_backward_weight(const dyn_t5_dec_params *g, float *drel_bias,
