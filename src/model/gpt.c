@@ -12,7 +12,7 @@
 #include "model/model_impl.h"
 #include "util/util.h" /* defines: dyn_calloc */
 
-dyn_status gpt_build(dyn_model *m, dyn_error *err)
+static dyn_status gpt_build(dyn_model *m, dyn_error *err)
 {
     const dyn_model_config *c = &m->cfg;
     int64_t C = c->hidden, F = c->ffn, V = c->vocab, P = c->max_seqlen;
@@ -53,7 +53,7 @@ dyn_status gpt_build(dyn_model *m, dyn_error *err)
     return st;
 }
 
-dyn_status gpt_bind(dyn_model *m, dyn_error *err)
+static dyn_status gpt_bind(dyn_model *m, dyn_error *err)
 {
     int n = m->cfg.n_layers;
     m->wte = model_tensor_ptr(m, "wte.weight");
@@ -84,7 +84,7 @@ dyn_status gpt_bind(dyn_model *m, dyn_error *err)
     return DYN_OK;
 }
 
-int gpt_borrows(const dyn_model_config *c, int l, const char **names)
+static int gpt_borrows(const dyn_model_config *c, int l, const char **names)
 {
     /* The head's LM projection is the embedding's wte (tied). */
     if (l == c->n_layers + 1) {
@@ -94,14 +94,14 @@ int gpt_borrows(const dyn_model_config *c, int l, const char **names)
     return 0;
 }
 
-size_t gpt_boundary_floats(const dyn_model *m, int l, const dyn_model_microbatch *mb)
+static size_t gpt_boundary_floats(const dyn_model *m, int l, const dyn_model_microbatch *mb)
 {
     (void)l;
     return (size_t)mb->lay->B * (size_t)mb->lay->T * (size_t)m->cfg.hidden;
 }
 
-size_t gpt_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last, int recompute,
-                 float *base, size_t *stored)
+static size_t gpt_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                        int recompute, float *base, size_t *stored)
 {
     int B = mb->lay->B, T = mb->lay->T, n = m->cfg.n_layers, L = m->L;
     size_t N = (size_t)B * T, C = (size_t)m->cfg.hidden;
@@ -134,8 +134,8 @@ size_t gpt_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbat
     return b.used;
 }
 
-dyn_status gpt_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                       const float *in, float *out, int recompute, double *loss_sum, dyn_error *err)
+static dyn_status gpt_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                              const float *in, float *out, int recompute, double *loss_sum, dyn_error *err)
 {
     (void)recompute; /* the forward is the same; the arena was carved for it */
     const dyn_layout *lay = mb->lay;
@@ -171,8 +171,8 @@ dyn_status gpt_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbat
  * contributions in the fused order and B + W is bit-identical to
  * gpt_backward. */
 
-size_t gpt_keep_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                      int recompute, float *base)
+static size_t gpt_keep_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                             int recompute, float *base)
 {
     const dyn_layout *lay = mb->lay;
     int n = m->cfg.n_layers, L = m->L;
@@ -254,21 +254,21 @@ static void gpt_backward_walk(dyn_model *m, dyn_model_acts *a, const dyn_model_m
     if (first > 0) memcpy(din, cur, bytes);
 }
 
-dyn_status gpt_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                        const float *dout, float *din, float dloss, dyn_error *err)
+static dyn_status gpt_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                               const float *dout, float *din, float dloss, dyn_error *err)
 {
     (void)err;
     gpt_backward_walk(m, a, mb, first, last, dout, din, dloss, 0);
     return DYN_OK;
 }
 
-void gpt_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                        const float *dout, float *din, float dloss)
+static void gpt_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                               const float *dout, float *din, float dloss)
 {
     gpt_backward_walk(m, a, mb, first, last, dout, din, dloss, 1);
 }
 
-void gpt_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last)
+static void gpt_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last)
 {
     const dyn_layout *lay = mb->lay;
     int L = m->L, C = m->cfg.hidden, V = m->cfg.vocab;
@@ -288,3 +288,17 @@ void gpt_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microb
         }
     }
 }
+
+/* What model.c and stage.c call for a GPT model (model_impl.h). */
+const model_arch model_arch_gpt = {
+    .build = gpt_build,
+    .bind = gpt_bind,
+    .borrows = gpt_borrows,
+    .carve = gpt_carve,
+    .boundary_floats = gpt_boundary_floats,
+    .forward = gpt_forward,
+    .backward = gpt_backward,
+    .keep_carve = gpt_keep_carve,
+    .backward_input = gpt_backward_input,
+    .backward_weight = gpt_backward_weight,
+};

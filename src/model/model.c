@@ -152,7 +152,7 @@ dyn_model *model_table_create(const dyn_model_config *cfg, dyn_error *err)
     m->dims.HD = cfg->head_dim;
     m->dims.F = cfg->ffn;
     m->dims.nthreads = 1;
-    if ((cfg->kind == DYN_MODEL_GPT ? gpt_build(m, err) : t5_build(m, err)) != DYN_OK) {
+    if (model_arch_of(cfg->kind)->build(m, err) != DYN_OK) {
         dyn_model_free(m);
         return NULL;
     }
@@ -171,7 +171,7 @@ dyn_status model_alloc_bind(dyn_model *m, dyn_error *err)
     m->m1 = m->grads ? dyn_calloc(n, sizeof(float), "AdamW first moments", err) : NULL;
     m->m2 = m->m1 ? dyn_calloc(n, sizeof(float), "AdamW second moments", err) : NULL;
     if (m->m2 == NULL) return DYN_ERR_NOMEM;
-    return m->cfg.kind == DYN_MODEL_GPT ? gpt_bind(m, err) : t5_bind(m, err);
+    return model_arch_of(m->cfg.kind)->bind(m, err);
 }
 
 dyn_model *dyn_model_create(const dyn_model_config *cfg, uint64_t seed, dyn_error *err)
@@ -241,7 +241,7 @@ void dyn_model_layer_params(const dyn_model *m, int first, int last, size_t *off
 size_t dyn_model_boundary_floats(const dyn_model *m, int l, const dyn_model_microbatch *mb)
 {
     if (l <= 0 || l >= m->L) return 0;
-    return m->cfg.kind == DYN_MODEL_GPT ? gpt_boundary_floats(m, l, mb) : t5_boundary_floats(m, l, mb);
+    return model_arch_of(m->cfg.kind)->boundary_floats(m, l, mb);
 }
 
 /* ------------------------------------------------------------ activations */
@@ -288,8 +288,7 @@ static dyn_status acts_prepare(const dyn_model *m, dyn_model_acts *a, const dyn_
         if (a->wblk == NULL) return DYN_ERR_NOMEM;
     }
     size_t stored = 0;
-    size_t need = m->cfg.kind == DYN_MODEL_GPT ? gpt_carve(m, a, mb, first, last, recompute, NULL, &stored)
-                                               : t5_carve(m, a, mb, first, last, recompute, NULL, &stored);
+    size_t need = model_arch_of(m->cfg.kind)->carve(m, a, mb, first, last, recompute, NULL, &stored);
     if (need > a->cap) {
         free(a->arena);
         a->cap = 0;
@@ -298,8 +297,7 @@ static dyn_status acts_prepare(const dyn_model *m, dyn_model_acts *a, const dyn_
         a->cap = need;
     }
     memset(a->hid, 0, ((size_t)m->L + 1) * sizeof(float *));
-    if (m->cfg.kind == DYN_MODEL_GPT) gpt_carve(m, a, mb, first, last, recompute, a->arena, &stored);
-    else t5_carve(m, a, mb, first, last, recompute, a->arena, &stored);
+    model_arch_of(m->cfg.kind)->carve(m, a, mb, first, last, recompute, a->arena, &stored);
     a->stored = stored;
     return DYN_OK;
 }
@@ -361,8 +359,7 @@ dyn_status dyn_model_stage_forward(dyn_model *m, dyn_model_acts *a, const dyn_mo
     a->fwd_done = 0;
     if ((st = acts_prepare(m, a, mb, first, last, recompute, err)) != DYN_OK) return st;
     double loss = 0.0;
-    st = m->cfg.kind == DYN_MODEL_GPT ? gpt_forward(m, a, mb, first, last, in, out, recompute, &loss, err)
-                                      : t5_forward(m, a, mb, first, last, in, out, recompute, &loss, err);
+    st = model_arch_of(m->cfg.kind)->forward(m, a, mb, first, last, in, out, recompute, &loss, err);
     if (st != DYN_OK) return st;
     a->fwd_first = first;
     a->fwd_last = last;
@@ -393,8 +390,7 @@ dyn_status dyn_model_stage_backward(dyn_model *m, dyn_model_acts *a, const dyn_m
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                              "backward of layers [%d, %d) without the matching forward in these activations", first,
                              last);
-    st = m->cfg.kind == DYN_MODEL_GPT ? gpt_backward(m, a, mb, first, last, dout, din, dloss, err)
-                                      : t5_backward(m, a, mb, first, last, dout, din, dloss, err);
+    st = model_arch_of(m->cfg.kind)->backward(m, a, mb, first, last, dout, din, dloss, err);
     a->fwd_done = 0; /* recompute mode overwrote the shared block arena */
     return st;
 }
@@ -406,8 +402,7 @@ dyn_status dyn_model_stage_backward(dyn_model *m, dyn_model_acts *a, const dyn_m
 static dyn_status keep_prepare(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first,
                                int last, int recompute, dyn_error *err)
 {
-    size_t need = m->cfg.kind == DYN_MODEL_GPT ? gpt_keep_carve(m, a, mb, first, last, recompute, NULL)
-                                               : t5_keep_carve(m, a, mb, first, last, recompute, NULL);
+    size_t need = model_arch_of(m->cfg.kind)->keep_carve(m, a, mb, first, last, recompute, NULL);
     if (need > a->keep_cap) {
         free(a->keep);
         a->keep_cap = 0;
@@ -415,8 +410,7 @@ static dyn_status keep_prepare(const dyn_model *m, dyn_model_acts *a, const dyn_
         if (a->keep == NULL) return DYN_ERR_NOMEM;
         a->keep_cap = need;
     }
-    if (m->cfg.kind == DYN_MODEL_GPT) gpt_keep_carve(m, a, mb, first, last, recompute, a->keep);
-    else t5_keep_carve(m, a, mb, first, last, recompute, a->keep);
+    model_arch_of(m->cfg.kind)->keep_carve(m, a, mb, first, last, recompute, a->keep);
     a->kept = need;
     return DYN_OK;
 }
@@ -427,8 +421,7 @@ size_t dyn_model_split_kept_bytes(const dyn_model *m, const dyn_model_microbatch
     if (mb == NULL || mb->kind != m->cfg.kind || first < m->first || last > m->last || first >= last) return 0;
     dyn_model_acts scratch;
     memset(&scratch, 0, sizeof scratch); /* carving with base NULL only counts */
-    size_t n = m->cfg.kind == DYN_MODEL_GPT ? gpt_keep_carve(m, &scratch, mb, first, last, recompute, NULL)
-                                            : t5_keep_carve(m, &scratch, mb, first, last, recompute, NULL);
+    size_t n = model_arch_of(m->cfg.kind)->keep_carve(m, &scratch, mb, first, last, recompute, NULL);
     return n * sizeof(float);
 }
 
@@ -443,8 +436,7 @@ dyn_status dyn_model_stage_backward_input(dyn_model *m, dyn_model_acts *a, const
                              "activations",
                              first, last);
     if ((st = keep_prepare(m, a, mb, first, last, a->fwd_recompute, err)) != DYN_OK) return st;
-    if (m->cfg.kind == DYN_MODEL_GPT) gpt_backward_input(m, a, mb, first, last, dout, din, dloss);
-    else t5_backward_input(m, a, mb, first, last, dout, din, dloss);
+    model_arch_of(m->cfg.kind)->backward_input(m, a, mb, first, last, dout, din, dloss);
     a->fwd_done = 0;
     a->w_pending = 1;
     a->w_first = first;
@@ -464,8 +456,7 @@ dyn_status dyn_model_stage_backward_weight(dyn_model *m, dyn_model_acts *a, cons
                              "weight-gradient backward of layers [%d, %d) without the matching input-gradient "
                              "backward in these activations",
                              first, last);
-    if (m->cfg.kind == DYN_MODEL_GPT) gpt_backward_weight(m, a, mb, first, last);
-    else t5_backward_weight(m, a, mb, first, last);
+    model_arch_of(m->cfg.kind)->backward_weight(m, a, mb, first, last);
     a->w_pending = 0;
     a->kept = 0;
     return DYN_OK;

@@ -119,43 +119,40 @@ static inline float *model_take(model_bump *b, size_t n)
     return p;
 }
 
-/* Per-architecture parts (gpt.c, t5.c). *_build registers the tensor
- * table; *_bind lays the block structs over the held tensors (a stage
- * model binds only its blocks); *_borrows lists the shared tensors layer l
- * uses but does not own (names, at most 2), returning their count. */
-int gpt_borrows(const dyn_model_config *c, int l, const char **names);
-int t5_borrows(const dyn_model_config *c, int l, const char **names);
+/* One architecture's parts (gpt.c, t5.c), behind one table each so that
+ * model.c and stage.c dispatch once (model_arch_of) instead of testing the
+ * kind at every call. build registers the tensor table; bind (after
+ * allocation) lays the block structs over the held tensors (a stage model
+ * binds only its blocks); borrows lists the shared tensors layer l uses but
+ * does not own (names, at most 2), returning their count. carve and
+ * keep_carve lay out (base NULL: only count) the arenas of the forward and
+ * of the split backward's B for layers [first, last); forward, backward,
+ * backward_input and backward_weight run that range (model.h has the
+ * contract). */
+typedef struct model_arch {
+    dyn_status (*build)(dyn_model *m, dyn_error *err);
+    dyn_status (*bind)(dyn_model *m, dyn_error *err);
+    int (*borrows)(const dyn_model_config *c, int l, const char **names);
+    size_t (*carve)(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                    int recompute, float *base, size_t *stored);
+    size_t (*boundary_floats)(const dyn_model *m, int l, const dyn_model_microbatch *mb);
+    dyn_status (*forward)(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                          const float *in, float *out, int recompute, double *loss_sum, dyn_error *err);
+    dyn_status (*backward)(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                           const float *dout, float *din, float dloss, dyn_error *err);
+    size_t (*keep_carve)(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                         int recompute, float *base);
+    void (*backward_input)(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                           const float *dout, float *din, float dloss);
+    void (*backward_weight)(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last);
+} model_arch;
 
-dyn_status gpt_build(dyn_model *m, dyn_error *err);   /* tensors; after alloc: gpt_bind */
-dyn_status gpt_bind(dyn_model *m, dyn_error *err);
-size_t gpt_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last, int recompute,
-                 float *base, size_t *stored);
-size_t gpt_boundary_floats(const dyn_model *m, int l, const dyn_model_microbatch *mb);
-dyn_status gpt_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                       const float *in, float *out, int recompute, double *loss_sum, dyn_error *err);
-dyn_status gpt_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                        const float *dout, float *din, float dloss, dyn_error *err);
+extern const model_arch model_arch_gpt; /* gpt.c */
+extern const model_arch model_arch_t5;  /* t5.c */
 
-size_t gpt_keep_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                      int recompute, float *base);
-void gpt_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                        const float *dout, float *din, float dloss);
-void gpt_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last);
-
-dyn_status t5_build(dyn_model *m, dyn_error *err);
-dyn_status t5_bind(dyn_model *m, dyn_error *err);
-size_t t5_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last, int recompute,
-                float *base, size_t *stored);
-size_t t5_boundary_floats(const dyn_model *m, int l, const dyn_model_microbatch *mb);
-dyn_status t5_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                      const float *in, float *out, int recompute, double *loss_sum, dyn_error *err);
-dyn_status t5_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                       const float *dout, float *din, float dloss, dyn_error *err);
-
-size_t t5_keep_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                     int recompute, float *base);
-void t5_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                       const float *dout, float *din, float dloss);
-void t5_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last);
+static inline const model_arch *model_arch_of(dyn_model_kind kind)
+{
+    return kind == DYN_MODEL_GPT ? &model_arch_gpt : &model_arch_t5;
+}
 
 #endif

@@ -16,7 +16,7 @@ static int range_borrows(const dyn_model_config *c, int first, int last, const c
 {
     for (int l = first; l < last; l++) {
         const char *names[2];
-        int n = c->kind == DYN_MODEL_GPT ? gpt_borrows(c, l, names) : t5_borrows(c, l, names);
+        int n = model_arch_of(c->kind)->borrows(c, l, names);
         for (int k = 0; k < n; k++)
             if (strcmp(names[k], name) == 0) return 1;
     }

@@ -88,7 +88,7 @@ static dyn_status add_stack(dyn_model *m, const char *stack, const t5_spec *spec
     return st;
 }
 
-dyn_status t5_build(dyn_model *m, dyn_error *err)
+static dyn_status t5_build(dyn_model *m, dyn_error *err)
 {
     const dyn_model_config *c = &m->cfg;
     int ne = c->n_layers, nd = c->n_dec_layers;
@@ -103,7 +103,7 @@ dyn_status t5_build(dyn_model *m, dyn_error *err)
     return st;
 }
 
-dyn_status t5_bind(dyn_model *m, dyn_error *err)
+static dyn_status t5_bind(dyn_model *m, dyn_error *err)
 {
     int ne = m->cfg.n_layers, nd = m->cfg.n_dec_layers;
     char name[96];
@@ -147,7 +147,7 @@ dyn_status t5_bind(dyn_model *m, dyn_error *err)
     return DYN_OK;
 }
 
-int t5_borrows(const dyn_model_config *c, int l, const char **names)
+static int t5_borrows(const dyn_model_config *c, int l, const char **names)
 {
     int ne = c->n_layers, D = ne + 2, H = ne + c->n_dec_layers + 3;
     if (l == D) { /* the decoder embeds with the encoder's shared table */
@@ -165,7 +165,7 @@ int t5_borrows(const dyn_model_config *c, int l, const char **names)
     return 0;
 }
 
-size_t t5_boundary_floats(const dyn_model *m, int l, const dyn_model_microbatch *mb)
+static size_t t5_boundary_floats(const dyn_model *m, int l, const dyn_model_microbatch *mb)
 {
     int D = m->cfg.n_layers + 2;
     size_t C = (size_t)m->cfg.hidden;
@@ -173,8 +173,8 @@ size_t t5_boundary_floats(const dyn_model *m, int l, const dyn_model_microbatch 
     return l <= D ? N * C : (N + Nd) * C;
 }
 
-size_t t5_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last, int recompute,
-                float *base, size_t *stored)
+static size_t t5_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                       int recompute, float *base, size_t *stored)
 {
     int ne = m->cfg.n_layers, nd = m->cfg.n_dec_layers;
     int E = ne + 1, D = ne + 2, H = ne + nd + 3;
@@ -220,8 +220,8 @@ size_t t5_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatc
     return b.used;
 }
 
-dyn_status t5_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                      const float *in, float *out, int recompute, double *loss_sum, dyn_error *err)
+static dyn_status t5_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                             const float *in, float *out, int recompute, double *loss_sum, dyn_error *err)
 {
     (void)recompute;
     (void)err;
@@ -270,8 +270,8 @@ dyn_status t5_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatc
  * stack's bias table (blocks last to first) accumulate in the fused order
  * and B + W is bit-identical to t5_backward. */
 
-size_t t5_keep_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                     int recompute, float *base)
+static size_t t5_keep_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                            int recompute, float *base)
 {
     int ne = m->cfg.n_layers, E = ne + 1, D = ne + 2, H = ne + m->cfg.n_dec_layers + 3;
     const dyn_layout *el = mb->lay, *dl = mb->dec_lay;
@@ -399,21 +399,21 @@ static void t5_backward_walk(dyn_model *m, dyn_model_acts *a, const dyn_model_mi
     }
 }
 
-dyn_status t5_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                       const float *dout, float *din, float dloss, dyn_error *err)
+static dyn_status t5_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                              const float *dout, float *din, float dloss, dyn_error *err)
 {
     (void)err;
     t5_backward_walk(m, a, mb, first, last, dout, din, dloss, 0);
     return DYN_OK;
 }
 
-void t5_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                       const float *dout, float *din, float dloss)
+static void t5_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                              const float *dout, float *din, float dloss)
 {
     t5_backward_walk(m, a, mb, first, last, dout, din, dloss, 1);
 }
 
-void t5_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last)
+static void t5_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last)
 {
     int ne = m->cfg.n_layers, nd = m->cfg.n_dec_layers;
     int E = ne + 1, D = ne + 2, H = ne + nd + 3;
@@ -442,3 +442,17 @@ void t5_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microba
         }
     }
 }
+
+/* What model.c and stage.c call for a T5 model (model_impl.h). */
+const model_arch model_arch_t5 = {
+    .build = t5_build,
+    .bind = t5_bind,
+    .borrows = t5_borrows,
+    .carve = t5_carve,
+    .boundary_floats = t5_boundary_floats,
+    .forward = t5_forward,
+    .backward = t5_backward,
+    .keep_carve = t5_keep_carve,
+    .backward_input = t5_backward_input,
+    .backward_weight = t5_backward_weight,
+};
