@@ -115,27 +115,58 @@ static void self_backward(float *dres, float *gln_w, float *gqkv_w, float *go_w,
     if (fused) dyn_rmsnorm_backward_weight(gln_w, dln, x, rstd, N, d.C);
 }
 
+/* ---- parameter layout shared by both blocks ------------------------------
+ * A block's parameters are consecutive runs of two shapes: an attention run
+ * (norm gain (C), three (I,C) projections forming one (3I,C) matrix, output
+ * (C,I)), once in the encoder and twice in the decoder (self, then cross:
+ * cq, ck|cv, co), and one FFN run (norm gain (C), wi0|wi1 (2F,C), wo (C,F)).
+ * Each take_* lays one run at x and returns the float after it. */
+static size_t attn_run_floats(dyn_block_dims d)
+{
+    size_t C = (size_t)d.C, I = (size_t)d.NH * d.HD;
+    return C + 3 * I * C + C * I;
+}
+
+static size_t ffn_run_floats(dyn_block_dims d)
+{
+    size_t C = (size_t)d.C, F = (size_t)d.F;
+    return C + 2 * F * C + C * F;
+}
+
+static float *take_attn_run(float *x, float **ln, float **a, float **b, float **c, float **o,
+                            dyn_block_dims d)
+{
+    size_t C = (size_t)d.C, I = (size_t)d.NH * d.HD;
+    *ln = x; x += C;
+    *a = x; x += I * C;
+    *b = x; x += I * C;
+    *c = x; x += I * C;
+    *o = x; x += C * I;
+    return x;
+}
+
+static float *take_ffn_run(float *x, float **ln, float **wi0, float **wi1, float **wo,
+                           dyn_block_dims d)
+{
+    size_t C = (size_t)d.C, F = (size_t)d.F;
+    *ln = x; x += C;
+    *wi0 = x; x += F * C;
+    *wi1 = x; x += F * C;
+    *wo = x; x += C * F;
+    return x;
+}
+
 /* ================= encoder ============================================== */
 
 size_t dyn_t5_enc_params_count(dyn_block_dims d)
 {
-    size_t C = (size_t)d.C, I = (size_t)d.NH * d.HD, F = (size_t)d.F;
-    return C + 3 * I * C + C * I + C + 2 * F * C + C * F;
+    return attn_run_floats(d) + ffn_run_floats(d);
 }
 
 size_t dyn_t5_enc_params_layout(dyn_t5_enc_params *p, float *flat, dyn_block_dims d)
 {
-    size_t C = (size_t)d.C, I = (size_t)d.NH * d.HD, F = (size_t)d.F;
-    float *x = flat;
-    p->ln1_w = x; x += C;
-    p->q_w = x; x += I * C;
-    p->k_w = x; x += I * C;
-    p->v_w = x; x += I * C;
-    p->o_w = x; x += C * I;
-    p->ln2_w = x; x += C;
-    p->wi0_w = x; x += F * C;
-    p->wi1_w = x; x += F * C;
-    p->wo_w = x; x += C * F;
+    float *x = take_attn_run(flat, &p->ln1_w, &p->q_w, &p->k_w, &p->v_w, &p->o_w, d);
+    x = take_ffn_run(x, &p->ln2_w, &p->wi0_w, &p->wi1_w, &p->wo_w, d);
     return (size_t)(x - flat);
 }
 
@@ -211,28 +242,14 @@ void dyn_t5_enc_backward(float *dinp, const dyn_t5_enc_params *g, float *drel_bi
 
 size_t dyn_t5_dec_params_count(dyn_block_dims d)
 {
-    size_t C = (size_t)d.C, I = (size_t)d.NH * d.HD, F = (size_t)d.F;
-    return C + 3 * I * C + C * I + C + I * C + 2 * I * C + C * I + C + 2 * F * C + C * F;
+    return 2 * attn_run_floats(d) + ffn_run_floats(d);
 }
 
 size_t dyn_t5_dec_params_layout(dyn_t5_dec_params *p, float *flat, dyn_block_dims d)
 {
-    size_t C = (size_t)d.C, I = (size_t)d.NH * d.HD, F = (size_t)d.F;
-    float *x = flat;
-    p->ln1_w = x; x += C;
-    p->q_w = x; x += I * C;
-    p->k_w = x; x += I * C;
-    p->v_w = x; x += I * C;
-    p->o_w = x; x += C * I;
-    p->ln2_w = x; x += C;
-    p->cq_w = x; x += I * C;
-    p->ck_w = x; x += I * C;
-    p->cv_w = x; x += I * C;
-    p->co_w = x; x += C * I;
-    p->ln3_w = x; x += C;
-    p->wi0_w = x; x += F * C;
-    p->wi1_w = x; x += F * C;
-    p->wo_w = x; x += C * F;
+    float *x = take_attn_run(flat, &p->ln1_w, &p->q_w, &p->k_w, &p->v_w, &p->o_w, d);
+    x = take_attn_run(x, &p->ln2_w, &p->cq_w, &p->ck_w, &p->cv_w, &p->co_w, d);
+    x = take_ffn_run(x, &p->ln3_w, &p->wi0_w, &p->wi1_w, &p->wo_w, d);
     return (size_t)(x - flat);
 }
 
