@@ -164,12 +164,12 @@ static dyn_status gpt_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_m
 }
 
 /* ---- backward: fused, and split (zero-bubble B and W) ----------------------
- * B is gpt_backward's own layer walk (gpt_backward_walk) calling only the
- * input-gradient halves, keeping per layer what its W needs (model_impl.h
- * keep_*, dy); W walks the same layers in the same order, so a shared
- * tensor (the tied wte: head first, then embedding) receives its
- * contributions in the fused order and B + W is bit-identical to
- * gpt_backward. */
+ * B is the fused backward's own layer walk (gpt_backward_walk, split != 0)
+ * calling only the input-gradient halves, keeping per layer what its W
+ * needs (model_impl.h keep_*, dy); W walks the same layers in the same
+ * order, so a shared tensor (the tied wte: head first, then embedding)
+ * receives its contributions in the fused order and B + W is bit-identical
+ * to the fused backward. */
 
 static size_t gpt_keep_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
                              int recompute, float *base)
@@ -202,9 +202,9 @@ static dyn_gpt_block_acts *gpt_split_acts(dyn_model_acts *a, int l)
 /* The layer walk both backwards share: dout (N,C) enters in d0, layers run
  * last-1 down to first, each writing its input gradient into the other of
  * d0/d1, and the gradient entering `first` leaves in din. split == 0 runs
- * each layer's fused backward (gpt_backward); split != 0 runs only its
- * input-gradient half and keeps in acts what gpt_backward_weight needs
- * (gpt_backward_input). One walk, so the two cannot drift apart in order
+ * each layer's fused backward (dyn_model_stage_backward); split != 0 runs
+ * only its input-gradient half and keeps in acts what gpt_backward_weight
+ * needs (dyn_model_stage_backward_input). One walk, so the two cannot drift apart in order
  * or in which buffer holds what. */
 static void gpt_backward_walk(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
                               const float *dout, float *din, float dloss, int split)
@@ -254,20 +254,6 @@ static void gpt_backward_walk(dyn_model *m, dyn_model_acts *a, const dyn_model_m
     if (first > 0) memcpy(din, cur, bytes);
 }
 
-static dyn_status gpt_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                               const float *dout, float *din, float dloss, dyn_error *err)
-{
-    (void)err;
-    gpt_backward_walk(m, a, mb, first, last, dout, din, dloss, 0);
-    return DYN_OK;
-}
-
-static void gpt_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                               const float *dout, float *din, float dloss)
-{
-    gpt_backward_walk(m, a, mb, first, last, dout, din, dloss, 1);
-}
-
 static void gpt_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last)
 {
     const dyn_layout *lay = mb->lay;
@@ -297,8 +283,7 @@ const model_arch model_arch_gpt = {
     .carve = gpt_carve,
     .boundary_floats = gpt_boundary_floats,
     .forward = gpt_forward,
-    .backward = gpt_backward,
+    .backward = gpt_backward_walk,
     .keep_carve = gpt_keep_carve,
-    .backward_input = gpt_backward_input,
     .backward_weight = gpt_backward_weight,
 };

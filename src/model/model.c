@@ -390,9 +390,9 @@ dyn_status dyn_model_stage_backward(dyn_model *m, dyn_model_acts *a, const dyn_m
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                              "backward of layers [%d, %d) without the matching forward in these activations", first,
                              last);
-    st = model_arch_of(m->cfg.kind)->backward(m, a, mb, first, last, dout, din, dloss, err);
+    model_arch_of(m->cfg.kind)->backward(m, a, mb, first, last, dout, din, dloss, 0);
     a->fwd_done = 0; /* recompute mode overwrote the shared block arena */
-    return st;
+    return DYN_OK;
 }
 
 /* ------------------------------------------------------------ split backward */
@@ -436,7 +436,7 @@ dyn_status dyn_model_stage_backward_input(dyn_model *m, dyn_model_acts *a, const
                              "activations",
                              first, last);
     if ((st = keep_prepare(m, a, mb, first, last, a->fwd_recompute, err)) != DYN_OK) return st;
-    model_arch_of(m->cfg.kind)->backward_input(m, a, mb, first, last, dout, din, dloss);
+    model_arch_of(m->cfg.kind)->backward(m, a, mb, first, last, dout, din, dloss, 1);
     a->fwd_done = 0;
     a->w_pending = 1;
     a->w_first = first;

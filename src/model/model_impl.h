@@ -126,8 +126,8 @@ static inline float *model_take(model_bump *b, size_t n)
  * binds only its blocks); borrows lists the shared tensors layer l uses but
  * does not own (names, at most 2), returning their count. carve and
  * keep_carve lay out (base NULL: only count) the arenas of the forward and
- * of the split backward's B for layers [first, last); forward, backward,
- * backward_input and backward_weight run that range (model.h has the
+ * of the split backward's B for layers [first, last); forward, backward
+ * (fused, or B) and backward_weight (W) run that range (model.h has the
  * contract). */
 typedef struct model_arch {
     dyn_status (*build)(dyn_model *m, dyn_error *err);
@@ -138,12 +138,11 @@ typedef struct model_arch {
     size_t (*boundary_floats)(const dyn_model *m, int l, const dyn_model_microbatch *mb);
     dyn_status (*forward)(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
                           const float *in, float *out, int recompute, double *loss_sum, dyn_error *err);
-    dyn_status (*backward)(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                           const float *dout, float *din, float dloss, dyn_error *err);
+    /* split == 0: the fused backward; split != 0: the split's B. */
+    void (*backward)(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
+                     const float *dout, float *din, float dloss, int split);
     size_t (*keep_carve)(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
                          int recompute, float *base);
-    void (*backward_input)(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                           const float *dout, float *din, float dloss);
     void (*backward_weight)(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last);
 } model_arch;
 

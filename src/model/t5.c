@@ -263,12 +263,12 @@ static dyn_status t5_forward(dyn_model *m, dyn_model_acts *a, const dyn_model_mi
 }
 
 /* ---- backward: fused, and split (zero-bubble B and W) ----------------------
- * As in gpt.c: B is t5_backward's own layer walk (t5_backward_walk) running
- * the input-gradient halves and keeping what W needs; W runs the weight
- * halves in the same layer order, so
- * the shared embedding (decoder embedding first, then encoder) and each
- * stack's bias table (blocks last to first) accumulate in the fused order
- * and B + W is bit-identical to t5_backward. */
+ * As in gpt.c: B is the fused backward's own layer walk (t5_backward_walk,
+ * split != 0) running the input-gradient halves and keeping what W needs;
+ * W runs the weight halves in the same layer order, so the shared embedding
+ * (decoder embedding first, then encoder) and each stack's bias table
+ * (blocks last to first) accumulate in the fused order and B + W is
+ * bit-identical to the fused backward. */
 
 static size_t t5_keep_carve(const dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
                             int recompute, float *base)
@@ -307,9 +307,10 @@ static size_t t5_keep_carve(const dyn_model *m, dyn_model_acts *a, const dyn_mod
  * decoder block of the range. Layers run last-1 down to first, blocks
  * writing their input gradient into the other of d0/d1, and din gets the
  * gradient entering `first`. split == 0 runs each layer's fused backward
- * (t5_backward); split != 0 only its input-gradient half, keeping in acts
- * what t5_backward_weight needs (t5_backward_input). One walk, so the two
- * cannot drift apart in order or in which buffer holds what. */
+ * (dyn_model_stage_backward); split != 0 only its input-gradient half,
+ * keeping in acts what t5_backward_weight needs
+ * (dyn_model_stage_backward_input). One walk, so the two cannot drift
+ * apart in order or in which buffer holds what. */
 static void t5_backward_walk(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
                              const float *dout, float *din, float dloss, int split)
 {
@@ -399,20 +400,6 @@ static void t5_backward_walk(dyn_model *m, dyn_model_acts *a, const dyn_model_mi
     }
 }
 
-static dyn_status t5_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                              const float *dout, float *din, float dloss, dyn_error *err)
-{
-    (void)err;
-    t5_backward_walk(m, a, mb, first, last, dout, din, dloss, 0);
-    return DYN_OK;
-}
-
-static void t5_backward_input(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last,
-                              const float *dout, float *din, float dloss)
-{
-    t5_backward_walk(m, a, mb, first, last, dout, din, dloss, 1);
-}
-
 static void t5_backward_weight(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last)
 {
     int ne = m->cfg.n_layers, nd = m->cfg.n_dec_layers;
@@ -451,8 +438,7 @@ const model_arch model_arch_t5 = {
     .carve = t5_carve,
     .boundary_floats = t5_boundary_floats,
     .forward = t5_forward,
-    .backward = t5_backward,
+    .backward = t5_backward_walk,
     .keep_carve = t5_keep_carve,
-    .backward_input = t5_backward_input,
     .backward_weight = t5_backward_weight,
 };
