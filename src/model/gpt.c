@@ -64,19 +64,14 @@ static dyn_status gpt_bind(dyn_model *m, dyn_error *err)
     m->gg = dyn_calloc((size_t)n, sizeof *m->gg, "block gradients", err);
     if (m->gp == NULL || m->gg == NULL) return DYN_ERR_NOMEM;
     for (int i = 0; i < n; i++) {
-        char name[96];
-        snprintf(name, sizeof name, "h.%d.ln_1.weight", i);
-        float *base = model_tensor_ptr(m, name);
+        float *base = model_block_tensor_ptr(m, "h.", i, "ln_1.weight");
         if (base == NULL) continue; /* a stage model without this block */
         size_t used = dyn_gpt_block_params_layout(&m->gp[i], base, m->dims);
         dyn_gpt_block_params_layout(&m->gg[i], model_grad_of(m, base), m->dims);
         /* Our names must sit exactly where the block expects its fields. */
-        snprintf(name, sizeof name, "h.%d.mlp.c_proj.bias", i);
-        float *last = model_tensor_ptr(m, name);
-        snprintf(name, sizeof name, "h.%d.attn.c_attn.weight", i);
-        float *qkv = model_tensor_ptr(m, name);
-        snprintf(name, sizeof name, "h.%d.mlp.c_fc.weight", i);
-        float *fc = model_tensor_ptr(m, name);
+        float *last = model_block_tensor_ptr(m, "h.", i, "mlp.c_proj.bias");
+        float *qkv = model_block_tensor_ptr(m, "h.", i, "attn.c_attn.weight");
+        float *fc = model_block_tensor_ptr(m, "h.", i, "mlp.c_fc.weight");
         if (used != dyn_gpt_block_params_count(m->dims) || last + m->cfg.hidden != base + used ||
             m->gp[i].qkv_w != qkv || m->gp[i].fc_w != fc || m->gp[i].fcproj_b != last)
             return dyn_error_set(err, DYN_ERR_INTERNAL, "GPT block %d: parameter table disagrees with blocks.h layout", i);

@@ -5,6 +5,7 @@
  * over all tensors. The architectures are in gpt.c and t5.c, stage-only
  * models in stage.c. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,6 +66,13 @@ float *model_tensor_ptr(const dyn_model *m, const char *name)
 {
     const dyn_param_tensor *t = dyn_model_find_tensor(m, name);
     return t ? m->params + t->offset : NULL;
+}
+
+float *model_block_tensor_ptr(const dyn_model *m, const char *prefix, int block, const char *suffix)
+{
+    char name[160];
+    int n = snprintf(name, sizeof name, "%s%d.%s", prefix, block, suffix);
+    return n > 0 && (size_t)n < sizeof name ? model_tensor_ptr(m, name) : NULL;
 }
 
 const dyn_param_tensor *dyn_model_find_tensor(const dyn_model *m, const char *name)

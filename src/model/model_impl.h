@@ -105,6 +105,10 @@ dyn_status model_add_tensor(dyn_model *m, const char *name, int ndim, int64_t d0
                             int decay, float init_std, int layer, dyn_error *err);
 /* Offset of tensor `name` (must exist). */
 float *model_tensor_ptr(const dyn_model *m, const char *name);
+/* The tensor named prefix + block + "." + suffix (e.g. "h.", 3,
+ * "ln_1.weight"), or NULL where this model does not hold it (a stage model
+ * without that block): the one name rule the binds of gpt.c and t5.c use. */
+float *model_block_tensor_ptr(const dyn_model *m, const char *prefix, int block, const char *suffix);
 
 /* Bump allocation over the arena: with base == NULL only counts. Sizes are
  * rounded up to 16 floats (64 bytes) so every tensor starts cache aligned. */

@@ -106,7 +106,6 @@ static dyn_status t5_build(dyn_model *m, dyn_error *err)
 static dyn_status t5_bind(dyn_model *m, dyn_error *err)
 {
     int ne = m->cfg.n_layers, nd = m->cfg.n_dec_layers;
-    char name[96];
     m->shared = model_tensor_ptr(m, "shared.weight");
     m->enc_rel = model_tensor_ptr(m, T5_ENC_REL);
     m->dec_rel = model_tensor_ptr(m, T5_DEC_REL);
@@ -119,28 +118,24 @@ static dyn_status t5_bind(dyn_model *m, dyn_error *err)
     m->dg = dyn_calloc((size_t)nd, sizeof *m->dg, "decoder block gradients", err);
     if (!m->ep || !m->eg || !m->dp || !m->dg) return DYN_ERR_NOMEM;
     for (int i = 0; i < ne; i++) {
-        snprintf(name, sizeof name, "encoder.block.%d.layer.0.layer_norm.weight", i);
-        float *base = model_tensor_ptr(m, name);
+        float *base = model_block_tensor_ptr(m, "encoder.block.", i, "layer.0.layer_norm.weight");
         if (base == NULL) continue; /* a stage model without this block */
         size_t used = dyn_t5_enc_params_layout(&m->ep[i], base, m->dims);
         dyn_t5_enc_params_layout(&m->eg[i], model_grad_of(m, base), m->dims);
-        snprintf(name, sizeof name, "encoder.block.%d.layer.1.DenseReluDense.wo.weight", i);
-        float *wo = model_tensor_ptr(m, name);
-        snprintf(name, sizeof name, "encoder.block.%d.layer.0.SelfAttention.v.weight", i);
-        if (used != dyn_t5_enc_params_count(m->dims) || m->ep[i].wo_w != wo || m->ep[i].v_w != model_tensor_ptr(m, name) ||
+        float *wo = model_block_tensor_ptr(m, "encoder.block.", i, "layer.1.DenseReluDense.wo.weight");
+        float *v = model_block_tensor_ptr(m, "encoder.block.", i, "layer.0.SelfAttention.v.weight");
+        if (used != dyn_t5_enc_params_count(m->dims) || m->ep[i].wo_w != wo || m->ep[i].v_w != v ||
             wo + (size_t)m->cfg.hidden * m->cfg.ffn != base + used)
             return dyn_error_set(err, DYN_ERR_INTERNAL, "T5 encoder block %d: table disagrees with blocks.h layout", i);
     }
     for (int i = 0; i < nd; i++) {
-        snprintf(name, sizeof name, "decoder.block.%d.layer.0.layer_norm.weight", i);
-        float *base = model_tensor_ptr(m, name);
+        float *base = model_block_tensor_ptr(m, "decoder.block.", i, "layer.0.layer_norm.weight");
         if (base == NULL) continue; /* a stage model without this block */
         size_t used = dyn_t5_dec_params_layout(&m->dp[i], base, m->dims);
         dyn_t5_dec_params_layout(&m->dg[i], model_grad_of(m, base), m->dims);
-        snprintf(name, sizeof name, "decoder.block.%d.layer.2.DenseReluDense.wo.weight", i);
-        float *wo = model_tensor_ptr(m, name);
-        snprintf(name, sizeof name, "decoder.block.%d.layer.1.EncDecAttention.k.weight", i);
-        if (used != dyn_t5_dec_params_count(m->dims) || m->dp[i].wo_w != wo || m->dp[i].ck_w != model_tensor_ptr(m, name) ||
+        float *wo = model_block_tensor_ptr(m, "decoder.block.", i, "layer.2.DenseReluDense.wo.weight");
+        float *ck = model_block_tensor_ptr(m, "decoder.block.", i, "layer.1.EncDecAttention.k.weight");
+        if (used != dyn_t5_dec_params_count(m->dims) || m->dp[i].wo_w != wo || m->dp[i].ck_w != ck ||
             wo + (size_t)m->cfg.hidden * m->cfg.ffn != base + used)
             return dyn_error_set(err, DYN_ERR_INTERNAL, "T5 decoder block %d: table disagrees with blocks.h layout", i);
     }
