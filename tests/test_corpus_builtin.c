@@ -388,6 +388,43 @@ static void test_task_subset(void **state)
     assert_null(dyn_corpus_open("builtin::copy", NULL, &err));
 }
 
+/* classify alone goes down to max_seqlen 32 (GPT and T5): every sample
+ * fits, has its one keyword among at most five filler words (GPT: 15 bytes
+ * of words, T5: 22) and the right label; 31 is refused, and so is 32 for any subset with another task. */
+static void test_classify_short(void **state)
+{
+    (void)state;
+    enum { N = 2000 };
+    for (int kind = 0; kind < 2; kind++) {
+        dyn_corpus *c = open_builtin("builtin:5:classify", N, 32, (dyn_model_kind)kind, DYN_SPLIT_TRAIN);
+        int longest = 0;
+        for (int64_t i = 0; i < N; i++) {
+            dyn_corpus_sample s;
+            dyn_error err;
+            assert_int_equal(dyn_corpus_read(c, i, &s, &err), DYN_OK);
+            assert_true(dyn_lengths_fit((dyn_model_kind)kind, 32, s.input_len, s.target_len));
+            int32_t t = read_text(c, i, g_in, g_tgt, sizeof g_in);
+            assert_int_equal(t, 7);
+            check_answer(t, g_in, g_tgt);
+            int words = 1;
+            for (const char *p = g_in; *p; p++) words += *p == ' ';
+            assert_true(words >= 2 && words <= 1 + 1 + 5); /* "classify", keyword, fillers */
+            if (s.input_len > longest) longest = s.input_len;
+        }
+        assert_true(longest >= (kind == DYN_MODEL_GPT ? 24 : 28));
+        dyn_corpus_free(c);
+    }
+    dyn_corpus_options o;
+    dyn_corpus_options_default(&o);
+    dyn_error err;
+    o.max_seqlen = 31;
+    assert_null(dyn_corpus_open("builtin:5:classify", &o, &err));
+    assert_non_null(strstr(err.msg, "max_seqlen 31 < 32"));
+    o.max_seqlen = 32;
+    assert_null(dyn_corpus_open("builtin:5:classify+sort", &o, &err));
+    assert_non_null(strstr(err.msg, "max_seqlen 32 < 64"));
+}
+
 static void test_bad_options(void **state)
 {
     (void)state;
@@ -419,7 +456,7 @@ int main(void)
         cmocka_unit_test(test_lengths_match_and_fit),
         cmocka_unit_test(test_mixture_follows_flan),
         cmocka_unit_test(test_task_subset),
-        cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_classify_short), cmocka_unit_test(test_bad_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,7 +15,10 @@
  *     truncated shard: one line naming what differs, exit 1, nothing
  *     written; the same for `dynapipe eval`.
  *   - `dynapipe eval` prints the held-out loss that a whole model computes
- *     on the same samples here. */
+ *     on the same samples here.
+ *   - resuming with another --steps says, in one note, that the rates
+ *     follow the new schedule, with the rate at the resumed step under each
+ *     (computed here by hand); resuming on the same schedule says nothing. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -395,6 +398,42 @@ static void test_stale_tmp(void **state)
     free(latest);
 }
 
+/* Whether the last command's stderr mentions needle. */
+static int stderr_has(const char *needle)
+{
+    char *e = slurp(err_path);
+    int has = strstr(e, needle) != NULL;
+    free(e);
+    return has;
+}
+
+/* --steps 4 --warmup 1 --save-every 2, then resume step 2: with --steps 4
+ * nothing is said; with --steps 8 the note names both schedules. The rates
+ * at step 2 by hand: warm-up 1, cosine over steps 1..total-1 from lr 1e-3
+ * to min-lr 1e-4. Old (total 4): 1e-4 + 0.45e-3 (1 + cos(pi/2)) = 5.5e-4.
+ * New (total 8): 1e-4 + 0.45e-3 (1 + cos(pi/6)) = 9.397e-4. */
+static void test_schedule_note(void **state)
+{
+    (void)state;
+    char ck[800], out[800], step2[900], args[4096];
+    snprintf(ck, sizeof ck, "%s/sched", dir);
+    snprintf(out, sizeof out, "%s/sched-out", dir);
+    snprintf(step2, sizeof step2, "%s/step-00000002", ck);
+    snprintf(args, sizeof args, "%s --steps 4 --warmup 1 --save-every 2 --save '%s'", GPT, ck);
+    train_ok(args);
+    snprintf(args, sizeof args, "%s --steps 4 --warmup 1 --resume '%s' --save '%s'", GPT, step2, out);
+    train_ok(args);
+    if (stderr_has("note:")) fail_msg("a same-schedule resume printed a note: %s", slurp(err_path));
+    snprintf(args, sizeof args, "%s --steps 8 --warmup 1 --resume '%s' --save '%s'", GPT, step2, out);
+    train_ok(args);
+    char *e = slurp(err_path);
+    if (strstr(e, "note: the checkpoint was trained on a schedule of 4 steps") == NULL ||
+        strstr(e, "this run's is 8 steps") == NULL ||
+        strstr(e, "step 2 trains at lr 0.00094 instead of 0.00055") == NULL)
+        fail_msg("no schedule note: %s", e);
+    free(e);
+}
+
 /* `dynapipe eval` prints the loss a whole model computes here on the same
  * held-out samples. */
 static void test_eval_loss(void **state)
@@ -472,7 +511,7 @@ int main(void)
         cmocka_unit_test(test_kill9_resume_gpt),  cmocka_unit_test(test_kill9_resume_t5),
         cmocka_unit_test(test_shards_assemble),   cmocka_unit_test(test_mismatch_and_corruption),
         cmocka_unit_test(test_stale_tmp),         cmocka_unit_test(test_eval_loss),
-        cmocka_unit_test(test_sigterm_saves),
+        cmocka_unit_test(test_sigterm_saves),     cmocka_unit_test(test_schedule_note),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

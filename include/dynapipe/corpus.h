@@ -49,7 +49,9 @@ extern "C" {
 #define DYN_CORPUS_TOK_SEP 259
 #define DYN_CORPUS_VOCAB_BYTES 260
 
-/* Smallest max_seqlen the built-in dataset supports, tokens. */
+/* Smallest max_seqlen the built-in dataset supports, tokens: that of the
+ * whole mixture and of every task but classify, which alone (spec
+ * builtin:SEED:classify) goes down to 32, with shorter inputs. */
 #define DYN_CORPUS_BUILTIN_MIN_SEQLEN 64
 
 typedef enum dyn_corpus_split {

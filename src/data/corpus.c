@@ -108,9 +108,10 @@ static dyn_status builtin_open(dyn_corpus *c, const char *spec, dyn_error *err)
     } else if (spec[7] != '\0') {
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': use builtin, builtin:SEED or builtin:SEED:TASK+TASK", spec);
     }
-    if (c->opt.max_seqlen < DYN_CORPUS_BUILTIN_MIN_SEQLEN)
-        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus builtin: max_seqlen %d < %d (the smallest the tasks fit)",
-                             c->opt.max_seqlen, DYN_CORPUS_BUILTIN_MIN_SEQLEN);
+    int32_t min_len = builtin_min_seqlen(c->task_mask);
+    if (c->opt.max_seqlen < min_len)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus %s: max_seqlen %d < %d (the smallest the tasks fit)",
+                             spec, c->opt.max_seqlen, min_len);
     if (c->opt.builtin_samples < 0)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus builtin: %lld samples < 0",
                              (long long)c->opt.builtin_samples);

@@ -26,8 +26,11 @@ typedef struct builtin_text {
 const char *builtin_task_name(int32_t task);
 /* Mixture weight of a task (they sum to 1). */
 double builtin_task_weight(int32_t task);
+/* Smallest max_seqlen (tokens) that every task in task_mask supports:
+ * DYN_CORPUS_BUILTIN_MIN_SEQLEN, or less for classify alone. */
+int32_t builtin_min_seqlen(uint32_t task_mask);
 /* Generate sample (seed, split, index) so that its tokens (bytes + SEP,
- * bytes + EOS) fit max_seqlen (>= DYN_CORPUS_BUILTIN_MIN_SEQLEN) for kind.
+ * bytes + EOS) fit max_seqlen (>= builtin_min_seqlen(task_mask)) for kind.
  * task_mask (bit t = task t, != 0) limits the mixture to those tasks, their
  * weights renormalised. */
 void builtin_generate(uint64_t seed, dyn_corpus_split split, int64_t index, int32_t max_seqlen,

@@ -202,6 +202,11 @@ static cJSON *meta_to_json(const rt_ckpt_meta *m)
     cJSON_AddNumberToObject(r, "samples", m->n_samples);
     cJSON_AddNumberToObject(r, "split", m->split);
     cJSON_AddNumberToObject(r, "global_batch_tokens", (double)m->global_batch_tokens);
+    cJSON *lr = cJSON_AddObjectToObject(r, "lr_schedule");
+    cJSON_AddNumberToObject(lr, "lr", m->lr.max_lr);
+    cJSON_AddNumberToObject(lr, "min_lr", m->lr.min_lr);
+    cJSON_AddNumberToObject(lr, "warmup", (double)m->lr.warmup_steps);
+    cJSON_AddNumberToObject(lr, "total_steps", (double)m->lr.total_steps);
     cJSON *files = cJSON_AddObjectToObject(r, "files");
     for (int32_t i = 0; i < m->n_files; i++) {
         cJSON *f = cJSON_AddObjectToObject(files, m->files[i].name);
@@ -230,6 +235,23 @@ static dyn_status json_i32(const cJSON *o, const char *key, const char *path, in
     int64_t v = 0;
     dyn_status st = json_i64(o, key, path, lo, hi, &v, err);
     if (st == DYN_OK) *out = (int32_t)v;
+    return st;
+}
+
+/* "lr_schedule": optional (checkpoints written before it was recorded lack
+ * it; then total_steps stays 0 = unknown), but when present complete. */
+static dyn_status lr_from_json(const cJSON *r, const char *path, dyn_lr_schedule *lr, dyn_error *err)
+{
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(r, "lr_schedule");
+    if (o == NULL) return DYN_OK;
+    const cJSON *max_lr = cJSON_GetObjectItemCaseSensitive(o, "lr");
+    const cJSON *min_lr = cJSON_GetObjectItemCaseSensitive(o, "min_lr");
+    if (!cJSON_IsNumber(max_lr) || !cJSON_IsNumber(min_lr))
+        return dyn_error_set(err, DYN_ERR_CORRUPT, "%s: \"lr_schedule\" without numbers \"lr\" and \"min_lr\"", path);
+    lr->max_lr = (float)max_lr->valuedouble;
+    lr->min_lr = (float)min_lr->valuedouble;
+    dyn_status st = json_i64(o, "warmup", path, 0, INT64_MAX / 2, &lr->warmup_steps, err);
+    if (st == DYN_OK) st = json_i64(o, "total_steps", path, 1, INT64_MAX / 2, &lr->total_steps, err);
     return st;
 }
 
@@ -284,6 +306,7 @@ static dyn_status meta_from_json(const cJSON *r, const char *path, rt_ckpt_meta 
     if (st == DYN_OK) st = json_i32(r, "samples", path, 0, INT32_MAX, &m->n_samples, err);
     if (st == DYN_OK) st = json_i32(r, "split", path, 0, 1, &m->split, err);
     if (st == DYN_OK) st = json_i64(r, "global_batch_tokens", path, 1, INT64_MAX / 2, &m->global_batch_tokens, err);
+    if (st == DYN_OK) st = lr_from_json(r, path, &m->lr, err);
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(r, "files");
     if (st == DYN_OK && !cJSON_IsObject(files))
         st = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: \"files\" missing", path);
@@ -403,6 +426,23 @@ dyn_status rt_ckpt_check(const rt_ckpt_meta *m, const dyn_train_options *o, dyn_
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "checkpoint is at step %lld; --steps %lld leaves nothing to train",
                              (long long)m->step, (long long)o->steps);
     return DYN_OK;
+}
+
+int rt_ckpt_schedule_note(const rt_ckpt_meta *meta, const dyn_train_options *o, char *note, size_t cap)
+{
+    const dyn_lr_schedule *a = &meta->lr, *b = &o->lr;
+    if (a->total_steps == 0) return 0; /* not recorded */
+    if (a->max_lr == b->max_lr && a->min_lr == b->min_lr && a->warmup_steps == b->warmup_steps &&
+        a->total_steps == b->total_steps)
+        return 0;
+    /* The rate the checkpoint's run would have used next, and this run's. */
+    snprintf(note, cap,
+             "the checkpoint was trained on a schedule of %lld steps (lr %g, min-lr %g, warm-up %lld), this run's "
+             "is %lld steps (lr %g, min-lr %g, warm-up %lld): step %lld trains at lr %.3g instead of %.3g",
+             (long long)a->total_steps, (double)a->max_lr, (double)a->min_lr, (long long)a->warmup_steps,
+             (long long)b->total_steps, (double)b->max_lr, (double)b->min_lr, (long long)b->warmup_steps,
+             (long long)meta->step, (double)dyn_lr_at(b, meta->step), (double)dyn_lr_at(a, meta->step));
+    return 1;
 }
 
 dyn_status rt_ckpt_load_stage(const char *dir, const rt_ckpt_meta *meta, int32_t stage, dyn_model *m, dyn_error *err)
@@ -573,6 +613,7 @@ static dyn_status write_rank0_files(const rt_ckpt_job *j, const char *tmp, const
     m->n_samples = o->n_samples;
     m->split = o->split;
     m->global_batch_tokens = o->global_batch_tokens;
+    m->lr = o->lr;
     char p[PATH_CAP], shard[128];
     /* index */
     cJSON *idx = cJSON_CreateObject();

@@ -63,6 +63,7 @@ typedef struct rt_ckpt_meta {
     char data_spec[512];
     int32_t n_samples, split;
     int64_t global_batch_tokens;
+    dyn_lr_schedule lr;    /* the saving run's schedule; total_steps 0 when not recorded */
     int32_t n_files;
     rt_ckpt_file files[RT_CKPT_MAX_FILES];
 } rt_ckpt_meta;
@@ -80,6 +81,15 @@ dyn_status rt_ckpt_read(const char *dir, rt_ckpt_meta *meta, dyn_error *err);
  * the first thing that differs (model shape, stages, chunks, data, global
  * batch tokens, or a checkpoint already at or past --steps). */
 dyn_status rt_ckpt_check(const rt_ckpt_meta *meta, const dyn_train_options *o, dyn_error *err);
+
+/* Whether resuming *meta under options o moves the learning-rate schedule:
+ * the checkpoint's run had another --steps, --lr, --min-lr or --warmup, so
+ * from step meta->step on the rates follow o's schedule, not the one the
+ * checkpoint was trained on (the cosine is that of the new total, there is
+ * no second warm-up). 1 and a one-line note (no newline) in note[cap]
+ * naming both schedules and the rate at the resumed step under each; 0 when
+ * they agree or the checkpoint did not record its schedule. */
+int rt_ckpt_schedule_note(const rt_ckpt_meta *meta, const dyn_train_options *o, char *note, size_t cap);
 
 /* Load plan stage `stage`'s model m (dyn_model_create_stage of the same
  * cuts) from step folder dir: weights of every held tensor through the

@@ -859,6 +859,11 @@ static dyn_status ckpt_resume(rt_run *R, int64_t *pos, dyn_error *err)
     if (st == DYN_OK) {
         R->first_step = meta->step;
         *pos = meta->sampler_pos;
+        /* Not an error: extending a run (a larger --steps) is a legitimate
+         * use, but the rates change under it, so say so once. */
+        char note[512];
+        if (R->g.world_rank == 0 && rt_ckpt_schedule_note(meta, &R->o, note, sizeof note))
+            fprintf(stderr, "dynapipe train: note: %s\n", note);
     }
     free(meta);
     return st;
