@@ -317,8 +317,10 @@ dyn_status dyn_cost_table_write_profile(const char *path, const dyn_model_config
         meta_word(host, sizeof host, meta->host);
         meta_word(cpu, sizeof cpu, meta->cpu);
         meta_word(dtype, sizeof dtype, meta->dtype);
-        fprintf(fp, "profile host=%s cpu=%s dtype=%s threads=%d repeats=%d\n", host, cpu, dtype,
-                meta->threads, meta->repeats);
+        fprintf(fp, "profile host=%s cpu=%s dtype=%s threads=%d repeats=%d", host, cpu, dtype, meta->threads,
+                meta->repeats);
+        if (meta->optimizer_ms_per_mparam > 0) fprintf(fp, " optimizer_ms_per_mparam=%.17g", meta->optimizer_ms_per_mparam);
+        fprintf(fp, "\n");
     }
     fprintf(fp, "states_mb embed=%.17g encoder=%.17g decoder=%.17g lm_head=%.17g\n", states_mb[0],
             states_mb[1], states_mb[2], states_mb[3]);
@@ -578,10 +580,14 @@ static dyn_status parse_profile_line(table_parse *tp, char **tok, int ntok)
                     {"cpu", 's', pm->cpu},
                     {"dtype", 's', pm->dtype},
                     {"threads", 'i', &pm->threads},
-                    {"repeats", 'i', &pm->repeats}};
-    dyn_status st = parse_kv(tp->r, tok + 1, ntok - 1, f, 5, "profile");
+                    {"repeats", 'i', &pm->repeats},
+                    /* optional: profiles made before it load with 0 */
+                    {"optimizer_ms_per_mparam", 'o', &pm->optimizer_ms_per_mparam}};
+    dyn_status st = parse_kv(tp->r, tok + 1, ntok - 1, f, 6, "profile");
     if (st != DYN_OK) return st;
     if (pm->threads < 1 || pm->repeats < 1) return rd_fail(tp->r, "profile threads and repeats must be >= 1", NULL);
+    if (!(pm->optimizer_ms_per_mparam >= 0) || !isfinite(pm->optimizer_ms_per_mparam))
+        return rd_fail(tp->r, "profile optimizer_ms_per_mparam must be finite and >= 0", NULL);
     return DYN_OK;
 }
 

@@ -3,6 +3,7 @@
  * activations in and gradients out, timed forward / backward / split
  * backward with a fresh activation arena per shape so that its size is the
  * shape's own, not the largest seen so far. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@ typedef struct piece {
 struct dyn_profiler {
     dyn_model_config cfg;
     int threads, repeats, warmup;
+    int64_t max_tokens; /* grid points over it are scaled from fewer rows (0: none) */
     int L;
     piece kinds[DYN_LAYER_KIND_COUNT][MAX_PIECES];
     int n_pieces[DYN_LAYER_KIND_COUNT];
@@ -84,6 +86,11 @@ dyn_profiler *dyn_profiler_create(const dyn_model_config *cfg, int threads, int 
 fail:
     dyn_profiler_free(p);
     return NULL;
+}
+
+void dyn_profiler_set_max_tokens(dyn_profiler *p, int64_t max_tokens)
+{
+    p->max_tokens = max_tokens > 0 ? max_tokens : 0;
 }
 
 void dyn_profiler_free(dyn_profiler *p)
@@ -251,6 +258,31 @@ dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recomp
     return st;
 }
 
+dyn_status dyn_profiler_measure_optimizer(dyn_profiler *p, double *ms_per_mparam, dyn_error *err)
+{
+    *ms_per_mparam = 0;
+    dyn_model *whole = dyn_model_create_stage(&p->cfg, 1, 0, p->L, err);
+    if (whole == NULL) return err ? err->code : DYN_ERR_NOMEM;
+    dyn_model *m = whole;
+    if (dyn_model_num_params(whole) > ((size_t)1 << 25)) {
+        dyn_model_free(whole);
+        whole = NULL;
+        m = p->kinds[DYN_LAYER_ENCODER][0].m;
+    }
+    dyn_model_set_threads(m, p->threads);
+    dyn_adamw_config cfg = dyn_adamw_default();
+    for (int r = -p->warmup; r < p->repeats; r++) {
+        double t0 = dyn_time_ms();
+        double norm = sqrt(dyn_model_grad_sqnorm_owned(m));
+        dyn_model_adamw_step_norm(m, 1e-4f, &cfg, norm, 1.0);
+        dyn_model_zero_grad(m);
+        if (r >= 0) p->times[r] = dyn_time_ms() - t0;
+    }
+    *ms_per_mparam = dyn_median(p->times, p->repeats) / ((double)dyn_model_num_params(m) * 1e-6);
+    dyn_model_free(whole);
+    return DYN_OK;
+}
+
 /* ---- grids -------------------------------------------------------------- */
 
 /* Lengths: every 8 up to 64, then steps growing ~1.25x (rounded to 8) up to
@@ -341,14 +373,29 @@ dyn_status dyn_profile_grid_run(dyn_profiler *p, const dyn_cost_grid *g, dyn_lay
                     for (int32_t b = 0; b < (uses_enc(c, k) ? g->n_enc : 1); b++)
                         for (int32_t d = 0; d < (uses_dec(c, k) ? g->n_dec : 1); d++) {
                             double w = point_work(c, k, g->rows[a], g->enc_len[b], g->dec_len[d]);
+                            int scaled = a > 0 && p->max_tokens > 0 && w - 64.0 > (double)p->max_tokens;
+                            if (scaled) w = 0;
                             if (pass == 0) {
                                 total += w;
                                 continue;
                             }
                             dyn_layer_cost lc;
-                            dyn_status st = dyn_profiler_measure(p, (dyn_layer_kind)k, modes[mi], g->rows[a],
-                                                                 g->enc_len[b], g->dec_len[d], &lc, err);
-                            if (st != DYN_OK) return st;
+                            if (scaled) {
+                                /* Past the tokens a run's micro-batch can hold: the
+                                 * point with fewer rows at the same lengths, in
+                                 * proportion to the rows (time and memory are
+                                 * linear in rows at a fixed length), not measured. */
+                                const dyn_layer_cost *q =
+                                    &points[dyn_cost_grid_index(g, (dyn_layer_kind)k, modes[mi], a - 1, b, d)];
+                                double f = (double)g->rows[a] / (double)g->rows[a - 1];
+                                lc = (dyn_layer_cost){q->fwd_ms * f,    q->bwd_ms * f,    q->bwd_input_ms * f,
+                                                      q->bwd_weight_ms * f, q->stored_mb * f, q->peak_mb * f,
+                                                      q->output_mb * f};
+                            } else {
+                                dyn_status st = dyn_profiler_measure(p, (dyn_layer_kind)k, modes[mi], g->rows[a],
+                                                                     g->enc_len[b], g->dec_len[d], &lc, err);
+                                if (st != DYN_OK) return st;
+                            }
                             /* copy along the axes the kind ignores, and to SELECTIVE */
                             for (int32_t b2 = 0; b2 < g->n_enc; b2++) {
                                 if (uses_enc(c, k) && b2 != b) continue;
