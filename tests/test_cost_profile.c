@@ -32,7 +32,8 @@ static double unif(unsigned *s)
 
 static double get_value(const dyn_layer_cost *c, int v)
 {
-    const double a[7] = {c->fwd_ms, c->bwd_ms, c->bwd_input_ms, c->bwd_weight_ms, c->stored_mb, c->peak_mb, c->output_mb};
+    const double a[8] = {c->fwd_ms,    c->bwd_ms,  c->bwd_input_ms, c->bwd_weight_ms,
+                         c->stored_mb, c->peak_mb, c->output_mb,    c->kept_mb};
     return a[v];
 }
 
@@ -58,23 +59,23 @@ static void synth_make(synth *s, unsigned seed)
     for (int64_t p = 0; p < total; p++) {
         int64_t q = p % gs;
         int a = (int)(q / (6 * 4)), b = (int)(q / 4 % 6), c = (int)(q % 4);
-        double v[7];
-        for (int j = 0; j < 7; j++)
+        double v[8];
+        for (int j = 0; j < 8; j++)
             v[j] = 0.1 * a * (1 + unif(&seed)) + 0.01 * S_ENC[b] * (1 + unif(&seed)) + 0.02 * S_DEC[c] +
                    0.001 * S_ROWS[a] * S_ENC[b] * S_DEC[c] * (1 + 0.1 * unif(&seed));
         /* make it monotone exactly: a running maximum over the three axes
          * (each factor above is increasing but the noise is not) */
         dyn_layer_cost *o = &s->pts[p];
-        *o = (dyn_layer_cost){v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+        *o = (dyn_layer_cost){v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
         if (a > 0 || b > 0 || c > 0) {
-            for (int j = 0; j < 7; j++) {
+            for (int j = 0; j < 8; j++) {
                 double m = 0;
                 if (a > 0) m = fmax(m, get_value(&s->pts[p - 24], j));
                 if (b > 0) m = fmax(m, get_value(&s->pts[p - 4], j));
                 if (c > 0) m = fmax(m, get_value(&s->pts[p - 1], j));
                 v[j] = fmax(v[j], m + 0.001 * unif(&seed));
             }
-            *o = (dyn_layer_cost){v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+            *o = (dyn_layer_cost){v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
         }
     }
 }
@@ -116,7 +117,7 @@ static void test_interpolation_exact_at_grid_points(void **state)
                         dyn_layer_cost got = query(cm, k, rc, S_ROWS[a], S_ENC[b], S_DEC[c]);
                         const dyn_layer_cost *want =
                             &s.pts[dyn_cost_grid_index(&s.g, (dyn_layer_kind)k, (dyn_recompute)rc, a, b, c)];
-                        for (int j = 0; j < 7; j++) assert_true(get_value(&got, j) == get_value(want, j));
+                        for (int j = 0; j < 8; j++) assert_true(get_value(&got, j) == get_value(want, j));
                     }
     dyn_cost_model_free(cm);
     free(s.pts);
@@ -142,7 +143,7 @@ static void test_interpolation_monotone_between_points(void **state)
                         query(cm, k, DYN_RECOMPUTE_NONE, fixed_r[f1], fixed_e[f2], x > 200 ? 200 : x)};
                     if (x > 1)
                         for (int ax = 0; ax < 3; ax++)
-                            for (int j = 0; j < 7; j++)
+                            for (int j = 0; j < 8; j++)
                                 if (get_value(&now[ax], j) < get_value(&prev[ax], j) - 1e-12)
                                     fail_msg("kind %d axis %d value %d decreases at %d", k, ax, j, x);
                     memcpy(prev, now, sizeof prev);

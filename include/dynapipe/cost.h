@@ -42,6 +42,8 @@ typedef struct dyn_layer_cost {
     double stored_mb; /* activations kept from forward until backward */
     double peak_mb;   /* transient working memory on top of stored, while fwd or bwd runs */
     double output_mb; /* this layer's output activation (what crosses a stage boundary) */
+    double kept_mb;   /* split backward: what B keeps for W, held from B until W, on top of stored
+                         (a profile measures it; the analytic model and older tables give 0) */
 } dyn_layer_cost;
 
 typedef struct dyn_cost_model dyn_cost_model;

@@ -47,7 +47,7 @@
 
 #define TABLE_MAGIC "dynapipe-cost-table"
 #define TABLE_VERSION 1
-#define N_VALUES 7 /* fwd bwd bwd_input bwd_weight stored peak output */
+#define N_VALUES 8 /* fwd bwd bwd_input bwd_weight stored peak output kept (optional on read) */
 
 int64_t dyn_cost_grid_size(const dyn_cost_grid *g)
 {
@@ -64,13 +64,13 @@ int64_t dyn_cost_grid_index(const dyn_cost_grid *g, dyn_layer_kind kind, dyn_rec
 static void cost_to_values(const dyn_layer_cost *c, double v[N_VALUES])
 {
     v[0] = c->fwd_ms, v[1] = c->bwd_ms, v[2] = c->bwd_input_ms, v[3] = c->bwd_weight_ms;
-    v[4] = c->stored_mb, v[5] = c->peak_mb, v[6] = c->output_mb;
+    v[4] = c->stored_mb, v[5] = c->peak_mb, v[6] = c->output_mb, v[7] = c->kept_mb;
 }
 
 static void values_to_cost(const double v[N_VALUES], dyn_layer_cost *c)
 {
     c->fwd_ms = v[0], c->bwd_ms = v[1], c->bwd_input_ms = v[2], c->bwd_weight_ms = v[3];
-    c->stored_mb = v[4], c->peak_mb = v[5], c->output_mb = v[6];
+    c->stored_mb = v[4], c->peak_mb = v[5], c->output_mb = v[6], c->kept_mb = v[7];
 }
 
 /* ---- lookup ---------------------------------------------------------------- */
@@ -328,7 +328,7 @@ dyn_status dyn_cost_table_write_profile(const char *path, const dyn_model_config
     write_axis(fp, "enc_len", grid->enc_len, grid->n_enc);
     write_axis(fp, "dec_len", grid->dec_len, grid->n_dec);
     fprintf(fp, "# point kind recompute rows enc_len dec_len fwd_ms bwd_ms bwd_input_ms bwd_weight_ms "
-                "stored_mb peak_mb output_mb\n");
+                "stored_mb peak_mb output_mb kept_mb\n");
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
         if (!kind_present(cfg, k)) continue;
         for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++)
@@ -618,17 +618,18 @@ static dyn_status begin_points(table_parse *tp)
     return DYN_OK;
 }
 
-/* "point kind recompute rows enc_len dec_len v1 .. v7". */
+/* "point kind recompute rows enc_len dec_len v1 .. v8" (v8, kept_mb, may be
+ * left out: tables written before it load with 0). */
 static dyn_status parse_point_line(table_parse *tp, char **tok, int ntok)
 {
     dyn_cost_model *cm = tp->cm;
     reader *r = tp->r;
     dyn_status st;
     if (tp->seen == NULL && (st = begin_points(tp)) != DYN_OK) return st;
-    if (ntok != 6 + N_VALUES) {
+    if (ntok != 6 + N_VALUES && ntok != 5 + N_VALUES) {
         char msg[64];
         snprintf(msg, sizeof msg, "got %d fields", ntok);
-        return rd_fail(r, "a point needs 13 fields: point kind recompute rows enc_len dec_len + 7 values", msg);
+        return rd_fail(r, "a point needs 14 fields: point kind recompute rows enc_len dec_len + 8 values (or 7)", msg);
     }
     dyn_layer_kind kind;
     dyn_recompute rc;
@@ -643,8 +644,8 @@ static dyn_status parse_point_line(table_parse *tp, char **tok, int ntok)
         idx[a] = axis_find(axes[a], ns[a], c[a]);
         if (idx[a] < 0) return rd_fail(r, "coordinate is not on the grid", tok[3 + a]);
     }
-    double v[N_VALUES];
-    for (int j = 0; j < N_VALUES; j++)
+    double v[N_VALUES] = {0};
+    for (int j = 0; j < ntok - 6; j++)
         if (parse_double(tok[6 + j], &v[j]) != 0 || v[j] < 0)
             return rd_fail(r, "value must be a finite number >= 0", tok[6 + j]);
     int64_t p = dyn_cost_grid_index(&tp->g, kind, rc, idx[0], idx[1], idx[2]);

@@ -137,7 +137,7 @@ static dyn_status run_bufs_make(run_bufs *b, dyn_profiler *p, const piece *pc, c
  * bytes (scratch, gradients, the split backward's kept buffer). */
 typedef struct piece_result {
     double ms[4];
-    double stored_bytes, work_bytes, output_bytes, input_bytes;
+    double stored_bytes, work_bytes, output_bytes, input_bytes, kept_bytes;
 } piece_result;
 
 static dyn_status piece_measure(dyn_profiler *p, const piece *pc, const dyn_model_microbatch *mb, int recompute,
@@ -174,6 +174,7 @@ static dyn_status piece_measure(dyn_profiler *p, const piece *pc, const dyn_mode
             st = dyn_model_stage_backward_input(pc->m, a, mb, pc->first, pc->last, has_out ? b.dout : NULL,
                                                 has_in ? b.din : NULL, dloss, err);
         double t4t = dyn_time_ms();
+        if (r == 0 && st == DYN_OK) res->kept_bytes = (double)dyn_model_acts_kept_bytes(a);
         if (st == DYN_OK) st = dyn_model_stage_backward_weight(pc->m, a, mb, pc->first, pc->last, err);
         double t5 = dyn_time_ms();
         if (r >= 0) {
@@ -185,7 +186,11 @@ static dyn_status piece_measure(dyn_profiler *p, const piece *pc, const dyn_mode
     }
     if (st == DYN_OK) {
         for (int j = 0; j < 4; j++) res->ms[j] = dyn_median(t4 + (size_t)j * p->repeats, p->repeats);
-        double cap = (double)dyn_model_acts_capacity_bytes(a) + (double)dyn_model_acts_keep_capacity_bytes(a);
+        /* The arena's working region (scratch, gradient buffers) on top of
+         * the stored bytes. The split backward's kept buffer is a second
+         * allocation held from B to W, not working memory of a pass: not
+         * counted here (docs/performance.md, "Peak memory"). */
+        double cap = (double)dyn_model_acts_capacity_bytes(a);
         res->work_bytes = cap > res->stored_bytes ? cap - res->stored_bytes : 0.0;
         res->output_bytes = (double)b.n_out * sizeof(float);
         res->input_bytes = (double)b.n_in * sizeof(float);
@@ -234,7 +239,7 @@ dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recomp
     memset(out, 0, sizeof *out);
     dyn_status st = DYN_OK;
     for (int i = 0; i < p->n_pieces[kind] && st == DYN_OK; i++) {
-        piece_result r = {{0}, 0, 0, 0, 0};
+        piece_result r = {{0}, 0, 0, 0, 0, 0};
         st = piece_measure(p, &p->kinds[kind][i], mb, rc == DYN_RECOMPUTE_FULL, &r, err);
         if (st != DYN_OK) break;
         if (rc == DYN_RECOMPUTE_FULL && (kind == DYN_LAYER_ENCODER || kind == DYN_LAYER_DECODER) &&
@@ -251,6 +256,7 @@ dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recomp
         out->bwd_input_ms += r.ms[2];
         out->bwd_weight_ms += r.ms[3];
         out->stored_mb += r.stored_bytes / MB_BYTES;
+        out->kept_mb += r.kept_bytes / MB_BYTES;
         if (r.work_bytes / MB_BYTES > out->peak_mb) out->peak_mb = r.work_bytes / MB_BYTES;
         out->output_mb = r.output_bytes / MB_BYTES; /* the last piece's */
     }
@@ -390,7 +396,7 @@ dyn_status dyn_profile_grid_run(dyn_profiler *p, const dyn_cost_grid *g, dyn_lay
                                 double f = (double)g->rows[a] / (double)g->rows[a - 1];
                                 lc = (dyn_layer_cost){q->fwd_ms * f,    q->bwd_ms * f,    q->bwd_input_ms * f,
                                                       q->bwd_weight_ms * f, q->stored_mb * f, q->peak_mb * f,
-                                                      q->output_mb * f};
+                                                      q->output_mb * f,     q->kept_mb * f};
                             } else {
                                 dyn_status st = dyn_profiler_measure(p, (dyn_layer_kind)k, modes[mi], g->rows[a],
                                                                      g->enc_len[b], g->dec_len[d], &lc, err);

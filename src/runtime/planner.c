@@ -9,6 +9,7 @@
 
 #include "dynapipe/cost.h"
 #include "dynapipe/pipeline.h"
+#include "runtime/alloc.h"
 #include "runtime/work.h"
 #include "util/util.h"
 
@@ -40,6 +41,8 @@ struct rt_planner {
     int64_t hist_k[HIST];
     double *hist;           /* [HIST][S * (RT_CALIB_DIRS + 1)]: factors, then optimizer ms per rank */
     double *rank_params;    /* [S] scratch: parameters per rank */
+    rt_alloc *alloc;        /* the ranks' allocation, predicted (alloc.h) */
+    double *rank_alloc_mb;  /* [S] scratch */
 };
 
 void rt_planned_free(rt_planned *p)
@@ -73,6 +76,12 @@ rt_planner *rt_planner_create(const dyn_train_options *o, const dyn_dataset *len
     p->cm = o->cost_table ? dyn_cost_model_load_table(o->cost_table, err)
                           : dyn_cost_model_create_analytic(&o->model, &o->machine, err);
     if (p->cm != NULL) p->planner = dyn_planner_create(p->cm, &o->plan, err);
+    if (p->planner != NULL &&
+        ((p->alloc = rt_alloc_create(p->cm, p->S, o->plan.dp > 0 ? o->plan.dp : 1, err)) == NULL ||
+         (p->rank_alloc_mb = dyn_calloc((size_t)p->S, sizeof(double), "allocation model", err)) == NULL)) {
+        rt_planner_free(p);
+        return NULL;
+    }
     if (p->planner != NULL) p->sampler = dyn_sampler_create(lengths, o->global_batch_tokens, err);
     dyn_pipeline_options po;
     dyn_pipeline_options_default(&po);
@@ -91,7 +100,7 @@ rt_planner *rt_planner_create(const dyn_train_options *o, const dyn_dataset *len
 /* Replica r's work message from its planned replica plan rp; step_ms: the
  * optimizer step that follows the plan (predicted_ms = makespan + it). */
 static dyn_status replica_work(const dyn_batch_plan *bp, const dyn_replica_plan *rp, double step_ms,
-                               dyn_rt_work *w, dyn_error *err)
+                               const double *alloc_mb, dyn_rt_work *w, dyn_error *err)
 {
     int32_t M = rp->n_microbatches;
     if (M == 0) return DYN_OK; /* an idle replica this iteration */
@@ -108,7 +117,7 @@ static dyn_status replica_work(const dyn_batch_plan *bp, const dyn_replica_plan 
     if (!w->mb_first || !w->fwd_ms || !w->bwd_ms || !w->peak_mb) return DYN_ERR_NOMEM;
     memcpy(w->fwd_ms, rp->costs.fwd_ms, nc * sizeof(double));
     memcpy(w->bwd_ms, rp->costs.bwd_ms, nc * sizeof(double));
-    memcpy(w->peak_mb, rp->rank_peak_mb, (size_t)w->n_ranks * sizeof(double));
+    memcpy(w->peak_mb, alloc_mb, (size_t)w->n_ranks * sizeof(double));
     int32_t n = 0;
     for (int32_t j = 0; j < M; j++) {
         n += bp->mbs[rp->mb_index[j]].n_samples;
@@ -299,7 +308,10 @@ dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_e
         w.global_target_tokens = tgt;
         w.global_real_tokens = real;
         w.plan_ms = plan_ms;
-        st = replica_work(&res.batch, &res.replicas[r], step_ms, &w, err);
+        /* the ranks' allocation after this iteration (the interpreter's
+         * pools, which only grow), not the plan's live peak */
+        st = rt_alloc_iteration(p->alloc, r, &res.replicas[r], p->rank_alloc_mb, err);
+        if (st == DYN_OK) st = replica_work(&res.batch, &res.replicas[r], step_ms, p->rank_alloc_mb, &w, err);
         if (st == DYN_OK) st = dyn_rt_work_pack(&w, &pl->msg[r], &pl->len[r], err);
         memset(&w.plan, 0, sizeof w.plan); /* the result owns it */
         dyn_rt_work_free(&w);
@@ -431,6 +443,8 @@ void rt_planner_free(rt_planner *p)
     free(p->scale);
     free(p->hist);
     free(p->rank_params);
+    rt_alloc_free(p->alloc);
+    free(p->rank_alloc_mb);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p);
