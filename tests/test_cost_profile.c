@@ -15,6 +15,7 @@
 
 #include "dynapipe/cost.h"         /* defines: dyn_cost_*, dyn_machine_builtin */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_preset */
+#include "util/util.h"              /* defines: dyn_file_read_all, dyn_file_write_atomic */
 
 static const char *tmp_path(const char *name)
 {
@@ -189,7 +190,7 @@ static void test_profile_round_trip_and_shape_refused(void **state)
     (void)state;
     synth s;
     synth_make(&s, 3);
-    dyn_profile_meta meta = {.threads = 2, .repeats = 5};
+    dyn_profile_meta meta = {.threads = 2, .repeats = 5, .optimizer_ms_per_mparam = 2.5};
     snprintf(meta.host, sizeof meta.host, "box-1");
     snprintf(meta.cpu, sizeof meta.cpu, "Some CPU @ 2.0GHz");
     snprintf(meta.dtype, sizeof meta.dtype, "fp32");
@@ -207,6 +208,8 @@ static void test_profile_round_trip_and_shape_refused(void **state)
     assert_string_equal(got.dtype, "fp32");
     assert_int_equal(got.threads, 2);
     assert_int_equal(got.repeats, 5);
+    assert_true(got.optimizer_ms_per_mparam == 2.5);
+    assert_true(fabs(dyn_cost_optimizer_ms(cm, 3e6) - 7.5) < 1e-12); /* measured, not from mem_gbps */
     int32_t mr, me, md;
     assert_int_equal(dyn_cost_model_grid_max(cm, &mr, &me, &md), 1);
     assert_int_equal(mr, 32);
@@ -231,6 +234,42 @@ static void test_profile_round_trip_and_shape_refused(void **state)
     cm = dyn_cost_model_create_analytic(&gpt, dyn_machine_builtin("cpu"), NULL);
     assert_int_equal(dyn_cost_model_profile_meta(cm, &got), 0);
     assert_int_equal(dyn_cost_model_grid_max(cm, &mr, &me, &md), 0);
+    dyn_cost_model_free(cm);
+    /* a table written before kept_mb and the optimizer figure (7 values a
+     * point, no optimizer key) loads, with both 0 */
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(dyn_file_read_all(path, &text, &len, &err), DYN_OK);
+    char *old = malloc(len + 1);
+    assert_non_null(old);
+    size_t n = 0;
+    for (char *line = text; line < text + len;) {
+        char *eol = memchr(line, '\n', (size_t)(text + len - line));
+        size_t l = eol ? (size_t)(eol - line) : (size_t)(text + len - line);
+        char *next = eol ? eol + 1 : text + len;
+        if (strncmp(line, "point ", 6) == 0) {
+            while (l > 0 && line[l - 1] != ' ') l--; /* drop the last value */
+            l--;
+        } else if (strncmp(line, "profile ", 8) == 0) {
+            char *k = strstr(line, " optimizer_ms_per_mparam=");
+            assert_true(k != NULL && k < line + l);
+            l = (size_t)(k - line);
+        }
+        memcpy(old + n, line, l);
+        n += l;
+        old[n++] = '\n';
+        line = next;
+    }
+    assert_int_equal(dyn_file_write_atomic(path, old, n, &err), DYN_OK);
+    free(text);
+    free(old);
+    cm = dyn_cost_model_load_table(path, &err);
+    if (cm == NULL) fail_msg("old table: %s", err.msg);
+    dyn_layer_cost q = query(cm, DYN_LAYER_ENCODER, DYN_RECOMPUTE_NONE, S_ROWS[1], S_ENC[2], S_DEC[1]);
+    const dyn_layer_cost *w = &s.pts[dyn_cost_grid_index(&s.g, DYN_LAYER_ENCODER, DYN_RECOMPUTE_NONE, 1, 2, 1)];
+    assert_true(q.kept_mb == 0.0 && q.stored_mb == w->stored_mb);
+    assert_int_equal(dyn_cost_model_profile_meta(cm, &got), 1);
+    assert_true(got.optimizer_ms_per_mparam == 0.0);
     dyn_cost_model_free(cm);
     unlink(path);
     free(s.pts);
