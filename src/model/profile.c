@@ -18,6 +18,8 @@
 
 #define MB_BYTES (1024.0 * 1024.0)
 #define MAX_PIECES 2 /* T5's embedding is two layer ranges */
+#define MIN_POINT_MS 30.0 /* timed passes a point's repeats add up to, at least */
+#define MAX_REPEATS 41
 
 /* A contiguous layer range [first, last) held by its own stage model. */
 typedef struct piece {
@@ -147,7 +149,11 @@ static dyn_status piece_measure(dyn_profiler *p, const piece *pc, const dyn_mode
     dyn_status st = run_bufs_make(&b, p, pc, mb, err);
     if (st != DYN_OK) return st;
     dyn_model_acts *a = dyn_model_acts_create(err);
-    double *t4 = dyn_calloc((size_t)p->repeats * 4, sizeof *t4, "profile times", err);
+    /* Small shapes take microseconds, where one preemption is a large
+     * fraction: a point gets more repeats (up to MAX_REPEATS) until its
+     * timed passes add up to MIN_POINT_MS, so its median is of many. */
+    int cap = p->repeats > MAX_REPEATS ? p->repeats : MAX_REPEATS, n = 0;
+    double *t4 = dyn_calloc((size_t)cap * 4, sizeof *t4, "profile times", err);
     if (a == NULL || t4 == NULL) {
         st = DYN_ERR_NOMEM;
         goto done;
@@ -155,7 +161,8 @@ static dyn_status piece_measure(dyn_profiler *p, const piece *pc, const dyn_mode
     int has_in = pc->first > 0, has_out = pc->last < p->L;
     float dloss = 1e-3f;
     double loss = 0;
-    for (int r = -p->warmup; r < p->repeats && st == DYN_OK; r++) {
+    double timed = 0;
+    for (int r = -p->warmup; st == DYN_OK && (r < p->repeats || (timed < MIN_POINT_MS && r < cap)); r++) {
         dyn_model_zero_grad(pc->m);
         double t0 = dyn_time_ms();
         st = dyn_model_stage_forward(pc->m, a, mb, pc->first, pc->last, has_in ? b.in : NULL,
@@ -179,13 +186,15 @@ static dyn_status piece_measure(dyn_profiler *p, const piece *pc, const dyn_mode
         double t5 = dyn_time_ms();
         if (r >= 0) {
             t4[r] = t1 - t0;
-            t4[p->repeats + r] = t2 - t1;
-            t4[2 * p->repeats + r] = t4t - t3;
-            t4[3 * p->repeats + r] = t5 - t4t;
+            t4[cap + r] = t2 - t1;
+            t4[2 * cap + r] = t4t - t3;
+            t4[3 * cap + r] = t5 - t4t;
+            timed += (t2 - t0) + (t5 - t3);
+            n = r + 1;
         }
     }
     if (st == DYN_OK) {
-        for (int j = 0; j < 4; j++) res->ms[j] = dyn_median(t4 + (size_t)j * p->repeats, p->repeats);
+        for (int j = 0; j < 4; j++) res->ms[j] = dyn_median(t4 + (size_t)j * cap, n);
         /* The arena's working region (scratch, gradient buffers) on top of
          * the stored bytes. The split backward's kept buffer is a second
          * allocation held from B to W, not working memory of a pass: not

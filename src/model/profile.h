@@ -34,8 +34,10 @@ typedef struct dyn_profiler dyn_profiler;
 
 /* Profiler for model cfg with `threads` kernel threads (sets the
  * process-wide OpenMP / OpenBLAS count), `repeats` timed runs per
- * measurement (median kept) after `warmup` untimed ones. NULL and err on a
- * bad config or no memory. */
+ * measurement (median kept) after `warmup` untimed ones; a measurement
+ * whose timed runs add up to less than 30 ms gets more, up to 41 (a small
+ * shape takes microseconds, where one preemption is a large fraction).
+ * NULL and err on a bad config or no memory. */
 dyn_profiler *dyn_profiler_create(const dyn_model_config *cfg, int threads, int repeats, int warmup,
                                   dyn_error *err);
 void dyn_profiler_free(dyn_profiler *p);
