@@ -179,6 +179,33 @@ static void test_calibration_median_and_threshold(void **state)
     assert_null(rt_calib_create(2, 0, 0.05));
 }
 
+/* A level shift (another process starts competing): three records in a
+ * row beyond 15 % of the window's median replace the window, so the factor
+ * follows in three iterations, not half a window; one stall does not. */
+static void test_calibration_level_shift(void **state)
+{
+    (void)state;
+    rt_calib *c = rt_calib_create(1, 8, 0.03);
+    assert_non_null(c);
+    const double one[RT_CALIB_DIRS] = {1, 1, 1};
+    double f[RT_CALIB_DIRS];
+    for (int i = 0; i < 8; i++) {
+        double m[RT_CALIB_DIRS] = {i == 4 ? 30 : 10, 10, 10}, p[RT_CALIB_DIRS] = {10, 10, 10};
+        rt_calib_add(c, 0, m, p, one);
+    }
+    assert_int_equal(rt_calib_update(c, f), 0); /* the stall at record 5 moved nothing */
+    for (int i = 0; i < 2; i++) {
+        double m[RT_CALIB_DIRS] = {20, 10, 10}, p[RT_CALIB_DIRS] = {10, 10, 10};
+        rt_calib_add(c, 0, m, p, one);
+    }
+    assert_int_equal(rt_calib_update(c, f), 0); /* two: still the old median */
+    double m[RT_CALIB_DIRS] = {20, 10, 10}, p[RT_CALIB_DIRS] = {10, 10, 10};
+    rt_calib_add(c, 0, m, p, one);
+    assert_int_equal(rt_calib_update(c, f), 1);
+    assert_true(fabs(f[0] - 2.0) < 1e-12 && fabs(f[1] - 1.0) < 1e-12);
+    rt_calib_free(c);
+}
+
 /* Noisy records with outliers converge to the true factor: each record is
  * the true factor times 1 +- 5 % noise, and one in five is a stall of 3-6x;
  * after every record the planner carries what update returned, as the
@@ -306,6 +333,7 @@ int main(void)
         cmocka_unit_test(test_default_grid),
         cmocka_unit_test(test_calibration_median_and_threshold),
         cmocka_unit_test(test_calibration_converges),
+        cmocka_unit_test(test_calibration_level_shift),
         cmocka_unit_test(test_cost_time_scale),
         cmocka_unit_test(test_cli_refuses_other_shape),
         cmocka_unit_test(test_cli_profile_flags),

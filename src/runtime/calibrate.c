@@ -48,6 +48,35 @@ void rt_calib_free(rt_calib *c)
     free(c);
 }
 
+static double median(const double *v, int n, double *scratch);
+
+/* A level shift (the machine got slower or faster and stays so): the last
+ * SHIFT_RUN estimates of a cell all beyond SHIFT_RATIO of the median of
+ * the window. Then the window keeps only them, so the median follows in
+ * SHIFT_RUN records instead of half a window; a single stall never
+ * triggers it. */
+#define SHIFT_RUN 3
+#define SHIFT_RATIO 1.15
+
+static void shift_check(rt_calib *c, size_t cell)
+{
+    int n = c->n[cell], W = c->window;
+    if (n <= SHIFT_RUN || W <= SHIFT_RUN) return;
+    double *e = c->est + cell * (size_t)W;
+    double m = median(e, n, c->scratch);
+    double last[SHIFT_RUN];
+    int up = 0, down = 0;
+    for (int i = 0; i < SHIFT_RUN; i++) {
+        last[i] = e[((c->next[cell] - SHIFT_RUN + i) % W + W) % W];
+        up += last[i] > m * SHIFT_RATIO;
+        down += last[i] < m / SHIFT_RATIO;
+    }
+    if (up < SHIFT_RUN && down < SHIFT_RUN) return;
+    memcpy(e, last, sizeof last);
+    c->n[cell] = SHIFT_RUN;
+    c->next[cell] = SHIFT_RUN % W;
+}
+
 void rt_calib_add(rt_calib *c, int r, const double meas_ms[RT_CALIB_DIRS], const double pred_ms[RT_CALIB_DIRS],
                   const double carried[RT_CALIB_DIRS])
 {
@@ -59,6 +88,7 @@ void rt_calib_add(rt_calib *c, int r, const double meas_ms[RT_CALIB_DIRS], const
         c->est[cell * (size_t)c->window + (size_t)c->next[cell]] = e;
         c->next[cell] = (c->next[cell] + 1) % c->window;
         if (c->n[cell] < c->window) c->n[cell]++;
+        shift_check(c, cell);
     }
 }
 
