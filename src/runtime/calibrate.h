@@ -13,7 +13,9 @@
  * direction) is the median of the last `window` estimates (robust: a rank
  * stalled once by another process moves a median by one place, not the
  * mean by its size), from the first record on, so the first correction
- * follows the first warm iteration. When some factor moved by more than
+ * follows the first warm iteration; after a level shift (three estimates
+ * in a row beyond 15 % of the median) the window restarts from those
+ * three, so the factor follows in three iterations. When some factor moved by more than
  * `threshold` (relative) from the one applied, all are posted to the
  * planner thread (rt_planner_set_time_scale), which applies them before
  * its next batch.
