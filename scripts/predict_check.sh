@@ -3,7 +3,9 @@
 # `dynapipe train` for each batching method and schedule, with the cost model
 # given as the first argument (analytic or a profile table); the figures of
 # docs/performance.md, "Profile and online calibration". Short runs: STEPS
-# iterations each (default 12), the first 2 (cold) left out of the errors.
+# iterations each (default 12), the first 2 (cold) left out of the errors;
+# mem_err% compares what each rank allocated with its prediction, plan_ms is
+# the slowest batch's planning and wait_ms the longest wait for a plan.
 # Extra arguments go to every `dynapipe train` (e.g. --calibrate).
 #   scripts/predict_check.sh analytic
 #   scripts/predict_check.sh /path/profile.table --calibrate
@@ -17,7 +19,8 @@ METHODS=${METHODS:-"dynapipe padding packing token"}
 SCHEDULES=${SCHEDULES:-"1f1b cyclic zb"}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-printf '%-9s %-7s %8s %8s %10s %10s %9s\n' method schedule pred_ms meas_ms median_err% worst_err% mem_err%
+printf '%-9s %-7s %8s %8s %10s %10s %9s %8s %9s\n' method schedule pred_ms meas_ms median_err% worst_err% mem_err% \
+  plan_ms wait_ms
 for m in $METHODS; do
   for s in $SCHEDULES; do
     "$BIN" train --model gpt --steps "$STEPS" --method "$m" --schedule "$s" --cost-model "$COST" \
@@ -27,9 +30,11 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][2:]
 err = [abs(r["predicted_ms"] - r["iteration_ms"]) / r["iteration_ms"] for r in rows]
 mem = max(abs(p - a) / a for r in rows for p, a in zip(r["predicted_peak_mem_mb"], r["peak_mem_mb"]))
-print("%-9s %-7s %8.1f %8.1f %10.1f %10.1f %9.1f" % (sys.argv[2], sys.argv[3],
+# planning: the slowest batch's plan_ms, and the longest a rank waited for a plan
+print("%-9s %-7s %8.1f %8.1f %10.1f %10.1f %9.1f %8.2f %9.2f" % (sys.argv[2], sys.argv[3],
       statistics.median(r["predicted_ms"] for r in rows), statistics.median(r["iteration_ms"] for r in rows),
-      100 * statistics.median(err), 100 * max(err), 100 * mem))
+      100 * statistics.median(err), 100 * max(err), 100 * mem,
+      max(r["plan_ms"] for r in rows), max(r["plan_wait_ms"] for r in rows)))
 PY
   done
 done

@@ -15,6 +15,7 @@
 
 #include "dynapipe/cost.h"         /* defines: dyn_cost_*, dyn_machine_builtin */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_preset */
+#include "util/util.h"              /* defines: dyn_file_read_all, dyn_file_write_atomic */
 
 static const char *tmp_path(const char *name)
 {
@@ -32,7 +33,8 @@ static double unif(unsigned *s)
 
 static double get_value(const dyn_layer_cost *c, int v)
 {
-    const double a[7] = {c->fwd_ms, c->bwd_ms, c->bwd_input_ms, c->bwd_weight_ms, c->stored_mb, c->peak_mb, c->output_mb};
+    const double a[8] = {c->fwd_ms,    c->bwd_ms,  c->bwd_input_ms, c->bwd_weight_ms,
+                         c->stored_mb, c->peak_mb, c->output_mb,    c->kept_mb};
     return a[v];
 }
 
@@ -58,23 +60,23 @@ static void synth_make(synth *s, unsigned seed)
     for (int64_t p = 0; p < total; p++) {
         int64_t q = p % gs;
         int a = (int)(q / (6 * 4)), b = (int)(q / 4 % 6), c = (int)(q % 4);
-        double v[7];
-        for (int j = 0; j < 7; j++)
+        double v[8];
+        for (int j = 0; j < 8; j++)
             v[j] = 0.1 * a * (1 + unif(&seed)) + 0.01 * S_ENC[b] * (1 + unif(&seed)) + 0.02 * S_DEC[c] +
                    0.001 * S_ROWS[a] * S_ENC[b] * S_DEC[c] * (1 + 0.1 * unif(&seed));
         /* make it monotone exactly: a running maximum over the three axes
          * (each factor above is increasing but the noise is not) */
         dyn_layer_cost *o = &s->pts[p];
-        *o = (dyn_layer_cost){v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+        *o = (dyn_layer_cost){v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
         if (a > 0 || b > 0 || c > 0) {
-            for (int j = 0; j < 7; j++) {
+            for (int j = 0; j < 8; j++) {
                 double m = 0;
                 if (a > 0) m = fmax(m, get_value(&s->pts[p - 24], j));
                 if (b > 0) m = fmax(m, get_value(&s->pts[p - 4], j));
                 if (c > 0) m = fmax(m, get_value(&s->pts[p - 1], j));
                 v[j] = fmax(v[j], m + 0.001 * unif(&seed));
             }
-            *o = (dyn_layer_cost){v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+            *o = (dyn_layer_cost){v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
         }
     }
 }
@@ -116,7 +118,7 @@ static void test_interpolation_exact_at_grid_points(void **state)
                         dyn_layer_cost got = query(cm, k, rc, S_ROWS[a], S_ENC[b], S_DEC[c]);
                         const dyn_layer_cost *want =
                             &s.pts[dyn_cost_grid_index(&s.g, (dyn_layer_kind)k, (dyn_recompute)rc, a, b, c)];
-                        for (int j = 0; j < 7; j++) assert_true(get_value(&got, j) == get_value(want, j));
+                        for (int j = 0; j < 8; j++) assert_true(get_value(&got, j) == get_value(want, j));
                     }
     dyn_cost_model_free(cm);
     free(s.pts);
@@ -142,7 +144,7 @@ static void test_interpolation_monotone_between_points(void **state)
                         query(cm, k, DYN_RECOMPUTE_NONE, fixed_r[f1], fixed_e[f2], x > 200 ? 200 : x)};
                     if (x > 1)
                         for (int ax = 0; ax < 3; ax++)
-                            for (int j = 0; j < 7; j++)
+                            for (int j = 0; j < 8; j++)
                                 if (get_value(&now[ax], j) < get_value(&prev[ax], j) - 1e-12)
                                     fail_msg("kind %d axis %d value %d decreases at %d", k, ax, j, x);
                     memcpy(prev, now, sizeof prev);
@@ -188,7 +190,7 @@ static void test_profile_round_trip_and_shape_refused(void **state)
     (void)state;
     synth s;
     synth_make(&s, 3);
-    dyn_profile_meta meta = {.threads = 2, .repeats = 5};
+    dyn_profile_meta meta = {.threads = 2, .repeats = 5, .optimizer_ms_per_mparam = 2.5};
     snprintf(meta.host, sizeof meta.host, "box-1");
     snprintf(meta.cpu, sizeof meta.cpu, "Some CPU @ 2.0GHz");
     snprintf(meta.dtype, sizeof meta.dtype, "fp32");
@@ -206,6 +208,8 @@ static void test_profile_round_trip_and_shape_refused(void **state)
     assert_string_equal(got.dtype, "fp32");
     assert_int_equal(got.threads, 2);
     assert_int_equal(got.repeats, 5);
+    assert_true(got.optimizer_ms_per_mparam == 2.5);
+    assert_true(fabs(dyn_cost_optimizer_ms(cm, 3e6) - 7.5) < 1e-12); /* measured, not from mem_gbps */
     int32_t mr, me, md;
     assert_int_equal(dyn_cost_model_grid_max(cm, &mr, &me, &md), 1);
     assert_int_equal(mr, 32);
@@ -230,6 +234,42 @@ static void test_profile_round_trip_and_shape_refused(void **state)
     cm = dyn_cost_model_create_analytic(&gpt, dyn_machine_builtin("cpu"), NULL);
     assert_int_equal(dyn_cost_model_profile_meta(cm, &got), 0);
     assert_int_equal(dyn_cost_model_grid_max(cm, &mr, &me, &md), 0);
+    dyn_cost_model_free(cm);
+    /* a table written before kept_mb and the optimizer figure (7 values a
+     * point, no optimizer key) loads, with both 0 */
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(dyn_file_read_all(path, &text, &len, &err), DYN_OK);
+    char *old = malloc(len + 1);
+    assert_non_null(old);
+    size_t n = 0;
+    for (char *line = text; line < text + len;) {
+        char *eol = memchr(line, '\n', (size_t)(text + len - line));
+        size_t l = eol ? (size_t)(eol - line) : (size_t)(text + len - line);
+        char *next = eol ? eol + 1 : text + len;
+        if (strncmp(line, "point ", 6) == 0) {
+            while (l > 0 && line[l - 1] != ' ') l--; /* drop the last value */
+            l--;
+        } else if (strncmp(line, "profile ", 8) == 0) {
+            char *k = strstr(line, " optimizer_ms_per_mparam=");
+            assert_true(k != NULL && k < line + l);
+            l = (size_t)(k - line);
+        }
+        memcpy(old + n, line, l);
+        n += l;
+        old[n++] = '\n';
+        line = next;
+    }
+    assert_int_equal(dyn_file_write_atomic(path, old, n, &err), DYN_OK);
+    free(text);
+    free(old);
+    cm = dyn_cost_model_load_table(path, &err);
+    if (cm == NULL) fail_msg("old table: %s", err.msg);
+    dyn_layer_cost q = query(cm, DYN_LAYER_ENCODER, DYN_RECOMPUTE_NONE, S_ROWS[1], S_ENC[2], S_DEC[1]);
+    const dyn_layer_cost *w = &s.pts[dyn_cost_grid_index(&s.g, DYN_LAYER_ENCODER, DYN_RECOMPUTE_NONE, 1, 2, 1)];
+    assert_true(q.kept_mb == 0.0 && q.stored_mb == w->stored_mb);
+    assert_int_equal(dyn_cost_model_profile_meta(cm, &got), 1);
+    assert_true(got.optimizer_ms_per_mparam == 0.0);
     dyn_cost_model_free(cm);
     unlink(path);
     free(s.pts);

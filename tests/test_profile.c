@@ -21,6 +21,7 @@
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_preset */
 #include "model/profile.h"         /* defines: dyn_profiler_*, dyn_profile_* */
 #include "runtime/calibrate.h"     /* defines: rt_calib_* */
+#include "util/rng.h"              /* defines: dyn_rng_* */
 
 #define MB (1024.0 * 1024.0)
 
@@ -122,43 +123,118 @@ static void test_default_grid(void **state)
     dyn_profile_grid_free(&quick);
 }
 
-/* The fit is the median ratio (an outlier moves it by one place), applied
- * on top of the factor already carried, only past the threshold. */
+/* Per (rank, direction) the factor is the median of carried x measured /
+ * predicted: the first record already gives one (the first correction
+ * comes early), an outlier moves it by one place, and records planned
+ * with an older factor still count (their estimate is absolute). */
 static void test_calibration_median_and_threshold(void **state)
 {
     (void)state;
-    rt_calib *c = rt_calib_create(8, 0.05);
+    rt_calib *c = rt_calib_create(2, 8, 0.05);
     assert_non_null(c);
-    double f[2];
-    const double r_fwd[8] = {1.5, 1.6, 1.4, 1.5, 9.0, 1.5, 1.55, 1.45}; /* one stalled rank */
-    for (int i = 0; i < 3; i++) {
-        double meas[2] = {r_fwd[i] * 10, 20}, pred[2] = {10, 20};
-        rt_calib_add(c, meas, pred);
-    }
-    assert_int_equal(rt_calib_update(c, f), 0); /* fewer than 4 records */
-    for (int i = 3; i < 8; i++) {
-        double meas[2] = {r_fwd[i] * 10, 20}, pred[2] = {10, 20};
-        rt_calib_add(c, meas, pred);
-    }
-    assert_int_equal(rt_calib_update(c, f), 1);
-    assert_true(fabs(f[0] - 1.5) < 1e-12); /* median of the 8 ratios: (1.5 + 1.5) / 2 */
+    double f[2 * RT_CALIB_DIRS];
+    const double one[RT_CALIB_DIRS] = {1, 1, 1};
+    /* rank 0's forward runs 1.5x the prediction, rank 1's 1.2x; the
+     * optimizer step 2x on both; one stalled iteration (9x) on rank 0 */
+    const double r0[8] = {1.5, 1.6, 1.4, 1.5, 9.0, 1.5, 1.55, 1.45};
+    double meas[RT_CALIB_DIRS] = {r0[0] * 10, 20, 4}, pred[RT_CALIB_DIRS] = {10, 20, 2};
+    rt_calib_add(c, 0, meas, pred, one);
+    assert_int_equal(rt_calib_update(c, f), 1); /* one record is enough */
+    assert_true(fabs(f[0] - 1.5) < 1e-12);
     assert_true(fabs(f[1] - 1.0) < 1e-12);
-    /* after applying, predictions carry x1.5: ratios of 1.02 are within 5% */
+    assert_true(fabs(f[2] - 2.0) < 1e-12);
+    assert_true(fabs(f[RT_CALIB_DIRS] - 1.0) < 1e-12); /* rank 1: no record yet */
+    for (int i = 1; i < 8; i++) {
+        double m0[RT_CALIB_DIRS] = {r0[i] * 10, 20, 4}, m1[RT_CALIB_DIRS] = {12, 30, 4};
+        rt_calib_add(c, 0, m0, pred, one);
+        rt_calib_add(c, 1, m1, pred, one);
+    }
+    assert_int_equal(rt_calib_update(c, f), 1); /* rank 1 moved */
+    assert_true(fabs(f[0] - 1.5) < 1e-12);      /* median of the 8 rank-0 ratios: (1.5 + 1.5) / 2 */
+    assert_true(fabs(f[RT_CALIB_DIRS] - 1.2) < 1e-12);
+    assert_true(fabs(f[RT_CALIB_DIRS + 1] - 1.5) < 1e-12);
+    /* plans now carry the factors: measured within 2 % of them is no move */
+    const double carried0[RT_CALIB_DIRS] = {1.5, 1.0, 2.0}, carried1[RT_CALIB_DIRS] = {1.2, 1.5, 2.0};
     for (int i = 0; i < 8; i++) {
-        double meas[2] = {10.2, 20}, pred[2] = {10, 20};
-        rt_calib_add(c, meas, pred);
+        double m0[RT_CALIB_DIRS] = {10.2, 20, 2}, p0[RT_CALIB_DIRS] = {10, 20, 2};
+        double m1[RT_CALIB_DIRS] = {10, 20.2, 2}, p1[RT_CALIB_DIRS] = {10, 20, 2};
+        rt_calib_add(c, 0, m0, p0, carried0);
+        rt_calib_add(c, 1, m1, p1, carried1);
     }
     assert_int_equal(rt_calib_update(c, f), 0);
-    /* the machine slows by 1.2 more: the factor becomes 1.5 x 1.2 */
+    /* the machine slows by 1.2 more on rank 0's forward: 1.5 x 1.2; bad
+     * records (no prediction, rank out of range) are ignored */
     for (int i = 0; i < 8; i++) {
-        double meas[2] = {12, 20}, pred[2] = {10, 20}, bad[2] = {5, 5}, zero[2] = {0, 0};
-        rt_calib_add(c, meas, pred);
-        rt_calib_add(c, bad, zero); /* no prediction: ignored */
+        double m0[RT_CALIB_DIRS] = {12, 20, 2}, p0[RT_CALIB_DIRS] = {10, 20, 2};
+        double bad[RT_CALIB_DIRS] = {5, 5, 5}, zero[RT_CALIB_DIRS] = {0, 0, 0};
+        rt_calib_add(c, 0, m0, p0, carried0);
+        rt_calib_add(c, 0, bad, zero, carried0);
+        rt_calib_add(c, 7, bad, p0, carried0);
     }
     assert_int_equal(rt_calib_update(c, f), 1);
     assert_true(fabs(f[0] - 1.8) < 1e-12);
+    assert_true(fabs(f[RT_CALIB_DIRS] - 1.2 * 1.0) < 0.03); /* rank 1 stays */
     rt_calib_free(c);
-    assert_null(rt_calib_create(0, 0.05));
+    assert_null(rt_calib_create(0, 8, 0.05));
+    assert_null(rt_calib_create(2, 0, 0.05));
+}
+
+/* A level shift (another process starts competing): three records in a
+ * row beyond 15 % of the window's median replace the window, so the factor
+ * follows in three iterations, not half a window; one stall does not. */
+static void test_calibration_level_shift(void **state)
+{
+    (void)state;
+    rt_calib *c = rt_calib_create(1, 8, 0.03);
+    assert_non_null(c);
+    const double one[RT_CALIB_DIRS] = {1, 1, 1};
+    double f[RT_CALIB_DIRS];
+    for (int i = 0; i < 8; i++) {
+        double m[RT_CALIB_DIRS] = {i == 4 ? 30 : 10, 10, 10}, p[RT_CALIB_DIRS] = {10, 10, 10};
+        rt_calib_add(c, 0, m, p, one);
+    }
+    assert_int_equal(rt_calib_update(c, f), 0); /* the stall at record 5 moved nothing */
+    for (int i = 0; i < 2; i++) {
+        double m[RT_CALIB_DIRS] = {20, 10, 10}, p[RT_CALIB_DIRS] = {10, 10, 10};
+        rt_calib_add(c, 0, m, p, one);
+    }
+    assert_int_equal(rt_calib_update(c, f), 0); /* two: still the old median */
+    double m[RT_CALIB_DIRS] = {20, 10, 10}, p[RT_CALIB_DIRS] = {10, 10, 10};
+    rt_calib_add(c, 0, m, p, one);
+    assert_int_equal(rt_calib_update(c, f), 1);
+    assert_true(fabs(f[0] - 2.0) < 1e-12 && fabs(f[1] - 1.0) < 1e-12);
+    rt_calib_free(c);
+}
+
+/* Noisy records with outliers converge to the true factor: each record is
+ * the true factor times 1 +- 5 % noise, and one in five is a stall of 3-6x;
+ * after every record the planner carries what update returned, as the
+ * runtime does. */
+static void test_calibration_converges(void **state)
+{
+    (void)state;
+    rt_calib *c = rt_calib_create(1, 8, 0.03);
+    assert_non_null(c);
+    const double truth[RT_CALIB_DIRS] = {1.7, 1.3, 0.6};
+    double carried[RT_CALIB_DIRS] = {1, 1, 1};
+    dyn_rng rng;
+    dyn_rng_seed(&rng, 7);
+    for (int i = 0; i < 40; i++) {
+        double meas[RT_CALIB_DIRS], pred[RT_CALIB_DIRS];
+        for (int d = 0; d < RT_CALIB_DIRS; d++) {
+            double base = 10.0 + 90.0 * dyn_rng_uniform(&rng); /* uncalibrated prediction */
+            double noise = 1.0 + 0.1 * (dyn_rng_uniform(&rng) - 0.5);
+            double stall = i % 5 == 2 ? 3.0 + 3.0 * dyn_rng_uniform(&rng) : 1.0;
+            pred[d] = base * carried[d];
+            meas[d] = base * truth[d] * noise * stall;
+        }
+        rt_calib_add(c, 0, meas, pred, carried);
+        double f[RT_CALIB_DIRS];
+        if (rt_calib_update(c, f))
+            for (int d = 0; d < RT_CALIB_DIRS; d++) carried[d] = f[d];
+    }
+    for (int d = 0; d < RT_CALIB_DIRS; d++) assert_true(fabs(carried[d] / truth[d] - 1.0) < 0.06);
+    rt_calib_free(c);
 }
 
 /* A table's time scale multiplies times only. */
@@ -256,6 +332,8 @@ int main(void)
         cmocka_unit_test(test_profile_t5_small_grid),
         cmocka_unit_test(test_default_grid),
         cmocka_unit_test(test_calibration_median_and_threshold),
+        cmocka_unit_test(test_calibration_converges),
+        cmocka_unit_test(test_calibration_level_shift),
         cmocka_unit_test(test_cost_time_scale),
         cmocka_unit_test(test_cli_refuses_other_shape),
         cmocka_unit_test(test_cli_profile_flags),

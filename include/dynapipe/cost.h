@@ -42,6 +42,8 @@ typedef struct dyn_layer_cost {
     double stored_mb; /* activations kept from forward until backward */
     double peak_mb;   /* transient working memory on top of stored, while fwd or bwd runs */
     double output_mb; /* this layer's output activation (what crosses a stage boundary) */
+    double kept_mb;   /* split backward: what B keeps for W, held from B until W, on top of stored
+                         (a profile measures it; the analytic model and older tables give 0) */
 } dyn_layer_cost;
 
 typedef struct dyn_cost_model dyn_cost_model;
@@ -140,6 +142,9 @@ typedef struct dyn_profile_meta {
     char dtype[64];  /* element type of the measured layers, "fp32" */
     int32_t threads; /* threads per layer while measuring, >= 1 */
     int32_t repeats; /* timed repeats per point (the median is kept), >= 1 */
+    /* The optimizer step measured per million parameters (gradient norm,
+     * AdamW with clipping, zeroing the gradients), ms; 0: not measured. */
+    double optimizer_ms_per_mparam;
 } dyn_profile_meta;
 
 /* dyn_cost_table_write with a profile line (meta may be NULL: none). */
@@ -147,6 +152,14 @@ dyn_status dyn_cost_table_write_profile(const char *path, const dyn_model_config
                                         const dyn_machine *m, const double states_mb[DYN_LAYER_KIND_COUNT],
                                         const dyn_cost_grid *grid, const dyn_layer_cost *points,
                                         const dyn_profile_meta *meta, dyn_error *err);
+
+/* Predicted time of one optimizer step (gradient norm, AdamW, zeroing
+ * the gradients) over n_params parameters, ms: a table's measured
+ * `optimizer_ms_per_mparam` (profile line) when it has one, else the
+ * machine's memory bandwidth over the bytes the step reads and writes
+ * (DYN_OPTIMIZER_BYTES_PER_PARAM per parameter). 0 for n_params <= 0. */
+#define DYN_OPTIMIZER_BYTES_PER_PARAM 36.0
+double dyn_cost_optimizer_ms(const dyn_cost_model *cm, double n_params);
 
 /* 1 and *out filled when cm is a table with a profile line, else 0. */
 int dyn_cost_model_profile_meta(const dyn_cost_model *cm, dyn_profile_meta *out);

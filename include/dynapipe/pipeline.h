@@ -68,6 +68,13 @@ dyn_status dyn_batch_costs_get(void *ctx, int32_t chunks, dyn_recompute rc,
 int32_t dyn_batch_costs_chunks(const dyn_batch_costs *bc);
 /* The current batch's micro-batch shapes, [*n_microbatches]. */
 const dyn_mb_shape *dyn_batch_costs_shapes(const dyn_batch_costs *bc, int32_t *n_microbatches);
+/* Multiply the times of every stage held by pipeline rank r (plan stage s
+ * with s % S == r) by fwd[r] (forward) and bwd[r] (backward and both of its
+ * halves), fwd and bwd of S = n_ranks factors each (> 0, finite), from the
+ * next batch on: the online calibration's per-rank correction on top of
+ * the cost model's. NULL arrays: back to 1. */
+dyn_status dyn_batch_costs_set_rank_scale(dyn_batch_costs *bc, const double *fwd, const double *bwd,
+                                          dyn_error *err);
 
 /* ---- the entry point ------------------------------------------------------ */
 
@@ -131,6 +138,11 @@ typedef struct dyn_pipeline dyn_pipeline;
 dyn_pipeline *dyn_pipeline_create(dyn_planner *planner, const dyn_pipeline_options *opt,
                                   dyn_error *err);
 void dyn_pipeline_free(dyn_pipeline *p); /* NULL is a no-op; the planner is not freed */
+/* dyn_batch_costs_set_rank_scale on the pipeline's stage costs: the
+ * simulated plans (schedule choice, makespan, stage costs) of later
+ * batches use per-rank factors fwd[S], bwd[S]; the planner's DP does not
+ * see them (it sees the cost model's). */
+dyn_status dyn_pipeline_set_rank_scale(dyn_pipeline *p, const double *fwd, const double *bwd, dyn_error *err);
 
 /* Plan one global batch of n samples (ids are their positions in samples'
  * source; see dyn_planner_plan) and build every replica's plan under the

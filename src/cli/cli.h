@@ -57,12 +57,14 @@ int cli_profile_main(int argc, char **argv);  /* cli_profile.c */
  * `threads` threads (quick grid, 3 repeats) into path (show_progress: 1 bar,
  * 0 summary line only, -1 quiet); returns an exit code (message printed). */
 int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int quick, int32_t max_rows,
-                      int show_progress, const char *path);
+                      int64_t max_tokens, int show_progress, const char *path);
 /* The cache path of cfg's profile ($XDG_CACHE_HOME/dynapipe, else
  * ~/.cache/dynapipe, else build/dynapipe-cache; the name carries the whole
- * shape and the thread count) into path; make != 0: profile it first when
- * absent. Returns an exit code. */
-int cli_profile_cached(const dyn_model_config *cfg, int threads, char *path, size_t cap, int make);
+ * shape, the thread count and max_tokens) into path; make != 0: profile it
+ * first when absent, grid points over max_tokens rows x tokens scaled
+ * (dyn_profiler_set_max_tokens). Returns an exit code. */
+int cli_profile_cached(const dyn_model_config *cfg, int threads, int64_t max_tokens, char *path, size_t cap,
+                       int make);
 int cli_eval_main(int argc, char **argv);     /* cli_eval.c */
 
 #endif

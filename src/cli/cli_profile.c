@@ -46,6 +46,10 @@ static void usage(FILE *out)
             "                            predicted vs measured error per layer kind\n"
             "  --shapes N                held-out shapes per kind for --check (default 24)\n"
             "  --seed N                  held-out shapes' seed (default 1)\n"
+            "  --max-tokens N            grid points over N rows x tokens are scaled from fewer\n"
+            "                            rows, not measured; --check: held-out shapes of at\n"
+            "                            most N (default: no limit). --check's repeats and\n"
+            "                            threads default to the checked profile's own\n"
             "  --quiet                   no progress bar\n"
             "  --link                    instead: latency and bandwidth between two MPI ranks\n"
             "                            (started with mpirun); with --out FILE of an existing\n"
@@ -58,6 +62,8 @@ typedef struct profile_args {
     int have_kind;
     const char *model_config;
     int32_t max_seqlen, max_rows, threads, repeats, quick, shapes, quiet, link;
+    int repeats_given, threads_given;
+    int64_t max_tokens; /* --check: held-out shapes of at most this many rows x tokens (0: any) */
     uint64_t seed;
     const char *out, *check;
 } profile_args;
@@ -90,7 +96,7 @@ static void progress_show(void *ctx, int64_t done, int64_t total, double unused)
 }
 
 int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int quick, int32_t max_rows,
-                      int show_progress, const char *path)
+                      int64_t max_tokens, int show_progress, const char *path)
 {
     dyn_error err;
     dyn_profiler *p = dyn_profiler_create(cfg, threads, repeats, 1, &err);
@@ -98,6 +104,7 @@ int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int
         cli_errorf(CMD, "%s", err.msg);
         return CLI_EXIT_FAIL;
     }
+    dyn_profiler_set_max_tokens(p, max_tokens);
     dyn_cost_grid g;
     if (dyn_profile_grid_default(cfg, quick, max_rows, &g, &err) != DYN_OK) {
         dyn_profiler_free(p);
@@ -116,6 +123,7 @@ int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int
         dyn_profile_meta meta;
         dyn_profile_meta_fill(&meta, threads, repeats);
         if (dyn_profile_grid_run(p, &g, pts, states, progress_show, &pr, &err) != DYN_OK ||
+            dyn_profiler_measure_optimizer(p, &meta.optimizer_ms_per_mparam, &err) != DYN_OK ||
             dyn_cost_table_write_profile(path, cfg, dyn_machine_builtin("cpu"), states, &g, pts, &meta, &err) !=
                 DYN_OK) {
             cli_errorf(CMD, "%s", err.msg);
@@ -144,7 +152,7 @@ static int mkdirs(char *path)
     return 0;
 }
 
-int cli_profile_cached(const dyn_model_config *cfg, int threads, char *path, size_t cap, int make)
+int cli_profile_cached(const dyn_model_config *cfg, int threads, int64_t max_tokens, char *path, size_t cap, int make)
 {
     const char *base = getenv("XDG_CACHE_HOME");
     const char *home = getenv("HOME");
@@ -152,9 +160,9 @@ int cli_profile_cached(const dyn_model_config *cfg, int threads, char *path, siz
     if (base && base[0]) snprintf(dir, sizeof dir, "%s/dynapipe", base);
     else if (home && home[0]) snprintf(dir, sizeof dir, "%s/.cache/dynapipe", home);
     else snprintf(dir, sizeof dir, "build/dynapipe-cache");
-    int w = snprintf(path, cap, "%s/profile-%s-l%d-d%d-h%d-H%d-k%d-f%d-v%d-s%d-t%d.table", dir,
+    int w = snprintf(path, cap, "%s/profile-%s-l%d-d%d-h%d-H%d-k%d-f%d-v%d-s%d-t%d-m%lld.table", dir,
                      dyn_model_kind_name(cfg->kind), cfg->n_layers, cfg->n_dec_layers, cfg->hidden, cfg->heads,
-                     cfg->head_dim, cfg->ffn, cfg->vocab, cfg->max_seqlen, threads);
+                     cfg->head_dim, cfg->ffn, cfg->vocab, cfg->max_seqlen, threads, (long long)max_tokens);
     if (w < 0 || (size_t)w >= cap) {
         cli_errorf("train", "--profile auto: cache path too long");
         return CLI_EXIT_FAIL;
@@ -165,7 +173,7 @@ int cli_profile_cached(const dyn_model_config *cfg, int threads, char *path, siz
         return CLI_EXIT_FAIL;
     }
     fprintf(stderr, "dynapipe train: no profile of this shape yet; profiling (--quick grid) into %s\n", path);
-    return cli_profile_write(cfg, threads, 3, 1, 32, isatty(2) ? 1 : 0, path);
+    return cli_profile_write(cfg, threads, 3, 1, 32, max_tokens, isatty(2) ? 1 : 0, path);
 }
 
 /* ---- --check: held-out shapes ---------------------------------------------- */
@@ -191,7 +199,16 @@ static int run_check(const profile_args *a, const dyn_model_config *cfg)
         dyn_cost_model_free(cm);
         return CLI_EXIT_USAGE;
     }
-    dyn_profiler *p = dyn_profiler_create(cfg, a->threads, a->repeats, 1, &err);
+    /* Like with like: a profile's points are medians of its repeats after
+     * one warm-up at its thread count, so its held-out shapes are measured
+     * the same way unless the flags say otherwise. */
+    int threads = a->threads, repeats = a->repeats;
+    dyn_profile_meta meta;
+    if (dyn_cost_model_profile_meta(cm, &meta)) {
+        if (!a->repeats_given) repeats = meta.repeats;
+        if (!a->threads_given) threads = meta.threads;
+    }
+    dyn_profiler *p = dyn_profiler_create(cfg, threads, repeats, 1, &err);
     double *rel_t = calloc((size_t)a->shapes, sizeof(double)), *rel_m = calloc((size_t)a->shapes, sizeof(double));
     if (p == NULL || rel_t == NULL || rel_m == NULL) {
         cli_errorf(CMD, "%s", p == NULL ? err.msg : "out of memory");
@@ -201,18 +218,23 @@ static int run_check(const profile_args *a, const dyn_model_config *cfg)
     dyn_rng rng;
     dyn_rng_seed(&rng, a->seed);
     int rc = CLI_EXIT_OK;
-    printf("# %s vs measured, %d held-out shapes per kind (rows 1..%d, lengths 9..%d, not multiples of 8), "
-           "recompute none\n",
-           a->check, a->shapes, a->max_rows, cfg->max_seqlen);
+    printf("# %s vs measured, %d held-out shapes per kind (rows 1..%d, lengths 9..%d, not multiples of 8", a->check,
+           a->shapes, a->max_rows, cfg->max_seqlen);
+    if (a->max_tokens > 0) printf(", at most %lld rows x tokens", (long long)a->max_tokens);
+    printf("), recompute none, %d threads, median of %d repeats after 1 warm-up\n", threads, repeats);
     printf("%-8s %14s %14s %14s %14s\n", "kind", "time_median%", "time_worst%", "stored_med%", "stored_worst%");
     for (int k = 0; k < DYN_LAYER_KIND_COUNT && rc == CLI_EXIT_OK; k++) {
         if (k == DYN_LAYER_DECODER && cfg->kind != DYN_MODEL_T5) continue;
         for (int i = 0; i < a->shapes; i++) {
             int32_t r = 1 + (int32_t)(dyn_rng_uniform(&rng) * a->max_rows);
             int32_t e, d;
-            do e = 9 + (int32_t)(dyn_rng_uniform(&rng) * (cfg->max_seqlen - 9)); while (e % 8 == 0);
-            do d = 9 + (int32_t)(dyn_rng_uniform(&rng) * (cfg->max_seqlen - 9)); while (d % 8 == 0);
             if (r > a->max_rows) r = a->max_rows;
+            /* lengths up to what fits --max-tokens with r rows (at least 9..16) */
+            int32_t top = cfg->max_seqlen;
+            if (a->max_tokens > 0 && a->max_tokens / r < top) top = (int32_t)(a->max_tokens / r);
+            if (top < 17) top = 17;
+            do e = 9 + (int32_t)(dyn_rng_uniform(&rng) * (top - 9)); while (e % 8 == 0);
+            do d = 9 + (int32_t)(dyn_rng_uniform(&rng) * (top - 9)); while (d % 8 == 0);
             dyn_layer_cost meas, pred;
             dyn_mb_shape mb = {.rows = r, .enc_len = e, .dec_len = cfg->kind == DYN_MODEL_T5 ? d : 0};
             if (dyn_profiler_measure(p, (dyn_layer_kind)k, DYN_RECOMPUTE_NONE, r, e, d, &meas, &err) != DYN_OK ||
@@ -231,6 +253,17 @@ static int run_check(const profile_args *a, const dyn_model_config *cfg)
         printf("%-8s %14.1f %14.1f %14.1f %14.1f\n", dyn_layer_kind_name((dyn_layer_kind)k),
                100.0 * dyn_median(rel_t, a->shapes), 100.0 * rel_t[a->shapes - 1],
                100.0 * dyn_median(rel_m, a->shapes), 100.0 * rel_m[a->shapes - 1]);
+    }
+    if (rc == CLI_EXIT_OK) {
+        /* the optimizer step per million parameters, predicted vs measured */
+        double meas = 0, pred = dyn_cost_optimizer_ms(cm, 1e6);
+        if (dyn_profiler_measure_optimizer(p, &meas, &err) != DYN_OK) {
+            cli_errorf(CMD, "%s", err.msg);
+            rc = CLI_EXIT_FAIL;
+        } else {
+            printf("optimizer: %.3f ms per million parameters predicted, %.3f measured (%.1f%%)\n", pred, meas,
+                   meas > 0 ? 100.0 * fabs(pred - meas) / meas : 0.0);
+        }
     }
     dyn_profiler_free(p);
     free(rel_t), free(rel_m);
@@ -382,9 +415,14 @@ static int parse(int argc, char **argv, profile_args *a)
         } else if (strcmp(f, "--threads") == 0) {
             if (cli_parse_i64(CMD, f, val, 1, 1024, &v)) return CLI_EXIT_USAGE;
             a->threads = (int32_t)v;
+            a->threads_given = 1;
         } else if (strcmp(f, "--repeats") == 0) {
             if (cli_parse_i64(CMD, f, val, 1, 1000, &v)) return CLI_EXIT_USAGE;
             a->repeats = (int32_t)v;
+            a->repeats_given = 1;
+        } else if (strcmp(f, "--max-tokens") == 0) {
+            if (cli_parse_i64(CMD, f, val, 1, INT64_MAX, &v)) return CLI_EXIT_USAGE;
+            a->max_tokens = v;
         } else if (strcmp(f, "--shapes") == 0) {
             if (cli_parse_i64(CMD, f, val, 1, 100000, &v)) return CLI_EXIT_USAGE;
             a->shapes = (int32_t)v;
@@ -439,6 +477,6 @@ int cli_profile_main(int argc, char **argv)
     dyn_model_config cfg;
     if ((rc = resolve(&a, &cfg)) != 0) return rc;
     if (a.check) return run_check(&a, &cfg);
-    return cli_profile_write(&cfg, a.threads, a.repeats, a.quick, a.max_rows, a.quiet ? -1 : isatty(2) ? 1 : 0,
-                             a.out);
+    return cli_profile_write(&cfg, a.threads, a.repeats, a.quick, a.max_rows, a.max_tokens,
+                             a.quiet ? -1 : isatty(2) ? 1 : 0, a.out);
 }

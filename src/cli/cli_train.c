@@ -208,7 +208,9 @@ static int profile_for(const plan_args *a, const dyn_train_options *o, char *pat
     plan_inputs_close(&in);
     long cores = sysconf(_SC_NPROCESSORS_ONLN), ranks = (long)a->opt.stages * (a->opt.dp > 0 ? a->opt.dp : 1);
     int threads = o->threads > 0 ? o->threads : (cores > ranks && ranks > 0 ? (int)(cores / ranks) : 1);
-    return cli_profile_cached(&cfg, threads, path, cap, !dyn_rt_under_mpirun());
+    /* A micro-batch holds at most a global batch's tokens, padded: twice
+     * that bounds the grid points worth measuring. */
+    return cli_profile_cached(&cfg, threads, 2 * a->global_batch_tokens, path, cap, !dyn_rt_under_mpirun());
 }
 
 /* Parse everything into o; 0 or an exit code (message printed). */

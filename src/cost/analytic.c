@@ -260,4 +260,5 @@ void cost_analytic_layer(const struct dyn_cost_model *cm, dyn_layer_kind kind, c
     out->stored_mb = stored / DYN_MB;
     out->peak_mb = (fwd_tr > bwd_tr ? fwd_tr : bwd_tr) / DYN_MB;
     out->output_mb = k.output_bytes / DYN_MB;
+    out->kept_mb = 0.0; /* the split backward's kept buffer is not modelled analytically */
 }

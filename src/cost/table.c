@@ -47,11 +47,11 @@
 
 #define TABLE_MAGIC "dynapipe-cost-table"
 #define TABLE_VERSION 1
-#define N_VALUES 7 /* fwd bwd bwd_input bwd_weight stored peak output */
+#define N_VALUES 8 /* fwd bwd bwd_input bwd_weight stored peak output kept (optional on read) */
 
 /* The point line's value columns, in file order (the header's names). */
 static const char *const value_names[N_VALUES] = {"fwd_ms", "bwd_ms", "bwd_input_ms", "bwd_weight_ms",
-                                                  "stored_mb", "peak_mb", "output_mb"};
+                                                  "stored_mb", "peak_mb", "output_mb", "kept_mb"};
 
 int64_t dyn_cost_grid_size(const dyn_cost_grid *g)
 {
@@ -68,13 +68,13 @@ int64_t dyn_cost_grid_index(const dyn_cost_grid *g, dyn_layer_kind kind, dyn_rec
 static void cost_to_values(const dyn_layer_cost *c, double v[N_VALUES])
 {
     v[0] = c->fwd_ms, v[1] = c->bwd_ms, v[2] = c->bwd_input_ms, v[3] = c->bwd_weight_ms;
-    v[4] = c->stored_mb, v[5] = c->peak_mb, v[6] = c->output_mb;
+    v[4] = c->stored_mb, v[5] = c->peak_mb, v[6] = c->output_mb, v[7] = c->kept_mb;
 }
 
 static void values_to_cost(const double v[N_VALUES], dyn_layer_cost *c)
 {
     c->fwd_ms = v[0], c->bwd_ms = v[1], c->bwd_input_ms = v[2], c->bwd_weight_ms = v[3];
-    c->stored_mb = v[4], c->peak_mb = v[5], c->output_mb = v[6];
+    c->stored_mb = v[4], c->peak_mb = v[5], c->output_mb = v[6], c->kept_mb = v[7];
 }
 
 /* ---- lookup ---------------------------------------------------------------- */
@@ -329,8 +329,10 @@ dyn_status dyn_cost_table_write_profile(const char *path, const dyn_model_config
         meta_word(host, sizeof host, meta->host);
         meta_word(cpu, sizeof cpu, meta->cpu);
         meta_word(dtype, sizeof dtype, meta->dtype);
-        fprintf(fp, "profile host=%s cpu=%s dtype=%s threads=%d repeats=%d\n", host, cpu, dtype,
-                meta->threads, meta->repeats);
+        fprintf(fp, "profile host=%s cpu=%s dtype=%s threads=%d repeats=%d", host, cpu, dtype, meta->threads,
+                meta->repeats);
+        if (meta->optimizer_ms_per_mparam > 0) fprintf(fp, " optimizer_ms_per_mparam=%.17g", meta->optimizer_ms_per_mparam);
+        fprintf(fp, "\n");
     }
     fprintf(fp, "states_mb embed=%.17g encoder=%.17g decoder=%.17g lm_head=%.17g\n", states_mb[0],
             states_mb[1], states_mb[2], states_mb[3]);
@@ -338,7 +340,7 @@ dyn_status dyn_cost_table_write_profile(const char *path, const dyn_model_config
     write_axis(fp, "enc_len", grid->enc_len, grid->n_enc);
     write_axis(fp, "dec_len", grid->dec_len, grid->n_dec);
     fprintf(fp, "# point kind recompute rows enc_len dec_len fwd_ms bwd_ms bwd_input_ms bwd_weight_ms "
-                "stored_mb peak_mb output_mb\n");
+                "stored_mb peak_mb output_mb kept_mb\n");
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
         if (!kind_present(cfg, k)) continue;
         for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++)
@@ -607,10 +609,14 @@ static dyn_status parse_profile_line(table_parse *tp, char **tok, int ntok)
                     {"cpu", 's', pm->cpu},
                     {"dtype", 's', pm->dtype},
                     {"threads", 'i', &pm->threads},
-                    {"repeats", 'i', &pm->repeats}};
-    dyn_status st = parse_kv(tp->r, tok + 1, ntok - 1, f, 5, "profile");
+                    {"repeats", 'i', &pm->repeats},
+                    /* optional: profiles made before it load with 0 */
+                    {"optimizer_ms_per_mparam", 'o', &pm->optimizer_ms_per_mparam}};
+    dyn_status st = parse_kv(tp->r, tok + 1, ntok - 1, f, 6, "profile");
     if (st != DYN_OK) return st;
     if (pm->threads < 1 || pm->repeats < 1) return rd_fail(tp->r, "profile threads and repeats must be >= 1", NULL);
+    if (!(pm->optimizer_ms_per_mparam >= 0) || !isfinite(pm->optimizer_ms_per_mparam))
+        return rd_fail(tp->r, "profile optimizer_ms_per_mparam must be finite and >= 0", NULL);
     return DYN_OK;
 }
 
@@ -648,17 +654,18 @@ static dyn_status begin_points(table_parse *tp)
     return DYN_OK;
 }
 
-/* "point kind recompute rows enc_len dec_len v1 .. v7". */
+/* "point kind recompute rows enc_len dec_len v1 .. v8" (v8, kept_mb, may be
+ * left out: tables written before it load with 0). */
 static dyn_status parse_point_line(table_parse *tp, char **tok, int ntok)
 {
     dyn_cost_model *cm = tp->cm;
     reader *r = tp->r;
     dyn_status st;
     if (tp->seen == NULL && (st = begin_points(tp)) != DYN_OK) return st;
-    if (ntok != 6 + N_VALUES) {
+    if (ntok != 6 + N_VALUES && ntok != 5 + N_VALUES) {
         char msg[64];
         snprintf(msg, sizeof msg, "got %d fields", ntok);
-        return rd_fail(r, "a point needs 13 fields: point kind recompute rows enc_len dec_len + 7 values", msg);
+        return rd_fail(r, "a point needs 14 fields: point kind recompute rows enc_len dec_len + 8 values (or 7)", msg);
     }
     dyn_layer_kind kind;
     dyn_recompute rc;
@@ -673,8 +680,8 @@ static dyn_status parse_point_line(table_parse *tp, char **tok, int ntok)
         idx[a] = axis_find(axes[a], ns[a], c[a]);
         if (idx[a] < 0) return rd_fail(r, "coordinate is not on the grid", tok[3 + a]);
     }
-    double v[N_VALUES];
-    for (int j = 0; j < N_VALUES; j++)
+    double v[N_VALUES] = {0};
+    for (int j = 0; j < ntok - 6; j++)
         if ((st = parse_cost_value(r, value_names[j], tok[6 + j], &v[j])) != DYN_OK) return st;
     int64_t p = dyn_cost_grid_index(&tp->g, kind, rc, idx[0], idx[1], idx[2]);
     if (tp->seen[p]++) return rd_fail(r, "duplicate point", NULL);

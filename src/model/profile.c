@@ -3,6 +3,7 @@
  * activations in and gradients out, timed forward / backward / split
  * backward with a fresh activation arena per shape so that its size is the
  * shape's own, not the largest seen so far. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,8 @@
 
 #define MB_BYTES (1024.0 * 1024.0)
 #define MAX_PIECES 2 /* T5's embedding is two layer ranges */
+#define MIN_POINT_MS 30.0 /* timed passes a point's repeats add up to, at least */
+#define MAX_REPEATS 41
 
 /* A contiguous layer range [first, last) held by its own stage model. */
 typedef struct piece {
@@ -27,6 +30,7 @@ typedef struct piece {
 struct dyn_profiler {
     dyn_model_config cfg;
     int threads, repeats, warmup;
+    int64_t max_tokens; /* grid points over it are scaled from fewer rows (0: none) */
     int L;
     piece kinds[DYN_LAYER_KIND_COUNT][MAX_PIECES];
     int n_pieces[DYN_LAYER_KIND_COUNT];
@@ -86,6 +90,11 @@ fail:
     return NULL;
 }
 
+void dyn_profiler_set_max_tokens(dyn_profiler *p, int64_t max_tokens)
+{
+    p->max_tokens = max_tokens > 0 ? max_tokens : 0;
+}
+
 void dyn_profiler_free(dyn_profiler *p)
 {
     if (p == NULL) return;
@@ -130,7 +139,7 @@ static dyn_status run_bufs_make(run_bufs *b, dyn_profiler *p, const piece *pc, c
  * bytes (scratch, gradients, the split backward's kept buffer). */
 typedef struct piece_result {
     double ms[4];
-    double stored_bytes, work_bytes, output_bytes, input_bytes;
+    double stored_bytes, work_bytes, output_bytes, input_bytes, kept_bytes;
 } piece_result;
 
 static dyn_status piece_measure(dyn_profiler *p, const piece *pc, const dyn_model_microbatch *mb, int recompute,
@@ -140,7 +149,11 @@ static dyn_status piece_measure(dyn_profiler *p, const piece *pc, const dyn_mode
     dyn_status st = run_bufs_make(&b, p, pc, mb, err);
     if (st != DYN_OK) return st;
     dyn_model_acts *a = dyn_model_acts_create(err);
-    double *t4 = dyn_calloc((size_t)p->repeats * 4, sizeof *t4, "profile times", err);
+    /* Small shapes take microseconds, where one preemption is a large
+     * fraction: a point gets more repeats (up to MAX_REPEATS) until its
+     * timed passes add up to MIN_POINT_MS, so its median is of many. */
+    int cap = p->repeats > MAX_REPEATS ? p->repeats : MAX_REPEATS, n = 0;
+    double *t4 = dyn_calloc((size_t)cap * 4, sizeof *t4, "profile times", err);
     if (a == NULL || t4 == NULL) {
         st = DYN_ERR_NOMEM;
         goto done;
@@ -148,7 +161,8 @@ static dyn_status piece_measure(dyn_profiler *p, const piece *pc, const dyn_mode
     int has_in = pc->first > 0, has_out = pc->last < p->L;
     float dloss = 1e-3f;
     double loss = 0;
-    for (int r = -p->warmup; r < p->repeats && st == DYN_OK; r++) {
+    double timed = 0;
+    for (int r = -p->warmup; st == DYN_OK && (r < p->repeats || (timed < MIN_POINT_MS && r < cap)); r++) {
         dyn_model_zero_grad(pc->m);
         double t0 = dyn_time_ms();
         st = dyn_model_stage_forward(pc->m, a, mb, pc->first, pc->last, has_in ? b.in : NULL,
@@ -167,18 +181,25 @@ static dyn_status piece_measure(dyn_profiler *p, const piece *pc, const dyn_mode
             st = dyn_model_stage_backward_input(pc->m, a, mb, pc->first, pc->last, has_out ? b.dout : NULL,
                                                 has_in ? b.din : NULL, dloss, err);
         double t4t = dyn_time_ms();
+        if (r == 0 && st == DYN_OK) res->kept_bytes = (double)dyn_model_acts_kept_bytes(a);
         if (st == DYN_OK) st = dyn_model_stage_backward_weight(pc->m, a, mb, pc->first, pc->last, err);
         double t5 = dyn_time_ms();
         if (r >= 0) {
             t4[r] = t1 - t0;
-            t4[p->repeats + r] = t2 - t1;
-            t4[2 * p->repeats + r] = t4t - t3;
-            t4[3 * p->repeats + r] = t5 - t4t;
+            t4[cap + r] = t2 - t1;
+            t4[2 * cap + r] = t4t - t3;
+            t4[3 * cap + r] = t5 - t4t;
+            timed += (t2 - t0) + (t5 - t3);
+            n = r + 1;
         }
     }
     if (st == DYN_OK) {
-        for (int j = 0; j < 4; j++) res->ms[j] = dyn_median(t4 + (size_t)j * p->repeats, p->repeats);
-        double cap = (double)dyn_model_acts_capacity_bytes(a) + (double)dyn_model_acts_keep_capacity_bytes(a);
+        for (int j = 0; j < 4; j++) res->ms[j] = dyn_median(t4 + (size_t)j * cap, n);
+        /* The arena's working region (scratch, gradient buffers) on top of
+         * the stored bytes. The split backward's kept buffer is a second
+         * allocation held from B to W, not working memory of a pass: not
+         * counted here (docs/performance.md, "Peak memory"). */
+        double cap = (double)dyn_model_acts_capacity_bytes(a);
         res->work_bytes = cap > res->stored_bytes ? cap - res->stored_bytes : 0.0;
         res->output_bytes = (double)b.n_out * sizeof(float);
         res->input_bytes = (double)b.n_in * sizeof(float);
@@ -227,7 +248,7 @@ dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recomp
     memset(out, 0, sizeof *out);
     dyn_status st = DYN_OK;
     for (int i = 0; i < p->n_pieces[kind] && st == DYN_OK; i++) {
-        piece_result r = {{0}, 0, 0, 0, 0};
+        piece_result r = {{0}, 0, 0, 0, 0, 0};
         st = piece_measure(p, &p->kinds[kind][i], mb, rc == DYN_RECOMPUTE_FULL, &r, err);
         if (st != DYN_OK) break;
         if (rc == DYN_RECOMPUTE_FULL && (kind == DYN_LAYER_ENCODER || kind == DYN_LAYER_DECODER) &&
@@ -244,11 +265,37 @@ dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recomp
         out->bwd_input_ms += r.ms[2];
         out->bwd_weight_ms += r.ms[3];
         out->stored_mb += r.stored_bytes / MB_BYTES;
+        out->kept_mb += r.kept_bytes / MB_BYTES;
         if (r.work_bytes / MB_BYTES > out->peak_mb) out->peak_mb = r.work_bytes / MB_BYTES;
         out->output_mb = r.output_bytes / MB_BYTES; /* the last piece's */
     }
     dyn_model_microbatch_free(mb);
     return st;
+}
+
+dyn_status dyn_profiler_measure_optimizer(dyn_profiler *p, double *ms_per_mparam, dyn_error *err)
+{
+    *ms_per_mparam = 0;
+    dyn_model *whole = dyn_model_create_stage(&p->cfg, 1, 0, p->L, err);
+    if (whole == NULL) return err ? err->code : DYN_ERR_NOMEM;
+    dyn_model *m = whole;
+    if (dyn_model_num_params(whole) > ((size_t)1 << 25)) {
+        dyn_model_free(whole);
+        whole = NULL;
+        m = p->kinds[DYN_LAYER_ENCODER][0].m;
+    }
+    dyn_model_set_threads(m, p->threads);
+    dyn_adamw_config cfg = dyn_adamw_default();
+    for (int r = -p->warmup; r < p->repeats; r++) {
+        double t0 = dyn_time_ms();
+        double norm = sqrt(dyn_model_grad_sqnorm_owned(m));
+        dyn_model_adamw_step_norm(m, 1e-4f, &cfg, norm, 1.0);
+        dyn_model_zero_grad(m);
+        if (r >= 0) p->times[r] = dyn_time_ms() - t0;
+    }
+    *ms_per_mparam = dyn_median(p->times, p->repeats) / ((double)dyn_model_num_params(m) * 1e-6);
+    dyn_model_free(whole);
+    return DYN_OK;
 }
 
 /* ---- grids -------------------------------------------------------------- */
@@ -341,14 +388,29 @@ dyn_status dyn_profile_grid_run(dyn_profiler *p, const dyn_cost_grid *g, dyn_lay
                     for (int32_t b = 0; b < (uses_enc(c, k) ? g->n_enc : 1); b++)
                         for (int32_t d = 0; d < (uses_dec(c, k) ? g->n_dec : 1); d++) {
                             double w = point_work(c, k, g->rows[a], g->enc_len[b], g->dec_len[d]);
+                            int scaled = a > 0 && p->max_tokens > 0 && w - 64.0 > (double)p->max_tokens;
+                            if (scaled) w = 0;
                             if (pass == 0) {
                                 total += w;
                                 continue;
                             }
                             dyn_layer_cost lc;
-                            dyn_status st = dyn_profiler_measure(p, (dyn_layer_kind)k, modes[mi], g->rows[a],
-                                                                 g->enc_len[b], g->dec_len[d], &lc, err);
-                            if (st != DYN_OK) return st;
+                            if (scaled) {
+                                /* Past the tokens a run's micro-batch can hold: the
+                                 * point with fewer rows at the same lengths, in
+                                 * proportion to the rows (time and memory are
+                                 * linear in rows at a fixed length), not measured. */
+                                const dyn_layer_cost *q =
+                                    &points[dyn_cost_grid_index(g, (dyn_layer_kind)k, modes[mi], a - 1, b, d)];
+                                double f = (double)g->rows[a] / (double)g->rows[a - 1];
+                                lc = (dyn_layer_cost){q->fwd_ms * f,    q->bwd_ms * f,    q->bwd_input_ms * f,
+                                                      q->bwd_weight_ms * f, q->stored_mb * f, q->peak_mb * f,
+                                                      q->output_mb * f,     q->kept_mb * f};
+                            } else {
+                                dyn_status st = dyn_profiler_measure(p, (dyn_layer_kind)k, modes[mi], g->rows[a],
+                                                                     g->enc_len[b], g->dec_len[d], &lc, err);
+                                if (st != DYN_OK) return st;
+                            }
                             /* copy along the axes the kind ignores, and to SELECTIVE */
                             for (int32_t b2 = 0; b2 < g->n_enc; b2++) {
                                 if (uses_enc(c, k) && b2 != b) continue;

@@ -34,8 +34,10 @@ typedef struct dyn_profiler dyn_profiler;
 
 /* Profiler for model cfg with `threads` kernel threads (sets the
  * process-wide OpenMP / OpenBLAS count), `repeats` timed runs per
- * measurement (median kept) after `warmup` untimed ones. NULL and err on a
- * bad config or no memory. */
+ * measurement (median kept) after `warmup` untimed ones; a measurement
+ * whose timed runs add up to less than 30 ms gets more, up to 41 (a small
+ * shape takes microseconds, where one preemption is a large fraction).
+ * NULL and err on a bad config or no memory. */
 dyn_profiler *dyn_profiler_create(const dyn_model_config *cfg, int threads, int repeats, int warmup,
                                   dyn_error *err);
 void dyn_profiler_free(dyn_profiler *p);
@@ -46,6 +48,20 @@ void dyn_profiler_free(dyn_profiler *p);
  * GPT sequences are half input, half target. */
 dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recompute rc, int32_t rows,
                                 int32_t enc_len, int32_t dec_len, dyn_layer_cost *out, dyn_error *err);
+
+/* Grid points (dyn_profile_grid_run) of more than max_tokens rows x
+ * tokens (T5: rows x (input + target)) are not measured but scaled in
+ * proportion to the rows from the point with the next fewer rows; the
+ * one-row points are always measured. 0 (the default): measure all. */
+void dyn_profiler_set_max_tokens(dyn_profiler *p, int64_t max_tokens);
+
+/* The optimizer step as the runtime runs it after every iteration
+ * (gradient norm, AdamW with clipping, zeroing the gradients), per million
+ * parameters, ms (median of the repeats after the warm-up): measured on a
+ * stage model of the whole model when it has at most 2^25 parameters (so
+ * that the states are as far from the caches as a rank's), else on one
+ * block. */
+dyn_status dyn_profiler_measure_optimizer(dyn_profiler *p, double *ms_per_mparam, dyn_error *err);
 
 /* The default grid for cfg (each axis malloc'ed; free with free()): rows
  * {1,2,3,4,6,8,12,16,...} up to max_rows; lengths every 8 tokens up to 64,

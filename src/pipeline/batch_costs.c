@@ -12,6 +12,7 @@
  * current batch are built lazily per (v, recompute) and cached until the
  * next batch.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,7 +31,46 @@ struct dyn_batch_costs {
     int32_t n_mb;
     int have[2][DYN_RECOMPUTE_COUNT];
     dyn_stage_costs costs[2][DYN_RECOMPUTE_COUNT];
+    double *rank_scale; /* [2 * n_ranks]: fwd then bwd factor per rank; NULL: none */
 };
+
+/* The per-rank factors (dyn_batch_costs_set_rank_scale) on freshly built
+ * costs. */
+static void scale_costs(const dyn_batch_costs *bc, dyn_stage_costs *c)
+{
+    if (bc->rank_scale == NULL) return;
+    const double *f = bc->rank_scale, *b = bc->rank_scale + bc->n_ranks;
+    for (int32_t j = 0; j < c->n_microbatches; j++)
+        for (int32_t s = 0; s < c->n_stages; s++) {
+            size_t k = (size_t)j * (size_t)c->n_stages + (size_t)s;
+            int32_t r = s % bc->n_ranks;
+            c->fwd_ms[k] *= f[r];
+            c->bwd_ms[k] *= b[r];
+            c->bwd_input_ms[k] *= b[r];
+            c->bwd_weight_ms[k] *= b[r];
+        }
+}
+
+dyn_status dyn_batch_costs_set_rank_scale(dyn_batch_costs *bc, const double *fwd, const double *bwd,
+                                          dyn_error *err)
+{
+    if (fwd == NULL || bwd == NULL) {
+        free(bc->rank_scale);
+        bc->rank_scale = NULL;
+        return DYN_OK;
+    }
+    for (int32_t r = 0; r < bc->n_ranks; r++)
+        if (!(fwd[r] > 0) || !(bwd[r] > 0) || !isfinite(fwd[r]) || !isfinite(bwd[r]))
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "stage costs: rank %d time scales must be finite and > 0 (got %g, %g)", r, fwd[r],
+                                 bwd[r]);
+    if (bc->rank_scale == NULL &&
+        (bc->rank_scale = dyn_calloc(2 * (size_t)bc->n_ranks, sizeof(double), "rank time scales", err)) == NULL)
+        return DYN_ERR_NOMEM;
+    memcpy(bc->rank_scale, fwd, (size_t)bc->n_ranks * sizeof(double));
+    memcpy(bc->rank_scale + bc->n_ranks, bwd, (size_t)bc->n_ranks * sizeof(double));
+    return DYN_OK;
+}
 
 static void drop_batch(dyn_batch_costs *bc)
 {
@@ -49,6 +89,7 @@ void dyn_batch_costs_free(dyn_batch_costs *bc)
 {
     if (bc == NULL) return;
     drop_batch(bc);
+    free(bc->rank_scale);
     dyn_stage_assignment_free(&bc->assign[0]);
     dyn_stage_assignment_free(&bc->assign[1]);
     free(bc);
@@ -96,6 +137,7 @@ dyn_status dyn_batch_costs_set_batch(dyn_batch_costs *bc, const dyn_batch_plan *
         bc->shapes = NULL;
         return st;
     }
+    scale_costs(bc, &bc->costs[0][0]);
     bc->have[0][0] = 1;
     bc->n_mb = bc->costs[0][0].n_microbatches;
     return DYN_OK;
@@ -116,6 +158,7 @@ dyn_status dyn_batch_costs_get(void *ctx, int32_t chunks, dyn_recompute rc,
         dyn_status st = dyn_stage_costs_from_batch(bc->cm, &bc->assign[a], bc->bp, bc->replica, rc,
                                                    &bc->costs[a][rc], NULL, err);
         if (st != DYN_OK) return st;
+        scale_costs(bc, &bc->costs[a][rc]);
         bc->have[a][rc] = 1;
     }
     *out = &bc->costs[a][rc];

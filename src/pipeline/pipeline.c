@@ -246,6 +246,11 @@ dyn_pipeline *dyn_pipeline_create(dyn_planner *planner, const dyn_pipeline_optio
     return p;
 }
 
+dyn_status dyn_pipeline_set_rank_scale(dyn_pipeline *p, const double *fwd, const double *bwd, dyn_error *err)
+{
+    return dyn_batch_costs_set_rank_scale(p->bc, fwd, bwd, err);
+}
+
 void dyn_pipeline_free(dyn_pipeline *p)
 {
     if (p == NULL) return;

@@ -1,5 +1,5 @@
-/* calibrate.c — the online calibration's record windows and median fit
- * (contract in calibrate.h). */
+/* calibrate.c — the online calibration's windows of factor estimates per
+ * (pipeline rank, direction) and their medians (contract in calibrate.h). */
 #include "runtime/calibrate.h"
 
 #include <math.h>
@@ -7,47 +7,88 @@
 #include <string.h>
 
 struct rt_calib {
-    int window, n[2], next[2];
+    int n_ranks, window;
     double threshold;
-    double applied[2]; /* factor the planner's model carries */
-    double *ratio[2];  /* [window] ring of measured / predicted */
+    int *n, *next;     /* [n_ranks * DIRS]: estimates held, ring position */
+    double *est;       /* [n_ranks * DIRS][window]: carried x measured / predicted */
+    double *applied;   /* [n_ranks * DIRS]: factor the planner carries */
     double *scratch;   /* [window] for the median */
 };
 
-rt_calib *rt_calib_create(int window, double threshold)
+rt_calib *rt_calib_create(int n_ranks, int window, double threshold)
 {
-    if (window < 1 || !(threshold >= 0)) return NULL;
+    if (n_ranks < 1 || window < 1 || !(threshold >= 0)) return NULL;
     rt_calib *c = calloc(1, sizeof *c);
     if (c == NULL) return NULL;
+    size_t cells = (size_t)n_ranks * RT_CALIB_DIRS;
+    c->n_ranks = n_ranks;
     c->window = window;
     c->threshold = threshold;
-    c->applied[0] = c->applied[1] = 1.0;
-    c->ratio[0] = calloc((size_t)window, sizeof(double));
-    c->ratio[1] = calloc((size_t)window, sizeof(double));
+    c->n = calloc(cells, sizeof(int));
+    c->next = calloc(cells, sizeof(int));
+    c->est = calloc(cells * (size_t)window, sizeof(double));
+    c->applied = calloc(cells, sizeof(double));
     c->scratch = calloc((size_t)window, sizeof(double));
-    if (!c->ratio[0] || !c->ratio[1] || !c->scratch) {
+    if (!c->n || !c->next || !c->est || !c->applied || !c->scratch) {
         rt_calib_free(c);
         return NULL;
     }
+    for (size_t i = 0; i < cells; i++) c->applied[i] = 1.0;
     return c;
 }
 
 void rt_calib_free(rt_calib *c)
 {
     if (c == NULL) return;
-    free(c->ratio[0]);
-    free(c->ratio[1]);
+    free(c->n);
+    free(c->next);
+    free(c->est);
+    free(c->applied);
     free(c->scratch);
     free(c);
 }
 
-void rt_calib_add(rt_calib *c, const double meas_ms[2], const double pred_ms[2])
+static double median(const double *v, int n, double *scratch);
+
+/* A level shift (the machine got slower or faster and stays so): the last
+ * SHIFT_RUN estimates of a cell all beyond SHIFT_RATIO of the median of
+ * the window. Then the window keeps only them, so the median follows in
+ * SHIFT_RUN records instead of half a window; a single stall never
+ * triggers it. */
+#define SHIFT_RUN 3
+#define SHIFT_RATIO 1.15
+
+static void shift_check(rt_calib *c, size_t cell)
 {
-    for (int d = 0; d < 2; d++) {
-        if (!(pred_ms[d] > 0) || !(meas_ms[d] > 0) || !isfinite(meas_ms[d] / pred_ms[d])) continue;
-        c->ratio[d][c->next[d]] = meas_ms[d] / pred_ms[d];
-        c->next[d] = (c->next[d] + 1) % c->window;
-        if (c->n[d] < c->window) c->n[d]++;
+    int n = c->n[cell], W = c->window;
+    if (n <= SHIFT_RUN || W <= SHIFT_RUN) return;
+    double *e = c->est + cell * (size_t)W;
+    double m = median(e, n, c->scratch);
+    double last[SHIFT_RUN];
+    int up = 0, down = 0;
+    for (int i = 0; i < SHIFT_RUN; i++) {
+        last[i] = e[((c->next[cell] - SHIFT_RUN + i) % W + W) % W];
+        up += last[i] > m * SHIFT_RATIO;
+        down += last[i] < m / SHIFT_RATIO;
+    }
+    if (up < SHIFT_RUN && down < SHIFT_RUN) return;
+    memcpy(e, last, sizeof last);
+    c->n[cell] = SHIFT_RUN;
+    c->next[cell] = SHIFT_RUN % W;
+}
+
+void rt_calib_add(rt_calib *c, int r, const double meas_ms[RT_CALIB_DIRS], const double pred_ms[RT_CALIB_DIRS],
+                  const double carried[RT_CALIB_DIRS])
+{
+    if (r < 0 || r >= c->n_ranks) return;
+    for (int d = 0; d < RT_CALIB_DIRS; d++) {
+        double e = carried[d] * meas_ms[d] / pred_ms[d];
+        if (!(pred_ms[d] > 0) || !(meas_ms[d] > 0) || !(carried[d] > 0) || !isfinite(e) || !(e > 0)) continue;
+        size_t cell = (size_t)r * RT_CALIB_DIRS + (size_t)d;
+        c->est[cell * (size_t)c->window + (size_t)c->next[cell]] = e;
+        c->next[cell] = (c->next[cell] + 1) % c->window;
+        if (c->n[cell] < c->window) c->n[cell]++;
+        shift_check(c, cell);
     }
 }
 
@@ -64,21 +105,19 @@ static double median(const double *v, int n, double *scratch)
     return n % 2 ? scratch[n / 2] : 0.5 * (scratch[n / 2 - 1] + scratch[n / 2]);
 }
 
-int rt_calib_update(rt_calib *c, double factor[2])
+int rt_calib_update(rt_calib *c, double *factor)
 {
-    /* Wait for a few records: one iteration's ranks are not a trend. */
-    int need = c->window < 4 ? c->window : 4;
-    if (c->n[0] < need || c->n[1] < need) return 0;
-    double f[2];
+    size_t cells = (size_t)c->n_ranks * RT_CALIB_DIRS;
     int moved = 0;
-    for (int d = 0; d < 2; d++) {
-        f[d] = c->applied[d] * median(c->ratio[d], c->n[d], c->scratch);
-        moved |= fabs(f[d] / c->applied[d] - 1.0) > c->threshold;
+    for (size_t i = 0; i < cells; i++) {
+        if (c->n[i] == 0) continue;
+        double f = median(c->est + i * (size_t)c->window, c->n[i], c->scratch);
+        moved |= fabs(f / c->applied[i] - 1.0) > c->threshold;
     }
     if (!moved) return 0;
-    for (int d = 0; d < 2; d++) {
-        c->applied[d] = factor[d] = f[d];
-        c->n[d] = c->next[d] = 0;
+    for (size_t i = 0; i < cells; i++) {
+        if (c->n[i] > 0) c->applied[i] = median(c->est + i * (size_t)c->window, c->n[i], c->scratch);
+        factor[i] = c->applied[i];
     }
     return 1;
 }

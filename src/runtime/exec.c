@@ -602,7 +602,9 @@ dyn_status rt_exec_run(rt_exec *x, const dyn_rt_work *w, double epoch_ms, rt_exe
     }
     st->wall_ms = dyn_time_ms() - start;
     free_mbs(x);
-    for (int32_t k = 0; k < x->n_acts; k++) st->alloc_bytes += dyn_model_acts_capacity_bytes(x->acts[k].acts);
+    for (int32_t k = 0; k < x->n_acts; k++)
+        st->alloc_bytes += dyn_model_acts_capacity_bytes(x->acts[k].acts) +
+                           dyn_model_acts_keep_capacity_bytes(x->acts[k].acts); /* the split backward's kept buffer */
     for (int32_t k = 0; k < x->n_slots; k++) st->alloc_bytes += x->slots[k].cap * sizeof(float);
     return s;
 }

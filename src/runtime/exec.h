@@ -65,7 +65,7 @@ typedef struct rt_exec_stats {
     double busy_ms;       /* in Forward / Backward* */
     double comm_wait_ms;  /* blocked in Finish and Barrier: communication not hidden */
     int64_t comm_bytes;   /* sent by this rank (activations and gradients) */
-    size_t alloc_bytes;   /* activation arenas + buffer slots allocated (grow-only) */
+    size_t alloc_bytes;   /* activation arenas, their kept buffers + buffer slots allocated (grow-only) */
     double meas_ms[2];    /* measured Forward [0] and Backward* [1] time, ms */
     double pred_ms[2];    /* the plan's predicted time of the same instructions, ms */
 } rt_exec_stats;

@@ -9,10 +9,12 @@
 
 #include "dynapipe/cost.h"
 #include "dynapipe/pipeline.h"
+#include "runtime/alloc.h"
 #include "runtime/work.h"
 #include "util/util.h"
 
 #define QUEUE_CAP 64
+#define HIST 128 /* > QUEUE_CAP + the plans in flight to the ranks */
 
 struct rt_planner {
     dyn_train_options o;
@@ -29,11 +31,18 @@ struct rt_planner {
     int stop, done, failed, started;
     dyn_error fail;
     pthread_t thread;
-    /* online calibration (calibrate.h): a factor posted by the main thread,
+    /* online calibration (calibrate.h): factors posted by the main thread,
      * applied by the planner thread before its next batch */
-    double scale_pending[2];
+    int32_t S;              /* pipeline ranks */
+    double *scale_pending;  /* [S * RT_CALIB_DIRS] */
+    double *scale;          /* [S * RT_CALIB_DIRS] applied */
     int scale_posted;
-    int64_t scale_first; /* first iteration planned with the current factor */
+    /* what the last HIST iterations' predictions carried (rt_planner_carried) */
+    int64_t hist_k[HIST];
+    double *hist;           /* [HIST][S * (RT_CALIB_DIRS + 1)]: factors, then optimizer ms per rank */
+    double *rank_params;    /* [S] scratch: parameters per rank */
+    rt_alloc *alloc;        /* the ranks' allocation, predicted (alloc.h) */
+    double *rank_alloc_mb;  /* [S] scratch */
 };
 
 void rt_planned_free(rt_planned *p)
@@ -52,9 +61,27 @@ rt_planner *rt_planner_create(const dyn_train_options *o, const dyn_dataset *len
     p->o = *o;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
+    p->S = o->plan.stages > 0 ? o->plan.stages : 1;
+    size_t cells = (size_t)p->S * RT_CALIB_DIRS;
+    p->scale_pending = dyn_calloc(cells, sizeof(double), "calibration factors", err);
+    p->scale = dyn_calloc(cells, sizeof(double), "calibration factors", err);
+    p->hist = dyn_calloc((size_t)HIST * (size_t)p->S * (RT_CALIB_DIRS + 1), sizeof(double), "calibration", err);
+    p->rank_params = dyn_calloc((size_t)p->S, sizeof(double), "calibration", err);
+    if (!p->scale_pending || !p->scale || !p->hist || !p->rank_params) {
+        rt_planner_free(p);
+        return NULL;
+    }
+    for (size_t i = 0; i < cells; i++) p->scale[i] = 1.0;
+    for (int i = 0; i < HIST; i++) p->hist_k[i] = -1;
     p->cm = o->cost_table ? dyn_cost_model_load_table(o->cost_table, err)
                           : dyn_cost_model_create_analytic(&o->model, &o->machine, err);
     if (p->cm != NULL) p->planner = dyn_planner_create(p->cm, &o->plan, err);
+    if (p->planner != NULL &&
+        ((p->alloc = rt_alloc_create(p->cm, p->S, o->plan.dp > 0 ? o->plan.dp : 1, err)) == NULL ||
+         (p->rank_alloc_mb = dyn_calloc((size_t)p->S, sizeof(double), "allocation model", err)) == NULL)) {
+        rt_planner_free(p);
+        return NULL;
+    }
     if (p->planner != NULL) p->sampler = dyn_sampler_create(lengths, o->global_batch_tokens, err);
     dyn_pipeline_options po;
     dyn_pipeline_options_default(&po);
@@ -70,14 +97,15 @@ rt_planner *rt_planner_create(const dyn_train_options *o, const dyn_dataset *len
 
 /* ---- one global batch ------------------------------------------------------ */
 
-/* Replica r's work message from its planned replica plan rp. */
-static dyn_status replica_work(const dyn_batch_plan *bp, const dyn_replica_plan *rp, dyn_rt_work *w,
-                               dyn_error *err)
+/* Replica r's work message from its planned replica plan rp; step_ms: the
+ * optimizer step that follows the plan (predicted_ms = makespan + it). */
+static dyn_status replica_work(const dyn_batch_plan *bp, const dyn_replica_plan *rp, double step_ms,
+                               const double *alloc_mb, dyn_rt_work *w, dyn_error *err)
 {
     int32_t M = rp->n_microbatches;
     if (M == 0) return DYN_OK; /* an idle replica this iteration */
     w->plan = rp->plan;        /* borrowed for packing; not freed through w */
-    w->predicted_ms = rp->makespan_ms;
+    w->predicted_ms = rp->makespan_ms + step_ms;
     w->n_mb = M;
     w->n_stages = rp->plan.n_stages;
     w->n_ranks = rp->plan.n_ranks;
@@ -89,7 +117,7 @@ static dyn_status replica_work(const dyn_batch_plan *bp, const dyn_replica_plan 
     if (!w->mb_first || !w->fwd_ms || !w->bwd_ms || !w->peak_mb) return DYN_ERR_NOMEM;
     memcpy(w->fwd_ms, rp->costs.fwd_ms, nc * sizeof(double));
     memcpy(w->bwd_ms, rp->costs.bwd_ms, nc * sizeof(double));
-    memcpy(w->peak_mb, rp->rank_peak_mb, (size_t)w->n_ranks * sizeof(double));
+    memcpy(w->peak_mb, alloc_mb, (size_t)w->n_ranks * sizeof(double));
     int32_t n = 0;
     for (int32_t j = 0; j < M; j++) {
         n += bp->mbs[rp->mb_index[j]].n_samples;
@@ -111,37 +139,88 @@ static dyn_status replica_work(const dyn_batch_plan *bp, const dyn_replica_plan 
     return DYN_OK;
 }
 
-void rt_planner_set_time_scale(rt_planner *p, const double factor[2])
+void rt_planner_set_time_scale(rt_planner *p, const double *factor)
 {
     pthread_mutex_lock(&p->mu);
-    p->scale_pending[0] = factor[0];
-    p->scale_pending[1] = factor[1];
+    memcpy(p->scale_pending, factor, (size_t)p->S * RT_CALIB_DIRS * sizeof(double));
     p->scale_posted = 1;
     pthread_mutex_unlock(&p->mu);
 }
 
-int64_t rt_planner_scale_first(rt_planner *p)
+int rt_planner_carried(rt_planner *p, int64_t k, double *factor, double *opt_ms)
 {
+    size_t cells = (size_t)p->S * RT_CALIB_DIRS, row = cells + (size_t)p->S;
     pthread_mutex_lock(&p->mu);
-    int64_t k = p->scale_first;
+    int ok = k >= 0 && p->hist_k[k % HIST] == k;
+    if (ok) {
+        const double *h = p->hist + (size_t)(k % HIST) * row;
+        memcpy(factor, h, cells * sizeof(double));
+        memcpy(opt_ms, h + cells, (size_t)p->S * sizeof(double));
+    }
     pthread_mutex_unlock(&p->mu);
-    return k;
+    return ok;
 }
 
-/* A posted factor: scale every layer kind of the cost model and rebuild the
- * planner and pipeline, whose cost caches hold the old times. Counted in
- * the batch's plan_ms. */
+double rt_planner_step_ms(rt_planner *p, int64_t k)
+{
+    size_t cells = (size_t)p->S * RT_CALIB_DIRS, row = cells + (size_t)p->S;
+    double worst = 0;
+    pthread_mutex_lock(&p->mu);
+    if (k >= 0 && p->hist_k[k % HIST] == k)
+        for (int32_t r = 0; r < p->S; r++) {
+            double ms = p->hist[(size_t)(k % HIST) * row + cells + (size_t)r];
+            if (ms > worst) worst = ms;
+        }
+    pthread_mutex_unlock(&p->mu);
+    return worst;
+}
+
+/* The optimizer step after iteration k's plan rp, ms per pipeline rank
+ * (opt_ms[S], each rank's parameters from the plan's states per stage,
+ * 16 bytes per parameter, times the rank's calibration factor), recorded
+ * for rt_planner_carried with the factors carried; returns the slowest
+ * rank's, which ends the iteration. */
+static double step_predict(rt_planner *p, int64_t k, const dyn_replica_plan *rp)
+{
+    int32_t S = p->S;
+    for (int32_t r = 0; r < S; r++) p->rank_params[r] = 0;
+    if (rp != NULL && rp->costs.states_mb != NULL)
+        for (int32_t s = 0; s < rp->costs.n_stages; s++)
+            p->rank_params[s % S] += rp->costs.states_mb[s] * (1024.0 * 1024.0) / 16.0;
+    size_t cells = (size_t)S * RT_CALIB_DIRS, row = cells + (size_t)S;
+    pthread_mutex_lock(&p->mu);
+    double *h = p->hist + (size_t)(k % HIST) * row, worst = 0;
+    memcpy(h, p->scale, cells * sizeof(double));
+    for (int32_t r = 0; r < S; r++) {
+        double ms = dyn_cost_optimizer_ms(p->cm, p->rank_params[r]) * p->scale[(size_t)r * RT_CALIB_DIRS + RT_CALIB_OPT];
+        h[cells + (size_t)r] = ms;
+        if (ms > worst) worst = ms;
+    }
+    p->hist_k[k % HIST] = k;
+    pthread_mutex_unlock(&p->mu);
+    return worst;
+}
+
+/* Posted factors: the cost model's layer kinds take the mean over ranks
+ * per direction (the planner and pipeline, whose cost caches hold the old
+ * times, are rebuilt), the pipeline's stage costs each rank's factor over
+ * that mean. Counted in the batch's plan_ms. */
 static dyn_status scale_apply(rt_planner *p, int64_t k, dyn_error *err)
 {
+    (void)k;
+    size_t cells = (size_t)p->S * RT_CALIB_DIRS;
     pthread_mutex_lock(&p->mu);
     int posted = p->scale_posted;
-    double f[2] = {p->scale_pending[0], p->scale_pending[1]};
+    if (posted) memcpy(p->scale, p->scale_pending, cells * sizeof(double));
     p->scale_posted = 0;
     pthread_mutex_unlock(&p->mu);
     if (!posted) return DYN_OK;
+    double mean[2] = {0, 0};
+    for (int32_t r = 0; r < p->S; r++)
+        for (int d = 0; d < 2; d++) mean[d] += p->scale[(size_t)r * RT_CALIB_DIRS + (size_t)d] / p->S;
     dyn_status st = DYN_OK;
     for (int kind = 0; kind < DYN_LAYER_KIND_COUNT && st == DYN_OK; kind++)
-        st = dyn_cost_model_set_time_scale(p->cm, (dyn_layer_kind)kind, f[0], f[1], err);
+        st = dyn_cost_model_set_time_scale(p->cm, (dyn_layer_kind)kind, mean[0], mean[1], err);
     if (st != DYN_OK) return st;
     dyn_planner *pl = dyn_planner_create(p->cm, &p->o.plan, err);
     if (pl == NULL) return err->code;
@@ -154,13 +233,23 @@ static dyn_status scale_apply(rt_planner *p, int64_t k, dyn_error *err)
         dyn_planner_free(pl);
         return err->code;
     }
+    double *rel = dyn_calloc(2 * (size_t)p->S, sizeof(double), "calibration factors", err);
+    if (rel == NULL) st = DYN_ERR_NOMEM;
+    for (int32_t r = 0; st == DYN_OK && r < p->S; r++) {
+        rel[r] = p->scale[(size_t)r * RT_CALIB_DIRS + RT_CALIB_FWD] / mean[0];
+        rel[p->S + r] = p->scale[(size_t)r * RT_CALIB_DIRS + RT_CALIB_BWD] / mean[1];
+    }
+    if (st == DYN_OK) st = dyn_pipeline_set_rank_scale(pp, rel, rel + p->S, err);
+    free(rel);
+    if (st != DYN_OK) {
+        dyn_pipeline_free(pp);
+        dyn_planner_free(pl);
+        return st;
+    }
     dyn_pipeline_free(p->pipeline);
     dyn_planner_free(p->planner);
     p->pipeline = pp;
     p->planner = pl;
-    pthread_mutex_lock(&p->mu);
-    p->scale_first = k;
-    pthread_mutex_unlock(&p->mu);
     return DYN_OK;
 }
 
@@ -205,6 +294,11 @@ dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_e
     pl->schedule = res.replicas[0].n_microbatches > 0 ? (int32_t)res.replicas[0].schedule : -1;
     pl->plan_ms = plan_ms;
     pl->sampler_pos = dyn_sampler_position(p->sampler);
+    /* every replica holds the same layers: the states of any busy one */
+    const dyn_replica_plan *busy = NULL;
+    for (int32_t r = 0; r < dp && busy == NULL; r++)
+        if (res.replicas[r].n_microbatches > 0) busy = &res.replicas[r];
+    double step_ms = step_predict(p, k, busy);
     for (int32_t r = 0; st == DYN_OK && r < dp; r++) {
         dyn_rt_work w;
         memset(&w, 0, sizeof w);
@@ -214,7 +308,10 @@ dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_e
         w.global_target_tokens = tgt;
         w.global_real_tokens = real;
         w.plan_ms = plan_ms;
-        st = replica_work(&res.batch, &res.replicas[r], &w, err);
+        /* the ranks' allocation after this iteration (the interpreter's
+         * pools, which only grow), not the plan's live peak */
+        st = rt_alloc_iteration(p->alloc, r, &res.replicas[r], p->rank_alloc_mb, err);
+        if (st == DYN_OK) st = replica_work(&res.batch, &res.replicas[r], step_ms, p->rank_alloc_mb, &w, err);
         if (st == DYN_OK) st = dyn_rt_work_pack(&w, &pl->msg[r], &pl->len[r], err);
         memset(&w.plan, 0, sizeof w.plan); /* the result owns it */
         dyn_rt_work_free(&w);
@@ -342,6 +439,12 @@ void rt_planner_free(rt_planner *p)
     dyn_sampler_free(p->sampler);
     dyn_planner_free(p->planner);
     dyn_cost_model_free(p->cm);
+    free(p->scale_pending);
+    free(p->scale);
+    free(p->hist);
+    free(p->rank_params);
+    rt_alloc_free(p->alloc);
+    free(p->rank_alloc_mb);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p);

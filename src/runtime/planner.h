@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "dynapipe/data.h"
+#include "runtime/calibrate.h" /* defines: RT_CALIB_DIRS */
 #include "runtime/train.h"
 
 /* One planned iteration: a packed work message per replica. */
@@ -46,12 +47,21 @@ dyn_status rt_planner_take(rt_planner *p, int64_t k, int block, double timeout_s
 /* Stop the thread (it finishes the batch it is planning) and free. */
 void rt_planner_free(rt_planner *p);
 
-/* Online calibration (calibrate.h): from the next batch it plans, the
- * planner's cost model carries time factors factor[0] (forward) and
- * factor[1] (backward) on every layer kind. Thread-safe; any thread. */
-void rt_planner_set_time_scale(rt_planner *p, const double factor[2]);
-/* The first iteration planned with the factor now applied (0 before any). */
-int64_t rt_planner_scale_first(rt_planner *p);
+/* Online calibration (calibrate.h): from the next batch it plans, pipeline
+ * rank r's predictions carry factor[r * RT_CALIB_DIRS + d] for direction d
+ * (forward, backward, optimizer step), S = o->plan.stages ranks. The cost
+ * model's layer kinds (what the DP sees) take the mean over ranks per
+ * direction, the pipeline's stage costs each rank's own
+ * (dyn_pipeline_set_rank_scale). Thread-safe; any thread. */
+void rt_planner_set_time_scale(rt_planner *p, const double *factor);
+
+/* What iteration k's predictions carried, for the calibration: factor[S *
+ * RT_CALIB_DIRS] as above, and opt_ms[S] the optimizer step predicted per
+ * pipeline rank. 1 when k is still known (the last 128 planned), else 0. */
+int rt_planner_carried(rt_planner *p, int64_t k, double *factor, double *opt_ms);
+/* The optimizer step included in iteration k's predicted_ms (the slowest
+ * rank's), ms; 0 when k is no longer known. */
+double rt_planner_step_ms(rt_planner *p, int64_t k);
 
 /* Plan one iteration synchronously on the calling thread (what the thread
  * runs; tests call it directly). */

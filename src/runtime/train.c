@@ -325,11 +325,13 @@ static dyn_status stage_layers(const dyn_train_options *o, int32_t **lay_first, 
 
 /* What each rank reports to rank 0 after an iteration. */
 enum { R_ITER_MS, R_BUSY_MS, R_COMM_MS, R_COMM_BYTES, R_PLAN_WAIT_MS, R_ALLOC_MB, R_LOSS, R_TOKENS, R_PRED_PEAK_MB,
-       R_MEAS_F, R_MEAS_B, R_PRED_F, R_PRED_B, R_COUNT };
+       R_MEAS_F, R_MEAS_B, R_PRED_F, R_PRED_B, R_EXEC_MS, R_STEP_MS, R_COUNT };
 
 typedef struct rt_iter {
     int64_t step;
     double loss, iteration_ms, predicted_ms, bubble, plan_ms, plan_wait_ms, comm_wait_ms, comm_mb, lr, grad_norm;
+    double exec_ms, step_ms; /* slowest rank's plan interpretation and optimizer step (sums, norm, AdamW) */
+    double makespan_ms;      /* the plan's simulated makespan (predicted_ms less the fixed per-iteration part) */
     int64_t tokens, target_tokens;
     int32_t schedule, n_mb;
     double eval_loss;     /* held-out loss after this step (--eval-every); < 0: not evaluated */
@@ -368,6 +370,7 @@ typedef struct rt_run {
     rt_mail mail;
     rt_planner *planner;
     rt_calib *calib;              /* rank 0 with --calibrate, else NULL */
+    double *calib_buf;            /* [stages * (RT_CALIB_DIRS + 1)] scratch of calibrate_hook */
     rt_iter *iters;
     double epoch_ms;
     double states_mb;
@@ -469,29 +472,36 @@ static dyn_status sum_shared(rt_run *R, dyn_error *err)
 }
 
 /* Online calibration (calibrate.h), rank 0: iteration k's per-rank
- * measured and predicted compute (all: [world][R_COUNT]) join the window
- * when k was planned with the factor now applied and is past the first
- * two; a moved fit is posted to
- * the planner thread for its next batch. */
+ * measured and predicted compute and optimizer step (all: [world][R_COUNT])
+ * join the windows from the second iteration on (the first is cold:
+ * arenas and caches growing), with the factors k's plan carried; moved
+ * factors are posted to the planner thread for its next batch. */
 static void calibrate_hook(rt_run *R, int64_t k, const double *all)
 {
-    /* the first iterations are cold (caches, arenas growing): not a trend */
-    if (R->calib == NULL || k < 2 || k < rt_planner_scale_first(R->planner)) return;
+    if (R->calib == NULL || k < 1) return;
+    int S = R->g.stages;
+    double *carried = R->calib_buf, *opt = R->calib_buf + (size_t)S * RT_CALIB_DIRS;
+    if (!rt_planner_carried(R->planner, k, carried, opt)) return;
     for (int r = 0; r < R->g.world_size; r++) {
         const double *q = all + (size_t)r * R_COUNT;
-        double meas[2] = {q[R_MEAS_F], q[R_MEAS_B]}, pred[2] = {q[R_PRED_F], q[R_PRED_B]};
-        rt_calib_add(R->calib, meas, pred);
+        int s = r % S;
+        double meas[RT_CALIB_DIRS] = {q[R_MEAS_F], q[R_MEAS_B], q[R_STEP_MS]};
+        double pred[RT_CALIB_DIRS] = {q[R_PRED_F], q[R_PRED_B], opt[s]};
+        rt_calib_add(R->calib, s, meas, pred, carried + (size_t)s * RT_CALIB_DIRS);
     }
-    double f[2];
-    if (rt_calib_update(R->calib, f)) {
-        rt_planner_set_time_scale(R->planner, f);
-        if (R->o.verbose)
-            fprintf(stderr, "dynapipe train: calibration after iteration %lld: forward x%.3f, backward x%.3f\n",
-                    (long long)k + 1, f[0], f[1]);
+    if (rt_calib_update(R->calib, carried)) {
+        rt_planner_set_time_scale(R->planner, carried);
+        if (R->o.verbose) {
+            fprintf(stderr, "dynapipe train: calibration after iteration %lld:", (long long)k + 1);
+            for (int s = 0; s < S; s++)
+                fprintf(stderr, " rank %d forward x%.3f backward x%.3f step x%.3f%s", s,
+                        carried[(size_t)s * RT_CALIB_DIRS], carried[(size_t)s * RT_CALIB_DIRS + 1],
+                        carried[(size_t)s * RT_CALIB_DIRS + 2], s + 1 < S ? ";" : "\n");
+        }
     }
 }
 
-static dyn_status step(rt_run *R, int64_t k, double *grad_norm, double *lr, dyn_error *err)
+static dyn_status step(rt_run *R, int64_t k, double *grad_norm, double *lr, double *opt_ms, dyn_error *err)
 {
     /* The data-parallel sums started as each stage's backward finished
      * (on_stage_done); a replica idle this iteration starts them now. Then
@@ -506,16 +516,19 @@ static dyn_status step(rt_run *R, int64_t k, double *grad_norm, double *lr, dyn_
         R->dp_started[c] = 0;
     }
     if (st == DYN_OK) st = sum_shared(R, err);
-    double sq = 0;
+    double sq = 0, t0 = dyn_time_ms();
     for (int32_t c = 0; c < R->n_local; c++) sq += dyn_model_grad_sqnorm_owned(R->models[c]);
+    *opt_ms = dyn_time_ms() - t0;
     if (st == DYN_OK) st = allreduce_on(R, R->g.pipe, &sq, 1, MPI_DOUBLE, "the gradient-norm allreduce", err);
     if (st != DYN_OK) return st;
     *grad_norm = sqrt(sq);
     *lr = dyn_lr_at(&R->o.lr, k);
+    t0 = dyn_time_ms();
     for (int32_t c = 0; c < R->n_local; c++) {
         dyn_model_adamw_step_norm(R->models[c], (float)*lr, &R->o.adamw, *grad_norm, R->o.clip_norm);
         dyn_model_zero_grad(R->models[c]);
     }
+    *opt_ms += dyn_time_ms() - t0;
     return DYN_OK;
 }
 
@@ -552,11 +565,11 @@ static dyn_status write_metrics(rt_run *R, dyn_error *err)
                 "{\"step\":%lld,\"loss\":%.6f,\"tokens\":%lld,\"target_tokens\":%lld,\"tokens_per_s\":%.1f,"
                 "\"iteration_ms\":%.3f,\"predicted_ms\":%.3f,\"bubble_fraction\":%.4f,\"plan_ms\":%.3f,"
                 "\"plan_wait_ms\":%.3f,\"comm_wait_ms\":%.3f,\"comm_mb\":%.3f,\"lr\":%.6g,\"grad_norm\":%.6g,\"schedule\":\"%s\","
-                "\"n_microbatches\":%d,\"peak_mem_mb\":[",
+                "\"n_microbatches\":%d,\"makespan_ms\":%.3f,\"exec_ms\":%.3f,\"step_ms\":%.3f,\"peak_mem_mb\":[",
                 (long long)it->step, it->loss, (long long)it->tokens, (long long)it->target_tokens, tps,
                 it->iteration_ms, it->predicted_ms, it->bubble, it->plan_ms, it->plan_wait_ms, it->comm_wait_ms,
                 it->comm_mb, it->lr, it->grad_norm, it->schedule >= 0 ? dyn_schedule_name((dyn_schedule)it->schedule) : "-",
-                it->n_mb);
+                it->n_mb, it->makespan_ms, it->exec_ms, it->step_ms);
         for (int w = 0; w < R->g.world_size; w++) fprintf(af.fp, "%s%.2f", w ? "," : "", it->peak_mb[w]);
         fprintf(af.fp, "],\"predicted_peak_mem_mb\":[");
         for (int w = 0; w < R->g.world_size; w++) fprintf(af.fp, "%s%.2f", w ? "," : "", it->pred_peak_mb[w]);
@@ -984,8 +997,12 @@ static dyn_status setup(rt_run *R, dyn_error *err)
             if (R->mail.out[i].req == NULL || R->mail.out[i].len == NULL) return DYN_ERR_NOMEM;
         }
         if ((R->planner = rt_planner_create(o, rt_source_lengths(R->src), err)) == NULL) return err->code;
-        if (o->calibrate && (R->calib = rt_calib_create(o->calibrate_window, 0.03)) == NULL)
-            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the calibration");
+        if (o->calibrate) {
+            R->calib = rt_calib_create(R->g.stages, o->calibrate_window, 0.03);
+            R->calib_buf = calloc((size_t)R->g.stages * (RT_CALIB_DIRS + 1), sizeof(double));
+            if (R->calib == NULL || R->calib_buf == NULL)
+                return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the calibration");
+        }
         if (R->first_step > 0 && (st = rt_planner_seek(R->planner, R->first_step, resume_pos, err)) != DYN_OK)
             return st;
         R->mail.next_send = R->first_step;
@@ -1045,9 +1062,11 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
     rt_exec_stats xs;
     memset(&xs, 0, sizeof xs);
     if (st == DYN_OK) st = rt_exec_run(R->x, &w, R->epoch_ms, &xs, err);
-    double grad_norm = 0, lr = 0;
-    if (st == DYN_OK) st = step(R, k, &grad_norm, &lr, err);
+    double grad_norm = 0, lr = 0, opt_ms = 0;
+    if (st == DYN_OK) st = step(R, k, &grad_norm, &lr, &opt_ms, err);
     double rec[R_COUNT] = {0};
+    rec[R_EXEC_MS] = xs.wall_ms;
+    rec[R_STEP_MS] = opt_ms;
     rec[R_ITER_MS] = dyn_time_ms() - t0;
     rec[R_BUSY_MS] = xs.busy_ms;
     rec[R_COMM_MS] = xs.comm_wait_ms;
@@ -1081,6 +1100,8 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
             bytes += q[R_COMM_BYTES];
             if (q[R_PLAN_WAIT_MS] > wait) wait = q[R_PLAN_WAIT_MS];
             if (q[R_ITER_MS] > iter_ms) iter_ms = q[R_ITER_MS];
+            if (q[R_EXEC_MS] > it->exec_ms) it->exec_ms = q[R_EXEC_MS];
+            if (q[R_STEP_MS] > it->step_ms) it->step_ms = q[R_STEP_MS];
             it->peak_mb[r] = q[R_ALLOC_MB];
             it->pred_peak_mb[r] = q[R_PRED_PEAK_MB];
         }
@@ -1091,6 +1112,7 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
         it->target_tokens = w.global_target_tokens;
         it->iteration_ms = iter_ms;
         it->predicted_ms = w.predicted_ms;
+        it->makespan_ms = w.predicted_ms - rt_planner_step_ms(R->planner, k);
         it->bubble = iter_ms > 0 ? 1.0 - busy / ((double)R->g.world_size * iter_ms) : 0;
         it->plan_ms = w.plan_ms;
         it->plan_wait_ms = wait;
@@ -1111,6 +1133,7 @@ static void run_free(rt_run *R)
 {
     rt_planner_free(R->planner);
     rt_calib_free(R->calib);
+    free(R->calib_buf);
     free(R->mail.sampler_pos);
     mail_free(&R->mail);
     rt_exec_free(R->x);

@@ -12,7 +12,7 @@
  *   i32 n_mb, i32 n_samples, i32 n_stages, i32 mb_count[n_mb],
  *   n_samples x (i32 id, i32 row, i32 offset, i32 dec_offset),
  *   n_mb * n_stages x (f64 fwd_ms, f64 bwd_ms): the predicted stage costs,
- *   n_ranks x f64 predicted peak memory per pipeline rank (MB),
+ *   n_ranks x f64 predicted allocation per pipeline rank (MB, alloc.h),
  *   u64 plan_len, plan_len bytes of dyn_exec_plan_serialize.
  * A replica with no micro-batches this iteration (n_mb = 0) has no plan
  * (plan_len 0, n_stages 0 costs); its ranks only join the step.
@@ -43,14 +43,14 @@ typedef struct dyn_rt_work {
     int64_t global_target_tokens; /* target tokens of the whole global batch (all replicas) */
     int64_t global_real_tokens;   /* input + target tokens of the whole global batch */
     double plan_ms;               /* planner wall time spent on this global batch */
-    double predicted_ms;          /* simulated makespan of this replica's plan */
+    double predicted_ms;          /* simulated makespan of this replica's plan + the optimizer step */
     int32_t n_mb;                 /* = plan.n_microbatches */
     int32_t *mb_first;            /* [n_mb + 1]: micro-batch j's samples are [first[j], first[j+1]) */
     int32_t n_samples;
     dyn_rt_sample *samples;       /* [n_samples] grouped by micro-batch, in row order */
     int32_t n_stages, n_ranks;    /* of the plan (0 when n_mb = 0) */
     double *fwd_ms, *bwd_ms;      /* [n_mb * n_stages]: predicted times (ms), whole backward */
-    double *peak_mb;              /* [n_ranks]: predicted peak memory per pipeline rank, MB */
+    double *peak_mb;              /* [n_ranks]: predicted allocation per pipeline rank (alloc.h), MB */
     dyn_exec_plan plan;           /* the replica's validated plan */
 } dyn_rt_work;
 

@@ -1,0 +1,218 @@
+/* alloc.c — the interpreter's grow-only pools, walked from the plans
+ * (contract in alloc.h). Mirrors exec.c: acts_get / acts_put for the
+ * arenas, slot_take for the buffers. */
+#include "runtime/alloc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "dynapipe/sched.h"
+#include "util/util.h" /* defines: dyn_calloc */
+
+#define MB_BYTES (1024.0 * 1024.0)
+
+/* One rank's pools. */
+typedef struct rank_pool {
+    int32_t n, cap;          /* arenas */
+    double *arena_mb;        /* [cap] largest stored + working memory held */
+    double *keep_mb;         /* [cap] largest split-backward kept buffer */
+    int32_t *mb, *stage;     /* [cap] what it holds now */
+    uint8_t *used;           /* [cap] */
+    int32_t n_slots;
+    double *slot_mb;         /* [n_slots] largest tensor held */
+    double states_mb;        /* model states of the stages it holds (from its last busy iteration) */
+} rank_pool;
+
+/* The layer-to-stage assignment of a plan's stage count (kept_mb of a
+ * stage sums its layers'). */
+typedef struct assign_cache {
+    int have;
+    dyn_stage_assignment a;
+} assign_cache;
+
+struct rt_alloc {
+    const dyn_cost_model *cm;
+    int32_t n_ranks, dp;
+    rank_pool *pools;        /* [dp * n_ranks] */
+    assign_cache assign[2];  /* by n_stages: plain and chunked */
+};
+
+rt_alloc *rt_alloc_create(const dyn_cost_model *cm, int32_t n_ranks, int32_t dp, dyn_error *err)
+{
+    if (cm == NULL || n_ranks < 1 || dp < 1) {
+        dyn_error_set(err, DYN_ERR_INVALID_ARG, "allocation model: %d ranks x %d replicas", n_ranks, dp);
+        return NULL;
+    }
+    rt_alloc *a = dyn_calloc(1, sizeof *a, "allocation model", err);
+    if (a == NULL) return NULL;
+    a->cm = cm;
+    a->n_ranks = n_ranks;
+    a->dp = dp;
+    a->pools = dyn_calloc((size_t)n_ranks * (size_t)dp, sizeof *a->pools, "allocation model", err);
+    if (a->pools == NULL) {
+        free(a);
+        return NULL;
+    }
+    return a;
+}
+
+void rt_alloc_free(rt_alloc *a)
+{
+    if (a == NULL) return;
+    for (int32_t i = 0; i < a->n_ranks * a->dp; i++) {
+        rank_pool *p = &a->pools[i];
+        free(p->arena_mb), free(p->keep_mb), free(p->mb), free(p->stage), free(p->used), free(p->slot_mb);
+    }
+    for (int i = 0; i < 2; i++)
+        if (a->assign[i].have) dyn_stage_assignment_free(&a->assign[i].a);
+    free(a->pools);
+    free(a);
+}
+
+static const dyn_stage_assignment *assign_of(rt_alloc *a, int32_t n_stages, dyn_error *err)
+{
+    for (int i = 0; i < 2; i++)
+        if (a->assign[i].have && a->assign[i].a.n_stages == n_stages) return &a->assign[i].a;
+    int i = a->assign[0].have ? 1 : 0;
+    if (a->assign[i].have) dyn_stage_assignment_free(&a->assign[i].a);
+    a->assign[i].have = 0;
+    if (dyn_stage_assign_run(a->cm, n_stages, &a->assign[i].a, err) != DYN_OK) return NULL;
+    a->assign[i].have = 1;
+    return &a->assign[i].a;
+}
+
+/* The first free arena (a new one when none is), as acts_get does. */
+static int32_t arena_take(rank_pool *p, int32_t mb, int32_t stage, dyn_error *err)
+{
+    int32_t f = -1;
+    for (int32_t i = 0; i < p->n && f < 0; i++)
+        if (!p->used[i]) f = i;
+    if (f < 0) {
+        if (p->n == p->cap) {
+            int32_t cap = p->cap ? 2 * p->cap : 8;
+            double *am = realloc(p->arena_mb, (size_t)cap * sizeof *am);
+            if (am) p->arena_mb = am;
+            double *km = realloc(p->keep_mb, (size_t)cap * sizeof *km);
+            if (km) p->keep_mb = km;
+            int32_t *m = realloc(p->mb, (size_t)cap * sizeof *m);
+            if (m) p->mb = m;
+            int32_t *s = realloc(p->stage, (size_t)cap * sizeof *s);
+            if (s) p->stage = s;
+            uint8_t *u = realloc(p->used, (size_t)cap);
+            if (u) p->used = u;
+            if (!am || !km || !m || !s || !u) {
+                dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the allocation model");
+                return -1;
+            }
+            p->cap = cap;
+        }
+        f = p->n++;
+        p->arena_mb[f] = p->keep_mb[f] = 0;
+    }
+    p->used[f] = 1;
+    p->mb[f] = mb;
+    p->stage[f] = stage;
+    return f;
+}
+
+static int32_t arena_find(const rank_pool *p, int32_t mb, int32_t stage)
+{
+    for (int32_t i = 0; i < p->n; i++)
+        if (p->used[i] && p->mb[i] == mb && p->stage[i] == stage) return i;
+    return -1;
+}
+
+static dyn_status slot_grow(rank_pool *p, const dyn_instr *in, dyn_error *err)
+{
+    if (in->buf_out < 0) return DYN_OK;
+    if (in->buf_out >= p->n_slots) {
+        int32_t n = in->buf_out + 1;
+        double *s = realloc(p->slot_mb, (size_t)n * sizeof *s);
+        if (s == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the allocation model");
+        for (int32_t i = p->n_slots; i < n; i++) s[i] = 0;
+        p->slot_mb = s;
+        p->n_slots = n;
+    }
+    double mb = (double)in->bytes / MB_BYTES;
+    if (mb > p->slot_mb[in->buf_out]) p->slot_mb[in->buf_out] = mb;
+    return DYN_OK;
+}
+
+/* What a split backward of (shape, stage) keeps from B to W, MB. */
+static dyn_status stage_kept(rt_alloc *a, const dyn_stage_assignment *as, const dyn_instr *in, double *out,
+                             dyn_error *err)
+{
+    *out = 0;
+    for (int32_t l = as->stage_first[in->stage]; l < as->stage_first[in->stage + 1]; l++) {
+        dyn_layer_cost c;
+        dyn_status st = dyn_cost_layer(a->cm, (dyn_layer_kind)as->layer_kind[l], &in->shape,
+                                       (dyn_recompute)in->recompute, &c, err);
+        if (st != DYN_OK) return st;
+        *out += c.kept_mb;
+    }
+    return DYN_OK;
+}
+
+dyn_status rt_alloc_iteration(rt_alloc *a, int32_t replica, const dyn_replica_plan *rp, double *peak_mb,
+                              dyn_error *err)
+{
+    if (replica < 0 || replica >= a->dp)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "allocation model: replica %d of %d", replica, a->dp);
+    const dyn_exec_plan *plan = &rp->plan;
+    const dyn_stage_costs *c = &rp->costs;
+    int busy = rp->n_microbatches > 0;
+    if (busy && plan->n_ranks != a->n_ranks)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "allocation model: a plan of %d ranks, %d expected",
+                             plan->n_ranks, a->n_ranks);
+    const dyn_stage_assignment *as = busy ? assign_of(a, plan->n_stages, err) : NULL;
+    if (busy && as == NULL) return err->code;
+    int32_t S = busy ? plan->n_stages : 0;
+    for (int32_t r = 0; r < a->n_ranks; r++) {
+        rank_pool *p = &a->pools[(size_t)replica * (size_t)a->n_ranks + (size_t)r];
+        if (busy) {
+            for (int32_t i = 0; i < p->n; i++) p->used[i] = 0; /* as exec.c's prepare */
+            const dyn_rank_plan *rk = &plan->ranks[r];
+            for (int32_t i = 0; i < rk->n_instrs; i++) {
+                const dyn_instr *in = &rk->instrs[i];
+                size_t k = (size_t)in->microbatch * (size_t)S + (size_t)in->stage;
+                int32_t f;
+                dyn_status st = DYN_OK;
+                switch (in->op) {
+                case DYN_OP_FORWARD:
+                    if ((f = arena_take(p, in->microbatch, in->stage, err)) < 0) return err->code;
+                    if (c->stored_mb[k] + c->peak_mb[k] > p->arena_mb[f]) p->arena_mb[f] = c->stored_mb[k] + c->peak_mb[k];
+                    st = slot_grow(p, in, err);
+                    break;
+                case DYN_OP_BACKWARD:
+                case DYN_OP_BACKWARD_WEIGHT:
+                    st = slot_grow(p, in, err);
+                    if ((f = arena_find(p, in->microbatch, in->stage)) >= 0) p->used[f] = 0;
+                    break;
+                case DYN_OP_BACKWARD_INPUT: {
+                    double kept = 0;
+                    st = slot_grow(p, in, err);
+                    if (st == DYN_OK) st = stage_kept(a, as, in, &kept, err);
+                    if (st == DYN_OK && (f = arena_find(p, in->microbatch, in->stage)) >= 0 && kept > p->keep_mb[f])
+                        p->keep_mb[f] = kept;
+                    break;
+                }
+                case DYN_OP_RECV_ACT_START:
+                case DYN_OP_RECV_GRAD_START: /* LOAD_INPUT's slot holds nothing (exec.c) */
+                    st = slot_grow(p, in, err);
+                    break;
+                default:
+                    break;
+                }
+                if (st != DYN_OK) return st;
+            }
+            p->states_mb = 0;
+            for (int32_t s = 0; s < S; s++)
+                if (plan->stage_rank[s] == r) p->states_mb += c->states_mb[s];
+        }
+        double total = p->states_mb;
+        for (int32_t i = 0; i < p->n; i++) total += p->arena_mb[i] + p->keep_mb[i];
+        for (int32_t i = 0; i < p->n_slots; i++) total += p->slot_mb[i];
+        peak_mb[r] = total;
+    }
+    return DYN_OK;
+}

@@ -1,0 +1,40 @@
+/* alloc.h — what each rank's interpreter (exec.c) will have allocated,
+ * predicted from the plans and the cost model: the figure beside the
+ * measured `peak_mem_mb` of `dynapipe train` (predicted_peak_mem_mb).
+ *
+ * The interpreter's memory is pools that only grow: an activation arena
+ * per (micro-batch, stage) in flight, taken from a pool (the first free
+ * one) at FORWARD and given back after the last backward part, each
+ * growing to the largest stored + working memory it ever held, with a
+ * second buffer for what a split backward keeps from B to W; and a buffer
+ * per slot index growing to the largest tensor it held. So a rank's
+ * allocation is the sum over arenas and slots of their largest use so
+ * far, not one iteration's live peak: the model walks every rank's
+ * instructions the way the interpreter does, iteration after iteration,
+ * and keeps the same pools. Per (micro-batch, stage) it uses the plan's
+ * stage costs (stored_mb, peak_mb) and the cost model's kept_mb of the
+ * stage's layers. */
+#ifndef DYN_RUNTIME_ALLOC_H
+#define DYN_RUNTIME_ALLOC_H
+
+#include <stdint.h>
+
+#include "dynapipe/cost.h"
+#include "dynapipe/pipeline.h"
+
+typedef struct rt_alloc rt_alloc;
+
+/* cm (borrowed, must outlive the handle): the planner's cost model;
+ * n_ranks pipeline ranks, dp replicas. NULL on bad arguments (err set). */
+rt_alloc *rt_alloc_create(const dyn_cost_model *cm, int32_t n_ranks, int32_t dp, dyn_error *err);
+void rt_alloc_free(rt_alloc *a);
+
+/* One iteration of replica `replica` with plan rp (validated, costs
+ * attached): the pools grow as the interpreter's would, and peak_mb[r]
+ * (n_ranks values) gets rank r's allocation after it, MB: model states of
+ * the stages it holds + arenas + kept buffers + slots. An idle replica
+ * (rp->n_microbatches == 0) leaves the pools as they were. */
+dyn_status rt_alloc_iteration(rt_alloc *a, int32_t replica, const dyn_replica_plan *rp, double *peak_mb,
+                              dyn_error *err);
+
+#endif
