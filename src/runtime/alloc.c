@@ -11,13 +11,18 @@
 
 #define MB_BYTES (1024.0 * 1024.0)
 
+/* One activation arena of a rank (exec.c's acts pool). */
+typedef struct arena {
+    double arena_mb;         /* largest stored + working memory held */
+    double keep_mb;          /* largest split-backward kept buffer */
+    int32_t mb, stage;       /* what it holds now */
+    int used;
+} arena;
+
 /* One rank's pools. */
 typedef struct rank_pool {
     int32_t n, cap;          /* arenas */
-    double *arena_mb;        /* [cap] largest stored + working memory held */
-    double *keep_mb;         /* [cap] largest split-backward kept buffer */
-    int32_t *mb, *stage;     /* [cap] what it holds now */
-    uint8_t *used;           /* [cap] */
+    arena *ar;               /* [cap] */
     int32_t n_slots;
     double *slot_mb;         /* [n_slots] largest tensor held */
     double states_mb;        /* model states of the stages it holds (from its last busy iteration) */
@@ -61,7 +66,7 @@ void rt_alloc_free(rt_alloc *a)
     if (a == NULL) return;
     for (int32_t i = 0; i < a->n_ranks * a->dp; i++) {
         rank_pool *p = &a->pools[i];
-        free(p->arena_mb), free(p->keep_mb), free(p->mb), free(p->stage), free(p->used), free(p->slot_mb);
+        free(p->ar), free(p->slot_mb);
     }
     for (int i = 0; i < 2; i++)
         if (a->assign[i].have) dyn_stage_assignment_free(&a->assign[i].a);
@@ -86,39 +91,31 @@ static int32_t arena_take(rank_pool *p, int32_t mb, int32_t stage, dyn_error *er
 {
     int32_t f = -1;
     for (int32_t i = 0; i < p->n && f < 0; i++)
-        if (!p->used[i]) f = i;
+        if (!p->ar[i].used) f = i;
     if (f < 0) {
         if (p->n == p->cap) {
             int32_t cap = p->cap ? 2 * p->cap : 8;
-            double *am = realloc(p->arena_mb, (size_t)cap * sizeof *am);
-            if (am) p->arena_mb = am;
-            double *km = realloc(p->keep_mb, (size_t)cap * sizeof *km);
-            if (km) p->keep_mb = km;
-            int32_t *m = realloc(p->mb, (size_t)cap * sizeof *m);
-            if (m) p->mb = m;
-            int32_t *s = realloc(p->stage, (size_t)cap * sizeof *s);
-            if (s) p->stage = s;
-            uint8_t *u = realloc(p->used, (size_t)cap);
-            if (u) p->used = u;
-            if (!am || !km || !m || !s || !u) {
+            arena *ar = realloc(p->ar, (size_t)cap * sizeof *ar);
+            if (ar == NULL) {
                 dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the allocation model");
                 return -1;
             }
+            p->ar = ar;
             p->cap = cap;
         }
         f = p->n++;
-        p->arena_mb[f] = p->keep_mb[f] = 0;
+        p->ar[f].arena_mb = p->ar[f].keep_mb = 0;
     }
-    p->used[f] = 1;
-    p->mb[f] = mb;
-    p->stage[f] = stage;
+    p->ar[f].used = 1;
+    p->ar[f].mb = mb;
+    p->ar[f].stage = stage;
     return f;
 }
 
 static int32_t arena_find(const rank_pool *p, int32_t mb, int32_t stage)
 {
     for (int32_t i = 0; i < p->n; i++)
-        if (p->used[i] && p->mb[i] == mb && p->stage[i] == stage) return i;
+        if (p->ar[i].used && p->ar[i].mb == mb && p->ar[i].stage == stage) return i;
     return -1;
 }
 
@@ -170,7 +167,7 @@ dyn_status rt_alloc_iteration(rt_alloc *a, int32_t replica, const dyn_replica_pl
     for (int32_t r = 0; r < a->n_ranks; r++) {
         rank_pool *p = &a->pools[(size_t)replica * (size_t)a->n_ranks + (size_t)r];
         if (busy) {
-            for (int32_t i = 0; i < p->n; i++) p->used[i] = 0; /* as exec.c's prepare */
+            for (int32_t i = 0; i < p->n; i++) p->ar[i].used = 0; /* as exec.c's prepare */
             const dyn_rank_plan *rk = &plan->ranks[r];
             for (int32_t i = 0; i < rk->n_instrs; i++) {
                 const dyn_instr *in = &rk->instrs[i];
@@ -180,20 +177,20 @@ dyn_status rt_alloc_iteration(rt_alloc *a, int32_t replica, const dyn_replica_pl
                 switch (in->op) {
                 case DYN_OP_FORWARD:
                     if ((f = arena_take(p, in->microbatch, in->stage, err)) < 0) return err->code;
-                    if (c->stored_mb[k] + c->peak_mb[k] > p->arena_mb[f]) p->arena_mb[f] = c->stored_mb[k] + c->peak_mb[k];
+                    if (c->stored_mb[k] + c->peak_mb[k] > p->ar[f].arena_mb) p->ar[f].arena_mb = c->stored_mb[k] + c->peak_mb[k];
                     st = slot_grow(p, in, err);
                     break;
                 case DYN_OP_BACKWARD:
                 case DYN_OP_BACKWARD_WEIGHT:
                     st = slot_grow(p, in, err);
-                    if ((f = arena_find(p, in->microbatch, in->stage)) >= 0) p->used[f] = 0;
+                    if ((f = arena_find(p, in->microbatch, in->stage)) >= 0) p->ar[f].used = 0;
                     break;
                 case DYN_OP_BACKWARD_INPUT: {
                     double kept = 0;
                     st = slot_grow(p, in, err);
                     if (st == DYN_OK) st = stage_kept(a, as, in, &kept, err);
-                    if (st == DYN_OK && (f = arena_find(p, in->microbatch, in->stage)) >= 0 && kept > p->keep_mb[f])
-                        p->keep_mb[f] = kept;
+                    if (st == DYN_OK && (f = arena_find(p, in->microbatch, in->stage)) >= 0 && kept > p->ar[f].keep_mb)
+                        p->ar[f].keep_mb = kept;
                     break;
                 }
                 case DYN_OP_RECV_ACT_START:
@@ -210,7 +207,7 @@ dyn_status rt_alloc_iteration(rt_alloc *a, int32_t replica, const dyn_replica_pl
                 if (plan->stage_rank[s] == r) p->states_mb += c->states_mb[s];
         }
         double total = p->states_mb;
-        for (int32_t i = 0; i < p->n; i++) total += p->arena_mb[i] + p->keep_mb[i];
+        for (int32_t i = 0; i < p->n; i++) total += p->ar[i].arena_mb + p->ar[i].keep_mb;
         for (int32_t i = 0; i < p->n_slots; i++) total += p->slot_mb[i];
         peak_mb[r] = total;
     }
