@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util/util.h" /* defines: dyn_file_write_atomic */
+#include "util/util.h" /* defines: dyn_file_write_atomic, dyn_parse_finite */
 
 void cli_errorf(const char *cmd, const char *fmt, ...)
 {
@@ -71,10 +71,8 @@ int cli_parse_f64(const char *cmd, const char *flag, const char *text, double mi
         cli_errorf(cmd, "%s needs a value", flag);
         return -1;
     }
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (end == text || *end != '\0' || errno == ERANGE || !isfinite(v)) {
+    double v;
+    if (dyn_parse_finite(text, &v) != 0) {
         cli_errorf(cmd, "%s: '%s' is not a number", flag, text);
         return -1;
     }

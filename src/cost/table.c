@@ -404,8 +404,6 @@ static dyn_status rd_fail(reader *r, const char *what, const char *detail)
                          detail ? ": " : "", detail ? detail : "");
 }
 
-static int parse_double(const char *s, double *out) { return dyn_parse_finite(s, out); }
-
 /* A time (ms) or size (MB) field: a finite number in [0, DYN_COST_VALUE_MAX],
  * so that sums over a plan stay finite. On failure one line names the line,
  * the field and the text as written. */
@@ -413,7 +411,7 @@ static dyn_status parse_cost_value(reader *r, const char *field, const char *tex
 {
     double v;
     const char *why = NULL;
-    if (parse_double(text, &v) != 0) why = "is not a finite number";
+    if (dyn_parse_finite(text, &v) != 0) why = "is not a finite number";
     else if (v < 0) why = "is negative";
     else if (v > DYN_COST_VALUE_MAX) why = "is too large (at most " DYN_COST_VALUE_MAX_TEXT ")";
     if (why != NULL)
@@ -468,7 +466,7 @@ static dyn_status parse_kv(reader *r, char **tok, int ntok, kv_field *f, int nf,
         switch (f[j].type) {
         case 'i': bad = parse_int(val, f[j].dst) != 0; break;
         case 'd':
-        case 'o': bad = parse_double(val, f[j].dst) != 0; break;
+        case 'o': bad = dyn_parse_finite(val, f[j].dst) != 0; break;
         case 's':
             bad = strlen(val) == 0 || strlen(val) >= 64;
             if (!bad) snprintf(f[j].dst, 64, "%s", val);
