@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/util.h" /* defines: dyn_median */
+
 struct rt_calib {
     int n_ranks, window;
     double threshold;
@@ -48,7 +50,12 @@ void rt_calib_free(rt_calib *c)
     free(c);
 }
 
-static double median(const double *v, int n, double *scratch);
+/* Median of v[0..n) (left in place; sorted in scratch by dyn_median). */
+static double median(const double *v, int n, double *scratch)
+{
+    memcpy(scratch, v, (size_t)n * sizeof *v);
+    return dyn_median(scratch, n);
+}
 
 /* A level shift (the machine got slower or faster and stays so): the last
  * SHIFT_RUN estimates of a cell all beyond SHIFT_RATIO of the median of
@@ -90,19 +97,6 @@ void rt_calib_add(rt_calib *c, int r, const double meas_ms[RT_CALIB_DIRS], const
         if (c->n[cell] < c->window) c->n[cell]++;
         shift_check(c, cell);
     }
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n, double *scratch)
-{
-    memcpy(scratch, v, (size_t)n * sizeof *v);
-    qsort(scratch, (size_t)n, sizeof *scratch, cmp_double);
-    return n % 2 ? scratch[n / 2] : 0.5 * (scratch[n / 2 - 1] + scratch[n / 2]);
 }
 
 int rt_calib_update(rt_calib *c, double *factor)
