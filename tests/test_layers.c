@@ -185,6 +185,45 @@ static void test_gelu_values_and_gradients(void **state)
     free(dh); free(g.out); free(g.R); free(g.h);
 }
 
+/* The GPT MLP's pair (forward keeps gelu', backward multiplies by it and
+ * sums the fc bias gradient) against the plain kernels: the same bits for
+ * the values and the input gradient, and bias sums within rounding of a
+ * double loop, accumulated (+=). N*F reaches DYN_PAR_MIN_WORK, so with two
+ * threads the channel-split path runs. */
+static void test_gelu_kept_grad(void **state)
+{
+    (void)state;
+    enum { N = 70, F = 2048 };
+    size_t n = (size_t)N * F;
+    dyn_rng rng;
+    dyn_rng_seed(&rng, 9);
+    float *x = xcalloc(n, 4), *kept = xcalloc(n, 4), *y0 = xcalloc(n, 4), *y1 = xcalloc(n, 4);
+    float *d0 = xcalloc(n, 4), *d1 = xcalloc(n, 4), *d2 = xcalloc(n, 4);
+    float *db = xcalloc(F, 4);
+    fill_uniform(x, n, 4, &rng);
+    fill_uniform(d0, n, 1, &rng);
+    for (int f = 0; f < F; f++) db[f] = 0.25f;
+    memcpy(kept, x, n * 4);
+    memcpy(d1, d0, n * 4);
+    memcpy(d2, d0, n * 4);
+    dyn_threads_set(2);
+    dyn_gelu_forward(y0, x, n);
+    dyn_gelu_forward_keep_grad(y1, kept, n);
+    assert_memory_equal(y0, y1, n * 4);
+    dyn_gelu_backward_inplace(d0, x, n);
+    dyn_gelu_backward_kept(d1, db, kept, N, F);
+    dyn_gelu_backward_kept(d2, NULL, kept, N, F);
+    dyn_threads_set(1);
+    assert_memory_equal(d0, d1, n * 4);
+    assert_memory_equal(d0, d2, n * 4);
+    for (int f = 0; f < F; f++) {
+        double want = 0.25;
+        for (int r = 0; r < N; r++) want += d0[(size_t)r * F + f];
+        assert_true(fabs(db[f] - want) < 1e-4 * (1.0 + fabs(want)));
+    }
+    free(x); free(kept); free(y0); free(y1); free(d0); free(d1); free(d2); free(db);
+}
+
 static void test_residual(void **state)
 {
     (void)state;
@@ -333,6 +372,7 @@ int main(void)
         cmocka_unit_test(test_layernorm_gradients),
         cmocka_unit_test(test_rmsnorm_gradients),
         cmocka_unit_test(test_gelu_values_and_gradients),
+        cmocka_unit_test(test_gelu_kept_grad),
         cmocka_unit_test(test_residual),
         cmocka_unit_test(test_embeddings),
         cmocka_unit_test(test_lmhead_small_fd),

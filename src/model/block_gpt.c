@@ -70,7 +70,7 @@ void dyn_gpt_block_acts_layout(dyn_gpt_block_acts *a, float *arena, dyn_block_di
     a->ln2 = x; x += N * C;
     a->ln2_mean = x; x += N;
     a->ln2_rstd = x; x += N;
-    a->fch = x; x += N * F;
+    a->fch_dgelu = x; x += N * F;
     a->fch_gelu = x; x += N * F;
 }
 
@@ -96,8 +96,8 @@ void dyn_gpt_block_forward(float *out, const float *inp, const dyn_gpt_block_par
     dyn_linear_forward(a->x1, a->atty, p->proj_w, p->proj_b, N, C, C);
     dyn_residual_forward(a->x1, a->x1, inp, NC);
     dyn_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->x1, p->ln2_w, p->ln2_b, N, C);
-    dyn_linear_forward(a->fch, a->ln2, p->fc_w, p->fc_b, N, C, F);
-    dyn_gelu_forward(a->fch_gelu, a->fch, (size_t)N * F);
+    dyn_linear_forward(a->fch_dgelu, a->ln2, p->fc_w, p->fc_b, N, C, F);
+    dyn_gelu_forward_keep_grad(a->fch_gelu, a->fch_dgelu, (size_t)N * F);
     dyn_linear_forward(out, a->fch_gelu, p->fcproj_w, p->fcproj_b, N, F, C);
     dyn_residual_forward(out, out, a->x1, NC);
 }
@@ -131,10 +131,12 @@ static void gpt_block_backward_run(float *dinp, const dyn_gpt_block_params *g, d
     memset(dF, 0, NF * sizeof(float));
     dyn_linear_backward_input(dF, dinp, p->fcproj_w, N, F, C);
     if (g) dyn_linear_backward_weight(g->fcproj_w, g->fcproj_b, dinp, a->fch_gelu, N, F, C);
-    dyn_gelu_backward_inplace(dF, a->fch, NF);
+    /* fc's bias gradient is the column sums of dF: taken in the GELU pass
+     * that makes dF rather than in a pass of its own. */
+    dyn_gelu_backward_kept(dF, g ? g->fc_b : NULL, a->fch_dgelu, N, F);
     memset(dln2, 0, NC * sizeof(float));
     dyn_linear_backward_input(dln2, dF, p->fc_w, N, C, F);
-    if (g) dyn_linear_backward_weight(g->fc_w, g->fc_b, dF, a->ln2, N, C, F);
+    if (g) dyn_linear_backward_weight(g->fc_w, NULL, dF, a->ln2, N, C, F);
     dyn_layernorm_backward_input(dinp, dln2, a->x1, p->ln2_w, a->ln2_mean, a->ln2_rstd, N, C);
     if (g) dyn_layernorm_backward_weight(g->ln2_w, g->ln2_b, dln2, a->x1, a->ln2_mean, a->ln2_rstd, N, C);
 

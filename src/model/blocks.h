@@ -78,7 +78,8 @@ typedef struct dyn_gpt_block_acts {
     float *x1;                  /* (N, C) residual after attention */
     float *ln2;                 /* (N, C) */
     float *ln2_mean, *ln2_rstd; /* (N), (N) */
-    float *fch;                 /* (N, F) fc output, pre-GELU */
+    float *fch_dgelu;           /* (N, F) gelu' of the fc output (the
+                                   backward needs nothing else of it) */
     float *fch_gelu;            /* (N, F) */
 } dyn_gpt_block_acts;
 

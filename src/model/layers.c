@@ -111,17 +111,22 @@ void dyn_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
 
-static inline float gelu1(float x)
-{
-    float t = dyn_fast_tanhf(GELU_K * (x + GELU_A * x * x * x));
-    return 0.5f * x * (1.0f + t);
-}
+/* The tanh is most of GELU's cost (an exp and a division), and the value
+ * and the derivative share it: every kernel that needs both computes it
+ * once (gelu_tanh1) and passes it to gelu_of/gelu_grad_of, so the results
+ * are the same bits as two separate evaluations. */
+static inline float gelu_tanh1(float x) { return dyn_fast_tanhf(GELU_K * (x + GELU_A * x * x * x)); }
 
-static inline float gelu_grad1(float x)
+static inline float gelu_of(float x, float t) { return 0.5f * x * (1.0f + t); }
+
+static inline float gelu_grad_of(float x, float t)
 {
-    float t = dyn_fast_tanhf(GELU_K * (x + GELU_A * x * x * x));
     return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
 }
+
+static inline float gelu1(float x) { return gelu_of(x, gelu_tanh1(x)); }
+
+static inline float gelu_grad1(float x) { return gelu_grad_of(x, gelu_tanh1(x)); }
 
 void dyn_gelu_forward(float *out, const float *inp, size_t n)
 {
@@ -139,6 +144,41 @@ void dyn_gelu_backward_inplace(float *d, const float *inp, size_t n)
 {
 #pragma omp parallel for schedule(static) if (dyn_par(n))
     for (size_t i = 0; i < n; i++) d[i] = gelu_grad1(inp[i]) * d[i];
+}
+
+void dyn_gelu_forward_keep_grad(float *out, float *x_dgelu, size_t n)
+{
+#pragma omp parallel for schedule(static) if (dyn_par(n))
+    for (size_t i = 0; i < n; i++) {
+        float x = x_dgelu[i], t = gelu_tanh1(x);
+        out[i] = gelu_of(x, t);
+        x_dgelu[i] = gelu_grad_of(x, t);
+    }
+}
+
+void dyn_gelu_backward_kept(float *d, float *dbias, const float *dgelu, int N, int F)
+{
+    if (dbias == NULL) {
+        size_t n = (size_t)N * F;
+#pragma omp parallel for schedule(static) if (dyn_par(n))
+        for (size_t i = 0; i < n; i++) d[i] = dgelu[i] * d[i];
+        return;
+    }
+    /* Channels split over threads, rows in order: the bias sums are added
+     * in the order dyn_linear_backward_weight adds them. */
+#pragma omp parallel if (dyn_par((size_t)N * F))
+    {
+        int c0, c1;
+        channel_range(F, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
+        for (int r = 0; r < N; r++) {
+            float *dr = d + (size_t)r * F;
+            const float *gr = dgelu + (size_t)r * F;
+            for (int c = c0; c < c1; c++) {
+                dr[c] = gr[c] * dr[c];
+                dbias[c] += dr[c];
+            }
+        }
+    }
 }
 
 void dyn_gated_gelu_forward(float *out, const float *h, int N, int F)
@@ -159,8 +199,9 @@ void dyn_gated_gelu_backward(float *dh, const float *dout, const float *h, int N
         const float *d = dout + (size_t)n * F;
         float *da = dh + (size_t)n * 2 * F, *db = da + F;
         for (int f = 0; f < F; f++) {
-            da[f] = d[f] * b[f] * gelu_grad1(a[f]);
-            db[f] = d[f] * gelu1(a[f]);
+            float t = gelu_tanh1(a[f]);
+            da[f] = d[f] * b[f] * gelu_grad_of(a[f], t);
+            db[f] = d[f] * gelu_of(a[f], t);
         }
     }
 }

@@ -74,6 +74,15 @@ void dyn_gelu_forward(float *out, const float *inp, size_t n);
 void dyn_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 /* d (n) = gelu'(inp) * d, overwritten in place. */
 void dyn_gelu_backward_inplace(float *d, const float *inp, size_t n);
+/* The pair a block uses when it keeps the derivative instead of the input
+ * (the GPT MLP: the pre-GELU values are read by nothing else): the forward
+ * computes the tanh once for both, the backward is a product with no tanh.
+ * Forward: out (n) = gelu(x), and x_dgelu (n) holds x on entry and gelu'(x)
+ * on return. Backward: d (N,F) = dgelu * d in place, bit for bit
+ * dyn_gelu_backward_inplace on the same x; dbias (F) += column sums of the
+ * new d, summed as dyn_linear_backward_weight sums them, or NULL. */
+void dyn_gelu_forward_keep_grad(float *out, float *x_dgelu, size_t n);
+void dyn_gelu_backward_kept(float *d, float *dbias, const float *dgelu, int N, int F);
 
 /* ---- gated GELU (T5 v1.1 feed-forward) -------------------------------------
  * h (N,2F) holds [x·W_i0^T | x·W_i1^T] per row (one linear with the two
