@@ -224,6 +224,32 @@ static void test_gelu_kept_grad(void **state)
     free(x); free(kept); free(y0); free(y1); free(d0); free(d1); free(d2); free(db);
 }
 
+/* dyn_linear_backward_input_set overwrites (whatever dinp held) with
+ * dout · w, against a double loop; the shape is large enough for
+ * dyn_sgemm's panels, on two threads. */
+static void test_linear_backward_input_set(void **state)
+{
+    (void)state;
+    enum { N = 600, C = 64, OC = 100 };
+    dyn_rng rng;
+    dyn_rng_seed(&rng, 12);
+    float *d = xcalloc((size_t)N * OC, 4), *w = xcalloc((size_t)OC * C, 4);
+    float *dx = xcalloc((size_t)N * C, 4);
+    fill_uniform(d, (size_t)N * OC, 1, &rng);
+    fill_uniform(w, (size_t)OC * C, 1, &rng);
+    for (size_t i = 0; i < (size_t)N * C; i++) dx[i] = 7.0f;
+    dyn_threads_set(2);
+    dyn_linear_backward_input_set(dx, d, w, N, C, OC);
+    dyn_threads_set(1);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            double want = 0.0;
+            for (int o = 0; o < OC; o++) want += (double)d[(size_t)n * OC + o] * w[(size_t)o * C + c];
+            assert_true(fabs(dx[(size_t)n * C + c] - want) < 1e-4 * (1.0 + fabs(want)));
+        }
+    free(d); free(w); free(dx);
+}
+
 static void test_residual(void **state)
 {
     (void)state;
@@ -373,6 +399,7 @@ int main(void)
         cmocka_unit_test(test_rmsnorm_gradients),
         cmocka_unit_test(test_gelu_values_and_gradients),
         cmocka_unit_test(test_gelu_kept_grad),
+        cmocka_unit_test(test_linear_backward_input_set),
         cmocka_unit_test(test_residual),
         cmocka_unit_test(test_embeddings),
         cmocka_unit_test(test_lmhead_small_fd),

@@ -128,28 +128,24 @@ static void gpt_block_backward_run(float *dinp, const dyn_gpt_block_params *g, d
     memcpy(dinp, dout, NC * sizeof(float));
 
     /* MLP branch: out = x1 + fcproj(gelu(fc(ln2(x1)))). dinp holds dout. */
-    memset(dF, 0, NF * sizeof(float));
-    dyn_linear_backward_input(dF, dinp, p->fcproj_w, N, F, C);
+    dyn_linear_backward_input_set(dF, dinp, p->fcproj_w, N, F, C);
     if (g) dyn_linear_backward_weight(g->fcproj_w, g->fcproj_b, dinp, a->fch_gelu, N, F, C);
     /* fc's bias gradient is the column sums of dF: taken in the GELU pass
      * that makes dF rather than in a pass of its own. */
     dyn_gelu_backward_kept(dF, g ? g->fc_b : NULL, a->fch_dgelu, N, F);
-    memset(dln2, 0, NC * sizeof(float));
-    dyn_linear_backward_input(dln2, dF, p->fc_w, N, C, F);
+    dyn_linear_backward_input_set(dln2, dF, p->fc_w, N, C, F);
     if (g) dyn_linear_backward_weight(g->fc_w, NULL, dF, a->ln2, N, C, F);
     dyn_layernorm_backward_input(dinp, dln2, a->x1, p->ln2_w, a->ln2_mean, a->ln2_rstd, N, C);
     if (g) dyn_layernorm_backward_weight(g->ln2_w, g->ln2_b, dln2, a->x1, a->ln2_mean, a->ln2_rstd, N, C);
 
     /* Attention branch: x1 = x + proj(attn(ln1(x))). dinp holds dx1. */
     if (k) memcpy(k->dx1, dinp, NC * sizeof(float));
-    memset(dC, 0, NC * sizeof(float));
-    dyn_linear_backward_input(dC, dinp, p->proj_w, N, C, C);
+    dyn_linear_backward_input_set(dC, dinp, p->proj_w, N, C, C);
     if (g) dyn_linear_backward_weight(g->proj_w, g->proj_b, dinp, a->atty, N, C, C);
     dyn_attention_backward(dqkv, dqkv + C, dqkv + 2 * C, NULL, dC, a->qkv, 3 * C, a->qkv + C,
                            3 * C, a->qkv + 2 * C, 3 * C, a->atty, a->att_lse, NULL, lay, lay,
                            &cfg, attn_work);
-    memset(dln1, 0, NC * sizeof(float));
-    dyn_linear_backward_input(dln1, dqkv, p->qkv_w, N, C, 3 * C);
+    dyn_linear_backward_input_set(dln1, dqkv, p->qkv_w, N, C, 3 * C);
     if (g) dyn_linear_backward_weight(g->qkv_w, g->qkv_b, dqkv, a->ln1, N, C, 3 * C);
     dyn_layernorm_backward_input(dinp, dln1, inp, p->ln1_w, a->ln1_mean, a->ln1_rstd, N, C);
     if (g) dyn_layernorm_backward_weight(g->ln1_w, g->ln1_b, dln1, inp, a->ln1_mean, a->ln1_rstd, N, C);

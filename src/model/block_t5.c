@@ -56,12 +56,10 @@ static void ffn_backward(float *dres, float *gln_w, float *gwi_w, float *gwo_w, 
 {
     int fused = gwo_w != NULL;
     if (kdout) memcpy(kdout, dres, (size_t)N * d.C * sizeof(float));
-    memset(dg, 0, (size_t)N * d.F * sizeof(float));
-    dyn_linear_backward_input(dg, dres, wo_w, N, d.F, d.C);
+    dyn_linear_backward_input_set(dg, dres, wo_w, N, d.F, d.C);
     if (fused) dyn_linear_backward_weight(gwo_w, NULL, dres, g, N, d.F, d.C);
     dyn_gated_gelu_backward(dh, dg, h, N, d.F);
-    memset(dln, 0, (size_t)N * d.C * sizeof(float));
-    dyn_linear_backward_input(dln, dh, wi_w, N, d.C, 2 * d.F);
+    dyn_linear_backward_input_set(dln, dh, wi_w, N, d.C, 2 * d.F);
     if (fused) dyn_linear_backward_weight(gwi_w, NULL, dh, ln, N, d.C, 2 * d.F);
     dyn_rmsnorm_backward_input(dres, dln, x, ln_w, rstd, N, d.C);
     if (fused) dyn_rmsnorm_backward_weight(gln_w, dln, x, rstd, N, d.C);
@@ -98,8 +96,7 @@ static void self_backward(float *dres, float *gln_w, float *gqkv_w, float *go_w,
     int N = lay->B * lay->T, I = d.NH * d.HD;
     int fused = go_w != NULL;
     if (kdy) memcpy(kdy, dres, (size_t)N * d.C * sizeof(float));
-    memset(dA, 0, (size_t)N * I * sizeof(float));
-    dyn_linear_backward_input(dA, dres, o_w, N, I, d.C);
+    dyn_linear_backward_input_set(dA, dres, o_w, N, I, d.C);
     if (fused) dyn_linear_backward_weight(go_w, NULL, dres, y, N, I, d.C);
     if (fused)
         dyn_attention_backward(dqkv, dqkv + I, dqkv + 2 * I, drel, dA, qkv, 3 * I, qkv + I, 3 * I,
@@ -108,8 +105,7 @@ static void self_backward(float *dres, float *gln_w, float *gqkv_w, float *go_w,
         dyn_attention_backward_input(dqkv, dqkv + I, dqkv + 2 * I, krel, dA, qkv, 3 * I, qkv + I,
                                      3 * I, qkv + 2 * I, 3 * I, y, lse, rel_bias, lay, lay, cfg,
                                      attn_work);
-    memset(dln, 0, (size_t)N * d.C * sizeof(float));
-    dyn_linear_backward_input(dln, dqkv, qkv_w, N, d.C, 3 * I);
+    dyn_linear_backward_input_set(dln, dqkv, qkv_w, N, d.C, 3 * I);
     if (fused) dyn_linear_backward_weight(gqkv_w, NULL, dqkv, ln, N, d.C, 3 * I);
     dyn_rmsnorm_backward_input(dres, dln, x, ln_w, rstd, N, d.C);
     if (fused) dyn_rmsnorm_backward_weight(gln_w, dln, x, rstd, N, d.C);
@@ -332,15 +328,13 @@ static void cross_backward(float *dres, float *denc, float *gln_w, float *gcq_w,
     int Nd = dlay->B * dlay->T, Ne = elay->B * elay->T, C = d.C, I = d.NH * d.HD;
     int fused = gco_w != NULL;
     if (kdx2) memcpy(kdx2, dres, (size_t)Nd * C * sizeof(float));
-    memset(dA, 0, (size_t)Nd * I * sizeof(float));
-    dyn_linear_backward_input(dA, dres, p->co_w, Nd, I, C);
+    dyn_linear_backward_input_set(dA, dres, p->co_w, Nd, I, C);
     if (fused) dyn_linear_backward_weight(gco_w, NULL, dres, a->ca_y, Nd, I, C);
     dyn_attention_backward(dcq, dckv, dckv + I, NULL, dA, a->cq, I, a->ckv, 2 * I, a->ckv + I,
                            2 * I, a->ca_y, a->ca_lse, NULL, dlay, elay, cfg, attn_work);
     if (denc) dyn_linear_backward_input(denc, dckv, p->ck_w, Ne, C, 2 * I);
     if (fused) dyn_linear_backward_weight(gck_w, NULL, dckv, enc, Ne, C, 2 * I);
-    memset(dln, 0, (size_t)Nd * C * sizeof(float));
-    dyn_linear_backward_input(dln, dcq, p->cq_w, Nd, C, I);
+    dyn_linear_backward_input_set(dln, dcq, p->cq_w, Nd, C, I);
     if (fused) dyn_linear_backward_weight(gcq_w, NULL, dcq, a->ln2, Nd, C, I);
     dyn_rmsnorm_backward_input(dres, dln, a->x1, p->ln2_w, a->ln2_rstd, Nd, C);
     if (fused) dyn_rmsnorm_backward_weight(gln_w, dln, a->x1, a->ln2_rstd, Nd, C);

@@ -448,6 +448,15 @@ void dyn_linear_backward_input(float *dinp, const float *dout, const float *w, i
     dyn_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
 }
 
+/* beta = 0 rather than a memset and beta = 1: OpenBLAS zeroes C itself, per
+ * panel inside dyn_sgemm's parallel loop, where a memset before the call
+ * would be one more serial pass over dinp. */
+void dyn_linear_backward_input_set(float *dinp, const float *dout, const float *w, int N, int C,
+                                   int OC)
+{
+    dyn_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
+}
+
 void dyn_linear_backward_weight(float *dw, float *dbias, const float *dout, const float *inp,
                                 int N, int C, int OC)
 {

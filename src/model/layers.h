@@ -149,6 +149,11 @@ void dyn_lmhead_ce_backward(float *dx, float *dw, const float *x, const float *w
  * Embeddings have no input gradient: their fused backward is all W. */
 /* dinp (N,C) += dout (N,OC) · w (OC,C). */
 void dyn_linear_backward_input(float *dinp, const float *dout, const float *w, int N, int C, int OC);
+/* dinp (N,C) = dout (N,OC) · w (OC,C), OVERWRITTEN: for a fresh gradient
+ * buffer (the blocks' intermediate gradients), in place of zeroing it and
+ * accumulating. */
+void dyn_linear_backward_input_set(float *dinp, const float *dout, const float *w, int N, int C,
+                                   int OC);
 /* dw (OC,C) += dout^T · inp (N,C); dbias (OC) += column sums of dout (may
  * be NULL). */
 void dyn_linear_backward_weight(float *dw, float *dbias, const float *dout, const float *inp,
