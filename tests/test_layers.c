@@ -250,6 +250,45 @@ static void test_linear_backward_input_set(void **state)
     free(d); free(w); free(dx);
 }
 
+/* The _res forms of the norm input gradients (dinp = dres + gradient,
+ * dres read only) give the bits of copying dres into dinp and
+ * accumulating, and leave dres alone. */
+static void test_norm_backward_input_res(void **state)
+{
+    (void)state;
+    enum { N = 300, C = 512 };
+    size_t n = (size_t)N * C;
+    dyn_rng rng;
+    dyn_rng_seed(&rng, 13);
+    float *x = xcalloc(n, 4), *d = xcalloc(n, 4), *res = xcalloc(n, 4), *res0 = xcalloc(n, 4);
+    float *w = xcalloc(C, 4), *b = xcalloc(C, 4), *y = xcalloc(n, 4), *mean = xcalloc(N, 4);
+    float *rstd = xcalloc(N, 4), *acc = xcalloc(n, 4), *out = xcalloc(n, 4);
+    fill_uniform(x, n, 2, &rng);
+    fill_uniform(d, n, 1, &rng);
+    fill_uniform(res, n, 1, &rng);
+    fill_uniform(w, C, 1, &rng);
+    fill_uniform(b, C, 1, &rng);
+    memcpy(res0, res, n * 4);
+    for (int rms = 0; rms < 2; rms++) {
+        memcpy(acc, res, n * 4);
+        for (size_t i = 0; i < n; i++) out[i] = 7.0f;
+        if (rms) {
+            dyn_rmsnorm_forward(y, rstd, x, w, N, C);
+            dyn_rmsnorm_backward_input(acc, d, x, w, rstd, N, C);
+            dyn_rmsnorm_backward_input_res(out, res, d, x, w, rstd, N, C);
+        } else {
+            dyn_layernorm_forward(y, mean, rstd, x, w, b, N, C);
+            dyn_layernorm_backward_input(acc, d, x, w, mean, rstd, N, C);
+            dyn_layernorm_backward_input_res(out, res, d, x, w, mean, rstd, N, C);
+        }
+        assert_memory_equal(acc, out, n * 4);
+        assert_memory_equal(res, res0, n * 4);
+        assert_true(acc[5] != res[5]); /* the gradient is not zero */
+    }
+    free(x); free(d); free(res); free(res0); free(w); free(b); free(y); free(mean); free(rstd);
+    free(acc); free(out);
+}
+
 static void test_residual(void **state)
 {
     (void)state;
@@ -400,6 +439,7 @@ int main(void)
         cmocka_unit_test(test_gelu_values_and_gradients),
         cmocka_unit_test(test_gelu_kept_grad),
         cmocka_unit_test(test_linear_backward_input_set),
+        cmocka_unit_test(test_norm_backward_input_res),
         cmocka_unit_test(test_residual),
         cmocka_unit_test(test_embeddings),
         cmocka_unit_test(test_lmhead_small_fd),

@@ -6,8 +6,9 @@
  *
  * Backward scratch (work, in order): dF (N,F), dC (N,C), dqkv (N,3C), then
  * the attention workspace. The residual gradient runs through dinp itself:
- * it starts as a copy of dout and each branch's input-norm backward adds its
- * contribution, so no separate residual buffer is needed. */
+ * the MLP branch's input-norm backward writes dout plus its gradient there,
+ * and the attention branch's adds to it, so no separate residual buffer (nor
+ * a copy of dout) is needed. */
 #include <math.h>
 #include <string.h>
 
@@ -125,17 +126,17 @@ static void gpt_block_backward_run(float *dinp, const dyn_gpt_block_params *g, d
     /* dinp doubles as the recomputed block output: it is overwritten next. */
     if (recompute) dyn_gpt_block_forward(dinp, inp, p, a, lay, d, work);
     if (k) memcpy(k->dout, dout, NC * sizeof(float));
-    memcpy(dinp, dout, NC * sizeof(float));
 
-    /* MLP branch: out = x1 + fcproj(gelu(fc(ln2(x1)))). dinp holds dout. */
-    dyn_linear_backward_input_set(dF, dinp, p->fcproj_w, N, F, C);
-    if (g) dyn_linear_backward_weight(g->fcproj_w, g->fcproj_b, dinp, a->fch_gelu, N, F, C);
+    /* MLP branch: out = x1 + fcproj(gelu(fc(ln2(x1)))), read from dout in
+     * place; ln2's backward writes dinp = dout + its gradient. */
+    dyn_linear_backward_input_set(dF, dout, p->fcproj_w, N, F, C);
+    if (g) dyn_linear_backward_weight(g->fcproj_w, g->fcproj_b, dout, a->fch_gelu, N, F, C);
     /* fc's bias gradient is the column sums of dF: taken in the GELU pass
      * that makes dF rather than in a pass of its own. */
     dyn_gelu_backward_kept(dF, g ? g->fc_b : NULL, a->fch_dgelu, N, F);
     dyn_linear_backward_input_set(dln2, dF, p->fc_w, N, C, F);
     if (g) dyn_linear_backward_weight(g->fc_w, NULL, dF, a->ln2, N, C, F);
-    dyn_layernorm_backward_input(dinp, dln2, a->x1, p->ln2_w, a->ln2_mean, a->ln2_rstd, N, C);
+    dyn_layernorm_backward_input_res(dinp, dout, dln2, a->x1, p->ln2_w, a->ln2_mean, a->ln2_rstd, N, C);
     if (g) dyn_layernorm_backward_weight(g->ln2_w, g->ln2_b, dln2, a->x1, a->ln2_mean, a->ln2_rstd, N, C);
 
     /* Attention branch: x1 = x + proj(attn(ln1(x))). dinp holds dx1. */

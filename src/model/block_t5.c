@@ -4,8 +4,9 @@
  * with fused and split (input / weight gradient) backwards. Contract in
  * blocks.h.
  *
- * As in block_gpt.c the residual gradient runs through dinp: a copy of dout
- * that each branch's input-norm backward adds to. Backward scratch (work, in
+ * As in block_gpt.c the residual gradient runs through dinp: the FFN's
+ * input-norm backward writes dout plus its gradient there and each later
+ * branch's adds to it. Backward scratch (work, in
  * order): dg (N,F), dh (N,2F), dC (N,max(C,I)), dA (N,I), dqkv (N,3I), for the
  * decoder dckv (Ne,2I), then the attention workspace. */
 #include <string.h>
@@ -42,26 +43,27 @@ static void ffn_forward(float *out, const float *x, const float *ln_w, const flo
 }
 
 /* The FFN sub-layer's backward, behind the fused block backward and the
- * split's B. dres (N,C) holds d(out) on entry and d(x) on return.
+ * split's B. dout (N,C) is d(out), read only; dres (N,C) receives d(x)
+ * (overwritten: the block's first sub-layer, so no copy of dout is made).
  * Fused: the weight gradients gln_w, gwi_w, gwo_w are given and each is
  * added right after its input gradient (as the fused kernels do, layers.c:
  * B then W); kdout is NULL and dh (N,2F), dln (N,C) are scratch. B: the
  * weight gradients are NULL, and kdout, dh, dln are the dY slots kept for
  * ffn_backward_weight. One sequence of input-gradient operations either
  * way, so d(x) agrees to the bit. dg (N,F) is scratch. */
-static void ffn_backward(float *dres, float *gln_w, float *gwi_w, float *gwo_w, float *kdout,
+static void ffn_backward(float *dres, const float *dout, float *gln_w, float *gwi_w, float *gwo_w, float *kdout,
                          float *dh, float *dln, const float *x, const float *ln_w,
                          const float *wi_w, const float *wo_w, const float *ln, const float *rstd,
                          const float *h, const float *g, int N, dyn_block_dims d, float *dg)
 {
     int fused = gwo_w != NULL;
-    if (kdout) memcpy(kdout, dres, (size_t)N * d.C * sizeof(float));
-    dyn_linear_backward_input_set(dg, dres, wo_w, N, d.F, d.C);
-    if (fused) dyn_linear_backward_weight(gwo_w, NULL, dres, g, N, d.F, d.C);
+    if (kdout) memcpy(kdout, dout, (size_t)N * d.C * sizeof(float));
+    dyn_linear_backward_input_set(dg, dout, wo_w, N, d.F, d.C);
+    if (fused) dyn_linear_backward_weight(gwo_w, NULL, dout, g, N, d.F, d.C);
     dyn_gated_gelu_backward(dh, dg, h, N, d.F);
     dyn_linear_backward_input_set(dln, dh, wi_w, N, d.C, 2 * d.F);
     if (fused) dyn_linear_backward_weight(gwi_w, NULL, dh, ln, N, d.C, 2 * d.F);
-    dyn_rmsnorm_backward_input(dres, dln, x, ln_w, rstd, N, d.C);
+    dyn_rmsnorm_backward_input_res(dres, dout, dln, x, ln_w, rstd, N, d.C);
     if (fused) dyn_rmsnorm_backward_weight(gln_w, dln, x, rstd, N, d.C);
 }
 
@@ -226,8 +228,7 @@ void dyn_t5_enc_backward(float *dinp, const dyn_t5_enc_params *g, float *drel_bi
     float *dg = work, *dh = dg + N * F, *dC = dh + N * 2 * F, *dA = dC + N * max_sz(C, I);
     float *dqkv = dA + N * I, *attn_work = work + scratch_floats(d, N, 0);
     if (recompute) dyn_t5_enc_forward(dinp, inp, p, rel_bias, a, lay, d, work);
-    memcpy(dinp, dout, N * C * sizeof(float));
-    ffn_backward(dinp, g->ln2_w, g->wi0_w, g->wo_w, NULL, dh, dC, a->x1, p->ln2_w, p->wi0_w,
+    ffn_backward(dinp, dout, g->ln2_w, g->wi0_w, g->wo_w, NULL, dh, dC, a->x1, p->ln2_w, p->wi0_w,
                  p->wo_w, a->ln2, a->ln2_rstd, a->h, a->g, (int)N, d, dg);
     self_backward(dinp, g->ln1_w, g->q_w, g->o_w, drel_bias, NULL, NULL, inp, p->ln1_w, p->q_w,
                   p->o_w, rel_bias, a->ln1, a->ln1_rstd, a->qkv, a->atty, a->att_lse, lay, &cfg, d,
@@ -353,8 +354,7 @@ void dyn_t5_dec_backward(float *dinp, float *denc, const dyn_t5_dec_params *g, f
     float *dqkv = dA + Nd * I, *dckv = dqkv + Nd * 3 * I;
     float *attn_work = work + scratch_floats(d, Nd, Ne);
     if (recompute) dyn_t5_dec_forward(dinp, inp, enc, p, rel_bias, a, dlay, elay, d, work);
-    memcpy(dinp, dout, Nd * C * sizeof(float));
-    ffn_backward(dinp, g->ln3_w, g->wi0_w, g->wo_w, NULL, dh, dC, a->x2, p->ln3_w, p->wi0_w,
+    ffn_backward(dinp, dout, g->ln3_w, g->wi0_w, g->wo_w, NULL, dh, dC, a->x2, p->ln3_w, p->wi0_w,
                  p->wo_w, a->ln3, a->ln3_rstd, a->h, a->g, (int)Nd, d, dg);
     /* dqkv's first Nd*I floats serve as d(cq). */
     cross_backward(dinp, denc, g->ln2_w, g->cq_w, g->ck_w, g->co_w, NULL, dqkv, dckv, dC, enc, p,
@@ -435,8 +435,7 @@ void dyn_t5_enc_backward_input(float *dinp, dyn_t5_enc_dy *k, const float *dout,
     float *dg = work, *dA = dg + N * F + N * 2 * F + N * max_sz(C, I);
     float *attn_work = work + scratch_floats(d, N, 0);
     if (recompute) dyn_t5_enc_forward(dinp, inp, p, rel_bias, a, lay, d, work);
-    memcpy(dinp, dout, N * C * sizeof(float));
-    ffn_backward(dinp, NULL, NULL, NULL, k->dout, k->dh, k->dln2, a->x1, p->ln2_w, p->wi0_w,
+    ffn_backward(dinp, dout, NULL, NULL, NULL, k->dout, k->dh, k->dln2, a->x1, p->ln2_w, p->wi0_w,
                  p->wo_w, a->ln2, a->ln2_rstd, a->h, a->g, (int)N, d, dg);
     self_backward(dinp, NULL, NULL, NULL, NULL, k->dx1, k->drel, inp, p->ln1_w, p->q_w, p->o_w,
                   rel_bias, a->ln1, a->ln1_rstd, a->qkv, a->atty, a->att_lse, lay, &cfg, d, k->dqkv,
@@ -495,8 +494,7 @@ void dyn_t5_dec_backward_input(float *dinp, float *denc, dyn_t5_dec_dy *k, const
     float *dg = work, *dA = dg + Nd * F + Nd * 2 * F + Nd * max_sz(C, I);
     float *attn_work = work + scratch_floats(d, Nd, Ne);
     if (recompute) dyn_t5_dec_forward(dinp, inp, enc, p, rel_bias, a, dlay, elay, d, work);
-    memcpy(dinp, dout, Nd * C * sizeof(float));
-    ffn_backward(dinp, NULL, NULL, NULL, k->dout, k->dh, k->dln3, a->x2, p->ln3_w, p->wi0_w,
+    ffn_backward(dinp, dout, NULL, NULL, NULL, k->dout, k->dh, k->dln3, a->x2, p->ln3_w, p->wi0_w,
                  p->wo_w, a->ln3, a->ln3_rstd, a->h, a->g, (int)Nd, d, dg);
     cross_backward(dinp, denc, NULL, NULL, NULL, NULL, k->dx2, k->dcq, k->dckv, k->dln2, enc, p, a,
                    dlay, elay, &cross, d, dA, attn_work);

@@ -477,12 +477,20 @@ void dyn_linear_backward_weight(float *dw, float *dbias, const float *dout, cons
 void dyn_layernorm_backward_input(float *dinp, const float *dout, const float *inp, const float *w,
                                   const float *mean, const float *rstd, int N, int C)
 {
+    dyn_layernorm_backward_input_res(dinp, dinp, dout, inp, w, mean, rstd, N, C);
+}
+
+void dyn_layernorm_backward_input_res(float *dinp, const float *dres, const float *dout,
+                                      const float *inp, const float *w, const float *mean,
+                                      const float *rstd, int N, int C)
+{
     /* dx = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),
      * dnorm = dout * w: the standard LayerNorm input gradient. */
 #pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         const float *d = dout + (size_t)n * C;
+        const float *r = dres + (size_t)n * C;
         float *dx = dinp + (size_t)n * C;
         float m = mean[n], s = rstd[n];
         float sum_dn = 0.0f, sum_dnx = 0.0f;
@@ -493,9 +501,12 @@ void dyn_layernorm_backward_input(float *dinp, const float *dout, const float *i
         }
         sum_dn /= (float)C;
         sum_dnx /= (float)C;
+        /* simd: r may be dx itself (the += form), read and written at the
+         * same index only, which the alias check GCC would insert rejects. */
+#pragma omp simd
         for (int c = 0; c < C; c++) {
             float xhat = (x[c] - m) * s;
-            dx[c] += s * (d[c] * w[c] - sum_dn - xhat * sum_dnx);
+            dx[c] = r[c] + s * (d[c] * w[c] - sum_dn - xhat * sum_dnx);
         }
     }
 }
@@ -522,18 +533,27 @@ void dyn_layernorm_backward_weight(float *dw, float *db, const float *dout, cons
 void dyn_rmsnorm_backward_input(float *dinp, const float *dout, const float *inp, const float *w,
                                 const float *rstd, int N, int C)
 {
+    dyn_rmsnorm_backward_input_res(dinp, dinp, dout, inp, w, rstd, N, C);
+}
+
+void dyn_rmsnorm_backward_input_res(float *dinp, const float *dres, const float *dout,
+                                    const float *inp, const float *w, const float *rstd, int N,
+                                    int C)
+{
     /* y = x s w with s = (mean(x^2)+eps)^-1/2: dx = s (dn - x s^2 mean(dn x)),
      * dn = dout * w. */
 #pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         const float *d = dout + (size_t)n * C;
+        const float *r = dres + (size_t)n * C;
         float *dx = dinp + (size_t)n * C;
         float s = rstd[n];
         float dot = 0.0f;
         for (int c = 0; c < C; c++) dot += d[c] * w[c] * x[c];
         float k = s * s * dot / (float)C;
-        for (int c = 0; c < C; c++) dx[c] += s * (d[c] * w[c] - x[c] * k);
+#pragma omp simd /* r may be dx: see the LayerNorm loop */
+        for (int c = 0; c < C; c++) dx[c] = r[c] + s * (d[c] * w[c] - x[c] * k);
     }
 }
 

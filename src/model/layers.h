@@ -161,11 +161,21 @@ void dyn_linear_backward_weight(float *dw, float *dbias, const float *dout, cons
 /* dinp (N,C) +=. */
 void dyn_layernorm_backward_input(float *dinp, const float *dout, const float *inp, const float *w,
                                   const float *mean, const float *rstd, int N, int C);
+/* dinp (N,C) = dres + the gradient above, OVERWRITTEN; dres (N,C) may be
+ * dinp (that is dyn_layernorm_backward_input). For the block whose
+ * residual gradient arrives in a read-only buffer: no copy of it first. */
+void dyn_layernorm_backward_input_res(float *dinp, const float *dres, const float *dout,
+                                      const float *inp, const float *w, const float *mean,
+                                      const float *rstd, int N, int C);
 /* dw (C) +=, db (C) +=; needs dout, inp, mean, rstd only. */
 void dyn_layernorm_backward_weight(float *dw, float *db, const float *dout, const float *inp,
                                    const float *mean, const float *rstd, int N, int C);
 void dyn_rmsnorm_backward_input(float *dinp, const float *dout, const float *inp, const float *w,
                                 const float *rstd, int N, int C);
+/* dinp (N,C) = dres + the RMSNorm input gradient, as the LayerNorm one. */
+void dyn_rmsnorm_backward_input_res(float *dinp, const float *dres, const float *dout,
+                                    const float *inp, const float *w, const float *rstd, int N,
+                                    int C);
 void dyn_rmsnorm_backward_weight(float *dw, const float *dout, const float *inp, const float *rstd,
                                  int N, int C);
 /* LM head halves: dx (N,C) += (B) and dw (V,C) += (W). Neither keeps the
