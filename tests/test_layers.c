@@ -289,6 +289,33 @@ static void test_norm_backward_input_res(void **state)
     free(acc); free(out);
 }
 
+/* The fused residual + LayerNorm gives the bits of the two calls. */
+static void test_residual_layernorm(void **state)
+{
+    (void)state;
+    enum { N = 300, C = 512 };
+    size_t n = (size_t)N * C;
+    dyn_rng rng;
+    dyn_rng_seed(&rng, 14);
+    float *x0 = xcalloc(n, 4), *x1 = xcalloc(n, 4), *res = xcalloc(n, 4), *w = xcalloc(C, 4);
+    float *b = xcalloc(C, 4), *y0 = xcalloc(n, 4), *y1 = xcalloc(n, 4);
+    float *m0 = xcalloc(N, 4), *m1 = xcalloc(N, 4), *r0 = xcalloc(N, 4), *r1 = xcalloc(N, 4);
+    fill_uniform(x0, n, 2, &rng);
+    fill_uniform(res, n, 2, &rng);
+    fill_uniform(w, C, 1, &rng);
+    fill_uniform(b, C, 1, &rng);
+    memcpy(x1, x0, n * 4);
+    dyn_residual_forward(x0, x0, res, n);
+    dyn_layernorm_forward(y0, m0, r0, x0, w, b, N, C);
+    dyn_residual_layernorm_forward(x1, res, y1, m1, r1, w, b, N, C);
+    assert_memory_equal(x0, x1, n * 4);
+    assert_memory_equal(y0, y1, n * 4);
+    assert_memory_equal(m0, m1, N * 4);
+    assert_memory_equal(r0, r1, N * 4);
+    free(x0); free(x1); free(res); free(w); free(b); free(y0); free(y1);
+    free(m0); free(m1); free(r0); free(r1);
+}
+
 static void test_residual(void **state)
 {
     (void)state;
@@ -440,6 +467,7 @@ int main(void)
         cmocka_unit_test(test_gelu_kept_grad),
         cmocka_unit_test(test_linear_backward_input_set),
         cmocka_unit_test(test_norm_backward_input_res),
+        cmocka_unit_test(test_residual_layernorm),
         cmocka_unit_test(test_residual),
         cmocka_unit_test(test_embeddings),
         cmocka_unit_test(test_lmhead_small_fd),

@@ -95,8 +95,8 @@ void dyn_gpt_block_forward(float *out, const float *inp, const dyn_gpt_block_par
     dyn_attention_forward(a->atty, a->att_lse, a->qkv, 3 * C, a->qkv + C, 3 * C, a->qkv + 2 * C,
                           3 * C, NULL, lay, lay, &cfg, attn_work);
     dyn_linear_forward(a->x1, a->atty, p->proj_w, p->proj_b, N, C, C);
-    dyn_residual_forward(a->x1, a->x1, inp, NC);
-    dyn_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->x1, p->ln2_w, p->ln2_b, N, C);
+    dyn_residual_layernorm_forward(a->x1, inp, a->ln2, a->ln2_mean, a->ln2_rstd, p->ln2_w, p->ln2_b,
+                                   N, C);
     dyn_linear_forward(a->fch_dgelu, a->ln2, p->fc_w, p->fc_b, N, C, F);
     dyn_gelu_forward_keep_grad(a->fch_gelu, a->fch_dgelu, (size_t)N * F);
     dyn_linear_forward(out, a->fch_gelu, p->fcproj_w, p->fcproj_b, N, F, C);

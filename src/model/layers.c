@@ -53,23 +53,39 @@ void dyn_linear_backward(float *dinp, float *dw, float *dbias, const float *dout
 
 /* ---- LayerNorm -------------------------------------------------------- */
 
+/* One row of LayerNorm: o (C) from x (C), saving its mean and rstd. */
+static inline void layernorm_row(float *o, float *mean, float *rstd, const float *x, const float *w,
+                                 const float *b, int C)
+{
+    float m = 0.0f;
+    for (int c = 0; c < C; c++) m += x[c];
+    m /= (float)C;
+    float v = 0.0f;
+    for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+    v /= (float)C;
+    float s = 1.0f / sqrtf(v + DYN_LN_EPS);
+    for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
+    *mean = m;
+    *rstd = s;
+}
+
 void dyn_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                            const float *w, const float *b, int N, int C)
 {
 #pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
+    for (int n = 0; n < N; n++)
+        layernorm_row(out + (size_t)n * C, mean + n, rstd + n, inp + (size_t)n * C, w, b, C);
+}
+
+void dyn_residual_layernorm_forward(float *x, const float *res, float *out, float *mean, float *rstd,
+                                    const float *w, const float *b, int N, int C)
+{
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
     for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
-        float *o = out + (size_t)n * C;
-        float m = 0.0f;
-        for (int c = 0; c < C; c++) m += x[c];
-        m /= (float)C;
-        float v = 0.0f;
-        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
-        v /= (float)C;
-        float s = 1.0f / sqrtf(v + DYN_LN_EPS);
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
-        mean[n] = m;
-        rstd[n] = s;
+        float *xr = x + (size_t)n * C;
+        const float *r = res + (size_t)n * C;
+        for (int c = 0; c < C; c++) xr[c] = xr[c] + r[c];
+        layernorm_row(out + (size_t)n * C, mean + n, rstd + n, xr, w, b, C);
     }
 }
 

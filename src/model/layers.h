@@ -52,6 +52,12 @@ void dyn_linear_backward(float *dinp, float *dw, float *dbias, const float *dout
  * rstd (N) = 1/sqrt(var + DYN_LN_EPS) for the backward. w, b (C). */
 void dyn_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                            const float *w, const float *b, int N, int C);
+/* The residual add and the LayerNorm after it in one pass over the rows:
+ * x (N,C) += res (N,C) in place, then out, mean, rstd as
+ * dyn_layernorm_forward of the new x (the same bits as the two calls; the
+ * row is still in cache for the norm). */
+void dyn_residual_layernorm_forward(float *x, const float *res, float *out, float *mean, float *rstd,
+                                    const float *w, const float *b, int N, int C);
 /* dinp (N,C) +=, dw (C) +=, db (C) +=. dinp may be NULL. */
 void dyn_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                             const float *inp, const float *w, const float *mean,
