@@ -47,10 +47,11 @@ static void test_set_moves_both_counts(void **state)
 static void test_sgemm_panels(void **state)
 {
     (void)state;
-    const int shapes[3][3] = {{300, 70, 130}, {40, 520, 200}, {8, 9, 10}};
+    /* 700 rows: the cut that would be three panels, made two. */
+    const int shapes[4][3] = {{300, 70, 130}, {40, 520, 200}, {8, 9, 10}, {700, 30, 120}};
     dyn_rng r;
     dyn_rng_seed(&r, 5);
-    for (int si = 0; si < 3; si++) {
+    for (int si = 0; si < 4; si++) {
         int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
         for (int t = 0; t < 4; t++) {
             int ta = t & 1, tb = t >> 1;

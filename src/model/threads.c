@@ -123,6 +123,13 @@ void dyn_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const
     w = (w + 15) / 16 * 16;
     if (w < GEMM_MIN_WIDTH) w = GEMM_MIN_WIDTH;
     int np = (dim + w - 1) / w;
+    if (np == 3) {
+        /* Only for 513-768 (w is then GEMM_MIN_WIDTH): two threads would
+         * share three panels 2:1, at 1.5x one thread where two panels
+         * reach 2x; two panels also pack the other operand once less. */
+        w = ((dim + 1) / 2 + 15) / 16 * 16;
+        np = (dim + w - 1) / w;
+    }
     if (work < DYN_GEMM_PAR_MIN || np < 2) {
         /* One call, BLAS threading off (the OpenMP build follows this). */
         if (nt > 1) omp_set_num_threads(1);

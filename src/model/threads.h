@@ -41,8 +41,9 @@ static inline int dyn_par(size_t work) { return work >= DYN_PAR_MIN_WORK; }
  * op(B) K×N (CBLAS conventions; lda/ldb/ldc are row strides). Every model
  * kernel's matrix product goes through here rather than cblas_sgemm.
  * Products of at least DYN_GEMM_PAR_MIN multiply-adds are cut into panels
- * of C along the longer of M and N (about 4 panels, each at least 256 wide;
- * the cut depends only on the shape) and the panels are handed out one at a
+ * of C along the longer of M and N (about 4 panels, each at least 256 wide,
+ * never 3: two threads could not share them evenly; the cut depends only
+ * on the shape) and the panels are handed out one at a
  * time to the threads (OpenMP dynamic schedule), each a single-threaded
  * sgemm. Why not let OpenBLAS split it: its split is static, one equal share
  * per thread, so on a machine where another process holds one core half the
