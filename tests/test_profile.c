@@ -68,6 +68,18 @@ static void profile_small(dyn_model_kind kind)
                     else assert_true(none->output_mb == 0.0);
                 }
     }
+    /* Two sweeps: each time the lower of two medians, memory as measured
+     * (it does not vary between runs) */
+    dyn_layer_cost *pts2 = calloc((size_t)n, sizeof *pts2);
+    assert_non_null(pts2);
+    dyn_profiler_set_sweeps(p, 2);
+    if (dyn_profile_grid_run(p, &g, pts2, states, NULL, NULL, &err) != DYN_OK) fail_msg("run: %s", err.msg);
+    for (int64_t i = 0; i < n; i++) {
+        assert_true(pts2[i].stored_mb == pts[i].stored_mb && pts2[i].peak_mb == pts[i].peak_mb);
+        assert_true(pts2[i].output_mb == pts[i].output_mb && pts2[i].kept_mb == pts[i].kept_mb);
+        if (pts[i].fwd_ms > 0) assert_true(pts2[i].fwd_ms > 0 && pts2[i].bwd_ms > 0);
+    }
+    free(pts2);
     dyn_profile_meta meta;
     dyn_profile_meta_fill(&meta, 1, 1);
     char path[128];
@@ -304,6 +316,8 @@ static void test_cli_profile_flags(void **state)
     cli_assert_one_line_error("profile", "--model gpt", rc, 2, "--out");
     rc = cli_run("profile", "--model gpt --max-rows 0 --out x.table");
     cli_assert_one_line_error("profile", "--max-rows 0", rc, 2, "--max-rows");
+    rc = cli_run("profile", "--model gpt --sweeps 0 --out x.table");
+    cli_assert_one_line_error("profile", "--sweeps 0", rc, 2, "--sweeps");
     rc = cli_run("profile", "--model t5 --model-config gpt-tiny --out x.table");
     cli_assert_one_line_error("profile", "t5 vs gpt-tiny", rc, 2, "does not match");
     char path[700], args[800];
