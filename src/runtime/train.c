@@ -337,6 +337,7 @@ typedef struct rt_iter {
     double eval_loss;     /* held-out loss after this step (--eval-every); < 0: not evaluated */
     double *peak_mb;      /* [world] allocated per rank */
     double *pred_peak_mb; /* [world] */
+    double *compute_ms;   /* [world][2]: Forward + Backward* time per rank, measured and predicted */
 } rt_iter;
 
 /* A stage model's gradient allreduce goes in parts of at most 2^30 floats
@@ -573,6 +574,10 @@ static dyn_status write_metrics(rt_run *R, dyn_error *err)
         for (int w = 0; w < R->g.world_size; w++) fprintf(af.fp, "%s%.2f", w ? "," : "", it->peak_mb[w]);
         fprintf(af.fp, "],\"predicted_peak_mem_mb\":[");
         for (int w = 0; w < R->g.world_size; w++) fprintf(af.fp, "%s%.2f", w ? "," : "", it->pred_peak_mb[w]);
+        fprintf(af.fp, "],\"compute_ms\":[");
+        for (int w = 0; w < R->g.world_size; w++) fprintf(af.fp, "%s%.3f", w ? "," : "", it->compute_ms[2 * w]);
+        fprintf(af.fp, "],\"predicted_compute_ms\":[");
+        for (int w = 0; w < R->g.world_size; w++) fprintf(af.fp, "%s%.3f", w ? "," : "", it->compute_ms[2 * w + 1]);
         fprintf(af.fp, "],\"hosts\":[");
         for (int w = 0; w < R->g.world_size; w++) fprintf(af.fp, "%s\"%s\"", w ? "," : "", R->g.hosts[w]);
         fprintf(af.fp, "]");
@@ -1083,7 +1088,9 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
         all = dyn_calloc((size_t)R_COUNT * (size_t)R->g.world_size, sizeof(double), "metrics", err);
         it->peak_mb = dyn_calloc((size_t)R->g.world_size, sizeof(double), "metrics", err);
         it->pred_peak_mb = dyn_calloc((size_t)R->g.world_size, sizeof(double), "metrics", err);
-        if (all == NULL || it->peak_mb == NULL || it->pred_peak_mb == NULL) st = DYN_ERR_NOMEM;
+        it->compute_ms = dyn_calloc(2 * (size_t)R->g.world_size, sizeof(double), "metrics", err);
+        if (all == NULL || it->peak_mb == NULL || it->pred_peak_mb == NULL || it->compute_ms == NULL)
+            st = DYN_ERR_NOMEM;
     }
     MPI_Request req;
     if (st == DYN_OK)
@@ -1104,6 +1111,8 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
             if (q[R_STEP_MS] > it->step_ms) it->step_ms = q[R_STEP_MS];
             it->peak_mb[r] = q[R_ALLOC_MB];
             it->pred_peak_mb[r] = q[R_PRED_PEAK_MB];
+            it->compute_ms[2 * r] = q[R_MEAS_F] + q[R_MEAS_B];
+            it->compute_ms[2 * r + 1] = q[R_PRED_F] + q[R_PRED_B];
         }
         calibrate_hook(R, k, all);
         it->step = k;
@@ -1152,6 +1161,7 @@ static void run_free(rt_run *R)
         for (int64_t k = 0; k < R->o.steps; k++) {
             free(R->iters[k].peak_mb);
             free(R->iters[k].pred_peak_mb);
+            free(R->iters[k].compute_ms);
         }
     free(R->iters);
 }
