@@ -6,7 +6,8 @@
 # iterations each (default 12), the first 2 (cold) left out of the errors;
 # mem_err% compares what each rank allocated with its prediction, plan_ms is
 # the slowest batch's planning and wait_ms the longest wait for a plan.
-# Extra arguments go to every `dynapipe train` (e.g. --calibrate).
+# Extra arguments go to every `dynapipe train` (e.g. --calibrate); KEEP=DIR
+# keeps each run's metrics as DIR/METHOD-SCHEDULE.jsonl.
 #   scripts/predict_check.sh analytic
 #   scripts/predict_check.sh /path/profile.table --calibrate
 set -euo pipefail
@@ -25,6 +26,7 @@ for m in $METHODS; do
   for s in $SCHEDULES; do
     "$BIN" train --model gpt --steps "$STEPS" --method "$m" --schedule "$s" --cost-model "$COST" \
       --metrics "$tmp/m.jsonl" --quiet "$@" > "$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
+    if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$tmp/m.jsonl" "$KEEP/$m-$s.jsonl"; fi
     python3 - "$tmp/m.jsonl" "$m" "$s" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][2:]

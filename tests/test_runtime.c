@@ -37,6 +37,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli_testlib.h"
 #include "dynapipe/data.h"
 #include "dynapipe/model_config.h"
@@ -219,6 +221,43 @@ static void test_t5(void **state)
     dyn_model_free(ref);
 }
 
+/* The metrics' per-rank compute records (what --calibrate learns from):
+ * one measured and one predicted figure per rank, both positive; each rank's
+ * instructions run inside its plan interpretation, so no rank's measured
+ * compute exceeds exec_ms (the slowest rank's); predicted_ms is the
+ * makespan plus the optimizer step. */
+static void test_metrics_compute(void **state)
+{
+    (void)state;
+    char metrics[700], args[1024];
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
+    snprintf(args, sizeof args,
+             "--model gpt --model-config gpt-tiny --layers 4 --stages 2 --schedule 1f1b --metrics '%s'", metrics);
+    int rc = train(args);
+    if (rc != 0) fail_msg("dynapipe train %s: exit %d: %s", args, rc, slurp(err_path));
+    char *text = slurp(metrics);
+    assert_non_null(text);
+    cJSON *j = cJSON_Parse(text);
+    if (j == NULL) fail_msg("metrics line does not parse: %s", text);
+    const cJSON *meas = cJSON_GetObjectItemCaseSensitive(j, "compute_ms");
+    const cJSON *pred = cJSON_GetObjectItemCaseSensitive(j, "predicted_compute_ms");
+    assert_true(cJSON_IsArray(meas) && cJSON_IsArray(pred));
+    assert_int_equal(cJSON_GetArraySize(meas), 2);
+    assert_int_equal(cJSON_GetArraySize(pred), 2);
+    double exec_ms = cJSON_GetObjectItemCaseSensitive(j, "exec_ms")->valuedouble;
+    double predicted = cJSON_GetObjectItemCaseSensitive(j, "predicted_ms")->valuedouble;
+    double makespan = cJSON_GetObjectItemCaseSensitive(j, "makespan_ms")->valuedouble;
+    for (int r = 0; r < 2; r++) {
+        double m = cJSON_GetArrayItem(meas, r)->valuedouble, p = cJSON_GetArrayItem(pred, r)->valuedouble;
+        assert_true(m > 0 && p > 0);
+        assert_true(m <= exec_ms);
+        assert_true(p <= makespan);
+    }
+    assert_true(predicted > makespan);
+    cJSON_Delete(j);
+    free(text);
+}
+
 /* A dead or hung rank ends the job non-zero within the deadline, naming a
  * rank; no weights are written. */
 static void test_faults(void **state)
@@ -281,6 +320,7 @@ int main(void)
         cmocka_unit_test(test_gpt_interleaved_4),
         cmocka_unit_test(test_gpt_methods_and_dp),
         cmocka_unit_test(test_t5),
+        cmocka_unit_test(test_metrics_compute),
         cmocka_unit_test(test_faults),
     };
     if (cli_setup_dir() != 0) return 1;

@@ -56,7 +56,7 @@ int cli_profile_main(int argc, char **argv);  /* cli_profile.c */
 /* cli_profile.c, for `dynapipe train --profile auto`: profile cfg with
  * `threads` threads (quick grid, 3 repeats) into path (show_progress: 1 bar,
  * 0 summary line only, -1 quiet); returns an exit code (message printed). */
-int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int quick, int32_t max_rows,
+int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int sweeps, int quick, int32_t max_rows,
                       int64_t max_tokens, int show_progress, const char *path);
 /* The cache path of cfg's profile ($XDG_CACHE_HOME/dynapipe, else
  * ~/.cache/dynapipe, else build/dynapipe-cache; the name carries the whole

@@ -40,11 +40,14 @@ static void usage(FILE *out)
             "  --max-rows R              most micro-batch rows on the grid (default 32)\n"
             "  --threads T               kernel threads while measuring (default 1)\n"
             "  --repeats N               timed repeats per point, median kept (default 5; --quick 3)\n"
-            "  --quick                   a third of the points per axis (about a minute)\n"
+            "  --sweeps N                passes over the grid (or --check's shapes); each time\n"
+            "                            keeps a point's lowest median (default 2)\n"
+            "  --quick                   a third of the points per axis (a few minutes)\n"
             "  --out FILE                the cost table (written atomically)\n"
             "  --check analytic|FILE     instead: measure --shapes held-out shapes and print the\n"
             "                            predicted vs measured error per layer kind\n"
             "  --shapes N                held-out shapes per kind for --check (default 24)\n"
+            "  --verbose                 --check: one line per held-out shape as well\n"
             "  --seed N                  held-out shapes' seed (default 1)\n"
             "  --max-tokens N            grid points over N rows x tokens are scaled from fewer\n"
             "                            rows, not measured; --check: held-out shapes of at\n"
@@ -61,7 +64,7 @@ typedef struct profile_args {
     dyn_model_kind kind;
     int have_kind;
     const char *model_config;
-    int32_t max_seqlen, max_rows, threads, repeats, quick, shapes, quiet, link;
+    int32_t max_seqlen, max_rows, threads, repeats, sweeps, quick, shapes, quiet, link, verbose;
     int repeats_given, threads_given;
     int64_t max_tokens; /* --check: held-out shapes of at most this many rows x tokens (0: any) */
     uint64_t seed;
@@ -95,7 +98,7 @@ static void progress_show(void *ctx, int64_t done, int64_t total, double unused)
     fflush(stderr);
 }
 
-int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int quick, int32_t max_rows,
+int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int sweeps, int quick, int32_t max_rows,
                       int64_t max_tokens, int show_progress, const char *path)
 {
     dyn_error err;
@@ -105,6 +108,7 @@ int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int
         return CLI_EXIT_FAIL;
     }
     dyn_profiler_set_max_tokens(p, max_tokens);
+    dyn_profiler_set_sweeps(p, sweeps);
     dyn_cost_grid g;
     if (dyn_profile_grid_default(cfg, quick, max_rows, &g, &err) != DYN_OK) {
         dyn_profiler_free(p);
@@ -129,8 +133,9 @@ int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int
             cli_errorf(CMD, "%s", err.msg);
             rc = CLI_EXIT_FAIL;
         } else if (show_progress >= 0) {
-            fprintf(stderr, "dynapipe profile: %d rows x %d input x %d target lengths in %.1f s -> %s\n", g.n_rows,
-                    g.n_enc, g.n_dec, (dyn_time_ms() - pr.t0) / 1000.0, path);
+            fprintf(stderr, "dynapipe profile: %d rows x %d input x %d target lengths, %d sweep%s, in %.1f s -> %s\n",
+                    g.n_rows, g.n_enc, g.n_dec, sweeps, sweeps == 1 ? "" : "s", (dyn_time_ms() - pr.t0) / 1000.0,
+                    path);
         }
     }
     free(pts);
@@ -173,7 +178,7 @@ int cli_profile_cached(const dyn_model_config *cfg, int threads, int64_t max_tok
         return CLI_EXIT_FAIL;
     }
     fprintf(stderr, "dynapipe train: no profile of this shape yet; profiling (--quick grid) into %s\n", path);
-    return cli_profile_write(cfg, threads, 3, 1, 32, max_tokens, isatty(2) ? 1 : 0, path);
+    return cli_profile_write(cfg, threads, 3, 2, 1, 32, max_tokens, isatty(2) ? 1 : 0, path);
 }
 
 /* ---- --check: held-out shapes ---------------------------------------------- */
@@ -209,17 +214,22 @@ static int run_check(const profile_args *a, const dyn_model_config *cfg)
         dyn_profiler_free(p), free(rel_t), free(rel_m), dyn_cost_model_free(cm);
         return CLI_EXIT_FAIL;
     }
+    /* Every held-out shape first (the same seed gives the same shapes),
+     * then --sweeps passes over all of them, each time column keeping a
+     * shape's lowest median, as the profile's points do. */
+    int nk = DYN_LAYER_KIND_COUNT, ns = a->shapes;
+    dyn_mb_shape *shape = calloc((size_t)nk * (size_t)ns, sizeof *shape);
+    dyn_layer_cost *meas = calloc((size_t)nk * (size_t)ns, sizeof *meas);
+    if (shape == NULL || meas == NULL) {
+        cli_errorf(CMD, "out of memory");
+        free(shape), free(meas), dyn_profiler_free(p), free(rel_t), free(rel_m), dyn_cost_model_free(cm);
+        return CLI_EXIT_FAIL;
+    }
     dyn_rng rng;
     dyn_rng_seed(&rng, a->seed);
-    int rc = CLI_EXIT_OK;
-    printf("# %s vs measured, %d held-out shapes per kind (rows 1..%d, lengths 9..%d, not multiples of 8", a->check,
-           a->shapes, a->max_rows, cfg->max_seqlen);
-    if (a->max_tokens > 0) printf(", at most %lld rows x tokens", (long long)a->max_tokens);
-    printf("), recompute none, %d threads, median of %d repeats after 1 warm-up\n", threads, repeats);
-    printf("%-8s %14s %14s %14s %14s\n", "kind", "time_median%", "time_worst%", "stored_med%", "stored_worst%");
-    for (int k = 0; k < DYN_LAYER_KIND_COUNT && rc == CLI_EXIT_OK; k++) {
+    for (int k = 0; k < nk; k++) {
         if (k == DYN_LAYER_DECODER && cfg->kind != DYN_MODEL_T5) continue;
-        for (int i = 0; i < a->shapes; i++) {
+        for (int i = 0; i < ns; i++) {
             int32_t r = 1 + (int32_t)(dyn_rng_uniform(&rng) * a->max_rows);
             int32_t e, d;
             if (r > a->max_rows) r = a->max_rows;
@@ -229,24 +239,61 @@ static int run_check(const profile_args *a, const dyn_model_config *cfg)
             if (top < 17) top = 17;
             do e = 9 + (int32_t)(dyn_rng_uniform(&rng) * (top - 9)); while (e % 8 == 0);
             do d = 9 + (int32_t)(dyn_rng_uniform(&rng) * (top - 9)); while (d % 8 == 0);
-            dyn_layer_cost meas, pred;
-            dyn_mb_shape mb = {.rows = r, .enc_len = e, .dec_len = cfg->kind == DYN_MODEL_T5 ? d : 0};
-            if (dyn_profiler_measure(p, (dyn_layer_kind)k, DYN_RECOMPUTE_NONE, r, e, d, &meas, &err) != DYN_OK ||
-                dyn_cost_layer(cm, (dyn_layer_kind)k, &mb, DYN_RECOMPUTE_NONE, &pred, &err) != DYN_OK) {
+            shape[k * ns + i] = (dyn_mb_shape){.rows = r, .enc_len = e, .dec_len = cfg->kind == DYN_MODEL_T5 ? d : 0};
+        }
+    }
+    int rc = CLI_EXIT_OK;
+    for (int sw = 0; sw < a->sweeps && rc == CLI_EXIT_OK; sw++)
+        for (int k = 0; k < nk && rc == CLI_EXIT_OK; k++) {
+            if (k == DYN_LAYER_DECODER && cfg->kind != DYN_MODEL_T5) continue;
+            for (int i = 0; i < ns; i++) {
+                const dyn_mb_shape *sh = &shape[k * ns + i];
+                dyn_layer_cost lc, *m = &meas[k * ns + i];
+                if (dyn_profiler_measure(p, (dyn_layer_kind)k, DYN_RECOMPUTE_NONE, sh->rows, sh->enc_len,
+                                         sh->dec_len, &lc, &err) != DYN_OK) {
+                    cli_errorf(CMD, "%s", err.msg);
+                    rc = CLI_EXIT_FAIL;
+                    break;
+                }
+                if (sw > 0) lc.fwd_ms = fmin(lc.fwd_ms, m->fwd_ms), lc.bwd_ms = fmin(lc.bwd_ms, m->bwd_ms);
+                *m = lc;
+            }
+        }
+    if (rc == CLI_EXIT_OK) {
+        printf("# %s vs measured, %d held-out shapes per kind (rows 1..%d, lengths 9..%d, not multiples of 8",
+               a->check, ns, a->max_rows, cfg->max_seqlen);
+        if (a->max_tokens > 0) printf(", at most %lld rows x tokens", (long long)a->max_tokens);
+        printf("), recompute none, %d threads, median of %d repeats after 1 warm-up, lowest of %d sweep%s\n",
+               threads, repeats, a->sweeps, a->sweeps == 1 ? "" : "s");
+        printf("%-8s %14s %14s %14s %14s\n", "kind", "time_median%", "time_worst%", "stored_med%", "stored_worst%");
+    }
+    for (int k = 0; k < nk && rc == CLI_EXIT_OK; k++) {
+        if (k == DYN_LAYER_DECODER && cfg->kind != DYN_MODEL_T5) continue;
+        for (int i = 0; i < ns; i++) {
+            const dyn_mb_shape *sh = &shape[k * ns + i];
+            const dyn_layer_cost *m = &meas[k * ns + i];
+            dyn_layer_cost pred;
+            if (dyn_cost_layer(cm, (dyn_layer_kind)k, sh, DYN_RECOMPUTE_NONE, &pred, &err) != DYN_OK) {
                 cli_errorf(CMD, "%s", err.msg);
                 rc = CLI_EXIT_FAIL;
                 break;
             }
-            double tm = meas.fwd_ms + meas.bwd_ms, tp = pred.fwd_ms + pred.bwd_ms;
+            double tm = m->fwd_ms + m->bwd_ms, tp = pred.fwd_ms + pred.bwd_ms;
             rel_t[i] = tm > 0 ? fabs(tp - tm) / tm : 0.0;
-            rel_m[i] = meas.stored_mb > 0 ? fabs(pred.stored_mb - meas.stored_mb) / meas.stored_mb : 0.0;
+            rel_m[i] = m->stored_mb > 0 ? fabs(pred.stored_mb - m->stored_mb) / m->stored_mb : 0.0;
+            if (a->verbose)
+                printf("# %-8s rows %3d enc %4d dec %4d  measured %10.4f ms  predicted %10.4f ms  %+6.1f%%\n",
+                       dyn_layer_kind_name((dyn_layer_kind)k), sh->rows, sh->enc_len, sh->dec_len, tm, tp,
+                       tm > 0 ? 100.0 * (tp - tm) / tm : 0.0);
         }
         if (rc != CLI_EXIT_OK) break;
         /* dyn_median sorts in place: after it the worst is the last */
-        double med_t = dyn_median(rel_t, a->shapes), med_m = dyn_median(rel_m, a->shapes);
+        double med_t = dyn_median(rel_t, ns), med_m = dyn_median(rel_m, ns);
         printf("%-8s %14.1f %14.1f %14.1f %14.1f\n", dyn_layer_kind_name((dyn_layer_kind)k), 100.0 * med_t,
-               100.0 * rel_t[a->shapes - 1], 100.0 * med_m, 100.0 * rel_m[a->shapes - 1]);
+               100.0 * rel_t[ns - 1], 100.0 * med_m, 100.0 * rel_m[ns - 1]);
     }
+    free(shape);
+    free(meas);
     if (rc == CLI_EXIT_OK) {
         /* the optimizer step per million parameters, predicted vs measured */
         double meas = 0, pred = dyn_cost_optimizer_ms(cm, 1e6);
@@ -384,6 +431,10 @@ static int parse(int argc, char **argv, profile_args *a)
             a->link = 1;
             continue;
         }
+        if (strcmp(f, "--verbose") == 0) {
+            a->verbose = 1;
+            continue;
+        }
         const char *val = cli_flag_value(CMD, argc, argv, &i);
         if (val == NULL) return CLI_EXIT_USAGE;
         if (strcmp(f, "--model") == 0) {
@@ -413,6 +464,9 @@ static int parse(int argc, char **argv, profile_args *a)
             if (cli_parse_i64(CMD, f, val, 1, 1000, &v)) return CLI_EXIT_USAGE;
             a->repeats = (int32_t)v;
             a->repeats_given = 1;
+        } else if (strcmp(f, "--sweeps") == 0) {
+            if (cli_parse_i64(CMD, f, val, 1, 100, &v)) return CLI_EXIT_USAGE;
+            a->sweeps = (int32_t)v;
         } else if (strcmp(f, "--max-tokens") == 0) {
             if (cli_parse_i64(CMD, f, val, 1, INT64_MAX, &v)) return CLI_EXIT_USAGE;
             a->max_tokens = v;
@@ -437,6 +491,7 @@ static int parse(int argc, char **argv, profile_args *a)
         return CLI_EXIT_USAGE;
     }
     if (a->repeats == 0) a->repeats = a->quick ? 3 : 5;
+    if (a->sweeps == 0) a->sweeps = 2;
     return 0;
 }
 
@@ -470,6 +525,6 @@ int cli_profile_main(int argc, char **argv)
     dyn_model_config cfg;
     if ((rc = resolve(&a, &cfg)) != 0) return rc;
     if (a.check) return run_check(&a, &cfg);
-    return cli_profile_write(&cfg, a.threads, a.repeats, a.quick, a.max_rows, a.max_tokens,
+    return cli_profile_write(&cfg, a.threads, a.repeats, a.sweeps, a.quick, a.max_rows, a.max_tokens,
                              a.quiet ? -1 : isatty(2) ? 1 : 0, a.out);
 }

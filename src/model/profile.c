@@ -35,6 +35,7 @@ struct dyn_profiler {
     piece kinds[DYN_LAYER_KIND_COUNT][MAX_PIECES];
     int n_pieces[DYN_LAYER_KIND_COUNT];
     double *times; /* [repeats] scratch */
+    int sweeps;         /* dyn_profile_grid_run's passes over the grid (>= 1) */
     dyn_rng rng;
 };
 
@@ -68,7 +69,7 @@ dyn_profiler *dyn_profiler_create(const dyn_model_config *cfg, int threads, int 
     dyn_profiler *p = dyn_calloc(1, sizeof *p, "profiler", err);
     if (p == NULL) return NULL;
     p->cfg = *cfg;
-    p->threads = threads, p->repeats = repeats, p->warmup = warmup;
+    p->threads = threads, p->repeats = repeats, p->warmup = warmup, p->sweeps = 1;
     p->L = cfg->kind == DYN_MODEL_GPT ? cfg->n_layers + 2 : cfg->n_layers + cfg->n_dec_layers + 4;
     dyn_rng_seed(&p->rng, 20261201);
     p->times = dyn_calloc((size_t)repeats, sizeof *p->times, "profile times", err);
@@ -94,6 +95,8 @@ void dyn_profiler_set_max_tokens(dyn_profiler *p, int64_t max_tokens)
 {
     p->max_tokens = max_tokens > 0 ? max_tokens : 0;
 }
+
+void dyn_profiler_set_sweeps(dyn_profiler *p, int sweeps) { p->sweeps = sweeps > 1 ? sweeps : 1; }
 
 void dyn_profiler_free(dyn_profiler *p)
 {
@@ -372,6 +375,65 @@ static double point_work(const dyn_model_config *c, int kind, int32_t r, int32_t
     return (double)r * ((uses_enc(c, kind) ? e : 0) + (uses_dec(c, kind) ? d : 0)) + 64.0;
 }
 
+/* Store lc at grid point (a, b, d) of (k, mode mi), copied along the axes
+ * the kind ignores and, for NONE, to SELECTIVE (which runs the same). */
+static void point_store(const dyn_model_config *c, const dyn_cost_grid *g, dyn_layer_cost *points, int k,
+                        dyn_recompute mode, int32_t a, int32_t b, int32_t d, const dyn_layer_cost *lc)
+{
+    for (int32_t b2 = 0; b2 < g->n_enc; b2++) {
+        if (uses_enc(c, k) && b2 != b) continue;
+        for (int32_t d2 = 0; d2 < g->n_dec; d2++) {
+            if (uses_dec(c, k) && d2 != d) continue;
+            points[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, a, b2, d2)] = *lc;
+            if (mode == DYN_RECOMPUTE_NONE)
+                points[dyn_cost_grid_index(g, (dyn_layer_kind)k, DYN_RECOMPUTE_SELECTIVE, a, b2, d2)] = *lc;
+        }
+    }
+}
+
+/* The progress bar's counts (rows x tokens of work). */
+typedef struct grid_progress {
+    dyn_profile_progress_fn fn;
+    void *ctx;
+    double total, done;
+} grid_progress;
+
+/* Measure grid point (a, b, d) of (k, mode) and store it; on a later sweep
+ * keep per time column the lower of the new median and the one stored:
+ * what disturbs a measurement on a shared machine (another process on the
+ * core, a page-reclaim pass) only ever slows it, and a disturbance of a
+ * few seconds seldom hits one point in two sweeps minutes apart. */
+static dyn_status point_sweep(dyn_profiler *p, const dyn_cost_grid *g, dyn_layer_cost *points, int k,
+                              dyn_recompute mode, int32_t a, int32_t b, int32_t d, int sweep, dyn_error *err)
+{
+    dyn_layer_cost lc;
+    dyn_status st =
+        dyn_profiler_measure(p, (dyn_layer_kind)k, mode, g->rows[a], g->enc_len[b], g->dec_len[d], &lc, err);
+    if (st != DYN_OK) return st;
+    if (sweep > 0) {
+        const dyn_layer_cost *old = &points[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, a, b, d)];
+        lc.fwd_ms = fmin(lc.fwd_ms, old->fwd_ms);
+        lc.bwd_ms = fmin(lc.bwd_ms, old->bwd_ms);
+        lc.bwd_input_ms = fmin(lc.bwd_input_ms, old->bwd_input_ms);
+        lc.bwd_weight_ms = fmin(lc.bwd_weight_ms, old->bwd_weight_ms);
+    }
+    point_store(&p->cfg, g, points, k, mode, a, b, d, &lc);
+    return DYN_OK;
+}
+
+/* Past the tokens a run's micro-batch can hold (--max-tokens): the point
+ * with fewer rows at the same lengths, in proportion to the rows (time and
+ * memory are linear in rows at a fixed length), not measured. */
+static void point_scale(const dyn_model_config *c, const dyn_cost_grid *g, dyn_layer_cost *points, int k,
+                        dyn_recompute mode, int32_t a, int32_t b, int32_t d)
+{
+    const dyn_layer_cost *q = &points[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, a - 1, b, d)];
+    double f = (double)g->rows[a] / (double)g->rows[a - 1];
+    dyn_layer_cost lc = {q->fwd_ms * f,        q->bwd_ms * f,    q->bwd_input_ms * f, q->bwd_weight_ms * f,
+                         q->stored_mb * f,     q->peak_mb * f,   q->output_mb * f,    q->kept_mb * f};
+    point_store(c, g, points, k, mode, a, b, d, &lc);
+}
+
 dyn_status dyn_profile_grid_run(dyn_profiler *p, const dyn_cost_grid *g, dyn_layer_cost *points,
                                 double states_mb[DYN_LAYER_KIND_COUNT], dyn_profile_progress_fn fn, void *ctx,
                                 dyn_error *err)
@@ -379,54 +441,32 @@ dyn_status dyn_profile_grid_run(dyn_profiler *p, const dyn_cost_grid *g, dyn_lay
     const dyn_model_config *c = &p->cfg;
     /* NONE and SELECTIVE run the same (profile.h): measured once. */
     const dyn_recompute modes[2] = {DYN_RECOMPUTE_NONE, DYN_RECOMPUTE_FULL};
-    double total = 0, done = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
+    grid_progress pr = {fn, ctx, 0, 0};
+    dyn_status st = DYN_OK;
+    /* pass 0 counts the work, passes 1..sweeps measure, the last fills the
+     * points past --max-tokens from the measured ones with fewer rows */
+    int last = p->sweeps + 1;
+    for (int pass = 0; pass <= last && st == DYN_OK; pass++)
+        for (int k = 0; k < DYN_LAYER_KIND_COUNT && st == DYN_OK; k++) {
             if (p->n_pieces[k] == 0) continue;
-            for (int mi = 0; mi < 2; mi++)
-                for (int32_t a = 0; a < g->n_rows; a++)
-                    for (int32_t b = 0; b < (uses_enc(c, k) ? g->n_enc : 1); b++)
-                        for (int32_t d = 0; d < (uses_dec(c, k) ? g->n_dec : 1); d++) {
+            for (int mi = 0; mi < 2 && st == DYN_OK; mi++)
+                for (int32_t a = 0; a < g->n_rows && st == DYN_OK; a++)
+                    for (int32_t b = 0; b < (uses_enc(c, k) ? g->n_enc : 1) && st == DYN_OK; b++)
+                        for (int32_t d = 0; d < (uses_dec(c, k) ? g->n_dec : 1) && st == DYN_OK; d++) {
                             double w = point_work(c, k, g->rows[a], g->enc_len[b], g->dec_len[d]);
                             int scaled = a > 0 && p->max_tokens > 0 && w - 64.0 > (double)p->max_tokens;
-                            if (scaled) w = 0;
                             if (pass == 0) {
-                                total += w;
-                                continue;
+                                pr.total += scaled ? 0 : w * p->sweeps;
+                            } else if (pass == last) {
+                                if (scaled) point_scale(c, g, points, k, modes[mi], a, b, d);
+                            } else if (!scaled) {
+                                st = point_sweep(p, g, points, k, modes[mi], a, b, d, pass - 1, err);
+                                pr.done += w;
+                                if (fn && st == DYN_OK) fn(ctx, (int64_t)pr.done, (int64_t)pr.total, 0);
                             }
-                            dyn_layer_cost lc;
-                            if (scaled) {
-                                /* Past the tokens a run's micro-batch can hold: the
-                                 * point with fewer rows at the same lengths, in
-                                 * proportion to the rows (time and memory are
-                                 * linear in rows at a fixed length), not measured. */
-                                const dyn_layer_cost *q =
-                                    &points[dyn_cost_grid_index(g, (dyn_layer_kind)k, modes[mi], a - 1, b, d)];
-                                double f = (double)g->rows[a] / (double)g->rows[a - 1];
-                                lc = (dyn_layer_cost){q->fwd_ms * f,    q->bwd_ms * f,    q->bwd_input_ms * f,
-                                                      q->bwd_weight_ms * f, q->stored_mb * f, q->peak_mb * f,
-                                                      q->output_mb * f,     q->kept_mb * f};
-                            } else {
-                                dyn_status st = dyn_profiler_measure(p, (dyn_layer_kind)k, modes[mi], g->rows[a],
-                                                                     g->enc_len[b], g->dec_len[d], &lc, err);
-                                if (st != DYN_OK) return st;
-                            }
-                            /* copy along the axes the kind ignores, and to SELECTIVE */
-                            for (int32_t b2 = 0; b2 < g->n_enc; b2++) {
-                                if (uses_enc(c, k) && b2 != b) continue;
-                                for (int32_t d2 = 0; d2 < g->n_dec; d2++) {
-                                    if (uses_dec(c, k) && d2 != d) continue;
-                                    points[dyn_cost_grid_index(g, (dyn_layer_kind)k, modes[mi], a, b2, d2)] = lc;
-                                    if (mi == 0)
-                                        points[dyn_cost_grid_index(g, (dyn_layer_kind)k, DYN_RECOMPUTE_SELECTIVE,
-                                                                   a, b2, d2)] = lc;
-                                }
-                            }
-                            done += w;
-                            if (fn) fn(ctx, (int64_t)done, (int64_t)total, 0);
                         }
         }
-    }
+    if (st != DYN_OK) return st;
     /* Model states are counted, not measured: the analytic model's count
      * (16 bytes per parameter, the head with its own vocabulary matrix) is
      * what the runtime allocates per layer. */
@@ -436,6 +476,7 @@ dyn_status dyn_profile_grid_run(dyn_profiler *p, const dyn_cost_grid *g, dyn_lay
     dyn_cost_model_free(am);
     return dyn_cost_points_make_monotone(c, g, points, err);
 }
+
 
 void dyn_profile_meta_fill(dyn_profile_meta *m, int threads, int repeats)
 {

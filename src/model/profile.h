@@ -55,6 +55,10 @@ dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recomp
  * one-row points are always measured. 0 (the default): measure all. */
 void dyn_profiler_set_max_tokens(dyn_profiler *p, int64_t max_tokens);
 
+/* Passes dyn_profile_grid_run makes over the grid, >= 1 (default 1; the
+ * CLI's default is 2). */
+void dyn_profiler_set_sweeps(dyn_profiler *p, int sweeps);
+
 /* The optimizer step as the runtime runs it after every iteration
  * (gradient norm, AdamW with clipping, zeroing the gradients), per million
  * parameters, ms (median of the repeats after the warm-up): measured on a
@@ -78,7 +82,10 @@ typedef void (*dyn_profile_progress_fn)(void *ctx, int64_t done, int64_t total, 
 
 /* Measure every kind and recompute mode at every grid point into points
  * (DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT * grid-size entries, indexed
- * by dyn_cost_grid_index), then make them monotone
+ * by dyn_cost_grid_index) in dyn_profiler_set_sweeps passes over the grid
+ * (each time column keeps the lowest of a point's medians: what disturbs a
+ * measurement on a shared machine only slows it, and seldom hits one point
+ * in two passes minutes apart), then make them monotone
  * (dyn_cost_points_make_monotone). Kinds that do not depend on an axis
  * (the encoder on dec_len, the T5 head on enc_len) are measured once and
  * copied along it. states_mb: per-layer model states (16 bytes/param). */

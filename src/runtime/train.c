@@ -1,12 +1,8 @@
 /* train.c — one rank of `dynapipe train` (see train.h): start-up, the
- * iteration loop, plan delivery, the optimizer step, metrics and outputs.
- *
- * Plan delivery. World rank 0's planner thread fills a queue; rank 0's
- * main thread sends iteration k+1's work to every rank (an 8-byte length,
- * then the payload, MPI_Isend) as soon as it is planned, while iteration k
- * trains; every rank keeps a receive for its next work posted and advances
- * it whenever the interpreter polls. A rank therefore waits for a plan only
- * when planning is slower than training (plan_wait_ms in the metrics).
+ * iteration loop and the optimizer step. Plans reach the ranks through
+ * mail.c (rank 0's planner thread fills a queue, its main thread sends each
+ * planned iteration while the previous one trains); the progress line,
+ * metrics and trace are written by report.c.
  *
  * Stage models. A rank holds the parameters, gradients and AdamW moments of
  * its own stages only (one stage model per chunk: dyn_model_create_stage),
@@ -29,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -38,7 +33,6 @@
 #include "dynapipe/cost.h"
 #include "dynapipe/model_config.h"
 #include "dynapipe/sched.h"
-#include "dynapipe/sim.h" /* defines: dyn_sim_op_label, dyn_sim_op_category */
 #include "model/blas.h"  /* defines: dyn_blas_describe */
 #include "model/model.h"
 #include "model/threads.h"
@@ -46,13 +40,13 @@
 #include "runtime/evaluate.h"   /* defines: rt_eval_run */
 #include "runtime/exec.h"
 #include "runtime/group.h"
+#include "runtime/mail.h"
+#include "runtime/report.h"
 #include "runtime/calibrate.h"
 #include "runtime/planner.h"
 #include "runtime/source.h"
 #include "runtime/work.h"
 #include "util/util.h"
-
-enum { TAG_WORK_LEN = 10, TAG_WORK = 11 };
 
 void dyn_train_options_default(dyn_train_options *o)
 {
@@ -74,211 +68,6 @@ void dyn_train_options_default(dyn_train_options *o)
     o->calibrate_window = 8;
     o->kill_rank = o->hang_rank = -1;
     o->eval_samples = 64;
-}
-
-/* ---- plan delivery ---------------------------------------------------------- */
-
-typedef struct rt_outgoing {
-    rt_planned *pl;
-    MPI_Request *req; /* [2 * world]: length and payload per rank */
-    uint64_t *len;    /* [world] */
-} rt_outgoing;
-
-#define OUT_CAP 4
-
-typedef struct rt_mail {
-    const dyn_rt_group *g;
-    int64_t steps;
-    double timeout_s;
-    /* receiving (every rank): the next iteration's work */
-    int64_t want;
-    int state; /* 0 nothing posted, 1 length posted, 2 payload posted, 3 ready */
-    uint64_t len;
-    uint8_t *buf;
-    MPI_Request req;
-    dyn_status fail;
-    dyn_error err;
-    /* sending (rank 0) */
-    rt_planner *planner;
-    int64_t next_send;  /* first iteration not yet sent */
-    int64_t horizon;    /* send iterations up to this one: the one training now, plus one */
-    rt_outgoing out[OUT_CAP];
-    double plan_ms_sent;
-    int64_t *sampler_pos; /* rank 0, [steps]: the sampler position after each sent iteration */
-} rt_mail;
-
-static void mail_fail(rt_mail *m, dyn_status st, const dyn_error *e)
-{
-    if (m->fail == DYN_OK) {
-        m->fail = st;
-        m->err = *e;
-    }
-}
-
-/* Send planned iteration pl to every rank (rank 0 included: MPI sends to
- * self like to anyone). */
-static void mail_send(rt_mail *m, rt_planned *pl)
-{
-    const dyn_rt_group *g = m->g;
-    rt_outgoing *o = NULL;
-    for (int i = 0; i < OUT_CAP && o == NULL; i++)
-        if (m->out[i].pl == NULL) o = &m->out[i];
-    dyn_error e;
-    if (o == NULL) {
-        dyn_error_set(&e, DYN_ERR_INTERNAL, "more than %d iterations of plans in flight", OUT_CAP);
-        mail_fail(m, e.code, &e);
-        rt_planned_free(pl);
-        return;
-    }
-    o->pl = pl;
-    if (m->sampler_pos) m->sampler_pos[pl->iteration] = pl->sampler_pos;
-    for (int w = 0; w < g->world_size; w++) {
-        int r = w / g->stages;
-        o->len[w] = pl->len[r];
-        int rc = MPI_Isend(&o->len[w], 1, MPI_UINT64_T, w, TAG_WORK_LEN, g->world, &o->req[2 * w]);
-        if (rc == MPI_SUCCESS)
-            rc = MPI_Isend(pl->msg[r], (int)pl->len[r], MPI_BYTE, w, TAG_WORK, g->world, &o->req[2 * w + 1]);
-        if (rc != MPI_SUCCESS) {
-            dyn_rt_mpi_check(rc, "MPI_Isend (plan)", &e);
-            mail_fail(m, e.code, &e);
-            return;
-        }
-    }
-    m->next_send = pl->iteration + 1;
-}
-
-/* Rank 0: complete finished sends; send the next planned iteration if the
- * planner has it (never waits). */
-static void mail_progress_send(rt_mail *m)
-{
-    for (int i = 0; i < OUT_CAP; i++) {
-        rt_outgoing *o = &m->out[i];
-        if (o->pl == NULL) continue;
-        int done = 0;
-        MPI_Testall(2 * m->g->world_size, o->req, &done, MPI_STATUSES_IGNORE);
-        if (done) {
-            rt_planned_free(o->pl);
-            o->pl = NULL;
-        }
-    }
-    if (m->fail != DYN_OK || m->next_send >= m->steps || m->next_send > m->horizon) return;
-    rt_planned *pl = NULL;
-    dyn_error e;
-    dyn_status st = rt_planner_take(m->planner, m->next_send, 0, 0, &pl, &e);
-    if (st != DYN_OK) mail_fail(m, st, &e);
-    else if (pl != NULL) mail_send(m, pl);
-}
-
-static void mail_progress_recv(rt_mail *m)
-{
-    dyn_error e;
-    for (;;) {
-        if (m->state == 1 || m->state == 2) {
-            int done = 0;
-            int rc = MPI_Test(&m->req, &done, MPI_STATUS_IGNORE);
-            if (rc != MPI_SUCCESS) {
-                dyn_rt_mpi_check(rc, "MPI_Test (plan)", &e);
-                mail_fail(m, e.code, &e);
-                return;
-            }
-            if (!done) return;
-            if (m->state == 2) {
-                m->state = 3;
-                return;
-            }
-            free(m->buf);
-            m->buf = malloc(m->len ? m->len : 1);
-            if (m->buf == NULL) {
-                dyn_error_set(&e, DYN_ERR_NOMEM, "out of memory for a %llu-byte plan", (unsigned long long)m->len);
-                mail_fail(m, e.code, &e);
-                return;
-            }
-            rc = MPI_Irecv(m->buf, (int)m->len, MPI_BYTE, 0, TAG_WORK, m->g->world, &m->req);
-            if (rc != MPI_SUCCESS) {
-                dyn_rt_mpi_check(rc, "MPI_Irecv (plan)", &e);
-                mail_fail(m, e.code, &e);
-                return;
-            }
-            m->state = 2;
-            continue;
-        }
-        return;
-    }
-}
-
-static void mail_post(rt_mail *m, int64_t k)
-{
-    if (k >= m->steps) return;
-    m->want = k;
-    int rc = MPI_Irecv(&m->len, 1, MPI_UINT64_T, 0, TAG_WORK_LEN, m->g->world, &m->req);
-    if (rc != MPI_SUCCESS) {
-        dyn_error e;
-        dyn_rt_mpi_check(rc, "MPI_Irecv (plan length)", &e);
-        mail_fail(m, e.code, &e);
-        return;
-    }
-    m->state = 1;
-}
-
-static void mail_poll(void *ctx)
-{
-    rt_mail *m = ctx;
-    if (m->planner) mail_progress_send(m);
-    mail_progress_recv(m);
-}
-
-/* Iteration k's work message (blocking, with the deadline). On rank 0 this
- * first makes sure iteration k was sent: waiting here for the planner is
- * the "planning not hidden" time. *wait_ms: time spent waiting. */
-static dyn_status mail_take(rt_mail *m, int64_t k, uint8_t **buf, size_t *len, double *wait_ms, dyn_error *err)
-{
-    double t0 = dyn_time_ms();
-    m->horizon = k + 1;
-    if (m->planner && m->next_send <= k) {
-        rt_planned *pl = NULL;
-        dyn_status st = rt_planner_take(m->planner, k, 1, m->timeout_s, &pl, err);
-        if (st != DYN_OK) return st;
-        mail_send(m, pl);
-    }
-    double deadline = t0 + m->timeout_s * 1e3;
-    while (m->state != 3) {
-        if (m->fail != DYN_OK) {
-            *err = m->err;
-            return m->fail;
-        }
-        mail_poll(m);
-        if (m->state == 3) break;
-        if (dyn_time_ms() > deadline)
-            return dyn_error_set(err, DYN_ERR_INTERNAL, "timeout after %.0f s waiting for the plan of iteration %lld "
-                                 "from rank 0", m->timeout_s, (long long)k);
-        struct timespec ts = {0, 20000};
-        nanosleep(&ts, NULL);
-    }
-    if (m->fail != DYN_OK) {
-        *err = m->err;
-        return m->fail;
-    }
-    *buf = m->buf;
-    *len = m->len;
-    m->buf = NULL;
-    m->state = 0;
-    *wait_ms = dyn_time_ms() - t0;
-    mail_post(m, k + 1);
-    return DYN_OK;
-}
-
-static void mail_free(rt_mail *m)
-{
-    if (m->state == 1 || m->state == 2) {
-        MPI_Cancel(&m->req);
-        MPI_Request_free(&m->req);
-    }
-    free(m->buf);
-    for (int i = 0; i < OUT_CAP; i++) {
-        rt_planned_free(m->out[i].pl);
-        free(m->out[i].req);
-        free(m->out[i].len);
-    }
 }
 
 /* ---- layers per stage ------------------------------------------------------- */
@@ -327,17 +116,6 @@ static dyn_status stage_layers(const dyn_train_options *o, int32_t **lay_first, 
 enum { R_ITER_MS, R_BUSY_MS, R_COMM_MS, R_COMM_BYTES, R_PLAN_WAIT_MS, R_ALLOC_MB, R_LOSS, R_TOKENS, R_PRED_PEAK_MB,
        R_MEAS_F, R_MEAS_B, R_PRED_F, R_PRED_B, R_EXEC_MS, R_STEP_MS, R_COUNT };
 
-typedef struct rt_iter {
-    int64_t step;
-    double loss, iteration_ms, predicted_ms, bubble, plan_ms, plan_wait_ms, comm_wait_ms, comm_mb, lr, grad_norm;
-    double exec_ms, step_ms; /* slowest rank's plan interpretation and optimizer step (sums, norm, AdamW) */
-    double makespan_ms;      /* the plan's simulated makespan (predicted_ms less the fixed per-iteration part) */
-    int64_t tokens, target_tokens;
-    int32_t schedule, n_mb;
-    double eval_loss;     /* held-out loss after this step (--eval-every); < 0: not evaluated */
-    double *peak_mb;      /* [world] allocated per rank */
-    double *pred_peak_mb; /* [world] */
-} rt_iter;
 
 /* A stage model's gradient allreduce goes in parts of at most 2^30 floats
  * (MPI counts are int). */
@@ -396,7 +174,7 @@ static dyn_model *model_of(void *ctx, int32_t stage)
 static void run_poll(void *ctx)
 {
     rt_run *R = ctx;
-    mail_poll(&R->mail);
+    rt_mail_poll(&R->mail);
     for (int32_t c = 0; c < R->n_local; c++)
         if (R->dp_started[c])
             for (int k = 0; k < DP_PARTS; k++)
@@ -431,7 +209,7 @@ static void on_stage_done(void *ctx, int32_t stage)
 {
     rt_run *R = ctx;
     dyn_error e;
-    if (dp_start(R, stage / R->g.stages, &e) != DYN_OK) mail_fail(&R->mail, e.code, &e);
+    if (dp_start(R, stage / R->g.stages, &e) != DYN_OK) rt_mail_fail(&R->mail, e.code, &e);
 }
 
 static dyn_status allreduce_on(rt_run *R, MPI_Comm comm, void *buf, size_t count, MPI_Datatype t, const char *what,
@@ -530,129 +308,6 @@ static dyn_status step(rt_run *R, int64_t k, double *grad_norm, double *lr, doub
     }
     *opt_ms += dyn_time_ms() - t0;
     return DYN_OK;
-}
-
-/* ---- output ----------------------------------------------------------------- */
-
-static void print_progress(rt_run *R, const rt_iter *it)
-{
-    double tps = it->iteration_ms > 0 ? (double)it->tokens / (it->iteration_ms / 1e3) : 0;
-    double hidden = it->plan_ms > 0 ? 100.0 * (1.0 - (it->plan_wait_ms > it->plan_ms ? it->plan_ms : it->plan_wait_ms) /
-                                                       it->plan_ms)
-                                    : 100.0;
-    char line[256];
-    snprintf(line, sizeof line,
-             "step %lld/%lld  loss %.4f  %.0f tokens/s  %.0f ms/iter (predicted %.0f)  bubble %.2f  "
-             "plan %.1f ms, %.0f%% hidden  %s x%d",
-             (long long)it->step + 1, (long long)R->o.steps, it->loss, tps, it->iteration_ms, it->predicted_ms,
-             it->bubble, it->plan_ms, hidden,
-             it->schedule >= 0 ? dyn_schedule_name((dyn_schedule)it->schedule) : "-", it->n_mb);
-    if (R->tty && it->step + 1 < R->o.steps)
-        fprintf(stderr, "\r%s\033[K", line);
-    else
-        fprintf(stderr, "%s%s\n", R->tty ? "\r" : "", line);
-}
-
-static dyn_status write_metrics(rt_run *R, dyn_error *err)
-{
-    dyn_atomic_file af;
-    dyn_status st = dyn_atomic_open(&af, R->o.metrics_path, err);
-    if (st != DYN_OK) return st;
-    for (int64_t k = R->first_step; k < R->end_step; k++) {
-        const rt_iter *it = &R->iters[k];
-        double tps = it->iteration_ms > 0 ? (double)it->tokens / (it->iteration_ms / 1e3) : 0;
-        fprintf(af.fp,
-                "{\"step\":%lld,\"loss\":%.6f,\"tokens\":%lld,\"target_tokens\":%lld,\"tokens_per_s\":%.1f,"
-                "\"iteration_ms\":%.3f,\"predicted_ms\":%.3f,\"bubble_fraction\":%.4f,\"plan_ms\":%.3f,"
-                "\"plan_wait_ms\":%.3f,\"comm_wait_ms\":%.3f,\"comm_mb\":%.3f,\"lr\":%.6g,\"grad_norm\":%.6g,\"schedule\":\"%s\","
-                "\"n_microbatches\":%d,\"makespan_ms\":%.3f,\"exec_ms\":%.3f,\"step_ms\":%.3f,\"peak_mem_mb\":[",
-                (long long)it->step, it->loss, (long long)it->tokens, (long long)it->target_tokens, tps,
-                it->iteration_ms, it->predicted_ms, it->bubble, it->plan_ms, it->plan_wait_ms, it->comm_wait_ms,
-                it->comm_mb, it->lr, it->grad_norm, it->schedule >= 0 ? dyn_schedule_name((dyn_schedule)it->schedule) : "-",
-                it->n_mb, it->makespan_ms, it->exec_ms, it->step_ms);
-        for (int w = 0; w < R->g.world_size; w++) fprintf(af.fp, "%s%.2f", w ? "," : "", it->peak_mb[w]);
-        fprintf(af.fp, "],\"predicted_peak_mem_mb\":[");
-        for (int w = 0; w < R->g.world_size; w++) fprintf(af.fp, "%s%.2f", w ? "," : "", it->pred_peak_mb[w]);
-        fprintf(af.fp, "],\"hosts\":[");
-        for (int w = 0; w < R->g.world_size; w++) fprintf(af.fp, "%s\"%s\"", w ? "," : "", R->g.hosts[w]);
-        fprintf(af.fp, "]");
-        if (it->eval_loss >= 0) fprintf(af.fp, ",\"eval_loss\":%.6f", it->eval_loss);
-        fprintf(af.fp, "}\n");
-    }
-    if (ferror(af.fp)) {
-        dyn_atomic_abort(&af);
-        return dyn_error_set(err, DYN_ERR_IO, "%s: write failed", R->o.metrics_path);
-    }
-    return dyn_atomic_commit(&af, err);
-}
-
-/* The trace: every rank's events gathered on rank 0, one track per rank. */
-static dyn_status gather_trace(rt_run *R, dyn_error *err)
-{
-    int64_t n = 0;
-    const rt_event *ev = rt_exec_events(R->x, &n);
-    int W = R->g.world_size;
-    int bytes = (int)(n * (int64_t)sizeof(rt_event));
-    int *counts = NULL, *displs = NULL;
-    char *all = NULL;
-    dyn_status st = DYN_OK;
-    if (R->g.world_rank == 0) {
-        counts = dyn_calloc((size_t)W, sizeof(int), "trace", err);
-        displs = dyn_calloc((size_t)W, sizeof(int), "trace", err);
-        if (counts == NULL || displs == NULL) st = DYN_ERR_NOMEM;
-    }
-    MPI_Request req;
-    if (st == DYN_OK)
-        st = dyn_rt_mpi_check(MPI_Igather(&bytes, 1, MPI_INT, counts, 1, MPI_INT, 0, R->g.world, &req), "MPI_Igather", err);
-    if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, NULL, NULL, "the trace gather", err);
-    int64_t total = 0;
-    if (st == DYN_OK && R->g.world_rank == 0) {
-        for (int w = 0; w < W; w++) {
-            displs[w] = (int)total;
-            total += counts[w];
-        }
-        if ((all = malloc(total ? (size_t)total : 1)) == NULL) st = dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the trace");
-    }
-    if (st == DYN_OK)
-        st = dyn_rt_mpi_check(MPI_Igatherv(ev, bytes, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, R->g.world, &req),
-                              "MPI_Igatherv", err);
-    if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, NULL, NULL, "the trace gather", err);
-    if (st == DYN_OK && R->g.world_rank == 0) {
-        dyn_atomic_file af;
-        st = dyn_atomic_open(&af, R->o.trace_path, err);
-        if (st == DYN_OK) {
-            FILE *f = af.fp;
-            fprintf(f, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"source\":\"dynapipe train\",\"stages\":%d,\"dp\":%d},\n"
-                       "\"traceEvents\":[\n",
-                    R->g.stages, R->g.dp);
-            fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"pipeline\"}}");
-            for (int w = 0; w < W; w++)
-                fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d "
-                           "(stage %d, replica %d, %s)\",\"host\":\"%s\"}}",
-                        w, w, w % R->g.stages, w / R->g.stages, R->g.hosts[w], R->g.hosts[w]);
-            for (int w = 0; w < W; w++) {
-                const rt_event *e = (const rt_event *)(all + displs[w]);
-                int64_t ne = counts[w] / (int)sizeof(rt_event);
-                for (int64_t i = 0; i < ne; i++)
-                    fprintf(f, ",\n{\"name\":\"%s%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,"
-                               "\"dur\":%.3f,\"args\":{\"op\":\"%s\",\"instr\":%d,\"microbatch\":%d,\"stage\":%d}}",
-                            dyn_sim_op_label(e[i].op), e[i].microbatch, dyn_sim_op_category(e[i].op), w, e[i].t0_ms * 1e3,
-                            (e[i].t1_ms - e[i].t0_ms) * 1e3, dyn_sim_op_label(e[i].op), e[i].instr, e[i].microbatch,
-                            e[i].stage);
-            }
-            fprintf(f, "\n]}\n");
-            if (ferror(f)) {
-                dyn_atomic_abort(&af);
-                st = dyn_error_set(err, DYN_ERR_IO, "%s: write failed", R->o.trace_path);
-            } else {
-                st = dyn_atomic_commit(&af, err);
-            }
-        }
-    }
-    free(counts);
-    free(displs);
-    free(all);
-    return st;
 }
 
 /* ---- the run ---------------------------------------------------------------- */
@@ -926,7 +581,7 @@ static dyn_status ckpt_after_step(rt_run *R, int64_t k, int *stop, dyn_error *er
         MPI_Request req;
         st = dyn_rt_mpi_check(MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_MAX, R->g.world, &req),
                               "MPI_Iallreduce (stop signal)", err);
-        if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, mail_poll, &R->mail, "the stop-signal allreduce", err);
+        if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, rt_mail_poll, &R->mail, "the stop-signal allreduce", err);
         if (st != DYN_OK) return st;
         if (any) {
             *stop = 1;
@@ -987,15 +642,8 @@ static dyn_status setup(rt_run *R, dyn_error *err)
     for (int32_t c = 0; c < R->n_local; c++) dyn_model_set_progress(R->models[c], rt_exec_poll, R->x);
     R->iters = dyn_calloc((size_t)o->steps, sizeof(rt_iter), "metrics", err);
     if (R->iters == NULL) return DYN_ERR_NOMEM;
-    R->mail.g = &R->g;
-    R->mail.steps = o->steps;
-    R->mail.timeout_s = o->timeout_s;
+    if ((st = rt_mail_init(&R->mail, &R->g, o->steps, o->timeout_s, err)) != DYN_OK) return st;
     if (R->g.world_rank == 0) {
-        for (int i = 0; i < OUT_CAP; i++) {
-            R->mail.out[i].req = dyn_calloc((size_t)2 * R->g.world_size, sizeof(MPI_Request), "plan sends", err);
-            R->mail.out[i].len = dyn_calloc((size_t)R->g.world_size, sizeof(uint64_t), "plan sends", err);
-            if (R->mail.out[i].req == NULL || R->mail.out[i].len == NULL) return DYN_ERR_NOMEM;
-        }
         if ((R->planner = rt_planner_create(o, rt_source_lengths(R->src), err)) == NULL) return err->code;
         if (o->calibrate) {
             R->calib = rt_calib_create(R->g.stages, o->calibrate_window, 0.03);
@@ -1005,11 +653,8 @@ static dyn_status setup(rt_run *R, dyn_error *err)
         }
         if (R->first_step > 0 && (st = rt_planner_seek(R->planner, R->first_step, resume_pos, err)) != DYN_OK)
             return st;
-        R->mail.next_send = R->first_step;
-        R->mail.sampler_pos = dyn_calloc((size_t)o->steps, sizeof(int64_t), "sampler positions", err);
-        if (R->mail.sampler_pos == NULL) return DYN_ERR_NOMEM;
         if ((st = rt_planner_start(R->planner, err)) != DYN_OK) return st;
-        R->mail.planner = R->planner;
+        rt_mail_start_sending(&R->mail, R->planner, R->first_step);
         if (o->progress >= 0) {
             char hosts[512];
             dyn_rt_group_hosts_describe(&R->g, hosts, sizeof hosts);
@@ -1026,7 +671,7 @@ static dyn_status setup(rt_run *R, dyn_error *err)
     }
     if (R->first_step > 0 && R->g.world_rank == 0 && o->progress >= 0)
         fprintf(stderr, "dynapipe train: resumed from %s at step %lld\n", R->resume_dir, (long long)R->first_step);
-    mail_post(&R->mail, R->first_step);
+    rt_mail_post(&R->mail, R->first_step);
     return DYN_OK;
 }
 
@@ -1046,7 +691,7 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
     size_t len = 0;
     double wait_ms = 0;
     fault_injection(R, k);
-    dyn_status st = mail_take(&R->mail, k, &buf, &len, &wait_ms, err);
+    dyn_status st = rt_mail_take(&R->mail, k, &buf, &len, &wait_ms, err);
     dyn_rt_work w;
     memset(&w, 0, sizeof w);
     if (st == DYN_OK) st = dyn_rt_work_unpack(buf, len, rt_source_lengths(R->src)->n, &w, err);
@@ -1083,7 +728,9 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
         all = dyn_calloc((size_t)R_COUNT * (size_t)R->g.world_size, sizeof(double), "metrics", err);
         it->peak_mb = dyn_calloc((size_t)R->g.world_size, sizeof(double), "metrics", err);
         it->pred_peak_mb = dyn_calloc((size_t)R->g.world_size, sizeof(double), "metrics", err);
-        if (all == NULL || it->peak_mb == NULL || it->pred_peak_mb == NULL) st = DYN_ERR_NOMEM;
+        it->compute_ms = dyn_calloc(2 * (size_t)R->g.world_size, sizeof(double), "metrics", err);
+        if (all == NULL || it->peak_mb == NULL || it->pred_peak_mb == NULL || it->compute_ms == NULL)
+            st = DYN_ERR_NOMEM;
     }
     MPI_Request req;
     if (st == DYN_OK)
@@ -1104,6 +751,8 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
             if (q[R_STEP_MS] > it->step_ms) it->step_ms = q[R_STEP_MS];
             it->peak_mb[r] = q[R_ALLOC_MB];
             it->pred_peak_mb[r] = q[R_PRED_PEAK_MB];
+            it->compute_ms[2 * r] = q[R_MEAS_F] + q[R_MEAS_B];
+            it->compute_ms[2 * r + 1] = q[R_PRED_F] + q[R_PRED_B];
         }
         calibrate_hook(R, k, all);
         it->step = k;
@@ -1122,7 +771,7 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
         it->grad_norm = grad_norm;
         it->schedule = w.n_mb > 0 ? w.plan.schedule : -1;
         it->n_mb = w.n_mb;
-        if (R->o.progress >= 0) print_progress(R, it);
+        if (R->o.progress >= 0) rt_report_progress(it, R->o.steps, R->tty);
     }
     free(all);
     dyn_rt_work_free(&w);
@@ -1134,8 +783,7 @@ static void run_free(rt_run *R)
     rt_planner_free(R->planner);
     rt_calib_free(R->calib);
     free(R->calib_buf);
-    free(R->mail.sampler_pos);
-    mail_free(&R->mail);
+    rt_mail_free(&R->mail);
     rt_exec_free(R->x);
     for (int32_t c = 0; c < R->n_local && R->models; c++) dyn_model_free(R->models[c]);
     free(R->models);
@@ -1152,6 +800,7 @@ static void run_free(rt_run *R)
         for (int64_t k = 0; k < R->o.steps; k++) {
             free(R->iters[k].peak_mb);
             free(R->iters[k].pred_peak_mb);
+            free(R->iters[k].compute_ms);
         }
     free(R->iters);
 }
@@ -1205,8 +854,9 @@ int dyn_train_rank_main(const dyn_train_options *o, int *argc, char ***argv)
         if (st == DYN_OK) R.end_step = k + 1;
         stop = halt;
     }
-    if (st == DYN_OK && o->trace_path) st = gather_trace(&R, &err);
-    if (st == DYN_OK && R.g.world_rank == 0 && o->metrics_path) st = write_metrics(&R, &err);
+    if (st == DYN_OK && o->trace_path) st = rt_report_trace(o->trace_path, R.x, &R.g, o->timeout_s, &err);
+    if (st == DYN_OK && R.g.world_rank == 0 && o->metrics_path)
+        st = rt_report_metrics(o->metrics_path, R.iters, R.first_step, R.end_step, &R.g, &err);
     if (st == DYN_OK && o->save_path && !R.stop_signal) st = save_full(&R, &err);
     if (st != DYN_OK) dyn_rt_group_abort(&R.g, 1, err.msg);
     int rc = R.stop_signal ? 128 + R.stop_signal : 0; /* stopped by a signal: the shell's convention */

@@ -1,0 +1,136 @@
+/* report.c — what `dynapipe train` shows and writes about its iterations
+ * (contract in report.h): the progress line, the metrics file and the
+ * trace gathered from every rank. */
+#include "runtime/report.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "dynapipe/sched.h" /* defines: dyn_schedule_name */
+#include "dynapipe/sim.h"   /* defines: dyn_sim_op_label, dyn_sim_op_category */
+#include "util/util.h"      /* defines: dyn_atomic_*, dyn_calloc */
+
+void rt_report_progress(const rt_iter *it, int64_t steps, int tty)
+{
+    double tps = it->iteration_ms > 0 ? (double)it->tokens / (it->iteration_ms / 1e3) : 0;
+    double hidden = it->plan_ms > 0 ? 100.0 * (1.0 - (it->plan_wait_ms > it->plan_ms ? it->plan_ms : it->plan_wait_ms) /
+                                                       it->plan_ms)
+                                    : 100.0;
+    char line[256];
+    snprintf(line, sizeof line,
+             "step %lld/%lld  loss %.4f  %.0f tokens/s  %.0f ms/iter (predicted %.0f)  bubble %.2f  "
+             "plan %.1f ms, %.0f%% hidden  %s x%d",
+             (long long)it->step + 1, (long long)steps, it->loss, tps, it->iteration_ms, it->predicted_ms,
+             it->bubble, it->plan_ms, hidden,
+             it->schedule >= 0 ? dyn_schedule_name((dyn_schedule)it->schedule) : "-", it->n_mb);
+    if (tty && it->step + 1 < steps)
+        fprintf(stderr, "\r%s\033[K", line);
+    else
+        fprintf(stderr, "%s%s\n", tty ? "\r" : "", line);
+}
+
+dyn_status rt_report_metrics(const char *path, const rt_iter *iters, int64_t first, int64_t end,
+                             const dyn_rt_group *g, dyn_error *err)
+{
+    dyn_atomic_file af;
+    dyn_status st = dyn_atomic_open(&af, path, err);
+    if (st != DYN_OK) return st;
+    for (int64_t k = first; k < end; k++) {
+        const rt_iter *it = &iters[k];
+        double tps = it->iteration_ms > 0 ? (double)it->tokens / (it->iteration_ms / 1e3) : 0;
+        fprintf(af.fp,
+                "{\"step\":%lld,\"loss\":%.6f,\"tokens\":%lld,\"target_tokens\":%lld,\"tokens_per_s\":%.1f,"
+                "\"iteration_ms\":%.3f,\"predicted_ms\":%.3f,\"bubble_fraction\":%.4f,\"plan_ms\":%.3f,"
+                "\"plan_wait_ms\":%.3f,\"comm_wait_ms\":%.3f,\"comm_mb\":%.3f,\"lr\":%.6g,\"grad_norm\":%.6g,\"schedule\":\"%s\","
+                "\"n_microbatches\":%d,\"makespan_ms\":%.3f,\"exec_ms\":%.3f,\"step_ms\":%.3f,\"peak_mem_mb\":[",
+                (long long)it->step, it->loss, (long long)it->tokens, (long long)it->target_tokens, tps,
+                it->iteration_ms, it->predicted_ms, it->bubble, it->plan_ms, it->plan_wait_ms, it->comm_wait_ms,
+                it->comm_mb, it->lr, it->grad_norm, it->schedule >= 0 ? dyn_schedule_name((dyn_schedule)it->schedule) : "-",
+                it->n_mb, it->makespan_ms, it->exec_ms, it->step_ms);
+        for (int w = 0; w < g->world_size; w++) fprintf(af.fp, "%s%.2f", w ? "," : "", it->peak_mb[w]);
+        fprintf(af.fp, "],\"predicted_peak_mem_mb\":[");
+        for (int w = 0; w < g->world_size; w++) fprintf(af.fp, "%s%.2f", w ? "," : "", it->pred_peak_mb[w]);
+        fprintf(af.fp, "],\"compute_ms\":[");
+        for (int w = 0; w < g->world_size; w++) fprintf(af.fp, "%s%.3f", w ? "," : "", it->compute_ms[2 * w]);
+        fprintf(af.fp, "],\"predicted_compute_ms\":[");
+        for (int w = 0; w < g->world_size; w++) fprintf(af.fp, "%s%.3f", w ? "," : "", it->compute_ms[2 * w + 1]);
+        fprintf(af.fp, "],\"hosts\":[");
+        for (int w = 0; w < g->world_size; w++) fprintf(af.fp, "%s\"%s\"", w ? "," : "", g->hosts[w]);
+        fprintf(af.fp, "]");
+        if (it->eval_loss >= 0) fprintf(af.fp, ",\"eval_loss\":%.6f", it->eval_loss);
+        fprintf(af.fp, "}\n");
+    }
+    if (ferror(af.fp)) {
+        dyn_atomic_abort(&af);
+        return dyn_error_set(err, DYN_ERR_IO, "%s: write failed", path);
+    }
+    return dyn_atomic_commit(&af, err);
+}
+
+dyn_status rt_report_trace(const char *path, const rt_exec *x, const dyn_rt_group *g, double timeout_s, dyn_error *err)
+{
+    int64_t n = 0;
+    const rt_event *ev = rt_exec_events(x, &n);
+    int W = g->world_size;
+    int bytes = (int)(n * (int64_t)sizeof(rt_event));
+    int *counts = NULL, *displs = NULL;
+    char *all = NULL;
+    dyn_status st = DYN_OK;
+    if (g->world_rank == 0) {
+        counts = dyn_calloc((size_t)W, sizeof(int), "trace", err);
+        displs = dyn_calloc((size_t)W, sizeof(int), "trace", err);
+        if (counts == NULL || displs == NULL) st = DYN_ERR_NOMEM;
+    }
+    MPI_Request req;
+    if (st == DYN_OK)
+        st = dyn_rt_mpi_check(MPI_Igather(&bytes, 1, MPI_INT, counts, 1, MPI_INT, 0, g->world, &req), "MPI_Igather", err);
+    if (st == DYN_OK) st = rt_wait(&req, timeout_s, NULL, NULL, "the trace gather", err);
+    int64_t total = 0;
+    if (st == DYN_OK && g->world_rank == 0) {
+        for (int w = 0; w < W; w++) {
+            displs[w] = (int)total;
+            total += counts[w];
+        }
+        if ((all = malloc(total ? (size_t)total : 1)) == NULL) st = dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the trace");
+    }
+    if (st == DYN_OK)
+        st = dyn_rt_mpi_check(MPI_Igatherv(ev, bytes, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, g->world, &req),
+                              "MPI_Igatherv", err);
+    if (st == DYN_OK) st = rt_wait(&req, timeout_s, NULL, NULL, "the trace gather", err);
+    if (st == DYN_OK && g->world_rank == 0) {
+        dyn_atomic_file af;
+        st = dyn_atomic_open(&af, path, err);
+        if (st == DYN_OK) {
+            FILE *f = af.fp;
+            fprintf(f, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"source\":\"dynapipe train\",\"stages\":%d,\"dp\":%d},\n"
+                       "\"traceEvents\":[\n",
+                    g->stages, g->dp);
+            fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"pipeline\"}}");
+            for (int w = 0; w < W; w++)
+                fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d "
+                           "(stage %d, replica %d, %s)\",\"host\":\"%s\"}}",
+                        w, w, w % g->stages, w / g->stages, g->hosts[w], g->hosts[w]);
+            for (int w = 0; w < W; w++) {
+                const rt_event *e = (const rt_event *)(all + displs[w]);
+                int64_t ne = counts[w] / (int)sizeof(rt_event);
+                for (int64_t i = 0; i < ne; i++)
+                    fprintf(f, ",\n{\"name\":\"%s%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,"
+                               "\"dur\":%.3f,\"args\":{\"op\":\"%s\",\"instr\":%d,\"microbatch\":%d,\"stage\":%d}}",
+                            dyn_sim_op_label(e[i].op), e[i].microbatch, dyn_sim_op_category(e[i].op), w, e[i].t0_ms * 1e3,
+                            (e[i].t1_ms - e[i].t0_ms) * 1e3, dyn_sim_op_label(e[i].op), e[i].instr, e[i].microbatch,
+                            e[i].stage);
+            }
+            fprintf(f, "\n]}\n");
+            if (ferror(f)) {
+                dyn_atomic_abort(&af);
+                st = dyn_error_set(err, DYN_ERR_IO, "%s: write failed", path);
+            } else {
+                st = dyn_atomic_commit(&af, err);
+            }
+        }
+    }
+    free(counts);
+    free(displs);
+    free(all);
+    return st;
+}
