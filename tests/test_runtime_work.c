@@ -16,6 +16,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dynapipe/model_config.h"
 #include "model/threads.h"
@@ -147,6 +148,73 @@ static void test_planner_thread(void **state)
     rt_source_free(src);
 }
 
+/* Sample ids of replica 0's work, sorted. */
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int32_t *work_ids(const rt_planned *pl, int32_t *n)
+{
+    dyn_rt_work w;
+    dyn_error err;
+    assert_int_equal(dyn_rt_work_unpack(pl->msg[0], pl->len[0], 800, &w, &err), DYN_OK);
+    int32_t *ids = calloc((size_t)w.n_samples + 1, sizeof *ids);
+    assert_non_null(ids);
+    for (int32_t i = 0; i < w.n_samples; i++) ids[i] = w.samples[i].id;
+    qsort(ids, (size_t)w.n_samples, sizeof *ids, cmp_i32);
+    *n = w.n_samples;
+    dyn_rt_work_free(&w);
+    return ids;
+}
+
+/* A correction posted while batches wait in the queue reaches them: they
+ * are planned again with the new factors (rt_planner_carried says so),
+ * with the same samples and sampler positions as planning inline without
+ * any correction, and the iterations still come in order. */
+static void test_planner_replans_queue(void **state)
+{
+    (void)state;
+    dyn_train_options o = options(DYN_MODEL_GPT, DYN_BATCH_DYNAPIPE, DYN_SCHED_1F1B, 1);
+    o.plan_ahead = 3;
+    o.steps = 5;
+    o.calibrate = 1;
+    dyn_error err;
+    rt_source *src = rt_source_open(&o, &err);
+    rt_planner *a = rt_planner_create(&o, rt_source_lengths(src), &err), *b = rt_planner_create(&o, rt_source_lengths(src), &err);
+    assert_true(a && b);
+    assert_int_equal(rt_planner_start(a, &err), DYN_OK);
+    for (int i = 0; i < 500 && rt_planner_queued(a) < 3; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(rt_planner_queued(a), 3); /* iterations 0, 1, 2 planned with factor 1 */
+    double f[2 * RT_CALIB_DIRS] = {2.0, 1.5, 1.0, 1.25, 1.0, 1.0}, carried[2 * RT_CALIB_DIRS], opt[2];
+    rt_planner_set_time_scale(a, f);
+    for (int64_t k = 0; k < o.steps; k++) {
+        rt_planned *x = NULL, *y = NULL;
+        assert_int_equal(rt_planner_take(a, k, 1, 30, &x, &err), DYN_OK);
+        assert_int_equal(x->iteration, k);
+        assert_int_equal(rt_planner_plan_one(b, k, &y, &err), DYN_OK);
+        assert_true(rt_planner_carried(a, k, carried, opt));
+        for (int i = 0; i < 2 * RT_CALIB_DIRS; i++)
+            if (carried[i] != f[i]) fail_msg("iteration %lld factor %d: %g, not %g (replanned %lld)", (long long)k, i, carried[i], f[i], (long long)rt_planner_replanned(a));
+        assert_int_equal(x->sampler_pos, y->sampler_pos);
+        int32_t nx, ny;
+        int32_t *ix = work_ids(x, &nx), *iy = work_ids(y, &ny);
+        assert_int_equal(nx, ny);
+        assert_memory_equal(ix, iy, (size_t)nx * sizeof *ix);
+        free(ix), free(iy);
+        rt_planned_free(x);
+        rt_planned_free(y);
+    }
+    assert_int_equal(rt_planner_replanned(a), 3);
+    rt_planner_free(a);
+    rt_planner_free(b);
+    rt_source_free(src);
+}
+
 static void test_work_corrupt(void **state)
 {
     (void)state;
@@ -200,6 +268,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_planner_covers_batch),
         cmocka_unit_test(test_planner_thread),
+        cmocka_unit_test(test_planner_replans_queue),
         cmocka_unit_test(test_work_corrupt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

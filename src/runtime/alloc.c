@@ -74,6 +74,28 @@ void rt_alloc_free(rt_alloc *a)
     free(a);
 }
 
+rt_alloc *rt_alloc_copy(const rt_alloc *a, dyn_error *err)
+{
+    rt_alloc *c = rt_alloc_create(a->cm, a->n_ranks, a->dp, err);
+    if (c == NULL) return NULL;
+    for (int32_t i = 0; i < a->n_ranks * a->dp; i++) {
+        const rank_pool *p = &a->pools[i];
+        rank_pool *q = &c->pools[i];
+        *q = *p;
+        q->ar = NULL, q->slot_mb = NULL, q->cap = p->n; /* the pointers are the copy's own */
+        if (p->n > 0 && (q->ar = dyn_calloc((size_t)p->n, sizeof *q->ar, "allocation model", err)) == NULL) goto fail;
+        if (p->n_slots > 0 &&
+            (q->slot_mb = dyn_calloc((size_t)p->n_slots, sizeof *q->slot_mb, "allocation model", err)) == NULL)
+            goto fail;
+        if (p->n > 0) memcpy(q->ar, p->ar, (size_t)p->n * sizeof *q->ar);
+        if (p->n_slots > 0) memcpy(q->slot_mb, p->slot_mb, (size_t)p->n_slots * sizeof *q->slot_mb);
+    }
+    return c; /* the stage-assignment cache refills on first use */
+fail:
+    rt_alloc_free(c);
+    return NULL;
+}
+
 static const dyn_stage_assignment *assign_of(rt_alloc *a, int32_t n_stages, dyn_error *err)
 {
     for (int i = 0; i < 2; i++)

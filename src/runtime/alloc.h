@@ -29,6 +29,11 @@ typedef struct rt_alloc rt_alloc;
 rt_alloc *rt_alloc_create(const dyn_cost_model *cm, int32_t n_ranks, int32_t dp, dyn_error *err);
 void rt_alloc_free(rt_alloc *a);
 
+/* A copy of a's pools (the same cost model borrowed): the planner keeps
+ * one from before each queued iteration, to go back to when it plans the
+ * iteration again. NULL when out of memory (err set). */
+rt_alloc *rt_alloc_copy(const rt_alloc *a, dyn_error *err);
+
 /* One iteration of replica `replica` with plan rp (validated, costs
  * attached): the pools grow as the interpreter's would, and peak_mb[r]
  * (n_ranks values) gets rank r's allocation after it, MB: model states of

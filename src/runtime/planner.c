@@ -29,6 +29,7 @@ struct rt_planner {
     int head, count;
     int64_t first_step; /* the first iteration the thread plans (resume) */
     int stop, done, failed, started;
+    int64_t replanned;  /* batches planned again after a correction */
     dyn_error fail;
     pthread_t thread;
     /* online calibration (calibrate.h): factors posted by the main thread,
@@ -48,6 +49,7 @@ struct rt_planner {
 void rt_planned_free(rt_planned *p)
 {
     if (p == NULL) return;
+    rt_alloc_free(p->alloc_before);
     for (int32_t r = 0; r < p->dp; r++) free(p->msg ? p->msg[r] : NULL);
     free(p->msg);
     free(p->len);
@@ -144,7 +146,24 @@ void rt_planner_set_time_scale(rt_planner *p, const double *factor)
     pthread_mutex_lock(&p->mu);
     memcpy(p->scale_pending, factor, (size_t)p->S * RT_CALIB_DIRS * sizeof(double));
     p->scale_posted = 1;
+    pthread_cond_broadcast(&p->cv); /* a thread waiting on a full queue re-plans it */
     pthread_mutex_unlock(&p->mu);
+}
+
+int32_t rt_planner_queued(rt_planner *p)
+{
+    pthread_mutex_lock(&p->mu);
+    int32_t n = p->count;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+int64_t rt_planner_replanned(rt_planner *p)
+{
+    pthread_mutex_lock(&p->mu);
+    int64_t n = p->replanned;
+    pthread_mutex_unlock(&p->mu);
+    return n;
 }
 
 int rt_planner_carried(rt_planner *p, int64_t k, double *factor, double *opt_ms)
@@ -259,6 +278,10 @@ dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_e
     double t0 = dyn_time_ms();
     dyn_status sst = scale_apply(p, k, err);
     if (sst != DYN_OK) return sst;
+    /* where this batch starts, to plan it again after a correction */
+    int64_t sampler_before = dyn_sampler_position(p->sampler);
+    rt_alloc *alloc_before = NULL;
+    if (p->o.calibrate && (alloc_before = rt_alloc_copy(p->alloc, err)) == NULL) return err->code;
     const dyn_sample *batch = NULL;
     int32_t n = 0;
     dyn_status st = dyn_sampler_next(p->sampler, &batch, &n, err);
@@ -266,15 +289,21 @@ dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_e
         dyn_sampler_reset(p->sampler);
         st = dyn_sampler_next(p->sampler, &batch, &n, err);
     }
-    if (st != DYN_OK) return st;
-    if (n == 0) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "planner: the dataset has no samples");
+    if (st == DYN_OK && n == 0) st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "planner: the dataset has no samples");
+    if (st != DYN_OK) {
+        rt_alloc_free(alloc_before);
+        return st;
+    }
     int64_t tgt = 0, real = 0;
     for (int32_t i = 0; i < n; i++) {
         tgt += batch[i].target_len;
         real += batch[i].input_len + batch[i].target_len;
     }
     dyn_pipeline_result res;
-    if ((st = dyn_pipeline_plan(p->pipeline, batch, n, &res, err)) != DYN_OK) return st;
+    if ((st = dyn_pipeline_plan(p->pipeline, batch, n, &res, err)) != DYN_OK) {
+        rt_alloc_free(alloc_before);
+        return st;
+    }
     double plan_ms = dyn_time_ms() - t0;
     int32_t dp = res.n_replicas;
     rt_planned *pl = dyn_calloc(1, sizeof *pl, "planned iteration", err);
@@ -285,9 +314,12 @@ dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_e
     if (pl == NULL || pl->msg == NULL || pl->len == NULL) {
         if (pl) pl->dp = 0;
         rt_planned_free(pl);
+        rt_alloc_free(alloc_before);
         dyn_pipeline_result_free(&res);
         return DYN_ERR_NOMEM;
     }
+    pl->sampler_before = sampler_before;
+    pl->alloc_before = alloc_before;
     pl->iteration = k;
     pl->dp = dp;
     pl->n_mb = res.batch.n_microbatches;
@@ -327,13 +359,40 @@ dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_e
 
 /* ---- the thread ------------------------------------------------------------ */
 
+/* New factors are posted and batches wait in the queue, planned with the
+ * old ones and not taken by the main thread yet: drop them and go back to
+ * the planner's state before the first of them (the sampler's position,
+ * the allocation model's pools), so they are planned again, the same
+ * samples with the new factors. Called with the mutex held; returns the
+ * iteration to plan next. */
+static int64_t requeue(rt_planner *p)
+{
+    rt_planned *first = p->q[p->head];
+    int64_t k = first->iteration;
+    dyn_error e;
+    if (first->alloc_before == NULL || dyn_sampler_seek(p->sampler, first->sampler_before, &e) != DYN_OK)
+        return k + p->count; /* nothing to go back to (no --calibrate): keep the queue */
+    rt_alloc_free(p->alloc);
+    p->alloc = first->alloc_before;
+    first->alloc_before = NULL;
+    while (p->count > 0) {
+        rt_planned_free(p->q[p->head]);
+        p->head = (p->head + 1) % QUEUE_CAP;
+        p->count--;
+        p->replanned++;
+    }
+    return k;
+}
+
 static void *planner_thread(void *arg)
 {
     rt_planner *p = arg;
     for (int64_t k = p->first_step; k < p->o.steps; k++) {
         pthread_mutex_lock(&p->mu);
-        while (!p->stop && p->count >= p->o.plan_ahead) pthread_cond_wait(&p->cv, &p->mu);
+        while (!p->stop && p->count >= p->o.plan_ahead && !(p->scale_posted && p->count > 0))
+            pthread_cond_wait(&p->cv, &p->mu);
         int stop = p->stop;
+        if (!stop && p->scale_posted && p->count > 0) k = requeue(p);
         pthread_mutex_unlock(&p->mu);
         if (stop) break;
         rt_planned *pl = NULL;
@@ -387,7 +446,11 @@ dyn_status rt_planner_take(rt_planner *p, int64_t k, int block, double timeout_s
     pthread_mutex_lock(&p->mu);
     dyn_status st = DYN_OK;
     for (;;) {
-        if (p->count > 0) {
+        /* queued plans about to be planned again with posted factors
+         * (requeue): wait for the new ones */
+        int replan = p->count > 0 && p->scale_posted && !p->done && !p->failed && !p->stop &&
+                     p->q[p->head]->alloc_before != NULL;
+        if (p->count > 0 && !replan) {
             rt_planned *pl = p->q[p->head];
             if (pl->iteration != k) {
                 st = dyn_error_set(err, DYN_ERR_INTERNAL, "planner: iteration %lld taken, %lld expected",

@@ -23,6 +23,9 @@ typedef struct rt_planned {
     int32_t n_mb;     /* micro-batches over all replicas */
     int64_t sampler_pos; /* the sampler's position after this batch (what a checkpoint
                           * saved after this iteration records) */
+    /* the planner's own: its state before this batch, to plan it again */
+    int64_t sampler_before;
+    struct rt_alloc *alloc_before; /* with --calibrate only, else NULL */
 } rt_planned;
 
 void rt_planned_free(rt_planned *p);
@@ -44,6 +47,10 @@ dyn_status rt_planner_start(rt_planner *p, dyn_error *err);
  * planner reported it. */
 dyn_status rt_planner_take(rt_planner *p, int64_t k, int block, double timeout_s, rt_planned **out,
                            dyn_error *err);
+/* Batches planned again after a correction so far (calibration only), and
+ * batches planned and waiting to be taken now. */
+int64_t rt_planner_replanned(rt_planner *p);
+int32_t rt_planner_queued(rt_planner *p);
 /* Stop the thread (it finishes the batch it is planning) and free. */
 void rt_planner_free(rt_planner *p);
 
@@ -52,7 +59,11 @@ void rt_planner_free(rt_planner *p);
  * (forward, backward, optimizer step), S = o->plan.stages ranks. The cost
  * model's layer kinds (what the DP sees) take the mean over ranks per
  * direction, the pipeline's stage costs each rank's own
- * (dyn_pipeline_set_rank_scale). Thread-safe; any thread. */
+ * (dyn_pipeline_set_rank_scale). Batches planned but not taken yet are
+ * planned again with the new factors (the same samples: the sampler and
+ * the allocation model go back to where they were before the first of
+ * them), so a correction reaches the very next iteration not sent.
+ * Thread-safe; any thread. */
 void rt_planner_set_time_scale(rt_planner *p, const double *factor);
 
 /* What iteration k's predictions carried, for the calibration: factor[S *
