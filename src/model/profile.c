@@ -391,13 +391,6 @@ static void point_store(const dyn_model_config *c, const dyn_cost_grid *g, dyn_l
     }
 }
 
-/* The progress bar's counts (rows x tokens of work). */
-typedef struct grid_progress {
-    dyn_profile_progress_fn fn;
-    void *ctx;
-    double total, done;
-} grid_progress;
-
 /* Measure grid point (a, b, d) of (k, mode) and store it; on a later sweep
  * keep per time column the lower of the new median and the one stored:
  * what disturbs a measurement on a shared machine (another process on the
@@ -441,7 +434,7 @@ dyn_status dyn_profile_grid_run(dyn_profiler *p, const dyn_cost_grid *g, dyn_lay
     const dyn_model_config *c = &p->cfg;
     /* NONE and SELECTIVE run the same (profile.h): measured once. */
     const dyn_recompute modes[2] = {DYN_RECOMPUTE_NONE, DYN_RECOMPUTE_FULL};
-    grid_progress pr = {fn, ctx, 0, 0};
+    double total = 0, done = 0; /* the progress bar's rows x tokens of work */
     dyn_status st = DYN_OK;
     /* pass 0 counts the work, passes 1..sweeps measure, the last fills the
      * points past --max-tokens from the measured ones with fewer rows */
@@ -456,13 +449,13 @@ dyn_status dyn_profile_grid_run(dyn_profiler *p, const dyn_cost_grid *g, dyn_lay
                             double w = point_work(c, k, g->rows[a], g->enc_len[b], g->dec_len[d]);
                             int scaled = a > 0 && p->max_tokens > 0 && w - 64.0 > (double)p->max_tokens;
                             if (pass == 0) {
-                                pr.total += scaled ? 0 : w * p->sweeps;
+                                total += scaled ? 0 : w * p->sweeps;
                             } else if (pass == last) {
                                 if (scaled) point_scale(c, g, points, k, modes[mi], a, b, d);
                             } else if (!scaled) {
                                 st = point_sweep(p, g, points, k, modes[mi], a, b, d, pass - 1, err);
-                                pr.done += w;
-                                if (fn && st == DYN_OK) fn(ctx, (int64_t)pr.done, (int64_t)pr.total, 0);
+                                done += w;
+                                if (fn && st == DYN_OK) fn(ctx, (int64_t)done, (int64_t)total, 0);
                             }
                         }
         }
