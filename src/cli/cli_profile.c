@@ -255,7 +255,7 @@ static int run_check(const profile_args *a, const dyn_model_config *cfg)
                     rc = CLI_EXIT_FAIL;
                     break;
                 }
-                if (sw > 0) lc.fwd_ms = fmin(lc.fwd_ms, m->fwd_ms), lc.bwd_ms = fmin(lc.bwd_ms, m->bwd_ms);
+                if (sw > 0) dyn_layer_cost_keep_faster(&lc, m);
                 *m = lc;
             }
         }

@@ -391,11 +391,18 @@ static void point_store(const dyn_model_config *c, const dyn_cost_grid *g, dyn_l
     }
 }
 
-/* Measure grid point (a, b, d) of (k, mode) and store it; on a later sweep
- * keep per time column the lower of the new median and the one stored:
- * what disturbs a measurement on a shared machine (another process on the
- * core, a page-reclaim pass) only ever slows it, and a disturbance of a
- * few seconds seldom hits one point in two sweeps minutes apart. */
+void dyn_layer_cost_keep_faster(dyn_layer_cost *acc, const dyn_layer_cost *again)
+{
+    acc->fwd_ms = fmin(acc->fwd_ms, again->fwd_ms);
+    acc->bwd_ms = fmin(acc->bwd_ms, again->bwd_ms);
+    acc->bwd_input_ms = fmin(acc->bwd_input_ms, again->bwd_input_ms);
+    acc->bwd_weight_ms = fmin(acc->bwd_weight_ms, again->bwd_weight_ms);
+}
+
+/* Measure grid point (a, b, d) of (k, mode) and store it; a later sweep
+ * keeps the faster of its measurement and the stored one per time column
+ * (dyn_layer_cost_keep_faster: a disturbance of a few seconds seldom hits
+ * one point in two sweeps minutes apart). */
 static dyn_status point_sweep(dyn_profiler *p, const dyn_cost_grid *g, dyn_layer_cost *points, int k,
                               dyn_recompute mode, int32_t a, int32_t b, int32_t d, int sweep, dyn_error *err)
 {
@@ -403,13 +410,7 @@ static dyn_status point_sweep(dyn_profiler *p, const dyn_cost_grid *g, dyn_layer
     dyn_status st =
         dyn_profiler_measure(p, (dyn_layer_kind)k, mode, g->rows[a], g->enc_len[b], g->dec_len[d], &lc, err);
     if (st != DYN_OK) return st;
-    if (sweep > 0) {
-        const dyn_layer_cost *old = &points[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, a, b, d)];
-        lc.fwd_ms = fmin(lc.fwd_ms, old->fwd_ms);
-        lc.bwd_ms = fmin(lc.bwd_ms, old->bwd_ms);
-        lc.bwd_input_ms = fmin(lc.bwd_input_ms, old->bwd_input_ms);
-        lc.bwd_weight_ms = fmin(lc.bwd_weight_ms, old->bwd_weight_ms);
-    }
+    if (sweep > 0) dyn_layer_cost_keep_faster(&lc, &points[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, a, b, d)]);
     point_store(&p->cfg, g, points, k, mode, a, b, d, &lc);
     return DYN_OK;
 }

@@ -55,6 +55,12 @@ dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recomp
  * one-row points are always measured. 0 (the default): measure all. */
 void dyn_profiler_set_max_tokens(dyn_profiler *p, int64_t max_tokens);
 
+/* A second measurement of the same layer and shape: *acc keeps, per time
+ * column, the lower of its own and again's (what disturbs a measurement
+ * on a shared machine only slows it); memory as it was (it does not vary
+ * between runs). What the profiler's and --check's sweeps combine with. */
+void dyn_layer_cost_keep_faster(dyn_layer_cost *acc, const dyn_layer_cost *again);
+
 /* Passes dyn_profile_grid_run makes over the grid, >= 1 (default 1; the
  * CLI's default is 2). */
 void dyn_profiler_set_sweeps(dyn_profiler *p, int sweeps);
