@@ -183,6 +183,97 @@ int cli_profile_cached(const dyn_model_config *cfg, int threads, int64_t max_tok
 
 /* ---- --check: held-out shapes ---------------------------------------------- */
 
+/* Does a model of cfg's kind have layers of kind k? (GPT has no decoder.) */
+static int check_kind_present(const dyn_model_config *cfg, int k)
+{
+    return k != DYN_LAYER_DECODER || cfg->kind == DYN_MODEL_T5;
+}
+
+/* The held-out shapes, ns per kind (shape[k * ns + i]): random rows, lengths
+ * that are not multiples of 8 (so never grid points), within --max-tokens;
+ * the same seed gives the same shapes. */
+static void check_shapes_draw(const profile_args *a, const dyn_model_config *cfg, dyn_mb_shape *shape)
+{
+    int ns = a->shapes;
+    dyn_rng rng;
+    dyn_rng_seed(&rng, a->seed);
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
+        if (!check_kind_present(cfg, k)) continue;
+        for (int i = 0; i < ns; i++) {
+            int32_t r = 1 + (int32_t)(dyn_rng_uniform(&rng) * a->max_rows);
+            int32_t e, d;
+            if (r > a->max_rows) r = a->max_rows;
+            /* lengths up to what fits --max-tokens with r rows (at least 9..16) */
+            int32_t top = cfg->max_seqlen;
+            if (a->max_tokens > 0 && a->max_tokens / r < top) top = (int32_t)(a->max_tokens / r);
+            if (top < 17) top = 17;
+            do e = 9 + (int32_t)(dyn_rng_uniform(&rng) * (top - 9)); while (e % 8 == 0);
+            do d = 9 + (int32_t)(dyn_rng_uniform(&rng) * (top - 9)); while (d % 8 == 0);
+            shape[k * ns + i] = (dyn_mb_shape){.rows = r, .enc_len = e, .dec_len = cfg->kind == DYN_MODEL_T5 ? d : 0};
+        }
+    }
+}
+
+/* All shapes, then --sweeps passes over all of them, each keeping a shape's
+ * faster measurement per time column (as the profile's points do). */
+static int check_measure(const profile_args *a, const dyn_model_config *cfg, dyn_profiler *p,
+                         const dyn_mb_shape *shape, dyn_layer_cost *meas)
+{
+    int ns = a->shapes;
+    dyn_error err;
+    for (int sw = 0; sw < a->sweeps; sw++)
+        for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
+            if (!check_kind_present(cfg, k)) continue;
+            for (int i = 0; i < ns; i++) {
+                const dyn_mb_shape *sh = &shape[k * ns + i];
+                dyn_layer_cost lc, *m = &meas[k * ns + i];
+                if (dyn_profiler_measure(p, (dyn_layer_kind)k, DYN_RECOMPUTE_NONE, sh->rows, sh->enc_len,
+                                         sh->dec_len, &lc, &err) != DYN_OK) {
+                    cli_errorf(CMD, "%s", err.msg);
+                    return CLI_EXIT_FAIL;
+                }
+                if (sw > 0) dyn_layer_cost_keep_faster(&lc, m);
+                *m = lc;
+            }
+        }
+    return CLI_EXIT_OK;
+}
+
+/* Per kind, the median and worst relative error of fwd + bwd time and of
+ * stored memory between cm and the measurements (with --verbose each shape
+ * first); rel_t, rel_m: ns scratch values each. */
+static int check_report(const profile_args *a, const dyn_model_config *cfg, const dyn_cost_model *cm,
+                        const dyn_mb_shape *shape, const dyn_layer_cost *meas, double *rel_t, double *rel_m)
+{
+    int ns = a->shapes;
+    dyn_error err;
+    printf("%-8s %14s %14s %14s %14s\n", "kind", "time_median%", "time_worst%", "stored_med%", "stored_worst%");
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
+        if (!check_kind_present(cfg, k)) continue;
+        for (int i = 0; i < ns; i++) {
+            const dyn_mb_shape *sh = &shape[k * ns + i];
+            const dyn_layer_cost *m = &meas[k * ns + i];
+            dyn_layer_cost pred;
+            if (dyn_cost_layer(cm, (dyn_layer_kind)k, sh, DYN_RECOMPUTE_NONE, &pred, &err) != DYN_OK) {
+                cli_errorf(CMD, "%s", err.msg);
+                return CLI_EXIT_FAIL;
+            }
+            double tm = m->fwd_ms + m->bwd_ms, tp = pred.fwd_ms + pred.bwd_ms;
+            rel_t[i] = tm > 0 ? fabs(tp - tm) / tm : 0.0;
+            rel_m[i] = m->stored_mb > 0 ? fabs(pred.stored_mb - m->stored_mb) / m->stored_mb : 0.0;
+            if (a->verbose)
+                printf("# %-8s rows %3d enc %4d dec %4d  measured %10.4f ms  predicted %10.4f ms  %+6.1f%%\n",
+                       dyn_layer_kind_name((dyn_layer_kind)k), sh->rows, sh->enc_len, sh->dec_len, tm, tp,
+                       tm > 0 ? 100.0 * (tp - tm) / tm : 0.0);
+        }
+        /* dyn_median sorts in place: after it the worst is the last */
+        double med_t = dyn_median(rel_t, ns), med_m = dyn_median(rel_m, ns);
+        printf("%-8s %14.1f %14.1f %14.1f %14.1f\n", dyn_layer_kind_name((dyn_layer_kind)k), 100.0 * med_t,
+               100.0 * rel_t[ns - 1], 100.0 * med_m, 100.0 * rel_m[ns - 1]);
+    }
+    return CLI_EXIT_OK;
+}
+
 static int run_check(const profile_args *a, const dyn_model_config *cfg)
 {
     dyn_error err;
@@ -207,102 +298,39 @@ static int run_check(const profile_args *a, const dyn_model_config *cfg)
         if (!a->repeats_given) repeats = meta.repeats;
         if (!a->threads_given) threads = meta.threads;
     }
+    size_t n = (size_t)DYN_LAYER_KIND_COUNT * (size_t)a->shapes;
     dyn_profiler *p = dyn_profiler_create(cfg, threads, repeats, 1, &err);
     double *rel_t = calloc((size_t)a->shapes, sizeof(double)), *rel_m = calloc((size_t)a->shapes, sizeof(double));
-    if (p == NULL || rel_t == NULL || rel_m == NULL) {
-        cli_errorf(CMD, "%s", p == NULL ? err.msg : "out of memory");
-        dyn_profiler_free(p), free(rel_t), free(rel_m), dyn_cost_model_free(cm);
-        return CLI_EXIT_FAIL;
-    }
-    /* Every held-out shape first (the same seed gives the same shapes),
-     * then --sweeps passes over all of them, each time column keeping a
-     * shape's lowest median, as the profile's points do. */
-    int nk = DYN_LAYER_KIND_COUNT, ns = a->shapes;
-    dyn_mb_shape *shape = calloc((size_t)nk * (size_t)ns, sizeof *shape);
-    dyn_layer_cost *meas = calloc((size_t)nk * (size_t)ns, sizeof *meas);
-    if (shape == NULL || meas == NULL) {
-        cli_errorf(CMD, "out of memory");
-        free(shape), free(meas), dyn_profiler_free(p), free(rel_t), free(rel_m), dyn_cost_model_free(cm);
-        return CLI_EXIT_FAIL;
-    }
-    dyn_rng rng;
-    dyn_rng_seed(&rng, a->seed);
-    for (int k = 0; k < nk; k++) {
-        if (k == DYN_LAYER_DECODER && cfg->kind != DYN_MODEL_T5) continue;
-        for (int i = 0; i < ns; i++) {
-            int32_t r = 1 + (int32_t)(dyn_rng_uniform(&rng) * a->max_rows);
-            int32_t e, d;
-            if (r > a->max_rows) r = a->max_rows;
-            /* lengths up to what fits --max-tokens with r rows (at least 9..16) */
-            int32_t top = cfg->max_seqlen;
-            if (a->max_tokens > 0 && a->max_tokens / r < top) top = (int32_t)(a->max_tokens / r);
-            if (top < 17) top = 17;
-            do e = 9 + (int32_t)(dyn_rng_uniform(&rng) * (top - 9)); while (e % 8 == 0);
-            do d = 9 + (int32_t)(dyn_rng_uniform(&rng) * (top - 9)); while (d % 8 == 0);
-            shape[k * ns + i] = (dyn_mb_shape){.rows = r, .enc_len = e, .dec_len = cfg->kind == DYN_MODEL_T5 ? d : 0};
-        }
-    }
+    dyn_mb_shape *shape = calloc(n, sizeof *shape);
+    dyn_layer_cost *meas = calloc(n, sizeof *meas);
     int rc = CLI_EXIT_OK;
-    for (int sw = 0; sw < a->sweeps && rc == CLI_EXIT_OK; sw++)
-        for (int k = 0; k < nk && rc == CLI_EXIT_OK; k++) {
-            if (k == DYN_LAYER_DECODER && cfg->kind != DYN_MODEL_T5) continue;
-            for (int i = 0; i < ns; i++) {
-                const dyn_mb_shape *sh = &shape[k * ns + i];
-                dyn_layer_cost lc, *m = &meas[k * ns + i];
-                if (dyn_profiler_measure(p, (dyn_layer_kind)k, DYN_RECOMPUTE_NONE, sh->rows, sh->enc_len,
-                                         sh->dec_len, &lc, &err) != DYN_OK) {
-                    cli_errorf(CMD, "%s", err.msg);
-                    rc = CLI_EXIT_FAIL;
-                    break;
-                }
-                if (sw > 0) dyn_layer_cost_keep_faster(&lc, m);
-                *m = lc;
-            }
-        }
+    if (p == NULL || rel_t == NULL || rel_m == NULL || shape == NULL || meas == NULL) {
+        cli_errorf(CMD, "%s", p == NULL ? err.msg : "out of memory");
+        rc = CLI_EXIT_FAIL;
+    }
+    if (rc == CLI_EXIT_OK) {
+        check_shapes_draw(a, cfg, shape);
+        rc = check_measure(a, cfg, p, shape, meas);
+    }
     if (rc == CLI_EXIT_OK) {
         printf("# %s vs measured, %d held-out shapes per kind (rows 1..%d, lengths 9..%d, not multiples of 8",
-               a->check, ns, a->max_rows, cfg->max_seqlen);
+               a->check, a->shapes, a->max_rows, cfg->max_seqlen);
         if (a->max_tokens > 0) printf(", at most %lld rows x tokens", (long long)a->max_tokens);
         printf("), recompute none, %d threads, median of %d repeats after 1 warm-up, lowest of %d sweep%s\n",
                threads, repeats, a->sweeps, a->sweeps == 1 ? "" : "s");
-        printf("%-8s %14s %14s %14s %14s\n", "kind", "time_median%", "time_worst%", "stored_med%", "stored_worst%");
-    }
-    for (int k = 0; k < nk && rc == CLI_EXIT_OK; k++) {
-        if (k == DYN_LAYER_DECODER && cfg->kind != DYN_MODEL_T5) continue;
-        for (int i = 0; i < ns; i++) {
-            const dyn_mb_shape *sh = &shape[k * ns + i];
-            const dyn_layer_cost *m = &meas[k * ns + i];
-            dyn_layer_cost pred;
-            if (dyn_cost_layer(cm, (dyn_layer_kind)k, sh, DYN_RECOMPUTE_NONE, &pred, &err) != DYN_OK) {
-                cli_errorf(CMD, "%s", err.msg);
-                rc = CLI_EXIT_FAIL;
-                break;
-            }
-            double tm = m->fwd_ms + m->bwd_ms, tp = pred.fwd_ms + pred.bwd_ms;
-            rel_t[i] = tm > 0 ? fabs(tp - tm) / tm : 0.0;
-            rel_m[i] = m->stored_mb > 0 ? fabs(pred.stored_mb - m->stored_mb) / m->stored_mb : 0.0;
-            if (a->verbose)
-                printf("# %-8s rows %3d enc %4d dec %4d  measured %10.4f ms  predicted %10.4f ms  %+6.1f%%\n",
-                       dyn_layer_kind_name((dyn_layer_kind)k), sh->rows, sh->enc_len, sh->dec_len, tm, tp,
-                       tm > 0 ? 100.0 * (tp - tm) / tm : 0.0);
-        }
-        if (rc != CLI_EXIT_OK) break;
-        /* dyn_median sorts in place: after it the worst is the last */
-        double med_t = dyn_median(rel_t, ns), med_m = dyn_median(rel_m, ns);
-        printf("%-8s %14.1f %14.1f %14.1f %14.1f\n", dyn_layer_kind_name((dyn_layer_kind)k), 100.0 * med_t,
-               100.0 * rel_t[ns - 1], 100.0 * med_m, 100.0 * rel_m[ns - 1]);
+        rc = check_report(a, cfg, cm, shape, meas, rel_t, rel_m);
     }
     free(shape);
     free(meas);
     if (rc == CLI_EXIT_OK) {
         /* the optimizer step per million parameters, predicted vs measured */
-        double meas = 0, pred = dyn_cost_optimizer_ms(cm, 1e6);
-        if (dyn_profiler_measure_optimizer(p, &meas, &err) != DYN_OK) {
+        double opt = 0, pred = dyn_cost_optimizer_ms(cm, 1e6);
+        if (dyn_profiler_measure_optimizer(p, &opt, &err) != DYN_OK) {
             cli_errorf(CMD, "%s", err.msg);
             rc = CLI_EXIT_FAIL;
         } else {
-            printf("optimizer: %.3f ms per million parameters predicted, %.3f measured (%.1f%%)\n", pred, meas,
-                   meas > 0 ? 100.0 * fabs(pred - meas) / meas : 0.0);
+            printf("optimizer: %.3f ms per million parameters predicted, %.3f measured (%.1f%%)\n", pred, opt,
+                   opt > 0 ? 100.0 * fabs(pred - opt) / opt : 0.0);
         }
     }
     dyn_profiler_free(p);
