@@ -33,6 +33,24 @@ static void small_cfg(dyn_model_kind kind, dyn_model_config *cfg)
     cfg->max_seqlen = 64;
 }
 
+/* pts over grid g written as a profile table and read back (the file is
+ * removed again); fails the test on any error. */
+static dyn_cost_model *table_round_trip(const dyn_model_config *cfg, const dyn_cost_grid *g, const dyn_layer_cost *pts,
+                                        const double states[DYN_LAYER_KIND_COUNT])
+{
+    dyn_error err;
+    dyn_profile_meta meta;
+    dyn_profile_meta_fill(&meta, 1, 1);
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/dyn_test_profile_%d.table", (int)getpid());
+    assert_int_equal(dyn_cost_table_write_profile(path, cfg, dyn_machine_builtin("cpu"), states, g, pts, &meta, &err),
+                     DYN_OK);
+    dyn_cost_model *cm = dyn_cost_model_load_table(path, &err);
+    if (cm == NULL) fail_msg("load: %s", err.msg);
+    unlink(path);
+    return cm;
+}
+
 /* Profile a 2 x 2 (x 2) grid, write it, read it back: every time positive,
  * the boundary a layer sends = rows x tokens x hidden floats, full
  * recompute stores less than none, and the table answers at the points. */
@@ -82,14 +100,7 @@ static void profile_small(dyn_model_kind kind)
         if (pts[i].fwd_ms > 0) assert_true(pts2[i].fwd_ms > 0 && pts2[i].bwd_ms > 0);
     }
     free(pts2);
-    dyn_profile_meta meta;
-    dyn_profile_meta_fill(&meta, 1, 1);
-    char path[128];
-    snprintf(path, sizeof path, "/tmp/dyn_test_profile_%d.table", (int)getpid());
-    assert_int_equal(dyn_cost_table_write_profile(path, &cfg, dyn_machine_builtin("cpu"), states, &g, pts, &meta, &err),
-                     DYN_OK);
-    dyn_cost_model *cm = dyn_cost_model_load_table(path, &err);
-    if (cm == NULL) fail_msg("load: %s", err.msg);
+    dyn_cost_model *cm = table_round_trip(&cfg, &g, pts, states);
     assert_int_equal(dyn_cost_model_check_shape(cm, &cfg, NULL), DYN_OK);
     dyn_mb_shape mb = {.rows = 3, .enc_len = 24, .dec_len = t5 ? 16 : 0};
     dyn_layer_cost c;
@@ -97,7 +108,6 @@ static void profile_small(dyn_model_kind kind)
     assert_memory_equal(&c, &pts[dyn_cost_grid_index(&g, DYN_LAYER_ENCODER, DYN_RECOMPUTE_NONE, 1, 1, g.n_dec - 1)],
                         sizeof c);
     dyn_cost_model_free(cm);
-    unlink(path);
     free(pts);
     dyn_profiler_free(p);
 }
@@ -161,14 +171,7 @@ static void stage_stored_check(dyn_model_kind kind)
     double states[DYN_LAYER_KIND_COUNT];
     assert_non_null(pts);
     if (dyn_profile_grid_run(p, &g, pts, states, NULL, NULL, &err) != DYN_OK) fail_msg("run: %s", err.msg);
-    dyn_profile_meta meta;
-    dyn_profile_meta_fill(&meta, 1, 1);
-    char path[128];
-    snprintf(path, sizeof path, "/tmp/dyn_test_stage_%d.table", (int)getpid());
-    assert_int_equal(dyn_cost_table_write_profile(path, &cfg, dyn_machine_builtin("cpu"), states, &g, pts, &meta, &err),
-                     DYN_OK);
-    dyn_cost_model *cm = dyn_cost_model_load_table(path, &err);
-    if (cm == NULL) fail_msg("load: %s", err.msg);
+    dyn_cost_model *cm = table_round_trip(&cfg, &g, pts, states);
     /* planner layers: GPT [E, B1..B4, H]; T5 [E, e1..e4, d1, d2, H] */
     int32_t kinds[10], nl = 0;
     kinds[nl++] = DYN_LAYER_EMBED;
@@ -201,7 +204,6 @@ static void stage_stored_check(dyn_model_kind kind)
     dyn_model_microbatch_free(mb);
     dyn_stage_costs_free(&sc);
     dyn_cost_model_free(cm);
-    unlink(path);
     free(pts);
     dyn_profiler_free(p);
 }
