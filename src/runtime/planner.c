@@ -359,6 +359,14 @@ dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_e
 
 /* ---- the thread ------------------------------------------------------------ */
 
+/* Do queued plans wait to be planned again with posted factors? Only with
+ * --calibrate, whose plans keep the state to go back to (requeue). With the
+ * mutex held. */
+static int replan_pending(const rt_planner *p)
+{
+    return p->o.calibrate && p->scale_posted && p->count > 0;
+}
+
 /* New factors are posted and batches wait in the queue, planned with the
  * old ones and not taken by the main thread yet: drop them and go back to
  * the planner's state before the first of them (the sampler's position,
@@ -370,8 +378,8 @@ static int64_t requeue(rt_planner *p)
     rt_planned *first = p->q[p->head];
     int64_t k = first->iteration;
     dyn_error e;
-    if (first->alloc_before == NULL || dyn_sampler_seek(p->sampler, first->sampler_before, &e) != DYN_OK)
-        return k + p->count; /* nothing to go back to (no --calibrate): keep the queue */
+    if (dyn_sampler_seek(p->sampler, first->sampler_before, &e) != DYN_OK)
+        return k + p->count; /* a position the sampler itself gave: cannot fail; keep the queue */
     rt_alloc_free(p->alloc);
     p->alloc = first->alloc_before;
     first->alloc_before = NULL;
@@ -389,10 +397,9 @@ static void *planner_thread(void *arg)
     rt_planner *p = arg;
     for (int64_t k = p->first_step; k < p->o.steps; k++) {
         pthread_mutex_lock(&p->mu);
-        while (!p->stop && p->count >= p->o.plan_ahead && !(p->scale_posted && p->count > 0))
-            pthread_cond_wait(&p->cv, &p->mu);
+        while (!p->stop && p->count >= p->o.plan_ahead && !replan_pending(p)) pthread_cond_wait(&p->cv, &p->mu);
         int stop = p->stop;
-        if (!stop && p->scale_posted && p->count > 0) k = requeue(p);
+        if (!stop && replan_pending(p)) k = requeue(p);
         pthread_mutex_unlock(&p->mu);
         if (stop) break;
         rt_planned *pl = NULL;
@@ -448,8 +455,7 @@ dyn_status rt_planner_take(rt_planner *p, int64_t k, int block, double timeout_s
     for (;;) {
         /* queued plans about to be planned again with posted factors
          * (requeue): wait for the new ones */
-        int replan = p->count > 0 && p->scale_posted && !p->done && !p->failed && !p->stop &&
-                     p->q[p->head]->alloc_before != NULL;
+        int replan = replan_pending(p) && !p->done && !p->failed && !p->stop;
         if (p->count > 0 && !replan) {
             rt_planned *pl = p->q[p->head];
             if (pl->iteration != k) {
