@@ -100,6 +100,12 @@ static void profile_small(dyn_model_kind kind)
         if (pts[i].fwd_ms > 0) assert_true(pts2[i].fwd_ms > 0 && pts2[i].bwd_ms > 0);
     }
     free(pts2);
+    /* each kind on the axes it depends on (T5: the encoder ignores
+     * targets, the head inputs), both modes */
+    int64_t measured, unsettled;
+    dyn_profiler_grid_stats(p, &measured, &unsettled);
+    assert_int_equal(measured, t5 ? 2 * (8 + 4 + 8 + 4) : 2 * (4 + 4 + 4));
+    assert_true(unsettled >= 0 && unsettled <= measured);
     dyn_cost_model *cm = table_round_trip(&cfg, &g, pts, states);
     assert_int_equal(dyn_cost_model_check_shape(cm, &cfg, NULL), DYN_OK);
     dyn_mb_shape mb = {.rows = 3, .enc_len = 24, .dec_len = t5 ? 16 : 0};
@@ -110,6 +116,37 @@ static void profile_small(dyn_model_kind kind)
     dyn_cost_model_free(cm);
     free(pts);
     dyn_profiler_free(p);
+}
+
+/* A point's sweeps: per time column the fastest, memory as first seen;
+ * settled once its fastest total is seen twice within 5 %. */
+static void test_sweep_point_settles(void **state)
+{
+    (void)state;
+    dyn_sweep_point sp;
+    memset(&sp, 0, sizeof sp);
+    dyn_layer_cost a = {10, 20, 12, 9, 7, 3, 1, 2};
+    dyn_sweep_point_add(&sp, &a);
+    assert_false(dyn_sweep_point_settled(&sp)); /* seen once */
+    assert_memory_equal(&sp.kept, &a, sizeof a);
+    dyn_layer_cost slow = {13, 26, 15, 11, 99, 99, 99, 99}; /* 30 % slower, memory ignored */
+    dyn_sweep_point_add(&sp, &slow);
+    assert_false(dyn_sweep_point_settled(&sp));
+    assert_memory_equal(&sp.kept, &a, sizeof a);
+    dyn_layer_cost again = {10.2, 19, 12.5, 9.1, 7, 3, 1, 2}; /* 50.8 ms against 51: the same speed */
+    dyn_sweep_point_add(&sp, &again);
+    assert_true(dyn_sweep_point_settled(&sp));
+    assert_int_equal(sp.n, 3);
+    assert_true(sp.kept.fwd_ms == 10 && sp.kept.bwd_ms == 19 && sp.kept.bwd_input_ms == 12 && sp.kept.bwd_weight_ms == 9);
+    assert_true(sp.kept.stored_mb == 7 && sp.kept.kept_mb == 2);
+    /* a faster speed, seen once, unsettles it again; 5 % off settles */
+    dyn_layer_cost fast = {5, 10, 6, 4, 7, 3, 1, 2};
+    dyn_sweep_point_add(&sp, &fast);
+    assert_false(dyn_sweep_point_settled(&sp));
+    dyn_layer_cost near = {5.25, 10.5, 6.3, 4.2, 7, 3, 1, 2}; /* exactly 5 % slower */
+    dyn_sweep_point_add(&sp, &near);
+    assert_true(dyn_sweep_point_settled(&sp));
+    assert_true(sp.fastest == 25 && fabs(sp.second - 26.25) < 1e-12);
 }
 
 static void test_profile_gpt_small_grid(void **state)
@@ -450,6 +487,7 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sweep_point_settles),
         cmocka_unit_test(test_profile_gpt_small_grid),
         cmocka_unit_test(test_profile_t5_small_grid),
         cmocka_unit_test(test_default_grid),

@@ -40,8 +40,10 @@ static void usage(FILE *out)
             "  --max-rows R              most micro-batch rows on the grid (default 32)\n"
             "  --threads T               kernel threads while measuring (default 1)\n"
             "  --repeats N               timed repeats per point, median kept (default 5; --quick 3)\n"
-            "  --sweeps N                passes over the grid (or --check's shapes); each time\n"
-            "                            keeps a point's lowest median (default 2; --quick 1)\n"
+            "  --sweeps N                passes over the grid (or --check's shapes), then with\n"
+            "                            N >= 2 up to N more over the points whose fastest two\n"
+            "                            medians differ by over 5%%; each time keeps a point's\n"
+            "                            lowest median (default 2; --quick 1)\n"
             "  --quick                   a third of the points per axis (about a minute)\n"
             "  --out FILE                the cost table (written atomically)\n"
             "  --check analytic|FILE     instead: measure --shapes held-out shapes and print the\n"
@@ -133,9 +135,13 @@ int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int
             cli_errorf(CMD, "%s", err.msg);
             rc = CLI_EXIT_FAIL;
         } else if (show_progress >= 0) {
-            fprintf(stderr, "dynapipe profile: %d rows x %d input x %d target lengths, %d sweep%s, in %.1f s -> %s\n",
-                    g.n_rows, g.n_enc, g.n_dec, sweeps, sweeps == 1 ? "" : "s", (dyn_time_ms() - pr.t0) / 1000.0,
-                    path);
+            int64_t measured, unsettled;
+            dyn_profiler_grid_stats(p, &measured, &unsettled);
+            fprintf(stderr, "dynapipe profile: %d rows x %d input x %d target lengths, %d sweep%s", g.n_rows, g.n_enc,
+                    g.n_dec, sweeps, sweeps == 1 ? "" : "s");
+            if (sweeps >= 2) fprintf(stderr, " (%lld of %lld points settled)", (long long)(measured - unsettled),
+                                     (long long)measured);
+            fprintf(stderr, ", in %.1f s -> %s\n", (dyn_time_ms() - pr.t0) / 1000.0, path);
         }
     }
     free(pts);
@@ -214,36 +220,51 @@ static void check_shapes_draw(const profile_args *a, const dyn_model_config *cfg
     }
 }
 
-/* All shapes, then --sweeps passes over all of them, each keeping a shape's
- * faster measurement per time column (as the profile's points do). */
-static int check_measure(const profile_args *a, const dyn_model_config *cfg, dyn_profiler *p,
-                         const dyn_mb_shape *shape, dyn_layer_cost *meas)
+/* One pass over the shapes (unsettled: only those not yet settled); *left
+ * counts the shapes it measured. */
+static int check_pass(const profile_args *a, const dyn_model_config *cfg, dyn_profiler *p,
+                      const dyn_mb_shape *shape, dyn_sweep_point *seen, int unsettled, int *left)
 {
     int ns = a->shapes;
     dyn_error err;
-    for (int sw = 0; sw < a->sweeps; sw++)
-        for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
-            if (!check_kind_present(cfg, k)) continue;
-            for (int i = 0; i < ns; i++) {
-                const dyn_mb_shape *sh = &shape[k * ns + i];
-                dyn_layer_cost lc, *m = &meas[k * ns + i];
-                if (dyn_profiler_measure(p, (dyn_layer_kind)k, DYN_RECOMPUTE_NONE, sh->rows, sh->enc_len,
-                                         sh->dec_len, &lc, &err) != DYN_OK) {
-                    cli_errorf(CMD, "%s", err.msg);
-                    return CLI_EXIT_FAIL;
-                }
-                if (sw > 0) dyn_layer_cost_keep_faster(&lc, m);
-                *m = lc;
+    *left = 0;
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
+        if (!check_kind_present(cfg, k)) continue;
+        for (int i = 0; i < ns; i++) {
+            const dyn_mb_shape *sh = &shape[k * ns + i];
+            dyn_sweep_point *sp = &seen[k * ns + i];
+            if (unsettled && dyn_sweep_point_settled(sp)) continue;
+            dyn_layer_cost lc;
+            if (dyn_profiler_measure(p, (dyn_layer_kind)k, DYN_RECOMPUTE_NONE, sh->rows, sh->enc_len, sh->dec_len,
+                                     &lc, &err) != DYN_OK) {
+                cli_errorf(CMD, "%s", err.msg);
+                return CLI_EXIT_FAIL;
             }
+            dyn_sweep_point_add(sp, &lc);
+            (*left)++;
         }
+    }
     return CLI_EXIT_OK;
+}
+
+/* The shapes measured as the profile's points are: --sweeps passes over
+ * all of them, then (with two or more) as many again at most over those
+ * not settled (dyn_profile_grid_run); seen[k * ns + i] keeps each one's. */
+static int check_measure(const profile_args *a, const dyn_model_config *cfg, dyn_profiler *p,
+                         const dyn_mb_shape *shape, dyn_sweep_point *seen)
+{
+    int rc = CLI_EXIT_OK, left = 1;
+    for (int sw = 0; sw < a->sweeps && rc == CLI_EXIT_OK; sw++) rc = check_pass(a, cfg, p, shape, seen, 0, &left);
+    for (int sw = 0; a->sweeps >= 2 && sw < a->sweeps && left > 0 && rc == CLI_EXIT_OK; sw++)
+        rc = check_pass(a, cfg, p, shape, seen, 1, &left);
+    return rc;
 }
 
 /* Per kind, the median and worst relative error of fwd + bwd time and of
  * stored memory between cm and the measurements (with --verbose each shape
  * first); rel_t, rel_m: ns scratch values each. */
 static int check_report(const profile_args *a, const dyn_model_config *cfg, const dyn_cost_model *cm,
-                        const dyn_mb_shape *shape, const dyn_layer_cost *meas, double *rel_t, double *rel_m)
+                        const dyn_mb_shape *shape, const dyn_sweep_point *seen, double *rel_t, double *rel_m)
 {
     int ns = a->shapes;
     dyn_error err;
@@ -252,7 +273,7 @@ static int check_report(const profile_args *a, const dyn_model_config *cfg, cons
         if (!check_kind_present(cfg, k)) continue;
         for (int i = 0; i < ns; i++) {
             const dyn_mb_shape *sh = &shape[k * ns + i];
-            const dyn_layer_cost *m = &meas[k * ns + i];
+            const dyn_layer_cost *m = &seen[k * ns + i].kept;
             dyn_layer_cost pred;
             if (dyn_cost_layer(cm, (dyn_layer_kind)k, sh, DYN_RECOMPUTE_NONE, &pred, &err) != DYN_OK) {
                 cli_errorf(CMD, "%s", err.msg);
@@ -302,15 +323,15 @@ static int run_check(const profile_args *a, const dyn_model_config *cfg)
     dyn_profiler *p = dyn_profiler_create(cfg, threads, repeats, 1, &err);
     double *rel_t = calloc((size_t)a->shapes, sizeof(double)), *rel_m = calloc((size_t)a->shapes, sizeof(double));
     dyn_mb_shape *shape = calloc(n, sizeof *shape);
-    dyn_layer_cost *meas = calloc(n, sizeof *meas);
+    dyn_sweep_point *seen = calloc(n, sizeof *seen);
     int rc = CLI_EXIT_OK;
-    if (p == NULL || rel_t == NULL || rel_m == NULL || shape == NULL || meas == NULL) {
+    if (p == NULL || rel_t == NULL || rel_m == NULL || shape == NULL || seen == NULL) {
         cli_errorf(CMD, "%s", p == NULL ? err.msg : "out of memory");
         rc = CLI_EXIT_FAIL;
     }
     if (rc == CLI_EXIT_OK) {
         check_shapes_draw(a, cfg, shape);
-        rc = check_measure(a, cfg, p, shape, meas);
+        rc = check_measure(a, cfg, p, shape, seen);
     }
     if (rc == CLI_EXIT_OK) {
         printf("# %s vs measured, %d held-out shapes per kind (rows 1..%d, lengths 9..%d, not multiples of 8",
@@ -318,10 +339,10 @@ static int run_check(const profile_args *a, const dyn_model_config *cfg)
         if (a->max_tokens > 0) printf(", at most %lld rows x tokens", (long long)a->max_tokens);
         printf("), recompute none, %d threads, median of %d repeats after 1 warm-up, lowest of %d sweep%s\n",
                threads, repeats, a->sweeps, a->sweeps == 1 ? "" : "s");
-        rc = check_report(a, cfg, cm, shape, meas, rel_t, rel_m);
+        rc = check_report(a, cfg, cm, shape, seen, rel_t, rel_m);
     }
     free(shape);
-    free(meas);
+    free(seen);
     if (rc == CLI_EXIT_OK) {
         /* the optimizer step per million parameters, predicted vs measured */
         double opt = 0, pred = dyn_cost_optimizer_ms(cm, 1e6);

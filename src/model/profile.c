@@ -36,6 +36,7 @@ struct dyn_profiler {
     int n_pieces[DYN_LAYER_KIND_COUNT];
     double *times; /* [repeats] scratch */
     int sweeps;         /* dyn_profile_grid_run's passes over the grid (>= 1) */
+    int64_t n_measured, n_unsettled; /* the last grid run's points */
     dyn_rng rng;
 };
 
@@ -97,6 +98,11 @@ void dyn_profiler_set_max_tokens(dyn_profiler *p, int64_t max_tokens)
 }
 
 void dyn_profiler_set_sweeps(dyn_profiler *p, int sweeps) { p->sweeps = sweeps > 1 ? sweeps : 1; }
+
+void dyn_profiler_grid_stats(const dyn_profiler *p, int64_t *measured, int64_t *unsettled)
+{
+    *measured = p->n_measured, *unsettled = p->n_unsettled;
+}
 
 void dyn_profiler_free(dyn_profiler *p)
 {
@@ -391,28 +397,32 @@ static void point_store(const dyn_model_config *c, const dyn_cost_grid *g, dyn_l
     }
 }
 
-void dyn_layer_cost_keep_faster(dyn_layer_cost *acc, const dyn_layer_cost *again)
+static double cost_total_ms(const dyn_layer_cost *lc)
 {
-    acc->fwd_ms = fmin(acc->fwd_ms, again->fwd_ms);
-    acc->bwd_ms = fmin(acc->bwd_ms, again->bwd_ms);
-    acc->bwd_input_ms = fmin(acc->bwd_input_ms, again->bwd_input_ms);
-    acc->bwd_weight_ms = fmin(acc->bwd_weight_ms, again->bwd_weight_ms);
+    return lc->fwd_ms + lc->bwd_ms + lc->bwd_input_ms + lc->bwd_weight_ms;
 }
 
-/* Measure grid point (a, b, d) of (k, mode) and store it; a later sweep
- * keeps the faster of its measurement and the stored one per time column
- * (dyn_layer_cost_keep_faster: a disturbance of a few seconds seldom hits
- * one point in two sweeps minutes apart). */
-static dyn_status point_sweep(dyn_profiler *p, const dyn_cost_grid *g, dyn_layer_cost *points, int k,
-                              dyn_recompute mode, int32_t a, int32_t b, int32_t d, int sweep, dyn_error *err)
+void dyn_sweep_point_add(dyn_sweep_point *sp, const dyn_layer_cost *lc)
 {
-    dyn_layer_cost lc;
-    dyn_status st =
-        dyn_profiler_measure(p, (dyn_layer_kind)k, mode, g->rows[a], g->enc_len[b], g->dec_len[d], &lc, err);
-    if (st != DYN_OK) return st;
-    if (sweep > 0) dyn_layer_cost_keep_faster(&lc, &points[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, a, b, d)]);
-    point_store(&p->cfg, g, points, k, mode, a, b, d, &lc);
-    return DYN_OK;
+    double t = cost_total_ms(lc);
+    if (sp->n == 0) {
+        sp->kept = *lc;
+        sp->fastest = t, sp->second = INFINITY;
+    } else {
+        dyn_layer_cost *k = &sp->kept;
+        k->fwd_ms = fmin(k->fwd_ms, lc->fwd_ms);
+        k->bwd_ms = fmin(k->bwd_ms, lc->bwd_ms);
+        k->bwd_input_ms = fmin(k->bwd_input_ms, lc->bwd_input_ms);
+        k->bwd_weight_ms = fmin(k->bwd_weight_ms, lc->bwd_weight_ms);
+        if (t < sp->fastest) sp->second = sp->fastest, sp->fastest = t;
+        else if (t < sp->second) sp->second = t;
+    }
+    sp->n++;
+}
+
+int dyn_sweep_point_settled(const dyn_sweep_point *sp)
+{
+    return sp->n >= 2 && sp->second <= sp->fastest * (1.0 + DYN_SWEEP_AGREE);
 }
 
 /* Past the tokens a run's micro-batch can hold (--max-tokens): the point
@@ -428,38 +438,107 @@ static void point_scale(const dyn_model_config *c, const dyn_cost_grid *g, dyn_l
     point_store(c, g, points, k, mode, a, b, d, &lc);
 }
 
+/* What one pass over the grid does at each point it visits. */
+typedef enum { PASS_COUNT_ALL, PASS_COUNT_UNSETTLED, PASS_MEASURE_ALL, PASS_MEASURE_UNSETTLED, PASS_SCALE } pass_kind;
+
+/* A grid run: the points, each measured point's sweeps (seen, indexed as
+ * points), and the progress bar's rows x tokens of work. */
+typedef struct grid_run {
+    dyn_profiler *p;
+    const dyn_cost_grid *g;
+    dyn_layer_cost *points;
+    dyn_sweep_point *seen;
+    dyn_profile_progress_fn fn;
+    void *ctx;
+    double total, done;
+} grid_run;
+
+/* One point of a pass: the COUNT passes add its work to the total, the
+ * MEASURE passes measure it (UNSETTLED: unless settled) and store what its
+ * sweeps keep, SCALE fills the points past --max-tokens. */
+static dyn_status grid_point(grid_run *r, pass_kind what, int k, dyn_recompute mode, int32_t a, int32_t b,
+                             int32_t d, dyn_error *err)
+{
+    dyn_profiler *p = r->p;
+    const dyn_cost_grid *g = r->g;
+    double w = point_work(&p->cfg, k, g->rows[a], g->enc_len[b], g->dec_len[d]);
+    int scaled = a > 0 && p->max_tokens > 0 && w - 64.0 > (double)p->max_tokens;
+    if (what == PASS_SCALE) {
+        if (scaled) point_scale(&p->cfg, g, r->points, k, mode, a, b, d);
+        return DYN_OK;
+    }
+    dyn_sweep_point *sp = &r->seen[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, a, b, d)];
+    if (scaled || ((what == PASS_COUNT_UNSETTLED || what == PASS_MEASURE_UNSETTLED) && dyn_sweep_point_settled(sp)))
+        return DYN_OK;
+    if (what == PASS_COUNT_ALL || what == PASS_COUNT_UNSETTLED) {
+        r->total += w;
+        return DYN_OK;
+    }
+    dyn_layer_cost lc;
+    dyn_status st =
+        dyn_profiler_measure(p, (dyn_layer_kind)k, mode, g->rows[a], g->enc_len[b], g->dec_len[d], &lc, err);
+    if (st != DYN_OK) return st;
+    dyn_sweep_point_add(sp, &lc);
+    point_store(&p->cfg, g, r->points, k, mode, a, b, d, &sp->kept);
+    r->done += w;
+    if (r->fn) r->fn(r->ctx, (int64_t)r->done, (int64_t)r->total, 0);
+    return DYN_OK;
+}
+
+/* Visit every grid point each kind depends on, per recompute mode. */
+static dyn_status grid_pass(grid_run *r, pass_kind what, dyn_error *err)
+{
+    const dyn_model_config *c = &r->p->cfg;
+    const dyn_cost_grid *g = r->g;
+    /* NONE and SELECTIVE run the same (profile.h): measured once. */
+    const dyn_recompute modes[2] = {DYN_RECOMPUTE_NONE, DYN_RECOMPUTE_FULL};
+    dyn_status st = DYN_OK;
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT && st == DYN_OK; k++) {
+        if (r->p->n_pieces[k] == 0) continue;
+        for (int mi = 0; mi < 2 && st == DYN_OK; mi++)
+            for (int32_t a = 0; a < g->n_rows && st == DYN_OK; a++)
+                for (int32_t b = 0; b < (uses_enc(c, k) ? g->n_enc : 1) && st == DYN_OK; b++)
+                    for (int32_t d = 0; d < (uses_dec(c, k) ? g->n_dec : 1) && st == DYN_OK; d++)
+                        st = grid_point(r, what, k, modes[mi], a, b, d, err);
+    }
+    return st;
+}
+
+/* Sweeps over the whole grid, then (with two or more) as many again at
+ * most over the points whose fastest speed was seen once: minutes later
+ * a disturbance of seconds has passed. Each settling pass adds its work
+ * to the progress total as it starts. */
+static dyn_status grid_sweeps(grid_run *r, dyn_error *err)
+{
+    int sweeps = r->p->sweeps;
+    for (int s = 0; s < sweeps; s++) (void)grid_pass(r, PASS_COUNT_ALL, err);
+    dyn_status st = DYN_OK;
+    for (int s = 0; s < sweeps && st == DYN_OK; s++) st = grid_pass(r, PASS_MEASURE_ALL, err);
+    for (int s = 0; sweeps >= 2 && s < sweeps && st == DYN_OK; s++) {
+        double before = r->total;
+        (void)grid_pass(r, PASS_COUNT_UNSETTLED, err);
+        if (r->total == before) break; /* all settled */
+        st = grid_pass(r, PASS_MEASURE_UNSETTLED, err);
+    }
+    if (st == DYN_OK) st = grid_pass(r, PASS_SCALE, err);
+    return st;
+}
+
 dyn_status dyn_profile_grid_run(dyn_profiler *p, const dyn_cost_grid *g, dyn_layer_cost *points,
                                 double states_mb[DYN_LAYER_KIND_COUNT], dyn_profile_progress_fn fn, void *ctx,
                                 dyn_error *err)
 {
     const dyn_model_config *c = &p->cfg;
-    /* NONE and SELECTIVE run the same (profile.h): measured once. */
-    const dyn_recompute modes[2] = {DYN_RECOMPUTE_NONE, DYN_RECOMPUTE_FULL};
-    double total = 0, done = 0; /* the progress bar's rows x tokens of work */
-    dyn_status st = DYN_OK;
-    /* pass 0 counts the work, passes 1..sweeps measure, the last fills the
-     * points past --max-tokens from the measured ones with fewer rows */
-    int last = p->sweeps + 1;
-    for (int pass = 0; pass <= last && st == DYN_OK; pass++)
-        for (int k = 0; k < DYN_LAYER_KIND_COUNT && st == DYN_OK; k++) {
-            if (p->n_pieces[k] == 0) continue;
-            for (int mi = 0; mi < 2 && st == DYN_OK; mi++)
-                for (int32_t a = 0; a < g->n_rows && st == DYN_OK; a++)
-                    for (int32_t b = 0; b < (uses_enc(c, k) ? g->n_enc : 1) && st == DYN_OK; b++)
-                        for (int32_t d = 0; d < (uses_dec(c, k) ? g->n_dec : 1) && st == DYN_OK; d++) {
-                            double w = point_work(c, k, g->rows[a], g->enc_len[b], g->dec_len[d]);
-                            int scaled = a > 0 && p->max_tokens > 0 && w - 64.0 > (double)p->max_tokens;
-                            if (pass == 0) {
-                                total += scaled ? 0 : w * p->sweeps;
-                            } else if (pass == last) {
-                                if (scaled) point_scale(c, g, points, k, modes[mi], a, b, d);
-                            } else if (!scaled) {
-                                st = point_sweep(p, g, points, k, modes[mi], a, b, d, pass - 1, err);
-                                done += w;
-                                if (fn && st == DYN_OK) fn(ctx, (int64_t)done, (int64_t)total, 0);
-                            }
-                        }
-        }
+    int64_t n = (int64_t)DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT * dyn_cost_grid_size(g);
+    grid_run r = {p, g, points, dyn_calloc((size_t)n, sizeof(dyn_sweep_point), "profile sweeps", err), fn, ctx, 0, 0};
+    if (r.seen == NULL) return DYN_ERR_NOMEM;
+    dyn_status st = grid_sweeps(&r, err);
+    p->n_measured = p->n_unsettled = 0;
+    for (int64_t i = 0; i < n; i++) {
+        p->n_measured += r.seen[i].n > 0;
+        p->n_unsettled += r.seen[i].n > 0 && !dyn_sweep_point_settled(&r.seen[i]);
+    }
+    free(r.seen);
     if (st != DYN_OK) return st;
     /* Model states are counted, not measured: the analytic model's count
      * (16 bytes per parameter, the head with its own vocabulary matrix) is

@@ -55,15 +55,38 @@ dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recomp
  * one-row points are always measured. 0 (the default): measure all. */
 void dyn_profiler_set_max_tokens(dyn_profiler *p, int64_t max_tokens);
 
-/* A second measurement of the same layer and shape: *acc keeps, per time
- * column, the lower of its own and again's (what disturbs a measurement
- * on a shared machine only slows it); memory as it was (it does not vary
- * between runs). What the profiler's and --check's sweeps combine with. */
-void dyn_layer_cost_keep_faster(dyn_layer_cost *acc, const dyn_layer_cost *again);
+/* The sweeps of one grid point or held-out shape. kept holds, per time
+ * column, the lowest median seen (what disturbs a measurement on a shared
+ * machine only slows it), memory as first measured (it does not vary
+ * between runs); fastest and second are the two lowest totals (fwd + bwd
+ * + the split halves, ms) of its measurements. */
+typedef struct dyn_sweep_point {
+    dyn_layer_cost kept;
+    double fastest, second;
+    int32_t n; /* measurements so far */
+} dyn_sweep_point;
 
-/* Passes dyn_profile_grid_run makes over the grid, >= 1 (default 1; the
- * CLI's default is 2). */
+/* Two measurements within this fraction of each other are one speed. */
+#define DYN_SWEEP_AGREE 0.05
+
+/* Add one measurement (sp zeroed before the first). */
+void dyn_sweep_point_add(dyn_sweep_point *sp, const dyn_layer_cost *lc);
+
+/* Settled: the fastest speed seen was seen twice (second <= fastest x
+ * (1 + DYN_SWEEP_AGREE)). A disturbance on this machine lasts seconds and
+ * comes and goes (docs/architecture.md, "Profiler and online
+ * calibration"): two undisturbed measurements agree, and one that is not
+ * seen again may be slowed. */
+int dyn_sweep_point_settled(const dyn_sweep_point *sp);
+
+/* Passes dyn_profile_grid_run makes over the whole grid, >= 1 (default 1;
+ * the CLI's default is 2); with 2 or more, up to as many again over the
+ * points not yet settled (dyn_sweep_point_settled). */
 void dyn_profiler_set_sweeps(dyn_profiler *p, int sweeps);
+
+/* The last dyn_profile_grid_run's measured points (kinds x modes x the
+ * axes each kind uses) and how many of them it left not settled. */
+void dyn_profiler_grid_stats(const dyn_profiler *p, int64_t *measured, int64_t *unsettled);
 
 /* The optimizer step as the runtime runs it after every iteration
  * (gradient norm, AdamW with clipping, zeroing the gradients), per million
@@ -89,9 +112,9 @@ typedef void (*dyn_profile_progress_fn)(void *ctx, int64_t done, int64_t total, 
 /* Measure every kind and recompute mode at every grid point into points
  * (DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT * grid-size entries, indexed
  * by dyn_cost_grid_index) in dyn_profiler_set_sweeps passes over the grid
- * (each time column keeps the lowest of a point's medians: what disturbs a
- * measurement on a shared machine only slows it, and seldom hits one point
- * in two passes minutes apart), then make them monotone
+ * and then, with two or more, passes over the points not yet settled
+ * until all are or as many more passes were made (each time column keeps
+ * the lowest of a point's medians: dyn_sweep_point), then make them monotone
  * (dyn_cost_points_make_monotone). Kinds that do not depend on an axis
  * (the encoder on dec_len, the T5 head on enc_len) are measured once and
  * copied along it. states_mb: per-layer model states (16 bytes/param). */
