@@ -363,12 +363,10 @@ void dyn_profile_grid_free(dyn_cost_grid *g)
     memset(g, 0, sizeof *g);
 }
 
-/* Does kind depend on the enc_len / dec_len axis? (T5: the encoder reads
- * inputs only, the head targets only; the embedding and decoder both.) */
-static int uses_enc(const dyn_model_config *c, int kind)
-{
-    return c->kind == DYN_MODEL_GPT || kind != DYN_LAYER_LM_HEAD;
-}
+/* Does kind depend on the dec_len axis? Only T5's encoder does not, and
+ * every kind depends on enc_len: T5's head reads targets only, but its
+ * input, the decoder boundary, carries the encoder output, which it
+ * stores and passes back a gradient for (model.h). */
 static int uses_dec(const dyn_model_config *c, int kind)
 {
     return c->kind == DYN_MODEL_T5 && kind != DYN_LAYER_ENCODER;
@@ -378,22 +376,20 @@ static int uses_dec(const dyn_model_config *c, int kind)
  * that, so the time left is estimated from the work done, not the points. */
 static double point_work(const dyn_model_config *c, int kind, int32_t r, int32_t e, int32_t d)
 {
-    return (double)r * ((uses_enc(c, kind) ? e : 0) + (uses_dec(c, kind) ? d : 0)) + 64.0;
+    return (double)r * (e + (uses_dec(c, kind) ? d : 0)) + 64.0;
 }
 
-/* Store lc at grid point (a, b, d) of (k, mode mi), copied along the axes
- * the kind ignores and, for NONE, to SELECTIVE (which runs the same). */
+/* Store lc at grid point (a, b, d) of (k, mode mi), copied along dec_len
+ * if the kind ignores it and, for NONE, to SELECTIVE (which runs the
+ * same). */
 static void point_store(const dyn_model_config *c, const dyn_cost_grid *g, dyn_layer_cost *points, int k,
                         dyn_recompute mode, int32_t a, int32_t b, int32_t d, const dyn_layer_cost *lc)
 {
-    for (int32_t b2 = 0; b2 < g->n_enc; b2++) {
-        if (uses_enc(c, k) && b2 != b) continue;
-        for (int32_t d2 = 0; d2 < g->n_dec; d2++) {
-            if (uses_dec(c, k) && d2 != d) continue;
-            points[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, a, b2, d2)] = *lc;
-            if (mode == DYN_RECOMPUTE_NONE)
-                points[dyn_cost_grid_index(g, (dyn_layer_kind)k, DYN_RECOMPUTE_SELECTIVE, a, b2, d2)] = *lc;
-        }
+    for (int32_t d2 = 0; d2 < g->n_dec; d2++) {
+        if (uses_dec(c, k) && d2 != d) continue;
+        points[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, a, b, d2)] = *lc;
+        if (mode == DYN_RECOMPUTE_NONE)
+            points[dyn_cost_grid_index(g, (dyn_layer_kind)k, DYN_RECOMPUTE_SELECTIVE, a, b, d2)] = *lc;
     }
 }
 
@@ -422,7 +418,8 @@ void dyn_sweep_point_add(dyn_sweep_point *sp, const dyn_layer_cost *lc)
 
 int dyn_sweep_point_settled(const dyn_sweep_point *sp)
 {
-    return sp->n >= 2 && sp->second <= sp->fastest * (1.0 + DYN_SWEEP_AGREE);
+    return sp->n >= 2 && (sp->second <= sp->fastest * (1.0 + DYN_SWEEP_AGREE) ||
+                          sp->second - sp->fastest <= DYN_SWEEP_AGREE_MS);
 }
 
 /* Past the tokens a run's micro-batch can hold (--max-tokens): the point
@@ -497,7 +494,7 @@ static dyn_status grid_pass(grid_run *r, pass_kind what, dyn_error *err)
         if (r->p->n_pieces[k] == 0) continue;
         for (int mi = 0; mi < 2 && st == DYN_OK; mi++)
             for (int32_t a = 0; a < g->n_rows && st == DYN_OK; a++)
-                for (int32_t b = 0; b < (uses_enc(c, k) ? g->n_enc : 1) && st == DYN_OK; b++)
+                for (int32_t b = 0; b < g->n_enc && st == DYN_OK; b++)
                     for (int32_t d = 0; d < (uses_dec(c, k) ? g->n_dec : 1) && st == DYN_OK; d++)
                         st = grid_point(r, what, k, modes[mi], a, b, d, err);
     }

@@ -66,14 +66,17 @@ typedef struct dyn_sweep_point {
     int32_t n; /* measurements so far */
 } dyn_sweep_point;
 
-/* Two measurements within this fraction of each other are one speed. */
+/* Two measurements within this fraction of each other, or this many ms
+ * (a few microseconds' jitter on the smallest shapes is no disturbance
+ * and no planner would notice it), are one speed. */
 #define DYN_SWEEP_AGREE 0.05
+#define DYN_SWEEP_AGREE_MS 0.01
 
 /* Add one measurement (sp zeroed before the first). */
 void dyn_sweep_point_add(dyn_sweep_point *sp, const dyn_layer_cost *lc);
 
 /* Settled: the fastest speed seen was seen twice (second <= fastest x
- * (1 + DYN_SWEEP_AGREE)). A disturbance on this machine lasts seconds and
+ * (1 + DYN_SWEEP_AGREE), or within DYN_SWEEP_AGREE_MS). A disturbance on this machine lasts seconds and
  * comes and goes (docs/architecture.md, "Profiler and online
  * calibration"): two undisturbed measurements agree, and one that is not
  * seen again may be slowed. */
@@ -115,9 +118,8 @@ typedef void (*dyn_profile_progress_fn)(void *ctx, int64_t done, int64_t total, 
  * and then, with two or more, passes over the points not yet settled
  * until all are or as many more passes were made (each time column keeps
  * the lowest of a point's medians: dyn_sweep_point), then make them monotone
- * (dyn_cost_points_make_monotone). Kinds that do not depend on an axis
- * (the encoder on dec_len, the T5 head on enc_len) are measured once and
- * copied along it. states_mb: per-layer model states (16 bytes/param). */
+ * (dyn_cost_points_make_monotone). T5's encoder, which does not depend on
+ * dec_len, is measured once per (rows, enc_len) and copied along it. states_mb: per-layer model states (16 bytes/param). */
 dyn_status dyn_profile_grid_run(dyn_profiler *p, const dyn_cost_grid *g, dyn_layer_cost *points,
                                 double states_mb[DYN_LAYER_KIND_COUNT], dyn_profile_progress_fn fn, void *ctx,
                                 dyn_error *err);
