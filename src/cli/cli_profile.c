@@ -337,8 +337,17 @@ static int run_check(const profile_args *a, const dyn_model_config *cfg)
         printf("# %s vs measured, %d held-out shapes per kind (rows 1..%d, lengths 9..%d, not multiples of 8",
                a->check, a->shapes, a->max_rows, cfg->max_seqlen);
         if (a->max_tokens > 0) printf(", at most %lld rows x tokens", (long long)a->max_tokens);
-        printf("), recompute none, %d threads, median of %d repeats after 1 warm-up, lowest of %d sweep%s\n",
+        printf("), recompute none, %d threads, median of %d repeats after 1 warm-up, lowest of %d sweep%s",
                threads, repeats, a->sweeps, a->sweeps == 1 ? "" : "s");
+        if (a->sweeps >= 2) {
+            int measured = 0, settled = 0;
+            for (size_t i = 0; i < n; i++) {
+                measured += seen[i].n > 0;
+                settled += dyn_sweep_point_settled(&seen[i]);
+            }
+            printf(" (%d of %d shapes settled)", settled, measured);
+        }
+        printf("\n");
         rc = check_report(a, cfg, cm, shape, seen, rel_t, rel_m);
     }
     free(shape);
