@@ -42,8 +42,8 @@ static void usage(FILE *out)
             "  --repeats N               timed repeats per point, median kept (default 5; --quick 3)\n"
             "  --sweeps N                passes over the grid (or --check's shapes), then with\n"
             "                            N >= 2 up to N more over the points whose fastest two\n"
-            "                            medians differ by over 5%%; each time keeps a point's\n"
-            "                            lowest median (default 2; --quick 1)\n"
+            "                            medians differ by over 5%% and 10 us; each time keeps\n"
+            "                            a point's lowest median (default 2; --quick 1)\n"
             "  --quick                   a third of the points per axis (about a minute)\n"
             "  --out FILE                the cost table (written atomically)\n"
             "  --check analytic|FILE     instead: measure --shapes held-out shapes and print the\n"
@@ -220,14 +220,14 @@ static void check_shapes_draw(const profile_args *a, const dyn_model_config *cfg
     }
 }
 
-/* One pass over the shapes (unsettled: only those not yet settled); *left
- * counts the shapes it measured. */
+/* One pass over the shapes (unsettled: only those not yet settled);
+ * *measured counts the shapes it measured. */
 static int check_pass(const profile_args *a, const dyn_model_config *cfg, dyn_profiler *p,
-                      const dyn_mb_shape *shape, dyn_sweep_point *seen, int unsettled, int *left)
+                      const dyn_mb_shape *shape, dyn_sweep_point *seen, int unsettled, int *measured)
 {
     int ns = a->shapes;
     dyn_error err;
-    *left = 0;
+    *measured = 0;
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
         if (!check_kind_present(cfg, k)) continue;
         for (int i = 0; i < ns; i++) {
@@ -241,7 +241,7 @@ static int check_pass(const profile_args *a, const dyn_model_config *cfg, dyn_pr
                 return CLI_EXIT_FAIL;
             }
             dyn_sweep_point_add(sp, &lc);
-            (*left)++;
+            (*measured)++;
         }
     }
     return CLI_EXIT_OK;
@@ -253,10 +253,11 @@ static int check_pass(const profile_args *a, const dyn_model_config *cfg, dyn_pr
 static int check_measure(const profile_args *a, const dyn_model_config *cfg, dyn_profiler *p,
                          const dyn_mb_shape *shape, dyn_sweep_point *seen)
 {
-    int rc = CLI_EXIT_OK, left = 1;
-    for (int sw = 0; sw < a->sweeps && rc == CLI_EXIT_OK; sw++) rc = check_pass(a, cfg, p, shape, seen, 0, &left);
-    for (int sw = 0; a->sweeps >= 2 && sw < a->sweeps && left > 0 && rc == CLI_EXIT_OK; sw++)
-        rc = check_pass(a, cfg, p, shape, seen, 1, &left);
+    int rc = CLI_EXIT_OK, measured = 1;
+    for (int sw = 0; sw < a->sweeps && rc == CLI_EXIT_OK; sw++) rc = check_pass(a, cfg, p, shape, seen, 0, &measured);
+    /* a settling pass that measured nothing: all are settled */
+    for (int sw = 0; a->sweeps >= 2 && sw < a->sweeps && measured > 0 && rc == CLI_EXIT_OK; sw++)
+        rc = check_pass(a, cfg, p, shape, seen, 1, &measured);
     return rc;
 }
 
@@ -283,9 +284,10 @@ static int check_report(const profile_args *a, const dyn_model_config *cfg, cons
             rel_t[i] = tm > 0 ? fabs(tp - tm) / tm : 0.0;
             rel_m[i] = m->stored_mb > 0 ? fabs(pred.stored_mb - m->stored_mb) / m->stored_mb : 0.0;
             if (a->verbose)
-                printf("# %-8s rows %3d enc %4d dec %4d  measured %10.4f ms  predicted %10.4f ms  %+6.1f%%\n",
+                printf("# %-8s rows %3d enc %4d dec %4d  measured %10.4f ms  predicted %10.4f ms  %+6.1f%%%s\n",
                        dyn_layer_kind_name((dyn_layer_kind)k), sh->rows, sh->enc_len, sh->dec_len, tm, tp,
-                       tm > 0 ? 100.0 * (tp - tm) / tm : 0.0);
+                       tm > 0 ? 100.0 * (tp - tm) / tm : 0.0,
+                       a->sweeps >= 2 && !dyn_sweep_point_settled(&seen[k * ns + i]) ? "  (not settled)" : "");
         }
         /* dyn_median sorts in place: after it the worst is the last */
         double med_t = dyn_median(rel_t, ns), med_m = dyn_median(rel_m, ns);
