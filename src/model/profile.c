@@ -366,7 +366,7 @@ void dyn_profile_grid_free(dyn_cost_grid *g)
 /* Does kind depend on the dec_len axis? Only T5's encoder does not, and
  * every kind depends on enc_len: T5's head reads targets only, but its
  * input, the decoder boundary, carries the encoder output, which it
- * stores and passes back a gradient for (model.h). */
+ * stores and writes a (zero) gradient back for (model.h). */
 static int uses_dec(const dyn_model_config *c, int kind)
 {
     return c->kind == DYN_MODEL_T5 && kind != DYN_LAYER_ENCODER;
