@@ -508,7 +508,8 @@ static dyn_status grid_pass(grid_run *r, pass_kind what, dyn_error *err)
 static dyn_status grid_sweeps(grid_run *r, dyn_error *err)
 {
     int sweeps = r->p->sweeps;
-    for (int s = 0; s < sweeps; s++) (void)grid_pass(r, PASS_COUNT_ALL, err);
+    (void)grid_pass(r, PASS_COUNT_ALL, err); /* one sweep's work; counting never fails */
+    r->total *= sweeps;
     dyn_status st = DYN_OK;
     for (int s = 0; s < sweeps && st == DYN_OK; s++) st = grid_pass(r, PASS_MEASURE_ALL, err);
     for (int s = 0; sweeps >= 2 && s < sweeps && st == DYN_OK; s++) {
