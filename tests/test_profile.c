@@ -69,6 +69,14 @@ static void profile_small(dyn_model_kind kind)
     assert_non_null(pts);
     double states[DYN_LAYER_KIND_COUNT];
     if (dyn_profile_grid_run(p, &g, pts, states, NULL, NULL, &err) != DYN_OK) fail_msg("run: %s", err.msg);
+    /* one reference time per measurement (one sweep: one per measured
+     * point), the fastest of them the best */
+    int64_t runs, calm, n_points = t5 ? 2 * (8 + 4 + 8 + 8) : 2 * (4 + 4 + 4);
+    dyn_profiler_probe_stats(p, &runs, &calm);
+    assert_int_equal(runs, n_points);
+    assert_true(calm >= 0 && calm <= runs); /* the best may be a side whose other side ran slower */
+    double best = dyn_profiler_probe_best_ms(p);
+    assert_true(best > 0 && dyn_profiler_probe_last_ms(p) >= best);
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
         if (k == DYN_LAYER_DECODER && !t5) continue;
         for (int a = 0; a < 2; a++)
@@ -104,7 +112,8 @@ static void profile_small(dyn_model_kind kind)
      * targets), both modes */
     int64_t measured, unsettled;
     dyn_profiler_grid_stats(p, &measured, &unsettled);
-    assert_int_equal(measured, t5 ? 2 * (8 + 4 + 8 + 8) : 2 * (4 + 4 + 4));
+    assert_int_equal(measured, n_points);
+    assert_true(dyn_profiler_probe_best_ms(p) <= best);
     assert_true(unsettled >= 0 && unsettled <= measured);
     dyn_cost_model *cm = table_round_trip(&cfg, &g, pts, states);
     assert_int_equal(dyn_cost_model_check_shape(cm, &cfg, NULL), DYN_OK);
@@ -119,41 +128,82 @@ static void profile_small(dyn_model_kind kind)
 }
 
 /* A point's sweeps: per time column the fastest, memory as first seen;
- * settled once its fastest total is seen twice within 5 % (or 10 us). */
+ * settled once its two fastest calm measurements agree within 5 % (or
+ * 10 us) and nothing faster was seen. No reference time (0): all calm. */
 static void test_sweep_point_settles(void **state)
 {
     (void)state;
     dyn_sweep_point sp;
     memset(&sp, 0, sizeof sp);
     dyn_layer_cost a = {10, 20, 12, 9, 7, 3, 1, 2};
-    dyn_sweep_point_add(&sp, &a);
-    assert_false(dyn_sweep_point_settled(&sp)); /* seen once */
+    dyn_sweep_point_add(&sp, &a, 0);
+    assert_false(dyn_sweep_point_settled(&sp, 0)); /* seen once */
     assert_memory_equal(&sp.kept, &a, sizeof a);
     dyn_layer_cost slow = {13, 26, 15, 11, 99, 99, 99, 99}; /* 30 % slower, memory ignored */
-    dyn_sweep_point_add(&sp, &slow);
-    assert_false(dyn_sweep_point_settled(&sp));
+    dyn_sweep_point_add(&sp, &slow, 0);
+    assert_false(dyn_sweep_point_settled(&sp, 0));
     assert_memory_equal(&sp.kept, &a, sizeof a);
     dyn_layer_cost again = {10.2, 19, 12.5, 9.1, 7, 3, 1, 2}; /* 50.8 ms against 51: the same speed */
-    dyn_sweep_point_add(&sp, &again);
-    assert_true(dyn_sweep_point_settled(&sp));
+    dyn_sweep_point_add(&sp, &again, 0);
+    assert_true(dyn_sweep_point_settled(&sp, 0));
     assert_int_equal(sp.n, 3);
     assert_true(sp.kept.fwd_ms == 10 && sp.kept.bwd_ms == 19 && sp.kept.bwd_input_ms == 12 && sp.kept.bwd_weight_ms == 9);
     assert_true(sp.kept.stored_mb == 7 && sp.kept.kept_mb == 2);
     /* a faster speed, seen once, unsettles it again; 5 % off settles */
     dyn_layer_cost fast = {5, 10, 6, 4, 7, 3, 1, 2};
-    dyn_sweep_point_add(&sp, &fast);
-    assert_false(dyn_sweep_point_settled(&sp));
+    dyn_sweep_point_add(&sp, &fast, 0);
+    assert_false(dyn_sweep_point_settled(&sp, 0));
     dyn_layer_cost near = {5.25, 10.5, 6.3, 4.2, 7, 3, 1, 2}; /* exactly 5 % slower */
-    dyn_sweep_point_add(&sp, &near);
-    assert_true(dyn_sweep_point_settled(&sp));
-    assert_true(sp.fastest == 25 && fabs(sp.second - 26.25) < 1e-12);
+    dyn_sweep_point_add(&sp, &near, 0);
+    assert_true(dyn_sweep_point_settled(&sp, 0));
+    assert_true(sp.fastest == 25);
     /* microseconds: 8 us apart is one speed, though 80 % slower */
     dyn_sweep_point tiny;
     memset(&tiny, 0, sizeof tiny);
     dyn_layer_cost t1 = {0.004, 0.006, 0, 0, 0, 0, 0, 0}, t2 = {0.008, 0.010, 0, 0, 0, 0, 0, 0};
-    dyn_sweep_point_add(&tiny, &t1);
-    dyn_sweep_point_add(&tiny, &t2);
-    assert_true(dyn_sweep_point_settled(&tiny));
+    dyn_sweep_point_add(&tiny, &t1, 0);
+    dyn_sweep_point_add(&tiny, &t2, 0);
+    assert_true(dyn_sweep_point_settled(&tiny, 0));
+}
+
+/* The reference kernel decides which measurements count: two that agree
+ * but ran while the reference was 30 % slow do not settle a point, a calm
+ * pair does, and a faster measurement in a slow moment still unsettles
+ * it. A full point keeps the measurements with the fastest references. */
+static void test_sweep_point_calm(void **state)
+{
+    (void)state;
+    dyn_sweep_point sp;
+    memset(&sp, 0, sizeof sp);
+    dyn_layer_cost slowed = {13, 26, 0, 0, 1, 1, 1, 1}, calm = {10, 20, 0, 0, 1, 1, 1, 1};
+    dyn_sweep_point_add(&sp, &slowed, 1.30);
+    dyn_sweep_point_add(&sp, &slowed, 1.31);
+    assert_false(dyn_sweep_point_settled(&sp, 1.0)); /* agree, but slowed */
+    assert_true(dyn_sweep_point_settled(&sp, 1.25)); /* against a best of 1.25 they are calm */
+    dyn_sweep_point_add(&sp, &calm, 1.02);
+    assert_false(dyn_sweep_point_settled(&sp, 1.0)); /* one calm measurement */
+    dyn_sweep_point_add(&sp, &calm, 1.09);
+    assert_true(dyn_sweep_point_settled(&sp, 1.0)); /* within 10 % of the best reference */
+    dyn_layer_cost faster = {8, 16, 0, 0, 1, 1, 1, 1};
+    dyn_sweep_point_add(&sp, &faster, 1.5);
+    assert_false(dyn_sweep_point_settled(&sp, 1.0)); /* 20 % faster than the calm pair: not yet the speed */
+    assert_true(sp.kept.fwd_ms == 8 && sp.fastest == 24);
+    /* full: a ninth measurement replaces the slowest reference (1.5) */
+    dyn_sweep_point full;
+    memset(&full, 0, sizeof full);
+    for (int i = 0; i < DYN_SWEEP_KEEP; i++) dyn_sweep_point_add(&full, &slowed, 2.0 + i);
+    assert_int_equal(full.n_kept, DYN_SWEEP_KEEP);
+    dyn_sweep_point_add(&full, &calm, 1.0);
+    dyn_sweep_point_add(&full, &calm, 1.0);
+    assert_int_equal(full.n, DYN_SWEEP_KEEP + 2);
+    assert_true(dyn_sweep_point_settled(&full, 1.0));
+    int ones = 0;
+    for (int i = 0; i < DYN_SWEEP_KEEP; i++) ones += full.probe[i] == 1.0;
+    assert_int_equal(ones, 2);
+    for (int i = 0; i < DYN_SWEEP_KEEP; i++) assert_true(full.probe[i] < 2.0 + DYN_SWEEP_KEEP - 2); /* the two slowest went */
+    /* a slower reference than all kept ones is not kept */
+    dyn_sweep_point_add(&full, &calm, 99.0);
+    for (int i = 0; i < DYN_SWEEP_KEEP; i++) assert_true(full.probe[i] != 99.0);
 }
 
 static void test_profile_gpt_small_grid(void **state)
@@ -498,6 +548,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sweep_point_settles),
+        cmocka_unit_test(test_sweep_point_calm),
         cmocka_unit_test(test_profile_gpt_small_grid),
         cmocka_unit_test(test_profile_t5_small_grid),
         cmocka_unit_test(test_default_grid),

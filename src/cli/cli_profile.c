@@ -135,12 +135,14 @@ int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int
             cli_errorf(CMD, "%s", err.msg);
             rc = CLI_EXIT_FAIL;
         } else if (show_progress >= 0) {
-            int64_t measured, unsettled;
+            int64_t measured, unsettled, runs, calm;
             dyn_profiler_grid_stats(p, &measured, &unsettled);
+            dyn_profiler_probe_stats(p, &runs, &calm);
             fprintf(stderr, "dynapipe profile: %d rows x %d input x %d target lengths, %d sweep%s", g.n_rows, g.n_enc,
                     g.n_dec, sweeps, sweeps == 1 ? "" : "s");
             if (sweeps >= 2) fprintf(stderr, " (%lld of %lld points settled)", (long long)(measured - unsettled),
                                      (long long)measured);
+            fprintf(stderr, ", %lld of %lld measurements calm", (long long)calm, (long long)runs);
             fprintf(stderr, ", in %.1f s -> %s\n", (dyn_time_ms() - pr.t0) / 1000.0, path);
         }
     }
@@ -227,20 +229,21 @@ static int check_pass(const profile_args *a, const dyn_model_config *cfg, dyn_pr
 {
     int ns = a->shapes;
     dyn_error err;
+    double probe_best = dyn_profiler_probe_best_ms(p); /* one rule for the whole pass */
     *measured = 0;
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
         if (!check_kind_present(cfg, k)) continue;
         for (int i = 0; i < ns; i++) {
             const dyn_mb_shape *sh = &shape[k * ns + i];
             dyn_sweep_point *sp = &seen[k * ns + i];
-            if (unsettled && dyn_sweep_point_settled(sp)) continue;
+            if (unsettled && dyn_sweep_point_settled(sp, probe_best)) continue;
             dyn_layer_cost lc;
             if (dyn_profiler_measure(p, (dyn_layer_kind)k, DYN_RECOMPUTE_NONE, sh->rows, sh->enc_len, sh->dec_len,
                                      &lc, &err) != DYN_OK) {
                 cli_errorf(CMD, "%s", err.msg);
                 return CLI_EXIT_FAIL;
             }
-            dyn_sweep_point_add(sp, &lc);
+            dyn_sweep_point_add(sp, &lc, dyn_profiler_probe_last_ms(p));
             (*measured)++;
         }
     }
@@ -265,7 +268,8 @@ static int check_measure(const profile_args *a, const dyn_model_config *cfg, dyn
  * stored memory between cm and the measurements (with --verbose each shape
  * first); rel_t, rel_m: ns scratch values each. */
 static int check_report(const profile_args *a, const dyn_model_config *cfg, const dyn_cost_model *cm,
-                        const dyn_mb_shape *shape, const dyn_sweep_point *seen, double *rel_t, double *rel_m)
+                        const dyn_mb_shape *shape, const dyn_sweep_point *seen, double probe_best, double *rel_t,
+                        double *rel_m)
 {
     int ns = a->shapes;
     dyn_error err;
@@ -287,7 +291,8 @@ static int check_report(const profile_args *a, const dyn_model_config *cfg, cons
                 printf("# %-8s rows %3d enc %4d dec %4d  measured %10.4f ms  predicted %10.4f ms  %+6.1f%%%s\n",
                        dyn_layer_kind_name((dyn_layer_kind)k), sh->rows, sh->enc_len, sh->dec_len, tm, tp,
                        tm > 0 ? 100.0 * (tp - tm) / tm : 0.0,
-                       a->sweeps >= 2 && !dyn_sweep_point_settled(&seen[k * ns + i]) ? "  (not settled)" : "");
+                       a->sweeps >= 2 && !dyn_sweep_point_settled(&seen[k * ns + i], probe_best) ? "  (not settled)"
+                                                                                                 : "");
         }
         /* dyn_median sorts in place: after it the worst is the last */
         double med_t = dyn_median(rel_t, ns), med_m = dyn_median(rel_m, ns);
@@ -341,16 +346,19 @@ static int run_check(const profile_args *a, const dyn_model_config *cfg)
         if (a->max_tokens > 0) printf(", at most %lld rows x tokens", (long long)a->max_tokens);
         printf("), recompute none, %d threads, median of %d repeats after 1 warm-up, lowest of %d sweep%s",
                threads, repeats, a->sweeps, a->sweeps == 1 ? "" : "s");
+        double probe_best = dyn_profiler_probe_best_ms(p);
         if (a->sweeps >= 2) {
             int measured = 0, settled = 0;
             for (size_t i = 0; i < n; i++) {
                 measured += seen[i].n > 0;
-                settled += dyn_sweep_point_settled(&seen[i]);
+                settled += dyn_sweep_point_settled(&seen[i], probe_best);
             }
             printf(" (%d of %d shapes settled)", settled, measured);
         }
-        printf("\n");
-        rc = check_report(a, cfg, cm, shape, seen, rel_t, rel_m);
+        int64_t runs = 0, calm = 0;
+        dyn_profiler_probe_stats(p, &runs, &calm);
+        printf("; %lld of %lld measurements calm\n", (long long)calm, (long long)runs);
+        rc = check_report(a, cfg, cm, shape, seen, probe_best, rel_t, rel_m);
     }
     free(shape);
     free(seen);

@@ -3,6 +3,7 @@
  * activations in and gradients out, timed forward / backward / split
  * backward with a fresh activation arena per shape so that its size is the
  * shape's own, not the largest seen so far. */
+#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,10 @@
 #define MAX_PIECES 2 /* T5's embedding is two layer ranges */
 #define MIN_POINT_MS 30.0 /* timed passes a point's repeats add up to, at least */
 #define MAX_REPEATS 41
+#define PROBE_M 256 /* the reference kernel: (PROBE_M x PROBE_K) by (PROBE_K x PROBE_N) */
+#define PROBE_K 256
+#define PROBE_N 1024
+#define PROBE_RUNS 3 /* its time is the fastest of this many back to back */
 
 /* A contiguous layer range [first, last) held by its own stage model. */
 typedef struct piece {
@@ -37,6 +42,10 @@ struct dyn_profiler {
     double *times; /* [repeats] scratch */
     int sweeps;         /* dyn_profile_grid_run's passes over the grid (>= 1) */
     int64_t n_measured, n_unsettled; /* the last grid run's points */
+    float *probe_a, *probe_b, *probe_c; /* the reference kernel's operands */
+    double probe_last, probe_best;
+    double *probes; /* every measurement's reference time, [n_probes] of [cap_probes] */
+    int64_t n_probes, cap_probes;
     dyn_rng rng;
 };
 
@@ -74,7 +83,12 @@ dyn_profiler *dyn_profiler_create(const dyn_model_config *cfg, int threads, int 
     p->L = cfg->kind == DYN_MODEL_GPT ? cfg->n_layers + 2 : cfg->n_layers + cfg->n_dec_layers + 4;
     dyn_rng_seed(&p->rng, 20261201);
     p->times = dyn_calloc((size_t)repeats, sizeof *p->times, "profile times", err);
-    if (p->times == NULL) goto fail;
+    p->probe_a = dyn_calloc((size_t)PROBE_M * PROBE_K, sizeof(float), "profile reference kernel", err);
+    p->probe_b = dyn_calloc((size_t)PROBE_K * PROBE_N, sizeof(float), "profile reference kernel", err);
+    p->probe_c = dyn_calloc((size_t)PROBE_M * PROBE_N, sizeof(float), "profile reference kernel", err);
+    if (p->times == NULL || p->probe_a == NULL || p->probe_b == NULL || p->probe_c == NULL) goto fail;
+    for (size_t i = 0; i < (size_t)PROBE_M * PROBE_K; i++) p->probe_a[i] = (float)(dyn_rng_uniform(&p->rng) - 0.5);
+    for (size_t i = 0; i < (size_t)PROBE_K * PROBE_N; i++) p->probe_b[i] = (float)(dyn_rng_uniform(&p->rng) - 0.5);
     int r[DYN_LAYER_KIND_COUNT][MAX_PIECES][2];
     kind_ranges(cfg, r, p->n_pieces);
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
@@ -110,7 +124,47 @@ void dyn_profiler_free(dyn_profiler *p)
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
         for (int i = 0; i < MAX_PIECES; i++) dyn_model_free(p->kinds[k][i].m);
     free(p->times);
+    free(p->probe_a), free(p->probe_b), free(p->probe_c), free(p->probes);
     free(p);
+}
+
+/* The reference kernel's time now: the fastest of PROBE_RUNS runs, so
+ * that one preemption does not make a calm moment look slow. */
+static double probe_run(dyn_profiler *p)
+{
+    double best = INFINITY;
+    for (int i = 0; i < PROBE_RUNS; i++) {
+        double t0 = dyn_time_ms();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, PROBE_M, PROBE_N, PROBE_K, 1.0f, p->probe_a, PROBE_K,
+                    p->probe_b, PROBE_N, 0.0f, p->probe_c, PROBE_N);
+        double t = dyn_time_ms() - t0;
+        if (t < best) best = t;
+    }
+    return best;
+}
+
+/* Record the reference time around one measurement (the slower side). */
+static dyn_status probe_record(dyn_profiler *p, double before, double after, dyn_error *err)
+{
+    if (p->n_probes == p->cap_probes) {
+        int64_t cap = p->cap_probes ? 2 * p->cap_probes : 1024;
+        double *v = realloc(p->probes, (size_t)cap * sizeof *v);
+        if (v == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "profile: out of memory for reference times");
+        p->probes = v, p->cap_probes = cap;
+    }
+    p->probe_last = fmax(before, after);
+    p->probe_best = p->probe_best > 0 ? fmin(p->probe_best, fmin(before, after)) : fmin(before, after);
+    p->probes[p->n_probes++] = p->probe_last;
+    return DYN_OK;
+}
+
+double dyn_profiler_probe_last_ms(const dyn_profiler *p) { return p->probe_last; }
+double dyn_profiler_probe_best_ms(const dyn_profiler *p) { return p->probe_best; }
+
+void dyn_profiler_probe_stats(const dyn_profiler *p, int64_t *measurements, int64_t *calm)
+{
+    *measurements = p->n_probes, *calm = 0;
+    for (int64_t i = 0; i < p->n_probes; i++) *calm += p->probes[i] <= p->probe_best * (1.0 + DYN_SWEEP_CALM);
 }
 
 /* The buffers one measurement of one piece owns. */
@@ -256,6 +310,7 @@ dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recomp
     if (mb == NULL) return err ? err->code : DYN_ERR_NOMEM;
     memset(out, 0, sizeof *out);
     dyn_status st = DYN_OK;
+    double before = probe_run(p);
     for (int i = 0; i < p->n_pieces[kind] && st == DYN_OK; i++) {
         piece_result r = {{0}, 0, 0, 0, 0, 0};
         st = piece_measure(p, &p->kinds[kind][i], mb, rc == DYN_RECOMPUTE_FULL, &r, err);
@@ -278,6 +333,7 @@ dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recomp
         if (r.work_bytes / MB_BYTES > out->peak_mb) out->peak_mb = r.work_bytes / MB_BYTES;
         out->output_mb = r.output_bytes / MB_BYTES; /* the last piece's */
     }
+    if (st == DYN_OK) st = probe_record(p, before, probe_run(p), err);
     dyn_model_microbatch_free(mb);
     return st;
 }
@@ -398,28 +454,49 @@ static double cost_total_ms(const dyn_layer_cost *lc)
     return lc->fwd_ms + lc->bwd_ms + lc->bwd_input_ms + lc->bwd_weight_ms;
 }
 
-void dyn_sweep_point_add(dyn_sweep_point *sp, const dyn_layer_cost *lc)
+void dyn_sweep_point_add(dyn_sweep_point *sp, const dyn_layer_cost *lc, double probe_ms)
 {
     double t = cost_total_ms(lc);
     if (sp->n == 0) {
         sp->kept = *lc;
-        sp->fastest = t, sp->second = INFINITY;
+        sp->fastest = t;
     } else {
         dyn_layer_cost *k = &sp->kept;
         k->fwd_ms = fmin(k->fwd_ms, lc->fwd_ms);
         k->bwd_ms = fmin(k->bwd_ms, lc->bwd_ms);
         k->bwd_input_ms = fmin(k->bwd_input_ms, lc->bwd_input_ms);
         k->bwd_weight_ms = fmin(k->bwd_weight_ms, lc->bwd_weight_ms);
-        if (t < sp->fastest) sp->second = sp->fastest, sp->fastest = t;
-        else if (t < sp->second) sp->second = t;
+        sp->fastest = fmin(sp->fastest, t);
     }
     sp->n++;
+    int slot = sp->n_kept;
+    if (slot == DYN_SWEEP_KEEP) { /* full: replace the slowest reference, if slower than this one's */
+        slot = 0;
+        for (int i = 1; i < DYN_SWEEP_KEEP; i++)
+            if (sp->probe[i] > sp->probe[slot]) slot = i;
+        if (sp->probe[slot] <= probe_ms) return;
+    } else {
+        sp->n_kept++;
+    }
+    sp->total[slot] = t, sp->probe[slot] = probe_ms;
 }
 
-int dyn_sweep_point_settled(const dyn_sweep_point *sp)
+/* Within DYN_SWEEP_AGREE or DYN_SWEEP_AGREE_MS of fast: the same speed. */
+static int same_speed(double fast, double slow)
 {
-    return sp->n >= 2 && (sp->second <= sp->fastest * (1.0 + DYN_SWEEP_AGREE) ||
-                          sp->second - sp->fastest <= DYN_SWEEP_AGREE_MS);
+    return slow <= fast * (1.0 + DYN_SWEEP_AGREE) || slow - fast <= DYN_SWEEP_AGREE_MS;
+}
+
+int dyn_sweep_point_settled(const dyn_sweep_point *sp, double probe_best_ms)
+{
+    double first = INFINITY, second = INFINITY;
+    for (int i = 0; i < sp->n_kept; i++) {
+        if (probe_best_ms > 0 && sp->probe[i] > probe_best_ms * (1.0 + DYN_SWEEP_CALM)) continue;
+        double t = sp->total[i];
+        if (t < first) second = first, first = t;
+        else if (t < second) second = t;
+    }
+    return second < INFINITY && same_speed(first, second) && same_speed(sp->fastest, first);
 }
 
 /* Past the tokens a run's micro-batch can hold (--max-tokens): the point
@@ -448,6 +525,7 @@ typedef struct grid_run {
     dyn_profile_progress_fn fn;
     void *ctx;
     double total, done;
+    double probe_best; /* the reference time a settling pass judges by, fixed at its start */
 } grid_run;
 
 /* One point of a pass: the COUNT passes add its work to the total, the
@@ -465,7 +543,8 @@ static dyn_status grid_point(grid_run *r, pass_kind what, int k, dyn_recompute m
         return DYN_OK;
     }
     dyn_sweep_point *sp = &r->seen[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, a, b, d)];
-    if (scaled || ((what == PASS_COUNT_UNSETTLED || what == PASS_MEASURE_UNSETTLED) && dyn_sweep_point_settled(sp)))
+    if (scaled || ((what == PASS_COUNT_UNSETTLED || what == PASS_MEASURE_UNSETTLED) &&
+                   dyn_sweep_point_settled(sp, r->probe_best)))
         return DYN_OK;
     if (what == PASS_COUNT_ALL || what == PASS_COUNT_UNSETTLED) {
         r->total += w;
@@ -475,7 +554,7 @@ static dyn_status grid_point(grid_run *r, pass_kind what, int k, dyn_recompute m
     dyn_status st =
         dyn_profiler_measure(p, (dyn_layer_kind)k, mode, g->rows[a], g->enc_len[b], g->dec_len[d], &lc, err);
     if (st != DYN_OK) return st;
-    dyn_sweep_point_add(sp, &lc);
+    dyn_sweep_point_add(sp, &lc, p->probe_last);
     point_store(&p->cfg, g, r->points, k, mode, a, b, d, &sp->kept);
     r->done += w;
     if (r->fn) r->fn(r->ctx, (int64_t)r->done, (int64_t)r->total, 0);
@@ -502,9 +581,9 @@ static dyn_status grid_pass(grid_run *r, pass_kind what, dyn_error *err)
 }
 
 /* Sweeps over the whole grid, then (with two or more) as many again at
- * most over the points whose fastest speed was seen once: minutes later
- * a disturbance of seconds has passed. Each settling pass adds its work
- * to the progress total as it starts. */
+ * most over the points not settled (dyn_sweep_point_settled): minutes
+ * later a disturbance of seconds has passed. Each settling pass adds its
+ * work to the progress total as it starts. */
 static dyn_status grid_sweeps(grid_run *r, dyn_error *err)
 {
     int sweeps = r->p->sweeps;
@@ -514,6 +593,7 @@ static dyn_status grid_sweeps(grid_run *r, dyn_error *err)
     for (int s = 0; s < sweeps && st == DYN_OK; s++) st = grid_pass(r, PASS_MEASURE_ALL, err);
     for (int s = 0; sweeps >= 2 && s < sweeps && st == DYN_OK; s++) {
         double before = r->total;
+        r->probe_best = r->p->probe_best; /* counted and measured by the same rule */
         (void)grid_pass(r, PASS_COUNT_UNSETTLED, err);
         if (r->total == before) break; /* all settled */
         st = grid_pass(r, PASS_MEASURE_UNSETTLED, err);
@@ -528,13 +608,13 @@ dyn_status dyn_profile_grid_run(dyn_profiler *p, const dyn_cost_grid *g, dyn_lay
 {
     const dyn_model_config *c = &p->cfg;
     int64_t n = (int64_t)DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT * dyn_cost_grid_size(g);
-    grid_run r = {p, g, points, dyn_calloc((size_t)n, sizeof(dyn_sweep_point), "profile sweeps", err), fn, ctx, 0, 0};
+    grid_run r = {p, g, points, dyn_calloc((size_t)n, sizeof(dyn_sweep_point), "profile sweeps", err), fn, ctx, 0, 0, 0};
     if (r.seen == NULL) return DYN_ERR_NOMEM;
     dyn_status st = grid_sweeps(&r, err);
     p->n_measured = p->n_unsettled = 0;
     for (int64_t i = 0; i < n; i++) {
         p->n_measured += r.seen[i].n > 0;
-        p->n_unsettled += r.seen[i].n > 0 && !dyn_sweep_point_settled(&r.seen[i]);
+        p->n_unsettled += r.seen[i].n > 0 && !dyn_sweep_point_settled(&r.seen[i], p->probe_best);
     }
     free(r.seen);
     if (st != DYN_OK) return st;

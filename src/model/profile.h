@@ -55,32 +55,54 @@ dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recomp
  * one-row points are always measured. 0 (the default): measure all. */
 void dyn_profiler_set_max_tokens(dyn_profiler *p, int64_t max_tokens);
 
+/* The reference kernel: a fixed matrix product (256 x 256 by 256 x 1024,
+ * in the caches) that dyn_profiler_measure times just before and just after
+ * each measurement. On a shared machine the speed of every kernel moves by
+ * 10-50 % in spells of seconds that nothing inside the VM shows (load
+ * average, /proc/stat); a measurement whose reference ran slow was likely
+ * slowed too. Last: the slower of the two around the last measurement (ms);
+ * best: the fastest this profiler has seen. */
+double dyn_profiler_probe_last_ms(const dyn_profiler *p);
+double dyn_profiler_probe_best_ms(const dyn_profiler *p);
+
 /* The sweeps of one grid point or held-out shape. kept holds, per time
  * column, the lowest median seen (what disturbs a measurement on a shared
  * machine only slows it), memory as first measured (it does not vary
- * between runs); fastest and second are the two lowest totals (fwd + bwd
- * + the split halves, ms) of its measurements. */
+ * between runs); fastest is the lowest total (fwd + bwd + the split
+ * halves, ms) of all its measurements, and total / probe hold up to
+ * DYN_SWEEP_KEEP of them with the reference kernel's time around each:
+ * those with the fastest references once there are more. */
+#define DYN_SWEEP_KEEP 8
 typedef struct dyn_sweep_point {
     dyn_layer_cost kept;
-    double fastest, second;
-    int32_t n; /* measurements so far */
+    double fastest;
+    double total[DYN_SWEEP_KEEP], probe[DYN_SWEEP_KEEP];
+    int32_t n;      /* measurements so far */
+    int32_t n_kept; /* entries of total / probe in use */
 } dyn_sweep_point;
 
 /* Two measurements within this fraction of each other, or this many ms
  * (a few microseconds' jitter on the smallest shapes is no disturbance
- * and no planner would notice it), are one speed. */
+ * and no planner would notice it), are one speed. A measurement is calm
+ * when its reference kernel ran within DYN_SWEEP_CALM of the fastest
+ * reference seen. */
 #define DYN_SWEEP_AGREE 0.05
 #define DYN_SWEEP_AGREE_MS 0.01
+#define DYN_SWEEP_CALM 0.10
 
-/* Add one measurement (sp zeroed before the first). */
-void dyn_sweep_point_add(dyn_sweep_point *sp, const dyn_layer_cost *lc);
+/* Add one measurement with the reference time around it (sp zeroed before
+ * the first; probe_ms 0: not known, counted as calm). */
+void dyn_sweep_point_add(dyn_sweep_point *sp, const dyn_layer_cost *lc, double probe_ms);
 
-/* Settled: the fastest speed seen was seen twice (second <= fastest x
- * (1 + DYN_SWEEP_AGREE), or within DYN_SWEEP_AGREE_MS). A disturbance on this machine lasts seconds and
- * comes and goes (docs/architecture.md, "Profiler and online
- * calibration"): two undisturbed measurements agree, and one that is not
- * seen again may be slowed. */
-int dyn_sweep_point_settled(const dyn_sweep_point *sp);
+/* Settled: the two fastest calm measurements (probe <= probe_best_ms x
+ * (1 + DYN_SWEEP_CALM); all are calm when probe_best_ms is 0) are one
+ * speed (within DYN_SWEEP_AGREE or DYN_SWEEP_AGREE_MS), and no
+ * measurement, calm or not, was faster than that speed by more. A
+ * disturbance on this machine lasts seconds and comes and goes
+ * (docs/architecture.md, "Profiler and online calibration"): two calm
+ * measurements that agree are the machine's speed; two slowed ones can
+ * agree too, which is why the reference decides which count. */
+int dyn_sweep_point_settled(const dyn_sweep_point *sp, double probe_best_ms);
 
 /* Passes dyn_profile_grid_run makes over the whole grid, >= 1 (default 1;
  * the CLI's default is 2); with 2 or more, up to as many again over the
@@ -90,6 +112,10 @@ void dyn_profiler_set_sweeps(dyn_profiler *p, int sweeps);
 /* The last dyn_profile_grid_run's measured points (kinds x modes x the
  * axes each kind uses) and how many of them it left not settled. */
 void dyn_profiler_grid_stats(const dyn_profiler *p, int64_t *measured, int64_t *unsettled);
+
+/* Of all measurements this profiler made: how many, and how many were
+ * calm (reference within DYN_SWEEP_CALM of the fastest seen). */
+void dyn_profiler_probe_stats(const dyn_profiler *p, int64_t *measurements, int64_t *calm);
 
 /* The optimizer step as the runtime runs it after every iteration
  * (gradient norm, AdamW with clipping, zeroing the gradients), per million
