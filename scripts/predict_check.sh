@@ -5,7 +5,9 @@
 # docs/performance.md, "Profile and online calibration". Short runs: STEPS
 # iterations each (default 12), the first 2 (cold) left out of the errors;
 # mem_err% compares what each rank allocated with its prediction, plan_ms is
-# the slowest batch's planning and wait_ms the longest wait for a plan.
+# the slowest batch's planning and wait_ms the longest wait for a plan. The
+# last line compares each run's time (its iterations from the third on
+# added up) predicted and measured: median and worst error over the runs.
 # Extra arguments go to every `dynapipe train` (e.g. --calibrate); KEEP=DIR
 # keeps each run's metrics as DIR/METHOD-SCHEDULE.jsonl.
 #   scripts/predict_check.sh analytic
@@ -27,7 +29,7 @@ for m in $METHODS; do
     "$BIN" train --model gpt --steps "$STEPS" --method "$m" --schedule "$s" --cost-model "$COST" \
       --metrics "$tmp/m.jsonl" --quiet "$@" > "$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
     if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$tmp/m.jsonl" "$KEEP/$m-$s.jsonl"; fi
-    python3 - "$tmp/m.jsonl" "$m" "$s" <<'PY'
+    python3 - "$tmp/m.jsonl" "$m" "$s" "$tmp/runs" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][2:]
 err = [abs(r["predicted_ms"] - r["iteration_ms"]) / r["iteration_ms"] for r in rows]
@@ -37,6 +39,14 @@ print("%-9s %-7s %8.1f %8.1f %10.1f %10.1f %9.1f %8.2f %9.2f" % (sys.argv[2], sy
       statistics.median(r["predicted_ms"] for r in rows), statistics.median(r["iteration_ms"] for r in rows),
       100 * statistics.median(err), 100 * max(err), 100 * mem,
       max(r["plan_ms"] for r in rows), max(r["plan_wait_ms"] for r in rows)))
+pred, meas = sum(r["predicted_ms"] for r in rows), sum(r["iteration_ms"] for r in rows)
+open(sys.argv[4], "a").write("%r\n" % (abs(pred - meas) / meas))
 PY
   done
 done
+python3 - "$tmp/runs" <<'PY'
+import statistics, sys
+e = [float(l) for l in open(sys.argv[1])]
+print("each run's time, predicted vs measured: median error %.1f%%, worst %.1f%% over %d runs" %
+      (100 * statistics.median(e), 100 * max(e), len(e)))
+PY

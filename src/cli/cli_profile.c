@@ -42,9 +42,11 @@ static void usage(FILE *out)
             "  --repeats N               timed repeats per point, median kept (default 5; --quick 3)\n"
             "  --sweeps N                passes over the grid (or --check's shapes), then with\n"
             "                            N >= 2 up to N more over the points whose fastest two\n"
-            "                            medians differ by over 5%% and 10 us; each time keeps\n"
-            "                            a point's lowest median (default 2; --quick 1)\n"
-            "  --quick                   a third of the points per axis (about a minute)\n"
+            "                            calm medians differ by over 5%% and 10 us (calm: a\n"
+            "                            reference kernel timed around it ran within 10%% of\n"
+            "                            its fastest); each time keeps a point's lowest median\n"
+            "                            (default 2; --quick 1)\n"
+            "  --quick                   a third of the points per axis (gpt-mini: 2 minutes)\n"
             "  --out FILE                the cost table (written atomically)\n"
             "  --check analytic|FILE     instead: measure --shapes held-out shapes and print the\n"
             "                            predicted vs measured error per layer kind\n"
@@ -559,7 +561,7 @@ static int parse(int argc, char **argv, profile_args *a)
         return CLI_EXIT_USAGE;
     }
     if (a->repeats == 0) a->repeats = a->quick ? 3 : 5;
-    if (a->sweeps == 0) a->sweeps = a->quick ? 1 : 2; /* --quick stays about a minute */
+    if (a->sweeps == 0) a->sweeps = a->quick ? 1 : 2; /* --quick stays a couple of minutes */
     return 0;
 }
 
