@@ -206,6 +206,55 @@ static void test_sweep_point_calm(void **state)
     for (int i = 0; i < DYN_SWEEP_KEEP; i++) assert_true(full.probe[i] != 99.0);
 }
 
+/* With a coarse grid the embedding is measured at every point and the
+ * other kinds only on the coarse one; their other points are the
+ * multilinear blend of their coarse cell (checked on memory, which does
+ * not vary between runs). A coarse axis that is not a subset is refused. */
+static void test_profile_coarse_grid(void **state)
+{
+    (void)state;
+    dyn_model_config cfg;
+    small_cfg(DYN_MODEL_GPT, &cfg);
+    dyn_error err;
+    dyn_profiler *p = dyn_profiler_create(&cfg, 1, 1, 0, &err);
+    if (p == NULL) fail_msg("create: %s", err.msg);
+    int32_t rows[3] = {1, 2, 3}, enc[3] = {8, 16, 24}, dec[1] = {0}, crows[2] = {1, 3}, cenc[2] = {8, 24};
+    dyn_cost_grid g = {3, 3, 1, rows, enc, dec}, coarse = {2, 2, 1, crows, cenc, dec};
+    assert_int_equal(dyn_profiler_set_coarse(p, &coarse, &err), DYN_OK);
+    int64_t n = dyn_cost_grid_size(&g) * DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT;
+    dyn_layer_cost *pts = calloc((size_t)n, sizeof *pts);
+    assert_non_null(pts);
+    double states[DYN_LAYER_KIND_COUNT];
+    if (dyn_profile_grid_run(p, &g, pts, states, NULL, NULL, &err) != DYN_OK) fail_msg("run: %s", err.msg);
+    int64_t measured, unsettled;
+    dyn_profiler_grid_stats(p, &measured, &unsettled);
+    assert_int_equal(measured, 2 * 9 + 2 * (4 + 4)); /* embed: every point, both modes; block, head: corners */
+    const int kinds[2] = {DYN_LAYER_ENCODER, DYN_LAYER_LM_HEAD};
+    for (int ki = 0; ki < 2; ki++)
+        for (int m = 0; m < DYN_RECOMPUTE_COUNT; m++) {
+            const dyn_layer_cost *c[2][2];
+            for (int a = 0; a < 2; a++)
+                for (int b = 0; b < 2; b++) c[a][b] = &pts[dyn_cost_grid_index(&g, kinds[ki], m, 2 * a, 2 * b, 0)];
+            const dyn_layer_cost *mid = &pts[dyn_cost_grid_index(&g, kinds[ki], m, 1, 1, 0)];
+            const dyn_layer_cost *edge = &pts[dyn_cost_grid_index(&g, kinds[ki], m, 1, 0, 0)];
+            double blend = 0.25 * (c[0][0]->stored_mb + c[0][1]->stored_mb + c[1][0]->stored_mb + c[1][1]->stored_mb);
+            assert_true(c[0][0]->stored_mb > 0 && fabs(mid->stored_mb - blend) <= 1e-9 * blend);
+            assert_true(fabs(edge->peak_mb - 0.5 * (c[0][0]->peak_mb + c[1][0]->peak_mb)) <= 1e-9 * edge->peak_mb);
+            assert_true(mid->fwd_ms > 0 && mid->bwd_input_ms > 0);
+        }
+    /* refused: a coarse value the grid lacks, or a missing end */
+    int32_t bad_rows[2] = {1, 4}, short_enc[2] = {8, 16};
+    dyn_cost_grid bad = {2, 2, 1, bad_rows, cenc, dec}, short_g = {2, 2, 1, crows, short_enc, dec};
+    assert_int_equal(dyn_profiler_set_coarse(p, &bad, &err), DYN_OK);
+    assert_int_equal(dyn_profile_grid_run(p, &g, pts, states, NULL, NULL, &err), DYN_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "rows axis"));
+    assert_int_equal(dyn_profiler_set_coarse(p, &short_g, &err), DYN_OK);
+    assert_int_equal(dyn_profile_grid_run(p, &g, pts, states, NULL, NULL, &err), DYN_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "enc_len axis"));
+    free(pts);
+    dyn_profiler_free(p);
+}
+
 static void test_profile_gpt_small_grid(void **state)
 {
     (void)state;
@@ -549,6 +598,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sweep_point_settles),
         cmocka_unit_test(test_sweep_point_calm),
+        cmocka_unit_test(test_profile_coarse_grid),
         cmocka_unit_test(test_profile_gpt_small_grid),
         cmocka_unit_test(test_profile_t5_small_grid),
         cmocka_unit_test(test_default_grid),

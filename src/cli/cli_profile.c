@@ -46,7 +46,8 @@ static void usage(FILE *out)
             "                            reference kernel timed around it ran within 10%% of\n"
             "                            its fastest); each time keeps a point's lowest median\n"
             "                            (default 2; --quick 1)\n"
-            "  --quick                   a third of the points per axis (gpt-mini: 2 minutes)\n"
+            "  --quick                   a third of the points per axis but for the embedding\n"
+            "                            (gpt-mini: 2 minutes)\n"
             "  --out FILE                the cost table (written atomically)\n"
             "  --check analytic|FILE     instead: measure --shapes held-out shapes and print the\n"
             "                            predicted vs measured error per layer kind\n"
@@ -113,8 +114,14 @@ int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int
     }
     dyn_profiler_set_max_tokens(p, max_tokens);
     dyn_profiler_set_sweeps(p, sweeps);
-    dyn_cost_grid g;
-    if (dyn_profile_grid_default(cfg, quick, max_rows, &g, &err) != DYN_OK) {
+    /* --quick: the embedding on the full grid, the other kinds on the
+     * quick one (dyn_profiler_set_coarse) */
+    dyn_cost_grid g, coarse = {0, 0, 0, NULL, NULL, NULL};
+    if (dyn_profile_grid_default(cfg, 0, max_rows, &g, &err) != DYN_OK ||
+        (quick && (dyn_profile_grid_default(cfg, 1, max_rows, &coarse, &err) != DYN_OK ||
+                   dyn_profiler_set_coarse(p, &coarse, &err) != DYN_OK))) {
+        dyn_profile_grid_free(&coarse);
+        dyn_profile_grid_free(&g);
         dyn_profiler_free(p);
         cli_errorf(CMD, "%s", err.msg);
         return CLI_EXIT_USAGE;
@@ -140,8 +147,10 @@ int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int
             int64_t measured, unsettled, runs, calm;
             dyn_profiler_grid_stats(p, &measured, &unsettled);
             dyn_profiler_probe_stats(p, &runs, &calm);
-            fprintf(stderr, "dynapipe profile: %d rows x %d input x %d target lengths, %d sweep%s", g.n_rows, g.n_enc,
-                    g.n_dec, sweeps, sweeps == 1 ? "" : "s");
+            fprintf(stderr, "dynapipe profile: %d rows x %d input x %d target lengths", g.n_rows, g.n_enc, g.n_dec);
+            if (quick)
+                fprintf(stderr, " (all but the embedding on %d x %d x %d)", coarse.n_rows, coarse.n_enc, coarse.n_dec);
+            fprintf(stderr, ", %d sweep%s", sweeps, sweeps == 1 ? "" : "s");
             if (sweeps >= 2) fprintf(stderr, " (%lld of %lld points settled)", (long long)(measured - unsettled),
                                      (long long)measured);
             fprintf(stderr, ", %lld of %lld measurements calm", (long long)calm, (long long)runs);
@@ -149,6 +158,7 @@ int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int
         }
     }
     free(pts);
+    dyn_profile_grid_free(&coarse);
     dyn_profile_grid_free(&g);
     dyn_profiler_free(p);
     return rc;

@@ -46,6 +46,7 @@ struct dyn_profiler {
     double probe_last, probe_best;
     double *probes; /* every measurement's reference time, [n_probes] of [cap_probes] */
     int64_t n_probes, cap_probes;
+    dyn_cost_grid coarse; /* dyn_profiler_set_coarse's axes; n_rows 0: none */
     dyn_rng rng;
 };
 
@@ -125,7 +126,30 @@ void dyn_profiler_free(dyn_profiler *p)
         for (int i = 0; i < MAX_PIECES; i++) dyn_model_free(p->kinds[k][i].m);
     free(p->times);
     free(p->probe_a), free(p->probe_b), free(p->probe_c), free(p->probes);
+    dyn_profile_grid_free(&p->coarse);
     free(p);
+}
+
+static int32_t *axis_copy(const int32_t *v, int32_t n, dyn_error *err)
+{
+    int32_t *c = dyn_calloc((size_t)n, sizeof *c, "profile coarse grid", err);
+    if (c != NULL) memcpy(c, v, (size_t)n * sizeof *c);
+    return c;
+}
+
+dyn_status dyn_profiler_set_coarse(dyn_profiler *p, const dyn_cost_grid *coarse, dyn_error *err)
+{
+    dyn_profile_grid_free(&p->coarse);
+    if (coarse == NULL) return DYN_OK;
+    int32_t *rows = axis_copy(coarse->rows, coarse->n_rows, err);
+    int32_t *enc = axis_copy(coarse->enc_len, coarse->n_enc, err);
+    int32_t *dec = axis_copy(coarse->dec_len, coarse->n_dec, err);
+    if (rows == NULL || enc == NULL || dec == NULL) {
+        free(rows), free(enc), free(dec);
+        return DYN_ERR_NOMEM;
+    }
+    p->coarse = (dyn_cost_grid){coarse->n_rows, coarse->n_enc, coarse->n_dec, rows, enc, dec};
+    return DYN_OK;
 }
 
 /* The reference kernel's time now: the fastest of PROBE_RUNS runs, so
@@ -500,13 +524,14 @@ int dyn_sweep_point_settled(const dyn_sweep_point *sp, double probe_best_ms)
 }
 
 /* Past the tokens a run's micro-batch can hold (--max-tokens): the point
- * with fewer rows at the same lengths, in proportion to the rows (time and
- * memory are linear in rows at a fixed length), not measured. */
+ * with fewer rows (row a_from) at the same lengths, in proportion to the
+ * rows (time and memory are linear in rows at a fixed length), not
+ * measured. */
 static void point_scale(const dyn_model_config *c, const dyn_cost_grid *g, dyn_layer_cost *points, int k,
-                        dyn_recompute mode, int32_t a, int32_t b, int32_t d)
+                        dyn_recompute mode, int32_t a_from, int32_t a, int32_t b, int32_t d)
 {
-    const dyn_layer_cost *q = &points[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, a - 1, b, d)];
-    double f = (double)g->rows[a] / (double)g->rows[a - 1];
+    const dyn_layer_cost *q = &points[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, a_from, b, d)];
+    double f = (double)g->rows[a] / (double)g->rows[a_from];
     dyn_layer_cost lc = {q->fwd_ms * f,        q->bwd_ms * f,    q->bwd_input_ms * f, q->bwd_weight_ms * f,
                          q->stored_mb * f,     q->peak_mb * f,   q->output_mb * f,    q->kept_mb * f};
     point_store(c, g, points, k, mode, a, b, d, &lc);
@@ -514,6 +539,12 @@ static void point_scale(const dyn_model_config *c, const dyn_cost_grid *g, dyn_l
 
 /* What one pass over the grid does at each point it visits. */
 typedef enum { PASS_COUNT_ALL, PASS_COUNT_UNSETTLED, PASS_MEASURE_ALL, PASS_MEASURE_UNSETTLED, PASS_SCALE } pass_kind;
+
+/* on_coarse[axis][i]: is value i of the run grid's axis on the coarse grid
+ * (dyn_profiler_set_coarse)? All 1 without one. */
+typedef struct coarse_marks {
+    uint8_t *on[3];
+} coarse_marks;
 
 /* A grid run: the points, each measured point's sweeps (seen, indexed as
  * points), and the progress bar's rows x tokens of work. */
@@ -526,7 +557,20 @@ typedef struct grid_run {
     void *ctx;
     double total, done;
     double probe_best; /* the reference time a settling pass judges by, fixed at its start */
+    coarse_marks cm;
+    int has_coarse;
 } grid_run;
+
+/* Is kind k measured on the coarse grid's points only? */
+static int kind_coarse(const grid_run *r, int k)
+{
+    return r->has_coarse && k != DYN_LAYER_EMBED;
+}
+
+static int point_on_coarse(const grid_run *r, int32_t a, int32_t b, int32_t d)
+{
+    return r->cm.on[0][a] && r->cm.on[1][b] && r->cm.on[2][d];
+}
 
 /* One point of a pass: the COUNT passes add its work to the total, the
  * MEASURE passes measure it (UNSETTLED: unless settled) and store what its
@@ -536,10 +580,13 @@ static dyn_status grid_point(grid_run *r, pass_kind what, int k, dyn_recompute m
 {
     dyn_profiler *p = r->p;
     const dyn_cost_grid *g = r->g;
+    if (kind_coarse(r, k) && !point_on_coarse(r, a, b, d)) return DYN_OK; /* filled: grid_fill */
     double w = point_work(&p->cfg, k, g->rows[a], g->enc_len[b], g->dec_len[d]);
     int scaled = a > 0 && p->max_tokens > 0 && w - 64.0 > (double)p->max_tokens;
     if (what == PASS_SCALE) {
-        if (scaled) point_scale(&p->cfg, g, r->points, k, mode, a, b, d);
+        int32_t a_from = a - 1;
+        while (a_from > 0 && kind_coarse(r, k) && !r->cm.on[0][a_from]) a_from--;
+        if (scaled) point_scale(&p->cfg, g, r->points, k, mode, a_from, a, b, d);
         return DYN_OK;
     }
     dyn_sweep_point *sp = &r->seen[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, a, b, d)];
@@ -580,6 +627,82 @@ static dyn_status grid_pass(grid_run *r, pass_kind what, dyn_error *err)
     return st;
 }
 
+static void cost_lerp(const dyn_layer_cost *x, const dyn_layer_cost *y, double t, dyn_layer_cost *out)
+{
+    double u = 1.0 - t;
+    *out = (dyn_layer_cost){u * x->fwd_ms + t * y->fwd_ms,       u * x->bwd_ms + t * y->bwd_ms,
+                            u * x->bwd_input_ms + t * y->bwd_input_ms, u * x->bwd_weight_ms + t * y->bwd_weight_ms,
+                            u * x->stored_mb + t * y->stored_mb, u * x->peak_mb + t * y->peak_mb,
+                            u * x->output_mb + t * y->output_mb, u * x->kept_mb + t * y->kept_mb};
+}
+
+/* Fill, along axis ax of the run grid, the points off the coarse axis from
+ * the nearest coarse values either side, on the lines whose later axes
+ * are coarse (axis by axis, rows first: then every point is a multilinear
+ * blend of its coarse cell's corners, as the table reader would blend). */
+static void grid_fill_axis(grid_run *r, int k, dyn_recompute mode, int ax)
+{
+    const dyn_cost_grid *g = r->g;
+    const int32_t n[3] = {g->n_rows, g->n_enc, g->n_dec};
+    const int32_t *vals[3] = {g->rows, g->enc_len, g->dec_len};
+    int32_t i[3];
+    for (i[0] = 0; i[0] < n[0]; i[0]++)
+        for (i[1] = 0; i[1] < n[1]; i[1]++)
+            for (i[2] = 0; i[2] < n[2]; i[2]++) {
+                int later_coarse = 1;
+                for (int a = ax + 1; a < 3; a++) later_coarse &= r->cm.on[a][i[a]];
+                if (!later_coarse || r->cm.on[ax][i[ax]]) continue;
+                int32_t j0[3] = {i[0], i[1], i[2]}, j1[3] = {i[0], i[1], i[2]};
+                while (!r->cm.on[ax][j0[ax]]) j0[ax]--; /* the first and last values are coarse */
+                while (!r->cm.on[ax][j1[ax]]) j1[ax]++;
+                const int32_t *v = vals[ax];
+                double t = (double)(v[i[ax]] - v[j0[ax]]) / (double)(v[j1[ax]] - v[j0[ax]]);
+                dyn_layer_cost *pt = r->points;
+                cost_lerp(&pt[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, j0[0], j0[1], j0[2])],
+                          &pt[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, j1[0], j1[1], j1[2])], t,
+                          &pt[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, i[0], i[1], i[2])]);
+            }
+}
+
+/* The points of the kinds measured on the coarse grid only, every mode. */
+static void grid_fill(grid_run *r)
+{
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
+        if (r->p->n_pieces[k] == 0 || !kind_coarse(r, k)) continue;
+        for (int m = 0; m < DYN_RECOMPUTE_COUNT; m++)
+            for (int ax = 0; ax < 3; ax++) grid_fill_axis(r, k, (dyn_recompute)m, ax);
+    }
+}
+
+/* Mark which values of each run-grid axis are on the coarse grid; each
+ * coarse axis must be a subset with the same first and last values. */
+static dyn_status coarse_marks_make(coarse_marks *cm, const dyn_cost_grid *g, const dyn_cost_grid *coarse,
+                                    dyn_error *err)
+{
+    const int32_t n[3] = {g->n_rows, g->n_enc, g->n_dec}, nc[3] = {coarse->n_rows, coarse->n_enc, coarse->n_dec};
+    const int32_t *v[3] = {g->rows, g->enc_len, g->dec_len}, *vc[3] = {coarse->rows, coarse->enc_len, coarse->dec_len};
+    memset(cm, 0, sizeof *cm);
+    for (int ax = 0; ax < 3; ax++) {
+        cm->on[ax] = dyn_calloc((size_t)n[ax], 1, "profile coarse marks", err);
+        if (cm->on[ax] == NULL) return DYN_ERR_NOMEM;
+        int32_t found = 0;
+        for (int32_t i = 0; i < n[ax]; i++)
+            for (int32_t j = 0; j < (coarse->n_rows ? nc[ax] : 0); j++)
+                if (v[ax][i] == vc[ax][j]) cm->on[ax][i] = 1, found++;
+        if (coarse->n_rows == 0) memset(cm->on[ax], 1, (size_t)n[ax]);
+        else if (found != nc[ax] || !cm->on[ax][0] || !cm->on[ax][n[ax] - 1])
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "profile: the coarse grid's %s axis is not a subset of the grid's with its ends",
+                                 ax == 0 ? "rows" : ax == 1 ? "enc_len" : "dec_len");
+    }
+    return DYN_OK;
+}
+
+static void coarse_marks_free(coarse_marks *cm)
+{
+    for (int ax = 0; ax < 3; ax++) free(cm->on[ax]);
+}
+
 /* Sweeps over the whole grid, then (with two or more) as many again at
  * most over the points not settled (dyn_sweep_point_settled): minutes
  * later a disturbance of seconds has passed. Each settling pass adds its
@@ -599,6 +722,7 @@ static dyn_status grid_sweeps(grid_run *r, dyn_error *err)
         st = grid_pass(r, PASS_MEASURE_UNSETTLED, err);
     }
     if (st == DYN_OK) st = grid_pass(r, PASS_SCALE, err);
+    if (st == DYN_OK) grid_fill(r);
     return st;
 }
 
@@ -608,9 +732,12 @@ dyn_status dyn_profile_grid_run(dyn_profiler *p, const dyn_cost_grid *g, dyn_lay
 {
     const dyn_model_config *c = &p->cfg;
     int64_t n = (int64_t)DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT * dyn_cost_grid_size(g);
-    grid_run r = {p, g, points, dyn_calloc((size_t)n, sizeof(dyn_sweep_point), "profile sweeps", err), fn, ctx, 0, 0, 0};
+    grid_run r = {p, g, points, dyn_calloc((size_t)n, sizeof(dyn_sweep_point), "profile sweeps", err), fn, ctx,
+                  0, 0, 0, {{NULL, NULL, NULL}}, p->coarse.n_rows > 0};
     if (r.seen == NULL) return DYN_ERR_NOMEM;
-    dyn_status st = grid_sweeps(&r, err);
+    dyn_status st = coarse_marks_make(&r.cm, g, &p->coarse, err);
+    if (st == DYN_OK) st = grid_sweeps(&r, err);
+    coarse_marks_free(&r.cm);
     p->n_measured = p->n_unsettled = 0;
     for (int64_t i = 0; i < n; i++) {
         p->n_measured += r.seen[i].n > 0;

@@ -55,6 +55,18 @@ dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recomp
  * one-row points are always measured. 0 (the default): measure all. */
 void dyn_profiler_set_max_tokens(dyn_profiler *p, int64_t max_tokens);
 
+/* Measure every kind but the embedding only at the grid points whose every
+ * coordinate is also on the coarse grid (each of its axes a subset of the
+ * run's, with the same first and last values; the --quick grid of the
+ * run's default grid), and fill the others by multilinear interpolation
+ * from those: what the table reader would compute from a coarse table, so
+ * those kinds cost and predict as with a coarse profile. The embedding
+ * costs about 1 % of a block to measure and its cost per token steps up
+ * where its activations leave the caches (a cell of the coarse grid
+ * straddling the step is 20-30 % off inside), so it gets every point.
+ * The axes are copied; NULL: measure every kind at every point. */
+dyn_status dyn_profiler_set_coarse(dyn_profiler *p, const dyn_cost_grid *coarse, dyn_error *err);
+
 /* The reference kernel: a fixed matrix product (256 x 256 by 256 x 1024,
  * in the caches) that dyn_profiler_measure times just before and just after
  * each measurement. On a shared machine the speed of every kernel moves by
