@@ -188,7 +188,7 @@ static void test_sweep_point_calm(void **state)
     dyn_sweep_point_add(&sp, &faster, 1.5);
     assert_false(dyn_sweep_point_settled(&sp, 1.0)); /* 20 % faster than the calm pair: not yet the speed */
     assert_true(sp.kept.fwd_ms == 8 && sp.fastest == 24);
-    /* full: a ninth measurement replaces the slowest reference (1.5) */
+    /* full: a ninth and a tenth measurement replace the two with the slowest references */
     dyn_sweep_point full;
     memset(&full, 0, sizeof full);
     for (int i = 0; i < DYN_SWEEP_KEEP; i++) dyn_sweep_point_add(&full, &slowed, 2.0 + i);
