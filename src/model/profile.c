@@ -558,13 +558,12 @@ typedef struct grid_run {
     double total, done;
     double probe_best; /* the reference time a settling pass judges by, fixed at its start */
     coarse_marks cm;
-    int has_coarse;
 } grid_run;
 
 /* Is kind k measured on the coarse grid's points only? */
 static int kind_coarse(const grid_run *r, int k)
 {
-    return r->has_coarse && k != DYN_LAYER_EMBED;
+    return r->p->coarse.n_rows > 0 && k != DYN_LAYER_EMBED;
 }
 
 static int point_on_coarse(const grid_run *r, int32_t a, int32_t b, int32_t d)
@@ -733,7 +732,7 @@ dyn_status dyn_profile_grid_run(dyn_profiler *p, const dyn_cost_grid *g, dyn_lay
     const dyn_model_config *c = &p->cfg;
     int64_t n = (int64_t)DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT * dyn_cost_grid_size(g);
     grid_run r = {p, g, points, dyn_calloc((size_t)n, sizeof(dyn_sweep_point), "profile sweeps", err), fn, ctx,
-                  0, 0, 0, {{NULL, NULL, NULL}}, p->coarse.n_rows > 0};
+                  0, 0, 0, {{NULL, NULL, NULL}}};
     if (r.seen == NULL) return DYN_ERR_NOMEM;
     dyn_status st = coarse_marks_make(&r.cm, g, &p->coarse, err);
     if (st == DYN_OK) st = grid_sweeps(&r, err);
