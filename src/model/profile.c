@@ -540,8 +540,8 @@ static void point_scale(const dyn_model_config *c, const dyn_cost_grid *g, dyn_l
 /* What one pass over the grid does at each point it visits. */
 typedef enum { PASS_COUNT_ALL, PASS_COUNT_UNSETTLED, PASS_MEASURE_ALL, PASS_MEASURE_UNSETTLED, PASS_SCALE } pass_kind;
 
-/* on_coarse[axis][i]: is value i of the run grid's axis on the coarse grid
- * (dyn_profiler_set_coarse)? All 1 without one. */
+/* on[axis][i]: is value i of the run grid's axis on the coarse grid
+ * (dyn_profiler_set_coarse)? Not made without one (no kind_coarse). */
 typedef struct coarse_marks {
     uint8_t *on[3];
 } coarse_marks;
@@ -681,15 +681,15 @@ static dyn_status coarse_marks_make(coarse_marks *cm, const dyn_cost_grid *g, co
     const int32_t n[3] = {g->n_rows, g->n_enc, g->n_dec}, nc[3] = {coarse->n_rows, coarse->n_enc, coarse->n_dec};
     const int32_t *v[3] = {g->rows, g->enc_len, g->dec_len}, *vc[3] = {coarse->rows, coarse->enc_len, coarse->dec_len};
     memset(cm, 0, sizeof *cm);
+    if (coarse->n_rows == 0) return DYN_OK;
     for (int ax = 0; ax < 3; ax++) {
         cm->on[ax] = dyn_calloc((size_t)n[ax], 1, "profile coarse marks", err);
         if (cm->on[ax] == NULL) return DYN_ERR_NOMEM;
         int32_t found = 0;
         for (int32_t i = 0; i < n[ax]; i++)
-            for (int32_t j = 0; j < (coarse->n_rows ? nc[ax] : 0); j++)
+            for (int32_t j = 0; j < nc[ax]; j++)
                 if (v[ax][i] == vc[ax][j]) cm->on[ax][i] = 1, found++;
-        if (coarse->n_rows == 0) memset(cm->on[ax], 1, (size_t)n[ax]);
-        else if (found != nc[ax] || !cm->on[ax][0] || !cm->on[ax][n[ax] - 1])
+        if (found != nc[ax] || !cm->on[ax][0] || !cm->on[ax][n[ax] - 1])
             return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                  "profile: the coarse grid's %s axis is not a subset of the grid's with its ends",
                                  ax == 0 ? "rows" : ax == 1 ? "enc_len" : "dec_len");
