@@ -215,6 +215,43 @@ static void test_planner_replans_queue(void **state)
     rt_source_free(src);
 }
 
+/* A correction posted after the thread planned the last iteration still
+ * reaches the batches waiting in the queue (the last plan_ahead iterations
+ * of a run). */
+static void test_planner_replans_last(void **state)
+{
+    (void)state;
+    dyn_train_options o = options(DYN_MODEL_GPT, DYN_BATCH_DYNAPIPE, DYN_SCHED_1F1B, 1);
+    o.plan_ahead = 3;
+    o.steps = 3;
+    o.calibrate = 1;
+    dyn_error err;
+    rt_source *src = rt_source_open(&o, &err);
+    rt_planner *a = rt_planner_create(&o, rt_source_lengths(src), &err);
+    assert_non_null(a);
+    assert_int_equal(rt_planner_start(a, &err), DYN_OK);
+    for (int i = 0; i < 500 && rt_planner_queued(a) < 3; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(rt_planner_queued(a), 3); /* every iteration planned, with factor 1 */
+    double f[2 * RT_CALIB_DIRS] = {1.5, 1.5, 1.0, 1.5, 1.5, 1.0}, carried[2 * RT_CALIB_DIRS], opt[2];
+    rt_planner_set_time_scale(a, f);
+    for (int64_t k = 0; k < o.steps; k++) {
+        rt_planned *x = NULL;
+        assert_int_equal(rt_planner_take(a, k, 1, 30, &x, &err), DYN_OK);
+        assert_true(rt_planner_carried(a, k, carried, opt));
+        assert_memory_equal(carried, f, sizeof f);
+        rt_planned_free(x);
+    }
+    assert_int_equal(rt_planner_replanned(a), 3);
+    rt_planned *z = NULL;
+    assert_int_equal(rt_planner_take(a, o.steps, 1, 30, &z, &err), DYN_ERR_INTERNAL); /* at once, not after 30 s */
+    assert_non_null(strstr(err.msg, "past the last step"));
+    rt_planner_free(a);
+    rt_source_free(src);
+}
+
 static void test_work_corrupt(void **state)
 {
     (void)state;
@@ -269,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_planner_covers_batch),
         cmocka_unit_test(test_planner_thread),
         cmocka_unit_test(test_planner_replans_queue),
+        cmocka_unit_test(test_planner_replans_last),
         cmocka_unit_test(test_work_corrupt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -392,12 +392,16 @@ static int64_t requeue(rt_planner *p)
     return k;
 }
 
+/* Plans iterations first_step..steps-1 in order, at most plan_ahead
+ * queued. Past the last one the thread stays until stopped: factors posted
+ * while the last batches wait in the queue still re-plan them. */
 static void *planner_thread(void *arg)
 {
     rt_planner *p = arg;
-    for (int64_t k = p->first_step; k < p->o.steps; k++) {
+    for (int64_t k = p->first_step;; k++) {
         pthread_mutex_lock(&p->mu);
-        while (!p->stop && p->count >= p->o.plan_ahead && !replan_pending(p)) pthread_cond_wait(&p->cv, &p->mu);
+        while (!p->stop && (p->count >= p->o.plan_ahead || k >= p->o.steps) && !replan_pending(p))
+            pthread_cond_wait(&p->cv, &p->mu);
         int stop = p->stop;
         if (!stop && replan_pending(p)) k = requeue(p);
         pthread_mutex_unlock(&p->mu);
@@ -447,6 +451,9 @@ dyn_status rt_planner_take(rt_planner *p, int64_t k, int block, double timeout_s
                            dyn_error *err)
 {
     *out = NULL;
+    if (k >= p->o.steps)
+        return dyn_error_set(err, DYN_ERR_INTERNAL, "planner: iteration %lld is past the last step (%lld)",
+                             (long long)k, (long long)p->o.steps - 1);
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += (time_t)timeout_s;

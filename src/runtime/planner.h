@@ -38,7 +38,8 @@ rt_planner *rt_planner_create(const dyn_train_options *o, const dyn_dataset *len
  * (a checkpoint's sampler position). Before rt_planner_start only. */
 dyn_status rt_planner_seek(rt_planner *p, int64_t first_step, int64_t pos, dyn_error *err);
 /* Start the thread; it plans iterations first_step..o->steps-1 (first_step
- * 0 unless seeked), at most o->plan_ahead ahead of the consumer. */
+ * 0 unless seeked), at most o->plan_ahead ahead of the consumer, and stays
+ * until rt_planner_free to plan the last ones again after a correction. */
 dyn_status rt_planner_start(rt_planner *p, dyn_error *err);
 /* Iteration k's plans (taken in order, k = 0, 1, ...). block = 0: *out =
  * NULL when not ready yet. block = 1: wait up to timeout_s, then
