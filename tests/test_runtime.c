@@ -258,6 +258,59 @@ static void test_metrics_compute(void **state)
     free(text);
 }
 
+/* --calibrate: the first warm iteration's correction (iteration 1's
+ * records) reaches the very next plan, iteration 2, whose work is held back
+ * until then (rt_mail_hold); iterations 0 and 1 carry no correction. The
+ * machine file predicts 100 times faster than this machine runs, so the
+ * correction is far from 1 and must move. The factors iteration 2 carried
+ * (metrics "time_scale") are the ones the calibration printed after
+ * iteration 2 (its records of iteration 1). */
+static void test_calibration_next_plan(void **state)
+{
+    (void)state;
+    char machine[700], metrics[700], args[2048];
+    write_file("fast.json", "{\"base\": \"cpu\", \"matmul_gflops\": 14000, \"attn_gflops\": 7000, \"mem_gbps\": 1200}\n",
+               machine, sizeof machine);
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
+    snprintf(args, sizeof args,
+             "--model gpt --model-config gpt-tiny --layers 4 --stages 2 --schedule 1f1b --steps 4 --machine '%s' "
+             "--calibrate --verbose --metrics '%s'",
+             machine, metrics);
+    int rc = train(args);
+    if (rc != 0) fail_msg("dynapipe train %s: exit %d: %s", args, rc, slurp(err_path));
+    /* the line, read line by line (stderr also holds the progress lines) */
+    FILE *fp = fopen(err_path, "r");
+    assert_non_null(fp);
+    char line[2048];
+    int n = 0;
+    double printed[2][3];
+    while (n == 0 && fgets(line, sizeof line, fp))
+        n = sscanf(line, "dynapipe train: calibration after iteration 2: rank 0 forward x%lf backward x%lf step "
+                         "x%lf; rank 1 forward x%lf backward x%lf step x%lf",
+                   &printed[0][0], &printed[0][1], &printed[0][2], &printed[1][0], &printed[1][1], &printed[1][2]);
+    fclose(fp);
+    if (n != 6) fail_msg("no correction after iteration 2 in: %s", slurp(err_path));
+    char *text = slurp(metrics);
+    char *at = text;
+    for (int k = 0; k < 3; k++) {
+        cJSON *j = cJSON_ParseWithOpts(at, (const char **)&at, 0);
+        if (j == NULL) fail_msg("metrics line %d does not parse", k);
+        const cJSON *ts = cJSON_GetObjectItemCaseSensitive(j, "time_scale");
+        assert_true(cJSON_IsArray(ts) && cJSON_GetArraySize(ts) == 2);
+        for (int r = 0; r < 2; r++)
+            for (int d = 0; d < 3; d++) {
+                double f = cJSON_GetArrayItem(cJSON_GetArrayItem(ts, r), d)->valuedouble;
+                if (k < 2 && f != 1.0) fail_msg("iteration %d rank %d carries %g before any record", k, r, f);
+                if (k == 2 && fabs(f - printed[r][d]) > 1e-3)
+                    fail_msg("iteration 2 rank %d direction %d carries %g, the calibration posted %g", r, d, f,
+                             printed[r][d]);
+            }
+        if (k == 2) assert_true(printed[0][0] > 2 && printed[1][1] > 2); /* the correction was big */
+        cJSON_Delete(j);
+    }
+    free(text);
+}
+
 /* A dead or hung rank ends the job non-zero within the deadline, naming a
  * rank; no weights are written. */
 static void test_faults(void **state)
@@ -304,12 +357,12 @@ static void test_bad_flags(void **state)
         {"--model gpt --model-config gpt-tiny --lengths x.tsv", 2, "tokens"},
         {"--model gpt --model-config gpt-tiny --data /nonexistent.jsonl", 1, "nonexistent"},
         {"--stages 2", 2, "--model"},
+        {"--model gpt --model-config gpt-tiny --machine a100", 2, "fp32"}, /* 2-byte elements */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         cli_assert_one_line_error("train", bad[i].args, train(bad[i].args), bad[i].rc, bad[i].needle);
-    /* unused by this file; keep the shared helpers referenced */
+    /* unused by this file; keep the shared helper referenced */
     (void)cli_run;
-    (void)write_file;
 }
 
 int main(void)
@@ -321,6 +374,7 @@ int main(void)
         cmocka_unit_test(test_gpt_methods_and_dp),
         cmocka_unit_test(test_t5),
         cmocka_unit_test(test_metrics_compute),
+        cmocka_unit_test(test_calibration_next_plan),
         cmocka_unit_test(test_faults),
     };
     if (cli_setup_dir() != 0) return 1;

@@ -287,6 +287,14 @@ static int parse(int argc, char **argv, dyn_train_options *o, const char **hostf
     o->machine = in.machine;
     o->plan = *dyn_planner_options(in.planner);
     plan_inputs_close(&in);
+    /* The ranks compute and send fp32: a machine of other elements would
+     * plan messages of other sizes than the ranks exchange. */
+    if (o->machine.bytes_per_elem != 4) {
+        int table = strcmp(a.cost_model, "analytic") != 0;
+        cli_errorf(CMD, "%s %s: the machine's elements are %d bytes; dynapipe train runs in fp32 (4 bytes)",
+                   table ? "--cost-model" : "--machine", table ? a.cost_model : a.machine, o->machine.bytes_per_elem);
+        return CLI_EXIT_USAGE;
+    }
     o->cost_table = strcmp(a.cost_model, "analytic") == 0 ? NULL : a.cost_model;
     o->data_spec = a.data_spec;
     o->split = a.split;

@@ -18,6 +18,7 @@ dyn_status rt_mail_init(rt_mail *m, const dyn_rt_group *g, int64_t steps, double
     m->g = g;
     m->steps = steps;
     m->timeout_s = timeout_s;
+    m->hold = -1;
     if (g->world_rank != 0) return DYN_OK;
     for (int i = 0; i < RT_MAIL_OUT_CAP; i++) {
         m->out[i].req = dyn_calloc((size_t)2 * g->world_size, sizeof(MPI_Request), "plan sends", err);
@@ -33,6 +34,8 @@ void rt_mail_start_sending(rt_mail *m, rt_planner *planner, int64_t first)
     m->next_send = first;
     m->planner = planner;
 }
+
+void rt_mail_hold(rt_mail *m, int64_t k) { m->hold = k; }
 
 void rt_mail_fail(rt_mail *m, dyn_status st, const dyn_error *e)
 {
@@ -89,6 +92,7 @@ static void mail_progress_send(rt_mail *m)
         }
     }
     if (m->fail != DYN_OK || m->next_send >= m->steps || m->next_send > m->horizon) return;
+    if (m->next_send == m->hold && m->horizon <= m->hold) return; /* sent by its own take */
     rt_planned *pl = NULL;
     dyn_error e;
     dyn_status st = rt_planner_take(m->planner, m->next_send, 0, 0, &pl, &e);

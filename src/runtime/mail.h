@@ -43,6 +43,7 @@ typedef struct rt_mail {
     rt_planner *planner;
     int64_t next_send;  /* first iteration not yet sent */
     int64_t horizon;    /* send iterations up to this one: the one training now, plus one */
+    int64_t hold;       /* an iteration not sent ahead but at its own take (rt_mail_hold); -1: none */
     rt_outgoing out[RT_MAIL_OUT_CAP];
     double plan_ms_sent;
     int64_t *sampler_pos; /* rank 0, [steps]: the sampler position after each sent iteration */
@@ -56,6 +57,13 @@ dyn_status rt_mail_init(rt_mail *m, const dyn_rt_group *g, int64_t steps, double
 
 /* Rank 0, once its planner thread runs: send from iteration `first` on. */
 void rt_mail_start_sending(rt_mail *m, rt_planner *planner, int64_t first);
+
+/* Rank 0: iteration k is not sent while iteration k-1 trains, as every
+ * other is, but when rank 0 takes k, after k-1's records reached the
+ * planner. With --calibrate, k is the iteration after the first warm one,
+ * so that the first correction reaches the very next plan instead of
+ * the one after (the other ranks wait for that one plan: plan_wait_ms). */
+void rt_mail_hold(rt_mail *m, int64_t k);
 
 /* Post the receive of iteration k's work (nothing past the last step). */
 void rt_mail_post(rt_mail *m, int64_t k);

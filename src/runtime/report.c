@@ -57,6 +57,14 @@ dyn_status rt_report_metrics(const char *path, const rt_iter *iters, int64_t fir
         fprintf(af.fp, "],\"hosts\":[");
         for (int w = 0; w < g->world_size; w++) fprintf(af.fp, "%s\"%s\"", w ? "," : "", g->hosts[w]);
         fprintf(af.fp, "]");
+        if (it->time_scale != NULL) {
+            fprintf(af.fp, ",\"time_scale\":[");
+            for (int r = 0; r < g->stages; r++) {
+                const double *f = it->time_scale + (size_t)r * RT_CALIB_DIRS;
+                fprintf(af.fp, "%s[%.4f,%.4f,%.4f]", r ? "," : "", f[RT_CALIB_FWD], f[RT_CALIB_BWD], f[RT_CALIB_OPT]);
+            }
+            fprintf(af.fp, "]");
+        }
         if (it->eval_loss >= 0) fprintf(af.fp, ",\"eval_loss\":%.6f", it->eval_loss);
         fprintf(af.fp, "}\n");
     }

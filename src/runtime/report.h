@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "dynapipe/common.h"
+#include "runtime/calibrate.h" /* defines: RT_CALIB_DIRS */
 #include "runtime/exec.h"
 #include "runtime/group.h"
 
@@ -23,6 +24,8 @@ typedef struct rt_iter {
     double *peak_mb;      /* [world] allocated per rank */
     double *pred_peak_mb; /* [world] */
     double *compute_ms;   /* [world][2]: Forward + Backward* time per rank, measured and predicted */
+    double *time_scale;   /* [stages][RT_CALIB_DIRS]: the calibration factors the plan carried per
+                           * pipeline rank (--calibrate), else NULL */
 } rt_iter;
 
 /* The progress line of iteration it of `steps` (on a terminal rewritten in

@@ -251,12 +251,15 @@ static dyn_status sum_shared(rt_run *R, dyn_error *err)
 
 /* Online calibration (calibrate.h), rank 0: iteration k's per-rank
  * measured and predicted compute and optimizer step (all: [world][R_COUNT])
- * join the windows from the second iteration on (the first is cold:
- * arenas and caches growing), with the factors k's plan carried; moved
- * factors are posted to the planner thread for its next batch. */
+ * join the windows from this process's second iteration on (the first is
+ * cold: arenas and caches growing, also after a resume), with the factors
+ * k's plan carried; moved factors are posted to the planner thread, which
+ * plans again what it has queued. The first warm iteration's correction
+ * reaches the next iteration (rt_mail_hold), the others the one after
+ * (the next was sent while k trained). */
 static void calibrate_hook(rt_run *R, int64_t k, const double *all)
 {
-    if (R->calib == NULL || k < 1) return;
+    if (R->calib == NULL || k <= R->first_step) return;
     int S = R->g.stages;
     double *carried = R->calib_buf, *opt = R->calib_buf + (size_t)S * RT_CALIB_DIRS;
     if (!rt_planner_carried(R->planner, k, carried, opt)) return;
@@ -655,6 +658,7 @@ static dyn_status setup(rt_run *R, dyn_error *err)
             return st;
         if ((st = rt_planner_start(R->planner, err)) != DYN_OK) return st;
         rt_mail_start_sending(&R->mail, R->planner, R->first_step);
+        if (o->calibrate) rt_mail_hold(&R->mail, R->first_step + 2); /* the first warm record's next plan */
         if (o->progress >= 0) {
             char hosts[512];
             dyn_rt_group_hosts_describe(&R->g, hosts, sizeof hosts);
@@ -731,6 +735,14 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
         it->compute_ms = dyn_calloc(2 * (size_t)R->g.world_size, sizeof(double), "metrics", err);
         if (all == NULL || it->peak_mb == NULL || it->pred_peak_mb == NULL || it->compute_ms == NULL)
             st = DYN_ERR_NOMEM;
+        if (st == DYN_OK && R->calib != NULL) {
+            size_t cells = (size_t)R->g.stages * RT_CALIB_DIRS;
+            double *opt = R->calib_buf + cells; /* scratch; the hook below reads it anew */
+            it->time_scale = dyn_calloc(cells, sizeof(double), "metrics", err);
+            if (it->time_scale == NULL) st = DYN_ERR_NOMEM;
+            else if (!rt_planner_carried(R->planner, k, it->time_scale, opt))
+                free(it->time_scale), it->time_scale = NULL; /* no longer known: left out */
+        }
     }
     MPI_Request req;
     if (st == DYN_OK)
@@ -801,6 +813,7 @@ static void run_free(rt_run *R)
             free(R->iters[k].peak_mb);
             free(R->iters[k].pred_peak_mb);
             free(R->iters[k].compute_ms);
+            free(R->iters[k].time_scale);
         }
     free(R->iters);
 }
