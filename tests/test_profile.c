@@ -255,6 +255,67 @@ static void test_profile_coarse_grid(void **state)
     dyn_profiler_free(p);
 }
 
+/* With dyn_profiler_set_derive_full only the plain points are timed. Under
+ * full recompute the embedding and the head take their plain points
+ * whole; a block takes the plain forward and weight half, the plain
+ * backward and input half plus the forward, and memory as a timed run
+ * of full recompute measures it (memory does not vary between runs).
+ * T5: its decoder blocks too. */
+static void derive_full_check(dyn_model_kind kind)
+{
+    dyn_model_config cfg;
+    small_cfg(kind, &cfg);
+    dyn_error err;
+    dyn_profiler *p = dyn_profiler_create(&cfg, 1, 1, 0, &err), *q = dyn_profiler_create(&cfg, 1, 1, 0, &err);
+    if (p == NULL || q == NULL) fail_msg("create: %s", err.msg);
+    dyn_profiler_set_derive_full(p, 1);
+    int32_t rows[2] = {1, 3}, enc[2] = {8, 24}, dec[2] = {4, 12};
+    dyn_cost_grid g = {2, 2, kind == DYN_MODEL_T5 ? 2 : 1, rows, enc, kind == DYN_MODEL_T5 ? dec : (int32_t[]){0}};
+    int64_t n = dyn_cost_grid_size(&g) * DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT;
+    dyn_layer_cost *pts = calloc((size_t)n, sizeof *pts), *ref = calloc((size_t)n, sizeof *ref);
+    assert_true(pts && ref);
+    double states[DYN_LAYER_KIND_COUNT];
+    if (dyn_profile_grid_run(p, &g, pts, states, NULL, NULL, &err) != DYN_OK) fail_msg("run: %s", err.msg);
+    if (dyn_profile_grid_run(q, &g, ref, states, NULL, NULL, &err) != DYN_OK) fail_msg("run: %s", err.msg);
+    int64_t measured, unsettled, measured_all;
+    dyn_profiler_grid_stats(p, &measured, &unsettled);
+    dyn_profiler_grid_stats(q, &measured_all, &unsettled);
+    assert_int_equal(2 * measured, measured_all); /* the plain points only */
+    int blocks = 0;
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
+        for (int32_t a = 0; a < g.n_rows; a++)
+            for (int32_t b = 0; b < g.n_enc; b++)
+                for (int32_t d = 0; d < g.n_dec; d++) {
+                    const dyn_layer_cost *nn = &pts[dyn_cost_grid_index(&g, k, DYN_RECOMPUTE_NONE, a, b, d)];
+                    const dyn_layer_cost *f = &pts[dyn_cost_grid_index(&g, k, DYN_RECOMPUTE_FULL, a, b, d)];
+                    const dyn_layer_cost *rf = &ref[dyn_cost_grid_index(&g, k, DYN_RECOMPUTE_FULL, a, b, d)];
+                    if (nn->fwd_ms == 0) continue; /* a kind this model lacks */
+                    if (k != DYN_LAYER_ENCODER && k != DYN_LAYER_DECODER) {
+                        assert_memory_equal(f, nn, sizeof *f);
+                        continue;
+                    }
+                    blocks++;
+                    assert_true(f->fwd_ms == nn->fwd_ms && f->bwd_weight_ms == nn->bwd_weight_ms);
+                    assert_true(f->bwd_ms == nn->bwd_ms + nn->fwd_ms);
+                    assert_true(f->bwd_input_ms == nn->bwd_input_ms + nn->fwd_ms);
+                    assert_true(f->stored_mb == rf->stored_mb && f->peak_mb == rf->peak_mb);
+                    assert_true(f->kept_mb == rf->kept_mb && f->output_mb == rf->output_mb);
+                    assert_true(f->stored_mb < nn->stored_mb); /* full recompute keeps only the input */
+                }
+    assert_int_equal(blocks, (kind == DYN_MODEL_T5 ? 2 : 1) * g.n_rows * g.n_enc * g.n_dec);
+    free(pts);
+    free(ref);
+    dyn_profiler_free(p);
+    dyn_profiler_free(q);
+}
+
+static void test_profile_derive_full(void **state)
+{
+    (void)state;
+    derive_full_check(DYN_MODEL_GPT);
+    derive_full_check(DYN_MODEL_T5);
+}
+
 static void test_profile_gpt_small_grid(void **state)
 {
     (void)state;
@@ -599,6 +660,7 @@ int main(void)
         cmocka_unit_test(test_sweep_point_settles),
         cmocka_unit_test(test_sweep_point_calm),
         cmocka_unit_test(test_profile_coarse_grid),
+        cmocka_unit_test(test_profile_derive_full),
         cmocka_unit_test(test_profile_gpt_small_grid),
         cmocka_unit_test(test_profile_t5_small_grid),
         cmocka_unit_test(test_default_grid),

@@ -46,8 +46,9 @@ static void usage(FILE *out)
             "                            reference kernel timed around it ran within 10%% of\n"
             "                            its fastest); each time keeps a point's lowest median\n"
             "                            (default 2; --quick 1)\n"
-            "  --quick                   a third of the points per axis but for the embedding\n"
-            "                            (gpt-mini: 2 minutes)\n"
+            "  --quick                   a third of the points per axis but for the embedding,\n"
+            "                            and full recompute derived, not timed (gpt-mini with\n"
+            "                            --max-tokens 16384: 1-1.5 minutes)\n"
             "  --out FILE                the cost table (written atomically)\n"
             "  --check analytic|FILE     instead: measure --shapes held-out shapes and print the\n"
             "                            predicted vs measured error per layer kind\n"
@@ -114,8 +115,10 @@ int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int
     }
     dyn_profiler_set_max_tokens(p, max_tokens);
     dyn_profiler_set_sweeps(p, sweeps);
+    dyn_profiler_set_derive_full(p, quick);
     /* --quick: the embedding on the full grid, the other kinds on the
-     * quick one (dyn_profiler_set_coarse) */
+     * quick one (dyn_profiler_set_coarse), full recompute not timed
+     * (dyn_profiler_set_derive_full) */
     dyn_cost_grid g, coarse = {0, 0, 0, NULL, NULL, NULL};
     if (dyn_profile_grid_default(cfg, 0, max_rows, &g, &err) != DYN_OK ||
         (quick && (dyn_profile_grid_default(cfg, 1, max_rows, &coarse, &err) != DYN_OK ||

@@ -47,6 +47,7 @@ struct dyn_profiler {
     double *probes; /* every measurement's reference time, [n_probes] of [cap_probes] */
     int64_t n_probes, cap_probes;
     dyn_cost_grid coarse; /* dyn_profiler_set_coarse's axes; n_rows 0: none */
+    int derive_full;      /* dyn_profiler_set_derive_full */
     dyn_rng rng;
 };
 
@@ -113,6 +114,8 @@ void dyn_profiler_set_max_tokens(dyn_profiler *p, int64_t max_tokens)
 }
 
 void dyn_profiler_set_sweeps(dyn_profiler *p, int sweeps) { p->sweeps = sweeps > 1 ? sweeps : 1; }
+
+void dyn_profiler_set_derive_full(dyn_profiler *p, int on) { p->derive_full = on != 0; }
 
 void dyn_profiler_grid_stats(const dyn_profiler *p, int64_t *measured, int64_t *unsettled)
 {
@@ -229,8 +232,9 @@ typedef struct piece_result {
     double stored_bytes, work_bytes, output_bytes, input_bytes, kept_bytes;
 } piece_result;
 
+/* timed = 0: one untimed pass for the memory (res->ms left 0). */
 static dyn_status piece_measure(dyn_profiler *p, const piece *pc, const dyn_model_microbatch *mb, int recompute,
-                                piece_result *res, dyn_error *err)
+                                int timed, piece_result *res, dyn_error *err)
 {
     run_bufs b;
     dyn_status st = run_bufs_make(&b, p, pc, mb, err);
@@ -248,8 +252,9 @@ static dyn_status piece_measure(dyn_profiler *p, const piece *pc, const dyn_mode
     int has_in = pc->first > 0, has_out = pc->last < p->L;
     float dloss = 1e-3f;
     double loss = 0;
-    double timed = 0;
-    for (int r = -p->warmup; st == DYN_OK && (r < p->repeats || (timed < MIN_POINT_MS && r < cap)); r++) {
+    double timed_ms = 0;
+    int warmup = timed ? p->warmup : 0, repeats = timed ? p->repeats : 1;
+    for (int r = -warmup; st == DYN_OK && (r < repeats || (timed && timed_ms < MIN_POINT_MS && r < cap)); r++) {
         dyn_model_zero_grad(pc->m);
         double t0 = dyn_time_ms();
         st = dyn_model_stage_forward(pc->m, a, mb, pc->first, pc->last, has_in ? b.in : NULL,
@@ -276,12 +281,12 @@ static dyn_status piece_measure(dyn_profiler *p, const piece *pc, const dyn_mode
             t4[cap + r] = t2 - t1;
             t4[2 * cap + r] = t4t - t3;
             t4[3 * cap + r] = t5 - t4t;
-            timed += (t2 - t0) + (t5 - t3);
+            timed_ms += (t2 - t0) + (t5 - t3);
             n = r + 1;
         }
     }
     if (st == DYN_OK) {
-        for (int j = 0; j < 4; j++) res->ms[j] = dyn_median(t4 + (size_t)j * cap, n);
+        for (int j = 0; j < 4 && timed; j++) res->ms[j] = dyn_median(t4 + (size_t)j * cap, n);
         /* The arena's working region (scratch, gradient buffers) on top of
          * the stored bytes. The split backward's kept buffer is a second
          * allocation held from B to W, not working memory of a pass: not
@@ -322,8 +327,10 @@ static dyn_model_microbatch *mb_make(dyn_profiler *p, int32_t rows, int32_t enc_
     return mb;
 }
 
-dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recompute rc, int32_t rows,
-                                int32_t enc_len, int32_t dec_len, dyn_layer_cost *out, dyn_error *err)
+/* dyn_profiler_measure, or with timed = 0 its memory only (one untimed
+ * pass, no reference kernel, times 0). */
+static dyn_status measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recompute rc, int32_t rows, int32_t enc_len,
+                          int32_t dec_len, int timed, dyn_layer_cost *out, dyn_error *err)
 {
     if ((int)kind < 0 || kind >= DYN_LAYER_KIND_COUNT || p->n_pieces[kind] == 0)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "profile: the %s model has no %s layer",
@@ -334,10 +341,10 @@ dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recomp
     if (mb == NULL) return err ? err->code : DYN_ERR_NOMEM;
     memset(out, 0, sizeof *out);
     dyn_status st = DYN_OK;
-    double before = probe_run(p);
+    double before = timed ? probe_run(p) : 0;
     for (int i = 0; i < p->n_pieces[kind] && st == DYN_OK; i++) {
         piece_result r = {{0}, 0, 0, 0, 0, 0};
-        st = piece_measure(p, &p->kinds[kind][i], mb, rc == DYN_RECOMPUTE_FULL, &r, err);
+        st = piece_measure(p, &p->kinds[kind][i], mb, rc == DYN_RECOMPUTE_FULL, timed, &r, err);
         if (st != DYN_OK) break;
         if (rc == DYN_RECOMPUTE_FULL && (kind == DYN_LAYER_ENCODER || kind == DYN_LAYER_DECODER) &&
             r.stored_bytes > r.input_bytes) {
@@ -357,9 +364,15 @@ dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recomp
         if (r.work_bytes / MB_BYTES > out->peak_mb) out->peak_mb = r.work_bytes / MB_BYTES;
         out->output_mb = r.output_bytes / MB_BYTES; /* the last piece's */
     }
-    if (st == DYN_OK) st = probe_record(p, before, probe_run(p), err);
+    if (st == DYN_OK && timed) st = probe_record(p, before, probe_run(p), err);
     dyn_model_microbatch_free(mb);
     return st;
+}
+
+dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recompute rc, int32_t rows,
+                                int32_t enc_len, int32_t dec_len, dyn_layer_cost *out, dyn_error *err)
+{
+    return measure(p, kind, rc, rows, enc_len, dec_len, 1, out, err);
 }
 
 dyn_status dyn_profiler_measure_optimizer(dyn_profiler *p, double *ms_per_mparam, dyn_error *err)
@@ -538,7 +551,20 @@ static void point_scale(const dyn_model_config *c, const dyn_cost_grid *g, dyn_l
 }
 
 /* What one pass over the grid does at each point it visits. */
-typedef enum { PASS_COUNT_ALL, PASS_COUNT_UNSETTLED, PASS_MEASURE_ALL, PASS_MEASURE_UNSETTLED, PASS_SCALE } pass_kind;
+typedef enum {
+    PASS_COUNT_ALL,
+    PASS_COUNT_UNSETTLED,
+    PASS_COUNT_DERIVE,
+    PASS_MEASURE_ALL,
+    PASS_MEASURE_UNSETTLED,
+    PASS_DERIVE,
+    PASS_SCALE
+} pass_kind;
+
+/* A memory-only pass (one untimed run of the recomputing backward) against
+ * a timed measurement (a warm-up and 3 repeats of two forwards and two
+ * backwards each), for the progress bar. */
+#define DERIVE_WORK 0.15
 
 /* on[axis][i]: is value i of the run grid's axis on the coarse grid
  * (dyn_profiler_set_coarse)? Not made without one (no kind_coarse). */
@@ -571,9 +597,37 @@ static int point_on_coarse(const grid_run *r, int32_t a, int32_t b, int32_t d)
     return r->cm.on[0][a] && r->cm.on[1][b] && r->cm.on[2][d];
 }
 
+/* Blocks, the only layers that recompute (model.h). */
+static int kind_blocks(int k) { return k == DYN_LAYER_ENCODER || k == DYN_LAYER_DECODER; }
+
+/* A full-recompute point that is not timed (dyn_profiler_set_derive_full),
+ * from the same point without recompute, measured and settled by now:
+ * the embedding and the head run the same under full recompute (only
+ * blocks recompute), so they are copied; a block's forward is the same,
+ * its backward and backward-input halves run the forward again first, its
+ * weight half is the same, and its memory is its own (one untimed pass). */
+static dyn_status point_derive_full(grid_run *r, int k, int32_t a, int32_t b, int32_t d, dyn_error *err)
+{
+    dyn_profiler *p = r->p;
+    const dyn_cost_grid *g = r->g;
+    dyn_layer_cost lc = r->points[dyn_cost_grid_index(g, (dyn_layer_kind)k, DYN_RECOMPUTE_NONE, a, b, d)];
+    if (kind_blocks(k)) {
+        dyn_layer_cost mem;
+        dyn_status st = measure(p, (dyn_layer_kind)k, DYN_RECOMPUTE_FULL, g->rows[a], g->enc_len[b], g->dec_len[d],
+                                0, &mem, err);
+        if (st != DYN_OK) return st;
+        lc.bwd_ms += lc.fwd_ms;
+        lc.bwd_input_ms += lc.fwd_ms;
+        lc.stored_mb = mem.stored_mb, lc.peak_mb = mem.peak_mb, lc.output_mb = mem.output_mb, lc.kept_mb = mem.kept_mb;
+    }
+    point_store(&p->cfg, g, r->points, k, DYN_RECOMPUTE_FULL, a, b, d, &lc);
+    return DYN_OK;
+}
+
 /* One point of a pass: the COUNT passes add its work to the total, the
  * MEASURE passes measure it (UNSETTLED: unless settled) and store what its
- * sweeps keep, SCALE fills the points past --max-tokens. */
+ * sweeps keep, DERIVE makes the untimed full-recompute points, SCALE fills
+ * the points past --max-tokens. */
 static dyn_status grid_point(grid_run *r, pass_kind what, int k, dyn_recompute mode, int32_t a, int32_t b,
                              int32_t d, dyn_error *err)
 {
@@ -588,8 +642,20 @@ static dyn_status grid_point(grid_run *r, pass_kind what, int k, dyn_recompute m
         if (scaled) point_scale(&p->cfg, g, r->points, k, mode, a_from, a, b, d);
         return DYN_OK;
     }
+    int derived = p->derive_full && mode == DYN_RECOMPUTE_FULL;
+    if (derived != (what == PASS_COUNT_DERIVE || what == PASS_DERIVE) || scaled) return DYN_OK;
+    if (what == PASS_COUNT_DERIVE) {
+        r->total += kind_blocks(k) ? w * DERIVE_WORK : 0;
+        return DYN_OK;
+    }
+    if (what == PASS_DERIVE) {
+        dyn_status st = point_derive_full(r, k, a, b, d, err);
+        r->done += kind_blocks(k) ? w * DERIVE_WORK : 0;
+        if (st == DYN_OK && r->fn) r->fn(r->ctx, (int64_t)r->done, (int64_t)r->total, 0);
+        return st;
+    }
     dyn_sweep_point *sp = &r->seen[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, a, b, d)];
-    if (scaled || ((what == PASS_COUNT_UNSETTLED || what == PASS_MEASURE_UNSETTLED) &&
+    if (((what == PASS_COUNT_UNSETTLED || what == PASS_MEASURE_UNSETTLED) &&
                    dyn_sweep_point_settled(sp, r->probe_best)))
         return DYN_OK;
     if (what == PASS_COUNT_ALL || what == PASS_COUNT_UNSETTLED) {
@@ -711,6 +777,7 @@ static dyn_status grid_sweeps(grid_run *r, dyn_error *err)
     int sweeps = r->p->sweeps;
     (void)grid_pass(r, PASS_COUNT_ALL, err); /* one sweep's work; counting never fails */
     r->total *= sweeps;
+    (void)grid_pass(r, PASS_COUNT_DERIVE, err);
     dyn_status st = DYN_OK;
     for (int s = 0; s < sweeps && st == DYN_OK; s++) st = grid_pass(r, PASS_MEASURE_ALL, err);
     for (int s = 0; sweeps >= 2 && s < sweeps && st == DYN_OK; s++) {
@@ -720,6 +787,7 @@ static dyn_status grid_sweeps(grid_run *r, dyn_error *err)
         if (r->total == before) break; /* all settled */
         st = grid_pass(r, PASS_MEASURE_UNSETTLED, err);
     }
+    if (st == DYN_OK) st = grid_pass(r, PASS_DERIVE, err); /* from the settled plain points */
     if (st == DYN_OK) st = grid_pass(r, PASS_SCALE, err);
     if (st == DYN_OK) grid_fill(r);
     return st;

@@ -55,6 +55,16 @@ dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recomp
  * one-row points are always measured. 0 (the default): measure all. */
 void dyn_profiler_set_max_tokens(dyn_profiler *p, int64_t max_tokens);
 
+/* on != 0: grid runs do not time full recompute (the --quick profile;
+ * about a third less time). The embedding and the head run the same with
+ * and without it (only blocks recompute), so they take their plain
+ * points; a block's full-recompute forward and weight-gradient half take
+ * the plain ones, its backward and input-gradient half the plain ones
+ * plus the forward (recompute runs the forward again first: measured at
+ * 1.02-1.05 times that sum, medians over the quick grid), and its memory
+ * is measured in one untimed pass. */
+void dyn_profiler_set_derive_full(dyn_profiler *p, int on);
+
 /* Measure every kind but the embedding only at the grid points whose every
  * coordinate is also on the coarse grid (each of its axes a subset of the
  * run's, with the same first and last values; the --quick grid of the
