@@ -6,7 +6,8 @@
  * anyone) as soon as it is planned, while iteration k trains; every rank
  * keeps a receive for its next work posted and advances it whenever the
  * interpreter polls (rt_mail_poll). A rank therefore waits for a plan only
- * when planning is slower than training (plan_wait_ms in the metrics).
+ * when planning is slower than training (plan_wait_ms in the metrics), or
+ * for the one iteration a calibrating run holds back (rt_mail_hold).
  * Errors of the non-blocking calls are kept (the first one) in fail/err
  * and returned by the next rt_mail_take. */
 #ifndef DYN_RUNTIME_MAIL_H
