@@ -169,6 +169,29 @@ static int32_t *work_ids(const rt_planned *pl, int32_t *n)
     return ids;
 }
 
+/* A calibrating run of `steps` iterations planning 3 ahead. */
+static dyn_train_options calib_options(int64_t steps)
+{
+    dyn_train_options o = options(DYN_MODEL_GPT, DYN_BATCH_DYNAPIPE, DYN_SCHED_1F1B, 1);
+    o.plan_ahead = 3;
+    o.steps = steps;
+    o.calibrate = 1;
+    return o;
+}
+
+/* Start p's thread and wait (up to 5 s) until it has 3 batches queued:
+ * iterations 0, 1, 2, planned with factor 1. */
+static void start_queued(rt_planner *p)
+{
+    dyn_error err;
+    assert_int_equal(rt_planner_start(p, &err), DYN_OK);
+    for (int i = 0; i < 500 && rt_planner_queued(p) < 3; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(rt_planner_queued(p), 3);
+}
+
 /* A correction posted while batches wait in the queue reaches them: they
  * are planned again with the new factors (rt_planner_carried says so),
  * with the same samples and sampler positions as planning inline without
@@ -176,20 +199,12 @@ static int32_t *work_ids(const rt_planned *pl, int32_t *n)
 static void test_planner_replans_queue(void **state)
 {
     (void)state;
-    dyn_train_options o = options(DYN_MODEL_GPT, DYN_BATCH_DYNAPIPE, DYN_SCHED_1F1B, 1);
-    o.plan_ahead = 3;
-    o.steps = 5;
-    o.calibrate = 1;
+    dyn_train_options o = calib_options(5);
     dyn_error err;
     rt_source *src = rt_source_open(&o, &err);
     rt_planner *a = rt_planner_create(&o, rt_source_lengths(src), &err), *b = rt_planner_create(&o, rt_source_lengths(src), &err);
     assert_true(a && b);
-    assert_int_equal(rt_planner_start(a, &err), DYN_OK);
-    for (int i = 0; i < 500 && rt_planner_queued(a) < 3; i++) {
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    assert_int_equal(rt_planner_queued(a), 3); /* iterations 0, 1, 2 planned with factor 1 */
+    start_queued(a);
     double f[2 * RT_CALIB_DIRS] = {2.0, 1.5, 1.0, 1.25, 1.0, 1.0}, carried[2 * RT_CALIB_DIRS], opt[2];
     rt_planner_set_time_scale(a, f);
     for (int64_t k = 0; k < o.steps; k++) {
@@ -221,20 +236,12 @@ static void test_planner_replans_queue(void **state)
 static void test_planner_replans_last(void **state)
 {
     (void)state;
-    dyn_train_options o = options(DYN_MODEL_GPT, DYN_BATCH_DYNAPIPE, DYN_SCHED_1F1B, 1);
-    o.plan_ahead = 3;
-    o.steps = 3;
-    o.calibrate = 1;
+    dyn_train_options o = calib_options(3);
     dyn_error err;
     rt_source *src = rt_source_open(&o, &err);
     rt_planner *a = rt_planner_create(&o, rt_source_lengths(src), &err);
     assert_non_null(a);
-    assert_int_equal(rt_planner_start(a, &err), DYN_OK);
-    for (int i = 0; i < 500 && rt_planner_queued(a) < 3; i++) {
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    assert_int_equal(rt_planner_queued(a), 3); /* every iteration planned, with factor 1 */
+    start_queued(a); /* every iteration planned */
     double f[2 * RT_CALIB_DIRS] = {1.5, 1.5, 1.0, 1.5, 1.5, 1.0}, carried[2 * RT_CALIB_DIRS], opt[2];
     rt_planner_set_time_scale(a, f);
     for (int64_t k = 0; k < o.steps; k++) {
