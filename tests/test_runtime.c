@@ -258,13 +258,13 @@ static void test_metrics_compute(void **state)
     free(text);
 }
 
-/* --calibrate: the first warm iteration's correction (iteration 1's
- * records) reaches the very next plan, iteration 2, whose work is held back
- * until then (rt_mail_hold); iterations 0 and 1 carry no correction. The
+/* --calibrate: the first warm iteration's correction (from index 1's
+ * records) reaches the very next plan, index 2, whose work is held back
+ * until then (rt_mail_hold); indices 0 and 1 carry no correction. The
  * machine file predicts 100 times faster than this machine runs, so the
- * correction is far from 1 and must move. The factors iteration 2 carried
- * (metrics "time_scale") are the ones the calibration printed after
- * iteration 2 (its records of iteration 1). */
+ * correction is far from 1 and must move. The factors index 2 carried
+ * (metrics "time_scale") are the ones the calibration printed after index
+ * 1 (the log counts from 1: "after iteration 2"). */
 static void test_calibration_next_plan(void **state)
 {
     (void)state;

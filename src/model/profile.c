@@ -655,8 +655,7 @@ static dyn_status grid_point(grid_run *r, pass_kind what, int k, dyn_recompute m
         return st;
     }
     dyn_sweep_point *sp = &r->seen[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, a, b, d)];
-    if (((what == PASS_COUNT_UNSETTLED || what == PASS_MEASURE_UNSETTLED) &&
-                   dyn_sweep_point_settled(sp, r->probe_best)))
+    if ((what == PASS_COUNT_UNSETTLED || what == PASS_MEASURE_UNSETTLED) && dyn_sweep_point_settled(sp, r->probe_best))
         return DYN_OK;
     if (what == PASS_COUNT_ALL || what == PASS_COUNT_UNSETTLED) {
         r->total += w;
