@@ -605,7 +605,8 @@ static int kind_blocks(int k) { return k == DYN_LAYER_ENCODER || k == DYN_LAYER_
  * the embedding and the head run the same under full recompute (only
  * blocks recompute), so they are copied; a block's forward is the same,
  * its backward and backward-input halves run the forward again first, its
- * weight half is the same, and its memory is its own (one untimed pass). */
+ * weight half is the same, and its memory is its own (one untimed pass).
+ * The times are set again after the monotone fit (derive_full_times). */
 static dyn_status point_derive_full(grid_run *r, int k, int32_t a, int32_t b, int32_t d, dyn_error *err)
 {
     dyn_profiler *p = r->p;
@@ -622,6 +623,25 @@ static dyn_status point_derive_full(grid_run *r, int k, int32_t a, int32_t b, in
     }
     point_store(&p->cfg, g, r->points, k, DYN_RECOMPUTE_FULL, a, b, d, &lc);
     return DYN_OK;
+}
+
+/* After the monotone fit, which adjusts each mode on its own: the derived
+ * full-recompute times again from the fitted plain ones, at every point
+ * (sums of times monotone in rows and lengths stay monotone, so the table
+ * stays fitted; the memory, measured or copied, is kept). */
+static void derive_full_times(const dyn_cost_grid *g, dyn_layer_cost *points)
+{
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
+        for (int32_t a = 0; a < g->n_rows; a++)
+            for (int32_t b = 0; b < g->n_enc; b++)
+                for (int32_t d = 0; d < g->n_dec; d++) {
+                    dyn_layer_kind kind = (dyn_layer_kind)k;
+                    const dyn_layer_cost *n = &points[dyn_cost_grid_index(g, kind, DYN_RECOMPUTE_NONE, a, b, d)];
+                    dyn_layer_cost *f = &points[dyn_cost_grid_index(g, kind, DYN_RECOMPUTE_FULL, a, b, d)];
+                    double again = kind_blocks(k) ? n->fwd_ms : 0; /* the forward run again */
+                    f->fwd_ms = n->fwd_ms, f->bwd_weight_ms = n->bwd_weight_ms;
+                    f->bwd_ms = n->bwd_ms + again, f->bwd_input_ms = n->bwd_input_ms + again;
+                }
 }
 
 /* One point of a pass: the COUNT passes add its work to the total, the
@@ -818,7 +838,9 @@ dyn_status dyn_profile_grid_run(dyn_profiler *p, const dyn_cost_grid *g, dyn_lay
     if (am == NULL) return err ? err->code : DYN_ERR_INVALID_ARG;
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) states_mb[k] = dyn_cost_layer_states_mb(am, (dyn_layer_kind)k);
     dyn_cost_model_free(am);
-    return dyn_cost_points_make_monotone(c, g, points, err);
+    st = dyn_cost_points_make_monotone(c, g, points, err);
+    if (st == DYN_OK && p->derive_full) derive_full_times(g, points);
+    return st;
 }
 
 
