@@ -600,13 +600,11 @@ static int point_on_coarse(const grid_run *r, int32_t a, int32_t b, int32_t d)
 /* Blocks, the only layers that recompute (model.h). */
 static int kind_blocks(int k) { return k == DYN_LAYER_ENCODER || k == DYN_LAYER_DECODER; }
 
-/* A full-recompute point that is not timed (dyn_profiler_set_derive_full),
- * from the same point without recompute, measured and settled by now:
- * the embedding and the head run the same under full recompute (only
- * blocks recompute), so they are copied; a block's forward is the same,
- * its backward and backward-input halves run the forward again first, its
- * weight half is the same, and its memory is its own (one untimed pass).
- * The times are set again after the monotone fit (derive_full_times). */
+/* A full-recompute point that is not timed (dyn_profiler_set_derive_full):
+ * its memory now, its times from the plain point after the monotone fit
+ * (derive_full_times). The embedding and the head run the same under full
+ * recompute (only blocks recompute): their plain point whole; a block's
+ * memory is its own, from one untimed pass. */
 static dyn_status point_derive_full(grid_run *r, int k, int32_t a, int32_t b, int32_t d, dyn_error *err)
 {
     dyn_profiler *p = r->p;
@@ -617,18 +615,18 @@ static dyn_status point_derive_full(grid_run *r, int k, int32_t a, int32_t b, in
         dyn_status st = measure(p, (dyn_layer_kind)k, DYN_RECOMPUTE_FULL, g->rows[a], g->enc_len[b], g->dec_len[d],
                                 0, &mem, err);
         if (st != DYN_OK) return st;
-        lc.bwd_ms += lc.fwd_ms;
-        lc.bwd_input_ms += lc.fwd_ms;
         lc.stored_mb = mem.stored_mb, lc.peak_mb = mem.peak_mb, lc.output_mb = mem.output_mb, lc.kept_mb = mem.kept_mb;
     }
     point_store(&p->cfg, g, r->points, k, DYN_RECOMPUTE_FULL, a, b, d, &lc);
     return DYN_OK;
 }
 
-/* After the monotone fit, which adjusts each mode on its own: the derived
- * full-recompute times again from the fitted plain ones, at every point
- * (sums of times monotone in rows and lengths stay monotone, so the table
- * stays fitted; the memory, measured or copied, is kept). */
+/* After the monotone fit (which fits each mode on its own), the derived
+ * full-recompute times at every point from the fitted plain ones: a
+ * block's forward and weight half are the same, its backward and input
+ * half run the forward again first; the embedding's and the head's are
+ * the same. Sums of times monotone in rows and lengths stay monotone, so
+ * the table stays fitted; the memory (point_derive_full) is kept. */
 static void derive_full_times(const dyn_cost_grid *g, dyn_layer_cost *points)
 {
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
@@ -806,7 +804,7 @@ static dyn_status grid_sweeps(grid_run *r, dyn_error *err)
         if (r->total == before) break; /* all settled */
         st = grid_pass(r, PASS_MEASURE_UNSETTLED, err);
     }
-    if (st == DYN_OK) st = grid_pass(r, PASS_DERIVE, err); /* from the settled plain points */
+    if (st == DYN_OK) st = grid_pass(r, PASS_DERIVE, err); /* untimed full recompute: its memory */
     if (st == DYN_OK) st = grid_pass(r, PASS_SCALE, err);
     if (st == DYN_OK) grid_fill(r);
     return st;
