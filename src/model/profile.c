@@ -327,6 +327,9 @@ static dyn_model_microbatch *mb_make(dyn_profiler *p, int32_t rows, int32_t enc_
     return mb;
 }
 
+/* Blocks, the only layers that recompute (model.h). */
+static int kind_blocks(int k) { return k == DYN_LAYER_ENCODER || k == DYN_LAYER_DECODER; }
+
 /* dyn_profiler_measure, or with timed = 0 its memory only (one untimed
  * pass, no reference kernel, times 0). */
 static dyn_status measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recompute rc, int32_t rows, int32_t enc_len,
@@ -346,8 +349,7 @@ static dyn_status measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recompute rc
         piece_result r = {{0}, 0, 0, 0, 0, 0};
         st = piece_measure(p, &p->kinds[kind][i], mb, rc == DYN_RECOMPUTE_FULL, timed, &r, err);
         if (st != DYN_OK) break;
-        if (rc == DYN_RECOMPUTE_FULL && (kind == DYN_LAYER_ENCODER || kind == DYN_LAYER_DECODER) &&
-            r.stored_bytes > r.input_bytes) {
+        if (rc == DYN_RECOMPUTE_FULL && kind_blocks(kind) && r.stored_bytes > r.input_bytes) {
             /* With full recompute a stage's blocks share one activation
              * region, refilled by each block's re-run forward: per block
              * only its input stays from forward to backward, and the
@@ -540,13 +542,21 @@ int dyn_sweep_point_settled(const dyn_sweep_point *sp, double probe_best_ms)
  * with fewer rows (row a_from) at the same lengths, in proportion to the
  * rows (time and memory are linear in rows at a fixed length), not
  * measured. */
+/* out = u x + t y, every time and memory figure (out may be x or y). */
+static void cost_blend(const dyn_layer_cost *x, double u, const dyn_layer_cost *y, double t, dyn_layer_cost *out)
+{
+    *out = (dyn_layer_cost){u * x->fwd_ms + t * y->fwd_ms,       u * x->bwd_ms + t * y->bwd_ms,
+                            u * x->bwd_input_ms + t * y->bwd_input_ms, u * x->bwd_weight_ms + t * y->bwd_weight_ms,
+                            u * x->stored_mb + t * y->stored_mb, u * x->peak_mb + t * y->peak_mb,
+                            u * x->output_mb + t * y->output_mb, u * x->kept_mb + t * y->kept_mb};
+}
+
 static void point_scale(const dyn_model_config *c, const dyn_cost_grid *g, dyn_layer_cost *points, int k,
                         dyn_recompute mode, int32_t a_from, int32_t a, int32_t b, int32_t d)
 {
     const dyn_layer_cost *q = &points[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, a_from, b, d)];
-    double f = (double)g->rows[a] / (double)g->rows[a_from];
-    dyn_layer_cost lc = {q->fwd_ms * f,        q->bwd_ms * f,    q->bwd_input_ms * f, q->bwd_weight_ms * f,
-                         q->stored_mb * f,     q->peak_mb * f,   q->output_mb * f,    q->kept_mb * f};
+    dyn_layer_cost lc;
+    cost_blend(q, (double)g->rows[a] / (double)g->rows[a_from], q, 0.0, &lc);
     point_store(c, g, points, k, mode, a, b, d, &lc);
 }
 
@@ -596,9 +606,6 @@ static int point_on_coarse(const grid_run *r, int32_t a, int32_t b, int32_t d)
 {
     return r->cm.on[0][a] && r->cm.on[1][b] && r->cm.on[2][d];
 }
-
-/* Blocks, the only layers that recompute (model.h). */
-static int kind_blocks(int k) { return k == DYN_LAYER_ENCODER || k == DYN_LAYER_DECODER; }
 
 /* A full-recompute point that is not timed (dyn_profiler_set_derive_full):
  * its memory now, its times from the plain point after the monotone fit
@@ -709,15 +716,6 @@ static dyn_status grid_pass(grid_run *r, pass_kind what, dyn_error *err)
     return st;
 }
 
-static void cost_lerp(const dyn_layer_cost *x, const dyn_layer_cost *y, double t, dyn_layer_cost *out)
-{
-    double u = 1.0 - t;
-    *out = (dyn_layer_cost){u * x->fwd_ms + t * y->fwd_ms,       u * x->bwd_ms + t * y->bwd_ms,
-                            u * x->bwd_input_ms + t * y->bwd_input_ms, u * x->bwd_weight_ms + t * y->bwd_weight_ms,
-                            u * x->stored_mb + t * y->stored_mb, u * x->peak_mb + t * y->peak_mb,
-                            u * x->output_mb + t * y->output_mb, u * x->kept_mb + t * y->kept_mb};
-}
-
 /* Fill, along axis ax of the run grid, the points off the coarse axis from
  * the nearest coarse values either side, on the lines whose later axes
  * are coarse (axis by axis, rows first: then every point is a multilinear
@@ -740,9 +738,9 @@ static void grid_fill_axis(grid_run *r, int k, dyn_recompute mode, int ax)
                 const int32_t *v = vals[ax];
                 double t = (double)(v[i[ax]] - v[j0[ax]]) / (double)(v[j1[ax]] - v[j0[ax]]);
                 dyn_layer_cost *pt = r->points;
-                cost_lerp(&pt[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, j0[0], j0[1], j0[2])],
-                          &pt[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, j1[0], j1[1], j1[2])], t,
-                          &pt[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, i[0], i[1], i[2])]);
+                cost_blend(&pt[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, j0[0], j0[1], j0[2])], 1.0 - t,
+                           &pt[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, j1[0], j1[1], j1[2])], t,
+                           &pt[dyn_cost_grid_index(g, (dyn_layer_kind)k, mode, i[0], i[1], i[2])]);
             }
 }
 
