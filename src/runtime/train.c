@@ -256,13 +256,19 @@ static dyn_status sum_shared(rt_run *R, dyn_error *err)
  * k's plan carried; moved factors are posted to the planner thread, which
  * plans again what it has queued. The first warm iteration's correction
  * reaches the next iteration (rt_mail_hold), the others the one after
- * (the next was sent while k trained). */
-static void calibrate_hook(rt_run *R, int64_t k, const double *all)
+ * (the next was sent while k trained). The factors k's plan carried also
+ * go to k's metrics record (time_scale). */
+static void calibrate_hook(rt_run *R, rt_iter *it, int64_t k, const double *all)
 {
-    if (R->calib == NULL || k <= R->first_step) return;
+    if (R->calib == NULL) return;
     int S = R->g.stages;
     double *carried = R->calib_buf, *opt = R->calib_buf + (size_t)S * RT_CALIB_DIRS;
-    if (!rt_planner_carried(R->planner, k, carried, opt)) return;
+    if (!rt_planner_carried(R->planner, k, carried, opt)) {
+        free(it->time_scale), it->time_scale = NULL; /* no longer known: left out of the metrics */
+        return;
+    }
+    memcpy(it->time_scale, carried, (size_t)S * RT_CALIB_DIRS * sizeof(double));
+    if (k <= R->first_step) return;
     for (int r = 0; r < R->g.world_size; r++) {
         const double *q = all + (size_t)r * R_COUNT;
         int s = r % S;
@@ -735,14 +741,9 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
         it->compute_ms = dyn_calloc(2 * (size_t)R->g.world_size, sizeof(double), "metrics", err);
         if (all == NULL || it->peak_mb == NULL || it->pred_peak_mb == NULL || it->compute_ms == NULL)
             st = DYN_ERR_NOMEM;
-        if (st == DYN_OK && R->calib != NULL) {
-            size_t cells = (size_t)R->g.stages * RT_CALIB_DIRS;
-            double *opt = R->calib_buf + cells; /* scratch; the hook below reads it anew */
-            it->time_scale = dyn_calloc(cells, sizeof(double), "metrics", err);
-            if (it->time_scale == NULL) st = DYN_ERR_NOMEM;
-            else if (!rt_planner_carried(R->planner, k, it->time_scale, opt))
-                free(it->time_scale), it->time_scale = NULL; /* no longer known: left out */
-        }
+        if (st == DYN_OK && R->calib != NULL &&
+            (it->time_scale = dyn_calloc((size_t)R->g.stages * RT_CALIB_DIRS, sizeof(double), "metrics", err)) == NULL)
+            st = DYN_ERR_NOMEM; /* filled by calibrate_hook */
     }
     MPI_Request req;
     if (st == DYN_OK)
@@ -766,7 +767,7 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
             it->compute_ms[2 * r] = q[R_MEAS_F] + q[R_MEAS_B];
             it->compute_ms[2 * r + 1] = q[R_PRED_F] + q[R_PRED_B];
         }
-        calibrate_hook(R, k, all);
+        calibrate_hook(R, it, k, all);
         it->step = k;
         it->loss = loss / (double)w.global_target_tokens;
         it->tokens = w.global_real_tokens;
