@@ -316,6 +316,104 @@ static void test_profile_derive_full(void **state)
     derive_full_check(DYN_MODEL_T5);
 }
 
+/* dyn_profile_points_sum_planes on synthetic points: T5's embedding and
+ * head off the two planes take, per time column and mode, the sum of
+ * their two plane points less the common corner; their memory, the plane
+ * points, the other kinds and every GPT point stay as they were. */
+static void test_profile_sum_planes_formula(void **state)
+{
+    (void)state;
+    dyn_model_config cfg;
+    int32_t rows[2] = {1, 4}, enc[3] = {8, 16, 40}, dec[3] = {8, 24, 32};
+    dyn_cost_grid g = {2, 3, 3, rows, enc, dec};
+    int64_t n = dyn_cost_grid_size(&g) * DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT;
+    dyn_layer_cost *pts = calloc((size_t)n, sizeof *pts), *before = calloc((size_t)n, sizeof *before);
+    assert_true(pts && before);
+    for (int64_t i = 0; i < n; i++) {
+        double v = 1.0 + (double)((i * 7919) % 1009);
+        pts[i] = (dyn_layer_cost){v, 2 * v, 1.5 * v, 0.5 * v, v / 3, v / 5, v / 7, v / 11};
+    }
+    memcpy(before, pts, (size_t)n * sizeof *pts);
+    small_cfg(DYN_MODEL_GPT, &cfg);
+    dyn_profile_points_sum_planes(&cfg, &g, pts);
+    assert_memory_equal(pts, before, (size_t)n * sizeof *pts);
+    small_cfg(DYN_MODEL_T5, &cfg);
+    dyn_profile_points_sum_planes(&cfg, &g, pts);
+    int changed = 0;
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
+        for (int m = 0; m < DYN_RECOMPUTE_COUNT; m++)
+            for (int32_t a = 0; a < g.n_rows; a++)
+                for (int32_t b = 0; b < g.n_enc; b++)
+                    for (int32_t d = 0; d < g.n_dec; d++) {
+                        int64_t i = dyn_cost_grid_index(&g, k, m, a, b, d);
+                        int summed = (k == DYN_LAYER_EMBED || k == DYN_LAYER_LM_HEAD) && b > 0 && d > 0;
+                        if (!summed) {
+                            assert_memory_equal(&pts[i], &before[i], sizeof pts[i]);
+                            continue;
+                        }
+                        const dyn_layer_cost *x = &before[dyn_cost_grid_index(&g, k, m, a, b, 0)];
+                        const dyn_layer_cost *y = &before[dyn_cost_grid_index(&g, k, m, a, 0, d)];
+                        const dyn_layer_cost *o = &before[dyn_cost_grid_index(&g, k, m, a, 0, 0)];
+                        assert_true(pts[i].fwd_ms == x->fwd_ms + y->fwd_ms - o->fwd_ms);
+                        assert_true(pts[i].bwd_ms == x->bwd_ms + y->bwd_ms - o->bwd_ms);
+                        assert_true(pts[i].bwd_input_ms == x->bwd_input_ms + y->bwd_input_ms - o->bwd_input_ms);
+                        assert_true(pts[i].bwd_weight_ms == x->bwd_weight_ms + y->bwd_weight_ms - o->bwd_weight_ms);
+                        assert_true(pts[i].stored_mb == before[i].stored_mb && pts[i].peak_mb == before[i].peak_mb);
+                        assert_true(pts[i].output_mb == before[i].output_mb && pts[i].kept_mb == before[i].kept_mb);
+                        changed++;
+                    }
+    assert_int_equal(changed, 2 * DYN_RECOMPUTE_COUNT * 2 * 2 * 2); /* 2 kinds, every mode, 2 rows x 2 x 2 */
+    free(pts);
+    free(before);
+}
+
+/* A T5 grid run with dyn_profiler_set_sum_planes times the embedding and
+ * the head only on the two planes (the other kinds everywhere); their
+ * points off the planes have the memory a timed run measures there
+ * (memory does not vary between runs) and times from the planes. */
+static void test_profile_sum_planes_run(void **state)
+{
+    (void)state;
+    dyn_model_config cfg;
+    small_cfg(DYN_MODEL_T5, &cfg);
+    dyn_error err;
+    dyn_profiler *p = dyn_profiler_create(&cfg, 1, 1, 0, &err), *q = dyn_profiler_create(&cfg, 1, 1, 0, &err);
+    if (p == NULL || q == NULL) fail_msg("create: %s", err.msg);
+    dyn_profiler_set_sum_planes(p, 1);
+    int32_t rows[2] = {1, 3}, enc[3] = {8, 24, 40}, dec[2] = {8, 32};
+    dyn_cost_grid g = {2, 3, 2, rows, enc, dec};
+    int64_t n = dyn_cost_grid_size(&g) * DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT;
+    dyn_layer_cost *pts = calloc((size_t)n, sizeof *pts), *ref = calloc((size_t)n, sizeof *ref);
+    assert_true(pts && ref);
+    double states[DYN_LAYER_KIND_COUNT];
+    if (dyn_profile_grid_run(p, &g, pts, states, NULL, NULL, &err) != DYN_OK) fail_msg("run: %s", err.msg);
+    if (dyn_profile_grid_run(q, &g, ref, states, NULL, NULL, &err) != DYN_OK) fail_msg("run: %s", err.msg);
+    int64_t measured, unsettled, measured_all;
+    dyn_profiler_grid_stats(p, &measured, &unsettled);
+    dyn_profiler_grid_stats(q, &measured_all, &unsettled);
+    /* off the planes: 2 rows x 2 inputs x 1 target, per kind and timed mode */
+    assert_int_equal(measured_all - measured, 2 * 2 * (2 * 2 * 1));
+    int off = 0;
+    const int kinds[2] = {DYN_LAYER_EMBED, DYN_LAYER_LM_HEAD};
+    for (int ki = 0; ki < 2; ki++)
+        for (int m = 0; m < DYN_RECOMPUTE_COUNT; m++)
+            for (int32_t a = 0; a < g.n_rows; a++)
+                for (int32_t b = 1; b < g.n_enc; b++) {
+                    const dyn_layer_cost *t = &pts[dyn_cost_grid_index(&g, kinds[ki], m, a, b, 1)];
+                    const dyn_layer_cost *r = &ref[dyn_cost_grid_index(&g, kinds[ki], m, a, b, 1)];
+                    assert_true(t->stored_mb == r->stored_mb && t->peak_mb == r->peak_mb);
+                    assert_true(t->output_mb == r->output_mb && t->kept_mb == r->kept_mb);
+                    assert_true(t->stored_mb > 0 && t->fwd_ms > 0 && t->bwd_ms > 0);
+                    assert_true(t->bwd_input_ms > 0 && t->bwd_weight_ms > 0);
+                    off++;
+                }
+    assert_int_equal(off, 2 * DYN_RECOMPUTE_COUNT * 2 * 2);
+    free(pts);
+    free(ref);
+    dyn_profiler_free(p);
+    dyn_profiler_free(q);
+}
+
 static void test_profile_gpt_small_grid(void **state)
 {
     (void)state;
@@ -661,6 +759,8 @@ int main(void)
         cmocka_unit_test(test_sweep_point_calm),
         cmocka_unit_test(test_profile_coarse_grid),
         cmocka_unit_test(test_profile_derive_full),
+        cmocka_unit_test(test_profile_sum_planes_formula),
+        cmocka_unit_test(test_profile_sum_planes_run),
         cmocka_unit_test(test_profile_gpt_small_grid),
         cmocka_unit_test(test_profile_t5_small_grid),
         cmocka_unit_test(test_default_grid),

@@ -116,9 +116,11 @@ int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int
     dyn_profiler_set_max_tokens(p, max_tokens);
     dyn_profiler_set_sweeps(p, sweeps);
     dyn_profiler_set_derive_full(p, quick);
+    dyn_profiler_set_sum_planes(p, quick);
     /* --quick: the embedding on the full grid, the other kinds on the
      * quick one (dyn_profiler_set_coarse), full recompute not timed
-     * (dyn_profiler_set_derive_full) */
+     * (dyn_profiler_set_derive_full), T5's embedding and head timed on two
+     * planes (dyn_profiler_set_sum_planes) */
     dyn_cost_grid g, coarse = {0, 0, 0, NULL, NULL, NULL};
     if (dyn_profile_grid_default(cfg, 0, max_rows, &g, &err) != DYN_OK ||
         (quick && (dyn_profile_grid_default(cfg, 1, max_rows, &coarse, &err) != DYN_OK ||

@@ -48,6 +48,7 @@ struct dyn_profiler {
     int64_t n_probes, cap_probes;
     dyn_cost_grid coarse; /* dyn_profiler_set_coarse's axes; n_rows 0: none */
     int derive_full;      /* dyn_profiler_set_derive_full */
+    int sum_planes;       /* dyn_profiler_set_sum_planes */
     dyn_rng rng;
 };
 
@@ -116,6 +117,8 @@ void dyn_profiler_set_max_tokens(dyn_profiler *p, int64_t max_tokens)
 void dyn_profiler_set_sweeps(dyn_profiler *p, int sweeps) { p->sweeps = sweeps > 1 ? sweeps : 1; }
 
 void dyn_profiler_set_derive_full(dyn_profiler *p, int on) { p->derive_full = on != 0; }
+
+void dyn_profiler_set_sum_planes(dyn_profiler *p, int on) { p->sum_planes = on != 0; }
 
 void dyn_profiler_grid_stats(const dyn_profiler *p, int64_t *measured, int64_t *unsettled)
 {
@@ -232,9 +235,47 @@ typedef struct piece_result {
     double stored_bytes, work_bytes, output_bytes, input_bytes, kept_bytes;
 } piece_result;
 
-/* timed = 0: one untimed pass for the memory (res->ms left 0). */
+/* The arena's working region (scratch, gradient buffers) on top of the
+ * stored bytes, and the boundaries. The split backward's kept buffer is a
+ * second allocation held from B to W, not working memory of a pass: not
+ * counted here (docs/performance.md, "Peak memory"). The arena is made
+ * whole by the forward. */
+static void piece_arena_fill(piece_result *res, const dyn_model_acts *a, const run_bufs *b)
+{
+    double cap = (double)dyn_model_acts_capacity_bytes(a);
+    res->work_bytes = cap > res->stored_bytes ? cap - res->stored_bytes : 0.0;
+    res->output_bytes = (double)b->n_out * sizeof(float);
+    res->input_bytes = (double)b->n_in * sizeof(float);
+}
+
+/* The memory only (res->ms left 0): one forward, which makes
+ * the arena whole, and the bytes the split backward's first half would
+ * keep, counted as it counts them (dyn_model_split_kept_bytes). */
+static dyn_status piece_memory(dyn_profiler *p, const piece *pc, const dyn_model_microbatch *mb, int recompute,
+                               piece_result *res, dyn_error *err)
+{
+    run_bufs b;
+    dyn_status st = run_bufs_make(&b, p, pc, mb, err);
+    if (st != DYN_OK) return st;
+    dyn_model_acts *a = dyn_model_acts_create(err);
+    int has_in = pc->first > 0, has_out = pc->last < p->L;
+    double loss = 0;
+    if (a == NULL) st = DYN_ERR_NOMEM;
+    else
+        st = dyn_model_stage_forward(pc->m, a, mb, pc->first, pc->last, has_in ? b.in : NULL, has_out ? b.out : NULL,
+                                     recompute, has_out ? NULL : &loss, NULL, err);
+    if (st == DYN_OK) {
+        res->stored_bytes = (double)dyn_model_acts_stored_bytes(a);
+        res->kept_bytes = (double)dyn_model_split_kept_bytes(pc->m, mb, pc->first, pc->last, recompute);
+        piece_arena_fill(res, a, &b);
+    }
+    dyn_model_acts_free(a);
+    run_bufs_free(&b);
+    return st;
+}
+
 static dyn_status piece_measure(dyn_profiler *p, const piece *pc, const dyn_model_microbatch *mb, int recompute,
-                                int timed, piece_result *res, dyn_error *err)
+                                piece_result *res, dyn_error *err)
 {
     run_bufs b;
     dyn_status st = run_bufs_make(&b, p, pc, mb, err);
@@ -253,8 +294,7 @@ static dyn_status piece_measure(dyn_profiler *p, const piece *pc, const dyn_mode
     float dloss = 1e-3f;
     double loss = 0;
     double timed_ms = 0;
-    int warmup = timed ? p->warmup : 0, repeats = timed ? p->repeats : 1;
-    for (int r = -warmup; st == DYN_OK && (r < repeats || (timed && timed_ms < MIN_POINT_MS && r < cap)); r++) {
+    for (int r = -p->warmup; st == DYN_OK && (r < p->repeats || (timed_ms < MIN_POINT_MS && r < cap)); r++) {
         dyn_model_zero_grad(pc->m);
         double t0 = dyn_time_ms();
         st = dyn_model_stage_forward(pc->m, a, mb, pc->first, pc->last, has_in ? b.in : NULL,
@@ -286,15 +326,8 @@ static dyn_status piece_measure(dyn_profiler *p, const piece *pc, const dyn_mode
         }
     }
     if (st == DYN_OK) {
-        for (int j = 0; j < 4 && timed; j++) res->ms[j] = dyn_median(t4 + (size_t)j * cap, n);
-        /* The arena's working region (scratch, gradient buffers) on top of
-         * the stored bytes. The split backward's kept buffer is a second
-         * allocation held from B to W, not working memory of a pass: not
-         * counted here (docs/performance.md, "Peak memory"). */
-        double cap = (double)dyn_model_acts_capacity_bytes(a);
-        res->work_bytes = cap > res->stored_bytes ? cap - res->stored_bytes : 0.0;
-        res->output_bytes = (double)b.n_out * sizeof(float);
-        res->input_bytes = (double)b.n_in * sizeof(float);
+        for (int j = 0; j < 4; j++) res->ms[j] = dyn_median(t4 + (size_t)j * cap, n);
+        piece_arena_fill(res, a, &b);
     }
 done:
     free(t4);
@@ -330,8 +363,17 @@ static dyn_model_microbatch *mb_make(dyn_profiler *p, int32_t rows, int32_t enc_
 /* Blocks, the only layers that recompute (model.h). */
 static int kind_blocks(int k) { return k == DYN_LAYER_ENCODER || k == DYN_LAYER_DECODER; }
 
+/* T5's kinds whose time is an input part plus a target part
+ * (dyn_profiler_set_sum_planes): the embedding embeds the two in separate
+ * layers, the head reads the targets and passes the encoder output
+ * through. Neither recomputes. */
+static int kind_sums(const dyn_model_config *c, int k)
+{
+    return c->kind == DYN_MODEL_T5 && (k == DYN_LAYER_EMBED || k == DYN_LAYER_LM_HEAD);
+}
+
 /* dyn_profiler_measure, or with timed = 0 its memory only (one untimed
- * pass, no reference kernel, times 0). */
+ * forward: piece_memory; no reference kernel, times 0). */
 static dyn_status measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recompute rc, int32_t rows, int32_t enc_len,
                           int32_t dec_len, int timed, dyn_layer_cost *out, dyn_error *err)
 {
@@ -347,7 +389,9 @@ static dyn_status measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recompute rc
     double before = timed ? probe_run(p) : 0;
     for (int i = 0; i < p->n_pieces[kind] && st == DYN_OK; i++) {
         piece_result r = {{0}, 0, 0, 0, 0, 0};
-        st = piece_measure(p, &p->kinds[kind][i], mb, rc == DYN_RECOMPUTE_FULL, timed, &r, err);
+        const piece *pc = &p->kinds[kind][i];
+        int full = rc == DYN_RECOMPUTE_FULL;
+        st = timed ? piece_measure(p, pc, mb, full, &r, err) : piece_memory(p, pc, mb, full, &r, err);
         if (st != DYN_OK) break;
         if (rc == DYN_RECOMPUTE_FULL && kind_blocks(kind) && r.stored_bytes > r.input_bytes) {
             /* With full recompute a stage's blocks share one activation
@@ -571,10 +615,10 @@ typedef enum {
     PASS_SCALE
 } pass_kind;
 
-/* A memory-only pass (one untimed run of the recomputing backward) against
- * a timed measurement (a warm-up and 3 repeats of two forwards and two
- * backwards each), for the progress bar. */
-#define DERIVE_WORK 0.15
+/* A memory-only pass (one untimed forward: piece_memory) against a timed
+ * measurement (a warm-up and 3 repeats of two forwards and two backwards
+ * each, a backward about twice a forward), for the progress bar. */
+#define DERIVE_WORK 0.04
 
 /* on[axis][i]: is value i of the run grid's axis on the coarse grid
  * (dyn_profiler_set_coarse)? Not made without one (no kind_coarse). */
@@ -607,24 +651,41 @@ static int point_on_coarse(const grid_run *r, int32_t a, int32_t b, int32_t d)
     return r->cm.on[0][a] && r->cm.on[1][b] && r->cm.on[2][d];
 }
 
-/* A full-recompute point that is not timed (dyn_profiler_set_derive_full):
- * its memory now, its times from the plain point after the monotone fit
- * (derive_full_times). The embedding and the head run the same under full
- * recompute (only blocks recompute): their plain point whole; a block's
- * memory is its own, from one untimed pass. */
-static dyn_status point_derive_full(grid_run *r, int k, int32_t a, int32_t b, int32_t d, dyn_error *err)
+/* Off the two planes of a summed kind (dyn_profiler_set_sum_planes): not
+ * timed; its memory from one untimed pass, its times from the planes
+ * (dyn_profile_points_sum_planes). */
+static int point_off_planes(const grid_run *r, int k, int32_t b, int32_t d)
+{
+    return r->p->sum_planes && kind_sums(&r->p->cfg, k) && b > 0 && d > 0;
+}
+
+/* Does a point that is not timed get an untimed pass for its memory? A
+ * block under derived full recompute and a summed kind's plain point off
+ * the planes do; the others copy the plain point (the embedding and the
+ * head run the same under full recompute: only blocks recompute). */
+static int derive_runs(int k, dyn_recompute mode, int off)
+{
+    return off ? mode != DYN_RECOMPUTE_FULL : kind_blocks(k);
+}
+
+/* A point that is not timed (dyn_profiler_set_derive_full's full
+ * recompute, or off the planes of a summed kind): its memory now, either
+ * from one untimed pass or with the rest of the plain point; its times
+ * later, from the plain point after the monotone fit (derive_full_times)
+ * or from the planes (dyn_profile_points_sum_planes). */
+static dyn_status point_derive(grid_run *r, int k, dyn_recompute mode, int off, int32_t a, int32_t b, int32_t d,
+                               dyn_error *err)
 {
     dyn_profiler *p = r->p;
     const dyn_cost_grid *g = r->g;
     dyn_layer_cost lc = r->points[dyn_cost_grid_index(g, (dyn_layer_kind)k, DYN_RECOMPUTE_NONE, a, b, d)];
-    if (kind_blocks(k)) {
+    if (derive_runs(k, mode, off)) {
         dyn_layer_cost mem;
-        dyn_status st = measure(p, (dyn_layer_kind)k, DYN_RECOMPUTE_FULL, g->rows[a], g->enc_len[b], g->dec_len[d],
-                                0, &mem, err);
+        dyn_status st = measure(p, (dyn_layer_kind)k, mode, g->rows[a], g->enc_len[b], g->dec_len[d], 0, &mem, err);
         if (st != DYN_OK) return st;
         lc.stored_mb = mem.stored_mb, lc.peak_mb = mem.peak_mb, lc.output_mb = mem.output_mb, lc.kept_mb = mem.kept_mb;
     }
-    point_store(&p->cfg, g, r->points, k, DYN_RECOMPUTE_FULL, a, b, d, &lc);
+    point_store(&p->cfg, g, r->points, k, mode, a, b, d, &lc);
     return DYN_OK;
 }
 
@@ -633,7 +694,7 @@ static dyn_status point_derive_full(grid_run *r, int k, int32_t a, int32_t b, in
  * block's forward and weight half are the same, its backward and input
  * half run the forward again first; the embedding's and the head's are
  * the same. Sums of times monotone in rows and lengths stay monotone, so
- * the table stays fitted; the memory (point_derive_full) is kept. */
+ * the table stays fitted; the memory (point_derive) is kept. */
 static void derive_full_times(const dyn_cost_grid *g, dyn_layer_cost *points)
 {
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
@@ -649,10 +710,32 @@ static void derive_full_times(const dyn_cost_grid *g, dyn_layer_cost *points)
                 }
 }
 
+void dyn_profile_points_sum_planes(const dyn_model_config *cfg, const dyn_cost_grid *g, dyn_layer_cost *points)
+{
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
+        if (!kind_sums(cfg, k)) continue;
+        dyn_layer_kind kind = (dyn_layer_kind)k;
+        for (int m = 0; m < DYN_RECOMPUTE_COUNT; m++)
+            for (int32_t a = 0; a < g->n_rows; a++)
+                for (int32_t b = 1; b < g->n_enc; b++)
+                    for (int32_t d = 1; d < g->n_dec; d++) {
+                        dyn_recompute mode = (dyn_recompute)m;
+                        const dyn_layer_cost *x = &points[dyn_cost_grid_index(g, kind, mode, a, b, 0)];
+                        const dyn_layer_cost *y = &points[dyn_cost_grid_index(g, kind, mode, a, 0, d)];
+                        const dyn_layer_cost *o = &points[dyn_cost_grid_index(g, kind, mode, a, 0, 0)];
+                        dyn_layer_cost *t = &points[dyn_cost_grid_index(g, kind, mode, a, b, d)];
+                        t->fwd_ms = x->fwd_ms + y->fwd_ms - o->fwd_ms;
+                        t->bwd_ms = x->bwd_ms + y->bwd_ms - o->bwd_ms;
+                        t->bwd_input_ms = x->bwd_input_ms + y->bwd_input_ms - o->bwd_input_ms;
+                        t->bwd_weight_ms = x->bwd_weight_ms + y->bwd_weight_ms - o->bwd_weight_ms;
+                    }
+    }
+}
+
 /* One point of a pass: the COUNT passes add its work to the total, the
  * MEASURE passes measure it (UNSETTLED: unless settled) and store what its
- * sweeps keep, DERIVE makes the untimed full-recompute points, SCALE fills
- * the points past --max-tokens. */
+ * sweeps keep, DERIVE gives the points not timed their memory
+ * (point_derive), SCALE fills the points past --max-tokens. */
 static dyn_status grid_point(grid_run *r, pass_kind what, int k, dyn_recompute mode, int32_t a, int32_t b,
                              int32_t d, dyn_error *err)
 {
@@ -667,15 +750,17 @@ static dyn_status grid_point(grid_run *r, pass_kind what, int k, dyn_recompute m
         if (scaled) point_scale(&p->cfg, g, r->points, k, mode, a_from, a, b, d);
         return DYN_OK;
     }
-    int derived = p->derive_full && mode == DYN_RECOMPUTE_FULL;
+    int off = point_off_planes(r, k, b, d);
+    int derived = (p->derive_full && mode == DYN_RECOMPUTE_FULL) || off;
     if (derived != (what == PASS_COUNT_DERIVE || what == PASS_DERIVE) || scaled) return DYN_OK;
+    double dw = derive_runs(k, mode, off) ? w * DERIVE_WORK : 0;
     if (what == PASS_COUNT_DERIVE) {
-        r->total += kind_blocks(k) ? w * DERIVE_WORK : 0;
+        r->total += dw;
         return DYN_OK;
     }
     if (what == PASS_DERIVE) {
-        dyn_status st = point_derive_full(r, k, a, b, d, err);
-        r->done += kind_blocks(k) ? w * DERIVE_WORK : 0;
+        dyn_status st = point_derive(r, k, mode, off, a, b, d, err);
+        r->done += dw;
         if (st == DYN_OK && r->fn) r->fn(r->ctx, (int64_t)r->done, (int64_t)r->total, 0);
         return st;
     }
@@ -802,9 +887,10 @@ static dyn_status grid_sweeps(grid_run *r, dyn_error *err)
         if (r->total == before) break; /* all settled */
         st = grid_pass(r, PASS_MEASURE_UNSETTLED, err);
     }
-    if (st == DYN_OK) st = grid_pass(r, PASS_DERIVE, err); /* untimed full recompute: its memory */
+    if (st == DYN_OK) st = grid_pass(r, PASS_DERIVE, err); /* the points not timed: their memory */
     if (st == DYN_OK) st = grid_pass(r, PASS_SCALE, err);
     if (st == DYN_OK) grid_fill(r);
+    if (st == DYN_OK && r->p->sum_planes) dyn_profile_points_sum_planes(&r->p->cfg, r->g, r->points);
     return st;
 }
 

@@ -65,6 +65,27 @@ void dyn_profiler_set_max_tokens(dyn_profiler *p, int64_t max_tokens);
  * is measured in one untimed pass. */
 void dyn_profiler_set_derive_full(dyn_profiler *p, int on);
 
+/* on != 0: grid runs time T5's embedding and head only on two planes, the
+ * shortest target (dec_len index 0) and the shortest input (enc_len index
+ * 0); elsewhere a point's times are the sum of the two planes' points at
+ * its rows and lengths less their common corner, and its memory is
+ * measured in one untimed pass (the --quick profile). Each kind's time is
+ * an input part plus a target part: the embedding embeds the input and the
+ * targets in separate layers (and normalizes the encoder output), the
+ * head reads only the targets and passes the encoder output through.
+ * GPT: no effect. */
+void dyn_profiler_set_sum_planes(dyn_profiler *p, int on);
+
+/* What such a grid run does to its points after filling the planes (and
+ * any coarse grid's other points): for T5's embedding and head, every
+ * mode, each point off the two planes takes as its four times the point
+ * at its rows and input with the shortest target, plus the one at its
+ * rows and target with the shortest input, less the one with both
+ * shortest; its memory is left as it is. Other kinds and GPT: unchanged.
+ * On a coarse grid's blend this is the same as blending the coarse
+ * points' sums (both are linear). */
+void dyn_profile_points_sum_planes(const dyn_model_config *cfg, const dyn_cost_grid *g, dyn_layer_cost *points);
+
 /* Measure every kind but the embedding only at the grid points whose every
  * coordinate is also on the coarse grid (each of its axes a subset of the
  * run's, with the same first and last values; the --quick grid of the
