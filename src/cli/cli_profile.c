@@ -34,7 +34,9 @@ static void usage(FILE *out)
             "Measure forward, backward and split backward of each layer kind (embedding,\n"
             "GPT/T5-encoder block, T5 decoder block, LM head), per recompute mode, with\n"
             "their activation memory, over a grid of micro-batch rows and lengths, and\n"
-            "write the cost table the planner reads (--cost-model FILE).\n\n"
+            "write the cost table the planner reads (--cost-model FILE). T5's embedding\n"
+            "and head are timed at the shortest input and at the shortest target, and\n"
+            "their sum is taken elsewhere: each is an input part plus a target part.\n\n"
             "  --model-config NAME|FILE  preset or model JSON (default gpt-tiny / t5-tiny)\n"
             "  --max-seqlen L            longest length on the grid (default 512)\n"
             "  --max-rows R              most micro-batch rows on the grid (default 32)\n"
@@ -47,10 +49,8 @@ static void usage(FILE *out)
             "                            its fastest); each time keeps a point's lowest median\n"
             "                            (default 2; --quick 1)\n"
             "  --quick                   a third of the points per axis but for the embedding,\n"
-            "                            full recompute derived, not timed, and T5's embedding\n"
-            "                            and head timed at the shortest input and target only\n"
-            "                            and summed (gpt-mini with --max-tokens 16384: 1-1.5\n"
-            "                            minutes; t5-tiny: 1.5)\n"
+            "                            and full recompute derived, not timed (gpt-mini with\n"
+            "                            --max-tokens 16384: 1-1.5 minutes; t5-tiny: 1.5)\n"
             "  --out FILE                the cost table (written atomically)\n"
             "  --check analytic|FILE     instead: measure --shapes held-out shapes and print the\n"
             "                            predicted vs measured error per layer kind\n"
@@ -118,11 +118,13 @@ int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int
     dyn_profiler_set_max_tokens(p, max_tokens);
     dyn_profiler_set_sweeps(p, sweeps);
     dyn_profiler_set_derive_full(p, quick);
-    dyn_profiler_set_sum_planes(p, quick);
+    /* T5's embedding and head are timed on two planes, always: timed at
+     * every point, the head's nearly flat input axis was noise that the
+     * monotone fit turned into a rise (dyn_profiler_set_sum_planes). */
+    dyn_profiler_set_sum_planes(p, 1);
     /* --quick: the embedding on the full grid, the other kinds on the
      * quick one (dyn_profiler_set_coarse), full recompute not timed
-     * (dyn_profiler_set_derive_full), T5's embedding and head timed on two
-     * planes (dyn_profiler_set_sum_planes) */
+     * (dyn_profiler_set_derive_full) */
     dyn_cost_grid g, coarse = {0, 0, 0, NULL, NULL, NULL};
     if (dyn_profile_grid_default(cfg, 0, max_rows, &g, &err) != DYN_OK ||
         (quick && (dyn_profile_grid_default(cfg, 1, max_rows, &coarse, &err) != DYN_OK ||
