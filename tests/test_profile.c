@@ -255,6 +255,32 @@ static void test_profile_coarse_grid(void **state)
     dyn_profiler_free(p);
 }
 
+/* Grid runs on g of a profiler set up by set(p, 1) and of a plain one:
+ * their points (free both) and how many points each timed. */
+typedef struct run_pair {
+    dyn_layer_cost *pts, *ref;
+    int64_t measured, measured_plain;
+} run_pair;
+
+static run_pair grid_run_pair(const dyn_model_config *cfg, const dyn_cost_grid *g, void (*set)(dyn_profiler *, int))
+{
+    dyn_error err;
+    dyn_profiler *p = dyn_profiler_create(cfg, 1, 1, 0, &err), *q = dyn_profiler_create(cfg, 1, 1, 0, &err);
+    if (p == NULL || q == NULL) fail_msg("create: %s", err.msg);
+    set(p, 1);
+    int64_t n = dyn_cost_grid_size(g) * DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT, unsettled;
+    run_pair r = {calloc((size_t)n, sizeof(dyn_layer_cost)), calloc((size_t)n, sizeof(dyn_layer_cost)), 0, 0};
+    assert_true(r.pts && r.ref);
+    double states[DYN_LAYER_KIND_COUNT];
+    if (dyn_profile_grid_run(p, g, r.pts, states, NULL, NULL, &err) != DYN_OK) fail_msg("run: %s", err.msg);
+    if (dyn_profile_grid_run(q, g, r.ref, states, NULL, NULL, &err) != DYN_OK) fail_msg("run: %s", err.msg);
+    dyn_profiler_grid_stats(p, &r.measured, &unsettled);
+    dyn_profiler_grid_stats(q, &r.measured_plain, &unsettled);
+    dyn_profiler_free(p);
+    dyn_profiler_free(q);
+    return r;
+}
+
 /* With dyn_profiler_set_derive_full only the plain points are timed. Under
  * full recompute the embedding and the head take their plain points
  * whole; a block takes the plain forward and weight half, the plain
@@ -265,22 +291,11 @@ static void derive_full_check(dyn_model_kind kind)
 {
     dyn_model_config cfg;
     small_cfg(kind, &cfg);
-    dyn_error err;
-    dyn_profiler *p = dyn_profiler_create(&cfg, 1, 1, 0, &err), *q = dyn_profiler_create(&cfg, 1, 1, 0, &err);
-    if (p == NULL || q == NULL) fail_msg("create: %s", err.msg);
-    dyn_profiler_set_derive_full(p, 1);
     int32_t rows[2] = {1, 3}, enc[2] = {8, 24}, dec[2] = {4, 12};
     dyn_cost_grid g = {2, 2, kind == DYN_MODEL_T5 ? 2 : 1, rows, enc, kind == DYN_MODEL_T5 ? dec : (int32_t[]){0}};
-    int64_t n = dyn_cost_grid_size(&g) * DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT;
-    dyn_layer_cost *pts = calloc((size_t)n, sizeof *pts), *ref = calloc((size_t)n, sizeof *ref);
-    assert_true(pts && ref);
-    double states[DYN_LAYER_KIND_COUNT];
-    if (dyn_profile_grid_run(p, &g, pts, states, NULL, NULL, &err) != DYN_OK) fail_msg("run: %s", err.msg);
-    if (dyn_profile_grid_run(q, &g, ref, states, NULL, NULL, &err) != DYN_OK) fail_msg("run: %s", err.msg);
-    int64_t measured, unsettled, measured_all;
-    dyn_profiler_grid_stats(p, &measured, &unsettled);
-    dyn_profiler_grid_stats(q, &measured_all, &unsettled);
-    assert_int_equal(2 * measured, measured_all); /* the plain points only */
+    run_pair rp = grid_run_pair(&cfg, &g, dyn_profiler_set_derive_full);
+    dyn_layer_cost *pts = rp.pts, *ref = rp.ref;
+    assert_int_equal(2 * rp.measured, rp.measured_plain); /* the plain points only */
     int blocks = 0;
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
         for (int32_t a = 0; a < g.n_rows; a++)
@@ -305,8 +320,6 @@ static void derive_full_check(dyn_model_kind kind)
     assert_int_equal(blocks, (kind == DYN_MODEL_T5 ? 2 : 1) * g.n_rows * g.n_enc * g.n_dec);
     free(pts);
     free(ref);
-    dyn_profiler_free(p);
-    dyn_profiler_free(q);
 }
 
 static void test_profile_derive_full(void **state)
@@ -376,23 +389,12 @@ static void test_profile_sum_planes_run(void **state)
     (void)state;
     dyn_model_config cfg;
     small_cfg(DYN_MODEL_T5, &cfg);
-    dyn_error err;
-    dyn_profiler *p = dyn_profiler_create(&cfg, 1, 1, 0, &err), *q = dyn_profiler_create(&cfg, 1, 1, 0, &err);
-    if (p == NULL || q == NULL) fail_msg("create: %s", err.msg);
-    dyn_profiler_set_sum_planes(p, 1);
     int32_t rows[2] = {1, 3}, enc[3] = {8, 24, 40}, dec[2] = {8, 32};
     dyn_cost_grid g = {2, 3, 2, rows, enc, dec};
-    int64_t n = dyn_cost_grid_size(&g) * DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT;
-    dyn_layer_cost *pts = calloc((size_t)n, sizeof *pts), *ref = calloc((size_t)n, sizeof *ref);
-    assert_true(pts && ref);
-    double states[DYN_LAYER_KIND_COUNT];
-    if (dyn_profile_grid_run(p, &g, pts, states, NULL, NULL, &err) != DYN_OK) fail_msg("run: %s", err.msg);
-    if (dyn_profile_grid_run(q, &g, ref, states, NULL, NULL, &err) != DYN_OK) fail_msg("run: %s", err.msg);
-    int64_t measured, unsettled, measured_all;
-    dyn_profiler_grid_stats(p, &measured, &unsettled);
-    dyn_profiler_grid_stats(q, &measured_all, &unsettled);
+    run_pair rp = grid_run_pair(&cfg, &g, dyn_profiler_set_sum_planes);
+    dyn_layer_cost *pts = rp.pts, *ref = rp.ref;
     /* off the planes: 2 rows x 2 inputs x 1 target, per kind and timed mode */
-    assert_int_equal(measured_all - measured, 2 * 2 * (2 * 2 * 1));
+    assert_int_equal(rp.measured_plain - rp.measured, 2 * 2 * (2 * 2 * 1));
     int off = 0;
     const int kinds[2] = {DYN_LAYER_EMBED, DYN_LAYER_LM_HEAD};
     for (int ki = 0; ki < 2; ki++)
@@ -410,8 +412,6 @@ static void test_profile_sum_planes_run(void **state)
     assert_int_equal(off, 2 * DYN_RECOMPUTE_COUNT * 2 * 2);
     free(pts);
     free(ref);
-    dyn_profiler_free(p);
-    dyn_profiler_free(q);
 }
 
 static void test_profile_gpt_small_grid(void **state)
