@@ -544,6 +544,18 @@ static void test_default_grid(void **state)
     assert_true(quick.n_enc < full.n_enc && quick.n_rows < full.n_rows && full.n_dec < full.n_enc);
     for (int i = 1; i < full.n_enc; i++) assert_true(full.enc_len[i] > full.enc_len[i - 1]);
     for (int i = 1; i < full.n_rows; i++) assert_true(full.rows[i] > full.rows[i - 1]);
+    /* quick: a subset of the full axes; no cell next to the longest length
+     * narrower than a step of the full axis (440 next to 512 went) */
+    const int32_t *qa[2] = {quick.enc_len, quick.dec_len}, *fa[2] = {full.enc_len, full.dec_len};
+    const int32_t qn[2] = {quick.n_enc, quick.n_dec}, fn[2] = {full.n_enc, full.n_dec};
+    for (int ax = 0; ax < 2; ax++) {
+        for (int32_t i = 0, j = 0; i < qn[ax]; i++) {
+            while (j < fn[ax] && fa[ax][j] != qa[ax][i]) j++;
+            assert_true(j < fn[ax]);
+        }
+        assert_true(qn[ax] >= 3 && qa[ax][qn[ax] - 1] >= 1.25 * qa[ax][qn[ax] - 2]);
+    }
+    assert_int_equal(quick.enc_len[quick.n_enc - 2], 224);
     dyn_profile_grid_free(&full);
     dyn_profile_grid_free(&quick);
 }
