@@ -50,7 +50,7 @@ static void usage(FILE *out)
             "                            (default 2; --quick 1)\n"
             "  --quick                   a third of the points per axis but for the embedding,\n"
             "                            and full recompute derived, not timed (gpt-mini with\n"
-            "                            --max-tokens 16384: 1-1.5 minutes; t5-tiny: 1.5)\n"
+            "                            --max-tokens 16384: under a minute; t5-tiny: 75 s)\n"
             "  --out FILE                the cost table (written atomically)\n"
             "  --check analytic|FILE     instead: measure --shapes held-out shapes and print the\n"
             "                            predicted vs measured error per layer kind\n"

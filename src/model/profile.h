@@ -176,7 +176,8 @@ dyn_status dyn_profiler_measure_optimizer(dyn_profiler *p, double *ms_per_mparam
  * {1,2,3,4,6,8,12,16,...} up to max_rows; lengths every 8 tokens up to 64,
  * then denser where cost changes shape (short lengths) and geometric
  * (about x1.25) up to cfg->max_seqlen; quick: about a third as many points
- * per axis. T5 uses the length axis for inputs and a coarser one (every
+ * per axis (every third length and the longest, less a kept length within
+ * 1.25x of the longest). T5 uses the length axis for inputs and a coarser one (every
  * other point) for targets; GPT's dec_len axis is {0}. */
 dyn_status dyn_profile_grid_default(const dyn_model_config *cfg, int quick, int32_t max_rows, dyn_cost_grid *g,
                                     dyn_error *err);
