@@ -96,9 +96,10 @@ void dyn_profile_points_sum_planes(const dyn_model_config *cfg, const dyn_cost_g
  * from those: what the table reader would compute from a coarse table, so
  * those kinds cost and predict as with a coarse profile. The embedding
  * is cheap to measure (gpt-mini's whole grid: about 14 s a sweep, against
- * about 95 s for the blocks on the quick grid) and its cost per token steps
- * up where its activations leave the caches (a cell of the coarse grid
- * straddling the step is 20-30 % off inside), so it gets every point.
+ * about 95 s for the blocks on the quick grid of seven lengths, about a
+ * third less on six) and its cost per token steps up where its
+ * activations leave the caches (a cell of the coarse grid straddling the
+ * step is 20-30 % off inside), so it gets every point.
  * The axes are copied; NULL: measure every kind at every point. */
 dyn_status dyn_profiler_set_coarse(dyn_profiler *p, const dyn_cost_grid *coarse, dyn_error *err);
 
