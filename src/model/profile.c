@@ -248,6 +248,17 @@ static void piece_arena_fill(piece_result *res, const dyn_model_acts *a, const r
     res->input_bytes = (double)b->n_in * sizeof(float);
 }
 
+/* One forward of the piece on a, from b's input into b's output (the
+ * loss, when the piece ends the model, is not needed). */
+static dyn_status piece_forward(const dyn_profiler *p, const piece *pc, dyn_model_acts *a,
+                                const dyn_model_microbatch *mb, run_bufs *b, int recompute, dyn_error *err)
+{
+    int has_in = pc->first > 0, has_out = pc->last < p->L;
+    double loss = 0;
+    return dyn_model_stage_forward(pc->m, a, mb, pc->first, pc->last, has_in ? b->in : NULL, has_out ? b->out : NULL,
+                                   recompute, has_out ? NULL : &loss, NULL, err);
+}
+
 /* The memory only (res->ms left 0): one forward, which makes
  * the arena whole, and the bytes the split backward's first half would
  * keep, counted as it counts them (dyn_model_split_kept_bytes). */
@@ -258,12 +269,7 @@ static dyn_status piece_memory(dyn_profiler *p, const piece *pc, const dyn_model
     dyn_status st = run_bufs_make(&b, p, pc, mb, err);
     if (st != DYN_OK) return st;
     dyn_model_acts *a = dyn_model_acts_create(err);
-    int has_in = pc->first > 0, has_out = pc->last < p->L;
-    double loss = 0;
-    if (a == NULL) st = DYN_ERR_NOMEM;
-    else
-        st = dyn_model_stage_forward(pc->m, a, mb, pc->first, pc->last, has_in ? b.in : NULL, has_out ? b.out : NULL,
-                                     recompute, has_out ? NULL : &loss, NULL, err);
+    st = a == NULL ? DYN_ERR_NOMEM : piece_forward(p, pc, a, mb, &b, recompute, err);
     if (st == DYN_OK) {
         res->stored_bytes = (double)dyn_model_acts_stored_bytes(a);
         res->kept_bytes = (double)dyn_model_split_kept_bytes(pc->m, mb, pc->first, pc->last, recompute);
@@ -292,21 +298,17 @@ static dyn_status piece_measure(dyn_profiler *p, const piece *pc, const dyn_mode
     }
     int has_in = pc->first > 0, has_out = pc->last < p->L;
     float dloss = 1e-3f;
-    double loss = 0;
     double timed_ms = 0;
     for (int r = -p->warmup; st == DYN_OK && (r < p->repeats || (timed_ms < MIN_POINT_MS && r < cap)); r++) {
         dyn_model_zero_grad(pc->m);
         double t0 = dyn_time_ms();
-        st = dyn_model_stage_forward(pc->m, a, mb, pc->first, pc->last, has_in ? b.in : NULL,
-                                     has_out ? b.out : NULL, recompute, has_out ? NULL : &loss, NULL, err);
+        st = piece_forward(p, pc, a, mb, &b, recompute, err);
         double t1 = dyn_time_ms();
         if (st == DYN_OK)
             st = dyn_model_stage_backward(pc->m, a, mb, pc->first, pc->last, has_out ? b.dout : NULL,
                                           has_in ? b.din : NULL, dloss, err);
         double t2 = dyn_time_ms();
-        if (st == DYN_OK)
-            st = dyn_model_stage_forward(pc->m, a, mb, pc->first, pc->last, has_in ? b.in : NULL,
-                                         has_out ? b.out : NULL, recompute, has_out ? NULL : &loss, NULL, err);
+        if (st == DYN_OK) st = piece_forward(p, pc, a, mb, &b, recompute, err);
         if (r == 0 && st == DYN_OK) res->stored_bytes = (double)dyn_model_acts_stored_bytes(a);
         double t3 = dyn_time_ms();
         if (st == DYN_OK)
@@ -674,16 +676,17 @@ static int derive_runs(int k, dyn_recompute mode, int off)
 
 /* A point that is not timed (dyn_profiler_set_derive_full's full
  * recompute, or off the planes of a summed kind): its memory now, either
- * from one untimed pass or with the rest of the plain point; its times
+ * from one untimed pass (runs: derive_runs) or with the rest of the plain
+ * point; its times
  * later, from the plain point after the monotone fit (derive_full_times)
  * or from the planes (dyn_profile_points_sum_planes). */
-static dyn_status point_derive(grid_run *r, int k, dyn_recompute mode, int off, int32_t a, int32_t b, int32_t d,
+static dyn_status point_derive(grid_run *r, int k, dyn_recompute mode, int runs, int32_t a, int32_t b, int32_t d,
                                dyn_error *err)
 {
     dyn_profiler *p = r->p;
     const dyn_cost_grid *g = r->g;
     dyn_layer_cost lc = r->points[dyn_cost_grid_index(g, (dyn_layer_kind)k, DYN_RECOMPUTE_NONE, a, b, d)];
-    if (derive_runs(k, mode, off)) {
+    if (runs) {
         dyn_layer_cost mem;
         dyn_status st = measure(p, (dyn_layer_kind)k, mode, g->rows[a], g->enc_len[b], g->dec_len[d], 0, &mem, err);
         if (st != DYN_OK) return st;
@@ -757,13 +760,14 @@ static dyn_status grid_point(grid_run *r, pass_kind what, int k, dyn_recompute m
     int off = point_off_planes(r, k, b, d);
     int derived = (p->derive_full && mode == DYN_RECOMPUTE_FULL) || off;
     if (derived != (what == PASS_COUNT_DERIVE || what == PASS_DERIVE) || scaled) return DYN_OK;
-    double dw = derive_runs(k, mode, off) ? w * DERIVE_WORK : 0;
+    int runs = derive_runs(k, mode, off);
+    double dw = runs ? w * DERIVE_WORK : 0;
     if (what == PASS_COUNT_DERIVE) {
         r->total += dw;
         return DYN_OK;
     }
     if (what == PASS_DERIVE) {
-        dyn_status st = point_derive(r, k, mode, off, a, b, d, err);
+        dyn_status st = point_derive(r, k, mode, runs, a, b, d, err);
         r->done += dw;
         if (st == DYN_OK && r->fn) r->fn(r->ctx, (int64_t)r->done, (int64_t)r->total, 0);
         return st;
