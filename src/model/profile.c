@@ -677,9 +677,8 @@ static int derive_runs(int k, dyn_recompute mode, int off)
 /* A point that is not timed (dyn_profiler_set_derive_full's full
  * recompute, or off the planes of a summed kind): its memory now, either
  * from one untimed pass (runs: derive_runs) or with the rest of the plain
- * point; its times
- * later, from the plain point after the monotone fit (derive_full_times)
- * or from the planes (dyn_profile_points_sum_planes). */
+ * point; its times later, from the plain point after the monotone fit
+ * (derive_full_times) or from the planes (dyn_profile_points_sum_planes). */
 static dyn_status point_derive(grid_run *r, int k, dyn_recompute mode, int runs, int32_t a, int32_t b, int32_t d,
                                dyn_error *err)
 {
