@@ -9,15 +9,19 @@
 # last line compares each run's time (its iterations from the third on
 # added up) predicted and measured: median and worst error over the runs.
 # Extra arguments go to every `dynapipe train` (e.g. --calibrate); KEEP=DIR
-# keeps each run's metrics as DIR/METHOD-SCHEDULE.jsonl.
+# keeps each run's metrics as DIR/METHOD-SCHEDULE.jsonl; MODEL=t5 trains T5
+# (default gpt; the profile must be of the shape trained: train's default
+# preset is gpt-mini / t5-mini, or pass --model-config).
 #   scripts/predict_check.sh analytic
 #   scripts/predict_check.sh /path/profile.table --calibrate
+#   MODEL=t5 scripts/predict_check.sh /path/t5-mini.table
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COST=${1:?usage: scripts/predict_check.sh analytic|TABLE [train flags]}
 shift
 BIN=${BIN:-build/dynapipe}
 STEPS=${STEPS:-12}
+MODEL=${MODEL:-gpt}
 METHODS=${METHODS:-"dynapipe padding packing token"}
 SCHEDULES=${SCHEDULES:-"1f1b cyclic zb"}
 tmp=$(mktemp -d)
@@ -26,7 +30,7 @@ printf '%-9s %-7s %8s %8s %10s %10s %9s %8s %9s\n' method schedule pred_ms meas_
   plan_ms wait_ms
 for m in $METHODS; do
   for s in $SCHEDULES; do
-    "$BIN" train --model gpt --steps "$STEPS" --method "$m" --schedule "$s" --cost-model "$COST" \
+    "$BIN" train --model "$MODEL" --steps "$STEPS" --method "$m" --schedule "$s" --cost-model "$COST" \
       --metrics "$tmp/m.jsonl" --quiet "$@" > "$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
     if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$tmp/m.jsonl" "$KEEP/$m-$s.jsonl"; fi
     python3 - "$tmp/m.jsonl" "$m" "$s" "$tmp/runs" <<'PY'
