@@ -307,7 +307,7 @@ static void test_analytic_monotone_in_each_dimension(void **state)
             assert_non_null(cm);
             int t5 = cfg.kind == DYN_MODEL_T5;
             for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
-                if (k == DYN_LAYER_DECODER && !t5) continue;
+                if (!dyn_cost_kind_present(&cfg, (dyn_layer_kind)k)) continue;
                 for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++)
                     for (int dim = 0; dim < (t5 ? 3 : 2); dim++) {
                         dyn_layer_cost prev = {0};
@@ -456,7 +456,7 @@ static const char *write_known_t5_table(const char *name)
                     for (int c = 0; c < 3; c++)
                         fill_known(&pts[dyn_cost_grid_index(&g, (dyn_layer_kind)k, (dyn_recompute)rc, a, b, c)],
                                    k, rc, ROWS[a], ENC[b], DEC[c]);
-    double states[4] = {1.5, 2.5, 3.5, 4.5};
+    double states[DYN_LAYER_KIND_COUNT] = {1.5, 2.5, 3.5, 4.5, 5.5};
     const char *path = tmp_path(name);
     dyn_error err;
     if (dyn_cost_table_write(path, &cfg, dyn_machine_builtin("cpu"), states, &g, pts, &err) != DYN_OK)
@@ -517,7 +517,7 @@ static void test_table_extrapolation_rule(void **state)
             pts[k * 3 + b].fwd_ms = e * e / 100.0; /* 1, 4, 16 */
             pts[k * 3 + b].stored_mb = e - 5.0;    /* 5, 15, 35 */
         }
-    double states[4] = {0, 0, 0, 0};
+    double states[DYN_LAYER_KIND_COUNT] = {0};
     const char *path = tmp_path("quad.table");
     assert_int_equal(dyn_cost_table_write(path, &cfg, dyn_machine_builtin("a100"), states, &g, pts, NULL), DYN_OK);
     dyn_cost_model *cm = dyn_cost_model_load_table(path, NULL);
@@ -564,7 +564,7 @@ static void test_table_round_trip_from_analytic(void **state)
                         dyn_cost_layer_states_mb(an, (dyn_layer_kind)k));
         assert_true(dyn_cost_model_states_mb(tb) == dyn_cost_model_states_mb(an));
         for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
-            if (k == DYN_LAYER_DECODER && !t5) continue;
+            if (!dyn_cost_kind_present(&cfg, (dyn_layer_kind)k)) continue;
             for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++)
                 for (int a = 0; a < 3; a++)
                     for (int b = 0; b < 4; b++)
@@ -854,7 +854,7 @@ static void test_table_write_rejects_bad_input(void **state)
     dyn_cost_grid g = {2, 1, 1, rows, enc, dec};
     dyn_layer_cost pts[DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT * 2];
     memset(pts, 0, sizeof pts);
-    double states[4] = {0};
+    double states[DYN_LAYER_KIND_COUNT] = {0};
     dyn_error err;
     const char *path = tmp_path("never.table");
     assert_int_equal(dyn_cost_table_write(path, &cfg, dyn_machine_builtin("cpu"), states, &g, pts, &err),

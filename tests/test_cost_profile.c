@@ -84,7 +84,7 @@ static void synth_make(synth *s, unsigned seed)
 static dyn_cost_model *synth_load(synth *s, const char *name)
 {
     const char *path = tmp_path(name);
-    double states[4] = {1, 2, 3, 4};
+    double states[DYN_LAYER_KIND_COUNT] = {1, 2, 3, 4, 5};
     dyn_error err;
     if (dyn_cost_table_write(path, &s->cfg, dyn_machine_builtin("cpu"), states, &s->g, s->pts, &err) != DYN_OK)
         fail_msg("write: %s", err.msg);
@@ -168,7 +168,7 @@ static void test_noisy_points_are_fitted_monotone(void **state)
     const double fwd[4] = {3, 1, 2, 5}, bwd[4] = {1, 4, 2, 3};
     for (int k = 0; k < DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT; k++)
         for (int b = 0; b < 4; b++) pts[k * 4 + b].fwd_ms = fwd[b], pts[k * 4 + b].bwd_ms = bwd[b];
-    double states[4] = {0, 0, 0, 0};
+    double states[DYN_LAYER_KIND_COUNT] = {0};
     const char *path = tmp_path("noisy.table");
     assert_int_equal(dyn_cost_table_write(path, &cfg, dyn_machine_builtin("cpu"), states, &g, pts, NULL), DYN_OK);
     dyn_cost_model *cm = dyn_cost_model_load_table(path, NULL);
@@ -195,7 +195,7 @@ static void test_profile_round_trip_and_shape_refused(void **state)
     snprintf(meta.cpu, sizeof meta.cpu, "Some CPU @ 2.0GHz");
     snprintf(meta.dtype, sizeof meta.dtype, "fp32");
     const char *path = tmp_path("meta.table");
-    double states[4] = {1, 2, 3, 4};
+    double states[DYN_LAYER_KIND_COUNT] = {1, 2, 3, 4, 5};
     dyn_error err;
     assert_int_equal(dyn_cost_table_write_profile(path, &s.cfg, dyn_machine_builtin("cpu"), states, &s.g, s.pts,
                                                   &meta, &err), DYN_OK);
@@ -295,7 +295,7 @@ static void test_long_axes_load(void **state)
         assert_non_null(pts);
         for (int64_t p = 0; p < total; p++) pts[p].fwd_ms = 0.5 * (double)(p % gs) + 1.0;
         const char *path = tmp_path("long.table");
-        double states[4] = {0, 0, 0, 0};
+        double states[DYN_LAYER_KIND_COUNT] = {0};
         dyn_error err;
         if (dyn_cost_table_write(path, &cfg, dyn_machine_builtin("cpu"), states, &g, pts, &err) != DYN_OK)
             fail_msg("write: %s", err.msg);

@@ -71,14 +71,14 @@ static void profile_small(dyn_model_kind kind)
     if (dyn_profile_grid_run(p, &g, pts, states, NULL, NULL, &err) != DYN_OK) fail_msg("run: %s", err.msg);
     /* one reference time per measurement (one sweep: one per measured
      * point), the fastest of them the best */
-    int64_t runs, calm, n_points = t5 ? 2 * (8 + 4 + 8 + 8) : 2 * (4 + 4 + 4);
+    int64_t runs, calm, n_points = t5 ? 2 * (4 + 4 + 8 + 8 + 8) : 2 * (4 + 4 + 4);
     dyn_profiler_probe_stats(p, &runs, &calm);
     assert_int_equal(runs, n_points);
     assert_true(calm >= 0 && calm <= runs); /* the best may be a side whose other side ran slower */
     double best = dyn_profiler_probe_best_ms(p);
     assert_true(best > 0 && dyn_profiler_probe_last_ms(p) >= best);
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
-        if (k == DYN_LAYER_DECODER && !t5) continue;
+        if (!dyn_cost_kind_present(&cfg, (dyn_layer_kind)k)) continue;
         for (int a = 0; a < 2; a++)
             for (int b = 0; b < 2; b++)
                 for (int c = 0; c < g.n_dec; c++) {
@@ -88,10 +88,11 @@ static void profile_small(dyn_model_kind kind)
                     assert_true(none->stored_mb > 0);
                     if (k == DYN_LAYER_ENCODER || k == DYN_LAYER_DECODER) assert_true(full->stored_mb < none->stored_mb);
                     /* what leaves the layer: (rows x len, hidden) floats;
-                     * T5's decoder block sends the encoder output too */
-                    double toks = k == DYN_LAYER_DECODER ? (double)rows[a] * (enc[b] + dec_t5[c])
-                                  : k == DYN_LAYER_EMBED && t5 ? (double)rows[a] * (enc[b] + dec_t5[c])
-                                                               : (double)rows[a] * enc[b];
+                     * T5's bridge and decoder block send the encoder
+                     * output too */
+                    double toks = k == DYN_LAYER_DECODER || k == DYN_LAYER_BRIDGE
+                                      ? (double)rows[a] * (enc[b] + dec_t5[c])
+                                      : (double)rows[a] * enc[b];
                     if (k != DYN_LAYER_LM_HEAD) assert_true(fabs(none->output_mb - toks * cfg.hidden * 4.0 / MB) < 1e-12);
                     else assert_true(none->output_mb == 0.0);
                 }
@@ -329,7 +330,7 @@ static void test_profile_derive_full(void **state)
     derive_full_check(DYN_MODEL_T5);
 }
 
-/* dyn_profile_points_sum_planes on synthetic points: T5's embedding and
+/* dyn_profile_points_sum_planes on synthetic points: T5's bridge and
  * head off the two planes take, per time column and mode, the sum of
  * their two plane points less the common corner; their memory, the plane
  * points, the other kinds and every GPT point stay as they were. */
@@ -359,7 +360,7 @@ static void test_profile_sum_planes_formula(void **state)
                 for (int32_t b = 0; b < g.n_enc; b++)
                     for (int32_t d = 0; d < g.n_dec; d++) {
                         int64_t i = dyn_cost_grid_index(&g, k, m, a, b, d);
-                        int summed = (k == DYN_LAYER_EMBED || k == DYN_LAYER_LM_HEAD) && b > 0 && d > 0;
+                        int summed = (k == DYN_LAYER_BRIDGE || k == DYN_LAYER_LM_HEAD) && b > 0 && d > 0;
                         if (!summed) {
                             assert_memory_equal(&pts[i], &before[i], sizeof pts[i]);
                             continue;
@@ -380,7 +381,7 @@ static void test_profile_sum_planes_formula(void **state)
     free(before);
 }
 
-/* A T5 grid run with dyn_profiler_set_sum_planes times the embedding and
+/* A T5 grid run with dyn_profiler_set_sum_planes times the bridge and
  * the head only on the two planes (the other kinds everywhere); their
  * points off the planes have the memory a timed run measures there
  * (memory does not vary between runs) and times from the planes. */
@@ -396,7 +397,7 @@ static void test_profile_sum_planes_run(void **state)
     /* off the planes: 2 rows x 2 inputs x 1 target, per kind and timed mode */
     assert_int_equal(rp.measured_plain - rp.measured, 2 * 2 * (2 * 2 * 1));
     int off = 0;
-    const int kinds[2] = {DYN_LAYER_EMBED, DYN_LAYER_LM_HEAD};
+    const int kinds[2] = {DYN_LAYER_BRIDGE, DYN_LAYER_LM_HEAD};
     for (int ki = 0; ki < 2; ki++)
         for (int m = 0; m < DYN_RECOMPUTE_COUNT; m++)
             for (int32_t a = 0; a < g.n_rows; a++)
@@ -429,10 +430,9 @@ static void test_profile_t5_small_grid(void **state)
 /* Stored bytes of a stage as the planner counts them from a profile (the
  * layers measured alone, less each layer's input after the stage's first:
  * dyn_stage_costs_build) against a stage model running those layers, for
- * GPT and T5 (the T5 stages hold encoder blocks only, or decoder blocks
- * and the head: a stage holding the last encoder block also runs the final
- * norm and the decoder embedding, which the planner counts with the
- * embedding on stage 0). Within 0.2 %: each arena pads its tensors to an
+ * GPT and T5, every stage (T5: the embedding with the first encoder block,
+ * the last encoder block with the bridge, the decoder blocks with the
+ * head). Within 0.2 %: each arena pads its tensors to an
  * alignment, which a layer measured alone pads differently (the GPT
  * embedding stage differs by 80 floats of 75,000). */
 static double stage_model_stored_mb(const dyn_model_config *cfg, const dyn_model_microbatch *mb, int first, int last)
@@ -477,13 +477,14 @@ static void stage_stored_check(dyn_model_kind kind)
     assert_non_null(pts);
     if (dyn_profile_grid_run(p, &g, pts, states, NULL, NULL, &err) != DYN_OK) fail_msg("run: %s", err.msg);
     dyn_cost_model *cm = table_round_trip(&cfg, &g, pts, states);
-    /* planner layers: GPT [E, B1..B4, H]; T5 [E, e1..e4, d1, d2, H] */
+    /* planner layers: GPT [E, B1..B4, H]; T5 [E, e1..e4, BR, d1, d2, H] */
     int32_t kinds[10], nl = 0;
     kinds[nl++] = DYN_LAYER_EMBED;
     for (int i = 0; i < 4; i++) kinds[nl++] = DYN_LAYER_ENCODER;
+    if (t5) kinds[nl++] = DYN_LAYER_BRIDGE;
     for (int i = 0; t5 && i < 2; i++) kinds[nl++] = DYN_LAYER_DECODER;
     kinds[nl++] = DYN_LAYER_LM_HEAD;
-    int32_t first_gpt[4] = {0, 2, 4, 6}, first_t5[5] = {0, 2, 4, 5, 8};
+    int32_t first_gpt[4] = {0, 2, 4, 6}, first_t5[5] = {0, 2, 4, 6, 9};
     dyn_stage_assignment a = {t5 ? 4 : 3, nl, kinds, t5 ? first_t5 : first_gpt, 0};
     dyn_mb_shape shape = {.rows = 3, .enc_len = 24, .dec_len = t5 ? 16 : 0};
     dyn_stage_costs sc;
@@ -496,11 +497,11 @@ static void stage_stored_check(dyn_model_kind kind)
     dyn_model_microbatch *mb = dyn_model_microbatch_create_padded(kind, smp, 3, &err);
     assert_non_null(mb);
     for (int32_t s = 0; s < a.n_stages; s++) {
-        if (t5 && (s == 0 || s == 2)) continue; /* the embedding's stage, the last encoder block's */
-        /* planner layer c is model layer c (GPT), c or c + 2 past the encoder (T5: norm, decoder embedding) */
+        /* planner layer c is model layer c (GPT), and c + 1 past the bridge
+         * (T5: the bridge is the final norm and the decoder embedding) */
         int first = a.stage_first[s], last = a.stage_first[s + 1];
-        if (t5 && first > 4) first += 2;
-        if (t5 && last > 4) last += 2;
+        if (t5 && first > 5) first += 1;
+        if (t5 && last > 5) last += 1;
         double model = stage_model_stored_mb(&cfg, mb, first, last);
         print_message("  %s stage %d (model layers [%d, %d)): planner %.6f MB, stage model %.6f MB\n", t5 ? "t5" : "gpt",
                       s, first, last, sc.stored_mb[s], model);

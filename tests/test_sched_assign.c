@@ -99,24 +99,34 @@ static void check_model(const char *preset, int S, dyn_mb_shape ref)
     if (cm == NULL) fail_msg("%s", err.msg);
     dyn_stage_assignment a;
     if (dyn_stage_assign(cm, S, &ref, DYN_RECOMPUTE_NONE, &a, &err) != DYN_OK) fail_msg("%s", err.msg);
-    int nb = cfg.n_layers + (cfg.kind == DYN_MODEL_T5 ? cfg.n_dec_layers : 0);
-    assert_int_equal(a.n_layers, nb + 2);
+    int t5 = cfg.kind == DYN_MODEL_T5, ne = cfg.n_layers;
+    int nb = ne + (t5 ? cfg.n_dec_layers : 0), nl = nb + 2 + t5;
+    assert_int_equal(a.n_layers, nl);
     assert_int_equal(a.layer_kind[0], DYN_LAYER_EMBED);
-    assert_int_equal(a.layer_kind[nb + 1], DYN_LAYER_LM_HEAD);
+    assert_int_equal(a.layer_kind[nl - 1], DYN_LAYER_LM_HEAD);
+    for (int l = 1; l < nl - 1; l++) /* T5: [embed, encoders, bridge, decoders, head] */
+        assert_int_equal(a.layer_kind[l], l <= ne ? DYN_LAYER_ENCODER
+                                          : t5 && l == ne + 1 ? DYN_LAYER_BRIDGE
+                                                              : t5 ? DYN_LAYER_DECODER : DYN_LAYER_ENCODER);
     assert_int_equal(a.stage_first[0], 0);
-    assert_int_equal(a.stage_first[S], nb + 2);
-    for (int s = 0; s < S; s++) assert_true(a.stage_first[s + 1] > a.stage_first[s] + (s == 0));
+    assert_int_equal(a.stage_first[S], nl);
+    for (int s = 0; s < S; s++) {
+        assert_true(a.stage_first[s + 1] > a.stage_first[s] + (s == 0));
+        /* the bridge never begins a stage: it runs with the last encoder block */
+        assert_true(!t5 || a.stage_first[s] != ne + 1);
+    }
 
     /* brute force over the same block costs */
     double w[64], e[DYN_LAYER_KIND_COUNT];
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
         dyn_layer_cost lc;
         e[k] = 0;
-        if (k == DYN_LAYER_DECODER && cfg.kind != DYN_MODEL_T5) continue;
+        if (!dyn_cost_kind_present(&cfg, (dyn_layer_kind)k)) continue;
         assert_int_equal(dyn_cost_layer(cm, (dyn_layer_kind)k, &ref, DYN_RECOMPUTE_NONE, &lc, NULL), DYN_OK);
         e[k] = lc.fwd_ms + lc.bwd_ms;
     }
     for (int b = 0; b < nb; b++) w[b] = b < cfg.n_layers ? e[DYN_LAYER_ENCODER] : e[DYN_LAYER_DECODER];
+    w[ne - 1] += e[DYN_LAYER_BRIDGE]; /* 0 for GPT */
     int cut[16];
     double v = brute(w, nb, S, e[DYN_LAYER_EMBED], e[DYN_LAYER_LM_HEAD], cut);
     assert_true(fabs(a.max_stage_ms - v) <= 1e-9 * v);

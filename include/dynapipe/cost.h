@@ -22,12 +22,14 @@ extern "C" {
 #endif
 
 typedef enum dyn_layer_kind {
-    DYN_LAYER_EMBED = 0,   /* token (+ position) embedding */
+    DYN_LAYER_EMBED = 0,   /* token (+ position) embedding; T5: the encoder's input tokens */
     DYN_LAYER_ENCODER = 1, /* GPT block, or T5 encoder block */
     DYN_LAYER_DECODER = 2, /* T5 decoder block (self + cross attention) */
-    DYN_LAYER_LM_HEAD = 3  /* final norm, vocabulary projection and loss */
+    DYN_LAYER_LM_HEAD = 3, /* final norm, vocabulary projection and loss */
+    DYN_LAYER_BRIDGE = 4   /* T5 only: the encoder's final norm and the decoder embedding,
+                              run on the stage of the last encoder block */
 } dyn_layer_kind;
-#define DYN_LAYER_KIND_COUNT 4
+#define DYN_LAYER_KIND_COUNT 5
 
 /* Cost of one layer for one micro-batch. bwd_ms is the whole backward pass
  * (for recompute != NONE it includes the recomputed forward work);
@@ -61,10 +63,14 @@ void dyn_cost_model_free(dyn_cost_model *cm); /* NULL is a no-op */
 const dyn_model_config *dyn_cost_model_config(const dyn_cost_model *cm);
 
 /* Cost of one layer of kind `kind` on micro-batch shape `mb` under recompute
- * mode rc. DYN_ERR_INVALID_ARG for a kind the model does not have (DECODER on
- * GPT) or a shape with rows or lengths <= 0. */
+ * mode rc. DYN_ERR_INVALID_ARG for a kind the model does not have (DECODER or
+ * BRIDGE on GPT) or a shape with rows or lengths <= 0. */
 dyn_status dyn_cost_layer(const dyn_cost_model *cm, dyn_layer_kind kind, const dyn_mb_shape *mb,
                           dyn_recompute rc, dyn_layer_cost *out, dyn_error *err);
+
+/* 1 when a model of cfg's kind has layers of `kind`: every kind for T5;
+ * GPT has no DECODER and no BRIDGE. */
+int dyn_cost_kind_present(const dyn_model_config *cfg, dyn_layer_kind kind);
 
 /* Model states of one layer of `kind` held for training, MB: parameters,
  * gradients and the two AdamW moments. */
@@ -84,7 +90,7 @@ const dyn_machine *dyn_cost_model_machine(const dyn_cost_model *cm);
  * MB (sum of dyn_cost_layer_states_mb over the model's layers). */
 double dyn_cost_model_states_mb(const dyn_cost_model *cm);
 
-/* Names: "embed" "encoder" "decoder" "lm_head"; "none" "selective" "full". */
+/* Names: "embed" "encoder" "decoder" "lm_head" "bridge"; "none" "selective" "full". */
 const char *dyn_layer_kind_name(dyn_layer_kind kind);
 const char *dyn_recompute_name(dyn_recompute rc);
 dyn_status dyn_layer_kind_parse(const char *name, dyn_layer_kind *out, dyn_error *err);
@@ -106,9 +112,14 @@ int64_t dyn_cost_grid_size(const dyn_cost_grid *g);
 /* Index of a point in a table's points array:
  *   ((((kind * DYN_RECOMPUTE_COUNT + rc) * n_rows + i_rows) * n_enc + i_enc) * n_dec + i_dec)
  * The array has DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT * grid-size entries;
- * for GPT the DECODER slice is ignored. */
+ * for GPT the DECODER and BRIDGE slices are ignored. */
 int64_t dyn_cost_grid_index(const dyn_cost_grid *g, dyn_layer_kind kind, dyn_recompute rc,
                             int32_t i_rows, int32_t i_enc, int32_t i_dec);
+
+/* The version a cost table file is written with. Version 2 added T5's
+ * bridge; a version 1 GPT table still loads, a version 1 T5 table is
+ * refused (its embedding counted the bridge). */
+#define DYN_COST_TABLE_VERSION 2
 
 /* Write a cost table file atomically (format in docs/cost-model.md): the
  * model it was measured for, the machine, per-layer model states (MB, indexed

@@ -213,10 +213,11 @@ dyn_status dyn_stage_costs_alloc(dyn_stage_costs *c, int32_t n_microbatches, int
 void dyn_stage_costs_free(dyn_stage_costs *c);
 
 /* Layers of a model flattened in execution order: GPT [EMBED, ENCODER x
- * n_layers, LM_HEAD]; T5 [EMBED, ENCODER x n_layers, DECODER x n_dec_layers,
- * LM_HEAD]. Stage s holds layers stage_first[s] .. stage_first[s+1]-1; the
- * embedding is always on stage 0 and the LM head on the last stage, and every
- * stage holds at least one ENCODER/DECODER block. */
+ * n_layers, LM_HEAD]; T5 [EMBED, ENCODER x n_layers, BRIDGE, DECODER x
+ * n_dec_layers, LM_HEAD]. Stage s holds layers stage_first[s] ..
+ * stage_first[s+1]-1; the embedding is always on stage 0, T5's bridge on
+ * the stage of the last encoder block and the LM head on the last stage,
+ * and every stage holds at least one ENCODER/DECODER block. */
 typedef struct dyn_stage_assignment {
     int32_t n_stages;
     int32_t n_layers;     /* flattened layers */

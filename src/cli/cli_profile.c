@@ -32,11 +32,12 @@ static void usage(FILE *out)
             "usage: dynapipe profile --model gpt|t5 [flags] --out FILE\n"
             "       dynapipe profile --model gpt|t5 [flags] --check analytic|FILE\n\n"
             "Measure forward, backward and split backward of each layer kind (embedding,\n"
-            "GPT/T5-encoder block, T5 decoder block, LM head), per recompute mode, with\n"
-            "their activation memory, over a grid of micro-batch rows and lengths, and\n"
-            "write the cost table the planner reads (--cost-model FILE). T5's embedding\n"
-            "and head are timed at the shortest input and at the shortest target, and\n"
-            "their sum is taken elsewhere: each is an input part plus a target part.\n\n"
+            "GPT/T5-encoder block, T5 bridge, T5 decoder block, LM head), per recompute\n"
+            "mode, with their activation memory, over a grid of micro-batch rows and\n"
+            "lengths, and write the cost table the planner reads (--cost-model FILE).\n"
+            "T5's bridge (the encoder's final norm and the decoder embedding) and head\n"
+            "are timed at the shortest input and at the shortest target, and their sum\n"
+            "is taken elsewhere: each is an input part plus a target part.\n\n"
             "  --model-config NAME|FILE  preset or model JSON (default gpt-tiny / t5-tiny)\n"
             "  --max-seqlen L            longest length on the grid (default 512)\n"
             "  --max-rows R              most micro-batch rows on the grid (default 32)\n"
@@ -118,11 +119,11 @@ int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int
     dyn_profiler_set_max_tokens(p, max_tokens);
     dyn_profiler_set_sweeps(p, sweeps);
     dyn_profiler_set_derive_full(p, quick);
-    /* T5's embedding and head are timed on two planes, always: timed at
+    /* T5's bridge and head are timed on two planes, always: timed at
      * every point, the head's nearly flat input axis was noise that the
      * monotone fit turned into a rise (dyn_profiler_set_sum_planes). */
     dyn_profiler_set_sum_planes(p, 1);
-    /* --quick: the embedding on the full grid, the other kinds on the
+    /* --quick: the embedding and the bridge on the full grid, the others on the
      * quick one (dyn_profiler_set_coarse), full recompute not timed
      * (dyn_profiler_set_derive_full) */
     dyn_cost_grid g, coarse = {0, 0, 0, NULL, NULL, NULL};
@@ -194,8 +195,10 @@ int cli_profile_cached(const dyn_model_config *cfg, int threads, int64_t max_tok
     if (base && base[0]) snprintf(dir, sizeof dir, "%s/dynapipe", base);
     else if (home && home[0]) snprintf(dir, sizeof dir, "%s/.cache/dynapipe", home);
     else snprintf(dir, sizeof dir, "build/dynapipe-cache");
-    int w = snprintf(path, cap, "%s/profile-%s-l%d-d%d-h%d-H%d-k%d-f%d-v%d-s%d-t%d-m%lld.table", dir,
-                     dyn_model_kind_name(cfg->kind), cfg->n_layers, cfg->n_dec_layers, cfg->hidden, cfg->heads,
+    /* the table format's version in the name: a profile of an older
+     * format (a version 1 T5 table is refused) is made again */
+    int w = snprintf(path, cap, "%s/profile%d-%s-l%d-d%d-h%d-H%d-k%d-f%d-v%d-s%d-t%d-m%lld.table", dir,
+                     DYN_COST_TABLE_VERSION, dyn_model_kind_name(cfg->kind), cfg->n_layers, cfg->n_dec_layers, cfg->hidden, cfg->heads,
                      cfg->head_dim, cfg->ffn, cfg->vocab, cfg->max_seqlen, threads, (long long)max_tokens);
     if (w < 0 || (size_t)w >= cap) {
         cli_errorf("train", "--profile auto: cache path too long");
@@ -212,12 +215,6 @@ int cli_profile_cached(const dyn_model_config *cfg, int threads, int64_t max_tok
 
 /* ---- --check: held-out shapes ---------------------------------------------- */
 
-/* Does a model of cfg's kind have layers of kind k? (GPT has no decoder.) */
-static int check_kind_present(const dyn_model_config *cfg, int k)
-{
-    return k != DYN_LAYER_DECODER || cfg->kind == DYN_MODEL_T5;
-}
-
 /* The held-out shapes, ns per kind (shape[k * ns + i]): random rows, lengths
  * that are not multiples of 8 (so never grid points), within --max-tokens;
  * the same seed gives the same shapes. */
@@ -227,7 +224,7 @@ static void check_shapes_draw(const profile_args *a, const dyn_model_config *cfg
     dyn_rng rng;
     dyn_rng_seed(&rng, a->seed);
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
-        if (!check_kind_present(cfg, k)) continue;
+        if (!dyn_cost_kind_present(cfg, (dyn_layer_kind)k)) continue;
         for (int i = 0; i < ns; i++) {
             int32_t r = 1 + (int32_t)(dyn_rng_uniform(&rng) * a->max_rows);
             int32_t e, d;
@@ -253,7 +250,7 @@ static int check_pass(const profile_args *a, const dyn_model_config *cfg, dyn_pr
     double probe_best = dyn_profiler_probe_best_ms(p); /* one rule for the whole pass */
     *measured = 0;
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
-        if (!check_kind_present(cfg, k)) continue;
+        if (!dyn_cost_kind_present(cfg, (dyn_layer_kind)k)) continue;
         for (int i = 0; i < ns; i++) {
             const dyn_mb_shape *sh = &shape[k * ns + i];
             dyn_sweep_point *sp = &seen[k * ns + i];
@@ -296,7 +293,7 @@ static int check_report(const profile_args *a, const dyn_model_config *cfg, cons
     dyn_error err;
     printf("%-8s %14s %14s %14s %14s\n", "kind", "time_median%", "time_worst%", "stored_med%", "stored_worst%");
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
-        if (!check_kind_present(cfg, k)) continue;
+        if (!dyn_cost_kind_present(cfg, (dyn_layer_kind)k)) continue;
         for (int i = 0; i < ns; i++) {
             const dyn_mb_shape *sh = &shape[k * ns + i];
             const dyn_layer_cost *m = &seen[k * ns + i].kept;

@@ -79,6 +79,10 @@ int64_t cost_layer_params(const dyn_model_config *c, dyn_layer_kind kind)
         /* final norm + vocabulary projection (a pipeline's last stage keeps
          * its own copy even when the embedding is tied) */
         return (gpt ? 2 * h : h) + V * h;
+    case DYN_LAYER_BRIDGE:
+        /* T5: the encoder's final RMS norm (the decoder embedding reads
+         * the shared table, counted with the embedding) */
+        return gpt ? 0 : h;
     }
     return 0;
 }
@@ -159,12 +163,12 @@ static void count_dec_block(const dyn_model_config *c, double B, const dyn_mb_sh
     k->output_bytes = B * (nt + ns) * h;
 }
 
-/* Token (+ position) embedding. T5 embeds encoder and decoder tokens with
- * one shared table in this layer. */
+/* Token (+ position) embedding; T5: the encoder's input tokens (the
+ * decoder's are embedded by the bridge). */
 static void count_embed(const dyn_model_config *c, double B, const dyn_mb_shape *mb, layer_counts *k)
 {
     int gpt = c->kind == DYN_MODEL_GPT;
-    double n = (double)mb->rows * (mb->enc_len + (gpt ? 0 : mb->dec_len));
+    double n = (double)mb->rows * mb->enc_len;
     double h = c->hidden;
     /* gather: read a row, write it; GPT adds positions: read 2, write 1 */
     k->ew_bytes = B * n * h * (gpt ? 2 + 3 : 2);
@@ -175,6 +179,23 @@ static void count_embed(const dyn_model_config *c, double B, const dyn_mb_shape 
      * read and write the table row; GPT does it for positions too */
     k->wgrad_bytes = B * n * h * (gpt ? 6 : 3);
     k->grad_work = 0;
+}
+
+/* T5's bridge: the encoder's final RMS norm over the b*s encoder tokens,
+ * then the decoder embedding of the b*t target tokens (shared table). */
+static void count_bridge(const dyn_model_config *c, double B, const dyn_mb_shape *mb, layer_counts *k)
+{
+    double ns = (double)mb->rows * mb->enc_len, nt = (double)mb->rows * mb->dec_len, h = c->hidden;
+    /* norm: read h, write h; gather: read a row, write it */
+    k->ew_bytes = B * ns * h * 2 + B * nt * h * 2;
+    /* norm in, its statistic, and the target token ids */
+    k->stored_none = B * ns * h + 4.0 * ns + 4.0 * nt;
+    k->input_bytes = B * ns * h;
+    /* both streams cross the boundary after it (the decoder's input) */
+    k->output_bytes = B * (ns + nt) * h;
+    /* the scatter-add of the decoder embedding's gradient into the table */
+    k->wgrad_bytes = B * nt * h * 3;
+    k->grad_work = B * ns * h; /* the norm's input gradient */
 }
 
 /* Final norm, vocabulary projection and cross-entropy over the tokens that
@@ -217,6 +238,7 @@ void cost_analytic_layer(const struct dyn_cost_model *cm, dyn_layer_kind kind, c
     case DYN_LAYER_ENCODER: count_self_block(c, B, mb, &k); break;
     case DYN_LAYER_DECODER: count_dec_block(c, B, mb, &k); break;
     case DYN_LAYER_LM_HEAD: count_lm_head(c, B, mb, &k); break;
+    case DYN_LAYER_BRIDGE: count_bridge(c, B, mb, &k); break;
     }
     double mm_per_ms = m->matmul_gflops * 1e6; /* FLOP per ms */
     double attn_per_ms = m->attn_gflops * 1e6;
@@ -237,10 +259,17 @@ void cost_analytic_layer(const struct dyn_cost_model *cm, dyn_layer_kind kind, c
         bwd_in = 0.0;
         bwd_w = ms_of(k.wgrad_bytes, bw_per_ms) + ovh;
         rc = DYN_RECOMPUTE_NONE; /* it keeps only token ids: nothing to recompute */
+    } else if (kind == DYN_LAYER_BRIDGE) {
+        /* the weight gradient is the decoder embedding's scatter-add; the
+         * input gradient (the norm's) is left at twice the forward
+         * traffic, the gather's part included: an over-count of a layer
+         * that is a few percent of a block. Only blocks recompute. */
+        bwd_w = ms_of(k.wgrad_bytes, bw_per_ms) + ovh;
+        rc = DYN_RECOMPUTE_NONE;
     }
 
     /* Stored memory per recompute mode. Layers without attention (embedding,
-     * LM head) have nothing selective recompute can drop. */
+     * bridge, LM head) have nothing selective recompute can drop. */
     double stored = k.stored_none;
     if (rc == DYN_RECOMPUTE_SELECTIVE) {
         stored = k.stored_none - k.probs;

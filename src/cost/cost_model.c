@@ -53,14 +53,20 @@ const dyn_machine *dyn_cost_model_machine(const dyn_cost_model *cm)
     return &cm->machine;
 }
 
+int dyn_cost_kind_present(const dyn_model_config *cfg, dyn_layer_kind kind)
+{
+    if ((unsigned)kind >= DYN_LAYER_KIND_COUNT) return 0;
+    return cfg->kind == DYN_MODEL_T5 || (kind != DYN_LAYER_DECODER && kind != DYN_LAYER_BRIDGE);
+}
+
 dyn_status dyn_cost_layer(const dyn_cost_model *cm, dyn_layer_kind kind, const dyn_mb_shape *mb,
                           dyn_recompute rc, dyn_layer_cost *out, dyn_error *err)
 {
     int t5 = cm->cfg.kind == DYN_MODEL_T5;
     if ((unsigned)kind >= DYN_LAYER_KIND_COUNT)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "cost: unknown layer kind %d", (int)kind);
-    if (kind == DYN_LAYER_DECODER && !t5)
-        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "cost: a gpt model has no decoder layer");
+    if (!dyn_cost_kind_present(&cm->cfg, kind))
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "cost: a gpt model has no %s layer", dyn_layer_kind_name(kind));
     if ((unsigned)rc >= DYN_RECOMPUTE_COUNT)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "cost: unknown recompute mode %d", (int)rc);
     if (mb->rows <= 0 || mb->enc_len <= 0)
@@ -111,19 +117,19 @@ double dyn_cost_optimizer_ms(const dyn_cost_model *cm, double n_params)
 
 double dyn_cost_layer_states_mb(const dyn_cost_model *cm, dyn_layer_kind kind)
 {
-    if ((unsigned)kind >= DYN_LAYER_KIND_COUNT) return 0.0;
-    if (kind == DYN_LAYER_DECODER && cm->cfg.kind != DYN_MODEL_T5) return 0.0;
+    if (!dyn_cost_kind_present(&cm->cfg, kind)) return 0.0;
     return cm->states_mb[kind];
 }
 
 double dyn_cost_model_states_mb(const dyn_cost_model *cm)
 {
     return cm->states_mb[DYN_LAYER_EMBED] + cm->cfg.n_layers * cm->states_mb[DYN_LAYER_ENCODER] +
+           dyn_cost_layer_states_mb(cm, DYN_LAYER_BRIDGE) +
            cm->cfg.n_dec_layers * dyn_cost_layer_states_mb(cm, DYN_LAYER_DECODER) +
            cm->states_mb[DYN_LAYER_LM_HEAD];
 }
 
-static const char *const KIND_NAMES[DYN_LAYER_KIND_COUNT] = {"embed", "encoder", "decoder", "lm_head"};
+static const char *const KIND_NAMES[DYN_LAYER_KIND_COUNT] = {"embed", "encoder", "decoder", "lm_head", "bridge"};
 static const char *const RC_NAMES[DYN_RECOMPUTE_COUNT] = {"none", "selective", "full"};
 
 const char *dyn_layer_kind_name(dyn_layer_kind kind)
@@ -144,7 +150,7 @@ dyn_status dyn_layer_kind_parse(const char *name, dyn_layer_kind *out, dyn_error
             return DYN_OK;
         }
     return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                         "unknown layer kind '%s' (embed, encoder, decoder, lm_head)", name ? name : "(null)");
+                         "unknown layer kind '%s' (embed, encoder, decoder, lm_head, bridge)", name ? name : "(null)");
 }
 
 dyn_status dyn_recompute_parse(const char *name, dyn_recompute *out, dyn_error *err)

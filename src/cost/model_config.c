@@ -131,15 +131,16 @@ int64_t dyn_model_config_params(const dyn_model_config *c)
 {
     int64_t per_layer = cost_layer_params(c, DYN_LAYER_EMBED) +
                         (int64_t)c->n_layers * cost_layer_params(c, DYN_LAYER_ENCODER) +
+                        cost_layer_params(c, DYN_LAYER_BRIDGE) +
                         (int64_t)c->n_dec_layers * cost_layer_params(c, DYN_LAYER_DECODER) +
                         cost_layer_params(c, DYN_LAYER_LM_HEAD);
     if (c->kind == DYN_MODEL_GPT) /* the LM head is tied to the token table: count it once */
         return per_layer - (int64_t)c->vocab * c->hidden;
-    /* T5: the encoder's final RMSNorm and one relative-bias table
-     * (heads x 32 buckets) per stack, owned by each stack's first block.
-     * The per-layer counts leave them out because they are negligible for
-     * memory planning; a whole-model count must match the real model. */
-    return per_layer + c->hidden + 2 * (int64_t)c->heads * 32;
+    /* T5: one relative-bias table (heads x 32 buckets) per stack, owned
+     * by each stack's first block. The per-layer counts leave them out
+     * because they are negligible for memory planning; a whole-model
+     * count must match the real model. */
+    return per_layer + 2 * (int64_t)c->heads * 32;
 }
 
 /* An integer JSON field: present, a number, integral and within int32. */

@@ -46,7 +46,7 @@
 #include "util/util.h"             /* defines: dyn_calloc, dyn_file_read_all, dyn_atomic_* */
 
 #define TABLE_MAGIC "dynapipe-cost-table"
-#define TABLE_VERSION 1
+#define TABLE_VERSION DYN_COST_TABLE_VERSION /* cost.h: which older ones load */
 #define N_VALUES 8 /* fwd bwd bwd_input bwd_weight stored peak output kept (optional on read) */
 
 /* The point line's value columns, in file order (the header's names). */
@@ -178,7 +178,7 @@ static dyn_status check_grid(const dyn_model_config *cfg, const dyn_cost_grid *g
 
 static int kind_present(const dyn_model_config *cfg, int kind)
 {
-    return kind != DYN_LAYER_DECODER || cfg->kind == DYN_MODEL_T5;
+    return dyn_cost_kind_present(cfg, (dyn_layer_kind)kind);
 }
 
 /* ---- monotone points --------------------------------------------------------- */
@@ -334,8 +334,10 @@ dyn_status dyn_cost_table_write_profile(const char *path, const dyn_model_config
         if (meta->optimizer_ms_per_mparam > 0) fprintf(fp, " optimizer_ms_per_mparam=%.17g", meta->optimizer_ms_per_mparam);
         fprintf(fp, "\n");
     }
-    fprintf(fp, "states_mb embed=%.17g encoder=%.17g decoder=%.17g lm_head=%.17g\n", states_mb[0],
-            states_mb[1], states_mb[2], states_mb[3]);
+    fprintf(fp, "states_mb embed=%.17g encoder=%.17g decoder=%.17g lm_head=%.17g", states_mb[0], states_mb[1],
+            states_mb[2], states_mb[3]);
+    if (kind_present(cfg, DYN_LAYER_BRIDGE)) fprintf(fp, " bridge=%.17g", states_mb[DYN_LAYER_BRIDGE]);
+    fprintf(fp, "\n");
     write_axis(fp, "rows", grid->rows, grid->n_rows);
     write_axis(fp, "enc_len", grid->enc_len, grid->n_enc);
     write_axis(fp, "dec_len", grid->dec_len, grid->n_dec);
@@ -518,19 +520,21 @@ typedef struct table_parse {
     dyn_cost_model *cm;
     reader *r;
     int have_magic, have_model, have_machine, have_states;
+    int32_t version;     /* the magic line's */
     int axis_line[3];    /* line of the rows, enc_len, dec_len axis: where its errors point */
     unsigned char *seen; /* [points] how often each point was given; NULL before the first */
     dyn_cost_grid g;     /* the grid, fixed at the first point */
 } table_parse;
 
-/* "dynapipe-cost-table 1". */
+/* "dynapipe-cost-table 2" (or 1). */
 static dyn_status parse_magic_line(table_parse *tp, char **tok, int ntok)
 {
     int32_t ver;
     if (ntok != 2 || strcmp(tok[0], TABLE_MAGIC) != 0)
-        return rd_fail(tp->r, "not a cost table (expected '" TABLE_MAGIC " 1')", NULL);
-    if (parse_int(tok[1], &ver) != 0 || ver != TABLE_VERSION)
+        return rd_fail(tp->r, "not a cost table (expected '" TABLE_MAGIC " 2')", NULL);
+    if (parse_int(tok[1], &ver) != 0 || ver < 1 || ver > TABLE_VERSION)
         return rd_fail(tp->r, "unsupported cost table version", tok[1]);
+    tp->version = ver;
     tp->have_magic = 1;
     return DYN_OK;
 }
@@ -580,9 +584,10 @@ static dyn_status parse_states_line(table_parse *tp, char **tok, int ntok)
 {
     if (tp->have_states++) return rd_fail(tp->r, "states_mb line given twice", NULL);
     double *s = tp->cm->states_mb;
-    kv_field f[] = {{"embed", 'd', &s[0]}, {"encoder", 'd', &s[1]}, {"decoder", 'd', &s[2]},
-                    {"lm_head", 'd', &s[3]}};
-    dyn_status st = parse_kv(tp->r, tok + 1, ntok - 1, f, 4, "states_mb");
+    /* bridge: T5 tables only (GPT has none: 0) */
+    kv_field f[] = {{"embed", 'd', &s[0]},   {"encoder", 'd', &s[1]}, {"decoder", 'd', &s[2]},
+                    {"lm_head", 'd', &s[3]}, {"bridge", 'o', &s[4]}};
+    dyn_status st = parse_kv(tp->r, tok + 1, ntok - 1, f, 5, "states_mb");
     if (st != DYN_OK) return st;
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
         char what[64];
@@ -639,6 +644,11 @@ static dyn_status begin_points(table_parse *tp)
     dyn_cost_model *cm = tp->cm;
     if (!tp->have_model || !tp->have_machine || !tp->have_states || !cm->rows || !cm->enc_len || !cm->dec_len)
         return rd_fail(tp->r, "point before the model, machine, states_mb, rows, enc_len and dec_len lines", NULL);
+    if (tp->version < 2 && cm->cfg.kind == DYN_MODEL_T5)
+        return rd_fail(tp->r,
+                       "a version 1 T5 table counts the encoder's final norm and the decoder embedding with the "
+                       "embedding; profile the model again (dynapipe profile)",
+                       NULL);
     tp->g = (dyn_cost_grid){cm->n_rows, cm->n_enc, cm->n_dec, cm->rows, cm->enc_len, cm->dec_len};
     for (int a = 0; a < 3; a++) {
         dyn_error e2;

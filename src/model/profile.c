@@ -18,7 +18,6 @@
 #include "util/util.h"     /* defines: dyn_calloc, dyn_time_ms, dyn_median */
 
 #define MB_BYTES (1024.0 * 1024.0)
-#define MAX_PIECES 2 /* T5's embedding is two layer ranges */
 #define MIN_POINT_MS 30.0 /* timed passes a point's repeats add up to, at least */
 #define MAX_REPEATS 41
 #define PROBE_M 256 /* the reference kernel: (PROBE_M x PROBE_K) by (PROBE_K x PROBE_N) */
@@ -37,8 +36,7 @@ struct dyn_profiler {
     int threads, repeats, warmup;
     int64_t max_tokens; /* grid points over it are scaled from fewer rows (0: none) */
     int L;
-    piece kinds[DYN_LAYER_KIND_COUNT][MAX_PIECES];
-    int n_pieces[DYN_LAYER_KIND_COUNT];
+    piece kinds[DYN_LAYER_KIND_COUNT]; /* m NULL: the model has no such kind */
     double *times; /* [repeats] scratch */
     int sweeps;         /* dyn_profile_grid_run's passes over the grid (>= 1) */
     int64_t n_measured, n_unsettled; /* the last grid run's points */
@@ -52,24 +50,20 @@ struct dyn_profiler {
     dyn_rng rng;
 };
 
-/* The layer ranges of each kind (profile.h). */
-static void kind_ranges(const dyn_model_config *c, int r[DYN_LAYER_KIND_COUNT][MAX_PIECES][2],
-                        int n[DYN_LAYER_KIND_COUNT])
+/* The model layers [first, last) of kind k (profile.h); 0 when the model
+ * has no such kind. */
+static int kind_range(const dyn_model_config *c, int k, int *first, int *last)
 {
-    memset(n, 0, sizeof(int) * DYN_LAYER_KIND_COUNT);
-    if (c->kind == DYN_MODEL_GPT) {
-        int nb = c->n_layers;
-        r[DYN_LAYER_EMBED][0][0] = 0, r[DYN_LAYER_EMBED][0][1] = 1, n[DYN_LAYER_EMBED] = 1;
-        r[DYN_LAYER_ENCODER][0][0] = 1, r[DYN_LAYER_ENCODER][0][1] = 2, n[DYN_LAYER_ENCODER] = 1;
-        r[DYN_LAYER_LM_HEAD][0][0] = nb + 1, r[DYN_LAYER_LM_HEAD][0][1] = nb + 2, n[DYN_LAYER_LM_HEAD] = 1;
-        return;
+    if (!dyn_cost_kind_present(c, (dyn_layer_kind)k)) return 0;
+    int ne = c->n_layers, nd = c->n_dec_layers, gpt = c->kind == DYN_MODEL_GPT;
+    switch (k) {
+    case DYN_LAYER_EMBED: *first = 0, *last = 1; break;
+    case DYN_LAYER_ENCODER: *first = 1, *last = 2; break;
+    case DYN_LAYER_BRIDGE: *first = ne + 1, *last = ne + 3; break; /* final norm, decoder embedding */
+    case DYN_LAYER_DECODER: *first = ne + 3, *last = ne + 4; break;
+    default: *first = gpt ? ne + 1 : ne + nd + 3, *last = *first + 1; break; /* the head */
     }
-    int ne = c->n_layers, nd = c->n_dec_layers;
-    r[DYN_LAYER_EMBED][0][0] = 0, r[DYN_LAYER_EMBED][0][1] = 1;
-    r[DYN_LAYER_EMBED][1][0] = ne + 1, r[DYN_LAYER_EMBED][1][1] = ne + 3, n[DYN_LAYER_EMBED] = 2;
-    r[DYN_LAYER_ENCODER][0][0] = 1, r[DYN_LAYER_ENCODER][0][1] = 2, n[DYN_LAYER_ENCODER] = 1;
-    r[DYN_LAYER_DECODER][0][0] = ne + 3, r[DYN_LAYER_DECODER][0][1] = ne + 4, n[DYN_LAYER_DECODER] = 1;
-    r[DYN_LAYER_LM_HEAD][0][0] = ne + nd + 3, r[DYN_LAYER_LM_HEAD][0][1] = ne + nd + 4, n[DYN_LAYER_LM_HEAD] = 1;
+    return 1;
 }
 
 dyn_profiler *dyn_profiler_create(const dyn_model_config *cfg, int threads, int repeats, int warmup,
@@ -92,16 +86,13 @@ dyn_profiler *dyn_profiler_create(const dyn_model_config *cfg, int threads, int 
     if (p->times == NULL || p->probe_a == NULL || p->probe_b == NULL || p->probe_c == NULL) goto fail;
     for (size_t i = 0; i < (size_t)PROBE_M * PROBE_K; i++) p->probe_a[i] = (float)(dyn_rng_uniform(&p->rng) - 0.5);
     for (size_t i = 0; i < (size_t)PROBE_K * PROBE_N; i++) p->probe_b[i] = (float)(dyn_rng_uniform(&p->rng) - 0.5);
-    int r[DYN_LAYER_KIND_COUNT][MAX_PIECES][2];
-    kind_ranges(cfg, r, p->n_pieces);
-    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
-        for (int i = 0; i < p->n_pieces[k]; i++) {
-            piece *pc = &p->kinds[k][i];
-            pc->first = r[k][i][0], pc->last = r[k][i][1];
-            pc->m = dyn_model_create_stage(cfg, 1, pc->first, pc->last, err);
-            if (pc->m == NULL) goto fail;
-            dyn_model_set_threads(pc->m, threads);
-        }
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
+        piece *pc = &p->kinds[k];
+        if (!kind_range(cfg, k, &pc->first, &pc->last)) continue;
+        pc->m = dyn_model_create_stage(cfg, 1, pc->first, pc->last, err);
+        if (pc->m == NULL) goto fail;
+        dyn_model_set_threads(pc->m, threads);
+    }
     dyn_threads_set(threads);
     return p;
 fail:
@@ -129,7 +120,7 @@ void dyn_profiler_free(dyn_profiler *p)
 {
     if (p == NULL) return;
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
-        for (int i = 0; i < MAX_PIECES; i++) dyn_model_free(p->kinds[k][i].m);
+        dyn_model_free(p->kinds[k].m);
     free(p->times);
     free(p->probe_a), free(p->probe_b), free(p->probe_c), free(p->probes);
     dyn_profile_grid_free(&p->coarse);
@@ -366,12 +357,12 @@ static dyn_model_microbatch *mb_make(dyn_profiler *p, int32_t rows, int32_t enc_
 static int kind_blocks(int k) { return k == DYN_LAYER_ENCODER || k == DYN_LAYER_DECODER; }
 
 /* T5's kinds whose time is an input part plus a target part
- * (dyn_profiler_set_sum_planes): the embedding embeds the two in separate
- * layers, the head reads the targets and passes the encoder output
- * through. Neither recomputes. */
+ * (dyn_profiler_set_sum_planes): the bridge normalizes the encoder output
+ * and embeds the targets in separate layers, the head reads the targets
+ * and passes the encoder output through. Neither recomputes. */
 static int kind_sums(const dyn_model_config *c, int k)
 {
-    return c->kind == DYN_MODEL_T5 && (k == DYN_LAYER_EMBED || k == DYN_LAYER_LM_HEAD);
+    return c->kind == DYN_MODEL_T5 && (k == DYN_LAYER_BRIDGE || k == DYN_LAYER_LM_HEAD);
 }
 
 /* dyn_profiler_measure, or with timed = 0 its memory only (one untimed
@@ -379,7 +370,7 @@ static int kind_sums(const dyn_model_config *c, int k)
 static dyn_status measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recompute rc, int32_t rows, int32_t enc_len,
                           int32_t dec_len, int timed, dyn_layer_cost *out, dyn_error *err)
 {
-    if ((int)kind < 0 || kind >= DYN_LAYER_KIND_COUNT || p->n_pieces[kind] == 0)
+    if ((int)kind < 0 || kind >= DYN_LAYER_KIND_COUNT || p->kinds[kind].m == NULL)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "profile: the %s model has no %s layer",
                              dyn_model_kind_name(p->cfg.kind), dyn_layer_kind_name(kind));
     if (rows < 1 || enc_len < 1 || (p->cfg.kind == DYN_MODEL_T5 && dec_len < 1))
@@ -389,13 +380,12 @@ static dyn_status measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recompute rc
     memset(out, 0, sizeof *out);
     dyn_status st = DYN_OK;
     double before = timed ? probe_run(p) : 0;
-    for (int i = 0; i < p->n_pieces[kind] && st == DYN_OK; i++) {
-        piece_result r = {{0}, 0, 0, 0, 0, 0};
-        const piece *pc = &p->kinds[kind][i];
-        int full = rc == DYN_RECOMPUTE_FULL;
-        st = timed ? piece_measure(p, pc, mb, full, &r, err) : piece_memory(p, pc, mb, full, &r, err);
-        if (st != DYN_OK) break;
-        if (rc == DYN_RECOMPUTE_FULL && kind_blocks(kind) && r.stored_bytes > r.input_bytes) {
+    piece_result r = {{0}, 0, 0, 0, 0, 0};
+    const piece *pc = &p->kinds[kind];
+    int full = rc == DYN_RECOMPUTE_FULL;
+    st = timed ? piece_measure(p, pc, mb, full, &r, err) : piece_memory(p, pc, mb, full, &r, err);
+    if (st == DYN_OK) {
+        if (full && kind_blocks(kind) && r.stored_bytes > r.input_bytes) {
             /* With full recompute a stage's blocks share one activation
              * region, refilled by each block's re-run forward: per block
              * only its input stays from forward to backward, and the
@@ -403,14 +393,8 @@ static dyn_status measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recompute rc
             r.work_bytes += r.stored_bytes - r.input_bytes;
             r.stored_bytes = r.input_bytes;
         }
-        out->fwd_ms += r.ms[0];
-        out->bwd_ms += r.ms[1];
-        out->bwd_input_ms += r.ms[2];
-        out->bwd_weight_ms += r.ms[3];
-        out->stored_mb += r.stored_bytes / MB_BYTES;
-        out->kept_mb += r.kept_bytes / MB_BYTES;
-        if (r.work_bytes / MB_BYTES > out->peak_mb) out->peak_mb = r.work_bytes / MB_BYTES;
-        out->output_mb = r.output_bytes / MB_BYTES; /* the last piece's */
+        *out = (dyn_layer_cost){r.ms[0], r.ms[1], r.ms[2], r.ms[3], r.stored_bytes / MB_BYTES,
+                                r.work_bytes / MB_BYTES, r.output_bytes / MB_BYTES, r.kept_bytes / MB_BYTES};
     }
     if (st == DYN_OK && timed) st = probe_record(p, before, probe_run(p), err);
     dyn_model_microbatch_free(mb);
@@ -432,7 +416,7 @@ dyn_status dyn_profiler_measure_optimizer(dyn_profiler *p, double *ms_per_mparam
     if (dyn_model_num_params(whole) > ((size_t)1 << 25)) {
         dyn_model_free(whole);
         whole = NULL;
-        m = p->kinds[DYN_LAYER_ENCODER][0].m;
+        m = p->kinds[DYN_LAYER_ENCODER].m;
     }
     dyn_model_set_threads(m, p->threads);
     dyn_adamw_config cfg = dyn_adamw_default();
@@ -508,13 +492,13 @@ void dyn_profile_grid_free(dyn_cost_grid *g)
     memset(g, 0, sizeof *g);
 }
 
-/* Does kind depend on the dec_len axis? Only T5's encoder does not, and
- * every kind depends on enc_len: T5's head reads targets only, but its
- * input, the decoder boundary, carries the encoder output, which it
- * stores and writes a (zero) gradient back for (model.h). */
+/* Does kind depend on the dec_len axis? T5's embedding and encoder do
+ * not, and every kind depends on enc_len: T5's head reads targets only,
+ * but its input, the decoder boundary, carries the encoder output, which
+ * it stores and writes a (zero) gradient back for (model.h). */
 static int uses_dec(const dyn_model_config *c, int kind)
 {
-    return c->kind == DYN_MODEL_T5 && kind != DYN_LAYER_ENCODER;
+    return c->kind == DYN_MODEL_T5 && kind != DYN_LAYER_ENCODER && kind != DYN_LAYER_EMBED;
 }
 
 /* Rows x tokens is what a measurement costs: the progress total counts
@@ -646,10 +630,11 @@ typedef struct grid_run {
     coarse_marks cm;
 } grid_run;
 
-/* Is kind k measured on the coarse grid's points only? */
+/* Is kind k measured on the coarse grid's points only? Not the embedding
+ * and T5's bridge: memory-bound and cheap, they take the whole grid. */
 static int kind_coarse(const grid_run *r, int k)
 {
-    return r->p->coarse.n_rows > 0 && k != DYN_LAYER_EMBED;
+    return r->p->coarse.n_rows > 0 && k != DYN_LAYER_EMBED && k != DYN_LAYER_BRIDGE;
 }
 
 static int point_on_coarse(const grid_run *r, int32_t a, int32_t b, int32_t d)
@@ -667,8 +652,9 @@ static int point_off_planes(const grid_run *r, int k, int32_t b, int32_t d)
 
 /* Does a point that is not timed get an untimed pass for its memory? A
  * block under derived full recompute and a summed kind's plain point off
- * the planes do; the others copy the plain point (the embedding and the
- * head run the same under full recompute: only blocks recompute). */
+ * the planes do; the others copy the plain point (the embedding, the
+ * bridge and the head run the same under full recompute: only blocks
+ * recompute). */
 static int derive_runs(int k, dyn_recompute mode, int off)
 {
     return off ? mode != DYN_RECOMPUTE_FULL : kind_blocks(k);
@@ -686,7 +672,7 @@ static dyn_status point_derive(grid_run *r, int k, dyn_recompute mode, int runs,
     const dyn_cost_grid *g = r->g;
     dyn_layer_cost lc = r->points[dyn_cost_grid_index(g, (dyn_layer_kind)k, DYN_RECOMPUTE_NONE, a, b, d)];
     if (runs) {
-        dyn_layer_cost mem;
+        dyn_layer_cost mem = {0}; /* measure sets it; zeroed for the compiler, which cannot tell */
         dyn_status st = measure(p, (dyn_layer_kind)k, mode, g->rows[a], g->enc_len[b], g->dec_len[d], 0, &mem, err);
         if (st != DYN_OK) return st;
         lc.stored_mb = mem.stored_mb, lc.peak_mb = mem.peak_mb, lc.output_mb = mem.output_mb, lc.kept_mb = mem.kept_mb;
@@ -698,8 +684,7 @@ static dyn_status point_derive(grid_run *r, int k, dyn_recompute mode, int runs,
 /* After the monotone fit (which fits each mode on its own), the derived
  * full-recompute times at every point from the fitted plain ones: a
  * block's forward and weight half are the same, its backward and input
- * half run the forward again first; the embedding's and the head's are
- * the same. Sums of times monotone in rows and lengths stay monotone, so
+ * half run the forward again first; the other kinds' are the same. Sums of times monotone in rows and lengths stay monotone, so
  * the table stays fitted; the memory (point_derive) is kept. */
 static void derive_full_times(const dyn_cost_grid *g, dyn_layer_cost *points)
 {
@@ -798,7 +783,7 @@ static dyn_status grid_pass(grid_run *r, pass_kind what, dyn_error *err)
     const dyn_recompute modes[2] = {DYN_RECOMPUTE_NONE, DYN_RECOMPUTE_FULL};
     dyn_status st = DYN_OK;
     for (int k = 0; k < DYN_LAYER_KIND_COUNT && st == DYN_OK; k++) {
-        if (r->p->n_pieces[k] == 0) continue;
+        if (r->p->kinds[k].m == NULL) continue;
         for (int mi = 0; mi < 2 && st == DYN_OK; mi++)
             for (int32_t a = 0; a < g->n_rows && st == DYN_OK; a++)
                 for (int32_t b = 0; b < g->n_enc && st == DYN_OK; b++)
@@ -840,7 +825,7 @@ static void grid_fill_axis(grid_run *r, int k, dyn_recompute mode, int ax)
 static void grid_fill(grid_run *r)
 {
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
-        if (r->p->n_pieces[k] == 0 || !kind_coarse(r, k)) continue;
+        if (r->p->kinds[k].m == NULL || !kind_coarse(r, k)) continue;
         for (int m = 0; m < DYN_RECOMPUTE_COUNT; m++)
             for (int ax = 0; ax < 3; ax++) grid_fill_axis(r, k, (dyn_recompute)m, ax);
     }

@@ -1,6 +1,6 @@
 /* profile.h — the layer profiler behind `dynapipe profile`: runs each layer
- * kind of a model (embedding, GPT block / T5 encoder block, T5 decoder block,
- * LM head) forward, backward and split backward, per recompute mode, on
+ * kind of a model (embedding, GPT block / T5 encoder block, T5 bridge, T5
+ * decoder block, LM head) forward, backward and split backward, per recompute mode, on
  * random weights and inputs, and measures its time (median of repeats after
  * warm-up) and activation memory, over a grid of micro-batch rows and
  * lengths; the result is written in the cost-table format through src/cost's
@@ -8,9 +8,9 @@
  *
  * What each layer kind runs (model layer indices as in model.h):
  *   GPT: embed = layer 0; encoder = layer 1 (a block); lm_head = layer n+1.
- *   T5:  embed = layer 0 (encoder embedding) plus layers ne+1..ne+2 (the
- *        encoder's final norm and the decoder embedding: the planner's layer
- *        list has one embedding, on the first stage); encoder = layer 1;
+ *   T5:  embed = layer 0 (the encoder embedding); encoder = layer 1;
+ *        bridge = layers ne+1..ne+2 (the encoder's final norm and the
+ *        decoder embedding, which run on the last encoder block's stage);
  *        decoder = layer ne+3 (self + cross attention, reads the encoder
  *        output); lm_head = the last layer.
  * Recompute: NONE and SELECTIVE run the model without recomputation (its
@@ -56,8 +56,8 @@ dyn_status dyn_profiler_measure(dyn_profiler *p, dyn_layer_kind kind, dyn_recomp
 void dyn_profiler_set_max_tokens(dyn_profiler *p, int64_t max_tokens);
 
 /* on != 0: grid runs do not time full recompute (the --quick profile;
- * about a third less time). The embedding and the head run the same with
- * and without it (only blocks recompute), so they take their plain
+ * about a third less time). The embedding, the bridge and the head run the
+ * same with and without it (only blocks recompute), so they take their plain
  * points; a block's full-recompute forward and weight-gradient half take
  * the plain ones, its backward and input-gradient half the plain ones
  * plus the forward (recompute runs the forward again first: measured at
@@ -65,14 +65,14 @@ void dyn_profiler_set_max_tokens(dyn_profiler *p, int64_t max_tokens);
  * is measured in one untimed pass. */
 void dyn_profiler_set_derive_full(dyn_profiler *p, int on);
 
-/* on != 0: grid runs time T5's embedding and head only on two planes, the
+/* on != 0: grid runs time T5's bridge and head only on two planes, the
  * shortest target (dec_len index 0) and the shortest input (enc_len index
  * 0); elsewhere a point's times are the sum of the two planes' points at
  * its rows and lengths less their common corner, and its memory is
  * measured in one untimed pass (what `dynapipe profile` does). Each kind's
- * time is an input part plus a target part: the embedding embeds the input
- * and the targets in separate layers (and normalizes the encoder output),
- * the head reads only the targets and passes the encoder output through.
+ * time is an input part plus a target part: the bridge normalizes the
+ * encoder output and embeds the targets in separate layers, the head
+ * reads only the targets and passes the encoder output through.
  * Timed at every point, the head's input part (a copy, about 4 % of it)
  * is lost in the noise, which the monotone fit turns into a rise along
  * the input axis (t5-tiny: 33 % from the shortest input to the longest).
@@ -80,7 +80,7 @@ void dyn_profiler_set_derive_full(dyn_profiler *p, int on);
 void dyn_profiler_set_sum_planes(dyn_profiler *p, int on);
 
 /* What such a grid run does to its points after filling the planes (and
- * any coarse grid's other points): for T5's embedding and head, every
+ * any coarse grid's other points): for T5's bridge and head, every
  * mode, each point off the two planes takes as its four times the point
  * at its rows and input with the shortest target, plus the one at its
  * rows and target with the shortest input, less the one with both
@@ -89,13 +89,14 @@ void dyn_profiler_set_sum_planes(dyn_profiler *p, int on);
  * points' sums (both are linear). */
 void dyn_profile_points_sum_planes(const dyn_model_config *cfg, const dyn_cost_grid *g, dyn_layer_cost *points);
 
-/* Measure every kind but the embedding only at the grid points whose every
+/* Measure every kind but the embedding and T5's bridge only at the grid
+ * points whose every
  * coordinate is also on the coarse grid (each of its axes a subset of the
  * run's, with the same first and last values; the --quick grid of the
  * run's default grid), and fill the others by multilinear interpolation
  * from those: what the table reader would compute from a coarse table, so
  * those kinds cost and predict as with a coarse profile. The embedding
- * is cheap to measure (gpt-mini's whole grid: about 14 s a sweep, against
+ * (and the bridge, a norm and an embedding) is cheap to measure (gpt-mini's whole grid: about 14 s a sweep, against
  * about 95 s for the blocks on the quick grid of seven lengths, about a
  * third less on six) and its cost per token steps up where its
  * activations leave the caches (a cell of the coarse grid straddling the

@@ -5,7 +5,8 @@
  * T5: encoder blocks then decoder blocks), are split into S contiguous
  * groups as evenly as possible, the first (L mod S) stages taking one more.
  * The embedding runs on the first stage, the LM head (final norm, vocabulary
- * projection, loss) on the last. With v model chunks per device a device
+ * projection, loss) on the last, and T5's bridge (the encoder's final norm
+ * and the decoder embedding) on the stage of the last encoder layer. With v model chunks per device a device
  * holds the same number of layers in v pieces, so its per-micro-batch work is
  * the same; v only enters the DP objective.
  *
@@ -26,7 +27,7 @@
 
 typedef struct stage_layers {
     int32_t n_enc, n_dec; /* encoder-kind (GPT block / T5 encoder) and T5 decoder layers */
-    int embed, head;
+    int embed, head, bridge;
 } stage_layers;
 
 typedef struct stage_ctx {
@@ -52,7 +53,7 @@ static dyn_status stage_cost_fn(void *ctx, const dyn_mb_shape *mb, dyn_mb_cost *
     int have[DYN_LAYER_KIND_COUNT] = {0};
     for (int32_t s = 0; s < c->S; s++) {
         const stage_layers *L = &c->st[s];
-        int32_t count[DYN_LAYER_KIND_COUNT] = {L->embed, L->n_enc, L->n_dec, L->head};
+        int32_t count[DYN_LAYER_KIND_COUNT] = {L->embed, L->n_enc, L->n_dec, L->head, L->bridge};
         double t = 0, stored = 0, trans = 0;
         for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
             if (count[k] <= 0) continue;
@@ -116,12 +117,14 @@ dyn_planner *dyn_planner_create(const dyn_cost_model *cm, const dyn_plan_options
             if (i < n_enc) L->n_enc++;
             else L->n_dec++;
         }
+        L->bridge = n_dec > 0 && next < n_enc && n_enc <= next + cnt; /* holds the last encoder layer */
         next += cnt;
         L->embed = s == 0;
         L->head = s == S - 1;
         double st_mb = L->n_enc * dyn_cost_layer_states_mb(cm, DYN_LAYER_ENCODER) +
                        L->n_dec * dyn_cost_layer_states_mb(cm, DYN_LAYER_DECODER) +
                        L->embed * dyn_cost_layer_states_mb(cm, DYN_LAYER_EMBED) +
+                       L->bridge * dyn_cost_layer_states_mb(cm, DYN_LAYER_BRIDGE) +
                        L->head * dyn_cost_layer_states_mb(cm, DYN_LAYER_LM_HEAD);
         if (st_mb > states) states = st_mb;
     }

@@ -74,16 +74,14 @@ void dyn_train_options_default(dyn_train_options *o)
 
 /* The model layer where cost layer c begins (c = the cost model's flattened
  * layer list of sched.h: GPT [embed, blocks, head], T5 [embed, encoder
- * blocks, decoder blocks, head]; c = its length maps to L). The model's T5
- * list has two more layers, the encoder's final norm and the decoder
- * embedding (model.h): they go with the stage before the first decoder
- * block, which then sends the encoder output and the decoder hidden state
- * together, as the cost model's boundary does. */
+ * blocks, bridge, decoder blocks, head]; c = its length maps to L). The
+ * bridge is two model layers, the encoder's final norm and the decoder
+ * embedding (model.h), so the layers after it are one further on. */
 static int32_t model_layer_of(const dyn_model_config *cfg, int32_t c)
 {
     if (cfg->kind == DYN_MODEL_GPT) return c;
     int32_t ne = cfg->n_layers;
-    return c <= ne ? c : c + 2;
+    return c <= ne + 1 ? c : c + 1;
 }
 
 static dyn_status stage_layers(const dyn_train_options *o, int32_t **lay_first, int32_t *n_stages, dyn_error *err)

@@ -2,10 +2,12 @@
  * cost model, and the per-micro-batch per-stage costs schedules consume.
  *
  * The model is a chain of layers: GPT [EMBED, ENCODER x L, LM_HEAD]; T5
- * [EMBED, ENCODER x Le, DECODER x Ld, LM_HEAD]. Stages are contiguous runs
- * of it; the embedding always sits on stage 0 and the LM head on the last
- * stage (they own the token and label I/O), and every stage gets at least one
- * transformer block. Balance: minimise the slowest stage's fwd + bwd time on a
+ * [EMBED, ENCODER x Le, BRIDGE, DECODER x Ld, LM_HEAD]. Stages are
+ * contiguous runs of it; the embedding always sits on stage 0 and the LM
+ * head on the last stage (they own the token and label I/O), T5's bridge
+ * (the encoder's final norm and the decoder embedding) on the stage of the
+ * last encoder block, as the runtime's model ranges place it, and every
+ * stage gets at least one transformer block. Balance: minimise the slowest stage's fwd + bwd time on a
  * reference micro-batch, exactly, by dynamic programming over contiguous
  * splits (S * n^2 for n blocks: a few thousand steps for real models). For T5
  * the encoder and decoder blocks have different costs, so the optimal split
@@ -125,38 +127,55 @@ dyn_status dyn_stage_assign(const dyn_cost_model *cm, int32_t n_stages, const dy
                              "stage assignment: %d stages but the model has %d transformer layers "
                              "(stages more than layers)",
                              n_stages, nb);
-    double enc_ms = 0, dec_ms = 0, embed_ms = 0, head_ms = 0;
+    double enc_ms = 0, dec_ms = 0, embed_ms = 0, head_ms = 0, bridge_ms = 0;
     dyn_status st = layer_ms(cm, DYN_LAYER_ENCODER, ref, rc, &enc_ms, err);
     if (st == DYN_OK && t5) st = layer_ms(cm, DYN_LAYER_DECODER, ref, rc, &dec_ms, err);
+    if (st == DYN_OK && t5) st = layer_ms(cm, DYN_LAYER_BRIDGE, ref, rc, &bridge_ms, err);
     if (st == DYN_OK) st = layer_ms(cm, DYN_LAYER_EMBED, ref, rc, &embed_ms, err);
     if (st == DYN_OK) st = layer_ms(cm, DYN_LAYER_LM_HEAD, ref, rc, &head_ms, err);
     if (st != DYN_OK) return st;
     double *block = dyn_calloc((size_t)nb, sizeof(double), "stage assignment", err);
     int32_t *bfirst = dyn_calloc((size_t)n_stages + 1, sizeof(int32_t), "stage assignment", err);
-    out->layer_kind = dyn_calloc((size_t)nb + 2, sizeof(int32_t), "stage assignment", err);
+    int32_t nl = nb + 2 + t5; /* + the bridge */
+    out->layer_kind = dyn_calloc((size_t)nl, sizeof(int32_t), "stage assignment", err);
     out->stage_first = dyn_calloc((size_t)n_stages + 1, sizeof(int32_t), "stage assignment", err);
     if (!block || !bfirst || !out->layer_kind || !out->stage_first) {
         st = DYN_ERR_NOMEM;
         goto out;
     }
+    /* the bridge always runs with the last encoder block */
     for (int32_t b = 0; b < nb; b++) block[b] = b < n_enc ? enc_ms : dec_ms;
+    if (t5) block[n_enc - 1] += bridge_ms;
     st = dyn_stage_split(block, nb, n_stages, embed_ms, head_ms, bfirst, &out->max_stage_ms, err);
     if (st != DYN_OK) goto out;
     out->n_stages = n_stages;
-    out->n_layers = nb + 2;
+    out->n_layers = nl;
+    /* block b's flattened index: after the embedding, and for a decoder
+     * block after the bridge too */
+#define FLAT(b) ((b) + 1 + (t5 && (b) >= n_enc))
     out->layer_kind[0] = DYN_LAYER_EMBED;
-    for (int32_t b = 0; b < nb; b++) out->layer_kind[b + 1] = b < n_enc ? DYN_LAYER_ENCODER : DYN_LAYER_DECODER;
-    out->layer_kind[nb + 1] = DYN_LAYER_LM_HEAD;
+    for (int32_t b = 0; b < nb; b++) out->layer_kind[FLAT(b)] = b < n_enc ? DYN_LAYER_ENCODER : DYN_LAYER_DECODER;
+    if (t5) out->layer_kind[n_enc + 1] = DYN_LAYER_BRIDGE;
+    out->layer_kind[nl - 1] = DYN_LAYER_LM_HEAD;
     /* block boundaries -> flattened layer boundaries: the embedding joins
-     * stage 0 and the head the last stage */
+     * stage 0, the bridge the last encoder block's stage, the head the
+     * last stage */
     out->stage_first[0] = 0;
-    for (int32_t s = 1; s < n_stages; s++) out->stage_first[s] = bfirst[s] + 1;
-    out->stage_first[n_stages] = nb + 2;
+    for (int32_t s = 1; s < n_stages; s++) out->stage_first[s] = FLAT(bfirst[s]);
+    out->stage_first[n_stages] = nl;
+#undef FLAT
 out:
     free(block);
     free(bfirst);
     if (st != DYN_OK) dyn_stage_assignment_free(out);
     return st;
+}
+
+/* Does a layer of this kind take the (encoder) hidden state as its input?
+ * The others past the embedding take T5's decoder boundary. */
+static int reads_hidden(int32_t kind)
+{
+    return kind == DYN_LAYER_ENCODER || kind == DYN_LAYER_BRIDGE;
 }
 
 dyn_status dyn_stage_costs_build(const dyn_cost_model *cm, const dyn_stage_assignment *a,
@@ -173,10 +192,10 @@ dyn_status dyn_stage_costs_build(const dyn_cost_model *cm, const dyn_stage_assig
      * at 4 x 64 / 32 tokens): a stage stores, per layer after its first,
      * exactly the output of the layer run before it less than the sum of
      * its layers alone. That output is the hidden state for GPT and T5's
-     * encoder layers, and T5's decoder boundary (encoder output and
-     * decoder state) for a decoder layer or the head: the layer before
-     * them is a decoder layer or, for the first decoder layer, the decoder
-     * embedding, which sends the same. Tables only (the analytic model
+     * encoder layers and bridge, and T5's decoder boundary (encoder output
+     * and decoder state) for a decoder layer or the head: the layer before
+     * them is a decoder layer or, for the first decoder layer, the bridge,
+     * which sends the same. Tables only (the analytic model
      * counts a stage's tensors itself). */
     int32_t gr, ge, gd;
     int shared_inputs = dyn_cost_model_grid_max(cm, &gr, &ge, &gd);
@@ -191,7 +210,7 @@ dyn_status dyn_stage_costs_build(const dyn_cost_model *cm, const dyn_stage_assig
         dyn_layer_cost lc[DYN_LAYER_KIND_COUNT];
         memset(lc, 0, sizeof lc);
         for (int k = 0; k < DYN_LAYER_KIND_COUNT && st == DYN_OK; k++) {
-            if (k == DYN_LAYER_DECODER && !t5) continue;
+            if (!dyn_cost_kind_present(cfg, (dyn_layer_kind)k)) continue;
             st = dyn_cost_layer(cm, (dyn_layer_kind)k, &shapes[m], rc, &lc[k], err);
         }
         if (st != DYN_OK) {
@@ -199,11 +218,10 @@ dyn_status dyn_stage_costs_build(const dyn_cost_model *cm, const dyn_stage_assig
             return st;
         }
         /* What crosses a stage boundary, as the model's stage ranges send it
-         * (src/model/model.h): GPT the hidden state; T5 inside the encoder
+         * (src/model/model.h): GPT the hidden state; T5 up to the bridge
          * the encoder hidden state, and from the first decoder layer on the
          * encoder output and the decoder hidden state together (the
-         * encoder's final norm and the decoder embedding run on the stage
-         * before the first decoder layer). */
+         * bridge's output). */
         double enc_boundary = lc[DYN_LAYER_ENCODER].output_mb;
         double dec_boundary = t5 ? lc[DYN_LAYER_DECODER].output_mb : enc_boundary; /* it carries the encoder output */
         for (int32_t s = 0; s < S; s++) {
@@ -216,11 +234,11 @@ dyn_status dyn_stage_costs_build(const dyn_cost_model *cm, const dyn_stage_assig
                 out->bwd_weight_ms[i] += c->bwd_weight_ms;
                 out->stored_mb[i] += c->stored_mb;
                 if (shared_inputs && l > a->stage_first[s])
-                    out->stored_mb[i] -= a->layer_kind[l] == DYN_LAYER_ENCODER ? enc_boundary : dec_boundary;
+                    out->stored_mb[i] -= reads_hidden(a->layer_kind[l]) ? enc_boundary : dec_boundary;
                 if (c->peak_mb > out->peak_mb[i]) out->peak_mb[i] = c->peak_mb;
             }
             int32_t next = s < S - 1 ? a->layer_kind[a->stage_first[s + 1]] : -1;
-            out->send_mb[i] = next < 0 ? 0 : next == DYN_LAYER_ENCODER ? enc_boundary : dec_boundary;
+            out->send_mb[i] = next < 0 ? 0 : reads_hidden(next) ? enc_boundary : dec_boundary;
         }
     }
     return DYN_OK;
