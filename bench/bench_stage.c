@@ -18,7 +18,8 @@
 #define MB (1024.0 * 1024.0)
 
 /* The cost model's states of layers [first, last) (its kinds: embedding,
- * blocks, head; T5's encoder norm and decoder embedding count nothing). */
+ * blocks, head; T5's bridge, counted at its first layer, the encoder norm:
+ * the decoder embedding reads the shared table). */
 static double cost_states_mb(const dyn_cost_model *cm, const dyn_model_config *c, int first, int last)
 {
     int n = c->n_layers, L = c->kind == DYN_MODEL_GPT ? n + 2 : n + c->n_dec_layers + 4;
@@ -27,6 +28,7 @@ static double cost_states_mb(const dyn_cost_model *cm, const dyn_model_config *c
         if (l == 0) mb += dyn_cost_layer_states_mb(cm, DYN_LAYER_EMBED);
         else if (l == L - 1) mb += dyn_cost_layer_states_mb(cm, DYN_LAYER_LM_HEAD);
         else if (l <= n) mb += dyn_cost_layer_states_mb(cm, DYN_LAYER_ENCODER);
+        else if (c->kind == DYN_MODEL_T5 && l == n + 1) mb += dyn_cost_layer_states_mb(cm, DYN_LAYER_BRIDGE);
         else if (c->kind == DYN_MODEL_T5 && l > n + 2) mb += dyn_cost_layer_states_mb(cm, DYN_LAYER_DECODER);
     }
     return mb;
