@@ -684,8 +684,9 @@ static dyn_status point_derive(grid_run *r, int k, dyn_recompute mode, int runs,
 /* After the monotone fit (which fits each mode on its own), the derived
  * full-recompute times at every point from the fitted plain ones: a
  * block's forward and weight half are the same, its backward and input
- * half run the forward again first; the other kinds' are the same. Sums of times monotone in rows and lengths stay monotone, so
- * the table stays fitted; the memory (point_derive) is kept. */
+ * half run the forward again first; the other kinds' are the same. Sums
+ * of times monotone in rows and lengths stay monotone, so the table stays
+ * fitted; the memory (point_derive) is kept. */
 static void derive_full_times(const dyn_cost_grid *g, dyn_layer_cost *points)
 {
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)

@@ -6,9 +6,10 @@
  * groups as evenly as possible, the first (L mod S) stages taking one more.
  * The embedding runs on the first stage, the LM head (final norm, vocabulary
  * projection, loss) on the last, and T5's bridge (the encoder's final norm
- * and the decoder embedding) on the stage of the last encoder layer. With v model chunks per device a device
- * holds the same number of layers in v pieces, so its per-micro-batch work is
- * the same; v only enters the DP objective.
+ * and the decoder embedding) on the stage of the last encoder layer. With
+ * v model chunks per device a device holds the same number of layers in v
+ * pieces, so its per-micro-batch work is the same; v only enters the DP
+ * objective.
  *
  * t(mb) = max over stages of the stage's fwd + bwd time (ms), the bottleneck
  * stage that paces the pipeline; stored(mb) and peak(mb) are likewise the

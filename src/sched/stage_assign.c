@@ -7,9 +7,10 @@
  * head on the last stage (they own the token and label I/O), T5's bridge
  * (the encoder's final norm and the decoder embedding) on the stage of the
  * last encoder block, as the runtime's model ranges place it, and every
- * stage gets at least one transformer block. Balance: minimise the slowest stage's fwd + bwd time on a
- * reference micro-batch, exactly, by dynamic programming over contiguous
- * splits (S * n^2 for n blocks: a few thousand steps for real models). For T5
+ * stage gets at least one transformer block. Balance: minimise the slowest
+ * stage's fwd + bwd time on a reference micro-batch, exactly, by dynamic
+ * programming over contiguous splits (S * n^2 for n blocks: a few thousand
+ * steps for real models). For T5
  * the encoder and decoder blocks have different costs, so the optimal split
  * places the encoder/decoder boundary wherever the times balance, not at the
  * middle stage. */
