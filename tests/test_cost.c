@@ -16,6 +16,7 @@
 
 #include "dynapipe/cost.h"         /* defines: dyn_cost_*, dyn_machine_builtin */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_*, dyn_machine_* */
+#include "util/util.h"                /* defines: dyn_file_read_all */
 
 static char g_dir[] = "/tmp/dyn_test_cost_XXXXXX";
 
@@ -623,6 +624,35 @@ static void expect_table_error(const char *name, const char *text, const char *w
         fail_msg("message '%s' should start with '%s' and mention '%s'", err.msg, prefix, what);
 }
 
+/* Format 2 added T5's bridge: a T5 table the writer makes is version 2
+ * and loads with its bridge states; the same text as version 1 (an older
+ * profile, whose embedding counted the bridge) is refused with a line
+ * saying to profile again, at the first point. A version 1 GPT table
+ * still loads (GOOD_TABLE below). */
+static void test_table_version1_t5_refused(void **state)
+{
+    (void)state;
+    const char *path = write_known_t5_table("v2.table");
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(dyn_file_read_all(path, &text, &len, NULL), DYN_OK);
+    assert_true(strncmp(text, "dynapipe-cost-table 2\n", 22) == 0);
+    assert_non_null(strstr(text, " bridge=5.5"));
+    dyn_cost_model *cm = dyn_cost_model_load_table(path, NULL);
+    assert_non_null(cm);
+    assert_true(dyn_cost_layer_states_mb(cm, DYN_LAYER_BRIDGE) == 5.5);
+    dyn_cost_model_free(cm);
+    text[20] = '1';
+    char *first_point = strstr(text, "\npoint ");
+    assert_non_null(first_point);
+    int line = 2; /* the line after the last newline before the first point */
+    for (const char *c = text; c < first_point; c++) line += *c == '\n';
+    char where[32];
+    snprintf(where, sizeof where, ":%d: ", line);
+    expect_table_error("v1.table", text, where, "a version 1 T5 table");
+    free(text);
+}
+
 static void test_table_malformed_files(void **state)
 {
     (void)state;
@@ -1023,6 +1053,7 @@ int main(void)
         cmocka_unit_test(test_table_extrapolation_rule),
         cmocka_unit_test(test_table_round_trip_from_analytic),
         cmocka_unit_test(test_table_malformed_files),
+        cmocka_unit_test(test_table_version1_t5_refused),
         cmocka_unit_test(test_table_refuses_huge_and_non_finite_values),
         cmocka_unit_test(test_table_axis_errors_name_the_axis_line),
         cmocka_unit_test(test_table_reader_survives_random_edits),
