@@ -159,7 +159,8 @@ int cli_profile_write(const dyn_model_config *cfg, int threads, int repeats, int
             dyn_profiler_probe_stats(p, &runs, &calm);
             fprintf(stderr, "dynapipe profile: %d rows x %d input x %d target lengths", g.n_rows, g.n_enc, g.n_dec);
             if (quick)
-                fprintf(stderr, " (all but the embedding on %d x %d x %d)", coarse.n_rows, coarse.n_enc, coarse.n_dec);
+                fprintf(stderr, " (the blocks and the head on %d x %d x %d)", coarse.n_rows, coarse.n_enc,
+                        coarse.n_dec);
             fprintf(stderr, ", %d sweep%s", sweeps, sweeps == 1 ? "" : "s");
             if (sweeps >= 2) fprintf(stderr, " (%lld of %lld points settled)", (long long)(measured - unsettled),
                                      (long long)measured);
