@@ -9,7 +9,7 @@
  * machine's speed drifts), and prints the medians and their ratio.
  *
  * usage: bench_stage_sum [preset (default t5-mini)] [rows (8)] [input (128)]
- *        [target (64)] [rounds (5)] */
+ *        [target (64)] [rounds (5)] [cold] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +23,24 @@
 
 #define REPEATS 5 /* timed runs per measurement of the stage (median), after one warm-up */
 #define MAX_ROUNDS 64
+
+/* With "cold" as the sixth argument, every timed stage run starts with the
+ * caches flushed (FLUSH_BYTES written and read), as in training, where a
+ * micro-batch's activations live in their own arena among several in
+ * flight and the other rank's work passes through the shared cache. */
+#define FLUSH_BYTES ((size_t)64 << 20)
+static int g_flush;
+static volatile float g_sink;
+static float *g_flush_buf;
+
+static void flush_caches(void)
+{
+    size_t n = FLUSH_BYTES / sizeof(float);
+    float acc = 0;
+    for (size_t i = 0; i < n; i++) g_flush_buf[i] += 1.0f;
+    for (size_t i = 0; i < n; i += 16) acc += g_flush_buf[i];
+    g_sink = acc;
+}
 
 /* One stage: model layers [first, last) and the profiled kinds they are. */
 typedef struct stage_case {
@@ -45,6 +63,7 @@ static int stage_time(dyn_model *m, int L, const stage_case *sc, const dyn_model
     for (size_t i = 0; i < no; i++) dout[i] = (float)((i * 40503u) % 2001) / 1e6f - 1e-3f;
     int has_in = sc->first > 0, has_out = sc->last < L;
     for (int r = -1; r < REPEATS && rc == 0; r++) {
+        if (g_flush) flush_caches();
         double loss = 0, t0 = dyn_time_ms();
         dyn_model_zero_grad(m);
         rc |= dyn_model_stage_forward(m, a, mb, sc->first, sc->last, has_in ? in : NULL, has_out ? out : NULL, 0,
@@ -81,13 +100,18 @@ int main(int argc, char **argv)
 {
     dyn_threads_init(); /* idle OpenMP workers sleep (threads.h); may re-execute */
     bench_args_check(argc, argv,
-                     "usage: bench_stage_sum [preset] [rows] [input] [target] [rounds]\n"
+                     "usage: bench_stage_sum [preset] [rows] [input] [target] [rounds] [cold]\n"
                      "  times whole stages against the sum of their layers measured alone",
                      NULL);
     const char *preset = argc > 1 ? argv[1] : "t5-mini";
     int32_t rows = argc > 2 ? atoi(argv[2]) : 8, enc = argc > 3 ? atoi(argv[3]) : 128;
     int32_t dec = argc > 4 ? atoi(argv[4]) : 64;
     int rounds = argc > 5 ? atoi(argv[5]) : 5;
+    g_flush = argc > 6 && strcmp(argv[6], "cold") == 0;
+    if (g_flush && (g_flush_buf = calloc(FLUSH_BYTES, 1)) == NULL) {
+        fprintf(stderr, "bench_stage_sum: out of memory\n");
+        return 1;
+    }
     dyn_model_config cfg;
     dyn_error err;
     if (dyn_model_config_preset(preset, &cfg, &err) != DYN_OK) {
@@ -129,8 +153,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_stage_sum: %s\n", err.msg);
         return 1;
     }
-    printf("bench_stage_sum: %s, %d rows x %d input%s, one thread, %d rounds alternating (stage: median of %d)\n",
-           preset, rows, enc, t5 ? "" : " (GPT: whole sequence)", rounds, REPEATS);
+    printf("bench_stage_sum: %s, %d rows x %d input%s, one thread, %d rounds alternating (stage: median of %d%s)\n",
+           preset, rows, enc, t5 ? "" : " (GPT: whole sequence)", rounds, REPEATS,
+           g_flush ? ", each run after flushing the caches" : "");
     printf("%-24s %12s %14s %8s\n", "stage", "stage ms", "layers sum ms", "ratio");
     int rc = 0;
     for (int c = 0; c < nc && rc == 0; c++) {
@@ -155,6 +180,6 @@ int main(int argc, char **argv)
     }
     dyn_model_microbatch_free(mb);
     dyn_profiler_free(p);
-    free(tok), free(s);
+    free(tok), free(s), free(g_flush_buf);
     return rc;
 }
