@@ -169,8 +169,10 @@ int main(int argc, char **argv)
         double st[MAX_ROUNDS], ly[MAX_ROUNDS];
         for (int r = 0; r < rounds && rc == 0; r++) {
             /* alternate which goes first, so a drift does not favour one */
-            if (r % 2 == 0) rc = stage_time(m, L, &cases[c], mb, &st[r]) || layers_time(p, &cases[c], rows, enc, dec, &ly[r]);
-            else rc = layers_time(p, &cases[c], rows, enc, dec, &ly[r]) || stage_time(m, L, &cases[c], mb, &st[r]);
+            if (r % 2 == 0)
+                rc = stage_time(m, L, &cases[c], mb, &st[r]) || layers_time(p, &cases[c], rows, enc, dec, &ly[r]);
+            else
+                rc = layers_time(p, &cases[c], rows, enc, dec, &ly[r]) || stage_time(m, L, &cases[c], mb, &st[r]);
         }
         if (rc == 0) {
             double ms = dyn_median(st, rounds), ml = dyn_median(ly, rounds);

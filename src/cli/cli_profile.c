@@ -200,7 +200,8 @@ int cli_profile_cached(const dyn_model_config *cfg, int threads, int64_t max_tok
      * format (a version 1 T5 table is refused) is made again */
     int w = snprintf(path, cap, "%s/profile%d-%s-l%d-d%d-h%d-H%d-k%d-f%d-v%d-s%d-t%d-m%lld.table", dir,
                      DYN_COST_TABLE_VERSION, dyn_model_kind_name(cfg->kind), cfg->n_layers, cfg->n_dec_layers,
-                     cfg->hidden, cfg->heads, cfg->head_dim, cfg->ffn, cfg->vocab, cfg->max_seqlen, threads, (long long)max_tokens);
+                     cfg->hidden, cfg->heads, cfg->head_dim, cfg->ffn, cfg->vocab, cfg->max_seqlen, threads,
+                     (long long)max_tokens);
     if (w < 0 || (size_t)w >= cap) {
         cli_errorf("train", "--profile auto: cache path too long");
         return CLI_EXIT_FAIL;
