@@ -176,11 +176,6 @@ static dyn_status check_grid(const dyn_model_config *cfg, const dyn_cost_grid *g
     return st;
 }
 
-static int kind_present(const dyn_model_config *cfg, int kind)
-{
-    return dyn_cost_kind_present(cfg, (dyn_layer_kind)kind);
-}
-
 /* ---- monotone points --------------------------------------------------------- */
 
 /* Least-squares non-decreasing fit of y[0..n) in place (pool adjacent
@@ -236,7 +231,7 @@ dyn_status dyn_cost_points_make_monotone(const dyn_model_config *cfg, const dyn_
     const int64_t stride[3] = {(int64_t)g->n_enc * g->n_dec, g->n_dec, 1};
     int64_t gs = dyn_cost_grid_size(g);
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
-        if (!kind_present(cfg, k)) continue;
+        if (!dyn_cost_kind_present(cfg, (dyn_layer_kind)k)) continue;
         for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++) {
             dyn_layer_cost *slice = points + dyn_cost_grid_index(g, (dyn_layer_kind)k, (dyn_recompute)rc, 0, 0, 0);
             for (int a = 0; a < 3; a++) {
@@ -299,7 +294,7 @@ dyn_status dyn_cost_table_write_profile(const char *path, const dyn_model_config
                                  dyn_layer_kind_name((dyn_layer_kind)k), states_mb[k], DYN_COST_VALUE_MAX);
     int64_t gs = dyn_cost_grid_size(grid);
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
-        if (!kind_present(cfg, k)) continue;
+        if (!dyn_cost_kind_present(cfg, (dyn_layer_kind)k)) continue;
         for (int64_t p = (int64_t)k * DYN_RECOMPUTE_COUNT * gs; p < (int64_t)(k + 1) * DYN_RECOMPUTE_COUNT * gs; p++) {
             double v[N_VALUES];
             cost_to_values(&points[p], v);
@@ -336,7 +331,7 @@ dyn_status dyn_cost_table_write_profile(const char *path, const dyn_model_config
     }
     fprintf(fp, "states_mb embed=%.17g encoder=%.17g decoder=%.17g lm_head=%.17g", states_mb[0], states_mb[1],
             states_mb[2], states_mb[3]);
-    if (kind_present(cfg, DYN_LAYER_BRIDGE)) fprintf(fp, " bridge=%.17g", states_mb[DYN_LAYER_BRIDGE]);
+    if (dyn_cost_kind_present(cfg, DYN_LAYER_BRIDGE)) fprintf(fp, " bridge=%.17g", states_mb[DYN_LAYER_BRIDGE]);
     fprintf(fp, "\n");
     write_axis(fp, "rows", grid->rows, grid->n_rows);
     write_axis(fp, "enc_len", grid->enc_len, grid->n_enc);
@@ -344,7 +339,7 @@ dyn_status dyn_cost_table_write_profile(const char *path, const dyn_model_config
     fprintf(fp, "# point kind recompute rows enc_len dec_len fwd_ms bwd_ms bwd_input_ms bwd_weight_ms "
                 "stored_mb peak_mb output_mb kept_mb\n");
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
-        if (!kind_present(cfg, k)) continue;
+        if (!dyn_cost_kind_present(cfg, (dyn_layer_kind)k)) continue;
         for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++)
             for (int32_t a = 0; a < grid->n_rows; a++)
                 for (int32_t b = 0; b < grid->n_enc; b++)
@@ -375,7 +370,7 @@ dyn_status dyn_cost_table_write_from_model(const char *path, const dyn_cost_mode
                                      "cost table points", err);
     if (pts == NULL) return DYN_ERR_NOMEM;
     for (int k = 0; k < DYN_LAYER_KIND_COUNT && st == DYN_OK; k++) {
-        if (!kind_present(&cm->cfg, k)) continue;
+        if (!dyn_cost_kind_present(&cm->cfg, (dyn_layer_kind)k)) continue;
         for (int rc = 0; rc < DYN_RECOMPUTE_COUNT && st == DYN_OK; rc++)
             for (int32_t a = 0; a < grid->n_rows && st == DYN_OK; a++)
                 for (int32_t b = 0; b < grid->n_enc && st == DYN_OK; b++)
@@ -677,7 +672,7 @@ static dyn_status parse_point_line(table_parse *tp, char **tok, int ntok)
     }
     dyn_layer_kind kind;
     dyn_recompute rc;
-    if (dyn_layer_kind_parse(tok[1], &kind, NULL) != DYN_OK || !kind_present(&cm->cfg, kind))
+    if (dyn_layer_kind_parse(tok[1], &kind, NULL) != DYN_OK || !dyn_cost_kind_present(&cm->cfg, kind))
         return rd_fail(r, "unknown layer kind for this model", tok[1]);
     if (dyn_recompute_parse(tok[2], &rc, NULL) != DYN_OK) return rd_fail(r, "unknown recompute mode", tok[2]);
     int32_t c[3], idx[3];
@@ -721,7 +716,7 @@ static dyn_status check_complete(const table_parse *tp)
     if (!tp->have_magic) return dyn_error_set(r->err, DYN_ERR_PARSE, "%s: empty cost table", r->path);
     if (tp->seen == NULL) return dyn_error_set(r->err, DYN_ERR_PARSE, "%s: cost table has no points", r->path);
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
-        if (!kind_present(&tp->cm->cfg, k)) continue;
+        if (!dyn_cost_kind_present(&tp->cm->cfg, (dyn_layer_kind)k)) continue;
         for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++)
             for (int32_t a = 0; a < g->n_rows; a++)
                 for (int32_t b = 0; b < g->n_enc; b++)
