@@ -22,7 +22,7 @@
  * the decoder embedding reads the shared table). */
 static double cost_states_mb(const dyn_cost_model *cm, const dyn_model_config *c, int first, int last)
 {
-    int n = c->n_layers, L = c->kind == DYN_MODEL_GPT ? n + 2 : n + c->n_dec_layers + 4;
+    int n = c->n_layers, L = dyn_model_config_num_layers(c);
     double mb = 0;
     for (int l = first; l < last; l++) {
         if (l == 0) mb += dyn_cost_layer_states_mb(cm, DYN_LAYER_EMBED);

@@ -124,7 +124,7 @@ int main(int argc, char **argv)
                 MAX_ROUNDS);
         return 2;
     }
-    int L = t5 ? ne + nd + 4 : ne + 2;
+    int L = dyn_model_config_num_layers(&cfg);
     stage_case cases[3];
     int nc = 0;
     cases[nc++] = (stage_case){t5 ? "encoder blocks" : "blocks", 1, ne + 1, {0}};

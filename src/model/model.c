@@ -224,6 +224,11 @@ int64_t dyn_model_step_count(const dyn_model *m) { return m->step; }
 void dyn_model_set_step_count(dyn_model *m, int64_t step) { m->step = step; }
 int dyn_model_num_layers(const dyn_model *m) { return m->L; }
 
+int dyn_model_config_num_layers(const dyn_model_config *cfg)
+{
+    return cfg->kind == DYN_MODEL_GPT ? cfg->n_layers + 2 : cfg->n_layers + cfg->n_dec_layers + 4;
+}
+
 void dyn_model_layer_params(const dyn_model *m, int first, int last, size_t *offset, size_t *count)
 {
     size_t lo = m->n_params, hi = 0;

@@ -246,8 +246,11 @@ void dyn_model_zero_grad(dyn_model *m);
 int64_t dyn_model_step_count(const dyn_model *m);
 void dyn_model_set_step_count(dyn_model *m, int64_t step);
 
-/* Layer list (see the top of this file). */
+/* Layer list (see the top of this file): L of the whole model (a stage
+ * model's too). dyn_model_config_num_layers: the same from the config,
+ * before any model exists (GPT n + 2, T5 ne + nd + 4). */
 int dyn_model_num_layers(const dyn_model *m);
+int dyn_model_config_num_layers(const dyn_model_config *cfg);
 /* The parameters owned by layers [first, last): one contiguous slice
  * [*offset, *offset + *count) of the flat buffers (tensors are stored in
  * layer order), e.g. what a pipeline stage updates and all-reduces. Shared

@@ -77,7 +77,7 @@ dyn_profiler *dyn_profiler_create(const dyn_model_config *cfg, int threads, int 
     if (p == NULL) return NULL;
     p->cfg = *cfg;
     p->threads = threads, p->repeats = repeats, p->warmup = warmup, p->sweeps = 1;
-    p->L = cfg->kind == DYN_MODEL_GPT ? cfg->n_layers + 2 : cfg->n_layers + cfg->n_dec_layers + 4;
+    p->L = dyn_model_config_num_layers(cfg);
     dyn_rng_seed(&p->rng, 20261201);
     p->times = dyn_calloc((size_t)repeats, sizeof *p->times, "profile times", err);
     p->probe_a = dyn_calloc((size_t)PROBE_M * PROBE_K, sizeof(float), "profile reference kernel", err);
