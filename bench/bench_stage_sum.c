@@ -19,7 +19,7 @@
 #include "model/model.h"           /* defines: dyn_model_*, dyn_model_microbatch_* */
 #include "model/profile.h"         /* defines: dyn_profiler_* */
 #include "model/threads.h"         /* defines: dyn_threads_init */
-#include "util/util.h"             /* defines: dyn_time_ms, dyn_median, dyn_calloc */
+#include "util/util.h"             /* defines: dyn_time_ms, dyn_median */
 
 #define REPEATS 5 /* timed runs per measurement of the stage (median), after one warm-up */
 #define MAX_ROUNDS 64
