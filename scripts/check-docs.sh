@@ -7,7 +7,7 @@
 #      a file that exists, and an #anchor names a heading of the target
 #      .md file (GitHub's rule: lower case, punctuation dropped, spaces to
 #      hyphens, a repeated heading gets -1, -2, ...);
-#   3. every docs/NAME.md written anywhere in the tracked files (source
+#   3. every docs/<name>.md written anywhere in the tracked files (source
 #      comments, scripts, docs) exists.
 # Prints one line per problem (file:line: what) and exits 1 if there is any.
 # Usage: scripts/check-docs.sh [SOURCE_DIR]   (ctest: check_docs)
