@@ -27,7 +27,7 @@
 #pragma GCC optimize("no-trapping-math")
 #endif
 
-/* exp(x), relative error about 1e-7 for x in [-87, 88]; below -87 it gives
+/* exp(x), relative error below 3e-7 for x in [-87, 88]; below -87 it gives
  * exp(-87) (down to where expf reaches 0) and in (88, 88.72] exp(88). At
  * the ends it answers as expf: NaN for NaN, +inf above 88.72 (+inf
  * included), 0 below -103.97 (-inf included). The exponent is computed
