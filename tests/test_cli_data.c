@@ -245,6 +245,8 @@ static void test_paths_and_flags(void **state)
         {"show ''", "the source is empty"},
         {"convert builtin --samples 4 --max-seqlen 128 --out /tmp/", "--out: '/tmp/' names a folder"},
         {"stats builtin --samples 4 --max-seqlen 128 --tsv /tmp/", "--tsv: '/tmp/' names a folder"},
+        {"convert builtin --samples 4 --max-seqlen 128 --out /tmp", "--out: '/tmp' names a folder"},
+        {"stats builtin --samples 4 --max-seqlen 128 --tsv /tmp", "--tsv: '/tmp' names a folder"},
         {"show builtin --samples 4 --max-seqlen 128 --tsv x.tsv", "--tsv does not apply to data show"},
         {"stats builtin --samples 4 --max-seqlen 128 --out x", "--out does not apply to data stats"},
         {"convert builtin --samples 4 --max-seqlen 128 --out x --index 2", "--index does not apply"},

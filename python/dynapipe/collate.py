@@ -35,7 +35,8 @@ def _check_samples(samples):
         if isinstance(sample, (str, bytes, Mapping)) or not hasattr(sample, "__len__") or len(sample) != 2:
             raise TypeError(f"samples[{k}] must be a pair (input_ids, target_ids), not {type(sample).__name__}"
                             + (f" of {len(sample)}" if hasattr(sample, "__len__") else ""))
-        inp, tgt = sample
+        # bytes are byte tokens (a sequence of ints 0..255); str is refused
+        inp, tgt = (list(x) if isinstance(x, (bytes, bytearray)) else x for x in sample)
         inp = _args.check_ints(f"samples[{k}] input_ids", inp, 0, _args.INT32_MAX)
         tgt = _args.check_ints(f"samples[{k}] target_ids", tgt, 0, _args.INT32_MAX)
         if not inp and not tgt:

@@ -76,6 +76,7 @@ class ArgumentChecks(unittest.TestCase):
         self.raises(TypeError, "samples", dynapipe.flatten_rows, 7)
         self.raises(ValueError, "samples", dynapipe.flatten_rows, [])
         self.assertEqual(dynapipe.pad_rows([((1, 2), range(3, 4))], 3, 0)["input_ids"], [[1, 2, 3]])
+        self.assertEqual(dynapipe.flatten_rows([(b"ab", b"c")])["input_ids"], [[97, 98, 99]])  # byte tokens
 
     def test_sampler(self):
         S = dynapipe.DynaPipeBatchSampler

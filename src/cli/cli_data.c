@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"          /* defines: cli_errorf, cli_flag_value, cli_parse_*, CLI_EXIT_* */
 #include "dynapipe/corpus.h"  /* defines: dyn_corpus_* */
@@ -82,7 +83,8 @@ static int subcommand_bit(const char *cmd)
 
 /* A path or prefix given to flag: neither empty (it would be taken as a
  * name: `--out ''` wrote "_input.idx" into the current folder) nor a folder
- * (a trailing '/' leaves the file name empty). 0, or -1 with the usage
+ * (a trailing '/' leaves the file name empty; an existing folder's name as
+ * a prefix would write beside it). 0, or -1 with the usage
  * error printed. */
 static int check_path(const char *cmd, const char *flag, const char *v)
 {
@@ -91,7 +93,8 @@ static int check_path(const char *cmd, const char *flag, const char *v)
         cli_errorf(cmd, "%s: the path is empty", flag);
         return -1;
     }
-    if (v[n - 1] == '/') {
+    struct stat sb;
+    if (v[n - 1] == '/' || (stat(v, &sb) == 0 && S_ISDIR(sb.st_mode))) {
         cli_errorf(cmd, "%s: '%s' names a folder; give a file name%s", flag, v,
                    strcmp(flag, "--out") == 0 ? " prefix inside it" : " inside it");
         return -1;
