@@ -84,8 +84,7 @@ static int subcommand_bit(const char *cmd)
 /* A path or prefix given to flag: neither empty (it would be taken as a
  * name: `--out ''` wrote "_input.idx" into the current folder) nor a folder
  * (a trailing '/' leaves the file name empty; an existing folder's name as
- * a prefix would write beside it). 0, or -1 with the usage
- * error printed. */
+ * a prefix would write beside it). 0, or -1 with the usage error printed. */
 static int check_path(const char *cmd, const char *flag, const char *v)
 {
     size_t n = strlen(v);
