@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "dynapipe/corpus.h" /* defines: dyn_corpus_* */
 #include "dynapipe/data.h"   /* defines: dyn_dataset_read_tsv */
@@ -227,6 +228,75 @@ static void test_errors(void **state)
     assert_int_equal(cli_run("plan", args), 0);
 }
 
+/* Every path flag refuses an empty path (it used to be taken as a name:
+ * `convert --out ''` wrote _input.idx into the current folder) and a
+ * folder; a flag that does not apply to the subcommand or the source is
+ * refused, not ignored. */
+static void test_paths_and_flags(void **state)
+{
+    (void)state;
+    char args[2000], jsonl[700];
+    struct {
+        const char *args, *needle;
+    } usage[] = {
+        {"convert builtin --samples 4 --max-seqlen 128 --out ''", "--out: the path is empty"},
+        {"stats builtin --samples 4 --max-seqlen 128 --tsv ''", "--tsv: the path is empty"},
+        {"stats ''", "the source is empty"},
+        {"show ''", "the source is empty"},
+        {"convert builtin --samples 4 --max-seqlen 128 --out /tmp/", "--out: '/tmp/' names a folder"},
+        {"stats builtin --samples 4 --max-seqlen 128 --tsv /tmp/", "--tsv: '/tmp/' names a folder"},
+        {"convert builtin --samples 4 --max-seqlen 128 --out /tmp", "--out: '/tmp' names a folder"},
+        {"stats builtin --samples 4 --max-seqlen 128 --tsv /tmp", "--tsv: '/tmp' names a folder"},
+        {"show builtin --samples 4 --max-seqlen 128 --tsv x.tsv", "--tsv does not apply to data show"},
+        {"stats builtin --samples 4 --max-seqlen 128 --out x", "--out does not apply to data stats"},
+        {"convert builtin --samples 4 --max-seqlen 128 --out x --index 2", "--index does not apply"},
+        {"stats builtin --samples 4 --max-seqlen 128 --count 2", "--count does not apply"},
+        {"convert builtin --samples 0 --max-seqlen 128 --out x", "--samples: 0 is out of range [1, "},
+        {"stats flan --samples 0", "--samples: 0 is out of range [1, "},
+        {"stats flan --split heldout", "--split applies to builtin only"},
+    };
+    for (size_t k = 0; k < sizeof usage / sizeof usage[0]; k++) {
+        const char *sub = strncmp(usage[k].args, "convert", 7) == 0 ? "data convert"
+                          : strncmp(usage[k].args, "stats", 5) == 0 ? "data stats"
+                                                                      : "data show";
+        cli_assert_one_line_error(sub, usage[k].args, cli_run("data", usage[k].args), 2, usage[k].needle);
+    }
+    assert_int_equal(access("_input.idx", F_OK), -1); /* nothing in the current folder */
+    assert_int_equal(access(".idx", F_OK), -1);
+    write_hundred(jsonl, sizeof jsonl);
+    snprintf(args, sizeof args, "stats '%s' --samples 10", jsonl);
+    cli_assert_one_line_error("data stats", args, cli_run("data", args), 2, "--samples applies to builtin and flan");
+    snprintf(args, sizeof args, "show '%s' --split train", jsonl);
+    cli_assert_one_line_error("data show", args, cli_run("data", args), 2, "--split applies to builtin only");
+}
+
+/* show: an index past the end is an error naming the count (it printed
+ * nothing and exited 0); --count is clipped to what is left, and the
+ * largest accepted --count does not overflow index + count (it wrapped
+ * negative and printed nothing; UBSan: signed overflow). */
+static void test_show_range(void **state)
+{
+    (void)state;
+    const char *a = "show builtin --samples 5 --max-seqlen 128 --index 5";
+    cli_assert_one_line_error("data show", a, cli_run("data", a), 1,
+                              "--index 5 is past the last sample: builtin has 5 (indices 0..4)");
+    a = "show builtin --samples 5 --max-seqlen 128 --index 9223372036854775807";
+    cli_assert_one_line_error("data show", a, cli_run("data", a), 1, "has 5");
+    assert_int_equal(cli_run("data", "show builtin --samples 5 --max-seqlen 128 --index 1 --count 9223372036854775807"),
+                     0);
+    char *out = read_text(out_path);
+    int shown = 0;
+    for (const char *p = out; (p = strstr(p, "\nsample ")) != NULL; p++) shown++;
+    assert_int_equal(strncmp(out, "sample 1 ", 9), 0);
+    assert_int_equal(shown, 3); /* samples 2, 3, 4 after the first line's sample 1 */
+    assert_null(strstr(out, "sample 5"));
+    free(out);
+    assert_int_equal(cli_run("data", "show builtin --samples 5 --max-seqlen 128 --index 4"), 0);
+    out = read_text(out_path);
+    assert_int_equal(strncmp(out, "sample 4 ", 9), 0);
+    free(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -234,6 +304,8 @@ int main(void)
         cmocka_unit_test(test_convert_then_plan),
         cmocka_unit_test(test_builtin_sources),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_paths_and_flags),
+        cmocka_unit_test(test_show_range),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

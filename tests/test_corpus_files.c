@@ -5,7 +5,9 @@
  * dtypes) and written by the converter (compared byte for byte with the
  * hand-built encoding, then read back), and every corrupt-file error:
  * truncated .bin/.idx, wrong magic, version, dtype, a pointer past the end,
- * mismatched input/target counts, bad document indices, ids out of range. */
+ * mismatched input/target counts, bad document indices, ids out of range;
+ * strict JSONL strings (UTF-8, no key twice, no \u0000) and sources that
+ * are not regular files (a FIFO must not block the open). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -335,6 +337,91 @@ static void write_pair(const char *in_prefix, const char *tgt_prefix, int dtype,
     write_dataset(tgt_prefix, &g_idx, &g_bin);
 }
 
+/* JSONL strings are held to the configuration reader's rules: bytes that are
+ * not UTF-8, a key given twice and \u0000 in a string are refused with
+ * path:line (cJSON would make tokens of the bytes, keep the first value and
+ * cut the string); what is valid next to them still reads. */
+static void test_jsonl_strict_strings(void **state)
+{
+    (void)state;
+    dyn_corpus_options o = opts(2048, DYN_MODEL_GPT, 0, DYN_CORPUS_VOCAB_BYTES);
+    const char *good = "{\"input\": \"a\", \"target\": \"b\"}\n";
+    char text[512];
+    struct {
+        const char *line2;
+        const char *needle;
+    } cases[] = {
+        {"{\"input\": \"a\xff\", \"target\": \"b\"}", "byte 13 of the line: not valid UTF-8"},
+        {"{\"input\": \"a\xc0\xaf\", \"target\": \"b\"}", "not valid UTF-8"},     /* overlong '/' */
+        {"{\"input\": \"a\xed\xa0\x80\", \"target\": \"b\"}", "not valid UTF-8"}, /* a surrogate */
+        {"{\"input\": \"a\xf4\x90\x80\x80\", \"target\": \"b\"}", "not valid UTF-8"}, /* > U+10FFFF */
+        {"{\"input\": \"a\xc3\", \"target\": \"b\"}", "not valid UTF-8"},         /* cut short */
+        {"{\"input\": \"a\", \"target\": \"b\", \"input\": \"c\"}", "key \"input\" appears twice"},
+        {"{\"input\": \"a\", \"target\": \"b\", \"meta\": {\"k\": 1, \"k\": 2}}", "key \"k\" appears twice"},
+        {"{\"input\": \"a\\u0000b\", \"target\": \"b\"}", "\\u0000"},
+        {"{\"input\": \"a\", \"target\": \"\\u0000\"}", "\\u0000"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        snprintf(text, sizeof text, "%s%s\n%s", good, cases[k].line2, good);
+        const char *p = write_text("strict.jsonl", text);
+        open_fails(p, &o, DYN_ERR_PARSE, "strict.jsonl:2: ", cases[k].needle);
+    }
+    /* Valid: a two-byte character (two byte tokens), an escaped backslash
+     * followed by the letters u0000 (not a NUL), and \u00e9 (decoded to UTF-8). */
+    const char *p = write_text("fine.jsonl", "{\"input\": \"\xc3\xa9\", \"target\": \"\\\\u0000\"}\n"
+                                             "{\"input\": \"\\u00e9\\\"\", \"target\": \"b\"}\n");
+    dyn_corpus *c = open_ok(p, &o);
+    expect_sample(c, 0, (const int32_t[]){0xc3, 0xa9}, 2, (const int32_t[]){'\\', 'u', '0', '0', '0', '0'}, 6);
+    expect_sample(c, 1, (const int32_t[]){0xc3, 0xa9, '"'}, 3, (const int32_t[]){'b'}, 1);
+    dyn_corpus_free(c);
+}
+
+/* Sources are seeked (JSONL) or memory-mapped (Megatron): a FIFO, which
+ * would block the open until a writer comes, a folder or a device is
+ * refused at once, naming the path. The alarm turns a hang into a failure. */
+static void test_not_regular_files(void **state)
+{
+    (void)state;
+    dyn_corpus_options o = opts(2048, DYN_MODEL_GPT, 0, DYN_CORPUS_VOCAB_BYTES);
+    alarm(20);
+    assert_int_equal(mkfifo(path_of("pipe.jsonl"), 0600), 0);
+    open_fails(path_of("pipe.jsonl"), &o, DYN_ERR_IO, "pipe.jsonl: not a regular file (a FIFO)", NULL);
+    assert_int_equal(mkdir(path_of("folder.jsonl"), 0700), 0);
+    open_fails(path_of("folder.jsonl"), &o, DYN_ERR_IO, "folder.jsonl: not a regular file (a folder)", NULL);
+    assert_int_equal(symlink("/dev/null", path_of("dev.jsonl")), 0);
+    open_fails(path_of("dev.jsonl"), &o, DYN_ERR_IO, "dev.jsonl: not a regular file (a device)", NULL);
+    /* Megatron: the .idx a FIFO, then the .bin */
+    make_idx(&g_idx, 1, 8, 2, 1, (const int32_t[]){2});
+    make_bin(&g_bin, 2, (const int32_t[]){1, 2}, 2);
+    write_bytes("fifo_idx.bin", g_bin.b, g_bin.n);
+    assert_int_equal(mkfifo(path_of("fifo_idx.idx"), 0600), 0);
+    open_fails(path_of("fifo_idx"), &o, DYN_ERR_IO, "fifo_idx.idx: not a regular file (a FIFO)", NULL);
+    write_bytes("fifo_bin.idx", g_idx.b, g_idx.n);
+    assert_int_equal(mkfifo(path_of("fifo_bin.bin"), 0600), 0);
+    open_fails(path_of("fifo_bin"), &o, DYN_ERR_IO, "fifo_bin.bin: not a regular file (a FIFO)", NULL);
+    /* a regular file beside them still opens */
+    write_bytes("plain.bin", g_bin.b, g_bin.n);
+    write_bytes("plain.idx", g_idx.b, g_idx.n);
+    dyn_corpus *c = open_ok(path_of("plain"), &o);
+    assert_int_equal(dyn_corpus_count(c), 1);
+    dyn_corpus_free(c);
+    alarm(0);
+}
+
+/* An empty dataset is refused by every source, so nothing writes one that
+ * a reader then refuses: builtin with 0 samples, a .idx of 0 sequences. */
+static void test_empty_sources(void **state)
+{
+    (void)state;
+    dyn_corpus_options o = opts(2048, DYN_MODEL_GPT, 0, DYN_CORPUS_VOCAB_BYTES);
+    o.builtin_samples = 0;
+    open_fails("builtin", &o, DYN_ERR_INVALID_ARG, "0 samples (at least 1)", NULL);
+    make_idx(&g_idx, 1, 8, 2, 0, NULL);
+    g_bin.n = 0;
+    write_dataset("none", &g_idx, &g_bin);
+    open_fails(path_of("none"), &o, DYN_ERR_INVALID_ARG, "none.idx: no sequences", NULL);
+}
+
 static void test_megatron_hand_built(void **state)
 {
     (void)state;
@@ -582,6 +669,9 @@ int main(void)
         cmocka_unit_test(test_jsonl_ids_and_decoder_only),
         cmocka_unit_test(test_jsonl_limit_and_truncation),
         cmocka_unit_test(test_jsonl_malformed),
+        cmocka_unit_test(test_jsonl_strict_strings),
+        cmocka_unit_test(test_not_regular_files),
+        cmocka_unit_test(test_empty_sources),
         cmocka_unit_test(test_megatron_hand_built),
         cmocka_unit_test(test_megatron_corrupt),
         cmocka_unit_test(test_convert_byte_exact),

@@ -52,6 +52,19 @@ static void check_kind(dyn_model_kind kind)
     /* a stage model cannot generate; a prompt over max_seqlen is refused */
     int32_t big[65] = {0};
     assert_int_equal(dyn_model_generate_greedy(m, a, big, 65, 2, out, &n, &err), DYN_ERR_INVALID_ARG);
+    /* GPT: a prompt of max_seqlen tokens leaves no room (an empty answer
+     * was returned as success); one token less leaves room for one. T5's
+     * decoder has its own max_seqlen. */
+    int32_t full[64] = {0};
+    dyn_status want = kind == DYN_MODEL_GPT ? DYN_ERR_INVALID_ARG : DYN_OK;
+    assert_int_equal(dyn_model_generate_greedy(m, a, full, 64, 2, out, &n, &err), want);
+    if (want != DYN_OK) {
+        assert_non_null(strstr(err.msg, "a prompt of 64 tokens leaves no room to generate"));
+        assert_non_null(strstr(err.msg, "at most 63 prompt tokens"));
+        assert_int_equal(dyn_model_generate_greedy(m, a, full, 63, 2, out, &n, &err), DYN_OK);
+        assert_int_equal(n, 1);
+    }
+    assert_int_equal(dyn_model_generate_greedy(m, a, prompt, 9, 0, out, &n, &err), DYN_ERR_INVALID_ARG);
     dyn_model *st = dyn_model_create_stage(&cfg, 11, 0, 1, &err);
     assert_non_null(st);
     assert_int_equal(dyn_model_generate_greedy(st, a, prompt, 9, 2, out, &n, &err), DYN_ERR_INVALID_ARG);

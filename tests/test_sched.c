@@ -1,7 +1,10 @@
 /* test_sched.c — schedule generators: hand-worked orders (1F1B S=4 M=8,
  * interleaved S=2 v=2 M=4, cyclic), every schedule validating on random
  * costs, the 1F1B makespan formula, wait-free cyclic never slower than
- * cyclic, and memory throttling keeping the static peak under the limit. */
+ * cyclic, memory throttling keeping the static peak under the limit, and
+ * predicted peak memory worked by hand (static model and simulator) for
+ * 1F1B, zero bubble (activations kept from F to W) and interleaved (a rank
+ * holds the states of both its stages). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dynapipe/sim.h"  /* defines: dyn_sim_run (the simulator's predicted peaks) */
 #include "sched_testlib.h" /* defines: tl_build_ok, tl_random_costs, tl_order, tl_simulate */
 
 static void test_1f1b_order_s4_m8(void **state)
@@ -329,6 +333,86 @@ static void test_static_memory_by_hand(void **state)
     dyn_stage_costs_free(&c);
 }
 
+/* Rank r's predicted peak, from the static model and from the simulator
+ * (no communication, no slot memory), both equal to want[r]. */
+static void expect_peaks(const dyn_exec_plan *p, const dyn_stage_costs *c, const double *want, int32_t n_ranks)
+{
+    double peak[8];
+    assert_true(n_ranks <= 8);
+    assert_int_equal(dyn_exec_plan_memory(p, c, peak, NULL), DYN_OK);
+    dyn_error err;
+    dyn_sim *sim = dyn_sim_create(&err);
+    assert_non_null(sim);
+    const dyn_sim_options no_comm = {0.0, 0.0, 0, 0, 0};
+    const dyn_sim_result *res;
+    assert_int_equal(dyn_sim_run(sim, p, c, &no_comm, &res, &err), DYN_OK);
+    for (int32_t r = 0; r < n_ranks; r++) {
+        if (fabs(peak[r] - want[r]) > 1e-9) fail_msg("rank %d: static peak %.3f MB, want %.3f", r, peak[r], want[r]);
+        if (fabs(res->peak_mb[r] - want[r]) > 1e-9)
+            fail_msg("rank %d: simulated peak %.3f MB, want %.3f", r, res->peak_mb[r], want[r]);
+    }
+    dyn_sim_free(sim);
+}
+
+/* Zero bubble by hand: S = 2, M = 3, F = B = W = 1 (ZB-H1 wins, 10 time
+ * units), states 100 / 200, stored 10, peak 1. A micro-batch's stored
+ * activations are kept from its F until its W, not its B:
+ *   rank 0: F0 F1 b0 w0 F2 b1 w1 b2 w2: two held from F1 to w1:
+ *           100 + 10 + 10 + 1 = 121;
+ *   rank 1: F0 b0 F1 b1 w0 F2 b2 w1 w2: F1 runs while mb 0 waits for w0,
+ *           and so on until w1: 200 + 10 + 10 + 1 = 221 (211 if B freed
+ *           the activations). */
+static void test_zb_memory_by_hand(void **state)
+{
+    (void)state;
+    dyn_stage_costs c;
+    tl_equal_costs(&c, 3, 2, 1, 2);
+    c.states_mb[0] = 100;
+    c.states_mb[1] = 200;
+    dyn_sched_options o;
+    dyn_sched_options_default(&o);
+    o.n_ranks = 2;
+    dyn_exec_plan p;
+    tl_build_ok(DYN_SCHED_ZB, &c, &o, &p);
+    const char *want[2] = {"F0 F1 b0 w0 F2 b1 w1 b2 w2", "F0 b0 F1 b1 w0 F2 b2 w1 w2"};
+    char buf[256];
+    for (int r = 0; r < 2; r++) {
+        tl_order(&p, r, buf, sizeof buf);
+        assert_string_equal(buf, want[r]);
+    }
+    expect_peaks(&p, &c, (const double[]){121, 221}, 2);
+    dyn_exec_plan_free(&p);
+    dyn_stage_costs_free(&c);
+}
+
+/* Interleaved by hand: S = 2 ranks, v = 2 chunks (stages 0..3, stage s on
+ * rank s % 2), M = 4 (the order of test_interleaved_order_s2_v2_m4),
+ * states 100, 200, 300, 400, stored 10, peak 1. A rank holds the states of
+ * both its stages:
+ *   rank 0 (stages 0, 2: 400 MB): F0.0 F1.0 F0.2 F1.2 F2.0 then one B per F;
+ *           five held while F2.0 runs: 400 + 4 * 10 + 10 + 1 = 451;
+ *   rank 1 (stages 1, 3: 600 MB): F0.1 F1.1 F0.3 then alternating: three
+ *           held at most: 600 + 2 * 10 + 10 + 1 = 631. */
+static void test_interleaved_memory_by_hand(void **state)
+{
+    (void)state;
+    dyn_stage_costs c;
+    tl_equal_costs(&c, 4, 4, 1, 2);
+    for (int s = 0; s < 4; s++) c.states_mb[s] = 100.0 * (s + 1);
+    dyn_sched_options o;
+    dyn_sched_options_default(&o);
+    o.n_ranks = 2;
+    o.chunks = 2;
+    dyn_exec_plan p;
+    tl_build_ok(DYN_SCHED_INTERLEAVED, &c, &o, &p);
+    char buf[1024];
+    tl_order(&p, 0, buf, sizeof buf);
+    assert_string_equal(buf, "F0.0 F1.0 F0.2 F1.2 F2.0 B0.2 F3.0 B1.2 F2.2 B0.0 F3.2 B1.0 B2.2 B3.2 B2.0 B3.0");
+    expect_peaks(&p, &c, (const double[]){451, 631}, 2);
+    dyn_exec_plan_free(&p);
+    dyn_stage_costs_free(&c);
+}
+
 /* Equal micro-batches, zero communication, worked by hand:
  *  - interleaved with v chunks of half the work each: the warm-up bubble
  *    shrinks by v, makespan M (f + b) + (S - 1)(f + b) / v = 24 + 4.5;
@@ -378,6 +462,8 @@ int main(void)
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_equal_microbatches_closed_forms),
         cmocka_unit_test(test_static_memory_by_hand),
+        cmocka_unit_test(test_zb_memory_by_hand),
+        cmocka_unit_test(test_interleaved_memory_by_hand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,8 +4,10 @@
  * memory no larger than 1F1B's, and on random variable-size instances
  * (with and without memory limits and in-flight caps): valid plans, never
  * slower than 1F1B on the same order with zero communication cost, peak
- * within the limit, in-flight count within the cap. Makespans come from the
- * reference simulator in sched_testlib.h, not from the generator. */
+ * within the limit, in-flight count within the cap; an uneven case worked by
+ * hand where greedy's "ready B before ready F" decides the makespan.
+ * Makespans come from the reference simulator in sched_testlib.h, not from
+ * the generator. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -247,6 +249,55 @@ static void test_zb_uneven_keeps_1f1b(void **state)
     dyn_stage_costs_free(&c);
 }
 
+/* Greedy's rule "a ready B before a ready F" decides this uneven case;
+ * S = 2, M = 3, the same costs on both stages, zero communication:
+ *            F  B  W
+ *   mb 0     1  1  1
+ *   mb 1     3  1  1
+ *   mb 2     1  1  2
+ * Worked by hand, [start, end) per unit:
+ *   rank 0: F0[0,1] F1[1,4] b0[4,5] w0[5,6] F2[6,7] b1[8,9] w1[9,10]
+ *           b2[10,11] w2[11,13]
+ *   rank 1: F0[1,2] b0[2,3] w0[3,4] F1[4,7] b1[7,8] F2[8,9] b2[9,10]
+ *           w1[10,11] w2[11,13]                                  -> 13
+ * At t = 7 rank 1 has both its B1 (F1 just ended) and F2 (rank 0 sent it at
+ * 7) ready. B first returns B1's gradient to rank 0 at 8, so rank 0's b1
+ * starts at 8, right after the one-unit wait following F2. F first would
+ * run F2[7,8] b1[8,9] and delay rank 0's b1 to [9,10]: rank 0 then ends at
+ * 14. The other candidates end at 14 too (ZB-H1: rank 1 runs F1 b1 w0 F2,
+ * so rank 0's b2 waits until 11; 1F1B split: rank 1 runs w1 before F2, same
+ * wait), so only this rule gives 13. */
+static void test_zb_greedy_ready_b_first(void **state)
+{
+    (void)state;
+    const double fbw[3][3] = {{1, 1, 1}, {3, 1, 1}, {1, 1, 2}};
+    dyn_stage_costs c;
+    tl_equal_costs(&c, 3, 2, 1, 2);
+    for (int m = 0; m < 3; m++)
+        for (int s = 0; s < 2; s++) {
+            size_t k = (size_t)m * 2 + s;
+            c.fwd_ms[k] = fbw[m][0];
+            c.bwd_input_ms[k] = fbw[m][1];
+            c.bwd_weight_ms[k] = fbw[m][2];
+            c.bwd_ms[k] = fbw[m][1] + fbw[m][2];
+        }
+    dyn_sched_options o;
+    dyn_sched_options_default(&o);
+    o.n_ranks = 2;
+    dyn_exec_plan p;
+    tl_build_ok(DYN_SCHED_ZB, &c, &o, &p);
+    const char *want[2] = {"F0 F1 b0 w0 F2 b1 w1 b2 w2", "F0 b0 w0 F1 b1 F2 b2 w1 w2"};
+    char buf[256];
+    for (int r = 0; r < 2; r++) {
+        tl_order(&p, r, buf, sizeof buf);
+        if (strcmp(buf, want[r]) != 0) fail_msg("rank %d: '%s', want '%s'", r, buf, want[r]);
+    }
+    double t = tl_simulate(&p, &c, 0);
+    if (fabs(t - 13.0) > 1e-9) fail_msg("zb makespan %.4f, want 13", t);
+    dyn_exec_plan_free(&p);
+    dyn_stage_costs_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -254,6 +305,7 @@ int main(void)
         cmocka_unit_test(test_zb_h1_closed_form),
         cmocka_unit_test(test_zb_random_never_slower),
         cmocka_unit_test(test_zb_uneven_keeps_1f1b),
+        cmocka_unit_test(test_zb_greedy_ready_b_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/json.h" /* defines: dyn_json_parse */
 #include "util/rng.h"  /* defines: dyn_rng_* */
 #include "util/util.h" /* defines: dyn_file_*, dyn_atomic_* */
 
@@ -198,10 +199,51 @@ static void test_read_missing_file_names_it(void **state)
     assert_int_equal(dyn_file_write_atomic("/nonexistent/dir/out.json", "x", 1, &err), DYN_ERR_IO);
 }
 
+/* The strict JSON reader (util/json.h) refuses what cJSON lets through,
+ * with line and column: bytes that are not UTF-8 (a stray continuation
+ * byte, an overlong form, a surrogate, beyond U+10FFFF, cut short), \u0000
+ * in a string and a key twice; an escaped backslash before "u0000", UTF-8
+ * characters and \u escapes of other characters are fine. */
+static void test_json_strict_text(void **state)
+{
+    (void)state;
+    struct {
+        const char *text;
+        const char *needle; /* NULL: parses */
+    } cases[] = {
+        {"{\"a\": \"\xc3\xa9\\u00e9\\\\u0000\"}", NULL},
+        {"{\"a\": \"\xf0\x9f\x98\x80\"}", NULL},
+        {"{\n\"a\": \"x\x80\"}", "line 2, column 8: not valid UTF-8"},
+        {"{\"a\": \"\xc1\xbf\"}", "line 1, column 8: not valid UTF-8"},
+        {"{\"a\": \"\xe0\x80\xaf\"}", "not valid UTF-8"},
+        {"{\"a\": \"\xed\xbf\xbf\"}", "not valid UTF-8"},
+        {"{\"a\": \"\xf4\x90\x80\x80\"}", "not valid UTF-8"},
+        {"{\"a\": \"\xf0\x9f\x98\"}", "not valid UTF-8"},
+        {"{\"a\": 1}\xff", "not valid UTF-8"},
+        {"{\"a\": \"x\\u0000y\"}", "line 1, column 9: \\u0000"},
+        {"{\"a\\u0000\": 1}", "\\u0000"},
+        {"{\"a\": 1, \"a\": 2}", "key \"a\" appears twice"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        cJSON *root = NULL;
+        dyn_error err;
+        dyn_status st = dyn_json_parse(cases[k].text, strlen(cases[k].text), "t.json", &root, &err);
+        if (cases[k].needle == NULL) {
+            if (st != DYN_OK) fail_msg("case %zu: %s", k, err.msg);
+            cJSON_Delete(root);
+            continue;
+        }
+        if (st != DYN_ERR_PARSE || strstr(err.msg, cases[k].needle) == NULL)
+            fail_msg("case %zu: got %d '%s', want '%s'", k, (int)st, st == DYN_OK ? "" : err.msg, cases[k].needle);
+        assert_null(root);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_set_formats_and_returns_code),
+        cmocka_unit_test(test_json_strict_text),
         cmocka_unit_test(test_rng_same_seed_same_stream),
         cmocka_unit_test(test_rng_uniform_and_below_are_unbiased),
         cmocka_unit_test(test_rng_skip_normals_matches_drawing),

@@ -9,13 +9,12 @@ import ctypes
 import functools
 import json
 import math
-import operator
 import os
 from collections import namedtuple
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from . import _lib
+from . import _args, _lib
 
 __all__ = ["Planner", "BatchPlan", "MicroBatch", "ReplicaPlan", "Instruction", "plan_batch", "METHODS",
            "RECOMPUTE", "SCHEDULES", "MODEL_PRESETS"]
@@ -31,54 +30,23 @@ _KIND_DEFAULT_PRESET = {"gpt": "gpt2-124m", "t5": "t5-base"}
 _INT32_MAX = 2**31 - 1
 
 
-# ---- argument checks (before anything reaches C) -----------------------------------
+# ---- argument checks (before anything reaches C): _args.py ---------------------------
 
-def _int(name, value, lo, hi):
-    """value as an int in [lo, hi]; TypeError for a non-integer (bool and
-    float included), ValueError out of range."""
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer, not bool")
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, not {type(value).__name__}") from None
-    if not lo <= v <= hi:
-        raise ValueError(f"{name} = {v} is out of range [{lo}, {hi}]")
-    return v
-
-
-def _opt_int(name, value, lo, hi):
-    return 0 if value is None else _int(name, value, lo, hi)
-
-
-def _choice(name, value, choices):
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a string, not {type(value).__name__}")
-    if value not in choices:
-        raise ValueError(f"{name} = {value!r}; use one of {', '.join(choices)}")
-    return value
-
-
-def _path_or_name(name, value):
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a string or path, not {type(value).__name__}")
-    if not value:
-        raise ValueError(f"{name} must not be empty")
-    return value
+_int = _args.check_int
+_opt_int = _args.check_opt_int
+_choice = _args.check_choice
+_path_or_name = _args.check_path_or_name
 
 
 def _lengths(name, values):
-    """A list of ints from a sequence of integers; TypeError/ValueError."""
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-        raise TypeError(f"{name} must be a sequence of integers, not {type(values).__name__}")
-    out = list(values)
-    # Fast path for the common case (plain ints in range); otherwise check
-    # each element to name the first bad one.
-    if all(type(v) is int for v in out) and (not out or (min(out) >= 1 and max(out) <= _INT32_MAX)):
-        return out
-    return [_int(f"{name}[{i}]", v, 1, _INT32_MAX) for i, v in enumerate(out)]
+    """A list of ints in [1, 2^31 - 1] from a sequence (not a dict, set or
+    str); TypeError/ValueError naming the first bad element."""
+    return _args.check_ints(name, values, 1, _INT32_MAX)
+
+
+# Which method each baseline knob applies to: given with another method it
+# would be ignored, so it is refused.
+_KNOB_METHODS = {"mb_samples": ("padding",), "pack_rows": ("packing", "packing-docmask"), "mb_tokens": ("token",)}
 
 
 # ---- results ---------------------------------------------------------------------------
@@ -244,6 +212,8 @@ class BatchPlan:
         made with a schedule."""
         if self.replica_plans is None:
             raise ValueError("this BatchPlan has no execution plans: plan with schedule=...")
+        if replica is not None:
+            _int("replica", replica, 0, len(self.replica_plans) - 1)
         return [mb for r in self.replica_plans if replica is None or r.replica == replica
                 for mb in r.microbatches]
 
@@ -253,6 +223,7 @@ class BatchPlan:
 
     def replica(self, r):
         """The micro-batches replica r runs, in its execution order."""
+        _int("r", r, 0, 1 << 16)
         return [mb for mb in self.microbatches if mb.replica == r]
 
     def to_dict(self):
@@ -375,6 +346,10 @@ class Planner:
         opt.pack_rows = _opt_int("pack_rows", pack_rows, 1, 1 << 24)
         opt.mb_tokens = _opt_int("mb_tokens", mb_tokens, 1, 1 << 40)
         opt.method = METHODS.index(_choice("method", method, METHODS))
+        for knob, value in (("mb_samples", mb_samples), ("pack_rows", pack_rows), ("mb_tokens", mb_tokens)):
+            if value is not None and method not in _KNOB_METHODS[knob]:
+                raise ValueError(f"{knob} = {value} applies to method {' or '.join(_KNOB_METHODS[knob])}, "
+                                 f"not to method {method!r}")
         opt.recompute = RECOMPUTE.index(_choice("recompute", recompute, RECOMPUTE))
         if memory_limit_mb is not None:
             if isinstance(memory_limit_mb, bool) or not isinstance(memory_limit_mb, (int, float)):
@@ -385,7 +360,13 @@ class Planner:
         cost_model = _path_or_name("cost_model", cost_model)
         if model is not None and not isinstance(model, (str, os.PathLike, dict)):
             raise TypeError(f"model must be a preset name, a path or a dict, not {type(model).__name__}")
-        if not isinstance(machine, dict):
+        if isinstance(model, dict):
+            _args.check_json("model", model)
+        elif model is not None:
+            model = _path_or_name("model", model)
+        if isinstance(machine, dict):
+            _args.check_json("machine", machine)
+        else:
             machine = _path_or_name("machine", machine)
         if cost_model != "analytic" and not os.path.isfile(cost_model):
             raise ValueError(f"cost_model = {cost_model!r} is neither 'analytic' nor a file")
@@ -481,9 +462,10 @@ class Planner:
         if sample_ids is None:
             ids = range(len(inputs))
         else:
-            ids = [_int(f"sample_ids[{i}]", v, 0, _INT32_MAX) for i, v in enumerate(_seq("sample_ids", sample_ids))]
+            ids = _args.check_ints("sample_ids", sample_ids, 0, _INT32_MAX)
             if len(ids) != len(inputs):
                 raise ValueError(f"sample_ids has {len(ids)} entries for {len(inputs)} samples")
+            _args.check_unique("sample_ids", ids)  # two micro-batches must not both list a sample
         limit = self.options["max_seqlen"]
         arr = (_lib.DynSample * len(inputs))()
         for k, (i, t, sid) in enumerate(zip(inputs, targets, ids)):
@@ -575,12 +557,6 @@ class Planner:
             self.close()
         except Exception:
             pass
-
-
-def _seq(name, values):
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-        raise TypeError(f"{name} must be a sequence of integers, not {type(values).__name__}")
-    return values
 
 
 def plan_batch(input_lengths, target_lengths, **options):

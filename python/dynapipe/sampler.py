@@ -20,7 +20,7 @@ of samples.
 import ctypes
 import random
 
-from . import _lib
+from . import _args, _lib
 from .planner import SCHEDULES, Planner, _choice, _int, _lengths
 
 __all__ = ["DynaPipeBatchSampler", "MicroBatchDataset"]
@@ -55,9 +55,7 @@ class DynaPipeBatchSampler:
             raise ValueError("the dataset has no samples")
         self.global_batch_tokens = _int("global_batch_tokens", global_batch_tokens, 1, 1 << 40)
         self.seed = _int("seed", seed, 0, 2**63 - 1)
-        if not isinstance(shuffle, bool):
-            raise TypeError("shuffle must be True or False")
-        self.shuffle = shuffle
+        self.shuffle = _args.check_bool("shuffle", shuffle)
         if planner is not None and not isinstance(planner, Planner):
             raise TypeError(f"planner must be a dynapipe.Planner, not {type(planner).__name__}")
         if planner is not None and planner_options:
@@ -152,10 +150,16 @@ class MicroBatchDataset:
     list of micro-batches, each a list of samples."""
 
     def __init__(self, dataset):
+        if not hasattr(dataset, "__getitem__"):
+            raise TypeError(f"dataset must be indexable (a map-style dataset), not {type(dataset).__name__}")
         self.dataset = dataset
 
     def __getitem__(self, indices):
-        return [self.dataset[i] for i in indices]
+        """indices: one micro-batch, a list of dataset indices (as the
+        sampler yields them)."""
+        hi = len(self.dataset) - 1 if hasattr(self.dataset, "__len__") else 2**63 - 1
+        idx = _args.check_ints("indices", indices, 0, hi)
+        return [self.dataset[i] for i in idx]
 
     def __len__(self):
         return len(self.dataset)

@@ -83,8 +83,26 @@ class SamplerShuffle(unittest.TestCase):
             self.assertEqual(s.order(), want)
             got = [i for gb in s for mb in gb for i in mb]
             self.assertEqual(sorted(got), list(range(300)))  # each sample once per epoch
-            orders.append([sorted(i for mb in gb for i in mb) for gb in s])
-            self.assertEqual(orders[-1], [sorted(b) for b in s.global_batches()])
+            # An independent cut of the permutation: consecutive dataset
+            # indices while input + target tokens stay within the budget.
+            # Compared with both the unplanned and the planned batches, so a
+            # sampler that reported positions in the shuffled order instead
+            # of dataset indices (or cut elsewhere) fails here.
+            cut, cur, tokens = [], [], 0
+            for i in want:
+                if tokens + inputs[i] + targets[i] > 4096:
+                    cut.append(cur)
+                    cur, tokens = [], 0
+                cur.append(i)
+                tokens += inputs[i] + targets[i]
+            cut.append(cur)
+            self.assertGreater(len(cut), 5)
+            self.assertEqual(list(s.global_batches()), cut)
+            planned = [sorted(i for mb in gb for i in mb) for gb in s]
+            self.assertEqual(planned, [sorted(b) for b in cut])
+            for plan, b in zip(s.plans(), cut):  # each micro-batch's tokens are its samples' lengths
+                self.assertEqual(sum(mb.tokens for mb in plan.microbatches), sum(inputs[i] + targets[i] for i in b))
+            orders.append(planned)
         self.assertEqual(orders[0], orders[2])
         self.assertNotEqual(orders[0], orders[1])
 

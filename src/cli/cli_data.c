@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"          /* defines: cli_errorf, cli_flag_value, cli_parse_*, CLI_EXIT_* */
 #include "dynapipe/corpus.h"  /* defines: dyn_corpus_* */
@@ -43,25 +44,65 @@ static void data_usage(FILE *out)
             "stats    prints the count, length percentiles, per-task shares and a length\n"
             "         histogram; reads every sample (checks every token); --tsv writes\n"
             "         'input_len<TAB>target_len' per sample for 'dynapipe plan --lengths'\n"
-            "show     prints samples as text (bytes; other tokens as <id>)\n\n"
+            "show     prints samples as text (bytes; other tokens as <id>): --index I (default\n"
+            "         0, must exist) and up to --count N samples after it (default 1)\n\n"
             "options:\n"
             "  --model gpt|t5            which length rule (default gpt: input+target)\n"
             "  --max-seqlen L            length limit, tokens (default 2048 for builtin,\n"
             "                            none for files)\n"
             "  --truncate                clip over-long samples instead of failing\n"
             "  --vocab N                 pre-tokenised ids must be < N (default 260)\n"
-            "  --samples N               builtin / flan: number of samples (default 10000)\n"
+            "  --samples N               builtin / flan: number of samples (default 10000, >= 1)\n"
             "  --split train|heldout     builtin: which stream (default train)\n");
 }
 
-static int takes_value(const char *flag)
+/* Which subcommands take each valued flag (bit 0 convert, 1 stats, 2 show):
+ * a flag that does not apply is refused, not ignored. */
+enum { FOR_CONVERT = 1, FOR_STATS = 2, FOR_SHOW = 4, FOR_ALL = 7 };
+static const struct {
+    const char *name;
+    int subcommands;
+} value_flags[] = {
+    {"--out", FOR_CONVERT}, {"--tsv", FOR_STATS},   {"--model", FOR_ALL}, {"--max-seqlen", FOR_ALL},
+    {"--vocab", FOR_ALL},   {"--samples", FOR_ALL}, {"--index", FOR_SHOW}, {"--count", FOR_SHOW},
+    {"--split", FOR_ALL},
+};
+
+/* The subcommands that take valued flag `flag`; -1 if it is no valued flag. */
+static int flag_subcommands(const char *flag)
 {
-    static const char *const names[] = {"--out", "--tsv", "--model", "--max-seqlen", "--vocab",
-                                        "--samples", "--index", "--count", "--split"};
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
-        if (strcmp(flag, names[k]) == 0) return 1;
+    for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++)
+        if (strcmp(flag, value_flags[k].name) == 0) return value_flags[k].subcommands;
+    return -1;
+}
+
+static int subcommand_bit(const char *cmd)
+{
+    return strcmp(cmd, "data convert") == 0 ? FOR_CONVERT : strcmp(cmd, "data stats") == 0 ? FOR_STATS : FOR_SHOW;
+}
+
+/* A path or prefix given to flag: neither empty (it would be taken as a
+ * name: `--out ''` wrote "_input.idx" into the current folder) nor a folder
+ * (a trailing '/' leaves the file name empty; an existing folder's name as
+ * a prefix would write beside it). 0, or -1 with the usage error printed. */
+static int check_path(const char *cmd, const char *flag, const char *v)
+{
+    size_t n = strlen(v);
+    if (n == 0) {
+        cli_errorf(cmd, "%s: the path is empty", flag);
+        return -1;
+    }
+    struct stat sb;
+    if (v[n - 1] == '/' || (stat(v, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+        cli_errorf(cmd, "%s: '%s' names a folder; give a file name%s", flag, v,
+                   strcmp(flag, "--out") == 0 ? " prefix inside it" : " inside it");
+        return -1;
+    }
     return 0;
 }
+
+static int is_builtin(const char *src) { return strncmp(src, "builtin", 7) == 0 && (src[7] == '\0' || src[7] == ':'); }
+static int is_flan(const char *src) { return strncmp(src, "flan", 4) == 0 && (src[4] == '\0' || src[4] == ':'); }
 
 static int data_parse(const char *cmd, int argc, char **argv, data_args *a)
 {
@@ -69,8 +110,10 @@ static int data_parse(const char *cmd, int argc, char **argv, data_args *a)
     dyn_corpus_options_default(&a->opt);
     a->opt.builtin_samples = 10000;
     a->count = 1;
+    int samples_flag = 0, split_flag = 0; /* given: they apply to builtin (and flan) only */
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v;
+        int subs;
         if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
             data_usage(stdout);
             return 1;
@@ -79,15 +122,23 @@ static int data_parse(const char *cmd, int argc, char **argv, data_args *a)
                 cli_errorf(cmd, "one source only (got '%s' and '%s')", a->src, f);
                 return -1;
             }
+            if (f[0] == '\0') {
+                cli_errorf(cmd, "the source is empty (a file, a prefix, builtin or flan)");
+                return -1;
+            }
             a->src = f;
         } else if (strcmp(f, "--truncate") == 0) {
             a->opt.truncate = 1;
-        } else if (!takes_value(f)) {
+        } else if ((subs = flag_subcommands(f)) < 0) {
             cli_errorf(cmd, "unknown option '%s' (try --help)", f);
+            return -1;
+        } else if (!(subs & subcommand_bit(cmd))) {
+            cli_errorf(cmd, "%s does not apply to %s (try --help)", f, cmd);
             return -1;
         } else if ((v = cli_flag_value(cmd, argc, argv, &i)) == NULL) {
             return -1;
         } else if (strcmp(f, "--out") == 0 || strcmp(f, "--tsv") == 0) {
+            if (check_path(cmd, f, v) != 0) return -1;
             a->out = v;
         } else if (strcmp(f, "--model") == 0) {
             dyn_error err;
@@ -101,7 +152,9 @@ static int data_parse(const char *cmd, int argc, char **argv, data_args *a)
         } else if (strcmp(f, "--vocab") == 0) {
             if (cli_parse_i32(cmd, f, v, 1, INT32_MAX, &a->opt.vocab) != 0) return -1;
         } else if (strcmp(f, "--samples") == 0) {
-            if (cli_parse_i64(cmd, f, v, 0, INT32_MAX, &a->opt.builtin_samples) != 0) return -1;
+            /* At least one: an empty dataset is refused by every reader. */
+            if (cli_parse_i64(cmd, f, v, 1, INT32_MAX, &a->opt.builtin_samples) != 0) return -1;
+            samples_flag = 1;
         } else if (strcmp(f, "--index") == 0) {
             if (cli_parse_i64(cmd, f, v, 0, INT64_MAX, &a->index) != 0) return -1;
         } else if (strcmp(f, "--count") == 0) {
@@ -113,18 +166,27 @@ static int data_parse(const char *cmd, int argc, char **argv, data_args *a)
                 cli_errorf(cmd, "--split: '%s' is not train or heldout", v);
                 return -1;
             }
+            split_flag = 1;
         }
     }
     if (a->src == NULL) {
         cli_errorf(cmd, "a source is required (try --help)");
         return -1;
     }
+    /* --samples and --split describe the generated sources; a file has its own. */
+    if (samples_flag && !is_builtin(a->src) && !is_flan(a->src)) {
+        cli_errorf(cmd, "--samples applies to builtin and flan only, not to '%s'", a->src);
+        return -1;
+    }
+    if (split_flag && !is_builtin(a->src)) {
+        cli_errorf(cmd, "--split applies to builtin only, not to '%s'", a->src);
+        return -1;
+    }
     /* Files have no limit unless asked; the built-in tasks scale to it. */
-    if (!a->have_max_seqlen && strncmp(a->src, "builtin", 7) != 0) a->opt.max_seqlen = INT32_MAX;
+    if (!a->have_max_seqlen && !is_builtin(a->src)) a->opt.max_seqlen = INT32_MAX;
     return 0;
 }
 
-static int is_flan(const char *src) { return strncmp(src, "flan", 4) == 0 && (src[4] == '\0' || src[4] == ':'); }
 
 static dyn_corpus *open_source(const char *cmd, const data_args *a)
 {
@@ -366,8 +428,18 @@ static int data_show(int argc, char **argv)
     if (r != 0) return r > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     dyn_corpus *c = open_source(cmd, &a);
     if (c == NULL) return CLI_EXIT_FAIL;
+    /* Past the end is an error, not an empty listing; --count is clipped to
+     * what is left, computed without overflow for any accepted value. */
+    int64_t n = dyn_corpus_count(c);
+    if (a.index >= n) {
+        cli_errorf(cmd, "--index %lld is past the last sample: %s has %lld (indices 0..%lld)", (long long)a.index,
+                   a.src, (long long)n, (long long)n - 1);
+        dyn_corpus_free(c);
+        return CLI_EXIT_FAIL;
+    }
+    int64_t end = a.count < n - a.index ? a.index + a.count : n;
     int rc = CLI_EXIT_OK;
-    for (int64_t i = a.index; i < a.index + a.count && i < dyn_corpus_count(c); i++) {
+    for (int64_t i = a.index; i < end; i++) {
         dyn_corpus_sample s;
         dyn_error err;
         if (dyn_corpus_read(c, i, &s, &err) != DYN_OK) {

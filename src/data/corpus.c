@@ -4,8 +4,11 @@
  * built-in source lives here too: it is only text generation plus the SEP
  * and EOS tokens. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "data/corpus_impl.h" /* defines: dyn_corpus, builtin_*, jsonl_*, indexed_* */
 #include "util/util.h"        /* defines: dyn_calloc */
@@ -66,6 +69,34 @@ dyn_status corpus_fit_lengths(const dyn_corpus_options *opt, const char *where, 
     return DYN_OK;
 }
 
+dyn_status corpus_open_regular(const char *path, int *fd_out, dyn_error *err)
+{
+    *fd_out = -1;
+    /* O_NONBLOCK: opening a FIFO for reading would wait for a writer. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return dyn_error_set(err, DYN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    dyn_status st = DYN_OK;
+    int fl;
+    if (fstat(fd, &sb) != 0)
+        st = dyn_error_set(err, DYN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        st = dyn_error_set(err, DYN_ERR_IO, "%s: not a regular file (%s): data is read by seeking or mapping, so "
+                           "a pipe, device or folder cannot be a source", path,
+                           S_ISFIFO(sb.st_mode)                         ? "a FIFO"
+                           : S_ISDIR(sb.st_mode)                        ? "a folder"
+                           : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device"
+                                                                        : "a special file");
+    else if ((fl = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)
+        st = dyn_error_set(err, DYN_ERR_IO, "%s: cannot set blocking reads: %s", path, strerror(errno));
+    if (st != DYN_OK) {
+        close(fd);
+        return st;
+    }
+    *fd_out = fd;
+    return DYN_OK;
+}
+
 /* ---- built-in ------------------------------------------------------------- */
 
 /* "TASK+TASK+..." after the seed -> a mask of task ids. */
@@ -112,8 +143,8 @@ static dyn_status builtin_open(dyn_corpus *c, const char *spec, dyn_error *err)
     if (c->opt.max_seqlen < min_len)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus %s: max_seqlen %d < %d (the smallest the tasks fit)",
                              spec, c->opt.max_seqlen, min_len);
-    if (c->opt.builtin_samples < 0)
-        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus builtin: %lld samples < 0",
+    if (c->opt.builtin_samples < 1) /* an empty dataset, as an empty file, is refused */
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus builtin: %lld samples (at least 1)",
                              (long long)c->opt.builtin_samples);
     if (c->opt.split != DYN_SPLIT_TRAIN && c->opt.split != DYN_SPLIT_HELDOUT)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus builtin: unknown split %d", (int)c->opt.split);

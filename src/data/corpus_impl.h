@@ -98,6 +98,13 @@ dyn_status corpus_reserve(dyn_corpus *c, size_t n_in, size_t n_tgt, dyn_error *e
 dyn_status corpus_fit_lengths(const dyn_corpus_options *opt, const char *where, int64_t record,
                               int64_t *in, int64_t *tgt, int *truncated, dyn_error *err);
 
+/* Open path for reading as a file descriptor, refusing anything but a
+ * regular file (a FIFO, device or folder) without blocking: every source
+ * file is seeked or memory-mapped, and opening a FIFO would wait for a
+ * writer forever. *fd: the descriptor (blocking reads, close-on-exec; the
+ * caller closes it), or -1 with DYN_ERR_IO naming the path. */
+dyn_status corpus_open_regular(const char *path, int *fd, dyn_error *err);
+
 dyn_status jsonl_open(dyn_corpus *c, const char *path, dyn_error *err);
 dyn_status jsonl_read(dyn_corpus *c, int64_t i, dyn_corpus_sample *out, dyn_error *err);
 void jsonl_close(dyn_corpus *c);

@@ -94,8 +94,9 @@ static dyn_status map_file(const char *path, void **map, size_t *size, dyn_error
 {
     *map = NULL;
     *size = 0;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return dyn_error_set(err, DYN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    dyn_status st0 = corpus_open_regular(path, &fd, err); /* a FIFO cannot be mapped, and would block */
+    if (st0 != DYN_OK) return st0;
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         dyn_status st = dyn_error_set(err, DYN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
@@ -151,6 +152,8 @@ static dyn_status idx_check(indexed_file *f, const char *idx_path, const char *b
                              "%s: %zu bytes, but %llu sequences and %llu documents need %llu (truncated or corrupt)",
                              idx_path, f->idx_size, (unsigned long long)s, (unsigned long long)d,
                              (unsigned long long)want);
+    if (s == 0) /* as an empty JSONL: no reader can use it */
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: no sequences (an empty dataset)", idx_path);
     f->n_seq = (int64_t)s;
     f->n_doc = (int64_t)d;
     f->sizes = h + IDX_HEADER;
@@ -398,6 +401,8 @@ static dyn_status writer_index(idx_writer *w, const char *path, int64_t n, int d
 
 dyn_status dyn_corpus_write_indexed(dyn_corpus *c, const char *prefix, dyn_error *err)
 {
+    if (c->n < 1) /* every reader refuses an empty dataset: do not write one */
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: the source has no samples: nothing to write", prefix);
     int nsets = c->decoder_only ? 1 : 2;
     int dtype = c->opt.vocab <= 65536 ? 8 : 4;
     char *names[2][2] = {{NULL, NULL}, {NULL, NULL}}; /* [set][bin, idx] */

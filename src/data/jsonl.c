@@ -8,17 +8,21 @@
  * line in memory at a time), parses and checks every record and keeps a
  * byte-offset index (offset, length and line number per record) and the
  * lengths; dyn_corpus_read seeks to the record and parses that one line
- * again. Every error names path:line, and the record index where it helps. */
+ * again. Every error names path:line, and the record index where it helps.
+ * A line is held to the configuration reader's rules (util/json.h): UTF-8
+ * only, no \u0000 in a string, no key twice. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/types.h>
 #include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "data/corpus_impl.h" /* defines: dyn_corpus, corpus_fit_lengths, corpus_reserve */
+#include "util/json.h"        /* defines: dyn_json_text_problem, dyn_json_duplicate_key */
 #include "util/util.h"        /* defines: dyn_calloc */
 
 enum {
@@ -100,6 +104,14 @@ static int64_t array_len(const cJSON *arr)
 static dyn_status record_parse(dyn_corpus *c, const char *line, size_t len, const char *where, int64_t rec,
                                int fill, dyn_corpus_sample *out, dyn_error *err)
 {
+    /* What cJSON lets through, refused as the configuration reader does, so
+     * that every reader (a tokenizer too) sees the same record: bytes that
+     * are not UTF-8 (they would become byte tokens), \u0000 (it would cut a
+     * string short), and below, a key given twice (cJSON keeps the first). */
+    size_t bad;
+    const char *bad_why;
+    if (dyn_json_text_problem(line, len, &bad, &bad_why))
+        return dyn_error_set(err, DYN_ERR_PARSE, "%s: byte %zu of the line: %s", where, bad + 1, bad_why);
     const char *end = NULL;
     cJSON *obj = cJSON_ParseWithLengthOpts(line, len, &end, 0);
     if (obj == NULL) {
@@ -114,6 +126,11 @@ static dyn_status record_parse(dyn_corpus *c, const char *line, size_t len, cons
         }
     if (!cJSON_IsObject(obj)) {
         st = dyn_error_set(err, DYN_ERR_PARSE, "%s: expected a JSON object", where);
+        goto done;
+    }
+    const char *dup = dyn_json_duplicate_key(obj);
+    if (dup) {
+        st = dyn_error_set(err, DYN_ERR_PARSE, "%s: key \"%s\" appears twice in one object", where, dup);
         goto done;
     }
     const char *why;
@@ -240,10 +257,16 @@ dyn_status jsonl_open(dyn_corpus *c, const char *path, dyn_error *err)
     c->src = SRC_JSONL;
     c->path = strdup(path);
     if (c->path == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory", path);
-    c->fp = fopen(path, "rb");
-    if (c->fp == NULL) return dyn_error_set(err, DYN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    dyn_status st = corpus_open_regular(path, &fd, err);
+    if (st != DYN_OK) return st;
+    c->fp = fdopen(fd, "rb");
+    if (c->fp == NULL) {
+        st = dyn_error_set(err, DYN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+        return st;
+    }
     int64_t cap = 0, off = 0, lineno = 0;
-    dyn_status st = DYN_OK;
     for (;;) {
         errno = 0;
         ssize_t got = getline(&c->line_buf, &c->line_cap, c->fp);

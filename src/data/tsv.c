@@ -60,7 +60,7 @@ static int parse_len(const char *field, long *v, const char **why)
 }
 
 /* Parse the two fields of a data line into *in / *tgt; 0 or -1 with err set. */
-static int parse_line(char *line, const char *path, int lineno, dyn_model_kind kind, long *in, long *tgt,
+static int parse_line(char *line, const char *path, long long lineno, dyn_model_kind kind, long *in, long *tgt,
                       dyn_error *err)
 {
     char *fields[3] = {NULL, NULL, NULL};
@@ -76,7 +76,7 @@ static int parse_line(char *line, const char *path, int lineno, dyn_model_kind k
     }
     if (nf != 2) {
         dyn_error_set(err, DYN_ERR_PARSE,
-                      "%s:%d: expected 2 tab-separated fields (input_len, target_len), got %d", path,
+                      "%s:%lld: expected 2 tab-separated fields (input_len, target_len), got %d", path,
                       lineno, nf);
         return -1;
     }
@@ -87,13 +87,13 @@ static int parse_line(char *line, const char *path, int lineno, dyn_model_kind k
         char *f = trim(fields[k], &end);
         const char *why = NULL;
         if (parse_len(f, &vals[k], &why) != 0) {
-            dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: %s '%s': %s", path, lineno, names[k], f, why);
+            dyn_error_set(err, DYN_ERR_PARSE, "%s:%lld: %s '%s': %s", path, lineno, names[k], f, why);
             return -1;
         }
         /* A GPT sample may have no target: the whole sequence is the sample. */
         long min = k == 1 && kind == DYN_MODEL_GPT ? 0 : 1;
         if (vals[k] < min) {
-            dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: %s %ld must be %s", path, lineno, names[k], vals[k],
+            dyn_error_set(err, DYN_ERR_PARSE, "%s:%lld: %s %ld must be %s", path, lineno, names[k], vals[k],
                           min ? "positive" : ">= 0");
             return -1;
         }
@@ -129,7 +129,7 @@ dyn_status dyn_dataset_read_tsv(const char *path, int32_t max_seqlen, dyn_model_
     }
     int32_t n = 0;
     int seen_content = 0;
-    int lineno = 0;
+    long long lineno = 0; /* a file of more than 2^31 lines is possible */
     char *line = text;
     while (line < text + len) {
         char *nl = strchr(line, '\n');
@@ -146,17 +146,21 @@ dyn_status dyn_dataset_read_tsv(const char *path, int32_t max_seqlen, dyn_model_
         }
         long in, tgt;
         if (parse_line(l, path, lineno, kind, &in, &tgt, err) != 0) goto fail;
+        if (n == INT32_MAX) { /* sample ids and the count are int32 */
+            dyn_error_set(err, DYN_ERR_PARSE, "%s:%lld: more than %d samples", path, lineno, INT32_MAX);
+            goto fail;
+        }
         int32_t i32 = (int32_t)in, t32 = (int32_t)tgt;
         if (!dyn_lengths_fit(kind, max_seqlen, i32, t32)) {
             if (!clip) {
                 if (kind == DYN_MODEL_GPT)
                     dyn_error_set(err, DYN_ERR_PARSE,
-                                  "%s:%d: sample %d: input_len + target_len = %ld tokens exceeds "
+                                  "%s:%lld: sample %d: input_len + target_len = %ld tokens exceeds "
                                   "max_seqlen %d (GPT: the limit is on input+target; give --clip to cut it)",
                                   path, lineno, n, in + tgt, max_seqlen);
                 else
                     dyn_error_set(err, DYN_ERR_PARSE,
-                                  "%s:%d: sample %d: %s = %ld tokens exceeds max_seqlen %d (T5: the "
+                                  "%s:%lld: sample %d: %s = %ld tokens exceeds max_seqlen %d (T5: the "
                                   "limit is on each side; give --clip to cut it)",
                                   path, lineno, n, in > max_seqlen ? "input_len" : "target_len",
                                   in > max_seqlen ? in : tgt, max_seqlen);

@@ -13,6 +13,7 @@
 #ifndef DYN_MODEL_FASTMATH_H
 #define DYN_MODEL_FASTMATH_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -26,13 +27,21 @@
 #pragma GCC optimize("no-trapping-math")
 #endif
 
+/* exp(x), relative error below 3e-7 for x in [-87, 88]; below -87 it gives
+ * exp(-87) (down to where expf reaches 0) and in (88, 88.72] exp(88). At
+ * the ends it answers as expf: NaN for NaN, +inf above 88.72 (+inf
+ * included), 0 below -103.97 (-inf included). The exponent is computed
+ * from a clamped copy with NaN made 0, so the integer conversion and the
+ * shift below never see a value out of range (NaN used to reach
+ * (int32_t)NaN and a left shift of a negative value). */
 static inline float dyn_fast_expf(float x)
 {
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
-    /* n = round(x / ln 2) through the 1.5 * 2^23 trick (round to nearest). */
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = x - n * 0.693145751953125f;  /* ln 2, high part (exact product) */
+    float y = x < -87.0f ? -87.0f : x;
+    y = y > 88.0f ? 88.0f : y;
+    y = y == y ? y : 0.0f; /* NaN fails both comparisons above */
+    /* n = round(y / ln 2) through the 1.5 * 2^23 trick (round to nearest). */
+    float n = (y * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = y - n * 0.693145751953125f;  /* ln 2, high part (exact product) */
     r = r - n * 1.428606765330187045e-06f; /* ln 2, low part */
     float p = 1.0f / 720.0f;
     p = p * r + 1.0f / 120.0f;
@@ -41,10 +50,13 @@ static inline float dyn_fast_expf(float x)
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
+    int32_t bits = ((int32_t)n + 127) << 23; /* n in [-126, 127]: a positive exponent field */
     float scale;
     memcpy(&scale, &bits, sizeof(scale));
-    return p * scale;
+    float e = p * scale;
+    e = x > 88.7228394f ? HUGE_VALF : e; /* expf overflows to +inf above ln(FLT_MAX) */
+    e = x < -103.972084f ? 0.0f : e;     /* and underflows to 0 below ln of the least subnormal */
+    return x == x ? e : x;
 }
 
 /* tanh(u) = 1 - 2 / (1 + exp(2u)); absolute error about 2e-7. */

@@ -70,6 +70,13 @@ dyn_status dyn_model_generate_greedy(dyn_model *m, dyn_model_acts *a, const int3
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "prompt of %d tokens (the model takes 1..%d)", in_len,
                              c->max_seqlen);
     int32_t room = gpt ? c->max_seqlen - in_len : c->max_seqlen;
+    if (max_new < 1)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%d tokens to generate (at least 1)", max_new);
+    if (room < 1) /* an empty generation is no answer: say why */
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "a prompt of %d tokens leaves no room to generate: GPT's max_seqlen %d holds prompt "
+                             "and generation together (at most %d prompt tokens)",
+                             in_len, c->max_seqlen, c->max_seqlen - 1);
     if (max_new > room) max_new = room;
     int32_t *tgt = dyn_calloc((size_t)max_new + 1, sizeof(int32_t), "generation", err);
     float *tmp = dyn_calloc((size_t)C, sizeof(float), "generation", err);

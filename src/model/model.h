@@ -342,7 +342,9 @@ dyn_status dyn_model_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_m
  * prompt input[in_len] (GPT: the sequence so far; T5: the encoder input)
  * one arg-max token at a time into out[max_new], stopping after
  * DYN_TOK_EOS (kept in out), after max_new tokens, or at max_seqlen.
- * *n_out: tokens written. a: any acts (grown as needed). */
+ * *n_out: tokens written (at least 1). a: any acts (grown as needed).
+ * DYN_ERR_INVALID_ARG for max_new < 1 and for a GPT prompt that leaves no
+ * room (in_len == max_seqlen), rather than an empty answer. */
 dyn_status dyn_model_generate_greedy(dyn_model *m, dyn_model_acts *a, const int32_t *input, int32_t in_len,
                                      int32_t max_new, int32_t *out, int32_t *n_out, dyn_error *err);
 
