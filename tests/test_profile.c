@@ -334,6 +334,16 @@ static void test_profile_derive_full(void **state)
  * head off the two planes take, per time column and mode, the sum of
  * their two plane points less the common corner; their memory, the plane
  * points, the other kinds and every GPT point stay as they were. */
+/* The plane sum x + y - o, floored at the larger plane point (a noisy corner
+ * must not make a point cheaper than either plane); counts the floored ones. */
+static double expect_sum(double x, double y, double o, int *floored)
+{
+    double m = x > y ? x : y;
+    if (x + y - o >= m) return x + y - o;
+    ++*floored;
+    return m;
+}
+
 static void test_profile_sum_planes_formula(void **state)
 {
     (void)state;
@@ -353,7 +363,7 @@ static void test_profile_sum_planes_formula(void **state)
     assert_memory_equal(pts, before, (size_t)n * sizeof *pts);
     small_cfg(DYN_MODEL_T5, &cfg);
     dyn_profile_points_sum_planes(&cfg, &g, pts);
-    int changed = 0;
+    int changed = 0, floored = 0;
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
         for (int m = 0; m < DYN_RECOMPUTE_COUNT; m++)
             for (int32_t a = 0; a < g.n_rows; a++)
@@ -368,15 +378,18 @@ static void test_profile_sum_planes_formula(void **state)
                         const dyn_layer_cost *x = &before[dyn_cost_grid_index(&g, k, m, a, b, 0)];
                         const dyn_layer_cost *y = &before[dyn_cost_grid_index(&g, k, m, a, 0, d)];
                         const dyn_layer_cost *o = &before[dyn_cost_grid_index(&g, k, m, a, 0, 0)];
-                        assert_true(pts[i].fwd_ms == x->fwd_ms + y->fwd_ms - o->fwd_ms);
-                        assert_true(pts[i].bwd_ms == x->bwd_ms + y->bwd_ms - o->bwd_ms);
-                        assert_true(pts[i].bwd_input_ms == x->bwd_input_ms + y->bwd_input_ms - o->bwd_input_ms);
-                        assert_true(pts[i].bwd_weight_ms == x->bwd_weight_ms + y->bwd_weight_ms - o->bwd_weight_ms);
+                        assert_true(pts[i].fwd_ms == expect_sum(x->fwd_ms, y->fwd_ms, o->fwd_ms, &floored));
+                        assert_true(pts[i].bwd_ms == expect_sum(x->bwd_ms, y->bwd_ms, o->bwd_ms, &floored));
+                        assert_true(pts[i].bwd_input_ms ==
+                                    expect_sum(x->bwd_input_ms, y->bwd_input_ms, o->bwd_input_ms, &floored));
+                        assert_true(pts[i].bwd_weight_ms ==
+                                    expect_sum(x->bwd_weight_ms, y->bwd_weight_ms, o->bwd_weight_ms, &floored));
                         assert_true(pts[i].stored_mb == before[i].stored_mb && pts[i].peak_mb == before[i].peak_mb);
                         assert_true(pts[i].output_mb == before[i].output_mb && pts[i].kept_mb == before[i].kept_mb);
                         changed++;
                     }
     assert_int_equal(changed, 2 * DYN_RECOMPUTE_COUNT * 2 * 2 * 2); /* 2 kinds, every mode, 2 rows x 2 x 2 */
+    assert_true(floored > 0 && floored < 4 * changed); /* the random points exercise both branches */
     free(pts);
     free(before);
 }

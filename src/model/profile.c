@@ -702,6 +702,16 @@ static void derive_full_times(const dyn_cost_grid *g, dyn_layer_cost *points)
                 }
 }
 
+/* x + y - o, but never below the larger plane point: the point off the
+ * planes does at least the work of each of them. On a loaded machine the
+ * corner o can be measured slower than x or y, and the plain sum could then
+ * fall to zero or below. */
+static double plane_sum(double x, double y, double o)
+{
+    double s = x + y - o, m = x > y ? x : y;
+    return s > m ? s : m;
+}
+
 void dyn_profile_points_sum_planes(const dyn_model_config *cfg, const dyn_cost_grid *g, dyn_layer_cost *points)
 {
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
@@ -716,10 +726,10 @@ void dyn_profile_points_sum_planes(const dyn_model_config *cfg, const dyn_cost_g
                         const dyn_layer_cost *y = &points[dyn_cost_grid_index(g, kind, mode, a, 0, d)];
                         const dyn_layer_cost *o = &points[dyn_cost_grid_index(g, kind, mode, a, 0, 0)];
                         dyn_layer_cost *t = &points[dyn_cost_grid_index(g, kind, mode, a, b, d)];
-                        t->fwd_ms = x->fwd_ms + y->fwd_ms - o->fwd_ms;
-                        t->bwd_ms = x->bwd_ms + y->bwd_ms - o->bwd_ms;
-                        t->bwd_input_ms = x->bwd_input_ms + y->bwd_input_ms - o->bwd_input_ms;
-                        t->bwd_weight_ms = x->bwd_weight_ms + y->bwd_weight_ms - o->bwd_weight_ms;
+                        t->fwd_ms = plane_sum(x->fwd_ms, y->fwd_ms, o->fwd_ms);
+                        t->bwd_ms = plane_sum(x->bwd_ms, y->bwd_ms, o->bwd_ms);
+                        t->bwd_input_ms = plane_sum(x->bwd_input_ms, y->bwd_input_ms, o->bwd_input_ms);
+                        t->bwd_weight_ms = plane_sum(x->bwd_weight_ms, y->bwd_weight_ms, o->bwd_weight_ms);
                     }
     }
 }
