@@ -534,6 +534,59 @@ static int run_whatif(run_state *rs)
 
 /* ---- planning input --------------------------------------------------- */
 
+/* Plan global batch b with method index m (its planner and pipeline) and
+ * simulate every replica under every schedule into the batch's rows.
+ * 0, or -1 (printed). */
+static int simulate_method(run_state *rs, dyn_planner *planner, dyn_pipeline *pipe, int32_t b, int32_t m,
+                           const dyn_sample *batch, int32_t n)
+{
+    const sim_args *a = rs->a;
+    const char *name = dyn_batching_name(a->methods[m]);
+    dyn_error err;
+    dyn_batch_plan bp;
+    memset(&bp, 0, sizeof bp);
+    dyn_status pst;
+    if (a->methods[m] == DYN_BATCH_DYNAPIPE && a->plan.opt.enable_packing) {
+        /* --dp-packing: the pipeline picks among the DP's plan and the
+         * packings by simulated iteration (schedule auto). */
+        dyn_pipeline_result res;
+        pst = dyn_pipeline_plan(pipe, batch, n, &res, &err);
+        if (pst == DYN_OK) {
+            bp = res.batch;
+            memset(&res.batch, 0, sizeof res.batch);
+            dyn_pipeline_result_free(&res);
+        }
+    } else {
+        pst = dyn_planner_plan(planner, batch, n, &bp, &err);
+    }
+    if (pst == DYN_ERR_INFEASIBLE && a->skip_infeasible) {
+        /* This method cannot plan the batch: infeasible rows. */
+        dyn_batch_plan_free(&bp);
+        return begin_rows(rs, b, m, 0, 0) < 0 ? -1 : 0;
+    }
+    if (pst != DYN_OK) {
+        cli_errorf(CMD, "global batch %d, %s: %s", b, name, err.msg);
+        dyn_batch_plan_free(&bp);
+        return -1;
+    }
+    /* Each replica runs its own plan; the iteration ends with the slowest.
+     * Tokens: the whole batch's. */
+    int64_t tokens = 0;
+    for (int32_t i = 0; i < n; i++) tokens += (int64_t)batch[i].input_len + batch[i].target_len;
+    int32_t first = begin_rows(rs, b, m, tokens, 1);
+    int rc = first < 0 ? -1 : 0;
+    for (int32_t rep = 0; rc == 0 && rep < a->plan.opt.dp; rep++) {
+        int has = 0;
+        for (int32_t i = 0; i < bp.n_microbatches; i++) has |= bp.mbs[i].replica == rep;
+        if (!has) continue; /* an idle replica: it only waits */
+        replica_src src = {.pipe = pipe, .bp = &bp, .replica = rep};
+        rc = run_schedules(rs, first, &src, name);
+    }
+    if (rc == 0) finish_rows(rs, first, a->plan.opt.dp);
+    dyn_batch_plan_free(&bp);
+    return rc;
+}
+
 static int run_planned(run_state *rs, plan_inputs *in)
 {
     const sim_args *a = rs->a;
@@ -543,8 +596,6 @@ static int run_planned(run_state *rs, plan_inputs *in)
     rs->dp = a->plan.opt.dp;
     dyn_planner *planners[DYN_BATCHING_COUNT] = {0};
     dyn_pipeline *pipes[DYN_BATCHING_COUNT] = {0};
-    dyn_batch_plan bp;
-    memset(&bp, 0, sizeof bp);
     dyn_pipeline_options pipe_opt;
     dyn_pipeline_options_default(&pipe_opt);
     pipe_opt.order_groups = a->order_groups;
@@ -568,52 +619,11 @@ static int run_planned(run_state *rs, plan_inputs *in)
         int32_t n;
         if (plan_inputs_next(CMD, in, &batch, &n) != 0) goto done;
         if (n == 0) break;
-        for (int32_t m = 0; m < a->n_methods; m++) {
-            const char *name = dyn_batching_name(a->methods[m]);
-            dyn_status pst;
-            if (a->methods[m] == DYN_BATCH_DYNAPIPE && a->plan.opt.enable_packing) {
-                /* --dp-packing: the pipeline picks among the DP's plan and
-                 * the packings by simulated iteration (schedule auto). */
-                dyn_pipeline_result res;
-                pst = dyn_pipeline_plan(pipes[m], batch, n, &res, &err);
-                if (pst == DYN_OK) {
-                    bp = res.batch;
-                    memset(&res.batch, 0, sizeof res.batch);
-                    dyn_pipeline_result_free(&res);
-                }
-            } else {
-                pst = dyn_planner_plan(planners[m], batch, n, &bp, &err);
-            }
-            if (pst == DYN_ERR_INFEASIBLE && a->skip_infeasible) {
-                /* This method cannot plan the batch: infeasible rows. */
-                dyn_batch_plan_free(&bp);
-                if (begin_rows(rs, b, m, 0, 0) < 0) goto done;
-                continue;
-            }
-            if (pst != DYN_OK) {
-                cli_errorf(CMD, "global batch %d, %s: %s", b, name, err.msg);
-                goto done;
-            }
-            /* Each replica runs its own plan; the iteration ends with the
-             * slowest. Tokens: the whole batch's. */
-            int64_t tokens = 0;
-            for (int32_t i = 0; i < n; i++) tokens += (int64_t)batch[i].input_len + batch[i].target_len;
-            int32_t first = begin_rows(rs, b, m, tokens, 1);
-            if (first < 0) goto done;
-            for (int32_t rep = 0; rep < a->plan.opt.dp; rep++) {
-                int has = 0;
-                for (int32_t i = 0; i < bp.n_microbatches; i++) has |= bp.mbs[i].replica == rep;
-                if (!has) continue; /* an idle replica: it only waits */
-                replica_src src = {.pipe = pipes[m], .bp = &bp, .replica = rep};
-                if (run_schedules(rs, first, &src, name) != 0) goto done;
-            }
-            finish_rows(rs, first, a->plan.opt.dp);
-            dyn_batch_plan_free(&bp);
-        }
+        for (int32_t m = 0; m < a->n_methods; m++)
+            if (simulate_method(rs, planners[m], pipes[m], b, m, batch, n) != 0) goto done;
     }
     ret = 0;
 done:
-    dyn_batch_plan_free(&bp);
     for (int32_t m = 0; m < DYN_BATCHING_COUNT; m++) {
         dyn_pipeline_free(pipes[m]);
         dyn_planner_free(planners[m]);

@@ -108,73 +108,63 @@ int cli_flags_parse(const char *cmd, const cli_flag_set *sets, int n_sets, int a
 #define HELP_COL 28   /* where help text starts */
 #define HELP_WIDTH 100 /* a default that would pass this goes on its own line */
 
-/* The default row f shows, into buf ("" for none). */
-static void default_text(const cli_flag *f, const char *args, const cli_flag_default *defaults, char *buf,
-                         size_t cap)
+/* The field's value as a default, into buf: "" for zero, NULL and flags
+ * without a value. */
+static void value_text(const cli_flag *f, const char *args, char *buf, size_t cap)
 {
-    buf[0] = '\0';
-    const char *text = f->def;
-    for (const cli_flag_default *d = defaults; d && d->name; d++)
-        if (strcmp(d->name, f->name) == 0) text = d->text;
     const void *field = args + f->field;
-    if (text == f->def && text != NULL && strcmp(text, "required") == 0) {
-        /* required, unless the command gave the field a default (and its
-         * given flag, when it has one): then show that value */
-        int given = 0;
-        int64_t x = 0;
-        if (f->given) memcpy(&given, args + f->given - 1, sizeof given);
-        else if (f->type == CLI_FLAG_I64) memcpy(&x, field, sizeof x);
-        else if (f->type == CLI_FLAG_I32) {
-            int32_t y;
-            memcpy(&y, field, sizeof y);
-            x = y;
-        }
-        if (given || x != 0) text = NULL;
-    }
-    if (text != NULL) {
-        snprintf(buf, cap, strcmp(text, "required") == 0 ? "(%s)" : "(default %s)", text);
-        return;
-    }
+    buf[0] = '\0';
+    int32_t i32;
+    int64_t i64;
+    double f64;
+    float f32;
+    const char *str;
+    int e;
     switch (f->type) {
-    case CLI_FLAG_I32: {
-        int32_t x;
-        memcpy(&x, field, sizeof x);
-        if (x != 0) snprintf(buf, cap, "(default %d)", x);
+    case CLI_FLAG_I32:
+        if (memcpy(&i32, field, sizeof i32), i32 != 0) snprintf(buf, cap, "%d", i32);
         break;
-    }
-    case CLI_FLAG_I64: {
-        int64_t x;
-        memcpy(&x, field, sizeof x);
-        if (x != 0) snprintf(buf, cap, "(default %lld)", (long long)x);
+    case CLI_FLAG_I64:
+        if (memcpy(&i64, field, sizeof i64), i64 != 0) snprintf(buf, cap, "%lld", (long long)i64);
         break;
-    }
-    case CLI_FLAG_F64: {
-        double x;
-        memcpy(&x, field, sizeof x);
-        if (x != 0) snprintf(buf, cap, "(default %g)", x);
+    case CLI_FLAG_F64:
+        if (memcpy(&f64, field, sizeof f64), f64 != 0) snprintf(buf, cap, "%g", f64);
         break;
-    }
-    case CLI_FLAG_F32: {
-        float x;
-        memcpy(&x, field, sizeof x);
-        if (x != 0) snprintf(buf, cap, "(default %g)", (double)x);
+    case CLI_FLAG_F32:
+        if (memcpy(&f32, field, sizeof f32), f32 != 0) snprintf(buf, cap, "%g", (double)f32);
         break;
-    }
-    case CLI_FLAG_STR: {
-        const char *s;
-        memcpy(&s, field, sizeof s);
-        if (s != NULL) snprintf(buf, cap, "(default %s)", s);
+    case CLI_FLAG_STR:
+        if (memcpy(&str, field, sizeof str), str != NULL) snprintf(buf, cap, "%s", str);
         break;
-    }
-    case CLI_FLAG_ENUM: {
-        int x;
-        memcpy(&x, field, sizeof x);
-        snprintf(buf, cap, "(default %s)", f->names[x]);
+    case CLI_FLAG_ENUM:
+        memcpy(&e, field, sizeof e);
+        snprintf(buf, cap, "%s", f->names[e]);
         break;
-    }
     default:
         break;
     }
+}
+
+/* The default row f shows, into buf ("" for none): the command's text for
+ * it, else the row's def, else the field's value. A "required" row whose
+ * field the command set (its given flag, or a non-zero value) shows that. */
+static void default_text(const cli_flag *f, const char *args, const cli_flag_default *defaults, char *buf,
+                         size_t cap)
+{
+    char value[128];
+    value_text(f, args, value, sizeof value);
+    const char *text = f->def;
+    if (text != NULL && strcmp(text, "required") == 0) {
+        int given = 0;
+        if (f->given) memcpy(&given, args + f->given - 1, sizeof given);
+        if (f->given ? given : value[0] != '\0') text = NULL;
+    }
+    for (const cli_flag_default *d = defaults; d && d->name; d++)
+        if (strcmp(d->name, f->name) == 0) text = d->text;
+    if (text == NULL) text = value;
+    buf[0] = '\0';
+    if (strcmp(text, "required") == 0) snprintf(buf, cap, "(required)");
+    else if (text[0] != '\0') snprintf(buf, cap, "(default %s)", text);
 }
 
 /* 1 when a set before s has a row named name (it parses instead). */

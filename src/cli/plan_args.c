@@ -369,9 +369,11 @@ static int table_check(const char *cmd, const plan_args *a, const plan_open *po,
     return 0;
 }
 
-int plan_inputs_open(const char *cmd, const plan_args *a, const plan_open *po, plan_inputs *in)
+/* The cost model with its shape and machine: the analytic model of the
+ * resolved shape, or a table (checked against the flags). 0 or an exit
+ * code (printed; in->cm freed by the caller's plan_inputs_close). */
+static int open_costs(const char *cmd, const plan_args *a, const plan_open *po, plan_inputs *in)
 {
-    memset(in, 0, sizeof *in);
     dyn_error err;
     int rc;
     if (strcmp(a->cost_model, "analytic") == 0) {
@@ -381,28 +383,29 @@ int plan_inputs_open(const char *cmd, const plan_args *a, const plan_open *po, p
             return CLI_EXIT_FAIL;
         }
         in->cm = dyn_cost_model_create_analytic(&in->model, &in->machine, &err);
-    } else {
-        in->cm = dyn_cost_model_load_table(a->cost_model, &err);
-        if (in->cm) {
-            in->model = *dyn_cost_model_config(in->cm);
-            in->machine = *dyn_cost_model_machine(in->cm);
-            if (in->model.kind != a->kind) {
-                cli_errorf(cmd, "--model %s does not match the cost table %s (%s)",
-                           dyn_model_kind_name(a->kind), a->cost_model,
-                           dyn_model_kind_name(in->model.kind));
-                plan_inputs_close(in);
-                return CLI_EXIT_USAGE;
-            }
-            if ((rc = table_check(cmd, a, po, in)) != 0) {
-                plan_inputs_close(in);
-                return rc;
-            }
+    } else if ((in->cm = dyn_cost_model_load_table(a->cost_model, &err)) != NULL) {
+        in->model = *dyn_cost_model_config(in->cm);
+        in->machine = *dyn_cost_model_machine(in->cm);
+        if (in->model.kind != a->kind) {
+            cli_errorf(cmd, "--model %s does not match the cost table %s (%s)", dyn_model_kind_name(a->kind),
+                       a->cost_model, dyn_model_kind_name(in->model.kind));
+            return CLI_EXIT_USAGE;
         }
+        return table_check(cmd, a, po, in);
     }
     if (in->cm == NULL) {
         cli_errorf(cmd, "%s", err.msg);
         return CLI_EXIT_FAIL;
     }
+    return 0;
+}
+
+/* The samples (synthetic, --data or --lengths) and the sampler over them.
+ * 0 or CLI_EXIT_FAIL (printed). */
+static int open_samples(const char *cmd, const plan_args *a, plan_inputs *in)
+{
+    dyn_error err;
+    int rc = 0;
     int32_t batches = a->batches;
     if (a->synthetic) {
         if (batches == 0) batches = DEFAULT_SYNTHETIC_BATCHES;
@@ -414,29 +417,34 @@ int plan_inputs_open(const char *cmd, const plan_args *a, const plan_open *po, p
             cli_errorf(cmd, "--data %s: no samples", a->data_spec);
             rc = CLI_EXIT_FAIL;
         }
-    } else {
-        rc = 0;
-        if (dyn_dataset_read_tsv(a->lengths_path, a->opt.max_seqlen, a->kind, a->clip, &in->ds, &err) !=
-            DYN_OK) {
-            cli_errorf(cmd, "%s", err.msg);
-            rc = CLI_EXIT_FAIL;
-        } else if (in->ds.n == 0) {
-            cli_errorf(cmd, "%s: no samples", a->lengths_path);
-            rc = CLI_EXIT_FAIL;
-        }
+    } else if (dyn_dataset_read_tsv(a->lengths_path, a->opt.max_seqlen, a->kind, a->clip, &in->ds, &err) !=
+               DYN_OK) {
+        cli_errorf(cmd, "%s", err.msg);
+        rc = CLI_EXIT_FAIL;
+    } else if (in->ds.n == 0) {
+        cli_errorf(cmd, "%s: no samples", a->lengths_path);
+        rc = CLI_EXIT_FAIL;
     }
-    if (rc == 0) {
-        in->batches_left = batches > 0 ? batches : -1;
-        in->global_batch_tokens = a->global_batch_tokens;
-        in->sampler = dyn_sampler_create(&in->ds, a->global_batch_tokens, &err);
-        if (in->sampler == NULL) {
-            cli_errorf(cmd, "%s", err.msg);
-            rc = CLI_EXIT_FAIL;
-        }
+    if (rc != 0) return rc;
+    in->batches_left = batches > 0 ? batches : -1;
+    in->global_batch_tokens = a->global_batch_tokens;
+    in->sampler = dyn_sampler_create(&in->ds, a->global_batch_tokens, &err);
+    if (in->sampler == NULL) {
+        cli_errorf(cmd, "%s", err.msg);
+        return CLI_EXIT_FAIL;
     }
-    dyn_plan_options opt = a->opt;
+    return 0;
+}
+
+int plan_inputs_open(const char *cmd, const plan_args *a, const plan_open *po, plan_inputs *in)
+{
+    memset(in, 0, sizeof *in);
+    int rc = open_costs(cmd, a, po, in);
+    if (rc == 0) rc = open_samples(cmd, a, in);
+    dyn_plan_options opt = a->opt; /* the flags' options, with the tuned knob */
     if (rc == 0 && po->tune) rc = plan_tune_method(cmd, in, &opt, po->order_groups, po->tune_report);
     if (rc == 0) {
+        dyn_error err;
         in->planner = dyn_planner_create(in->cm, &opt, &err);
         if (in->planner == NULL) {
             cli_errorf(cmd, "%s", err.msg);
