@@ -1,13 +1,17 @@
-/* plan_args.c — the planning flags (see plan_args.h): parsing, usage text,
- * and building the model, machine, cost model, samples and planner from
- * them. Shared by `dynapipe plan` and `dynapipe simulate`.
+/* plan_args.c — the planning flags (see plan_args.h): their table (flags.h:
+ * parsing, errors and --help come from it), and building the model,
+ * machine, cost model, samples and planner from them. Shared by
+ * `dynapipe plan`, `simulate` and `train`.
  *
- * Defaults, chosen so that the README's one-line invocation works:
- *   model shape  gpt -> preset gpt2-124m, t5 -> preset t5-base (shape flags
- *                override single fields; max_seqlen is set from --max-seqlen)
+ * Defaults (plan_args_init; train sets its own before parsing), chosen so
+ * that the README's one-line invocation works:
+ *   model shape  with --cost-model FILE: the table's; else gpt -> preset
+ *                gpt2-124m, t5 -> preset t5-base (train: gpt-mini, t5-mini);
+ *                shape flags override single fields; max_seqlen is set from
+ *                --max-seqlen
  *   machine      "cpu" (built-in); memory limit = its device memory
  *   cost model   analytic on that machine
- *   method       dynapipe; stages 1, dp 1, chunks 1; recompute none
+ *   method       dynapipe; dp 1, chunks 1; recompute none
  *   batches      synthetic and --data builtin: 4 global batches; file: all
  *   baseline knobs  tuned (plan_tune_method) on the first TUNE_BATCHES global
  *                batches, unless given

@@ -1,5 +1,5 @@
-/* plan_args.h — the planning flags shared by `dynapipe plan` and
- * `dynapipe simulate`: parse them, print their usage, and turn them into the
+/* plan_args.h — the planning flags shared by `dynapipe plan`, `simulate`
+ * and `train`: parse them, print their usage, and turn them into the
  * inputs of planning (model shape, machine, cost model, samples, sampler,
  * planner).
  *
@@ -22,7 +22,6 @@
 #include <stdio.h>
 
 #include "cli/flags.h" /* defines: cli_flag, cli_flag_set */
-
 #include "dynapipe/corpus.h"
 #include "dynapipe/cost.h"
 #include "dynapipe/data.h"
