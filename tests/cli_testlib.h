@@ -55,7 +55,7 @@ static char *slurp(const char *path)
 }
 
 /* Write text to <dir>/<name>; its path goes to path[cap]. */
-static void write_file(const char *name, const char *text, char *path, size_t cap)
+static inline void write_file(const char *name, const char *text, char *path, size_t cap)
 {
     snprintf(path, cap, "%s/%s", dir, name);
     assert_int_equal(dyn_file_write_atomic(path, text, strlen(text), NULL), DYN_OK);

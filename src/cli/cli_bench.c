@@ -6,13 +6,60 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"           /* defines: cli_errorf, cli_parse_i32, CLI_EXIT_* */
+#include "cli/cli.h"           /* defines: cli_errorf, CLI_EXIT_* */
+#include "cli/flags.h"         /* defines: cli_flag, cli_flags_parse, cli_flags_usage */
 #include "model/blas.h"        /* defines: dyn_blas_describe, dyn_cpu_fma_peak_gflops */
 #include "model/layer_bench.h" /* defines: dyn_layer_bench_run */
 #include "model/threads.h"     /* defines: dyn_threads_init, dyn_threads_blas_kind */
 
+/* The flags: the benchmark's configuration and two of the command's own. */
+typedef struct bench_args {
+    dyn_layer_bench_cfg cfg;
+    int have_model, verbose;
+} bench_args;
+
+static int parse_kind(const char *cmd, const cli_flag *f, const char *v, void *args)
+{
+    bench_args *a = args;
+    if (strcmp(v, "gpt") != 0 && strcmp(v, "t5") != 0) {
+        cli_errorf(cmd, "%s needs gpt or t5", f->name);
+        return -1;
+    }
+    a->cfg.model = strcmp(v, "gpt") == 0 ? DYN_MODEL_GPT : DYN_MODEL_T5;
+    a->have_model = 1;
+    return 0;
+}
+
+#define BA bench_args
+static const cli_flag bench_flags[] = {
+    CLI_FN("--model", "gpt|t5", parse_kind, "the block: a GPT-2 block or a T5 v1.1 decoder block (required)"),
+    {.name = "--hidden", .metavar = "H", .type = CLI_FLAG_I32, .field = offsetof(BA, cfg.hidden), .min = 1,
+     .max = 65536, .help = "hidden size", .def = "required"},
+    {.name = "--heads", .metavar = "N", .type = CLI_FLAG_I32, .field = offsetof(BA, cfg.heads), .min = 1,
+     .max = 4096, .help = "attention heads", .def = "required"},
+    {.name = "--batch", .metavar = "B", .type = CLI_FLAG_I32, .field = offsetof(BA, cfg.batch), .min = 1,
+     .max = 65536, .help = "rows", .def = "required"},
+    {.name = "--seq", .metavar = "S", .type = CLI_FLAG_I32, .field = offsetof(BA, cfg.seq), .min = 1,
+     .max = 1 << 20, .help = "sequence length (T5: the decoder's)", .def = "required"},
+    {.name = "--enc-seq", .metavar = "E", .type = CLI_FLAG_I32, .field = offsetof(BA, cfg.enc_seq), .min = 1,
+     .max = 1 << 20, .help = "t5: encoder positions", .def = "S"},
+    CLI_I32("--threads", "T", BA, cfg.threads, 1, 1024, "OpenMP and OpenBLAS threads"),
+    CLI_I32("--repeat", "R", BA, cfg.repeat, 1, 100000, "timed repeats, after one warm-up"),
+    CLI_BOOL("--verbose", BA, verbose, 1, "add the start-up environment"),
+    CLI_END,
+};
+#undef BA
+
+static void bench_args_init(bench_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->cfg = (dyn_layer_bench_cfg){DYN_MODEL_GPT, 0, 0, 0, 0, 0, 1, 5};
+}
+
 static void bench_usage(FILE *out)
 {
+    bench_args d;
+    bench_args_init(&d);
     fprintf(out,
             "usage: dynapipe bench layer --model gpt|t5 --hidden H --heads N --batch B --seq S\n"
             "                            [--enc-seq E] [--threads T] [--repeat R] [--verbose]\n\n"
@@ -21,68 +68,34 @@ static void bench_usage(FILE *out)
             "  t5   a T5 v1.1 decoder block (self + cross attention, gated-GELU FFN 4H,\n"
             "       d_kv = H / N) over an encoder output of E positions\n"
             "Every row is full (no padding). Prints the median milliseconds over R\n"
-            "repeats (default 5, after one warm-up), the GFLOP credited (GPT:\n"
+            "repeats (after one warm-up), the GFLOP credited (GPT:\n"
             "3 x (24 B S H^2 + 4 B S^2 H); T5: see docs/architecture.md), GFLOP/s and\n"
-            "the sgemm GFLOP/s measured between the repeats. --threads (default 1)\n"
+            "the sgemm GFLOP/s measured between the repeats. --threads\n"
             "sets OpenMP and OpenBLAS threads (one shared pool; idle workers sleep:\n"
-            "OMP_WAIT_POLICY=PASSIVE unless you set it). --enc-seq defaults to S.\n"
+            "OMP_WAIT_POLICY=PASSIVE unless you set it).\n"
             "Also prints the fp32 FMA peak of one core, measured, and the block's share\n"
             "of T cores' peak. The BLAS line says which OpenBLAS kernel runs and why:\n"
             "the best one for this CPU unless you set OPENBLAS_CORETYPE, checked against\n"
-            "a plain loop at start-up. --verbose adds the start-up environment.\n");
+            "a plain loop at start-up.\n\n");
+    cli_flag_set set = {bench_flags, &d};
+    cli_flags_usage(out, &set, 1, NULL);
 }
 
 static int bench_layer_main(int argc, char **argv)
 {
     const char *cmd = "bench layer";
-    dyn_layer_bench_cfg cfg = {DYN_MODEL_GPT, 0, 0, 0, 0, 0, 1, 5};
-    int have_model = 0, verbose = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int32_t *dst = NULL;
-        int32_t lo = 1, hi = 1 << 20;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            bench_usage(stdout);
-            return CLI_EXIT_OK;
-        } else if (strcmp(a, "--model") == 0) {
-            if (!v || (strcmp(v, "gpt") != 0 && strcmp(v, "t5") != 0)) {
-                cli_errorf(cmd, "--model needs gpt or t5");
-                return CLI_EXIT_USAGE;
-            }
-            cfg.model = strcmp(v, "gpt") == 0 ? DYN_MODEL_GPT : DYN_MODEL_T5;
-            have_model = 1;
-            i++;
-            continue;
-        } else if (strcmp(a, "--verbose") == 0) {
-            verbose = 1;
-            continue;
-        } else if (strcmp(a, "--hidden") == 0) {
-            dst = &cfg.hidden;
-            hi = 65536;
-        } else if (strcmp(a, "--heads") == 0) {
-            dst = &cfg.heads;
-            hi = 4096;
-        } else if (strcmp(a, "--batch") == 0) {
-            dst = &cfg.batch;
-            hi = 65536;
-        } else if (strcmp(a, "--seq") == 0) {
-            dst = &cfg.seq;
-        } else if (strcmp(a, "--enc-seq") == 0) {
-            dst = &cfg.enc_seq;
-        } else if (strcmp(a, "--threads") == 0) {
-            dst = &cfg.threads;
-            hi = 1024;
-        } else if (strcmp(a, "--repeat") == 0) {
-            dst = &cfg.repeat;
-            hi = 100000;
-        } else {
-            cli_errorf(cmd, "unknown option '%s' (try --help)", a);
-            return CLI_EXIT_USAGE;
-        }
-        if (cli_parse_i32(cmd, a, v, lo, hi, dst) != 0) return CLI_EXIT_USAGE;
-        i++;
+    bench_args ba;
+    bench_args_init(&ba);
+    cli_flag_set set = {bench_flags, &ba};
+    int p = cli_flags_parse(cmd, &set, 1, argc, argv);
+    if (p == 1) {
+        bench_usage(stdout);
+        return CLI_EXIT_OK;
     }
-    if (!have_model || !cfg.hidden || !cfg.heads || !cfg.batch || !cfg.seq) {
+    if (p != 0) return CLI_EXIT_USAGE;
+    dyn_layer_bench_cfg cfg = ba.cfg;
+    int verbose = ba.verbose;
+    if (!ba.have_model || !cfg.hidden || !cfg.heads || !cfg.batch || !cfg.seq) {
         cli_errorf(cmd, "--model, --hidden, --heads, --batch and --seq are required (try --help)");
         return CLI_EXIT_USAGE;
     }

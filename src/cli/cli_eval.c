@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"                /* defines: cli_errorf, cli_flag_value, cli_parse_*, CLI_EXIT_* */
+#include "cli/cli.h"                /* defines: cli_errorf, CLI_EXIT_* */
+#include "cli/flags.h"              /* defines: cli_flag, cli_flags_parse, cli_flags_usage */
 #include "dynapipe/corpus.h"        /* defines: dyn_corpus_* */
 #include "dynapipe/model_config.h"  /* defines: dyn_model_kind_name, dyn_model_config_params */
 #include "model/model.h"            /* defines: dyn_model_generate_greedy, DYN_TOK_* */
@@ -16,22 +17,49 @@
 
 #define CMD "eval"
 
+/* The flags (read-only once parsed). */
+typedef struct eval_args {
+    const char *ckpt, *spec, *prompt;
+    int64_t n, max_new, threads;
+    int accuracy;
+    int split; /* 0 train, 1 heldout (split_names) */
+} eval_args;
+
+static const char *const split_names[] = {"train", "heldout", NULL};
+
+static const cli_flag eval_flags[] = {
+    {.name = "--checkpoint", .metavar = "DIR", .type = CLI_FLAG_STR, .field = offsetof(eval_args, ckpt),
+     .help = "the checkpoint", .def = "required"},
+    {.name = "--data", .metavar = "SPEC", .type = CLI_FLAG_STR, .field = offsetof(eval_args, spec),
+     .help = "token corpus, its held-out split for the built-in dataset",
+     .def = "the one the checkpoint trained on"},
+    CLI_ENUM("--split", "heldout|train", eval_args, split, split_names, "which built-in split"),
+    CLI_I64("--samples", "N", eval_args, n, 1, 100000000, "samples evaluated"),
+    CLI_BOOL("--no-accuracy", eval_args, accuracy, 0, "loss only (skips the greedy generation)"),
+    CLI_STR("--prompt", "TEXT", eval_args, prompt,
+            "print the greedy continuation of TEXT's bytes followed by the\n"
+            "separator token (as the built-in tasks' inputs end), and stop"),
+    CLI_I64("--max-new", "N", eval_args, max_new, 1, 1 << 20, "tokens generated for --prompt"),
+    CLI_I64("--threads", "T", eval_args, threads, 1, 1024, "kernel threads"),
+    CLI_END,
+};
+
+static void eval_args_init(eval_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->n = 200, a->max_new = 128, a->threads = 1, a->accuracy = 1, a->split = 1;
+}
+
 static void usage(FILE *out)
 {
+    eval_args d;
+    eval_args_init(&d);
     fprintf(out,
             "usage: dynapipe eval --checkpoint DIR [flags]\n\n"
             "Evaluate a checkpoint of `dynapipe train --save DIR` (DIR's latest, or a step folder):\n"
-            "held-out loss and per-task exact match of the greedy generation, or --prompt.\n\n"
-            "  --checkpoint DIR     the checkpoint (required)\n"
-            "  --data SPEC          token corpus (default: the one the checkpoint trained on),\n"
-            "                       its held-out split for the built-in dataset\n"
-            "  --split heldout|train  which built-in split (default heldout)\n"
-            "  --samples N          samples evaluated (default 200)\n"
-            "  --no-accuracy        loss only (skips the greedy generation)\n"
-            "  --prompt TEXT        print the greedy continuation of TEXT's bytes followed by the\n"
-            "                       separator token (as the built-in tasks' inputs end), and stop\n"
-            "  --max-new N          tokens generated for --prompt (default 128)\n"
-            "  --threads T          kernel threads (default 1)\n");
+            "held-out loss and per-task exact match of the greedy generation, or --prompt.\n\n");
+    cli_flag_set set = {eval_flags, &d};
+    cli_flags_usage(out, &set, 1, NULL);
 }
 
 /* Tokens as text: bytes as they are, the special tokens by name. */
@@ -117,42 +145,16 @@ static int run_eval(dyn_model *m, const rt_ckpt_meta *meta, const char *spec, in
 
 int cli_eval_main(int argc, char **argv)
 {
-    const char *ckpt = NULL, *spec = NULL, *prompt = NULL;
-    int64_t n = 200, max_new = 128, threads = 1;
-    int accuracy = 1, split = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
-            usage(stdout);
-            return CLI_EXIT_OK;
-        }
-        if (strcmp(f, "--no-accuracy") == 0) {
-            accuracy = 0;
-            continue;
-        }
-        const char *v = cli_flag_value(CMD, argc, argv, &i);
-        if (v == NULL) return CLI_EXIT_USAGE;
-        if (strcmp(f, "--checkpoint") == 0) ckpt = v;
-        else if (strcmp(f, "--data") == 0) spec = v;
-        else if (strcmp(f, "--prompt") == 0) prompt = v;
-        else if (strcmp(f, "--split") == 0) {
-            if (strcmp(v, "heldout") != 0 && strcmp(v, "train") != 0) {
-                cli_errorf(CMD, "--split: expected heldout or train, got '%s'", v);
-                return CLI_EXIT_USAGE;
-            }
-            split = v[0] == 'h';
-        } else if (strcmp(f, "--samples") == 0) {
-            if (cli_parse_i64(CMD, f, v, 1, 100000000, &n)) return CLI_EXIT_USAGE;
-        } else if (strcmp(f, "--max-new") == 0) {
-            if (cli_parse_i64(CMD, f, v, 1, 1 << 20, &max_new)) return CLI_EXIT_USAGE;
-        } else if (strcmp(f, "--threads") == 0) {
-            if (cli_parse_i64(CMD, f, v, 1, 1024, &threads)) return CLI_EXIT_USAGE;
-        } else {
-            cli_errorf(CMD, "unknown flag '%s' (try 'dynapipe eval --help')", f);
-            return CLI_EXIT_USAGE;
-        }
+    eval_args ea;
+    eval_args_init(&ea);
+    cli_flag_set set = {eval_flags, &ea};
+    int r = cli_flags_parse(CMD, &set, 1, argc, argv);
+    if (r == 1) {
+        usage(stdout);
+        return CLI_EXIT_OK;
     }
-    if (ckpt == NULL) {
+    if (r != 0) return CLI_EXIT_USAGE;
+    if (ea.ckpt == NULL) {
         cli_errorf(CMD, "--checkpoint DIR is required");
         return CLI_EXIT_USAGE;
     }
@@ -165,20 +167,20 @@ int cli_eval_main(int argc, char **argv)
         return CLI_EXIT_FAIL;
     }
     dyn_model *m = NULL;
-    if (rt_ckpt_resolve(ckpt, dir, sizeof dir, &err) == DYN_OK) m = rt_ckpt_load_model(dir, meta, &err);
+    if (rt_ckpt_resolve(ea.ckpt, dir, sizeof dir, &err) == DYN_OK) m = rt_ckpt_load_model(dir, meta, &err);
     if (m == NULL) {
         cli_errorf(CMD, "--checkpoint: %s", err.msg);
         free(meta);
         return CLI_EXIT_FAIL;
     }
-    dyn_model_set_threads(m, (int)threads);
+    dyn_model_set_threads(m, (int)ea.threads);
     int rc;
-    if (prompt) {
-        rc = run_prompt(m, prompt, (int32_t)max_new);
+    if (ea.prompt) {
+        rc = run_prompt(m, ea.prompt, (int32_t)ea.max_new);
     } else {
         printf("checkpoint %s: step %lld, %s %.2fM parameters\n", dir, (long long)meta->step,
                dyn_model_kind_name(meta->model.kind), dyn_model_config_params(&meta->model) / 1e6);
-        rc = run_eval(m, meta, spec ? spec : meta->data_spec, split, n, accuracy);
+        rc = run_eval(m, meta, ea.spec ? ea.spec : meta->data_spec, ea.split, ea.n, ea.accuracy);
     }
     dyn_model_free(m);
     free(meta);

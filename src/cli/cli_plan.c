@@ -43,26 +43,7 @@
 #include "dynapipe/sched.h"        /* defines: dyn_schedule_*, dyn_exec_plan_* */
 #include "util/util.h"              /* defines: dyn_atomic_* */
 
-static const char *CMD = "plan";
-
-static void usage(FILE *out)
-{
-    fprintf(out, "usage: dynapipe plan --model gpt|t5 (--lengths FILE.tsv | --synthetic flan[:SEED])\n"
-                 "         --global-batch-tokens N --max-seqlen L --stages S [options]\n\n"
-                 "Cut each global batch into micro-batches that minimise the predicted pipeline\n"
-                 "iteration time under the memory limit, and print the plan.\n\n");
-    plan_args_usage(out);
-    fprintf(out, "output:\n"
-                 "  --json OUT                write the plans as JSON (key global_batches)\n"
-                 "  --quiet                   print only the per-batch and total lines\n"
-                 "  --verbose                 print every micro-batch's time and memory\n"
-                 "  --show-plan               print each batch's execution plan (per-rank instructions)\n"
-                 "  --plan-out PREFIX         write each plan, binary, to PREFIX.<batch>.<replica>.dynplan\n"
-                 "  --schedule NAME           schedule of those plans: 1f1b, cyclic, wait-free-cyclic,\n"
-                 "                            interleaved, zb, or auto (default: best by simulation);\n"
-                 "                            builds them (and their JSON) even without the two above\n"
-                 "  --help                    this text\n");
-}
+#define CMD "plan"
 
 /* 1 - (compute time of the replica's ranks) / (ranks * makespan); 0 for an
  * idle replica. */
@@ -318,24 +299,55 @@ static int emit_exec_plans(exec_out *eo, const dyn_pipeline_result *res, int32_t
     return CLI_EXIT_OK;
 }
 
-/* Everything the command line chose. */
+/* Everything the command line chose (read-only once parsed; the run's own
+ * state is exec_out and plan_inputs). */
 typedef struct plan_cmd {
     plan_args a;           /* the planning flags (plan_args.h) */
     const char *json_path; /* --json */
     int verbosity;         /* 0 --quiet, 1 default, 2 --verbose */
-    exec_out eo;           /* --show-plan, --plan-out, --schedule */
+    int show;              /* --show-plan */
+    const char *prefix;    /* --plan-out */
+    int32_t schedule;      /* --schedule: dyn_schedule, or DYN_SCHEDULE_AUTO (the default) */
+    int have_schedule;     /* --schedule given */
 } plan_cmd;
 
 /* --schedule NAME (auto or a schedule); -1 on a bad name (printed). */
-static int parse_schedule(exec_out *eo, const char *v)
+static int parse_schedule(const char *cmd, const cli_flag *f, const char *v, void *args)
 {
+    plan_cmd *pc = args;
     dyn_error err;
-    eo->build = 1;
-    if (dyn_pipeline_schedule_parse(v, &eo->schedule, &err) != DYN_OK) {
-        cli_errorf(CMD, "--schedule: %s", err.msg);
+    if (dyn_pipeline_schedule_parse(v, &pc->schedule, &err) != DYN_OK) {
+        cli_errorf(cmd, "%s: %s", f->name, err.msg);
         return -1;
     }
+    pc->have_schedule = 1;
     return 0;
+}
+
+static const cli_flag plan_flags[] = {
+    CLI_SECTION("output:"),
+    CLI_STR("--json", "OUT", plan_cmd, json_path, "write the plans as JSON (key global_batches)"),
+    CLI_BOOL("--quiet", plan_cmd, verbosity, 0, "print only the per-batch and total lines"),
+    CLI_BOOL("--verbose", plan_cmd, verbosity, 2, "print every micro-batch's time and memory"),
+    CLI_BOOL("--show-plan", plan_cmd, show, 1, "print each batch's execution plan (per-rank instructions)"),
+    CLI_STR("--plan-out", "PREFIX", plan_cmd, prefix, "write each plan, binary, to PREFIX.<batch>.<replica>.dynplan"),
+    CLI_FN("--schedule", "NAME", parse_schedule,
+           "schedule of those plans: 1f1b, cyclic, wait-free-cyclic,\n"
+           "interleaved, zb, or auto (default: best by simulation);\n"
+           "builds them (and their JSON) even without the two above"),
+    CLI_END,
+};
+
+static void usage(FILE *out, const plan_cmd *defaults)
+{
+    fprintf(out, "usage: dynapipe plan --model gpt|t5 (--lengths FILE.tsv | --synthetic flan[:SEED])\n"
+                 "         --global-batch-tokens N --max-seqlen L --stages S [options]\n\n"
+                 "Cut each global batch into micro-batches that minimise the predicted pipeline\n"
+                 "iteration time under the memory limit, and print the plan.\n\n");
+    plan_args_usage(out, &defaults->a, plan_flags);
+    cli_flag_set set = {plan_flags, (void *)defaults};
+    cli_flags_usage(out, &set, 1, NULL);
+    fprintf(out, "  --help                    this text\n");
 }
 
 /* Parse argv into pc: 0, 1 for --help (usage printed), or -1 (usage error
@@ -345,34 +357,17 @@ static int parse_flags(plan_cmd *pc, int argc, char **argv)
     memset(pc, 0, sizeof *pc);
     plan_args_init(&pc->a);
     pc->verbosity = 1;
-    pc->eo.schedule = DYN_SCHEDULE_AUTO;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 1;
-        }
-        int r = plan_args_parse_one(CMD, &pc->a, argc, argv, &i);
-        if (r < 0) return -1;
-        if (r == 1) continue;
-        if (strcmp(argv[i], "--json") == 0) {
-            if ((pc->json_path = cli_flag_value(CMD, argc, argv, &i)) == NULL) return -1;
-        } else if (strcmp(argv[i], "--quiet") == 0) {
-            pc->verbosity = 0;
-        } else if (strcmp(argv[i], "--verbose") == 0) {
-            pc->verbosity = 2;
-        } else if (strcmp(argv[i], "--show-plan") == 0) {
-            pc->eo.show = pc->eo.build = 1;
-        } else if (strcmp(argv[i], "--plan-out") == 0) {
-            if ((pc->eo.prefix = cli_flag_value(CMD, argc, argv, &i)) == NULL) return -1;
-            pc->eo.build = 1;
-        } else if (strcmp(argv[i], "--schedule") == 0) {
-            const char *v = cli_flag_value(CMD, argc, argv, &i);
-            if (v == NULL || parse_schedule(&pc->eo, v) != 0) return -1;
-        } else {
-            cli_errorf(CMD, "unknown option '%s' (try 'dynapipe plan --help')", argv[i]);
-            return -1;
-        }
+    pc->schedule = DYN_SCHEDULE_AUTO;
+    cli_flag_set sets[] = {{plan_args_flags, &pc->a}, {plan_flags, pc}};
+    int r = cli_flags_parse(CMD, sets, 2, argc, argv);
+    if (r == 1) {
+        plan_cmd defaults;
+        memset(&defaults, 0, sizeof defaults);
+        plan_args_init(&defaults.a);
+        usage(stdout, &defaults);
+        return 1;
     }
+    if (r != 0) return -1;
     return plan_args_finish(CMD, &pc->a) != 0 ? -1 : 0;
 }
 
@@ -416,10 +411,9 @@ static void totals_add(plan_totals *t, const dyn_batch_plan *pl)
 /* Plan global batch `index` (and with eo.build every replica's execution
  * plan), print it, write its plans, add it to the JSON; 0 or an exit code
  * (printed). */
-static int plan_one_batch(plan_cmd *pc, plan_inputs *in, const dyn_sample *batch, int32_t n, int32_t index,
-                          cJSON *batches, plan_totals *tot)
+static int plan_one_batch(const plan_cmd *pc, exec_out *eo, plan_inputs *in, const dyn_sample *batch, int32_t n,
+                          int32_t index, cJSON *batches, plan_totals *tot)
 {
-    exec_out *eo = &pc->eo;
     dyn_pipeline_result res;
     memset(&res, 0, sizeof res);
     dyn_error err;
@@ -456,15 +450,18 @@ int cli_plan_main(int argc, char **argv)
     int p = parse_flags(&pc, argc, argv);
     if (p != 0) return p > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     const plan_args *a = &pc.a;
+    plan_open popen = {.tune = !a->untuned, .tune_report = stderr, .warn = 1};
     plan_inputs in;
-    int rc = plan_inputs_open(CMD, a, &in);
+    int rc = plan_inputs_open(CMD, a, &popen, &in);
     if (rc != 0) return rc;
-    if (pc.eo.build) {
+    exec_out eo = {.build = pc.show || pc.prefix || pc.have_schedule, .show = pc.show, .prefix = pc.prefix,
+                   .schedule = pc.schedule};
+    if (eo.build) {
         dyn_error err;
         dyn_pipeline_options po;
         dyn_pipeline_options_default(&po);
-        po.schedule = pc.eo.schedule;
-        if ((pc.eo.pipe = dyn_pipeline_create(in.planner, &po, &err)) == NULL) {
+        po.schedule = eo.schedule;
+        if ((eo.pipe = dyn_pipeline_create(in.planner, &po, &err)) == NULL) {
             cli_errorf(CMD, "%s", err.msg);
             plan_inputs_close(&in);
             return err.code == DYN_ERR_INVALID_ARG ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
@@ -473,7 +470,7 @@ int cli_plan_main(int argc, char **argv)
     cJSON *root = NULL, *batches = NULL;
     if (pc.json_path && (root = json_root_new(&pc, &in, &batches)) == NULL) {
         cli_errorf(CMD, "out of memory building JSON");
-        dyn_pipeline_free(pc.eo.pipe);
+        dyn_pipeline_free(eo.pipe);
         plan_inputs_close(&in);
         return CLI_EXIT_FAIL;
     }
@@ -489,7 +486,7 @@ int cli_plan_main(int argc, char **argv)
         const dyn_sample *batch;
         int32_t n;
         if ((rc = plan_inputs_next(CMD, &in, &batch, &n)) != 0 || n == 0) break;
-        if ((rc = plan_one_batch(&pc, &in, batch, n, tot.batches, batches, &tot)) != 0) break;
+        if ((rc = plan_one_batch(&pc, &eo, &in, batch, n, tot.batches, batches, &tot)) != 0) break;
     }
     if (rc == 0) {
         printf("total: %d global batches, %d samples, %d micro-batches, planner objective %.2f ms, padding "
@@ -497,12 +494,12 @@ int cli_plan_main(int argc, char **argv)
                tot.batches, tot.samples, tot.mbs, tot.objective_ms,
                tot.padded ? 100.0 * (double)tot.real / tot.padded : 0, tot.max_peak_mb,
                tot.batches ? tot.plan_ms / tot.batches : 0);
-        dyn_atomic_file *af = pc.json_path ? out_file_add(&pc.eo) : NULL;
+        dyn_atomic_file *af = pc.json_path ? out_file_add(&eo) : NULL;
         if (pc.json_path && (af == NULL || cli_json_stage(CMD, pc.json_path, root, af) != 0)) rc = CLI_EXIT_FAIL;
     }
-    rc = out_files_close(&pc.eo, rc);
+    rc = out_files_close(&eo, rc);
     cJSON_Delete(root);
-    dyn_pipeline_free(pc.eo.pipe);
+    dyn_pipeline_free(eo.pipe);
     plan_inputs_close(&in);
     return rc;
 }

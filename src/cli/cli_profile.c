@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/flags.h"   /* defines: cli_flag, cli_flags_parse, cli_flags_usage */
 #include "dynapipe/cost.h"
 #include "dynapipe/model_config.h"
 #include "model/profile.h" /* defines: dyn_profiler_*, dyn_profile_* */
@@ -25,49 +26,6 @@
 #include "util/util.h"     /* defines: dyn_time_ms, dyn_median */
 
 #define CMD "profile"
-
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: dynapipe profile --model gpt|t5 [flags] --out FILE\n"
-            "       dynapipe profile --model gpt|t5 [flags] --check analytic|FILE\n\n"
-            "Measure forward, backward and split backward of each layer kind (embedding,\n"
-            "GPT/T5-encoder block, T5 bridge, T5 decoder block, LM head), per recompute\n"
-            "mode, with their activation memory, over a grid of micro-batch rows and\n"
-            "lengths, and write the cost table the planner reads (--cost-model FILE).\n"
-            "T5's bridge (the encoder's final norm and the decoder embedding) and head\n"
-            "are timed at the shortest input and at the shortest target, and their sum\n"
-            "is taken elsewhere: each is an input part plus a target part.\n\n"
-            "  --model-config NAME|FILE  preset or model JSON (default gpt-tiny / t5-tiny)\n"
-            "  --max-seqlen L            longest length on the grid (default 512)\n"
-            "  --max-rows R              most micro-batch rows on the grid (default 32)\n"
-            "  --threads T               kernel threads while measuring (default 1)\n"
-            "  --repeats N               timed repeats per point, median kept (default 5; --quick 3)\n"
-            "  --sweeps N                passes over the grid (or --check's shapes), then with\n"
-            "                            N >= 2 up to N more over the points whose fastest two\n"
-            "                            calm medians differ by over 5%% and 10 us (calm: a\n"
-            "                            reference kernel timed around it ran within 10%% of\n"
-            "                            its fastest); each time keeps a point's lowest median\n"
-            "                            (default 2; --quick 1)\n"
-            "  --quick                   a third of the points per axis but for the embedding,\n"
-            "                            and full recompute derived, not timed (gpt-mini with\n"
-            "                            --max-tokens 16384: under a minute; t5-tiny: 75 s)\n"
-            "  --out FILE                the cost table (written atomically)\n"
-            "  --check analytic|FILE     instead: measure --shapes held-out shapes and print the\n"
-            "                            predicted vs measured error per layer kind\n"
-            "  --shapes N                held-out shapes per kind for --check (default 24)\n"
-            "  --verbose                 --check: one line per held-out shape as well\n"
-            "  --seed N                  held-out shapes' seed (default 1)\n"
-            "  --max-tokens N            grid points over N rows x tokens are scaled from fewer\n"
-            "                            rows, not measured; --check: held-out shapes of at\n"
-            "                            most N (default: no limit). --check's repeats and\n"
-            "                            threads default to the checked profile's own\n"
-            "  --quiet                   no progress bar\n"
-            "  --link                    instead: latency and bandwidth between two MPI ranks\n"
-            "                            (started with mpirun); with --out FILE of an existing\n"
-            "                            table, its machine line takes them (link_latency_ms,\n"
-            "                            link_gbps, dp_link_gbps)\n");
-}
 
 typedef struct profile_args {
     dyn_model_kind kind;
@@ -496,79 +454,99 @@ static int run_link(const profile_args *a, int argc, char **argv)
 
 /* ---- flags ----------------------------------------------------------------- */
 
-static int parse(int argc, char **argv, profile_args *a)
+static int parse_kind(const char *cmd, const cli_flag *f, const char *v, void *args)
+{
+    profile_args *a = args;
+    dyn_error e;
+    if (dyn_model_kind_parse(v, &a->kind, &e) != DYN_OK) {
+        cli_errorf(cmd, "%s: expected gpt or t5, got '%s'", f->name, v);
+        return -1;
+    }
+    a->have_kind = 1;
+    return 0;
+}
+
+#define PF profile_args
+static const cli_flag profile_flags[] = {
+    CLI_FN("--model", "gpt|t5", parse_kind, "model kind (required)"),
+    {.name = "--model-config", .metavar = "NAME|FILE", .type = CLI_FLAG_STR, .field = offsetof(PF, model_config),
+     .help = "preset or model JSON", .def = "gpt-tiny / t5-tiny"},
+    CLI_I32("--max-seqlen", "L", PF, max_seqlen, 8, 1 << 20, "longest length on the grid"),
+    CLI_I32("--max-rows", "R", PF, max_rows, 1, 1 << 16, "most micro-batch rows on the grid"),
+    {.name = "--threads", .metavar = "T", .type = CLI_FLAG_I32, .field = offsetof(PF, threads),
+     .given = CLI_GIVEN(PF, threads_given), .min = 1, .max = 1024, .help = "kernel threads while measuring"},
+    {.name = "--repeats", .metavar = "N", .type = CLI_FLAG_I32, .field = offsetof(PF, repeats),
+     .given = CLI_GIVEN(PF, repeats_given), .min = 1, .max = 1000, .help = "timed repeats per point, median kept",
+     .def = "5; --quick 3"},
+    {.name = "--sweeps", .metavar = "N", .type = CLI_FLAG_I32, .field = offsetof(PF, sweeps), .min = 1, .max = 100,
+     .help = "passes over the grid (or --check's shapes), then with\n"
+             "N >= 2 up to N more over the points whose fastest two\n"
+             "calm medians differ by over 5% and 10 us (calm: a\n"
+             "reference kernel timed around it ran within 10% of\n"
+             "its fastest); each time keeps a point's lowest median",
+     .def = "2; --quick 1"},
+    CLI_BOOL("--quick", PF, quick, 1,
+             "a third of the points per axis but for the embedding,\n"
+             "and full recompute derived, not timed (gpt-mini with\n"
+             "--max-tokens 16384: under a minute; t5-tiny: 75 s)"),
+    CLI_STR("--out", "FILE", PF, out, "the cost table (written atomically)"),
+    CLI_STR("--check", "analytic|FILE", PF, check,
+            "instead: measure --shapes held-out shapes and print the\n"
+            "predicted vs measured error per layer kind"),
+    CLI_I32("--shapes", "N", PF, shapes, 1, 100000, "held-out shapes per kind for --check"),
+    CLI_BOOL("--verbose", PF, verbose, 1, "--check: one line per held-out shape as well"),
+    CLI_I64("--seed", "N", PF, seed, 0, INT64_MAX, "held-out shapes' seed"),
+    {.name = "--max-tokens", .metavar = "N", .type = CLI_FLAG_I64, .field = offsetof(PF, max_tokens), .min = 1,
+     .max = INT64_MAX,
+     .help = "grid points over N rows x tokens are scaled from fewer\n"
+             "rows, not measured; --check: held-out shapes of at\n"
+             "most N. --check's repeats and threads default to the\n"
+             "checked profile's own",
+     .def = "no limit"},
+    CLI_BOOL("--quiet", PF, quiet, 1, "no progress bar"),
+    CLI_BOOL("--link", PF, link, 1,
+             "instead: latency and bandwidth between two MPI ranks\n"
+             "(started with mpirun); with --out FILE of an existing\n"
+             "table, its machine line takes them (link_latency_ms,\n"
+             "link_gbps, dp_link_gbps)"),
+    CLI_END,
+};
+#undef PF
+
+static void profile_args_init(profile_args *a)
 {
     memset(a, 0, sizeof *a);
     a->max_seqlen = 512, a->max_rows = 32, a->threads = 1, a->repeats = 0, a->shapes = 24, a->seed = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        int64_t v;
-        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
-            usage(stdout);
-            return -1;
-        }
-        if (strcmp(f, "--quick") == 0) {
-            a->quick = 1;
-            continue;
-        }
-        if (strcmp(f, "--quiet") == 0) {
-            a->quiet = 1;
-            continue;
-        }
-        if (strcmp(f, "--link") == 0) {
-            a->link = 1;
-            continue;
-        }
-        if (strcmp(f, "--verbose") == 0) {
-            a->verbose = 1;
-            continue;
-        }
-        const char *val = cli_flag_value(CMD, argc, argv, &i);
-        if (val == NULL) return CLI_EXIT_USAGE;
-        if (strcmp(f, "--model") == 0) {
-            dyn_error e;
-            if (dyn_model_kind_parse(val, &a->kind, &e) != DYN_OK) {
-                cli_errorf(CMD, "--model: expected gpt or t5, got '%s'", val);
-                return CLI_EXIT_USAGE;
-            }
-            a->have_kind = 1;
-        } else if (strcmp(f, "--model-config") == 0) {
-            a->model_config = val;
-        } else if (strcmp(f, "--out") == 0) {
-            a->out = val;
-        } else if (strcmp(f, "--check") == 0) {
-            a->check = val;
-        } else if (strcmp(f, "--max-seqlen") == 0) {
-            if (cli_parse_i64(CMD, f, val, 8, 1 << 20, &v)) return CLI_EXIT_USAGE;
-            a->max_seqlen = (int32_t)v;
-        } else if (strcmp(f, "--max-rows") == 0) {
-            if (cli_parse_i64(CMD, f, val, 1, 1 << 16, &v)) return CLI_EXIT_USAGE;
-            a->max_rows = (int32_t)v;
-        } else if (strcmp(f, "--threads") == 0) {
-            if (cli_parse_i64(CMD, f, val, 1, 1024, &v)) return CLI_EXIT_USAGE;
-            a->threads = (int32_t)v;
-            a->threads_given = 1;
-        } else if (strcmp(f, "--repeats") == 0) {
-            if (cli_parse_i64(CMD, f, val, 1, 1000, &v)) return CLI_EXIT_USAGE;
-            a->repeats = (int32_t)v;
-            a->repeats_given = 1;
-        } else if (strcmp(f, "--sweeps") == 0) {
-            if (cli_parse_i64(CMD, f, val, 1, 100, &v)) return CLI_EXIT_USAGE;
-            a->sweeps = (int32_t)v;
-        } else if (strcmp(f, "--max-tokens") == 0) {
-            if (cli_parse_i64(CMD, f, val, 1, INT64_MAX, &v)) return CLI_EXIT_USAGE;
-            a->max_tokens = v;
-        } else if (strcmp(f, "--shapes") == 0) {
-            if (cli_parse_i64(CMD, f, val, 1, 100000, &v)) return CLI_EXIT_USAGE;
-            a->shapes = (int32_t)v;
-        } else if (strcmp(f, "--seed") == 0) {
-            if (cli_parse_i64(CMD, f, val, 0, INT64_MAX, &v)) return CLI_EXIT_USAGE;
-            a->seed = (uint64_t)v;
-        } else {
-            cli_errorf(CMD, "unknown flag '%s' (try 'dynapipe profile --help')", f);
-            return CLI_EXIT_USAGE;
-        }
+}
+
+static void usage(FILE *out)
+{
+    profile_args d;
+    profile_args_init(&d);
+    fprintf(out,
+            "usage: dynapipe profile --model gpt|t5 [flags] --out FILE\n"
+            "       dynapipe profile --model gpt|t5 [flags] --check analytic|FILE\n\n"
+            "Measure forward, backward and split backward of each layer kind (embedding,\n"
+            "GPT/T5-encoder block, T5 bridge, T5 decoder block, LM head), per recompute\n"
+            "mode, with their activation memory, over a grid of micro-batch rows and\n"
+            "lengths, and write the cost table the planner reads (--cost-model FILE).\n"
+            "T5's bridge (the encoder's final norm and the decoder embedding) and head\n"
+            "are timed at the shortest input and at the shortest target, and their sum\n"
+            "is taken elsewhere: each is an input part plus a target part.\n\n");
+    cli_flag_set set = {profile_flags, &d};
+    cli_flags_usage(out, &set, 1, NULL);
+}
+
+static int parse(int argc, char **argv, profile_args *a)
+{
+    profile_args_init(a);
+    cli_flag_set set = {profile_flags, a};
+    int r = cli_flags_parse(CMD, &set, 1, argc, argv);
+    if (r == 1) {
+        usage(stdout);
+        return -1;
     }
+    if (r != 0) return CLI_EXIT_USAGE;
     if (a->link) return 0;
     if (!a->have_kind) {
         cli_errorf(CMD, "--model gpt|t5 is required");

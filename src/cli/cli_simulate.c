@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "cli/cli.h"       /* defines: cli_errorf, cli_parse_*, CLI_EXIT_* */
+#include "cli/flags.h"     /* defines: cli_flag, cli_flags_parse, cli_flags_usage */
 #include "cli/plan_args.h" /* defines: plan_args_*, plan_inputs_* */
 #include "dynapipe/data.h"
 #include "dynapipe/model_config.h"
@@ -44,6 +45,7 @@ typedef struct sim_args {
     int markdown; /* --markdown: the summary as a markdown table, methods x schedules */
     int interleaved_named; /* --schedule named interleaved itself (not only through all) */
     int no_comm; /* --no-comm: messages take no time (what-if studies) */
+    int have_methods; /* --methods given */
 } sim_args;
 
 /* One (batch, method, schedule) result. */
@@ -56,37 +58,6 @@ typedef struct sim_row {
     int64_t real_tokens;
     double *peak_mb; /* [n_ranks] */
 } sim_row;
-
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: dynapipe simulate [planning flags] [--schedule LIST] [--methods LIST]\n"
-            "                         [--trace FILE.json] [--svg FILE.svg] [--json OUT]\n"
-            "       dynapipe simulate --microbatches FILE [--stages S] [--machine NAME|FILE] ...\n\n"
-            "Plan global batches, schedule and simulate them, and compare batching methods\n"
-            "and pipeline schedules side by side.\n\n"
-            "simulation flags:\n"
-            "  --schedule LIST    comma list of 1f1b, cyclic, wait-free-cyclic, interleaved, zb,\n"
-            "                     auto (best schedule x order x recompute per batch), or all\n"
-            "                     (default 1f1b)\n"
-            "  --methods LIST     comma list of batching methods to compare: dynapipe, padding,\n"
-            "                     packing, packing-docmask, token (default: all five)\n"
-            "  --order-groups K   micro-batch order search groups for auto, 1..4 (default 3)\n"
-            "  --microbatches F   simulate the micro-batches of a what-if file instead of\n"
-            "                     planning (format: docs/simulator.md)\n"
-            "  --no-comm          messages take no time (instead of the machine's link model)\n"
-            "  --skip-infeasible  report a schedule that does not fit memory as infeasible\n"
-            "                     instead of failing\n"
-            "  --markdown         print the summary as a markdown table: one row per method,\n"
-            "                     one column per schedule, cells tokens/s (speed-up over packing)\n"
-            "  --trace FILE.json  Chrome/Perfetto trace of the first batch, method, schedule\n"
-            "  --svg FILE.svg     SVG timeline of the same run\n"
-            "  --json OUT         per global batch and method: makespan_ms, bubble_fraction,\n"
-            "                     peak_memory_mb (per stage), tokens_per_s\n"
-            "  --help             this text\n\n"
-            "planning flags (as `dynapipe plan`):\n");
-    plan_args_usage(out);
-}
 
 /* Split a comma list in place into items; returns the count or -1. */
 static int split_list(char *text, char **items, int max)
@@ -102,8 +73,10 @@ static int split_list(char *text, char **items, int max)
     return n;
 }
 
-static int parse_schedules(sim_args *a, const char *text)
+static int parse_schedules(const char *cmd, const cli_flag *f, const char *text, void *args)
 {
+    sim_args *a = args;
+    (void)cmd, (void)f;
     char buf[256];
     if (strlen(text) >= sizeof buf) {
         cli_errorf(CMD, "--schedule: list too long");
@@ -143,8 +116,10 @@ static int parse_schedules(sim_args *a, const char *text)
     return 0;
 }
 
-static int parse_methods(sim_args *a, const char *text)
+static int parse_methods(const char *cmd, const cli_flag *f, const char *text, void *args)
 {
+    sim_args *a = args;
+    (void)cmd, (void)f;
     char buf[256];
     if (strlen(text) >= sizeof buf) {
         cli_errorf(CMD, "--methods: list too long");
@@ -169,70 +144,76 @@ static int parse_methods(sim_args *a, const char *text)
         for (int k = 0; k < a->n_methods; k++) dup |= a->methods[k] == m;
         if (!dup) a->methods[a->n_methods++] = m;
     }
+    a->have_methods = 1;
     return 0;
 }
 
-/* Returns -1 on a usage error (message printed), 1 for --help, else 0. */
-static int parse_args(sim_args *a, int argc, char **argv)
+static const cli_flag sim_flags[] = {
+    CLI_SECTION("simulation flags:"),
+    CLI_FN("--schedule", "LIST", parse_schedules,
+           "comma list of 1f1b, cyclic, wait-free-cyclic, interleaved, zb,\n"
+           "auto (best schedule x order x recompute per batch), or all\n"
+           "(default 1f1b)"),
+    CLI_FN("--methods", "LIST", parse_methods,
+           "comma list of batching methods to compare: dynapipe, padding,\n"
+           "packing, packing-docmask, token (default: all five)"),
+    CLI_I32("--order-groups", "K", sim_args, order_groups, 1, DYN_ORDER_MAX_GROUPS,
+            "micro-batch order search groups for auto"),
+    CLI_STR("--microbatches", "FILE", sim_args, microbatches,
+            "simulate the micro-batches of a what-if file instead of\n"
+            "planning (format: docs/simulator.md)"),
+    CLI_BOOL("--no-comm", sim_args, no_comm, 1, "messages take no time (instead of the machine's link model)"),
+    CLI_BOOL("--skip-infeasible", sim_args, skip_infeasible, 1,
+             "report a schedule that does not fit memory as infeasible\n"
+             "instead of failing"),
+    CLI_BOOL("--markdown", sim_args, markdown, 1,
+             "print the summary as a markdown table: one row per method,\n"
+             "one column per schedule, cells tokens/s (speed-up over packing)"),
+    CLI_STR("--trace", "FILE.json", sim_args, trace, "Chrome/Perfetto trace of the first batch, method, schedule"),
+    CLI_STR("--svg", "FILE.svg", sim_args, svg, "SVG timeline of the same run"),
+    CLI_STR("--json", "OUT", sim_args, json,
+            "per global batch and method: makespan_ms, bubble_fraction,\n"
+            "peak_memory_mb (per stage), tokens_per_s"),
+    CLI_END,
+};
+
+/* The defaults, before any flag. */
+static void sim_args_init(sim_args *a)
 {
     memset(a, 0, sizeof *a);
     plan_args_init(&a->plan);
-    int method_flag = 0, methods_flag = 0;
     a->n_sched = 1;
     a->sched[0] = DYN_SCHED_1F1B;
     a->n_methods = DYN_BATCHING_COUNT;
     for (int i = 0; i < DYN_BATCHING_COUNT; i++) a->methods[i] = (dyn_batching)i;
     a->order_groups = 3;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) return 1;
-        if (strcmp(f, "--schedule") == 0 || strcmp(f, "--methods") == 0 || strcmp(f, "--trace") == 0 ||
-            strcmp(f, "--svg") == 0 || strcmp(f, "--json") == 0 || strcmp(f, "--microbatches") == 0 ||
-            strcmp(f, "--order-groups") == 0) {
-            if (v == NULL) {
-                cli_errorf(CMD, "%s needs a value", f);
-                return -1;
-            }
-            i++;
-            if (strcmp(f, "--schedule") == 0) {
-                if (parse_schedules(a, v) != 0) return -1;
-            } else if (strcmp(f, "--methods") == 0) {
-                if (parse_methods(a, v) != 0) return -1;
-                methods_flag = 1;
-            } else if (strcmp(f, "--order-groups") == 0) {
-                if (cli_parse_i32(CMD, f, v, 1, DYN_ORDER_MAX_GROUPS, &a->order_groups) != 0) return -1;
-            } else if (strcmp(f, "--trace") == 0) {
-                a->trace = v;
-            } else if (strcmp(f, "--svg") == 0) {
-                a->svg = v;
-            } else if (strcmp(f, "--json") == 0) {
-                a->json = v;
-            } else {
-                a->microbatches = v;
-            }
-            continue;
-        }
-        if (strcmp(f, "--no-comm") == 0) {
-            a->no_comm = 1;
-            continue;
-        }
-        if (strcmp(f, "--skip-infeasible") == 0) {
-            a->skip_infeasible = 1;
-            continue;
-        }
-        if (strcmp(f, "--markdown") == 0) {
-            a->markdown = 1;
-            continue;
-        }
-        if (strcmp(f, "--method") == 0) method_flag = 1;
-        int used = plan_args_parse_one(CMD, &a->plan, argc, argv, &i);
-        if (used < 0) return -1;
-        if (used == 0) {
-            cli_errorf(CMD, "unknown flag '%s' (try 'dynapipe simulate --help')", f);
-            return -1;
-        }
-    }
+}
+
+static void usage(FILE *out)
+{
+    sim_args d;
+    sim_args_init(&d);
+    fprintf(out,
+            "usage: dynapipe simulate [planning flags] [--schedule LIST] [--methods LIST]\n"
+            "                         [--trace FILE.json] [--svg FILE.svg] [--json OUT]\n"
+            "       dynapipe simulate --microbatches FILE [--stages S] [--machine NAME|FILE] ...\n\n"
+            "Plan global batches, schedule and simulate them, and compare batching methods\n"
+            "and pipeline schedules side by side.\n\n");
+    cli_flag_set set = {sim_flags, &d};
+    cli_flags_usage(out, &set, 1, NULL);
+    fprintf(out, "  --help                    this text\n\n"
+                 "planning flags (as `dynapipe plan`):\n");
+    plan_args_usage(out, &d.plan, sim_flags);
+}
+
+/* Returns -1 on a usage error (message printed), 1 for --help, else 0. */
+static int parse_args(sim_args *a, int argc, char **argv)
+{
+    sim_args_init(a);
+    cli_flag_set sets[] = {{sim_flags, a}, {plan_args_flags, &a->plan}};
+    int r = cli_flags_parse(CMD, sets, 2, argc, argv);
+    if (r != 0) return r;
+    int method_flag = a->plan.have_method, methods_flag = a->have_methods;
     /* `--method M` of `dynapipe plan` means the list with just M, unless
      * --methods came too. */
     if (method_flag && !methods_flag) {
@@ -274,12 +255,13 @@ typedef struct recorded {
 } recorded;
 
 typedef struct run_state {
-    sim_args *a;
+    const sim_args *a;    /* the flags, read-only */
     dyn_machine machine;
     dyn_sim_options simopt;
     dyn_sim *sim;
     int32_t n_ranks;
     int32_t chunks_avail; /* what-if: chunks the file's stages imply (auto tries interleaved only if > 1) */
+    double memory_limit_mb; /* what-if: --memory-limit, the machine's memory, or none (1e300) */
     int32_t dp;           /* data-parallel replicas simulated per batch */
     sim_row *rows;
     int32_t n_rows, cap_rows;
@@ -349,7 +331,7 @@ typedef struct replica_src {
 static dyn_status run_one(run_state *rs, sim_row *row, const replica_src *src, const char *method_name,
                           dyn_error *err)
 {
-    sim_args *a = rs->a;
+    const sim_args *a = rs->a;
     dyn_replica_plan rp;
     dyn_status st;
     if (src->pipe) {
@@ -358,15 +340,16 @@ static dyn_status run_one(run_state *rs, sim_row *row, const replica_src *src, c
         dyn_replica_request rq = {
             .schedule = row->sched,
             .n_ranks = rs->n_ranks,
-            .chunks = a->plan.opt.chunks,
+            .chunks = rs->chunks_avail,
             .auto_chunks = rs->chunks_avail,
-            .memory_limit_mb = a->plan.opt.memory_limit_mb > 0 ? a->plan.opt.memory_limit_mb
-                                                               : rs->machine.device_memory_mb,
+            .memory_limit_mb = rs->memory_limit_mb,
             .recompute = a->plan.opt.recompute,
             .order_groups = a->order_groups,
             .replica = 0,
         };
-        st = dyn_replica_plan_build(rs->sim, &rq, src->costs_fn, src->costs_ctx, NULL, &rs->simopt, &rp, err);
+        dyn_sim_options so = rs->simopt;
+        so.real_tokens = row->real_tokens;
+        st = dyn_replica_plan_build(rs->sim, &rq, src->costs_fn, src->costs_ctx, NULL, &so, &rp, err);
     }
     if (st != DYN_OK) return st;
     fill_row(rs, row, &rp);
@@ -423,7 +406,7 @@ static int run_schedules(run_state *rs, int32_t first_row, const replica_src *sr
         tmp.batch = row->batch;
         tmp.method = row->method;
         tmp.sched = row->sched;
-        rs->simopt.real_tokens = row->real_tokens;
+        tmp.real_tokens = row->real_tokens;
         dyn_status st = run_one(rs, &tmp, src, method_name, &err);
         if (st == DYN_ERR_INFEASIBLE && rs->a->skip_infeasible) {
             row->feasible = 0;
@@ -499,7 +482,7 @@ static dyn_status whatif_costs(void *vctx, int32_t chunks, dyn_recompute rc, con
 
 static int run_whatif(run_state *rs)
 {
-    sim_args *a = rs->a;
+    const sim_args *a = rs->a;
     dyn_stage_costs costs;
     int64_t tokens = 0;
     dyn_error err;
@@ -523,8 +506,9 @@ static int run_whatif(run_state *rs)
         has_mem |= costs.stored_mb[i] > 0 || costs.peak_mb[i] > 0;
     for (int32_t q = 0; q < costs.n_stages; q++) has_mem |= costs.states_mb[q] > 0;
     const char *limit_src = "--memory-limit";
-    if (!(a->plan.opt.memory_limit_mb > 0)) {
-        a->plan.opt.memory_limit_mb = has_mem ? rs->machine.device_memory_mb : 1e300;
+    rs->memory_limit_mb = a->plan.opt.memory_limit_mb;
+    if (!(rs->memory_limit_mb > 0)) {
+        rs->memory_limit_mb = has_mem ? rs->machine.device_memory_mb : 1e300;
         limit_src = has_mem ? "the machine's memory" : "none: the file has no memory columns";
     }
     char links[128];
@@ -533,12 +517,11 @@ static int run_whatif(run_state *rs)
     else
         snprintf(links, sizeof links, "%s's (%g ms + %g GB/s per message)", rs->machine.name,
                  rs->simopt.link_latency_ms, rs->simopt.link_gbps);
-    if (a->plan.opt.memory_limit_mb < 1e300)
-        printf("what-if: memory limit %.0f MB (%s); links %s\n", a->plan.opt.memory_limit_mb, limit_src, links);
+    if (rs->memory_limit_mb < 1e300)
+        printf("what-if: memory limit %.0f MB (%s); links %s\n", rs->memory_limit_mb, limit_src, links);
     else
         printf("what-if: no memory limit (%s); links %s\n", limit_src, links);
     whatif_ctx w = {&costs, costs.n_stages / S};
-    a->plan.opt.chunks = w.chunks;
     rs->chunks_avail = w.chunks;
     rs->dp = 1;
     int32_t first = begin_rows(rs, 0, -1, tokens, 1);
@@ -551,17 +534,68 @@ static int run_whatif(run_state *rs)
 
 /* ---- planning input --------------------------------------------------- */
 
+/* Plan global batch b with method index m (its planner and pipeline) and
+ * simulate every replica under every schedule into the batch's rows.
+ * 0, or -1 (printed). */
+static int simulate_method(run_state *rs, dyn_planner *planner, dyn_pipeline *pipe, int32_t b, int32_t m,
+                           const dyn_sample *batch, int32_t n)
+{
+    const sim_args *a = rs->a;
+    const char *name = dyn_batching_name(a->methods[m]);
+    dyn_error err;
+    dyn_batch_plan bp;
+    memset(&bp, 0, sizeof bp);
+    dyn_status pst;
+    if (a->methods[m] == DYN_BATCH_DYNAPIPE && a->plan.opt.enable_packing) {
+        /* --dp-packing: the pipeline picks among the DP's plan and the
+         * packings by simulated iteration (schedule auto). */
+        dyn_pipeline_result res;
+        pst = dyn_pipeline_plan(pipe, batch, n, &res, &err);
+        if (pst == DYN_OK) {
+            bp = res.batch;
+            memset(&res.batch, 0, sizeof res.batch);
+            dyn_pipeline_result_free(&res);
+        }
+    } else {
+        pst = dyn_planner_plan(planner, batch, n, &bp, &err);
+    }
+    if (pst == DYN_ERR_INFEASIBLE && a->skip_infeasible) {
+        /* This method cannot plan the batch: infeasible rows. */
+        dyn_batch_plan_free(&bp);
+        return begin_rows(rs, b, m, 0, 0) < 0 ? -1 : 0;
+    }
+    if (pst != DYN_OK) {
+        cli_errorf(CMD, "global batch %d, %s: %s", b, name, err.msg);
+        dyn_batch_plan_free(&bp);
+        return -1;
+    }
+    /* Each replica runs its own plan; the iteration ends with the slowest.
+     * Tokens: the whole batch's. */
+    int64_t tokens = 0;
+    for (int32_t i = 0; i < n; i++) tokens += (int64_t)batch[i].input_len + batch[i].target_len;
+    int32_t first = begin_rows(rs, b, m, tokens, 1);
+    int rc = first < 0 ? -1 : 0;
+    for (int32_t rep = 0; rc == 0 && rep < a->plan.opt.dp; rep++) {
+        int has = 0;
+        for (int32_t i = 0; i < bp.n_microbatches; i++) has |= bp.mbs[i].replica == rep;
+        if (!has) continue; /* an idle replica: it only waits */
+        replica_src src = {.pipe = pipe, .bp = &bp, .replica = rep};
+        rc = run_schedules(rs, first, &src, name);
+    }
+    if (rc == 0) finish_rows(rs, first, a->plan.opt.dp);
+    dyn_batch_plan_free(&bp);
+    return rc;
+}
+
 static int run_planned(run_state *rs, plan_inputs *in)
 {
-    sim_args *a = rs->a;
+    const sim_args *a = rs->a;
     dyn_error err;
     int ret = -1;
     rs->n_ranks = a->plan.opt.stages;
     rs->dp = a->plan.opt.dp;
     dyn_planner *planners[DYN_BATCHING_COUNT] = {0};
     dyn_pipeline *pipes[DYN_BATCHING_COUNT] = {0};
-    dyn_batch_plan bp;
-    memset(&bp, 0, sizeof bp);
     dyn_pipeline_options pipe_opt;
     dyn_pipeline_options_default(&pipe_opt);
     pipe_opt.order_groups = a->order_groups;
@@ -585,52 +619,11 @@ static int run_planned(run_state *rs, plan_inputs *in)
         int32_t n;
         if (plan_inputs_next(CMD, in, &batch, &n) != 0) goto done;
         if (n == 0) break;
-        for (int32_t m = 0; m < a->n_methods; m++) {
-            const char *name = dyn_batching_name(a->methods[m]);
-            dyn_status pst;
-            if (a->methods[m] == DYN_BATCH_DYNAPIPE && a->plan.opt.enable_packing) {
-                /* --dp-packing: the pipeline picks among the DP's plan and
-                 * the packings by simulated iteration (schedule auto). */
-                dyn_pipeline_result res;
-                pst = dyn_pipeline_plan(pipes[m], batch, n, &res, &err);
-                if (pst == DYN_OK) {
-                    bp = res.batch;
-                    memset(&res.batch, 0, sizeof res.batch);
-                    dyn_pipeline_result_free(&res);
-                }
-            } else {
-                pst = dyn_planner_plan(planners[m], batch, n, &bp, &err);
-            }
-            if (pst == DYN_ERR_INFEASIBLE && a->skip_infeasible) {
-                /* This method cannot plan the batch: infeasible rows. */
-                dyn_batch_plan_free(&bp);
-                if (begin_rows(rs, b, m, 0, 0) < 0) goto done;
-                continue;
-            }
-            if (pst != DYN_OK) {
-                cli_errorf(CMD, "global batch %d, %s: %s", b, name, err.msg);
-                goto done;
-            }
-            /* Each replica runs its own plan; the iteration ends with the
-             * slowest. Tokens: the whole batch's. */
-            int64_t tokens = 0;
-            for (int32_t i = 0; i < n; i++) tokens += (int64_t)batch[i].input_len + batch[i].target_len;
-            int32_t first = begin_rows(rs, b, m, tokens, 1);
-            if (first < 0) goto done;
-            for (int32_t rep = 0; rep < a->plan.opt.dp; rep++) {
-                int has = 0;
-                for (int32_t i = 0; i < bp.n_microbatches; i++) has |= bp.mbs[i].replica == rep;
-                if (!has) continue; /* an idle replica: it only waits */
-                replica_src src = {.pipe = pipes[m], .bp = &bp, .replica = rep};
-                if (run_schedules(rs, first, &src, name) != 0) goto done;
-            }
-            finish_rows(rs, first, a->plan.opt.dp);
-            dyn_batch_plan_free(&bp);
-        }
+        for (int32_t m = 0; m < a->n_methods; m++)
+            if (simulate_method(rs, planners[m], pipes[m], b, m, batch, n) != 0) goto done;
     }
     ret = 0;
 done:
-    dyn_batch_plan_free(&bp);
     for (int32_t m = 0; m < DYN_BATCHING_COUNT; m++) {
         dyn_pipeline_free(pipes[m]);
         dyn_planner_free(planners[m]);
@@ -873,8 +866,8 @@ int cli_simulate_main(int argc, char **argv)
             goto done;
         }
     } else {
-        a.plan.no_tune = 1; /* run_planned tunes each method */
-        int rc = plan_inputs_open(CMD, &a.plan, &in);
+        plan_open po = {.tune = 0, .warn = 1}; /* run_planned tunes each method */
+        int rc = plan_inputs_open(CMD, &a.plan, &po, &in);
         if (rc != 0) {
             ret = rc;
             goto done;

@@ -7,9 +7,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
-#include "cli/plan_args.h"
+#include "cli/cli.h"       /* defines: cli_errorf, cli_profile_cached, CLI_EXIT_* */
+#include "cli/flags.h"     /* defines: cli_flag, cli_flags_parse, cli_flags_usage */
+#include "cli/plan_args.h" /* defines: plan_args_*, plan_inputs_* */
 #include "dynapipe/model_config.h"
+#include "dynapipe/pipeline.h" /* defines: dyn_pipeline_schedule_parse */
 #include "dynapipe/sched.h"
 #include "model/threads.h"
 #include "runtime/checkpoint.h" /* defines: rt_ckpt_resolve, rt_ckpt_read, rt_ckpt_check */
@@ -18,290 +20,251 @@
 
 #define CMD "train"
 
-static void usage(FILE *out)
+/* Everything the command line chose, read-only once parsed; the run's
+ * options (dyn_train_options, with the shape, machine and planner options
+ * resolved) are built from it by build_options. */
+typedef struct train_args {
+    dyn_train_options o; /* the training flags' fields (dyn_train_options_default) */
+    plan_args plan;      /* the planning flags, with training's defaults (train_args_init) */
+    const char *hostfile; /* --hostfile */
+    int profile_auto;    /* --profile auto */
+    int have_warmup;     /* --warmup given */
+} train_args;
+
+static void train_args_init(train_args *t)
 {
-    fprintf(out,
-            "usage: dynapipe train --model gpt|t5 [flags]\n\n"
-            "Train a model with dynamic micro-batches on a pipeline of MPI ranks (one per\n"
-            "stage per data-parallel replica; started with mpirun automatically).\n\n"
-            "training flags:\n"
-            "  --steps N                 iterations (global batches), default 20\n"
-            "  --schedule NAME|auto      1f1b, cyclic, wait-free-cyclic, interleaved (needs --chunks),\n"
-            "                            zb, or auto: best schedule per batch by simulation (default)\n"
-            "  --threads T               threads per rank (default: cores / ranks, at least 1)\n"
-            "  --lr X --min-lr X --warmup N  AdamW learning rate: warm-up, then cosine (1e-3, 1e-4, 5)\n"
-            "  --clip X                  global gradient-norm clip (default 1.0; 0: none)\n"
-            "  --adam-eps X --weight-decay X  AdamW epsilon and decoupled decay (1e-8, 0.01)\n"
-            "  --seed N                  model initialisation seed (default 1)\n"
-            "  --samples N               samples of the built-in --data (default 20000)\n"
-            "  --timeout S               deadline of every wait for a peer, seconds (default 60)\n"
-            "  --plan-ahead K            global batches planned ahead of training (default 2)\n"
-            "  --profile auto            use this shape's profile (--cost-model), profiling it first\n"
-            "                            (--quick grid) when the cache has none: $XDG_CACHE_HOME/dynapipe,\n"
-            "                            else ~/.cache/dynapipe\n"
-            "  --calibrate               correct the planner's layer times online from the measured\n"
-            "                            Forward/Backward times (median of the last --calibrate-window\n"
-            "                            rank-iterations, default 8)\n"
-            "  --order-groups K          auto's micro-batch order search, 1..4 (default 2)\n"
-            "  --metrics FILE.jsonl      one record per iteration\n"
-            "  --trace FILE.json         Perfetto/Chrome trace of every rank's instructions\n"
-            "  --save FILE.safetensors   final weights as one file (Hugging Face names)\n"
-            "  --save DIR                sharded checkpoints DIR/step-K (Hugging Face safetensors per\n"
-            "                            stage, index, config.json, optimizer, trainer state) at the\n"
-            "                            end, every --save-every N steps, and on SIGINT/SIGTERM (at\n"
-            "                            the next step boundary; the ranks exit 128 + signal, the\n"
-            "                            command non-zero)\n"
-            "  --save-every N            checkpoint interval in steps (with --save DIR)\n"
-            "  --resume DIR              continue from a checkpoint (DIR's latest, or a step folder);\n"
-            "                            --steps is the total, same model, stages, data and batch;\n"
-            "                            another --steps, --lr, --min-lr or --warmup than the\n"
-            "                            checkpoint's moves the lr schedule (a note says so)\n"
-            "  --eval-every N            held-out loss every N steps into the metrics (eval_loss)\n"
-            "  --eval-samples N          held-out samples per evaluation (default 64)\n"
-            "  --hostfile FILE           hosts for mpirun, filled slot by slot so a replica's\n"
-            "                            stages share a host (default: this machine)\n"
-            "  --quiet | --verbose\n\n"
-            "Defaults for the planning flags below: --data builtin, --model-config gpt-mini /\n"
-            "t5-mini, --stages 2, --global-batch-tokens 8192, --max-seqlen 512.\n\n");
-    plan_args_usage(out);
+    memset(t, 0, sizeof *t);
+    dyn_train_options_default(&t->o);
+    plan_args_init(&t->plan);
+    /* training's defaults for the planning flags */
+    t->plan.data_spec = t->o.data_spec;
+    t->plan.default_config[DYN_MODEL_GPT] = "gpt-mini";
+    t->plan.default_config[DYN_MODEL_T5] = "t5-mini";
+    t->plan.global_batch_tokens = t->o.global_batch_tokens;
+    t->plan.opt.max_seqlen = 512;
+    t->plan.have_max_seqlen = 1;
+    t->plan.opt.stages = t->o.plan.stages;
+    t->plan.have_stages = 1;
 }
 
-/* "R:STEP" of the fault-injection flags. */
-static int parse_fault(const char *v, int32_t *rank, int32_t *step)
+static int parse_schedule(const char *cmd, const cli_flag *f, const char *v, void *args)
 {
-    char *end;
-    long r = strtol(v, &end, 10);
-    if (end == v || *end != ':') return -1;
-    const char *s = end + 1;
-    long k = strtol(s, &end, 10);
-    if (end == s || *end != '\0' || r < 0 || k < 0) return -1;
-    *rank = (int32_t)r;
-    *step = (int32_t)k;
+    train_args *t = args;
+    dyn_error e;
+    if (dyn_pipeline_schedule_parse(v, &t->o.schedule, &e) != DYN_OK) {
+        cli_errorf(cmd, "%s: %s, or auto", f->name, e.msg);
+        return -1;
+    }
     return 0;
 }
 
-static int parse_train_flag(dyn_train_options *o, const char **hostfile, int argc, char **argv, int *i)
+static int parse_profile(const char *cmd, const cli_flag *f, const char *v, void *args)
 {
-    const char *f = argv[*i];
-    int64_t v;
-    double d;
-#define VAL() const char *val = cli_flag_value(CMD, argc, argv, i); if (val == NULL) return -1
-    if (strcmp(f, "--steps") == 0) {
-        VAL();
-        if (cli_parse_i64(CMD, f, val, 1, 100000000, &v)) return -1;
-        o->steps = v;
-    } else if (strcmp(f, "--schedule") == 0) {
-        VAL();
-        if (strcmp(val, "auto") == 0) {
-            o->schedule = DYN_SCHEDULE_AUTO;
-        } else {
-            dyn_schedule s;
-            dyn_error e;
-            if (dyn_schedule_parse(val, &s, &e) != DYN_OK) {
-                cli_errorf(CMD, "--schedule: %s, or auto", e.msg);
-                return -1;
-            }
-            o->schedule = s;
-        }
-    } else if (strcmp(f, "--threads") == 0) {
-        VAL();
-        if (cli_parse_i64(CMD, f, val, 1, 1024, &v)) return -1;
-        o->threads = (int32_t)v;
-    } else if (strcmp(f, "--lr") == 0 || strcmp(f, "--min-lr") == 0) {
-        VAL();
-        if (cli_parse_f64(CMD, f, val, 0, 10, &d)) return -1;
-        if (f[2] == 'l') o->lr.max_lr = (float)d;
-        else o->lr.min_lr = (float)d;
-    } else if (strcmp(f, "--adam-eps") == 0 || strcmp(f, "--weight-decay") == 0) {
-        VAL();
-        if (cli_parse_f64(CMD, f, val, 0, 1e6, &d)) return -1;
-        if (f[2] == 'a') o->adamw.eps = (float)d;
-        else o->adamw.weight_decay = (float)d;
-    } else if (strcmp(f, "--warmup") == 0) {
-        VAL();
-        if (cli_parse_i64(CMD, f, val, 0, 100000000, &v)) return -1;
-        o->lr.warmup_steps = v;
-    } else if (strcmp(f, "--clip") == 0) {
-        VAL();
-        if (cli_parse_f64(CMD, f, val, 0, 1e30, &d)) return -1;
-        o->clip_norm = d;
-    } else if (strcmp(f, "--seed") == 0) {
-        VAL();
-        if (cli_parse_i64(CMD, f, val, 0, INT64_MAX, &v)) return -1;
-        o->seed = (uint64_t)v;
-    } else if (strcmp(f, "--samples") == 0) {
-        VAL();
-        if (cli_parse_i64(CMD, f, val, 1, 100000000, &v)) return -1;
-        o->n_samples = (int32_t)v;
-    } else if (strcmp(f, "--timeout") == 0) {
-        VAL();
-        if (cli_parse_f64(CMD, f, val, 0.1, 1e6, &d)) return -1;
-        o->timeout_s = d;
-    } else if (strcmp(f, "--plan-ahead") == 0) {
-        VAL();
-        if (cli_parse_i64(CMD, f, val, 1, 64, &v)) return -1;
-        o->plan_ahead = (int32_t)v;
-    } else if (strcmp(f, "--order-groups") == 0) {
-        VAL();
-        if (cli_parse_i64(CMD, f, val, 1, 4, &v)) return -1;
-        o->order_groups = (int32_t)v;
-    } else if (strcmp(f, "--calibrate") == 0) {
-        o->calibrate = 1;
-    } else if (strcmp(f, "--calibrate-window") == 0) {
-        VAL();
-        if (cli_parse_i64(CMD, f, val, 1, 100000, &v)) return -1;
-        o->calibrate_window = (int32_t)v;
-    } else if (strcmp(f, "--metrics") == 0) {
-        VAL();
-        o->metrics_path = val;
-    } else if (strcmp(f, "--trace") == 0) {
-        VAL();
-        o->trace_path = val;
-    } else if (strcmp(f, "--save") == 0) {
-        VAL();
-        size_t n = strlen(val), x = strlen(".safetensors");
-        if (n > x && strcmp(val + n - x, ".safetensors") == 0) o->save_path = val;
-        else o->save_dir = val;
-    } else if (strcmp(f, "--save-every") == 0 || strcmp(f, "--eval-every") == 0) {
-        VAL();
-        if (cli_parse_i64(CMD, f, val, 1, 100000000, &v)) return -1;
-        if (f[3] == 'a') o->save_every = v;
-        else o->eval_every = v;
-    } else if (strcmp(f, "--eval-samples") == 0) {
-        VAL();
-        if (cli_parse_i64(CMD, f, val, 1, 1000000, &v)) return -1;
-        o->eval_samples = (int32_t)v;
-    } else if (strcmp(f, "--resume") == 0) {
-        VAL();
-        o->resume_dir = val;
-    } else if (strcmp(f, "--hostfile") == 0) {
-        VAL();
-        *hostfile = val;
-    } else if (strcmp(f, "--debug-kill") == 0 || strcmp(f, "--debug-hang") == 0) {
-        VAL();
-        int kill = f[8] == 'k';
-        if (parse_fault(val, kill ? &o->kill_rank : &o->hang_rank, kill ? &o->kill_step : &o->hang_step)) {
-            cli_errorf(CMD, "%s: expected RANK:STEP, got '%s'", f, val);
-            return -1;
-        }
-    } else if (strcmp(f, "--quiet") == 0) {
-        o->progress = -1;
-    } else if (strcmp(f, "--verbose") == 0) {
-        o->verbose = 1;
-    } else {
-        return 0;
+    if (strcmp(v, "auto") != 0) {
+        cli_errorf(cmd, "%s: expected auto (a profile file goes to --cost-model FILE), got '%s'", f->name, v);
+        return -1;
     }
-#undef VAL
-    return 1;
+    ((train_args *)args)->profile_auto = 1;
+    return 0;
+}
+
+/* --save FILE.safetensors (final weights) or DIR (checkpoints). */
+static int parse_save(const char *cmd, const cli_flag *f, const char *v, void *args)
+{
+    train_args *t = args;
+    (void)cmd, (void)f;
+    size_t n = strlen(v), x = strlen(".safetensors");
+    if (n > x && strcmp(v + n - x, ".safetensors") == 0) t->o.save_path = v;
+    else t->o.save_dir = v;
+    return 0;
+}
+
+/* --debug-kill / --debug-hang RANK:STEP. */
+static int parse_fault(const char *cmd, const cli_flag *f, const char *v, void *args)
+{
+    train_args *t = args;
+    char *end;
+    long r = strtol(v, &end, 10), k = -1;
+    if (end != v && *end == ':') {
+        const char *s = end + 1;
+        k = strtol(s, &end, 10);
+        if (end == s || *end != '\0') k = -1;
+    }
+    if (r < 0 || k < 0 || r > INT32_MAX || k > INT32_MAX) {
+        cli_errorf(cmd, "%s: expected RANK:STEP, got '%s'", f->name, v);
+        return -1;
+    }
+    int kill = strcmp(f->name, "--debug-kill") == 0;
+    *(kill ? &t->o.kill_rank : &t->o.hang_rank) = (int32_t)r;
+    *(kill ? &t->o.kill_step : &t->o.hang_step) = (int32_t)k;
+    return 0;
+}
+
+/* --lengths / --synthetic: planning flags that give no tokens. */
+static int refuse_lengths(const char *cmd, const cli_flag *f, const char *v, void *args)
+{
+    (void)v, (void)args;
+    cli_errorf(cmd, "%s gives lengths only; training needs tokens: --data builtin[:SEED]|FILE.jsonl|PREFIX", f->name);
+    return -1;
+}
+
+#define TA train_args
+static const cli_flag train_flags[] = {
+    CLI_SECTION("training flags:"),
+    CLI_I64("--steps", "N", TA, o.steps, 1, 100000000, "iterations (global batches)"),
+    CLI_FN("--schedule", "NAME|auto", parse_schedule,
+           "1f1b, cyclic, wait-free-cyclic, interleaved (needs --chunks),\n"
+           "zb, or auto: best schedule per batch by simulation (default auto)"),
+    {.name = "--threads", .metavar = "T", .type = CLI_FLAG_I32, .field = offsetof(TA, o.threads), .min = 1,
+     .max = 1024, .help = "threads per rank", .def = "cores / ranks, at least 1"},
+    CLI_F32("--lr", "X", TA, o.lr.max_lr, 0, 10, "AdamW peak learning rate, after the warm-up"),
+    CLI_F32("--min-lr", "X", TA, o.lr.min_lr, 0, 10, "learning rate at the end of the cosine decay"),
+    {.name = "--warmup", .metavar = "N", .type = CLI_FLAG_I64, .field = offsetof(TA, o.lr.warmup_steps),
+     .given = CLI_GIVEN(TA, have_warmup), .min = 0, .max = 100000000, .help = "warm-up steps of the learning rate",
+     .def = "5, or --steps / 4 when that is not more"},
+    CLI_F64("--clip", "X", TA, o.clip_norm, 0, 1e30, "global gradient-norm clip (0: none)"),
+    CLI_F32("--adam-eps", "X", TA, o.adamw.eps, 0, 1e6, "AdamW epsilon"),
+    CLI_F32("--weight-decay", "X", TA, o.adamw.weight_decay, 0, 1e6, "AdamW decoupled weight decay"),
+    CLI_I64("--seed", "N", TA, o.seed, 0, INT64_MAX, "model initialisation seed"),
+    CLI_I32("--samples", "N", TA, o.n_samples, 1, 100000000, "samples of the built-in --data"),
+    CLI_F64("--timeout", "S", TA, o.timeout_s, 0.1, 1e6, "deadline of every wait for a peer, seconds"),
+    CLI_I32("--plan-ahead", "K", TA, o.plan_ahead, 1, 64, "global batches planned ahead of training"),
+    CLI_FN("--profile", "auto", parse_profile,
+           "use this shape's profile (--cost-model), profiling it first\n"
+           "(--quick grid) when the cache has none: $XDG_CACHE_HOME/dynapipe,\n"
+           "else ~/.cache/dynapipe"),
+    CLI_BOOL("--calibrate", TA, o.calibrate, 1,
+             "correct the planner's layer times online from the measured\n"
+             "Forward/Backward times (median of the last --calibrate-window\n"
+             "rank-iterations)"),
+    CLI_I32("--calibrate-window", "N", TA, o.calibrate_window, 1, 100000, "rank-iterations in --calibrate's median"),
+    CLI_I32("--order-groups", "K", TA, o.order_groups, 1, 4, "auto's micro-batch order search"),
+    CLI_STR("--metrics", "FILE.jsonl", TA, o.metrics_path, "one record per iteration"),
+    CLI_STR("--trace", "FILE.json", TA, o.trace_path, "Perfetto/Chrome trace of every rank's instructions"),
+    CLI_FN("--save", "FILE|DIR", parse_save,
+           "FILE.safetensors: final weights as one file (Hugging Face names);\n"
+           "DIR: sharded checkpoints DIR/step-K (Hugging Face safetensors per\n"
+           "stage, index, config.json, optimizer, trainer state) at the\n"
+           "end, every --save-every N steps, and on SIGINT/SIGTERM (at\n"
+           "the next step boundary; the ranks exit 128 + signal, the\n"
+           "command non-zero)"),
+    CLI_I64("--save-every", "N", TA, o.save_every, 1, 100000000, "checkpoint interval in steps (with --save DIR)"),
+    CLI_STR("--resume", "DIR", TA, o.resume_dir,
+            "continue from a checkpoint (DIR's latest, or a step folder);\n"
+            "--steps is the total, same model, stages, data and batch;\n"
+            "another --steps, --lr, --min-lr or --warmup than the\n"
+            "checkpoint's moves the lr schedule (a note says so)"),
+    CLI_I64("--eval-every", "N", TA, o.eval_every, 1, 100000000, "held-out loss every N steps into the metrics (eval_loss)"),
+    CLI_I32("--eval-samples", "N", TA, o.eval_samples, 1, 1000000, "held-out samples per evaluation"),
+    {.name = "--hostfile", .metavar = "FILE", .type = CLI_FLAG_STR, .field = offsetof(TA, hostfile),
+     .help = "hosts for mpirun, filled slot by slot so a replica's\nstages share a host",
+     .def = "this machine"},
+    CLI_BOOL("--quiet", TA, o.progress, -1, "no progress lines"),
+    CLI_BOOL("--verbose", TA, o.verbose, 1, "more detail in the progress lines"),
+    CLI_FN("--debug-kill", "R:STEP", parse_fault, "(tests) rank R dies at the start of step STEP"),
+    CLI_FN("--debug-hang", "R:STEP", parse_fault, "(tests) rank R stops answering at step STEP"),
+    CLI_FN("--lengths", "FILE.tsv", refuse_lengths, NULL),
+    CLI_FN("--synthetic", "flan[:SEED]", refuse_lengths, NULL),
+    CLI_END,
+};
+#undef TA
+
+static void usage(FILE *out)
+{
+    train_args d;
+    train_args_init(&d);
+    fprintf(out,
+            "usage: dynapipe train --model gpt|t5 [flags]\n\n"
+            "Train a model with dynamic micro-batches on a pipeline of MPI ranks (one per\n"
+            "stage per data-parallel replica; started with mpirun automatically).\n\n");
+    cli_flag_set set = {train_flags, &d};
+    cli_flags_usage(out, &set, 1, NULL);
+    fprintf(out, "  --help                    this text\n\n"
+                 "planning flags (as `dynapipe plan`, with training's defaults):\n");
+    plan_args_usage(out, &d.plan, train_flags);
 }
 
 /* --profile auto: the cached profile of the run's shape (threads per rank
  * as the run will use them), made first when absent — only by the process
  * typed by hand, before mpirun starts the ranks (they find it cached). */
-static int profile_for(const plan_args *a, const dyn_train_options *o, char *path, size_t cap)
+static int profile_for(const train_args *t, char *path, size_t cap)
 {
     plan_inputs in;
-    plan_args shape = *a;
-    int rc = plan_inputs_open(CMD, &shape, &in); /* the analytic model: resolves the shape */
+    plan_open po = {.tune = 0, .warn = 0};
+    int rc = plan_inputs_open(CMD, &t->plan, &po, &in); /* the analytic model: resolves the shape */
     if (rc != 0) return rc;
     dyn_model_config cfg = in.model;
     plan_inputs_close(&in);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN), ranks = (long)a->opt.stages * (a->opt.dp > 0 ? a->opt.dp : 1);
-    int threads = o->threads > 0 ? o->threads : (cores > ranks && ranks > 0 ? (int)(cores / ranks) : 1);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long ranks = (long)t->plan.opt.stages * (t->plan.opt.dp > 0 ? t->plan.opt.dp : 1);
+    int threads = t->o.threads > 0 ? t->o.threads : (cores > ranks && ranks > 0 ? (int)(cores / ranks) : 1);
     /* A micro-batch holds at most a global batch's tokens, padded: twice
      * that bounds the grid points worth measuring. */
-    return cli_profile_cached(&cfg, threads, 2 * a->global_batch_tokens, path, cap, !dyn_rt_under_mpirun());
+    return cli_profile_cached(&cfg, threads, 2 * t->plan.global_batch_tokens, path, cap, !dyn_rt_under_mpirun());
 }
 
-/* Parse everything into o; 0 or an exit code (message printed). */
-static int parse(int argc, char **argv, dyn_train_options *o, const char **hostfile)
+/* Parse argv into t: 0, -1 for --help (usage printed), or an exit code
+ * (message printed). */
+static int parse(int argc, char **argv, train_args *t)
 {
-    plan_args a;
-    plan_args_init(&a);
-    dyn_train_options_default(o);
-    int have_warmup = 0, have_config = 0, have_gbt = 0, profile_auto = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--profile") == 0) {
-            const char *val = cli_flag_value(CMD, argc, argv, &i);
-            if (val == NULL) return CLI_EXIT_USAGE;
-            if (strcmp(val, "auto") != 0) {
-                cli_errorf(CMD, "--profile: expected auto (a profile file goes to --cost-model FILE), got '%s'", val);
-                return CLI_EXIT_USAGE;
-            }
-            profile_auto = 1;
-            continue;
-        }
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return -1;
-        }
-        if (strcmp(argv[i], "--lengths") == 0 || strcmp(argv[i], "--synthetic") == 0) {
-            cli_errorf(CMD, "%s gives lengths only; training needs tokens: --data builtin[:SEED]|FILE.jsonl|PREFIX",
-                       argv[i]);
-            return CLI_EXIT_USAGE;
-        }
-        have_warmup |= strcmp(argv[i], "--warmup") == 0;
-        have_config |= strcmp(argv[i], "--model-config") == 0;
-        have_gbt |= strcmp(argv[i], "--global-batch-tokens") == 0;
-        int r = parse_train_flag(o, hostfile, argc, argv, &i);
-        if (r < 0) return CLI_EXIT_USAGE;
-        if (r > 0) continue;
-        r = plan_args_parse_one(CMD, &a, argc, argv, &i);
-        if (r < 0) return CLI_EXIT_USAGE;
-        if (r == 0) {
-            cli_errorf(CMD, "unknown flag '%s' (try 'dynapipe train --help')", argv[i]);
-            return CLI_EXIT_USAGE;
-        }
+    train_args_init(t);
+    cli_flag_set sets[] = {{train_flags, t}, {plan_args_flags, &t->plan}};
+    int r = cli_flags_parse(CMD, sets, 2, argc, argv);
+    if (r == 1) {
+        usage(stdout);
+        return -1;
     }
-    /* training defaults for the planning flags */
-    if (a.data_spec == NULL) a.data_spec = "builtin";
-    if (!have_config && a.have_kind) a.model_config = a.kind == DYN_MODEL_GPT ? "gpt-mini" : "t5-mini";
-    if (!have_gbt) a.global_batch_tokens = o->global_batch_tokens;
-    if (!a.have_max_seqlen) {
-        a.have_max_seqlen = 1;
-        a.opt.max_seqlen = 512;
+    if (r != 0 || plan_args_finish(CMD, &t->plan) != 0) return CLI_EXIT_USAGE;
+    if (t->profile_auto && strcmp(t->plan.cost_model, "analytic") != 0) {
+        cli_errorf(CMD, "--profile auto and --cost-model %s: give one", t->plan.cost_model);
+        return CLI_EXIT_USAGE;
     }
-    if (!a.have_stages) {
-        a.have_stages = 1;
-        a.opt.stages = 2;
-    }
-    if (plan_args_finish(CMD, &a) != 0) return CLI_EXIT_USAGE;
-    /* A baseline's knob is tuned by every process alike (same inputs, same
-     * value); only the launcher says what it chose. */
-    a.tune_quiet = dyn_rt_under_mpirun();
-    a.tune_order_groups = o->order_groups;
+    return 0;
+}
+
+/* The run's options from the flags: the shape, machine and planner options
+ * resolved (the cost table's, --profile auto's cached one, or the analytic
+ * model's), the lr schedule completed, combinations checked. 0 or an exit
+ * code (message printed). */
+static int build_options(const train_args *t, dyn_train_options *o)
+{
     static char profile_path[1024];
-    if (profile_auto) {
-        if (strcmp(a.cost_model, "analytic") != 0) {
-            cli_errorf(CMD, "--profile auto and --cost-model %s: give one", a.cost_model);
-            return CLI_EXIT_USAGE;
-        }
-        int rc = profile_for(&a, o, profile_path, sizeof profile_path);
+    plan_args run = t->plan; /* the planning flags, with --profile auto's table */
+    if (t->profile_auto) {
+        int rc = profile_for(t, profile_path, sizeof profile_path);
         if (rc != 0) return rc;
-        a.cost_model = profile_path;
+        run.cost_model = profile_path;
     }
+    /* A baseline's knob is tuned by every process alike (same inputs, same
+     * value); only the process that speaks for the job says what it chose,
+     * and what it warns of. */
+    int speaks = dyn_rt_speaks_for_job();
+    plan_open po = {.tune = !run.untuned, .tune_report = speaks ? stderr : NULL,
+                    .order_groups = t->o.order_groups, .warn = speaks};
     plan_inputs in;
-    int rc = plan_inputs_open(CMD, &a, &in);
+    int rc = plan_inputs_open(CMD, &run, &po, &in);
     if (rc != 0) return rc;
+    *o = t->o;
     o->model = in.model;
     o->machine = in.machine;
     o->plan = *dyn_planner_options(in.planner);
     plan_inputs_close(&in);
     /* The ranks compute and send fp32: a machine of other elements would
      * plan messages of other sizes than the ranks exchange. */
+    int table = strcmp(run.cost_model, "analytic") != 0;
     if (o->machine.bytes_per_elem != 4) {
-        int table = strcmp(a.cost_model, "analytic") != 0;
         cli_errorf(CMD, "%s %s: the machine's elements are %d bytes; dynapipe train runs in fp32 (4 bytes)",
-                   table ? "--cost-model" : "--machine", table ? a.cost_model : a.machine, o->machine.bytes_per_elem);
+                   table ? "--cost-model" : "--machine", table ? run.cost_model : run.machine,
+                   o->machine.bytes_per_elem);
         return CLI_EXIT_USAGE;
     }
-    o->cost_table = strcmp(a.cost_model, "analytic") == 0 ? NULL : a.cost_model;
-    o->data_spec = a.data_spec;
-    o->split = a.split;
-    o->truncate = a.clip;
-    o->global_batch_tokens = a.global_batch_tokens;
+    o->cost_table = table ? run.cost_model : NULL;
+    o->data_spec = run.data_spec;
+    o->split = run.split;
+    o->truncate = run.clip;
+    o->global_batch_tokens = run.global_batch_tokens;
     o->lr.total_steps = o->steps > o->lr.warmup_steps ? o->steps : o->lr.warmup_steps + 1;
-    if (!have_warmup && o->lr.warmup_steps >= o->steps) o->lr.warmup_steps = o->steps / 4;
+    if (!t->have_warmup && o->lr.warmup_steps >= o->steps) o->lr.warmup_steps = o->steps / 4;
     if (o->schedule == DYN_SCHED_INTERLEAVED && o->plan.chunks < 2) {
         cli_errorf(CMD, "--schedule interleaved needs --chunks 2 or more");
         return CLI_EXIT_USAGE;
@@ -349,11 +312,12 @@ int cli_train_main(int argc, char **argv)
     /* Each rank sets its OpenMP wait policy (and BLAS kernel) before any
      * library reads them: this may re-execute the rank once. */
     if (mpi) dyn_threads_init();
-    dyn_train_options o;
-    const char *hostfile = NULL;
-    int rc = parse(argc, argv, &o, &hostfile);
+    train_args t;
+    int rc = parse(argc, argv, &t);
     if (rc != 0) return rc < 0 ? CLI_EXIT_OK : rc;
+    dyn_train_options o;
+    if ((rc = build_options(&t, &o)) != 0) return rc;
     if (!mpi && o.resume_dir && check_resume(&o) != 0) return CLI_EXIT_FAIL;
-    if (!mpi) return dyn_train_launch(&o, hostfile, argc + 1, argv - 1);
+    if (!mpi) return dyn_train_launch(&o, t.hostfile, argc + 1, argv - 1);
     return dyn_train_rank_main(&o, &argc, &argv);
 }

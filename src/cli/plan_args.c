@@ -1,13 +1,17 @@
-/* plan_args.c — the planning flags (see plan_args.h): parsing, usage text,
- * and building the model, machine, cost model, samples and planner from
- * them. Shared by `dynapipe plan` and `dynapipe simulate`.
+/* plan_args.c — the planning flags (see plan_args.h): their table (flags.h:
+ * parsing, errors and --help come from it), and building the model,
+ * machine, cost model, samples and planner from them. Shared by
+ * `dynapipe plan`, `simulate` and `train`.
  *
- * Defaults, chosen so that the README's one-line invocation works:
- *   model shape  gpt -> preset gpt2-124m, t5 -> preset t5-base (shape flags
- *                override single fields; max_seqlen is set from --max-seqlen)
+ * Defaults (plan_args_init; train sets its own before parsing), chosen so
+ * that the README's one-line invocation works:
+ *   model shape  with --cost-model FILE: the table's; else gpt -> preset
+ *                gpt2-124m, t5 -> preset t5-base (train: gpt-mini, t5-mini);
+ *                shape flags override single fields; max_seqlen is set from
+ *                --max-seqlen
  *   machine      "cpu" (built-in); memory limit = its device memory
  *   cost model   analytic on that machine
- *   method       dynapipe; stages 1, dp 1, chunks 1; recompute none
+ *   method       dynapipe; dp 1, chunks 1; recompute none
  *   batches      synthetic and --data builtin: 4 global batches; file: all
  *   baseline knobs  tuned (plan_tune_method) on the first TUNE_BATCHES global
  *                batches, unless given
@@ -24,6 +28,9 @@
 
 #define DEFAULT_SYNTHETIC_BATCHES 4
 #define TUNE_BATCHES 4 /* global batches a baseline's knob is tuned on */
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define DEFAULT_BATCHES_TEXT STR(DEFAULT_SYNTHETIC_BATCHES) " synthetic or builtin, all of a file"
 
 void plan_args_init(plan_args *a)
 {
@@ -31,56 +38,29 @@ void plan_args_init(plan_args *a)
     a->seed = 1;
     a->cost_model = "analytic";
     a->machine = "cpu";
+    a->default_config[DYN_MODEL_GPT] = "gpt2-124m";
+    a->default_config[DYN_MODEL_T5] = "t5-base";
     dyn_plan_options_default(&a->opt);
 }
 
-void plan_args_usage(FILE *out)
+/* ---- the flags ------------------------------------------------------------- */
+
+static int parse_model(const char *cmd, const cli_flag *f, const char *v, void *args)
 {
-    fprintf(out,
-            "model:\n"
-            "  --model gpt|t5            model kind (required)\n"
-            "  --model-config NAME|FILE  preset (gpt-tiny, gpt-mini, gpt2-124m, gpt-6.7b,\n"
-            "                            t5-tiny, t5-mini, t5-base, t5-11b) or model JSON;\n"
-            "                            default gpt2-124m / t5-base\n"
-            "  --layers N --dec-layers N --hidden N --heads N --head-dim N --ffn N --vocab N\n"
-            "                            override single fields of the shape\n"
-            "data:\n"
-            "  --lengths FILE.tsv        sample lengths, 'input<TAB>target' per line\n"
-            "  --synthetic flan[:SEED]   built-in FLAN-like generator (seed default 1)\n"
-            "  --data SPEC               token data: builtin[:SEED[:TASK+..]], FILE.jsonl,\n"
-            "                            Megatron PREFIX or IN_PREFIX,TGT_PREFIX (docs/data.md)\n"
-            "  --split train|heldout     --data builtin: which stream (default train)\n"
-            "  --global-batch-tokens N   tokens (input + target) per global batch (required)\n"
-            "  --max-seqlen L            longest sequence, tokens (required; GPT: input+target,\n"
-            "                            T5: each side)\n"
-            "  --clip, --truncate        clip over-long samples of a file instead of failing\n"
-            "  --batches K               global batches to plan (default %d synthetic or builtin,\n"
-            "                            all of a file)\n"
-            "pipeline and costs:\n"
-            "  --stages S                pipeline stages (required)\n"
-            "  --dp D                    data-parallel replicas (default 1)\n"
-            "  --chunks V                model chunks per device (default 1)\n"
-            "  --cost-model analytic|FILE  analytic (default) or a cost table file\n"
-            "  --machine NAME|FILE       cpu (default), a100, or machine JSON\n"
-            "  --memory-limit MB         per device (default: the machine's memory)\n"
-            "  --recompute none|selective|full  (default none)\n"
-            "micro-batching:\n"
-            "  --method dynapipe|padding|packing|packing-docmask|token  (default dynapipe;\n"
-            "                            --batching is another name for it)\n"
-            "  --round-to N              pad lengths to a multiple of N (default 8)\n"
-            "  --mb-samples N            padding: samples per micro-batch (default: tuned)\n"
-            "  --pack-rows N             packing: rows per micro-batch (default: tuned)\n"
-            "  --mb-tokens N             token: tokens per micro-batch (default: tuned)\n"
-            "                            tuned = the fastest by simulated iteration time (schedule\n"
-            "                            auto) on the first global batches, under the memory limit\n"
-            "  --untuned                 baseline knobs not given: the most that fit (no tuning)\n"
-            "  --dp-packing              dynapipe: also consider document-masked packing of the\n"
-            "                            batch and keep the plan with the lower predicted time\n",
-            DEFAULT_SYNTHETIC_BATCHES);
+    plan_args *a = args;
+    dyn_error err;
+    if (dyn_model_kind_parse(v, &a->kind, &err) != DYN_OK) {
+        cli_errorf(cmd, "%s: %s", f->name, err.msg);
+        return -1;
+    }
+    a->have_kind = 1;
+    return 0;
 }
 
-static int parse_synthetic(const char *cmd, const char *v, plan_args *a)
+static int parse_synthetic(const char *cmd, const cli_flag *f, const char *v, void *args)
 {
+    plan_args *a = args;
+    (void)f;
     if (strncmp(v, "flan", 4) != 0 || (v[4] != '\0' && v[4] != ':')) {
         cli_errorf(cmd, "--synthetic: unknown generator '%s' (use flan or flan:SEED)", v);
         return -1;
@@ -95,96 +75,105 @@ static int parse_synthetic(const char *cmd, const char *v, plan_args *a)
     return 0;
 }
 
-int plan_args_parse_one(const char *cmd, plan_args *a, int argc, char **argv, int *i)
+static int parse_recompute(const char *cmd, const cli_flag *f, const char *v, void *args)
 {
-    const char *f = argv[*i];
-    const char *v;
-    /* Integer flags into their fields: one table, one loop. */
-    struct {
-        const char *name;
-        int32_t *dst;
-        int32_t min, max;
-    } ints[] = {
-        {"--layers", &a->layers, 1, 100000},         {"--dec-layers", &a->dec_layers, 1, 100000},
-        {"--hidden", &a->hidden, 1, 1 << 20},        {"--heads", &a->heads, 1, 1 << 16},
-        {"--head-dim", &a->head_dim, 1, 1 << 16},    {"--ffn", &a->ffn, 1, 1 << 24},
-        {"--vocab", &a->vocab, 1, 1 << 24},          {"--stages", &a->opt.stages, 1, 4096},
-        {"--dp", &a->opt.dp, 1, 1 << 16},            {"--chunks", &a->opt.chunks, 1, 1024},
-        {"--round-to", &a->opt.round_to, 1, 4096},   {"--mb-samples", &a->opt.mb_samples, 1, 1 << 24},
-        {"--pack-rows", &a->opt.pack_rows, 1, 1 << 24}, {"--batches", &a->batches, 1, 1 << 24},
-        {"--max-seqlen", &a->opt.max_seqlen, 2, 1 << 20},
-    };
-    for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
-        if (strcmp(f, ints[k].name) != 0) continue;
-        if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
-        if (cli_parse_i32(cmd, f, v, ints[k].min, ints[k].max, ints[k].dst) != 0) return -1;
-        if (ints[k].dst == &a->opt.max_seqlen) a->have_max_seqlen = 1;
-        if (ints[k].dst == &a->opt.stages) a->have_stages = 1;
-        return 1;
-    }
+    plan_args *a = args;
     dyn_error err;
-    if (strcmp(f, "--model") == 0) {
-        if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
-        if (dyn_model_kind_parse(v, &a->kind, &err) != DYN_OK) {
-            cli_errorf(cmd, "--model: %s", err.msg);
-            return -1;
-        }
-        a->have_kind = 1;
-    } else if (strcmp(f, "--model-config") == 0) {
-        if ((a->model_config = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
-    } else if (strcmp(f, "--lengths") == 0) {
-        if ((a->lengths_path = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
-    } else if (strcmp(f, "--synthetic") == 0) {
-        if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
-        if (parse_synthetic(cmd, v, a) != 0) return -1;
-    } else if (strcmp(f, "--data") == 0) {
-        if ((a->data_spec = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
-    } else if (strcmp(f, "--split") == 0) {
-        if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
-        if (strcmp(v, "train") == 0) a->split = DYN_SPLIT_TRAIN;
-        else if (strcmp(v, "heldout") == 0) a->split = DYN_SPLIT_HELDOUT;
-        else {
-            cli_errorf(cmd, "--split: '%s' is not train or heldout", v);
-            return -1;
-        }
-    } else if (strcmp(f, "--dp-packing") == 0) {
-        a->opt.enable_packing = 1;
-    } else if (strcmp(f, "--untuned") == 0) {
-        a->untuned = 1;
-    } else if (strcmp(f, "--clip") == 0 || strcmp(f, "--truncate") == 0) {
-        a->clip = 1;
-    } else if (strcmp(f, "--global-batch-tokens") == 0) {
-        if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
-        /* A bound far above any real budget (the paper's is 65,536): larger
-         * ones would only run out of memory drawing samples. */
-        if (cli_parse_i64(cmd, f, v, 1, PLAN_MAX_BATCH_TOKENS, &a->global_batch_tokens) != 0) return -1;
-    } else if (strcmp(f, "--mb-tokens") == 0) {
-        if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
-        if (cli_parse_i64(cmd, f, v, 1, INT64_C(1) << 40, &a->opt.mb_tokens) != 0) return -1;
-    } else if (strcmp(f, "--cost-model") == 0) {
-        if ((a->cost_model = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
-    } else if (strcmp(f, "--machine") == 0) {
-        if ((a->machine = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
-        a->have_machine = 1;
-    } else if (strcmp(f, "--memory-limit") == 0) {
-        if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
-        if (cli_parse_f64(cmd, f, v, 1e-6, 1e12, &a->opt.memory_limit_mb) != 0) return -1;
-    } else if (strcmp(f, "--recompute") == 0) {
-        if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
-        if (dyn_recompute_parse(v, &a->opt.recompute, &err) != DYN_OK) {
-            cli_errorf(cmd, "--recompute: %s", err.msg);
-            return -1;
-        }
-    } else if (strcmp(f, "--method") == 0 || strcmp(f, "--batching") == 0) {
-        if ((v = cli_flag_value(cmd, argc, argv, i)) == NULL) return -1;
-        if (dyn_batching_parse(v, &a->opt.method, &err) != DYN_OK) {
-            cli_errorf(cmd, "%s: %s", f, err.msg);
-            return -1;
-        }
-    } else {
-        return 0;
+    if (dyn_recompute_parse(v, &a->opt.recompute, &err) != DYN_OK) {
+        cli_errorf(cmd, "%s: %s", f->name, err.msg);
+        return -1;
     }
-    return 1;
+    return 0;
+}
+
+static int parse_method(const char *cmd, const cli_flag *f, const char *v, void *args)
+{
+    plan_args *a = args;
+    dyn_error err;
+    if (dyn_batching_parse(v, &a->opt.method, &err) != DYN_OK) {
+        cli_errorf(cmd, "%s: %s", f->name, err.msg);
+        return -1;
+    }
+    a->have_method = 1;
+    return 0;
+}
+
+static const char *const split_names[] = {"train", "heldout", NULL}; /* dyn_corpus_split order */
+_Static_assert(DYN_SPLIT_TRAIN == 0 && DYN_SPLIT_HELDOUT == 1, "split_names follows dyn_corpus_split");
+
+#define PA plan_args
+const cli_flag plan_args_flags[] = {
+    CLI_SECTION("model:"),
+    CLI_FN("--model", "gpt|t5", parse_model, "model kind (required)"),
+    CLI_STR("--model-config", "NAME|FILE", PA, model_config,
+            "preset (gpt-tiny, gpt-mini, gpt2-124m, gpt-6.7b, t5-tiny, t5-mini,\n"
+            "t5-base, t5-11b) or model JSON"),
+    CLI_I32("--layers", "N", PA, layers, 1, 100000, "override the shape's layers (T5: encoder layers)"),
+    CLI_I32("--dec-layers", "N", PA, dec_layers, 1, 100000, "override T5's decoder layers"),
+    CLI_I32("--hidden", "N", PA, hidden, 1, 1 << 20, "override the hidden size"),
+    CLI_I32("--heads", "N", PA, heads, 1, 1 << 16, "override the attention heads"),
+    CLI_I32("--head-dim", "N", PA, head_dim, 1, 1 << 16, "override the head dimension"),
+    CLI_I32("--ffn", "N", PA, ffn, 1, 1 << 24, "override the feed-forward size"),
+    CLI_I32("--vocab", "N", PA, vocab, 1, 1 << 24, "override the vocabulary size"),
+    CLI_SECTION("data:"),
+    CLI_STR("--lengths", "FILE.tsv", PA, lengths_path, "sample lengths, 'input<TAB>target' per line"),
+    CLI_FN("--synthetic", "flan[:SEED]", parse_synthetic, "built-in FLAN-like generator (seed default 1)"),
+    CLI_STR("--data", "SPEC", PA, data_spec,
+            "token data: builtin[:SEED[:TASK+..]], FILE.jsonl,\n"
+            "Megatron PREFIX or IN_PREFIX,TGT_PREFIX (docs/data.md)"),
+    CLI_ENUM("--split", "train|heldout", PA, split, split_names, "--data builtin: which stream"),
+    {.name = "--global-batch-tokens", .metavar = "N", .type = CLI_FLAG_I64, .field = offsetof(PA, global_batch_tokens),
+     .min = 1, .max = PLAN_MAX_BATCH_TOKENS, .help = "tokens (input + target) per global batch", .def = "required"},
+    {.name = "--max-seqlen", .metavar = "L", .type = CLI_FLAG_I32, .field = offsetof(PA, opt.max_seqlen),
+     .given = CLI_GIVEN(PA, have_max_seqlen), .min = 2, .max = 1 << 20,
+     .help = "longest sequence, tokens (GPT: input+target, T5: each side)", .def = "required"},
+    CLI_BOOL("--truncate", PA, clip, 1, "clip over-long samples of a file instead of failing"),
+    CLI_BOOL("--clip", PA, clip, 1, "another name for --truncate"),
+    {.name = "--batches", .metavar = "K", .type = CLI_FLAG_I32, .field = offsetof(PA, batches), .min = 1,
+     .max = 1 << 24, .help = "global batches to plan", .def = DEFAULT_BATCHES_TEXT},
+    CLI_SECTION("pipeline and costs:"),
+    {.name = "--stages", .metavar = "S", .type = CLI_FLAG_I32, .field = offsetof(PA, opt.stages),
+     .given = CLI_GIVEN(PA, have_stages), .min = 1, .max = 4096, .help = "pipeline stages", .def = "required"},
+    CLI_I32("--dp", "D", PA, opt.dp, 1, 1 << 16, "data-parallel replicas"),
+    CLI_I32("--chunks", "V", PA, opt.chunks, 1, 1024, "model chunks per device"),
+    CLI_STR("--cost-model", "analytic|FILE", PA, cost_model, "analytic, or a cost table file (dynapipe profile)"),
+    {.name = "--machine", .metavar = "NAME|FILE", .type = CLI_FLAG_STR, .field = offsetof(PA, machine),
+     .given = CLI_GIVEN(PA, have_machine), .help = "cpu, a100, or machine JSON"},
+    {.name = "--memory-limit", .metavar = "MB", .type = CLI_FLAG_F64, .field = offsetof(PA, opt.memory_limit_mb),
+     .fmin = 1e-6, .fmax = 1e12, .help = "per device", .def = "the machine's memory"},
+    CLI_FN("--recompute", "none|selective|full", parse_recompute, "activation recomputation (default none)"),
+    CLI_SECTION("micro-batching:"),
+    CLI_FN("--method", "NAME", parse_method,
+           "dynapipe, padding, packing, packing-docmask or token (default dynapipe)"),
+    CLI_FN("--batching", "NAME", parse_method, "another name for --method"),
+    CLI_I32("--round-to", "N", PA, opt.round_to, 1, 4096, "pad lengths to a multiple of N"),
+    {.name = "--mb-samples", .metavar = "N", .type = CLI_FLAG_I32, .field = offsetof(PA, opt.mb_samples), .min = 1,
+     .max = 1 << 24, .help = "padding: samples per micro-batch", .def = "tuned"},
+    {.name = "--pack-rows", .metavar = "N", .type = CLI_FLAG_I32, .field = offsetof(PA, opt.pack_rows), .min = 1,
+     .max = 1 << 24, .help = "packing: rows per micro-batch", .def = "tuned"},
+    {.name = "--mb-tokens", .metavar = "N", .type = CLI_FLAG_I64, .field = offsetof(PA, opt.mb_tokens), .min = 1,
+     .max = INT64_C(1) << 40,
+     .help = "token: tokens per micro-batch", .def = "tuned"},
+    CLI_BOOL("--untuned", PA, untuned, 1,
+             "baseline knobs not given: the most that fit, not tuned (tuned:\n"
+             "the fastest by simulated iteration time, schedule auto, on the\n"
+             "first global batches, under the memory limit)"),
+    CLI_BOOL("--dp-packing", PA, opt.enable_packing, 1,
+             "dynapipe: also consider document-masked packing of the\n"
+             "batch and keep the plan with the lower predicted time"),
+    CLI_END,
+};
+#undef PA
+
+void plan_args_usage(FILE *out, const plan_args *a, const cli_flag *shadow)
+{
+    char model_default[128];
+    snprintf(model_default, sizeof model_default, "%s / %s, or the --cost-model table's shape",
+             a->default_config[DYN_MODEL_GPT], a->default_config[DYN_MODEL_T5]);
+    const cli_flag_default defaults[] = {{"--model-config", model_default}, {NULL, NULL}};
+    static const cli_flag none[] = {CLI_END};
+    cli_flag_set sets[] = {{shadow ? shadow : none, NULL}, {plan_args_flags, (void *)a}};
+    cli_flags_usage_from(out, sets, 2, 1, defaults);
 }
 
 int plan_args_finish(const char *cmd, plan_args *a)
@@ -226,34 +215,11 @@ int plan_args_finish(const char *cmd, plan_args *a)
 
 /* ---- inputs -------------------------------------------------------------- */
 
-/* Model shape: preset or file, then overrides; max_seqlen from the flag. */
-static int resolve_model(const char *cmd, const plan_args *a, dyn_model_config *cfg)
+/* The shape flags over cfg, then max_seqlen from --max-seqlen; src names
+ * the base in errors. 0 or CLI_EXIT_USAGE (printed). */
+static int apply_shape_flags(const char *cmd, const plan_args *a, dyn_model_config *cfg)
 {
     dyn_error err;
-    const char *src = a->model_config ? a->model_config
-                      : a->kind == DYN_MODEL_GPT ? "gpt2-124m" : "t5-base";
-    dyn_status st = dyn_model_config_preset(src, cfg, &err);
-    if (st != DYN_OK) {
-        if (a->model_config == NULL) { /* our own default must exist */
-            cli_errorf(cmd, "%s", err.msg);
-            return CLI_EXIT_FAIL;
-        }
-        FILE *fp = fopen(src, "rb"); /* a file? else report the unknown preset */
-        if (fp == NULL) {
-            cli_errorf(cmd, "--model-config: '%s' is neither a preset nor a readable file", src);
-            return CLI_EXIT_FAIL;
-        }
-        fclose(fp);
-        if (dyn_model_config_load(src, cfg, &err) != DYN_OK) {
-            cli_errorf(cmd, "%s", err.msg);
-            return CLI_EXIT_FAIL;
-        }
-    }
-    if (cfg->kind != a->kind) {
-        cli_errorf(cmd, "--model %s does not match the model config '%s' (%s)",
-                   dyn_model_kind_name(a->kind), src, dyn_model_kind_name(cfg->kind));
-        return CLI_EXIT_USAGE;
-    }
     if (a->layers) cfg->n_layers = a->layers;
     if (a->dec_layers) cfg->n_dec_layers = a->dec_layers;
     if (a->hidden) cfg->hidden = a->hidden;
@@ -276,6 +242,35 @@ static int resolve_model(const char *cmd, const plan_args *a, dyn_model_config *
         return CLI_EXIT_USAGE;
     }
     return 0;
+}
+
+int plan_model_resolve(const char *cmd, const plan_args *a, dyn_model_config *cfg)
+{
+    dyn_error err;
+    const char *src = a->model_config ? a->model_config : a->default_config[a->kind];
+    dyn_status st = dyn_model_config_preset(src, cfg, &err);
+    if (st != DYN_OK) {
+        if (a->model_config == NULL) { /* our own default must exist */
+            cli_errorf(cmd, "%s", err.msg);
+            return CLI_EXIT_FAIL;
+        }
+        FILE *fp = fopen(src, "rb"); /* a file? else report the unknown preset */
+        if (fp == NULL) {
+            cli_errorf(cmd, "--model-config: '%s' is neither a preset nor a readable file", src);
+            return CLI_EXIT_FAIL;
+        }
+        fclose(fp);
+        if (dyn_model_config_load(src, cfg, &err) != DYN_OK) {
+            cli_errorf(cmd, "%s", err.msg);
+            return CLI_EXIT_FAIL;
+        }
+    }
+    if (cfg->kind != a->kind) {
+        cli_errorf(cmd, "--model %s does not match the model config '%s' (%s)",
+                   dyn_model_kind_name(a->kind), src, dyn_model_kind_name(cfg->kind));
+        return CLI_EXIT_USAGE;
+    }
+    return apply_shape_flags(cmd, a, cfg);
 }
 
 /* Synthetic samples: enough for the requested number of full batches. The
@@ -349,31 +344,27 @@ static int make_corpus(const char *cmd, const plan_args *a, int32_t batches, pla
     }
 }
 
-/* A cost table against the run: a model shape given by flags (a preset, a
- * file or shape flags) must be the table's, and lengths past the table's
- * grid get one warning (they are extrapolated, docs/cost-model.md). */
-static int table_check(const char *cmd, const plan_args *a, plan_inputs *in)
+/* A cost table against the run: a model shape given by flags (a preset or
+ * a file, or shape flags over the table's own shape) must be the table's,
+ * and lengths past the table's grid get one warning when po->warn (they are
+ * extrapolated, docs/cost-model.md). */
+static int table_check(const char *cmd, const plan_args *a, const plan_open *po, plan_inputs *in)
 {
     dyn_error err;
     int rc;
     if (a->model_config || a->layers || a->dec_layers || a->hidden || a->heads || a->ffn || a->vocab ||
         a->head_dim) {
-        dyn_model_config want;
-        if ((rc = resolve_model(cmd, a, &want)) != 0) return rc;
+        dyn_model_config want = in->model;
+        if ((rc = a->model_config ? plan_model_resolve(cmd, a, &want) : apply_shape_flags(cmd, a, &want)) != 0)
+            return rc;
         if (dyn_cost_model_check_shape(in->cm, &want, &err) != DYN_OK) {
             cli_errorf(cmd, "--cost-model %s: %s", a->cost_model, err.msg);
             return CLI_EXIT_USAGE;
         }
     }
     int32_t mr, me, md;
-    /* One warning per command: `dynapipe train` parses its flags in the
-     * process typed by hand and again in every rank, so the first one marks
-     * the environment its ranks inherit, and ranks other than 0 stay quiet. */
-    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
-    int quiet = getenv("DYN_TABLE_RANGE_WARNED") != NULL || (rank != NULL && strcmp(rank, "0") != 0);
-    if (!quiet && a->have_max_seqlen && dyn_cost_model_grid_max(in->cm, &mr, &me, &md) &&
+    if (po->warn && a->have_max_seqlen && dyn_cost_model_grid_max(in->cm, &mr, &me, &md) &&
         (a->opt.max_seqlen > me || (in->model.kind == DYN_MODEL_T5 && a->opt.max_seqlen > md))) {
-        setenv("DYN_TABLE_RANGE_WARNED", "1", 1);
         fprintf(stderr,
                 "dynapipe %s: warning: the cost table %s covers lengths up to %d%s, --max-seqlen is %d: longer "
                 "micro-batches are extrapolated in proportion to their length (docs/cost-model.md)\n",
@@ -382,40 +373,43 @@ static int table_check(const char *cmd, const plan_args *a, plan_inputs *in)
     return 0;
 }
 
-int plan_inputs_open(const char *cmd, const plan_args *a, plan_inputs *in)
+/* The cost model with its shape and machine: the analytic model of the
+ * resolved shape, or a table (checked against the flags). 0 or an exit
+ * code (printed; in->cm freed by the caller's plan_inputs_close). */
+static int open_costs(const char *cmd, const plan_args *a, const plan_open *po, plan_inputs *in)
 {
-    memset(in, 0, sizeof *in);
     dyn_error err;
     int rc;
     if (strcmp(a->cost_model, "analytic") == 0) {
-        if ((rc = resolve_model(cmd, a, &in->model)) != 0) return rc;
+        if ((rc = plan_model_resolve(cmd, a, &in->model)) != 0) return rc;
         if (dyn_machine_resolve(a->machine, &in->machine, &err) != DYN_OK) {
             cli_errorf(cmd, "--machine: %s", err.msg);
             return CLI_EXIT_FAIL;
         }
         in->cm = dyn_cost_model_create_analytic(&in->model, &in->machine, &err);
-    } else {
-        in->cm = dyn_cost_model_load_table(a->cost_model, &err);
-        if (in->cm) {
-            in->model = *dyn_cost_model_config(in->cm);
-            in->machine = *dyn_cost_model_machine(in->cm);
-            if (in->model.kind != a->kind) {
-                cli_errorf(cmd, "--model %s does not match the cost table %s (%s)",
-                           dyn_model_kind_name(a->kind), a->cost_model,
-                           dyn_model_kind_name(in->model.kind));
-                plan_inputs_close(in);
-                return CLI_EXIT_USAGE;
-            }
-            if ((rc = table_check(cmd, a, in)) != 0) {
-                plan_inputs_close(in);
-                return rc;
-            }
+    } else if ((in->cm = dyn_cost_model_load_table(a->cost_model, &err)) != NULL) {
+        in->model = *dyn_cost_model_config(in->cm);
+        in->machine = *dyn_cost_model_machine(in->cm);
+        if (in->model.kind != a->kind) {
+            cli_errorf(cmd, "--model %s does not match the cost table %s (%s)", dyn_model_kind_name(a->kind),
+                       a->cost_model, dyn_model_kind_name(in->model.kind));
+            return CLI_EXIT_USAGE;
         }
+        return table_check(cmd, a, po, in);
     }
     if (in->cm == NULL) {
         cli_errorf(cmd, "%s", err.msg);
         return CLI_EXIT_FAIL;
     }
+    return 0;
+}
+
+/* The samples (synthetic, --data or --lengths) and the sampler over them.
+ * 0 or CLI_EXIT_FAIL (printed). */
+static int open_samples(const char *cmd, const plan_args *a, plan_inputs *in)
+{
+    dyn_error err;
+    int rc = 0;
     int32_t batches = a->batches;
     if (a->synthetic) {
         if (batches == 0) batches = DEFAULT_SYNTHETIC_BATCHES;
@@ -427,29 +421,34 @@ int plan_inputs_open(const char *cmd, const plan_args *a, plan_inputs *in)
             cli_errorf(cmd, "--data %s: no samples", a->data_spec);
             rc = CLI_EXIT_FAIL;
         }
-    } else {
-        rc = 0;
-        if (dyn_dataset_read_tsv(a->lengths_path, a->opt.max_seqlen, a->kind, a->clip, &in->ds, &err) !=
-            DYN_OK) {
-            cli_errorf(cmd, "%s", err.msg);
-            rc = CLI_EXIT_FAIL;
-        } else if (in->ds.n == 0) {
-            cli_errorf(cmd, "%s: no samples", a->lengths_path);
-            rc = CLI_EXIT_FAIL;
-        }
+    } else if (dyn_dataset_read_tsv(a->lengths_path, a->opt.max_seqlen, a->kind, a->clip, &in->ds, &err) !=
+               DYN_OK) {
+        cli_errorf(cmd, "%s", err.msg);
+        rc = CLI_EXIT_FAIL;
+    } else if (in->ds.n == 0) {
+        cli_errorf(cmd, "%s: no samples", a->lengths_path);
+        rc = CLI_EXIT_FAIL;
     }
-    if (rc == 0) {
-        in->batches_left = batches > 0 ? batches : -1;
-        in->global_batch_tokens = a->global_batch_tokens;
-        in->sampler = dyn_sampler_create(&in->ds, a->global_batch_tokens, &err);
-        if (in->sampler == NULL) {
-            cli_errorf(cmd, "%s", err.msg);
-            rc = CLI_EXIT_FAIL;
-        }
+    if (rc != 0) return rc;
+    in->batches_left = batches > 0 ? batches : -1;
+    in->global_batch_tokens = a->global_batch_tokens;
+    in->sampler = dyn_sampler_create(&in->ds, a->global_batch_tokens, &err);
+    if (in->sampler == NULL) {
+        cli_errorf(cmd, "%s", err.msg);
+        return CLI_EXIT_FAIL;
     }
-    dyn_plan_options opt = a->opt;
-    if (rc == 0 && !a->no_tune && !a->untuned) rc = plan_tune_method(cmd, in, &opt, a->tune_order_groups, a->tune_quiet ? NULL : stderr);
+    return 0;
+}
+
+int plan_inputs_open(const char *cmd, const plan_args *a, const plan_open *po, plan_inputs *in)
+{
+    memset(in, 0, sizeof *in);
+    int rc = open_costs(cmd, a, po, in);
+    if (rc == 0) rc = open_samples(cmd, a, in);
+    dyn_plan_options opt = a->opt; /* the flags' options, with the tuned knob */
+    if (rc == 0 && po->tune) rc = plan_tune_method(cmd, in, &opt, po->order_groups, po->tune_report);
     if (rc == 0) {
+        dyn_error err;
         in->planner = dyn_planner_create(in->cm, &opt, &err);
         if (in->planner == NULL) {
             cli_errorf(cmd, "%s", err.msg);

@@ -1,25 +1,27 @@
-/* plan_args.h — the planning flags shared by `dynapipe plan` and
- * `dynapipe simulate`: parse them, print their usage, and turn them into the
+/* plan_args.h — the planning flags shared by `dynapipe plan`, `simulate`
+ * and `train`: parse them, print their usage, and turn them into the
  * inputs of planning (model shape, machine, cost model, samples, sampler,
  * planner).
  *
  * Use:
- *   plan_args a;  plan_args_init(&a);
- *   for (i = 1; i < argc; i++) {
- *       int r = plan_args_parse_one(cmd, &a, argc, argv, &i);
- *       if (r < 0) return CLI_EXIT_USAGE;      // message printed
- *       if (r == 0) ... the caller's own flag, or unknown ...
- *   }
+ *   plan_args a;  plan_args_init(&a);          // the command may change defaults here
+ *   cli_flag_set sets[] = {{my_flags, &mine}, {plan_args_flags, &a}};
+ *   if (cli_flags_parse(cmd, sets, 2, argc, argv) != 0) ...  // flags.h
  *   if (plan_args_finish(cmd, &a) != 0) return CLI_EXIT_USAGE;
- *   plan_inputs in;  int rc = plan_inputs_open(cmd, &a, &in);  // 0 or exit code
+ *   plan_open po = {.tune = !a.untuned, .tune_report = stderr, .warn = 1};
+ *   plan_inputs in;  int rc = plan_inputs_open(cmd, &a, &po, &in);  // 0 or exit code
  *   while ((rc = plan_inputs_next(cmd, &in, &batch, &n)) == 0 && n > 0) ...
  *   plan_inputs_close(&in);
+ * The arguments are read-only after plan_args_finish: what a run derives
+ * from them (the shape, the tuned knob, the resolved memory limit) goes to
+ * plan_inputs and the planner, never back into plan_args.
  * Errors are printed as one line "dynapipe <cmd>: ...". */
 #ifndef DYN_CLI_PLAN_ARGS_H
 #define DYN_CLI_PLAN_ARGS_H
 
 #include <stdio.h>
 
+#include "cli/flags.h" /* defines: cli_flag, cli_flag_set */
 #include "dynapipe/corpus.h"
 #include "dynapipe/cost.h"
 #include "dynapipe/data.h"
@@ -33,7 +35,9 @@ typedef struct plan_args {
     /* model */
     int have_kind;              /* --model given */
     dyn_model_kind kind;
-    const char *model_config;   /* --model-config: preset name or JSON file; NULL: default preset */
+    const char *model_config;   /* --model-config: preset name or JSON file; NULL: the default below */
+    const char *default_config[2]; /* per dyn_model_kind: the command's default preset; with a cost
+                                 * table and no --model-config, the table's shape is the default */
     int32_t layers, dec_layers, hidden, heads, head_dim, ffn, vocab; /* overrides; 0 = keep */
     /* data */
     const char *lengths_path;   /* --lengths FILE.tsv */
@@ -50,22 +54,30 @@ typedef struct plan_args {
     int have_machine;           /* --machine given */
     /* planning options (stages, dp, chunks, method, memory, recompute, knobs) */
     dyn_plan_options opt;
-    int have_max_seqlen, have_stages;
+    int have_max_seqlen, have_stages; /* given, or defaulted by the command (train) */
+    int have_method;            /* --method / --batching given */
     int untuned;    /* --untuned: a baseline's knob not given is the most that fit */
-    int no_tune;    /* plan_inputs_open leaves a baseline's zero knob alone (the most that fit) */
-    int tune_quiet; /* plan_inputs_open tunes without printing the line */
-    int32_t tune_order_groups; /* auto's order search while tuning (0: its default) */
 } plan_args;
 
+/* The planning flags, over plan_args (flags.h). */
+extern const cli_flag plan_args_flags[];
+
+/* The defaults of `dynapipe plan` and `simulate`. */
 void plan_args_init(plan_args *a);
-/* Try argv[*i] as a planning flag. Returns 1 if it was one (its value
- * consumed, *i advanced past it), 0 if it is not a planning flag, -1 on a bad
- * value (message printed). */
-int plan_args_parse_one(const char *cmd, plan_args *a, int argc, char **argv, int *i);
 /* Check required flags and combinations after parsing; -1 (printed) on error. */
 int plan_args_finish(const char *cmd, plan_args *a);
-/* The planning flags' usage text. */
-void plan_args_usage(FILE *out);
+/* The planning flags' usage text, with the defaults of a (as initialised);
+ * rows named in shadow (the command's own table, which parses first; or
+ * NULL) are left out. */
+void plan_args_usage(FILE *out, const plan_args *a, const cli_flag *shadow);
+
+/* How plan_inputs_open runs: the caller's choices, not flags. */
+typedef struct plan_open {
+    int tune;              /* tune a baseline's zero knob (plan_tune_method); 0: leave it */
+    FILE *tune_report;     /* the tuning line goes here; NULL: not said */
+    int32_t order_groups;  /* auto's order search while tuning (0: its default) */
+    int warn;              /* say once when --max-seqlen passes a cost table's grid */
+} plan_open;
 
 /* Everything planning needs, built from plan_args. */
 typedef struct plan_inputs {
@@ -80,7 +92,11 @@ typedef struct plan_inputs {
 } plan_inputs;
 
 /* Build the inputs: returns 0, or CLI_EXIT_FAIL / CLI_EXIT_USAGE (printed). */
-int plan_inputs_open(const char *cmd, const plan_args *a, plan_inputs *in);
+int plan_inputs_open(const char *cmd, const plan_args *a, const plan_open *po, plan_inputs *in);
+/* The model shape of the analytic cost model: the preset or file (or the
+ * command's default), then the shape flags; max_seqlen from --max-seqlen.
+ * 0, or CLI_EXIT_FAIL / CLI_EXIT_USAGE (printed). */
+int plan_model_resolve(const char *cmd, const plan_args *a, dyn_model_config *cfg);
 /* Next global batch (pointer into in->ds): 0 with *n > 0, 0 with *n == 0 at
  * the end, or CLI_EXIT_FAIL (printed). */
 int plan_inputs_next(const char *cmd, plan_inputs *in, const dyn_sample **batch, int32_t *n);

@@ -48,6 +48,16 @@ int dyn_rt_under_mpirun(void)
            getenv("PMI_RANK") != NULL;
 }
 
+int dyn_rt_speaks_for_job(void)
+{
+    if (!dyn_rt_under_mpirun()) return 1;
+    if (getenv(DYN_RT_LAUNCHED_ENV) != NULL) return 0;
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (rank == NULL) rank = getenv("PMIX_RANK");
+    if (rank == NULL) rank = getenv("PMI_RANK");
+    return rank != NULL && strcmp(rank, "0") == 0;
+}
+
 dyn_status dyn_rt_group_init(dyn_rt_group *g, int *argc, char ***argv, int stages, int dp,
                              dyn_error *err)
 {

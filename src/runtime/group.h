@@ -73,4 +73,16 @@ dyn_status dyn_rt_mpi_check(int rc, const char *what, dyn_error *err);
  * launcher), 0 when started by hand. */
 int dyn_rt_under_mpirun(void);
 
+/* 1 when this process speaks for the job: its notes about the inputs (a
+ * tuned knob, a length past a cost table's grid) reach the user once per
+ * job. That is a process started by hand (it parses the flags, then
+ * dyn_train_launch starts the ranks), or, in a job started with mpirun by
+ * hand, world rank 0; 0 in the ranks dyn_train_launch started (the
+ * launcher already spoke) and in every other rank. Reads the environment
+ * only, so it may be called before MPI_Init. */
+int dyn_rt_speaks_for_job(void);
+
+/* The variable dyn_train_launch sets for its ranks (mpirun -x). */
+#define DYN_RT_LAUNCHED_ENV "DYN_RT_LAUNCHED"
+
 #endif

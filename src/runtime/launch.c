@@ -26,6 +26,7 @@
 #include <sys/prctl.h>
 #endif
 
+#include "runtime/group.h" /* defines: DYN_RT_LAUNCHED_ENV */
 #include "runtime/train.h"
 
 /* ---- supervising mpirun across hosts -----------------------------------------
@@ -318,6 +319,10 @@ int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc,
      * core per rank) would squeeze a rank's threads onto one core. */
     av[k++] = "--bind-to";
     av[k++] = "none";
+    /* The ranks stay quiet about what this process already said
+     * (dyn_rt_speaks_for_job), on every host. */
+    av[k++] = "-x";
+    av[k++] = DYN_RT_LAUNCHED_ENV "=1";
     av[k++] = "-np";
     av[k++] = np;
     av[k++] = exe;
