@@ -207,6 +207,9 @@ class BatchPlan:
     real_tokens: int
     padded_tokens: int
     replica_plans: Optional[List[ReplicaPlan]] = field(default=None, repr=False)
+    method: str = "dynapipe"  # the method whose plan this is: dynapipe's candidates may win
+    knob: int = 0  # that baseline's size knob as planned (0: the most that fit, or the DP)
+    efficiency: Optional[float] = None  # ideal bound / iteration (None unless planned with a schedule)
 
     @property
     def makespan_ms(self):
@@ -270,7 +273,7 @@ class BatchPlan:
         return d
 
 
-def _batch_plan_from_c(bp, t5, tokens_of=None, replicas=None):
+def _batch_plan_from_c(bp, t5, tokens_of=None, replicas=None, efficiency=None):
     """A BatchPlan from the C dyn_batch_plan bp; tokens_of: sample id ->
     real tokens; replicas: (lib, [dyn_replica_plan]) to convert too."""
     ids = bp.sample_ids
@@ -292,7 +295,8 @@ def _batch_plan_from_c(bp, t5, tokens_of=None, replicas=None):
         rps = [_replica_plan_from_c(lib, c, mbs) for c in crps]
     return BatchPlan(microbatches=mbs, n_samples=bp.n_samples, objective_ms=bp.objective_ms,
                      balanced_ms=bp.balanced_ms, plan_time_ms=bp.plan_time_ms, peak_mb=bp.device_peak_mb,
-                     real_tokens=bp.real_tokens, padded_tokens=bp.padded_tokens, replica_plans=rps)
+                     real_tokens=bp.real_tokens, padded_tokens=bp.padded_tokens, replica_plans=rps,
+                     method=METHODS[bp.method], knob=bp.knob, efficiency=efficiency)
 
 
 def _replica_plan_from_c(lib, c, mbs):
@@ -350,6 +354,10 @@ class Planner:
     method: one of METHODS; recompute: one of RECOMPUTE; round_to: pad
         lengths to a multiple of it; mb_samples / pack_rows / mb_tokens: the
         baselines' knobs (None: the most that fit).
+    dp_packing: dynapipe only; True (default, as the CLI): never behind its
+        candidates -- document-masked packings by DP objective, and with a
+        schedule the baselines' plans by simulated time (BatchPlan.method
+        and .knob say which won); False: the DP's plan alone.
 
     Bad types raise TypeError and bad values ValueError before any C call;
     what the library refuses raises a dynapipe.Error subclass with its
@@ -360,7 +368,7 @@ class Planner:
 
     def __init__(self, *, model=None, max_seqlen, stages, machine="cpu", cost_model="analytic", dp=1,
                  chunks=1, memory_limit_mb=None, method="dynapipe", round_to=8, recompute="none",
-                 mb_samples=None, pack_rows=None, mb_tokens=None):
+                 mb_samples=None, pack_rows=None, mb_tokens=None, dp_packing=True):
         self._cm = self._planner = None
         self._pipelines = {}
         lib = _lib.load()
@@ -376,6 +384,9 @@ class Planner:
         opt.mb_tokens = _opt_int("mb_tokens", mb_tokens, 1, 1 << 40)
         opt.method = METHODS.index(_choice("method", method, METHODS))
         opt.recompute = RECOMPUTE.index(_choice("recompute", recompute, RECOMPUTE))
+        if not isinstance(dp_packing, bool):
+            raise TypeError(f"dp_packing must be True or False, not {type(dp_packing).__name__}")
+        opt.enable_packing = int(dp_packing)
         if memory_limit_mb is not None:
             if isinstance(memory_limit_mb, bool) or not isinstance(memory_limit_mb, (int, float)):
                 raise TypeError(f"memory_limit_mb must be a number, not {type(memory_limit_mb).__name__}")
@@ -542,7 +553,7 @@ class Planner:
                    err)
         try:
             return _batch_plan_from_c(res.batch, t5, tokens_of,
-                                      (lib, [res.replicas[r] for r in range(res.n_replicas)]))
+                                      (lib, [res.replicas[r] for r in range(res.n_replicas)]), res.efficiency)
         finally:
             lib.dyn_pipeline_result_free(ctypes.byref(res))
 
