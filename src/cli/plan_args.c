@@ -74,8 +74,10 @@ void plan_args_usage(FILE *out)
             "                            tuned = the fastest by simulated iteration time (schedule\n"
             "                            auto) on the first global batches, under the memory limit\n"
             "  --untuned                 baseline knobs not given: the most that fit (no tuning)\n"
-            "  --dp-packing              dynapipe: also consider document-masked packing of the\n"
-            "                            batch and keep the plan with the lower predicted time\n",
+            "  --no-dp-packing           dynapipe: the DP's plan alone (the default also plans the\n"
+            "                            batch as document-masked packing, padding and token at\n"
+            "                            their knob values and keeps the fastest by simulation;\n"
+            "                            --dp-packing, the default, is still accepted)\n",
             DEFAULT_SYNTHETIC_BATCHES);
 }
 
@@ -147,8 +149,8 @@ int plan_args_parse_one(const char *cmd, plan_args *a, int argc, char **argv, in
             cli_errorf(cmd, "--split: '%s' is not train or heldout", v);
             return -1;
         }
-    } else if (strcmp(f, "--dp-packing") == 0) {
-        a->opt.enable_packing = 1;
+    } else if (strcmp(f, "--dp-packing") == 0 || strcmp(f, "--no-dp-packing") == 0) {
+        a->opt.enable_packing = f[2] != 'n';
     } else if (strcmp(f, "--untuned") == 0) {
         a->untuned = 1;
     } else if (strcmp(f, "--clip") == 0 || strcmp(f, "--truncate") == 0) {
