@@ -210,6 +210,7 @@ class BatchPlan:
     method: str = "dynapipe"  # the method whose plan this is: dynapipe's candidates may win
     knob: int = 0  # that baseline's size knob as planned (0: the most that fit, or the DP)
     efficiency: Optional[float] = None  # ideal bound / iteration (None unless planned with a schedule)
+    ideal_ms: Optional[float] = None  # the batch's ideal bound, ms (pipeline.h dyn_ideal_bound_of; ditto)
 
     @property
     def makespan_ms(self):
@@ -265,15 +266,17 @@ class BatchPlan:
                 "balanced_ms": self.balanced_ms, "plan_time_ms": self.plan_time_ms,
                 "peak_mb": self.peak_mb, "real_tokens": self.real_tokens,
                 "padded_tokens": self.padded_tokens, "padding_efficiency": self.padding_efficiency,
+                "method": self.method, "knob": self.knob,
                 "microbatches": [mb.to_dict() for mb in self.microbatches]}
         if self.replica_plans is not None:
             d["replica_plans"] = [r.to_dict() for r in self.replica_plans]
+            d.update(ideal_ms=self.ideal_ms, efficiency=self.efficiency)
             d.update(makespan_ms=self.makespan_ms, bubble_fraction=self.bubble_fraction,
                      tokens_per_s=self.tokens_per_s)
         return d
 
 
-def _batch_plan_from_c(bp, t5, tokens_of=None, replicas=None, efficiency=None):
+def _batch_plan_from_c(bp, t5, tokens_of=None, replicas=None, res=None):
     """A BatchPlan from the C dyn_batch_plan bp; tokens_of: sample id ->
     real tokens; replicas: (lib, [dyn_replica_plan]) to convert too."""
     ids = bp.sample_ids
@@ -296,7 +299,9 @@ def _batch_plan_from_c(bp, t5, tokens_of=None, replicas=None, efficiency=None):
     return BatchPlan(microbatches=mbs, n_samples=bp.n_samples, objective_ms=bp.objective_ms,
                      balanced_ms=bp.balanced_ms, plan_time_ms=bp.plan_time_ms, peak_mb=bp.device_peak_mb,
                      real_tokens=bp.real_tokens, padded_tokens=bp.padded_tokens, replica_plans=rps,
-                     method=METHODS[bp.method], knob=bp.knob, efficiency=efficiency)
+                     method=METHODS[bp.method], knob=bp.knob,
+                     efficiency=res.efficiency if res is not None else None,
+                     ideal_ms=res.ideal.bound_ms if res is not None else None)
 
 
 def _replica_plan_from_c(lib, c, mbs):
@@ -553,7 +558,7 @@ class Planner:
                    err)
         try:
             return _batch_plan_from_c(res.batch, t5, tokens_of,
-                                      (lib, [res.replicas[r] for r in range(res.n_replicas)]), res.efficiency)
+                                      (lib, [res.replicas[r] for r in range(res.n_replicas)]), res)
         finally:
             lib.dyn_pipeline_result_free(ctypes.byref(res))
 
