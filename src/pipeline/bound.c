@@ -19,7 +19,8 @@
 
 #include <string.h>
 
-#include "dynapipe/model_config.h" /* defines: dyn_model_config_params */
+#include "dynapipe/model_config.h"     /* defines: dyn_model_config_params */
+#include "pipeline/pipeline_internal.h" /* defines: pipe_model_ms */
 
 #define BOUND_ROWS 64 /* K: rows of one sample's shape the marginal cost is taken over */
 
@@ -34,8 +35,7 @@ static int32_t layer_count(const dyn_model_config *cfg, dyn_layer_kind kind)
     }
 }
 
-/* fwd + bwd of every layer on `rows` rows of shape sh (ms). */
-static dyn_status model_ms(const dyn_cost_model *cm, dyn_mb_shape sh, int32_t rows, double *ms, dyn_error *err)
+dyn_status pipe_model_ms(const dyn_cost_model *cm, dyn_mb_shape sh, int32_t rows, double *ms, dyn_error *err)
 {
     const dyn_model_config *cfg = dyn_cost_model_config(cm);
     sh.rows = rows;
@@ -70,8 +70,8 @@ dyn_status dyn_ideal_bound_of(const dyn_cost_model *cm, const dyn_sample *sample
         sh.enc_len = gpt ? x->input_len + x->target_len : x->input_len;
         sh.dec_len = gpt ? 0 : x->target_len;
         double one, two;
-        dyn_status st = model_ms(cm, sh, BOUND_ROWS, &one, err);
-        if (st == DYN_OK) st = model_ms(cm, sh, 2 * BOUND_ROWS, &two, err);
+        dyn_status st = pipe_model_ms(cm, sh, BOUND_ROWS, &one, err);
+        if (st == DYN_OK) st = pipe_model_ms(cm, sh, 2 * BOUND_ROWS, &two, err);
         if (st != DYN_OK) return st;
         sum += (two - one) / BOUND_ROWS;
     }

@@ -30,6 +30,7 @@ struct dyn_pipeline {
      * candidate of dyn_pipeline_plan (the DP alone, the baselines at their
      * knob sequences) and the shortest simulated iteration is kept. */
     int candidates;
+    int rank_scaled;  /* per-rank factors are set: the candidates' lower bound does not hold */
     int32_t fit_rows; /* rows of max_seqlen one micro-batch fits: the knob sequences' old default */
 };
 
@@ -238,7 +239,9 @@ dyn_pipeline *dyn_pipeline_create(dyn_planner *planner, const dyn_pipeline_optio
 
 dyn_status dyn_pipeline_set_rank_scale(dyn_pipeline *p, const double *fwd, const double *bwd, dyn_error *err)
 {
-    return dyn_batch_costs_set_rank_scale(p->bc, fwd, bwd, err);
+    dyn_status st = dyn_batch_costs_set_rank_scale(p->bc, fwd, bwd, err);
+    if (st == DYN_OK) p->rank_scaled = fwd != NULL || bwd != NULL;
+    return st;
 }
 
 void dyn_pipeline_free(dyn_pipeline *p)
@@ -314,18 +317,10 @@ static double result_ms(const dyn_pipeline_result *r)
     return ms;
 }
 
-/* The batch planned by p's planner (method < 0: its own method; else
- * dyn_planner_plan_as method and knob) and every replica's plan. */
-static dyn_status plan_with(dyn_pipeline *p, int method, int64_t knob, const dyn_sample *samples, int32_t n,
-                            dyn_pipeline_result *out, dyn_error *err)
+/* Every replica's plan of out->batch; on failure out is freed. */
+static dyn_status build_replicas(dyn_pipeline *p, dyn_pipeline_result *out, dyn_error *err)
 {
-    memset(out, 0, sizeof *out);
-    dyn_status st = method < 0 ? dyn_planner_plan(p->planner, samples, n, &out->batch, err)
-                               : dyn_planner_plan_as(p->planner, (dyn_batching)method, knob, samples, n, &out->batch, err);
-    if (st != DYN_OK) {
-        dyn_batch_plan_free(&out->batch);
-        return st;
-    }
+    dyn_status st;
     int32_t d = dyn_planner_options(p->planner)->dp;
     out->replicas = dyn_calloc((size_t)d, sizeof *out->replicas, "replica plans", err);
     if (out->replicas == NULL) {
@@ -344,6 +339,19 @@ static dyn_status plan_with(dyn_pipeline *p, int method, int64_t knob, const dyn
         }
     }
     return DYN_OK;
+}
+
+/* The batch planned by p's planner (its own method) and every replica's plan. */
+static dyn_status plan_with(dyn_pipeline *p, const dyn_sample *samples, int32_t n, dyn_pipeline_result *out,
+                            dyn_error *err)
+{
+    memset(out, 0, sizeof *out);
+    dyn_status st = dyn_planner_plan(p->planner, samples, n, &out->batch, err);
+    if (st != DYN_OK) {
+        dyn_batch_plan_free(&out->batch);
+        return st;
+    }
+    return build_replicas(p, out, err);
 }
 
 /* out's ideal bound, optimizer step, iteration and efficiency. */
@@ -375,16 +383,53 @@ typedef struct cand_search {
     dyn_error first_err;
 } cand_search;
 
+/* A lower bound of any schedule's iteration for batch plan bp (ms): the
+ * busiest replica's work summed over every stage and micro-batch, no
+ * recompute, spread evenly over the S ranks; messages, bubbles and
+ * recompute only add to it. 0 when it does not hold (per-rank factors). */
+static dyn_status work_bound_ms(const dyn_pipeline *p, const dyn_batch_plan *bp, double *lb, dyn_error *err)
+{
+    *lb = 0.0;
+    if (p->rank_scaled) return DYN_OK;
+    const dyn_plan_options *po = dyn_planner_options(p->planner);
+    double *rep = dyn_calloc((size_t)po->dp, sizeof(double), "replica work", err);
+    if (rep == NULL) return DYN_ERR_NOMEM;
+    dyn_status st = DYN_OK;
+    for (int32_t i = 0; i < bp->n_microbatches && st == DYN_OK; i++) {
+        double ms;
+        st = pipe_model_ms(p->cm, bp->mbs[i].shape, bp->mbs[i].shape.rows, &ms, err);
+        if (st == DYN_OK) rep[bp->mbs[i].replica] += ms;
+    }
+    for (int32_t r = 0; r < po->dp; r++)
+        if (rep[r] / po->stages > *lb) *lb = rep[r] / po->stages;
+    free(rep);
+    return st;
+}
+
 /* Plan the batch as one candidate and keep it if its iteration is shorter
  * than the best so far (ties: the earlier candidate). *single: it is one
- * micro-batch. DYN_ERR_INFEASIBLE: this candidate does not fit (recorded);
- * other errors are the caller's. */
+ * micro-batch. A candidate whose work alone cannot beat the best is not
+ * scheduled (work_bound_ms). DYN_ERR_INFEASIBLE: this candidate does not
+ * fit (recorded); other errors are the caller's. */
 static dyn_status try_candidate(dyn_pipeline *p, cand_search *cs, int method, int64_t knob, const dyn_sample *samples,
                                 int32_t n, int *single, dyn_error *err)
 {
     dyn_pipeline_result alt;
     dyn_error e2;
-    dyn_status st = plan_with(p, method, knob, samples, n, &alt, &e2);
+    memset(&alt, 0, sizeof alt);
+    dyn_status st = method < 0 ? dyn_planner_plan(p->planner, samples, n, &alt.batch, &e2)
+                               : dyn_planner_plan_as(p->planner, (dyn_batching)method, knob, samples, n, &alt.batch, &e2);
+    if (st == DYN_OK && cs->best->n_replicas > 0) {
+        double lb;
+        if ((st = work_bound_ms(p, &alt.batch, &lb, &e2)) == DYN_OK && lb >= cs->best_ms) {
+            cs->planned_ms += alt.batch.plan_time_ms;
+            *single = alt.batch.n_microbatches == 1;
+            dyn_batch_plan_free(&alt.batch);
+            return DYN_OK; /* it cannot be faster */
+        }
+    }
+    if (st == DYN_OK) st = build_replicas(p, &alt, &e2);
+    else dyn_batch_plan_free(&alt.batch);
     if (st != DYN_OK) {
         if (cs->first_st == DYN_OK) {
             cs->first_st = st;
@@ -418,7 +463,7 @@ dyn_status dyn_pipeline_plan(dyn_pipeline *p, const dyn_sample *samples, int32_t
     memset(out, 0, sizeof *out);
     if (p == NULL) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "pipeline: no handle");
     if (!p->candidates) {
-        dyn_status st = plan_with(p, -1, 0, samples, n, out, err);
+        dyn_status st = plan_with(p, samples, n, out, err);
         if (st == DYN_OK) st = fill_bound(p, samples, n, out, err);
         if (st != DYN_OK) dyn_pipeline_result_free(out);
         return st;

@@ -1,5 +1,5 @@
 /* pipeline_internal.h — what the files of src/pipeline share (not a public
- * API): the sequence of size-knob values a baseline is tried at, one
+ * API): the whole model's work on a micro-batch, and the sequence of size-knob values a baseline is tried at, one
  * sequence for the tuner (tune.c) and for dynapipe's candidates
  * (pipeline.c), so that the candidates always include the value the tuner
  * would choose.
@@ -55,5 +55,10 @@ static inline int64_t pipe_knob_seq_next(pipe_knob_seq *q)
     q->pow *= 2;
     return v;
 }
+
+/* fwd + bwd of every layer of the model (ms) on `rows` rows of shape sh
+ * (sh.rows is ignored), no recompute: a micro-batch's work summed over all
+ * pipeline stages, whatever the split (bound.c). */
+dyn_status pipe_model_ms(const dyn_cost_model *cm, dyn_mb_shape sh, int32_t rows, double *ms, dyn_error *err);
 
 #endif
