@@ -7,7 +7,8 @@
  * batch exactly as `dynapipe train`'s planner thread does it
  * (dyn_pipeline_plan: the dynapipe DP, replica balance, then every
  * replica's schedule by `--schedule auto` with the runtime's default order
- * search of 2 groups), against the iteration time that plan predicts (the
+ * search of 2 groups, and the same for each of dynapipe's candidates, the
+ * baselines' plans), against the iteration time that plan predicts (the
  * slowest replica's simulated makespan). Planning runs ahead of training
  * (--plan-ahead), and global batches are independent, so k planner threads
  * (or k planning ranks) keep up when plan time <= k x iteration time:

@@ -156,6 +156,7 @@ static dyn_planner *make_planner_for(const dyn_cost_model *cm, int32_t maxlen, i
     dyn_plan_options o;
     dyn_plan_options_default(&o);
     o.max_seqlen = maxlen;
+    o.enable_packing = 0; /* the DP alone: what this benchmark times */
     o.stages = S;
     dyn_planner *p = dyn_planner_create(cm, &o, &err);
     if (p == NULL) CHECK(err.code, err);

@@ -9,25 +9,42 @@
 # its default: padding --mb-samples 1..32, packing and packing-docmask
 # --pack-rows 1..8, token --mb-tokens L, 2L, 4L; each method's figure is its
 # best tokens/s over the sweep and over the 1f1b and auto schedules (auto:
-# best schedule x micro-batch order x recompute per batch). A run that does
-# not fit memory without recomputation is retried with selective, then full.
-# Prints one markdown table (docs/cluster-scale.md) and the winning knob of
-# each baseline. Usage: scripts/cluster_sim.sh [BUILD_DIR]
+# best schedule x micro-batch order x recompute per batch) and over the
+# recompute mode the planner assumes (none, selective, full: a knob that
+# does not fit without recomputation may fit with it). dynapipe runs with
+# its defaults: it keeps the fastest of its own plan and the baselines'.
+# Prints one markdown table (docs/cluster-scale.md), the median of the last
+# column and the winning knob of each baseline.
+# Usage: scripts/cluster_sim.sh [BUILD_DIR]
+# A subset (tests/cluster_sim_check.sh runs one row this way):
+#   CLUSTER_MODELS="gpt:gpt-6.7b t5:t5-11b"  CLUSTER_LENGTHS="512 2048 8192"
+#   CLUSTER_SIZES="8:16384 8:65536 16:65536 32:131072" (GPUs:global batch tokens)
+#   CLUSTER_BATCHES=3
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cli=${1:-build}/dynapipe
 machine=docs/examples/a100-80gb.json
-common=(--synthetic flan:1 --batches 3 --machine "$machine" --stages 8 --schedule 1f1b,auto --skip-infeasible --markdown)
+models=${CLUSTER_MODELS:-gpt:gpt-6.7b t5:t5-11b}
+lengths=${CLUSTER_LENGTHS:-512 2048 8192}
+sizes=${CLUSTER_SIZES:-8:16384 8:65536 16:65536 32:131072}
+common=(--synthetic flan:1 --batches "${CLUSTER_BATCHES:-3}" --machine "$machine" --stages 8 --schedule 1f1b,auto --skip-infeasible --markdown)
+[ -x "$cli" ] || { echo "cluster_sim.sh: $cli is not an executable (build first, or pass BUILD_DIR)" >&2; exit 2; }
 
-# best tokens/s of one method's row over the schedules; "" if infeasible
+# best tokens/s of one method's row over the schedules and the recompute
+# modes (the planner's memory check assumes the mode given; auto then picks
+# per batch): "tokens/s mode", or "" if infeasible in every mode.
+# simulate labels a row "method" or "method (knob=value)": match both, and
+# not a longer name ("packing" is not "packing-docmask (...)").
 best_of() { # method, flags...
-  local method=$1 rc out; shift
+  local method=$1 rc out best="" bestrc=""; shift
   for rc in none selective full; do
     out=$("$cli" simulate "$@" --methods "$method" --recompute $rc "${common[@]}" 2>/dev/null) || continue
-    out=$(awk -F'|' -v m="$method" '$2 ~ "^ " m " $" { b = ""; for (i = 3; i < NF; i++) { split($i, w, " "); if (w[1] ~ /^[0-9.]+$/ && (b == "" || w[1] + 0 > b + 0)) b = w[1] } print b }' <<<"$out")
-    if [ -n "$out" ]; then echo "$out $rc"; return; fi
+    out=$(awk -F'|' -v m="$method" '$2 ~ "^ " m "( [(].*[)])? $" { b = ""; for (i = 3; i < NF; i++) { split($i, w, " "); if (w[1] ~ /^[0-9.]+$/ && (b == "" || w[1] + 0 > b + 0)) b = w[1] } print b }' <<<"$out")
+    if [ -n "$out" ] && { [ -z "$best" ] || awk -v a="$out" -v b="$best" 'BEGIN { exit !(a > b) }'; }; then
+      best=$out; bestrc=$rc
+    fi
   done
-  echo ""
+  [ -n "$best" ] && echo "$best $bestrc" || echo ""
 }
 
 # best over a knob's values: "tokens/s knob=value recompute"
@@ -47,10 +64,11 @@ sweep() { # method, knob flag, values...
 echo "| model | GPUs (S x D) | max len | global batch | dynapipe | padding | packing | packing-docmask | token | dynapipe / best baseline |"
 echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 knobs=""
-for mk in gpt:gpt-6.7b t5:t5-11b; do
+ratios=""
+for mk in $models; do
   kind=${mk%%:*}; preset=${mk#*:}
-  for L in 512 2048 8192; do
-    for gd in 8:16384 8:65536 16:65536 32:131072; do
+  for L in $lengths; do
+    for gd in $sizes; do
       gpus=${gd%%:*}; gbt=${gd#*:}; D=$((gpus / 8))
       args=(--model "$kind" --model-config "$preset" --max-seqlen "$L" --global-batch-tokens "$gbt" --dp "$D")
       dyn=$(best_of dynapipe "${args[@]}")
@@ -61,11 +79,15 @@ for mk in gpt:gpt-6.7b t5:t5-11b; do
       d=${dyn% *}; d=${d:--}
       bb=$(printf '%s\n' "${pad%% *}" "${pk%% *}" "${pkd%% *}" "${tok%% *}" | grep -E '^[0-9.]+$' | sort -g | tail -1 || true)
       ratio=$( [ "$d" != "-" ] && [ -n "$bb" ] && awk -v a="$d" -v b="$bb" 'BEGIN { printf "%.2fx", a / b }' || echo "-")
+      ratios+="${ratio%x}"$'\n'
       echo "| $preset | $gpus (8 x $D) | $L | $gbt | ${d} | ${pad%% *} | ${pk%% *} | ${pkd%% *} | ${tok%% *} | $ratio |"
       knobs+="$preset L=$L gbt=$gbt D=$D: dynapipe (recompute ${dyn#* }); padding ${pad#* }; packing ${pk#* }; packing-docmask ${pkd#* }; token ${tok#* }"$'\n'
     done
   done
 done
+echo
+median=$(printf '%s' "$ratios" | grep -E '^[0-9.]+$' | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) printf "%.2fx", v[(NR + 1) / 2]; else printf "%.2fx", (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+echo "Median of dynapipe / best baseline over the rows: $median"
 echo
 echo "Tuned knobs (value, recompute mode):"
 echo

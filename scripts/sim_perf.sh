@@ -23,7 +23,8 @@ run() { # title, flags... : the first recompute mode (none, selective, full)
         if out=$("$cli" simulate "$@" --recompute $rc $common 2>&1) &&
             ! grep -q '^| dynapipe | infeasible' <<<"$out"; then
             if [ -z "$best" ]; then best=$out; best_rc=$rc; fi
-            if ! grep -q '^| [a-z-]* | infeasible' <<<"$out"; then best=$out; best_rc=$rc; break; fi
+            # rows are labelled "method" or "method (knob=value)"
+            if ! grep -qE '^\| [a-z-]+( \([^)]*\))? \| infeasible' <<<"$out"; then best=$out; best_rc=$rc; break; fi
         fi
     done
     if [ -z "$best" ]; then best=$out; best_rc=$rc; fi
@@ -44,7 +45,7 @@ summarize() {
     awk -v title="$1" -v rc="$2" -F'|' '
         /^\| method/ { for (i = 3; i < NF; i++) { name[i] = $i; gsub(/ /, "", name[i]) } nc = NF; next }
         /^\| (dynapipe|packing|padding) / {
-            m = $2; gsub(/ /, "", m)
+            m = $2; gsub(/ /, "", m); sub(/[(].*/, "", m) # "packing (pack-rows=2)" -> "packing"
             for (i = 3; i < nc; i++) { v = $i; if (v ~ /infeasible/) v = ""; else { sub(/^ */, "", v); sub(/ .*/, "", v) } tp[m, i] = v }
         }
         function best_ratio(other,   i, r, b, bi, bd, bo) {

@@ -26,6 +26,7 @@ static dyn_batch_plan plan_gpt(const dyn_machine *m, const dyn_sample *s, int32_
     if (cm == NULL) fail_msg("%s", err.msg);
     dyn_plan_options o;
     dyn_plan_options_default(&o);
+    o.enable_packing = 0; /* the DP alone */
     o.stages = stages;
     o.max_seqlen = cfg.max_seqlen;
     dyn_batch_plan plan;

@@ -269,6 +269,7 @@ static void run_planner_vs_brute(dyn_model_kind kind, uint64_t seed, int trials)
         random_samples(&rng, s, n, 64, kind);
         dyn_plan_options o;
         dyn_plan_options_default(&o);
+        o.enable_packing = 0; /* the DP alone */
         o.max_seqlen = 64;
         o.stages = 1 + (int32_t)dyn_rng_below(&rng, 6);
         o.chunks = 1 + (int32_t)dyn_rng_below(&rng, 2);
@@ -379,6 +380,7 @@ static void test_planner_t5_fast_equals_naive(void **state)
         few_shapes = 0;
         dyn_plan_options o;
         dyn_plan_options_default(&o);
+        o.enable_packing = 0; /* the DP alone */
         o.max_seqlen = 64;
         o.stages = 2 + (int32_t)dyn_rng_below(&rng, 7);
         o.chunks = 1 + (int32_t)dyn_rng_below(&rng, 2);

@@ -4,9 +4,10 @@
  * scores it; the chosen value is the fastest of those tried and no slower
  * than the old default (the most that fit); values that leave a
  * data-parallel replica idle lose to those that do not; dynapipe has no
- * knob. And dynapipe's enable_packing: the planner's objective and the
- * pipeline's simulated iteration are never worse than the DP alone's or any
- * document-masked packing's (1, 2, 4, 8 rows), each planned on its own. */
+ * knob. And dynapipe's enable_packing (the default): the planner's
+ * objective and the pipeline's simulated iteration are never worse than the
+ * DP alone's or any document-masked packing's (1, 2, 4, 8 rows), each
+ * planned on its own. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -221,6 +222,7 @@ static void check_packing_option(dyn_model_kind kind)
     for (int b = 0; b < N_BATCHES; b++) {
         dyn_plan_options o;
         options(&o, DYN_BATCH_DYNAPIPE, 2, 1);
+        o.enable_packing = 0; /* the DP alone */
         double dp_obj, dp_ms;
         plan_one(&f, &o, f.batches[b], f.counts[b], &dp_obj, &dp_ms);
         double best_obj = dp_obj, best_ms = dp_ms;
@@ -236,8 +238,8 @@ static void check_packing_option(dyn_model_kind kind)
         o.enable_packing = 1;
         double obj, ms;
         plan_one(&f, &o, f.batches[b], f.counts[b], &obj, &ms);
-        assert_true(ms <= best_ms * (1 + 1e-12));
-        assert_true(ms >= best_ms * (1 - 1e-12)); /* it is one of the candidates */
+        assert_true(ms <= best_ms * (1 + 1e-12)); /* (padding and token are candidates too:
+                                                     test_never_behind.c) */
         /* the planner alone (no simulation) keeps the lower objective */
         dyn_error err;
         dyn_batch_plan bp;

@@ -117,12 +117,47 @@ typedef struct dyn_replica_plan {
 /* Release r's arrays and zero it (safe on a zeroed struct). */
 void dyn_replica_plan_free(dyn_replica_plan *r);
 
+/* ---- the ideal bound (src/pipeline/bound.c) --------------------------------
+ * How fast a global batch could run at best on S stages x d replicas: every
+ * sample's own compute at the cost model's rates -- no padding, no
+ * attention across documents, the kernels' rates at that sample's size,
+ * nothing recomputed -- spread perfectly over the S * d devices, plus one
+ * optimizer step over 1/S of the parameters. A sample's compute is the
+ * marginal cost of a row of its shape through every layer, fwd + bwd:
+ * (cost of 2K such rows - cost of K rows) / K with K = 64, so the fixed
+ * per-launch costs (the analytic model's gemm_n_half rows and per-layer
+ * overhead) that batching amortises are not charged to each sample. Any
+ * plan's iteration (its slowest replica's makespan plus its busiest rank's
+ * optimizer step) is at least this, so efficiency = bound / iteration is
+ * at most 1 (up to a table model's interpolation). */
+typedef struct dyn_ideal_bound {
+    double compute_ms; /* sum over samples of their fwd + bwd through every layer / (S * d), ms */
+    double step_ms;    /* optimizer step over the model's parameters / S, ms */
+    double bound_ms;   /* compute_ms + step_ms */
+} dyn_ideal_bound;
+
+/* The bound of the n samples of one global batch on `stages` x `dp`
+ * devices (both >= 1). Errors: bad arguments, the cost model's. */
+dyn_status dyn_ideal_bound_of(const dyn_cost_model *cm, const dyn_sample *samples, int32_t n, int32_t stages,
+                              int32_t dp, dyn_ideal_bound *out, dyn_error *err);
+
 /* One global batch, planned. */
 typedef struct dyn_pipeline_result {
-    dyn_batch_plan batch;       /* the planner's micro-batches, sample ids, figures */
+    dyn_batch_plan batch;       /* the planner's micro-batches, sample ids, figures; batch.method
+                                   and batch.knob say which candidate won (dynapipe) */
     int32_t n_replicas;         /* d */
     dyn_replica_plan *replicas; /* [d] */
+    dyn_ideal_bound ideal;      /* the batch's ideal bound on S x d devices */
+    double step_ms;             /* the optimizer step of the busiest rank (its stages' parameters), ms */
+    double iteration_ms;        /* slowest replica's makespan + step_ms */
+    double efficiency;          /* ideal.bound_ms / iteration_ms, in (0, 1] */
 } dyn_pipeline_result;
+
+/* The optimizer step of r's busiest rank, ms: parameters from the model
+ * states of the stages it holds (16 bytes per parameter: weights, grads
+ * and the two moments, in both precisions of the cost model). 0 for an
+ * idle replica. */
+double dyn_replica_plan_step_ms(const dyn_cost_model *cm, const dyn_replica_plan *r);
 
 /* Release r's batch plan and replica plans and zero it (safe on a zeroed
  * struct and on NULL). */
@@ -146,7 +181,14 @@ dyn_status dyn_pipeline_set_rank_scale(dyn_pipeline *p, const double *fwd, const
 
 /* Plan one global batch of n samples (ids are their positions in samples'
  * source; see dyn_planner_plan) and build every replica's plan under the
- * pipeline's schedule. out is zeroed first; on success free it with
+ * pipeline's schedule. dynapipe with enable_packing (the default) is never
+ * behind its candidates: the planner's plan, the DP's alone, and the
+ * baselines' plans -- packing-docmask, padding and token at every value of
+ * the knob sequence dyn_pipeline_tune tries (so the tuned value among
+ * them), up to the first that does not fit or makes one micro-batch -- are
+ * each scheduled under the pipeline's schedule (auto: its search) and
+ * simulated; the shortest iteration wins (res.batch.method, .knob). Plain
+ * packing is no candidate: it attends across documents. out is zeroed first; on success free it with
  * dyn_pipeline_result_free; on failure nothing is left to free.
  * DYN_ERR_INFEASIBLE when the batch or a replica's schedule does not fit
  * the memory limit (the message says which replica). */

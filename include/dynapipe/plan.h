@@ -42,10 +42,12 @@ typedef struct dyn_plan_options {
     int32_t mb_samples;      /* padding: samples per micro-batch */
     int32_t pack_rows;       /* packing: rows per micro-batch */
     int64_t mb_tokens;       /* token-based: tokens per micro-batch */
-    int32_t enable_packing;  /* dynapipe: 1 = also consider packing the batch into
-                                document-masked rows (packing-docmask with 1, 2, 4, ...
-                                rows per micro-batch) and keep whichever plan has the
-                                lower objective_ms; 0 (default) = the DP's plan only */
+    int32_t enable_packing;  /* dynapipe: 1 (default) = candidates: the planner also
+                                packs the batch into document-masked rows (packing-docmask
+                                with 1, 2, 4, ... rows per micro-batch) and keeps the
+                                lower objective_ms, and dyn_pipeline_plan simulates the
+                                baselines' plans too (pipeline.h) and keeps the fastest;
+                                0 = the DP's plan only (the paper's method) */
 } dyn_plan_options;
 
 /* One micro-batch. Its samples are plan->sample_ids[first .. first+n_samples);
@@ -77,11 +79,15 @@ typedef struct dyn_batch_plan {
                                its share (the schedules then keep fewer in flight) */
     int64_t real_tokens;    /* input + target tokens of the samples */
     int64_t padded_tokens;  /* tokens the model runs: rows * (enc_len + dec_len) summed */
+    int32_t method;         /* dyn_batching that made this plan: DYN_BATCH_DYNAPIPE for the
+                               DP's, else the baseline's (dynapipe's candidates may win) */
+    int64_t knob;           /* that baseline's size knob as planned (mb_samples, pack_rows
+                               or mb_tokens; 0: the most that fit); 0 for the DP */
 } dyn_batch_plan;
 
 /* Defaults: method dynapipe, S = v = d = 1, memory limit 0 (the machine's),
  * round_to 8, max_seqlen 2048, no recompute, baseline knobs 0 (the most that
- * fit), enable_packing 0. Set stages and max_seqlen for the run; the planner checks ranges
+ * fit), enable_packing 1. Set stages and max_seqlen for the run; the planner checks ranges
  * (DYN_ERR_INVALID_ARG naming the field) when it is created. */
 void dyn_plan_options_default(dyn_plan_options *opt);
 
@@ -124,6 +130,14 @@ dyn_planner *dyn_planner_create_custom(dyn_model_kind kind, dyn_mb_cost_fn fn, v
 /* Plan one global batch (see dyn_plan_batch). */
 dyn_status dyn_planner_plan(dyn_planner *p, const dyn_sample *samples, int32_t n,
                             dyn_batch_plan *out, dyn_error *err);
+/* Plan one global batch as `method` with size knob `knob` (padding
+ * mb_samples, packing rows, token mb_tokens; 0: the most that fit; ignored
+ * for dynapipe), whatever p's own method: the plan a planner made with p's
+ * options but that method and knob (and enable_packing 0: for dynapipe the
+ * DP's plan alone) would give, from p's cost cache. dynapipe's candidates
+ * (dyn_pipeline_plan) are planned this way. */
+dyn_status dyn_planner_plan_as(dyn_planner *p, dyn_batching method, int64_t knob, const dyn_sample *samples,
+                               int32_t n, dyn_batch_plan *out, dyn_error *err);
 void dyn_planner_free(dyn_planner *p); /* NULL is a no-op; the cost model is not freed */
 /* The options the planner runs with (memory_limit_mb resolved: the
  * machine's memory when the caller gave <= 0; +inf for a custom planner

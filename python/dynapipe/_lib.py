@@ -120,7 +120,8 @@ class DynBatchPlan(ctypes.Structure):
                 ("sample_row", ctypes.POINTER(i32)), ("sample_offset", ctypes.POINTER(i32)),
                 ("objective_ms", f64), ("plan_time_ms", f64),
                 ("sample_dec_offset", ctypes.POINTER(i32)), ("balanced_ms", f64),
-                ("device_peak_mb", f64), ("real_tokens", i64), ("padded_tokens", i64)]
+                ("device_peak_mb", f64), ("real_tokens", i64), ("padded_tokens", i64),
+                ("method", i32), ("knob", i64)]
 
 
 class DynDataset(ctypes.Structure):
@@ -163,8 +164,13 @@ class DynReplicaPlan(ctypes.Structure):
                 ("rank_peak_mb", _PD)]
 
 
+class DynIdealBound(ctypes.Structure):
+    _fields_ = [("compute_ms", f64), ("step_ms", f64), ("bound_ms", f64)]
+
+
 class DynPipelineResult(ctypes.Structure):
-    _fields_ = [("batch", DynBatchPlan), ("n_replicas", i32), ("replicas", ctypes.POINTER(DynReplicaPlan))]
+    _fields_ = [("batch", DynBatchPlan), ("n_replicas", i32), ("replicas", ctypes.POINTER(DynReplicaPlan)),
+                ("ideal", DynIdealBound), ("step_ms", f64), ("iteration_ms", f64), ("efficiency", f64)]
 
 
 _MIRRORS = {"dyn_error": DynError, "dyn_sample": DynSample, "dyn_model_config": DynModelConfig,
@@ -173,6 +179,7 @@ _MIRRORS = {"dyn_error": DynError, "dyn_sample": DynSample, "dyn_model_config": 
             "dyn_batch_plan": DynBatchPlan, "dyn_dataset": DynDataset, "dyn_instr": DynInstr,
             "dyn_rank_plan": DynRankPlan, "dyn_exec_plan": DynExecPlan, "dyn_stage_costs": DynStageCosts,
             "dyn_pipeline_options": DynPipelineOptions, "dyn_replica_plan": DynReplicaPlan,
+            "dyn_ideal_bound": DynIdealBound,
             "dyn_pipeline_result": DynPipelineResult}
 
 # ---- prototypes -----------------------------------------------------------------

@@ -175,6 +175,10 @@ class BatchPlan:
     real_tokens: int
     padded_tokens: int
     replica_plans: Optional[List[ReplicaPlan]] = field(default=None, repr=False)
+    method: str = "dynapipe"  # the method whose plan this is: dynapipe's candidates may win
+    knob: int = 0  # that baseline's size knob as planned (0: the most that fit, or the DP)
+    efficiency: Optional[float] = None  # ideal bound / iteration (None unless planned with a schedule)
+    ideal_ms: Optional[float] = None  # the batch's ideal bound, ms (pipeline.h dyn_ideal_bound_of; ditto)
 
     @property
     def makespan_ms(self):
@@ -233,15 +237,17 @@ class BatchPlan:
                 "balanced_ms": self.balanced_ms, "plan_time_ms": self.plan_time_ms,
                 "peak_mb": self.peak_mb, "real_tokens": self.real_tokens,
                 "padded_tokens": self.padded_tokens, "padding_efficiency": self.padding_efficiency,
+                "method": self.method, "knob": self.knob,
                 "microbatches": [mb.to_dict() for mb in self.microbatches]}
         if self.replica_plans is not None:
             d["replica_plans"] = [r.to_dict() for r in self.replica_plans]
+            d.update(ideal_ms=self.ideal_ms, efficiency=self.efficiency)
             d.update(makespan_ms=self.makespan_ms, bubble_fraction=self.bubble_fraction,
                      tokens_per_s=self.tokens_per_s)
         return d
 
 
-def _batch_plan_from_c(bp, t5, tokens_of=None, replicas=None):
+def _batch_plan_from_c(bp, t5, tokens_of=None, replicas=None, res=None):
     """A BatchPlan from the C dyn_batch_plan bp; tokens_of: sample id ->
     real tokens; replicas: (lib, [dyn_replica_plan]) to convert too."""
     ids = bp.sample_ids
@@ -263,7 +269,10 @@ def _batch_plan_from_c(bp, t5, tokens_of=None, replicas=None):
         rps = [_replica_plan_from_c(lib, c, mbs) for c in crps]
     return BatchPlan(microbatches=mbs, n_samples=bp.n_samples, objective_ms=bp.objective_ms,
                      balanced_ms=bp.balanced_ms, plan_time_ms=bp.plan_time_ms, peak_mb=bp.device_peak_mb,
-                     real_tokens=bp.real_tokens, padded_tokens=bp.padded_tokens, replica_plans=rps)
+                     real_tokens=bp.real_tokens, padded_tokens=bp.padded_tokens, replica_plans=rps,
+                     method=METHODS[bp.method], knob=bp.knob,
+                     efficiency=res.efficiency if res is not None else None,
+                     ideal_ms=res.ideal.bound_ms if res is not None else None)
 
 
 def _replica_plan_from_c(lib, c, mbs):
@@ -321,6 +330,10 @@ class Planner:
     method: one of METHODS; recompute: one of RECOMPUTE; round_to: pad
         lengths to a multiple of it; mb_samples / pack_rows / mb_tokens: the
         baselines' knobs (None: the most that fit).
+    dp_packing: dynapipe only; True (default, as the CLI): never behind its
+        candidates -- document-masked packings by DP objective, and with a
+        schedule the baselines' plans by simulated time (BatchPlan.method
+        and .knob say which won); False: the DP's plan alone.
 
     Bad types raise TypeError and bad values ValueError before any C call;
     what the library refuses raises a dynapipe.Error subclass with its
@@ -331,7 +344,7 @@ class Planner:
 
     def __init__(self, *, model=None, max_seqlen, stages, machine="cpu", cost_model="analytic", dp=1,
                  chunks=1, memory_limit_mb=None, method="dynapipe", round_to=8, recompute="none",
-                 mb_samples=None, pack_rows=None, mb_tokens=None):
+                 mb_samples=None, pack_rows=None, mb_tokens=None, dp_packing=True):
         self._cm = self._planner = None
         self._pipelines = {}
         lib = _lib.load()
@@ -351,6 +364,9 @@ class Planner:
                 raise ValueError(f"{knob} = {value} applies to method {' or '.join(_KNOB_METHODS[knob])}, "
                                  f"not to method {method!r}")
         opt.recompute = RECOMPUTE.index(_choice("recompute", recompute, RECOMPUTE))
+        if not isinstance(dp_packing, bool):
+            raise TypeError(f"dp_packing must be True or False, not {type(dp_packing).__name__}")
+        opt.enable_packing = int(dp_packing)
         if memory_limit_mb is not None:
             if isinstance(memory_limit_mb, bool) or not isinstance(memory_limit_mb, (int, float)):
                 raise TypeError(f"memory_limit_mb must be a number, not {type(memory_limit_mb).__name__}")
@@ -524,7 +540,7 @@ class Planner:
                    err)
         try:
             return _batch_plan_from_c(res.batch, t5, tokens_of,
-                                      (lib, [res.replicas[r] for r in range(res.n_replicas)]))
+                                      (lib, [res.replicas[r] for r in range(res.n_replicas)]), res)
         finally:
             lib.dyn_pipeline_result_free(ctypes.byref(res))
 

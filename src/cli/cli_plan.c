@@ -108,6 +108,10 @@ static cJSON *batch_json(int32_t index, const dyn_batch_plan *pl, const dyn_pipe
     int ok = mbs != NULL && cJSON_AddNumberToObject(b, "index", index) &&
              cJSON_AddNumberToObject(b, "n_samples", pl->n_samples) &&
              cJSON_AddNumberToObject(b, "objective_ms", pl->objective_ms) &&
+             cJSON_AddStringToObject(b, "method", dyn_batching_name((dyn_batching)pl->method)) &&
+             cJSON_AddNumberToObject(b, "knob", (double)pl->knob) &&
+             (res == NULL || (cJSON_AddNumberToObject(b, "ideal_ms", res->ideal.bound_ms) &&
+                              cJSON_AddNumberToObject(b, "efficiency", res->efficiency))) &&
              cJSON_AddNumberToObject(b, "balanced_ms", pl->balanced_ms) &&
              cJSON_AddNumberToObject(b, "plan_time_ms", pl->plan_time_ms) &&
              cJSON_AddNumberToObject(b, "peak_mb", pl->device_peak_mb) &&
@@ -151,16 +155,28 @@ static cJSON *batch_json(int32_t index, const dyn_batch_plan *pl, const dyn_pipe
  * objective is the DP's estimate ((S - 1) t_max / v + t_sum / d), an upper
  * bound of the pipeline's time rather than a prediction of it: it is named
  * as such, with the simulated time beside it when there is one. */
+/* run_method: the method asked for; when dynapipe's winning candidate is
+ * another method's plan, the line names it. res: the built plans (NULL:
+ * none), for the efficiency against the ideal bound. */
 static void print_batch(int32_t index, const dyn_batch_plan *pl, int t5, int verbosity, double limit_mb,
-                        double sim_ms)
+                        double sim_ms, dyn_batching run_method, const dyn_pipeline_result *res)
 {
     double eff = pl->padded_tokens ? 100.0 * (double)pl->real_tokens / pl->padded_tokens : 0;
-    char sim[64];
-    if (sim_ms >= 0) snprintf(sim, sizeof sim, "simulated iteration %.2f ms", sim_ms);
+    char sim[96];
+    if (sim_ms >= 0 && res != NULL)
+        snprintf(sim, sizeof sim, "simulated iteration %.2f ms (efficiency %.1f%% of the ideal bound)", sim_ms,
+                 100.0 * res->efficiency);
+    else if (sim_ms >= 0) snprintf(sim, sizeof sim, "simulated iteration %.2f ms", sim_ms);
     else snprintf(sim, sizeof sim, "simulated: give --schedule");
-    printf("global batch %d: %d samples, %lld tokens -> %d micro-batches; planner objective %.2f ms "
+    char won[64] = "";
+    if ((int32_t)run_method != pl->method) {
+        const char *knob = dyn_tune_knob_name((dyn_batching)pl->method);
+        snprintf(won, sizeof won, " (%s plan, %s=%lld)", dyn_batching_name((dyn_batching)pl->method),
+                 knob ? knob : "-", (long long)pl->knob);
+    }
+    printf("global batch %d: %d samples, %lld tokens -> %d micro-batches%s; planner objective %.2f ms "
            "(balanced %.2f ms), %s, padding efficiency %.1f%%, peak %.1f MB, planned in %.3f ms\n",
-           index, pl->n_samples, (long long)pl->real_tokens, pl->n_microbatches, pl->objective_ms,
+           index, pl->n_samples, (long long)pl->real_tokens, pl->n_microbatches, won, pl->objective_ms,
            pl->balanced_ms, sim, eff, pl->device_peak_mb, pl->plan_time_ms);
     if (pl->device_peak_mb > limit_mb)
         printf("  (peak counts S micro-batches in flight; a sample over its share runs alone and the "
@@ -428,7 +444,8 @@ static int plan_one_batch(const plan_cmd *pc, exec_out *eo, plan_inputs *in, con
     double sim_ms = -1;
     for (int32_t r = 0; eo->build && r < res.n_replicas; r++)
         if (res.replicas[r].makespan_ms > sim_ms) sim_ms = res.replicas[r].makespan_ms;
-    print_batch(index, pl, t5, pc->verbosity, dyn_planner_options(in->planner)->memory_limit_mb, sim_ms);
+    print_batch(index, pl, t5, pc->verbosity, dyn_planner_options(in->planner)->memory_limit_mb, sim_ms,
+                dyn_planner_options(in->planner)->method, eo->build ? &res : NULL);
     int rc = eo->build ? emit_exec_plans(eo, &res, index) : CLI_EXIT_OK;
     if (rc == CLI_EXIT_OK && batches) {
         cJSON *b = batch_json(index, pl, eo->build ? &res : NULL, t5);

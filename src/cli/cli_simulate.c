@@ -57,6 +57,10 @@ typedef struct sim_row {
     int32_t n_microbatches;
     int64_t real_tokens;
     double *peak_mb; /* [n_ranks] */
+    double ideal_ms; /* the batch's ideal bound (pipeline.h dyn_ideal_bound_of); 0: not known */
+    double step_ms;  /* the optimizer step of the busiest rank, over every replica */
+    int32_t won_method; /* dynapipe: the method of the winning candidate's plan (-1: not dynapipe) */
+    int64_t won_knob;
 } sim_row;
 
 /* Split a comma list in place into items; returns the count or -1. */
@@ -267,6 +271,7 @@ typedef struct run_state {
     int32_t n_rows, cap_rows;
     recorded rec;
     int64_t knob[DYN_BATCHING_COUNT]; /* per method index: the size knob planned with (tuned or given) */
+    const dyn_cost_model *cm;         /* planned runs: for the optimizer step; NULL for what-if */
 } run_state;
 
 static sim_row *new_row(run_state *rs, dyn_error *err)
@@ -303,6 +308,7 @@ static void fill_row(run_state *rs, sim_row *row, const dyn_replica_plan *rp)
         row->busy_ms += rp->rank_busy_ms[r];
         row->peak_mb[r] = rp->rank_peak_mb[r];
     }
+    row->step_ms = rs->cm ? dyn_replica_plan_step_ms(rs->cm, rp) : 0.0;
 }
 
 /* Keep rp's plan + costs for the trace/SVG (takes ownership of both). */
@@ -376,6 +382,7 @@ static const char *sched_label(int32_t s)
 static void merge_row(run_state *rs, sim_row *row, const sim_row *tmp)
 {
     if (tmp->makespan_ms > row->makespan_ms) row->makespan_ms = tmp->makespan_ms;
+    if (tmp->step_ms > row->step_ms) row->step_ms = tmp->step_ms;
     row->busy_ms += tmp->busy_ms;
     row->n_microbatches += tmp->n_microbatches;
     for (int32_t q = 0; q < rs->n_ranks; q++)
@@ -441,6 +448,7 @@ static int32_t begin_rows(run_state *rs, int32_t batch, int32_t method, int64_t 
         row->real_tokens = real_tokens;
         row->feasible = feasible;
         row->chosen_sched = -1;
+        row->won_method = -1;
     }
     return first;
 }
@@ -534,11 +542,78 @@ static int run_whatif(run_state *rs)
 
 /* ---- planning input --------------------------------------------------- */
 
+/* dynapipe under schedule row->sched: its pipeline (made for that schedule)
+ * chose among its candidates by simulation under that same schedule; copy
+ * every busy replica's figures into the row and keep the first plan for the
+ * trace. */
+static int take_result(run_state *rs, sim_row *row, dyn_pipeline_result *res, const char *method_name)
+{
+    dyn_error err;
+    sim_row tmp;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.peak_mb = dyn_calloc((size_t)rs->n_ranks, sizeof(double), "results", &err);
+    if (tmp.peak_mb == NULL) {
+        cli_errorf(CMD, "%s", err.msg);
+        return -1;
+    }
+    for (int32_t r = 0; r < res->n_replicas; r++) {
+        dyn_replica_plan *rp = &res->replicas[r];
+        if (rp->n_microbatches == 0) continue; /* an idle replica: it only waits */
+        fill_row(rs, &tmp, rp);
+        merge_row(rs, row, &tmp);
+        if (!rs->rec.have && (rs->a->trace || rs->a->svg)) {
+            char title[160];
+            snprintf(title, sizeof title, "%s, %s%s, S=%d, global batch %d", method_name,
+                     row->sched == AUTO_SCHEDULE ? "auto: " : "", dyn_schedule_name(rp->schedule), rs->n_ranks,
+                     row->batch);
+            record(rs, rp, title);
+        }
+    }
+    row->won_method = res->batch.method;
+    row->won_knob = res->batch.knob;
+    free(tmp.peak_mb);
+    return 0;
+}
+
+/* dynapipe with its candidates (method index m): under each schedule k its
+ * pipeline dyn_pipes[k] (made for that schedule) keeps the fastest candidate
+ * by simulation under that same schedule. 0, or -1 (printed). */
+static int simulate_dynapipe(run_state *rs, dyn_pipeline **dyn_pipes, int32_t b, int32_t m, const dyn_sample *batch,
+                             int32_t n, double ideal_ms)
+{
+    const sim_args *a = rs->a;
+    const char *name = dyn_batching_name(a->methods[m]);
+    int64_t tokens = 0;
+    for (int32_t i = 0; i < n; i++) tokens += (int64_t)batch[i].input_len + batch[i].target_len;
+    int32_t first = begin_rows(rs, b, m, tokens, 1);
+    if (first < 0) return -1;
+    for (int32_t k = 0; k < a->n_sched; k++) {
+        sim_row *row = &rs->rows[first + k];
+        row->ideal_ms = ideal_ms;
+        dyn_error err;
+        dyn_pipeline_result res;
+        dyn_status pst = dyn_pipeline_plan(dyn_pipes[k], batch, n, &res, &err);
+        if (pst == DYN_ERR_INFEASIBLE && a->skip_infeasible) {
+            row->feasible = 0;
+            continue;
+        }
+        if (pst != DYN_OK) {
+            cli_errorf(CMD, "global batch %d, %s, %s: %s", b, name, sched_label(a->sched[k]), err.msg);
+            return -1;
+        }
+        int rc = take_result(rs, row, &res, name);
+        dyn_pipeline_result_free(&res);
+        if (rc != 0) return -1;
+    }
+    finish_rows(rs, first, a->plan.opt.dp);
+    return 0;
+}
+
 /* Plan global batch b with method index m (its planner and pipeline) and
  * simulate every replica under every schedule into the batch's rows.
  * 0, or -1 (printed). */
 static int simulate_method(run_state *rs, dyn_planner *planner, dyn_pipeline *pipe, int32_t b, int32_t m,
-                           const dyn_sample *batch, int32_t n)
+                           const dyn_sample *batch, int32_t n, double ideal_ms)
 {
     const sim_args *a = rs->a;
     const char *name = dyn_batching_name(a->methods[m]);
@@ -546,19 +621,7 @@ static int simulate_method(run_state *rs, dyn_planner *planner, dyn_pipeline *pi
     dyn_batch_plan bp;
     memset(&bp, 0, sizeof bp);
     dyn_status pst;
-    if (a->methods[m] == DYN_BATCH_DYNAPIPE && a->plan.opt.enable_packing) {
-        /* --dp-packing: the pipeline picks among the DP's plan and the
-         * packings by simulated iteration (schedule auto). */
-        dyn_pipeline_result res;
-        pst = dyn_pipeline_plan(pipe, batch, n, &res, &err);
-        if (pst == DYN_OK) {
-            bp = res.batch;
-            memset(&res.batch, 0, sizeof res.batch);
-            dyn_pipeline_result_free(&res);
-        }
-    } else {
-        pst = dyn_planner_plan(planner, batch, n, &bp, &err);
-    }
+    pst = dyn_planner_plan(planner, batch, n, &bp, &err);
     if (pst == DYN_ERR_INFEASIBLE && a->skip_infeasible) {
         /* This method cannot plan the batch: infeasible rows. */
         dyn_batch_plan_free(&bp);
@@ -575,6 +638,7 @@ static int simulate_method(run_state *rs, dyn_planner *planner, dyn_pipeline *pi
     for (int32_t i = 0; i < n; i++) tokens += (int64_t)batch[i].input_len + batch[i].target_len;
     int32_t first = begin_rows(rs, b, m, tokens, 1);
     int rc = first < 0 ? -1 : 0;
+    for (int32_t k = 0; rc == 0 && k < a->n_sched; k++) rs->rows[first + k].ideal_ms = ideal_ms;
     for (int32_t rep = 0; rc == 0 && rep < a->plan.opt.dp; rep++) {
         int has = 0;
         for (int32_t i = 0; i < bp.n_microbatches; i++) has |= bp.mbs[i].replica == rep;
@@ -596,6 +660,11 @@ static int run_planned(run_state *rs, plan_inputs *in)
     rs->dp = a->plan.opt.dp;
     dyn_planner *planners[DYN_BATCHING_COUNT] = {0};
     dyn_pipeline *pipes[DYN_BATCHING_COUNT] = {0};
+    /* dynapipe with its candidates: one pipeline per schedule, so that the
+     * candidate kept is the fastest under the schedule it is reported for */
+    dyn_pipeline *dyn_pipes[DYN_SCHEDULE_COUNT + 1] = {0};
+    int32_t dyn_m = -1;
+    rs->cm = in->cm;
     dyn_pipeline_options pipe_opt;
     dyn_pipeline_options_default(&pipe_opt);
     pipe_opt.order_groups = a->order_groups;
@@ -613,17 +682,37 @@ static int run_planned(run_state *rs, plan_inputs *in)
             cli_errorf(CMD, "%s", err.msg);
             goto done;
         }
+        if (a->methods[m] == DYN_BATCH_DYNAPIPE && a->plan.opt.enable_packing) {
+            dyn_m = m;
+            for (int32_t k = 0; k < a->n_sched; k++) {
+                dyn_pipeline_options so = pipe_opt;
+                so.schedule = a->sched[k];
+                if ((dyn_pipes[k] = dyn_pipeline_create(planners[m], &so, &err)) == NULL) {
+                    cli_errorf(CMD, "dynapipe, %s: %s", sched_label(a->sched[k]), err.msg);
+                    goto done;
+                }
+            }
+        }
     }
     for (int32_t b = 0;; b++) {
         const dyn_sample *batch;
         int32_t n;
         if (plan_inputs_next(CMD, in, &batch, &n) != 0) goto done;
         if (n == 0) break;
-        for (int32_t m = 0; m < a->n_methods; m++)
-            if (simulate_method(rs, planners[m], pipes[m], b, m, batch, n) != 0) goto done;
+        dyn_ideal_bound ideal;
+        if (dyn_ideal_bound_of(in->cm, batch, n, a->plan.opt.stages, a->plan.opt.dp, &ideal, &err) != DYN_OK) {
+            cli_errorf(CMD, "global batch %d: %s", b, err.msg);
+            goto done;
+        }
+        for (int32_t m = 0; m < a->n_methods; m++) {
+            int rc = m == dyn_m ? simulate_dynapipe(rs, dyn_pipes, b, m, batch, n, ideal.bound_ms)
+                                : simulate_method(rs, planners[m], pipes[m], b, m, batch, n, ideal.bound_ms);
+            if (rc != 0) goto done;
+        }
     }
     ret = 0;
 done:
+    for (int32_t k = 0; k <= DYN_SCHEDULE_COUNT; k++) dyn_pipeline_free(dyn_pipes[k]);
     for (int32_t m = 0; m < DYN_BATCHING_COUNT; m++) {
         dyn_pipeline_free(pipes[m]);
         dyn_planner_free(planners[m]);
@@ -635,6 +724,7 @@ done:
 
 typedef struct summary {
     double makespan, busy, tokens, peak;
+    double ideal, step; /* sums of the ideal bounds and the optimizer steps, ms */
     int32_t n, infeasible;
 } summary;
 
@@ -652,12 +742,23 @@ static void summarise(const run_state *rs, int32_t method, int32_t sched, summar
         s->makespan += r->makespan_ms;
         s->busy += r->busy_ms;
         s->tokens += (double)r->real_tokens;
+        s->ideal += r->ideal_ms;
+        s->step += r->step_ms;
         for (int32_t q = 0; q < rs->n_ranks; q++)
             if (r->peak_mb[q] > s->peak) s->peak = r->peak_mb[q];
     }
 }
 
 static double summary_tps(const summary *s) { return s->makespan > 0 ? s->tokens / (s->makespan * 1e-3) : 0; }
+
+/* The ideal bounds over the iterations (makespan + optimizer step), summed
+ * over the batches; "-" when not known (what-if files). */
+static void summary_eff(const summary *s, char *buf, size_t cap)
+{
+    if (s->ideal > 0 && s->makespan + s->step > 0)
+        snprintf(buf, cap, "%.1f%%", 100.0 * s->ideal / (s->makespan + s->step));
+    else snprintf(buf, cap, "-");
+}
 
 /* "pack-rows=2": the size knob method index m planned with; "-" for
  * dynapipe and what-if files. */
@@ -666,6 +767,43 @@ static void knob_label(const run_state *rs, int32_t m, char *buf, size_t cap)
     const char *name = rs->a->microbatches ? NULL : dyn_tune_knob_name(rs->a->methods[m]);
     if (name == NULL) snprintf(buf, cap, "-");
     else snprintf(buf, cap, "%s=%lld", name, (long long)rs->knob[m]);
+}
+
+/* Which candidate dynapipe kept, per schedule: "dynapipe x2,
+ * packing-docmask pack-rows=2 x1" over the global batches. */
+static void print_winners(const run_state *rs)
+{
+    const sim_args *a = rs->a;
+    for (int32_t k = 0; k < a->n_sched; k++) {
+        char line[512] = "";
+        size_t len = 0;
+        int any = 0;
+        for (int32_t i = 0; i < rs->n_rows; i++) {
+            const sim_row *r = &rs->rows[i];
+            if (r->sched != a->sched[k] || r->won_method < 0 || !r->feasible) continue;
+            int seen = 0; /* counted already with an earlier row */
+            for (int32_t j = 0; j < i && !seen; j++) {
+                const sim_row *q = &rs->rows[j];
+                seen = q->sched == r->sched && q->feasible && q->won_method == r->won_method && q->won_knob == r->won_knob;
+            }
+            if (seen) continue;
+            int count = 0;
+            for (int32_t j = i; j < rs->n_rows; j++) {
+                const sim_row *q = &rs->rows[j];
+                count += q->sched == r->sched && q->feasible && q->won_method == r->won_method && q->won_knob == r->won_knob;
+            }
+            const char *knob = dyn_tune_knob_name((dyn_batching)r->won_method);
+            char item[96];
+            if (knob) snprintf(item, sizeof item, "%s%s %s=%lld x%d", any ? ", " : "", dyn_batching_name((dyn_batching)r->won_method), knob, (long long)r->won_knob, count);
+            else snprintf(item, sizeof item, "%s%s x%d", any ? ", " : "", dyn_batching_name((dyn_batching)r->won_method), count);
+            if (len + strlen(item) < sizeof line) {
+                memcpy(line + len, item, strlen(item) + 1);
+                len += strlen(item);
+            }
+            any = 1;
+        }
+        if (any) printf("dynapipe's plans (%s): %s\n", sched_label(a->sched[k]), line);
+    }
 }
 
 static void print_table(const run_state *rs)
@@ -680,8 +818,8 @@ static void print_table(const run_state *rs)
         if (rs->rows[i].batch + 1 > n_batches) n_batches = rs->rows[i].batch + 1;
     printf("simulated %d global batch%s on %d pipeline stages, machine %s\n", n_batches,
            n_batches == 1 ? "" : "es", rs->n_ranks, rs->machine.name);
-    printf("%-16s %-15s %-17s %12s %10s %8s %13s %13s %9s\n", "method", "size", "schedule", "makespan_ms",
-           "iter_ms", "bubble", "peak_mem_mb", "tokens/s", "vs packing");
+    printf("%-16s %-15s %-17s %12s %10s %8s %13s %13s %9s %10s\n", "method", "size", "schedule", "makespan_ms",
+           "iter_ms", "bubble", "peak_mem_mb", "tokens/s", "vs packing", "efficiency");
     for (int32_t m = 0; m < n_methods; m++) {
         for (int32_t k = 0; k < a->n_sched; k++) {
             summary s, p;
@@ -701,10 +839,17 @@ static void print_table(const run_state *rs)
                     snprintf(speed, sizeof speed, "%.2fx", summary_tps(&s) / summary_tps(&p));
             }
             double bubble = s.makespan > 0 ? 1.0 - s.busy / ((double)rs->n_ranks * rs->dp * s.makespan) : 0;
-            printf("%-16s %-15s %-17s %12.3f %10.3f %8.3f %13.1f %13.1f %9s\n", mname, size,
+            char eff[32];
+            summary_eff(&s, eff, sizeof eff);
+            printf("%-16s %-15s %-17s %12.3f %10.3f %8.3f %13.1f %13.1f %9s %10s\n", mname, size,
                    sched_label(a->sched[k]), s.makespan, s.makespan / s.n, bubble, s.peak, summary_tps(&s),
-                   speed);
+                   speed, eff);
         }
+    }
+    if (!a->microbatches) {
+        printf("efficiency: the ideal bound (every sample's own compute / (stages x replicas) + one optimizer\n"
+               "step) over the simulated iteration (makespan + the busiest rank's optimizer step)\n");
+        print_winners(rs);
     }
 }
 
@@ -769,6 +914,15 @@ static cJSON *row_json(const run_state *rs, const sim_row *r)
     ok &= cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s) != NULL;
     ok &= cJSON_AddNumberToObject(o, "real_tokens", (double)r->real_tokens) != NULL;
     ok &= cJSON_AddNumberToObject(o, "microbatches", r->n_microbatches) != NULL;
+    if (r->won_method >= 0) {
+        ok &= cJSON_AddStringToObject(o, "plan_method", dyn_batching_name((dyn_batching)r->won_method)) != NULL;
+        ok &= cJSON_AddNumberToObject(o, "plan_knob", (double)r->won_knob) != NULL;
+    }
+    if (r->ideal_ms > 0 && r->makespan_ms + r->step_ms > 0) {
+        ok &= cJSON_AddNumberToObject(o, "ideal_ms", r->ideal_ms) != NULL;
+        ok &= cJSON_AddNumberToObject(o, "step_ms", r->step_ms) != NULL;
+        ok &= cJSON_AddNumberToObject(o, "efficiency", r->ideal_ms / (r->makespan_ms + r->step_ms)) != NULL;
+    }
     if (!ok) {
         cJSON_Delete(o);
         return NULL;

@@ -158,9 +158,11 @@ const cli_flag plan_args_flags[] = {
              "baseline knobs not given: the most that fit, not tuned (tuned:\n"
              "the fastest by simulated iteration time, schedule auto, on the\n"
              "first global batches, under the memory limit)"),
-    CLI_BOOL("--dp-packing", PA, opt.enable_packing, 1,
-             "dynapipe: also consider document-masked packing of the\n"
-             "batch and keep the plan with the lower predicted time"),
+    CLI_BOOL("--no-dp-packing", PA, opt.enable_packing, 0,
+             "dynapipe: the DP's plan alone (the default also plans the\n"
+             "batch as document-masked packing, padding and token at\n"
+             "their knob values and keeps the fastest by simulation)"),
+    CLI_BOOL("--dp-packing", PA, opt.enable_packing, 1, "dynapipe: the default candidates (accepted for old scripts)"),
     CLI_END,
 };
 #undef PA

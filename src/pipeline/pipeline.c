@@ -15,9 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util/util.h" /* defines: dyn_calloc */
-
-#define PIPE_N_ALT 5 /* the DP alone + packing-docmask with 1, 2, 4, 8 rows */
+#include "pipeline/pipeline_internal.h" /* defines: pipe_knob_seq_* */
+#include "util/util.h"                   /* defines: dyn_calloc */
 
 struct dyn_pipeline {
     dyn_planner *planner;    /* borrowed */
@@ -27,12 +26,12 @@ struct dyn_pipeline {
     dyn_sim *sim;            /* workspace of auto and of the final simulation */
     int32_t *replica_mbs;    /* [cap_mbs] scratch: a replica's indices into bp->mbs */
     int32_t cap_mbs;
-    /* dynapipe with enable_packing: planners of the other candidates (the
-     * DP alone; packing-docmask with 1, 2, 4, 8 rows per micro-batch),
-     * owned; the batch keeps the candidate with the shortest simulated
-     * iteration. */
-    dyn_planner *alt[PIPE_N_ALT];
-    int32_t n_alt;
+    /* dynapipe with enable_packing: every batch is also planned as each
+     * candidate of dyn_pipeline_plan (the DP alone, the baselines at their
+     * knob sequences) and the shortest simulated iteration is kept. */
+    int candidates;
+    int rank_scaled;  /* per-rank factors are set: the candidates' lower bound does not hold */
+    int32_t fit_rows; /* rows of max_seqlen one micro-batch fits: the knob sequences' old default */
 };
 
 void dyn_pipeline_options_default(dyn_pipeline_options *opt)
@@ -229,18 +228,10 @@ dyn_pipeline *dyn_pipeline_create(dyn_planner *planner, const dyn_pipeline_optio
         return NULL;
     }
     if (po->method == DYN_BATCH_DYNAPIPE && po->enable_packing) {
-        for (int32_t k = 0; k < PIPE_N_ALT; k++) {
-            dyn_plan_options ao = *po;
-            ao.enable_packing = 0;
-            if (k > 0) {
-                ao.method = DYN_BATCH_PACKING_DOCMASK;
-                ao.pack_rows = 1 << (k - 1);
-            }
-            if ((p->alt[k] = dyn_planner_create(cm, &ao, err)) == NULL) {
-                dyn_pipeline_free(p);
-                return NULL;
-            }
-            p->n_alt = k + 1;
+        p->candidates = 1;
+        if (dyn_planner_fit_rows(planner, &p->fit_rows, err) != DYN_OK) {
+            dyn_pipeline_free(p);
+            return NULL;
         }
     }
     return p;
@@ -248,13 +239,14 @@ dyn_pipeline *dyn_pipeline_create(dyn_planner *planner, const dyn_pipeline_optio
 
 dyn_status dyn_pipeline_set_rank_scale(dyn_pipeline *p, const double *fwd, const double *bwd, dyn_error *err)
 {
-    return dyn_batch_costs_set_rank_scale(p->bc, fwd, bwd, err);
+    dyn_status st = dyn_batch_costs_set_rank_scale(p->bc, fwd, bwd, err);
+    if (st == DYN_OK) p->rank_scaled = fwd != NULL || bwd != NULL;
+    return st;
 }
 
 void dyn_pipeline_free(dyn_pipeline *p)
 {
     if (p == NULL) return;
-    for (int32_t k = 0; k < p->n_alt; k++) dyn_planner_free(p->alt[k]);
     dyn_sim_free(p->sim);
     dyn_batch_costs_free(p->bc);
     free(p->replica_mbs);
@@ -325,55 +317,10 @@ static double result_ms(const dyn_pipeline_result *r)
     return ms;
 }
 
-static dyn_status plan_with(dyn_pipeline *p, dyn_planner *pl, const dyn_sample *samples, int32_t n,
-                            dyn_pipeline_result *out, dyn_error *err);
-
-dyn_status dyn_pipeline_plan(dyn_pipeline *p, const dyn_sample *samples, int32_t n,
-                             dyn_pipeline_result *out, dyn_error *err)
+/* Every replica's plan of out->batch; on failure out is freed. */
+static dyn_status build_replicas(dyn_pipeline *p, dyn_pipeline_result *out, dyn_error *err)
 {
-    memset(out, 0, sizeof *out);
-    if (p == NULL) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "pipeline: no handle");
-    dyn_status st = plan_with(p, p->planner, samples, n, out, err);
-    if (st != DYN_OK || p->n_alt == 0) return st;
-    /* enable_packing: the planner kept the lower DP objective of the DP's
-     * plan and the packings; the objective does not see the pipeline's real
-     * bubbles (per-stage times, the schedule), so every candidate is also
-     * simulated and the shortest iteration wins (ties: the planner's). */
-    double best = result_ms(out);
-    double planned_ms = out->batch.plan_time_ms;
-    for (int32_t k = 0; k < p->n_alt; k++) {
-        dyn_pipeline_result alt;
-        dyn_error e2;
-        st = plan_with(p, p->alt[k], samples, n, &alt, &e2);
-        if (st == DYN_ERR_INFEASIBLE) continue;
-        if (st != DYN_OK) {
-            *err = e2;
-            dyn_pipeline_result_free(out);
-            return st;
-        }
-        planned_ms += alt.batch.plan_time_ms;
-        double ms = result_ms(&alt);
-        if (ms < best) {
-            best = ms;
-            dyn_pipeline_result_free(out);
-            *out = alt;
-        } else {
-            dyn_pipeline_result_free(&alt);
-        }
-    }
-    out->batch.plan_time_ms = planned_ms;
-    return DYN_OK;
-}
-
-static dyn_status plan_with(dyn_pipeline *p, dyn_planner *pl, const dyn_sample *samples, int32_t n,
-                            dyn_pipeline_result *out, dyn_error *err)
-{
-    memset(out, 0, sizeof *out);
-    dyn_status st = dyn_planner_plan(pl, samples, n, &out->batch, err);
-    if (st != DYN_OK) {
-        dyn_batch_plan_free(&out->batch);
-        return st;
-    }
+    dyn_status st;
     int32_t d = dyn_planner_options(p->planner)->dp;
     out->replicas = dyn_calloc((size_t)d, sizeof *out->replicas, "replica plans", err);
     if (out->replicas == NULL) {
@@ -392,4 +339,169 @@ static dyn_status plan_with(dyn_pipeline *p, dyn_planner *pl, const dyn_sample *
         }
     }
     return DYN_OK;
+}
+
+/* The batch planned by p's planner (its own method) and every replica's plan. */
+static dyn_status plan_with(dyn_pipeline *p, const dyn_sample *samples, int32_t n, dyn_pipeline_result *out,
+                            dyn_error *err)
+{
+    memset(out, 0, sizeof *out);
+    dyn_status st = dyn_planner_plan(p->planner, samples, n, &out->batch, err);
+    if (st != DYN_OK) {
+        dyn_batch_plan_free(&out->batch);
+        return st;
+    }
+    return build_replicas(p, out, err);
+}
+
+/* out's ideal bound, optimizer step, iteration and efficiency. */
+static dyn_status fill_bound(dyn_pipeline *p, const dyn_sample *samples, int32_t n, dyn_pipeline_result *out,
+                             dyn_error *err)
+{
+    const dyn_plan_options *po = dyn_planner_options(p->planner);
+    dyn_status st = dyn_ideal_bound_of(p->cm, samples, n, po->stages, po->dp, &out->ideal, err);
+    if (st != DYN_OK) return st;
+    out->step_ms = 0.0;
+    for (int32_t r = 0; r < out->n_replicas; r++) {
+        double ms = dyn_replica_plan_step_ms(p->cm, &out->replicas[r]);
+        if (ms > out->step_ms) out->step_ms = ms;
+    }
+    out->iteration_ms = result_ms(out) + out->step_ms;
+    out->efficiency = out->iteration_ms > 0 ? out->ideal.bound_ms / out->iteration_ms : 0.0;
+    return DYN_OK;
+}
+
+/* The candidates' search state: the best result so far (best->n_replicas
+ * == 0: none yet), its iteration time, the planning time summed over every
+ * candidate, and the first error of a candidate that could not be planned
+ * (reported when none could). */
+typedef struct cand_search {
+    dyn_pipeline_result *best;
+    double best_ms;
+    double planned_ms;
+    dyn_status first_st;
+    dyn_error first_err;
+} cand_search;
+
+/* A lower bound of any schedule's iteration for batch plan bp (ms): the
+ * busiest replica's work summed over every stage and micro-batch, no
+ * recompute, spread evenly over the S ranks; messages, bubbles and
+ * recompute only add to it. 0 when it does not hold (per-rank factors). */
+static dyn_status work_bound_ms(const dyn_pipeline *p, const dyn_batch_plan *bp, double *lb, dyn_error *err)
+{
+    *lb = 0.0;
+    if (p->rank_scaled) return DYN_OK;
+    const dyn_plan_options *po = dyn_planner_options(p->planner);
+    double *rep = dyn_calloc((size_t)po->dp, sizeof(double), "replica work", err);
+    if (rep == NULL) return DYN_ERR_NOMEM;
+    dyn_status st = DYN_OK;
+    for (int32_t i = 0; i < bp->n_microbatches && st == DYN_OK; i++) {
+        double ms;
+        st = pipe_model_ms(p->cm, bp->mbs[i].shape, bp->mbs[i].shape.rows, &ms, err);
+        if (st == DYN_OK) rep[bp->mbs[i].replica] += ms;
+    }
+    for (int32_t r = 0; r < po->dp; r++)
+        if (rep[r] / po->stages > *lb) *lb = rep[r] / po->stages;
+    free(rep);
+    return st;
+}
+
+/* Plan the batch as one candidate and keep it if its iteration is shorter
+ * than the best so far (ties: the earlier candidate). *single: it is one
+ * micro-batch. A candidate whose work alone cannot beat the best is not
+ * scheduled (work_bound_ms). DYN_ERR_INFEASIBLE: this candidate does not
+ * fit (recorded); other errors are the caller's. */
+static dyn_status try_candidate(dyn_pipeline *p, cand_search *cs, int method, int64_t knob, const dyn_sample *samples,
+                                int32_t n, int *single, dyn_error *err)
+{
+    dyn_pipeline_result alt;
+    dyn_error e2;
+    memset(&alt, 0, sizeof alt);
+    dyn_status st = method < 0 ? dyn_planner_plan(p->planner, samples, n, &alt.batch, &e2)
+                               : dyn_planner_plan_as(p->planner, (dyn_batching)method, knob, samples, n, &alt.batch, &e2);
+    if (st == DYN_OK && cs->best->n_replicas > 0) {
+        double lb;
+        if ((st = work_bound_ms(p, &alt.batch, &lb, &e2)) == DYN_OK && lb >= cs->best_ms) {
+            cs->planned_ms += alt.batch.plan_time_ms;
+            *single = alt.batch.n_microbatches == 1;
+            dyn_batch_plan_free(&alt.batch);
+            return DYN_OK; /* it cannot be faster */
+        }
+    }
+    if (st == DYN_OK) st = build_replicas(p, &alt, &e2);
+    else dyn_batch_plan_free(&alt.batch);
+    if (st != DYN_OK) {
+        if (cs->first_st == DYN_OK) {
+            cs->first_st = st;
+            cs->first_err = e2;
+        }
+        if (st != DYN_ERR_INFEASIBLE) *err = e2;
+        return st;
+    }
+    cs->planned_ms += alt.batch.plan_time_ms;
+    *single = alt.batch.n_microbatches == 1;
+    double ms = result_ms(&alt);
+    if (cs->best->n_replicas == 0 || ms < cs->best_ms) {
+        cs->best_ms = ms;
+        dyn_pipeline_result_free(cs->best);
+        *cs->best = alt;
+    } else {
+        dyn_pipeline_result_free(&alt);
+    }
+    return DYN_OK;
+}
+
+/* The baselines dynapipe's candidates come from. Plain packing is left
+ * out: it attends across documents, so it computes a different model
+ * (and the document-masked rows, the same rows with less attention, are
+ * never slower in the cost model). */
+static const dyn_batching CANDIDATE_BASELINES[] = {DYN_BATCH_PACKING_DOCMASK, DYN_BATCH_PADDING, DYN_BATCH_TOKEN};
+
+dyn_status dyn_pipeline_plan(dyn_pipeline *p, const dyn_sample *samples, int32_t n,
+                             dyn_pipeline_result *out, dyn_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (p == NULL) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "pipeline: no handle");
+    if (!p->candidates) {
+        dyn_status st = plan_with(p, samples, n, out, err);
+        if (st == DYN_OK) st = fill_bound(p, samples, n, out, err);
+        if (st != DYN_OK) dyn_pipeline_result_free(out);
+        return st;
+    }
+    /* Never behind: the planner's plan (the DP's, or a document-masked
+     * packing with a lower DP objective), the DP alone, and every baseline
+     * at each value of its knob sequence (pipeline_internal.h: it includes
+     * the value dyn_pipeline_tune would choose for any set of batches
+     * holding this one), each scheduled and simulated as this pipeline
+     * schedules; the shortest iteration wins. The DP objective does not see
+     * the pipeline's real bubbles (per-stage times, the schedule), so only
+     * the simulation can tell which is faster. */
+    cand_search cs = {.best = out, .best_ms = 0.0, .planned_ms = 0.0, .first_st = DYN_OK};
+    int single = 0;
+    dyn_status st = try_candidate(p, &cs, -1, 0, samples, n, &single, err);
+    if (st == DYN_OK || st == DYN_ERR_INFEASIBLE) st = try_candidate(p, &cs, DYN_BATCH_DYNAPIPE, 0, samples, n, &single, err);
+    const dyn_plan_options *po = dyn_planner_options(p->planner);
+    for (size_t b = 0; b < sizeof CANDIDATE_BASELINES / sizeof CANDIDATE_BASELINES[0]; b++) {
+        if (st != DYN_OK && st != DYN_ERR_INFEASIBLE) break;
+        st = DYN_OK;
+        dyn_plan_options bo = *po;
+        bo.method = CANDIDATE_BASELINES[b];
+        pipe_knob_seq seq;
+        pipe_knob_seq_init(&seq, p->cm, &bo, p->fit_rows);
+        for (int64_t v; (v = pipe_knob_seq_next(&seq)) != 0;) {
+            st = try_candidate(p, &cs, (int)bo.method, v, samples, n, &single, err);
+            if (st != DYN_OK || single) break; /* larger values need more memory, or plan the same */
+        }
+    }
+    if (st == DYN_ERR_INFEASIBLE) st = DYN_OK;
+    if (st == DYN_OK && out->n_replicas == 0) { /* no candidate fits: the first one's reason */
+        st = cs.first_st;
+        *err = cs.first_err;
+    }
+    if (st == DYN_OK) {
+        out->batch.plan_time_ms = cs.planned_ms;
+        st = fill_bound(p, samples, n, out, err);
+    }
+    if (st != DYN_OK) dyn_pipeline_result_free(out);
+    return st;
 }

@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipeline/pipeline_internal.h" /* defines: pipe_knob_seq_* */
+
 const char *dyn_tune_knob_name(dyn_batching m)
 {
     switch (m) {
@@ -102,14 +104,6 @@ static dyn_status score_value(const dyn_cost_model *cm, const dyn_plan_options *
     return st;
 }
 
-/* Is value already in the list? */
-static int tried_has(const dyn_tune_result *t, int64_t v)
-{
-    for (int32_t i = 0; i < t->n_tried; i++)
-        if (t->tried[i] == v) return 1;
-    return 0;
-}
-
 dyn_status dyn_pipeline_tune(const dyn_cost_model *cm, const dyn_plan_options *opt,
                              const dyn_pipeline_options *pipe_opt, const dyn_sample *const *batches,
                              const int32_t *batch_n, int32_t n_batches, dyn_tune_result *out,
@@ -130,29 +124,12 @@ dyn_status dyn_pipeline_tune(const dyn_cost_model *cm, const dyn_plan_options *o
     dyn_status st = dyn_planner_fit_rows(pl, &fit, err);
     dyn_planner_free(pl);
     if (st != DYN_OK) return st;
-    if (fit < 1) fit = 1; /* one row may still run alone (the memory rule's exception) */
-    int64_t unit = 1, first = 1, old_default = fit;
-    if (opt->method == DYN_BATCH_TOKEN) {
-        int32_t r = opt->round_to > 1 ? opt->round_to : 1;
-        unit = (int64_t)((opt->max_seqlen + r - 1) / r * r) *
-               (dyn_cost_model_config(cm)->kind == DYN_MODEL_T5 ? 2 : 1);
-        first = unit / 4 > 0 ? unit / 4 : 1; /* below one full row: long samples alone */
-        old_default = (int64_t)fit * unit;
-    }
+    pipe_knob_seq seq;
+    pipe_knob_seq_init(&seq, cm, opt, fit);
     int best = -1, best_busy = -1;
-    int64_t v = first;
-    int pending_default = 1;
     while (out->n_tried < DYN_TUNE_MAX_TRIED) {
-        /* Next candidate: the old default when the powers pass it. */
-        int64_t cand = v;
-        if (pending_default && old_default <= v) {
-            cand = old_default;
-            pending_default = 0;
-        }
-        if (tried_has(out, cand)) {
-            if (cand == v) v *= 2;
-            continue;
-        }
+        int64_t cand = pipe_knob_seq_next(&seq);
+        if (cand == 0) break;
         double ms;
         int busy, single;
         st = score_value(cm, opt, pipe_opt, cand, batches, batch_n, n_batches, &ms, &busy, &single, err);
@@ -169,15 +146,13 @@ dyn_status dyn_pipeline_tune(const dyn_cost_model *cm, const dyn_plan_options *o
             }
         }
         if (!isfinite(ms) || single) break;
-        if (cand == v) v *= 2;
-        if (v > (INT64_C(1) << 40)) break;
     }
     if (best < 0)
         return dyn_error_set(err, DYN_ERR_INFEASIBLE,
                              "%s: no --%s value plans every batch within the memory limit "
                              "(tried down to %lld)",
                              dyn_batching_name(opt->method), dyn_tune_knob_name(opt->method),
-                             (long long)first);
+                             (long long)seq.first);
     out->value = out->tried[best];
     out->iter_ms = out->tried_ms[best];
     out->all_replicas_busy = best_busy;

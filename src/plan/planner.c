@@ -65,6 +65,7 @@ void dyn_plan_options_default(dyn_plan_options *opt)
     opt->mb_samples = 0; /* 0: auto, see baselines.c */
     opt->pack_rows = 0;
     opt->mb_tokens = 0;
+    opt->enable_packing = 1; /* dynapipe is never behind its candidates (plan.h) */
 }
 
 void dyn_batch_plan_free(dyn_batch_plan *plan)
@@ -796,6 +797,40 @@ static dyn_status plan_dynapipe_or_packed(dyn_planner *p, const dyn_sample *s, i
     return st;
 }
 
+dyn_status dyn_planner_plan_as(dyn_planner *p, dyn_batching method, int64_t knob, const dyn_sample *samples,
+                               int32_t n, dyn_batch_plan *out, dyn_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (p == NULL || (unsigned)method >= DYN_BATCHING_COUNT || knob < 0 || (n > 0 && samples == NULL) || n < 0)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "plan as: bad arguments (method %d, knob %lld)", (int)method,
+                             (long long)knob);
+    if (n == 0) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "plan: empty global batch");
+    if (knob > (method == DYN_BATCH_TOKEN ? (INT64_C(1) << 40) : (int64_t)(1 << 24)))
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "plan as %s: knob %lld out of range", dyn_batching_name(method),
+                             (long long)knob);
+    const dyn_plan_options saved = p->opt;
+    p->opt.method = method;
+    p->opt.enable_packing = 0;
+    switch (method) {
+    case DYN_BATCH_PADDING: p->opt.mb_samples = (int32_t)knob; break;
+    case DYN_BATCH_PACKING:
+    case DYN_BATCH_PACKING_DOCMASK: p->opt.pack_rows = (int32_t)knob; break;
+    case DYN_BATCH_TOKEN: p->opt.mb_tokens = knob; break;
+    default: break;
+    }
+    double t0 = dyn_time_ms();
+    dyn_status st = check_samples(p, samples, n, err);
+    if (st == DYN_OK)
+        st = method == DYN_BATCH_DYNAPIPE ? plan_dynapipe(p, samples, n, out, err) : plan_baseline(p, samples, n, out, err);
+    p->opt = saved;
+    if (st != DYN_OK) {
+        dyn_batch_plan_free(out);
+        return st;
+    }
+    out->plan_time_ms = dyn_time_ms() - t0;
+    return DYN_OK;
+}
+
 dyn_status dyn_planner_plan(dyn_planner *p, const dyn_sample *samples, int32_t n,
                             dyn_batch_plan *out, dyn_error *err)
 {
@@ -985,6 +1020,12 @@ dyn_status plan_assemble(const dyn_planner *p, const dyn_sample *s, int32_t n,
         out->device_peak_mb = p->states_mb + (in_flight > 0 ? in_flight - 1 : 0) * sum.max_stored + sum.max_peak;
         out->real_tokens = sum.real;
         out->padded_tokens = sum.padded;
+        out->method = (int32_t)p->opt.method;
+        out->knob = p->opt.method == DYN_BATCH_PADDING ? p->opt.mb_samples
+                    : p->opt.method == DYN_BATCH_PACKING || p->opt.method == DYN_BATCH_PACKING_DOCMASK
+                        ? p->opt.pack_rows
+                    : p->opt.method == DYN_BATCH_TOKEN ? p->opt.mb_tokens
+                                                       : 0;
     }
     assemble_scratch_free(&a);
     if (st != DYN_OK) dyn_batch_plan_free(out);

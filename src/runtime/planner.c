@@ -336,7 +336,7 @@ dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_e
         memset(&w, 0, sizeof w);
         w.iteration = k;
         w.replica = r;
-        w.method = p->o.plan.method;
+        w.method = res.batch.method; /* dynapipe's winning candidate may be a baseline's plan */
         w.global_target_tokens = tgt;
         w.global_real_tokens = real;
         w.plan_ms = plan_ms;

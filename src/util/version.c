@@ -36,6 +36,7 @@ size_t dyn_abi_sizeof(const char *type_name)
         {"dyn_pipeline_options", sizeof(dyn_pipeline_options)},
         {"dyn_replica_plan", sizeof(dyn_replica_plan)},
         {"dyn_pipeline_result", sizeof(dyn_pipeline_result)},
+        {"dyn_ideal_bound", sizeof(dyn_ideal_bound)},
     };
     if (type_name == NULL) return 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
