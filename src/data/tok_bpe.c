@@ -549,7 +549,7 @@ static dyn_status compile_regex(loader *L, const char *pattern, int literal, pcr
 {
     int code;
     PCRE2_SIZE off;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP); /* LITERAL allows no UCP */
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, opts, &code, &off, NULL);
     if (re == NULL) {
         PCRE2_UCHAR msg[200];
