@@ -28,8 +28,11 @@
  * " the". An entry with a character outside the byte-to-unicode table (only
  * added tokens have them in practice) keeps its UTF-8 text.
  *
+ * Normalizer: NFC only (tok_nfc.c), run on each valid UTF-8 run before the
+ * pre-tokenizer; decoding then gives back the normalized text.
+ *
  * Not supported, refused at load with one line: models other than BPE,
- * dropout, byte fallback, subword prefixes/suffixes, any normalizer,
+ * dropout, byte fallback, subword prefixes/suffixes, normalizers but NFC,
  * pre-tokenizers other than Split/ByteLevel/Sequence, Split behaviours other
  * than Isolated and Removed or with invert, added tokens with single_word.
  */
@@ -123,6 +126,8 @@ typedef struct bpe {
     int32_t *prank, *pmerged;
     uint32_t pmask;
     int ignore_merges;
+    int nfc;              /* normalizer NFC */
+    dyn_byte_buf norm;    /* scratch: a normalized run */
     /* added tokens, matched before pre-tokenization */
     added_token *added;
     int n_added;
@@ -189,6 +194,7 @@ static void bpe_free(void *p)
     free(b->cache);
     free(b->cache_keys);
     free(b->cache_ids);
+    dyn_byte_buf_free(&b->norm);
     free(b);
 }
 
@@ -749,8 +755,17 @@ static dyn_status load_json(loader *L, cJSON *root, dyn_error *err)
     }
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
     if (norm && !cJSON_IsNull(norm)) {
+        /* NFC (Qwen2), alone or as the only member of a Sequence */
         const char *nt = type_of(norm);
-        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: normalizer \"%s\" is not supported", L->path, nt ? nt : "?");
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(norm, "normalizers");
+        if (nt && strcmp(nt, "Sequence") == 0 && cJSON_IsArray(list) && cJSON_GetArraySize(list) == 1) {
+            norm = list->child;
+            nt = type_of(norm);
+        }
+        if (nt == NULL || strcmp(nt, "NFC") != 0)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: normalizer \"%s\" is not supported (only NFC)", L->path,
+                                 nt ? nt : "?");
+        b->nfc = 1;
     }
     b->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
     dyn_status st = load_vocab(L, cJSON_GetObjectItemCaseSensitive(model, "vocab"),
@@ -1092,7 +1107,15 @@ static dyn_status encode_valid_run(bpe *b, const char *s, size_t n, dyn_token_bu
     b->pbuf_n = 0;
     b->n_pieces = 0;
     uint32_t off = 0;
-    dyn_status st = pbuf_add(b, s, n, &off, err);
+    dyn_status st = DYN_OK;
+    if (b->nfc) {
+        b->norm.n = 0;
+        st = dyn_tok_nfc(s, n, &b->norm, err);
+        if (st != DYN_OK) return st;
+        s = b->norm.data;
+        n = b->norm.n;
+    }
+    st = pbuf_add(b, s, n, &off, err);
     if (st == DYN_OK) st = push_piece(&b->pieces, &b->n_pieces, &b->pieces_cap, off, (uint32_t)n, err);
     for (int k = 0; k < b->n_steps && st == DYN_OK; k++) {
         const pre_step *step = &b->steps[k];

@@ -13,8 +13,9 @@
  *                  through libsentencepiece (tok_spm.cc).
  *
  * Anything else (WordPiece, Unigram or WordLevel models in tokenizer.json,
- * normalizers, pre-tokenizers the reader does not implement) is refused at
- * load with one line naming the file and what is not supported.
+ * normalizers other than NFC, pre-tokenizers the reader does not implement)
+ * is refused at load with one line naming the file and what is not
+ * supported (DYN_ERR_INVALID_ARG; a malformed file is DYN_ERR_PARSE).
  *
  * Invalid UTF-8 (BPE): the text is cut into maximal valid UTF-8 runs and
  * maximal invalid runs; each valid run is pre-tokenized on its own (as if it

@@ -57,6 +57,10 @@ typedef int32_t (*dyn_tok_lookup_fn)(void *ctx, const char *token);
 dyn_status dyn_tok_read_specials(const char *dir, int32_t vocab, dyn_tok_lookup_fn lookup, void *ctx,
                                  dyn_tokenizer_specials *sp, int *add_bos, int *add_eos, dyn_error *err);
 
+/* Append the Unicode NFC normalization of the valid UTF-8 text s[0..n) to
+ * out (tok_nfc.c); DYN_ERR_NOMEM. */
+dyn_status dyn_tok_nfc(const char *s, size_t n, dyn_byte_buf *out, dyn_error *err);
+
 /* The folder part of path ("." for a bare name); malloc'ed, NULL on NOMEM. */
 char *dyn_tok_dirname(const char *path);
 
