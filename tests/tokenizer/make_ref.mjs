@@ -17,9 +17,11 @@
 //                         as ["a","b"] arrays, ignore_merges, a Sequence of
 //                         Split(regex) + ByteLevel(use_regex false), a
 //                         TemplateProcessing BOS; config.json with eos ids
+//   q2/tokenizer.json     a Qwen2-style file over cl100k: NFC normalizer,
+//                         single-digit split, string merges, no BOS
 //   corpus.hex            one test text per line, as hex (invalid UTF-8 too)
-//   gpt2.ref, l3.ref      per corpus line: the reference ids, space-separated
-//                         (l3.ref with add_special_tokens)
+//   gpt2.ref, l3.ref, q2.ref  per corpus line: the reference ids,
+//                         space-separated (l3.ref with add_special_tokens)
 //
 // Merges are derived the way Hugging Face converts tiktoken ranks: a token's
 // merge is the last step of BPE on its own bytes using only lower ranks.
@@ -148,6 +150,25 @@ const l3Config = { bos_token: "<|begin_of_text|>", eos_token: "<|end_of_text|>",
 write("l3", "tokenizer_config.json", l3Config);
 write("l3", "config.json", { bos_token_id: BOS, eos_token_id: [EOT, BOS], model_type: "llama" });
 
+// --- Qwen2 style over cl100k: NFC normalizer, single-digit split, no BOS ------
+const cl2 = vocabAndMerges(readRanks("cl100k_base.tiktoken"), false);
+const q2Regex = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const q2Json = {
+  version: "1.0", truncation: null, padding: null,
+  added_tokens: [added(nCl, "<|endoftext|>"), added(nCl + 1, "<|im_start|>"), added(nCl + 2, "<|im_end|>")],
+  normalizer: { type: "NFC" },
+  pre_tokenizer: { type: "Sequence", pretokenizers: [
+    { type: "Split", pattern: { Regex: q2Regex }, behavior: "Isolated", invert: false },
+    { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false } ] },
+  post_processor: { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false },
+  decoder: { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false },
+  model: { type: "BPE", dropout: null, unk_token: null, continuing_subword_prefix: "", end_of_word_suffix: "",
+           fuse_unk: false, byte_fallback: false, ignore_merges: false, vocab: cl2.vocab, merges: cl2.merges },
+};
+write("q2", "tokenizer.json", q2Json);
+const q2Config = { bos_token: null, eos_token: "<|im_end|>", pad_token: "<|endoftext|>", model_max_length: 32768 };
+write("q2", "tokenizer_config.json", q2Config);
+
 // --- corpus ----------------------------------------------------------------
 // Avoided on purpose: U+0085 and U+FEFF, where JavaScript's \s and Unicode's
 // White_Space (PCRE2, Oniguruma) disagree, and characters newer than the
@@ -159,7 +180,8 @@ const words = ["hello", "world", "The", "quick", "brown", "fox", "don't", "I'M",
   "she'd", "YOU'RE", "'s", "'ll", "tokenization", "Straße", "café", "naïve", "Ωμέγα", "Привет", "日本語の文章",
   "한국어", "مرحبا", "हिन्दी", "ǅemal", "ＡＢＣ", "12345678", "٣٤٥٦", "０１２", "Ⅻ", "½", "3.14159", "1,000,000",
   "😀", "👍🏽", "👨‍👩‍👧", "🇯🇵", "❤️", "!!!", "...", "—", "«quote»", "$%^&*", "C++", "e-mail", "<tag>",
-  "x_y_z", "camelCaseWord", "ALLCAPS", "\u00a0", "\u3000", "\u2003"];
+  "x_y_z", "camelCaseWord", "ALLCAPS", "\u00a0", "\u3000", "\u2003",
+  "e\u0301", "A\u030a", "\u212b", "\u1100\u1161\u11a8", "o\u0308\u0301", "\u0958", "q\u0307\u0323", "<|im_end|>"];
 const spaces = [" ", " ", " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "    \n"];
 const invalid = [[0xff], [0xc0, 0xaf], [0x80], [0xe2, 0x82], [0xed, 0xa0, 0x80], [0xf4, 0x90, 0x80, 0x80],
   [0xf0, 0x9f, 0x98], [0xfe, 0xfe, 0xff]];
@@ -233,12 +255,14 @@ function reference(tok, line, addSpecial) {
 
 const tgpt2 = new Tokenizer(gpt2Json, gpt2Config);
 const tl3 = new Tokenizer(l3Json, l3Config);
-const refGpt2 = [], refL3 = [];
+const tq2 = new Tokenizer(q2Json, q2Config);
+const refGpt2 = [], refL3 = [], refQ2 = [];
 let checked = 0;
 for (const line of lines) {
   const a = reference(tgpt2, line, false);
   refGpt2.push(a.join(" "));
   refL3.push(reference(tl3, line, true).join(" "));
+  refQ2.push(reference(tq2, line, false).join(" "));
   const s = line.toString("utf8");
   if (runs(line).every((r) => r.valid) && !s.includes("<|")) {
     const b = r50k.encode(s);
@@ -248,4 +272,5 @@ for (const line of lines) {
 }
 fs.writeFileSync(path.join(out, "gpt2.ref"), refGpt2.join("\n") + "\n");
 fs.writeFileSync(path.join(out, "l3.ref"), refL3.join("\n") + "\n");
+fs.writeFileSync(path.join(out, "q2.ref"), refQ2.join("\n") + "\n");
 console.log(`make_ref: ${lines.length} lines; GPT-2 ids of the two JavaScript implementations agree on ${checked} valid lines`);
