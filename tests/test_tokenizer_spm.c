@@ -146,6 +146,20 @@ static void test_t5_like(void **state)
     dyn_tokenizer_free(t);
     compare("t5", 0, 1, 1);
     compare("t5", 0, 0, 0);
+    /* T5's folder also has a Unigram tokenizer.json, which is not
+     * supported: the folder gives the SentencePiece model beside it */
+    char json[4500];
+    snprintf(json, sizeof json, "%s/tokenizer.json", path);
+    write_file(json, "{\"model\": {\"type\": \"Unigram\", \"vocab\": []}, \"normalizer\": null}");
+    t = dyn_tokenizer_load(path, &err);
+    if (t == NULL) fail_msg("%s", err.msg);
+    assert_int_equal(dyn_tokenizer_kind_of(t), DYN_TOKENIZER_SPM);
+    dyn_tokenizer_free(t);
+    /* but a malformed tokenizer.json is an error, not skipped */
+    write_file(json, "{\"model\": ");
+    assert_null(dyn_tokenizer_load(path, &err));
+    assert_non_null(strstr(err.msg, "tokenizer.json"));
+    assert_int_equal(unlink(json), 0);
 }
 
 static void test_llama_like(void **state)

@@ -324,6 +324,15 @@ typedef struct loader {
     size_t conv_cap;
 } loader;
 
+/* Is v a JSON number that is a whole number in [0, INT32_MAX)? (Checked
+ * before any conversion to an integer type, which is undefined out of range.) */
+static int is_id_number(const cJSON *v)
+{
+    if (!cJSON_IsNumber(v)) return 0;
+    double d = v->valuedouble;
+    return d >= 0 && d < 2147483647.0 && d == (double)(int64_t)d;
+}
+
 static const char *type_of(const cJSON *o)
 {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "type");
@@ -372,7 +381,7 @@ static dyn_status load_vocab(loader *L, const cJSON *vocab, const cJSON *added, 
     double max_id = -1;
     size_t count = 0;
     for (const cJSON *v = vocab->child; v; v = v->next, count++) {
-        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int32_t)v->valuedouble || v->valuedouble < 0)
+        if (!is_id_number(v))
             return dyn_error_set(err, DYN_ERR_PARSE, "%s: model.vocab[\"%s\"] is not a token id (a non-negative integer)",
                                  L->path, v->string);
         if (v->valuedouble > max_id) max_id = v->valuedouble;
@@ -383,7 +392,7 @@ static dyn_status load_vocab(loader *L, const cJSON *vocab, const cJSON *added, 
     for (const cJSON *a = added ? added->child : NULL; a; a = a->next, i++) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(a, "id");
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(a, "content");
-        if (!cJSON_IsNumber(id) || id->valuedouble != (double)(int32_t)id->valuedouble || id->valuedouble < 0 ||
+        if (!is_id_number(id) ||
             !cJSON_IsString(content) || content->valuestring[0] == '\0')
             return dyn_error_set(err, DYN_ERR_PARSE, "%s: added_tokens[%d] needs an integer \"id\" >= 0 and a non-empty \"content\"",
                                  L->path, i);
@@ -636,7 +645,7 @@ static dyn_status append_ids(loader *L, int32_t **list, int *n, const cJSON *ids
     if (p == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory", L->path);
     *list = p;
     for (const cJSON *v = ids->child; v; v = v->next) {
-        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int32_t)v->valuedouble || v->valuedouble < 0 ||
+        if (!is_id_number(v) ||
             v->valuedouble >= b->vocab)
             return dyn_error_set(err, DYN_ERR_PARSE, "%s: post_processor names a token id outside the vocabulary", L->path);
         p[(*n)++] = (int32_t)v->valuedouble;
@@ -1074,7 +1083,8 @@ static dyn_status split_pieces(bpe *b, const pcre2_code *re, int remove, dyn_err
             if (rc < 0) {
                 PCRE2_UCHAR msg[200];
                 pcre2_get_error_message(rc, msg, sizeof msg);
-                return dyn_error_set(err, DYN_ERR_INTERNAL, "%s: pre-tokenizer regex failed: %s", b->path, (char *)msg);
+                return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: pre-tokenizer regex failed on this text: %s", b->path,
+                                     (char *)msg); /* e.g. the match limit, for a file's pathological regex */
             }
             PCRE2_SIZE *ov = pcre2_get_ovector_pointer(b->md);
             size_t s = ov[0], e = ov[1];

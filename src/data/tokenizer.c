@@ -205,7 +205,22 @@ static int ends_with(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-dyn_tokenizer *dyn_tokenizer_load(const char *path, dyn_error *err)
+/* Messages quote text from the files (token strings, type names), which may
+ * hold control characters: make each one '?' so the message stays one
+ * printable line. */
+static dyn_tokenizer *one_line(dyn_tokenizer *t, dyn_error *err)
+{
+    if (t == NULL && err != NULL)
+        for (char *p = err->msg; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+    return t;
+}
+
+static dyn_tokenizer *load_path(const char *path, dyn_error *err);
+
+dyn_tokenizer *dyn_tokenizer_load(const char *path, dyn_error *err) { return one_line(load_path(path, err), err); }
+
+static dyn_tokenizer *load_path(const char *path, dyn_error *err)
 {
     if (path == NULL || path[0] == '\0') {
         dyn_error_set(err, DYN_ERR_INVALID_ARG, "tokenizer: empty path");
@@ -343,7 +358,7 @@ dyn_status dyn_tok_read_specials(const char *dir, int32_t vocab, dyn_tok_lookup_
             if (cJSON_IsArray(v)) v = cJSON_GetArrayItem(v, 0); /* several eos ids: the first */
             if (v == NULL || cJSON_IsNull(v) || seen[k]) continue;
             double d = cJSON_IsNumber(v) ? v->valuedouble : -1.0;
-            if (!cJSON_IsNumber(v) || d != (double)(int32_t)d || d < 0 || d >= vocab)
+            if (!cJSON_IsNumber(v) || !(d >= 0 && d < vocab) || d != (double)(int64_t)d)
                 st = dyn_error_set(err, DYN_ERR_PARSE, "%s: %s must be a token id in [0, %d)", path, keys[k], (int)vocab);
             else
                 *slots[k] = (int32_t)d;

@@ -115,7 +115,8 @@ dyn_status dyn_tokenizer_encode(dyn_tokenizer *t, const char *text, size_t len, 
 dyn_status dyn_tokenizer_decode(dyn_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
                                 dyn_byte_buf *out, dyn_error *err);
 
-/* Internal: the loaders of each kind (tok_bpe.c, tok_spm.cc). */
+/* Internal: the loaders of each kind (tok_bpe.c, tok_spm.cc); use
+ * dyn_tokenizer_load, which also keeps their messages to one printable line. */
 dyn_tokenizer *dyn_tokenizer_load_bpe_json(const char *path, dyn_error *err);
 dyn_tokenizer *dyn_tokenizer_load_spm(const char *path, dyn_error *err);
 
