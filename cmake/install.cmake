@@ -32,12 +32,13 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/dynapipe
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
 
 # Link line of the static library's dependencies: OpenBLAS (full path of the
-# OpenMP build), cJSON, OpenMP (-fopenmp: libgomp and its pthread), libm.
+# OpenMP build), cJSON, PCRE2 and libsentencepiece (tokenizers; the latter is
+# C++, hence libstdc++), OpenMP (-fopenmp: libgomp and its pthread), libm.
 set(DYN_PC_LIBS_PRIVATE "")
-foreach(lib ${DYN_BLAS_LINK_LIBRARIES} ${CJSON_LINK_LIBRARIES})
+foreach(lib ${DYN_BLAS_LINK_LIBRARIES} ${CJSON_LINK_LIBRARIES} ${PCRE2_LINK_LIBRARIES} ${SPM_LINK_LIBRARIES})
   string(APPEND DYN_PC_LIBS_PRIVATE " ${lib}")
 endforeach()
-string(APPEND DYN_PC_LIBS_PRIVATE " ${OpenMP_C_FLAGS} -lm")
+string(APPEND DYN_PC_LIBS_PRIVATE " -lstdc++ ${OpenMP_C_FLAGS} -lm")
 string(STRIP "${DYN_PC_LIBS_PRIVATE}" DYN_PC_LIBS_PRIVATE)
 # Where the shared library finds OpenBLAS's OpenMP build at run time is its
 # own run path (CMAKE_INSTALL_RPATH_USE_LINK_PATH in CMakeLists.txt); a

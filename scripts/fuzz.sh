@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the libFuzzer harnesses (tests/fuzz/fuzz_*.c) with clang, AddressSanitizer
 # and UndefinedBehaviorSanitizer, and run each for SECONDS seconds:
-#   scripts/fuzz.sh SECONDS [NAME...]     (NAME: plan, tsv, cost_table, safetensors, config)
+#   scripts/fuzz.sh SECONDS [NAME...]     (NAME: plan, tsv, cost_table, safetensors, config,
+#                                          tokenizer)
 # Each run starts from a small seed corpus written here (valid inputs the
 # project's own writers produce or the docs show) and keeps what it finds in
 # build-fuzz/corpus/NAME; a crash leaves build-fuzz/crash-* and fails the run.
@@ -12,7 +13,7 @@ cd "$(dirname "$0")/.."
 secs=${1:?usage: scripts/fuzz.sh SECONDS [NAME...]}
 shift
 names=("$@")
-[ ${#names[@]} -eq 0 ] && names=(plan tsv cost_table safetensors config)
+[ ${#names[@]} -eq 0 ] && names=(plan tsv cost_table safetensors config tokenizer)
 CC=${FUZZ_CC:-}
 if [ -z "$CC" ]; then
   for c in clang clang-14 clang-15 clang-16; do command -v "$c" >/dev/null && { CC=$c; break; }; done
@@ -26,7 +27,7 @@ if [ -z "$CC" ] || ! echo 'int LLVMFuzzerTestOneInput(const char *d, long n){(vo
 fi
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 flags="-std=c11 -O1 -g -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc $(pkg-config --cflags libcjson)"
-libs="$(pkg-config --libs libcjson) -lm"
+libs="$(pkg-config --libs libcjson libpcre2-8) -lm"
 # The readers under test and what they call: everything but the model's
 # numerics (which need OpenBLAS and OpenMP), plus the safetensors reader.
 srcs=(src/util/*.c src/data/*.c src/cost/*.c src/plan/*.c src/sched/*.c src/sim/*.c src/pipeline/*.c
@@ -55,6 +56,21 @@ seed_corpus() {
             cp docs/examples/a100-80gb.json "$dir/" ;;
     safetensors) printf '\x40\x00\x00\x00\x00\x00\x00\x00{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}            \x00\x00\x80\x3f\x00\x00\x00\x40' >"$dir/seed.safetensors" ;;
     plan) printf 'DYNPLAN\0' >"$dir/magic" ;;
+    tokenizer) python3 - "$dir/tokenizer.json" <<'PY' ;;
+import json, sys
+bs = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255]
+extra = [b for b in range(256) if b not in bs]
+u = {b: chr(b) for b in bs} | {b: chr(256 + i) for i, b in enumerate(extra)}
+vocab = {u[b]: b for b in range(256)} | {"ab": 256, "abc": 257, u[32] + "a": 258}
+json.dump({"added_tokens": [{"id": 259, "content": "<|x|>", "special": True}], "normalizer": {"type": "NFC"},
+           "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+               {"type": "Split", "pattern": {"Regex": "\\p{L}+|\\s+"}, "behavior": "Isolated", "invert": False},
+               {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]},
+           "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<|x|>"}},
+               {"Sequence": {"id": "A"}}], "special_tokens": {"<|x|>": {"ids": [259]}}},
+           "model": {"type": "BPE", "vocab": vocab, "merges": ["a b", ["ab", "c"], u[32] + " a"]}},
+          open(sys.argv[1], "w"))
+PY
   esac
 }
 fail=0

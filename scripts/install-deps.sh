@@ -3,11 +3,14 @@
 # Needs root (or sudo) the first time; a no-op once everything is present.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev libcjson-dev
-      libopenmpi-dev openmpi-bin python3 python3-pip iproute2)
+      libopenmpi-dev openmpi-bin python3 python3-pip iproute2
+      libpcre2-dev libsentencepiece-dev sentencepiece python3-sentencepiece)
 # (build-essential brings g++, which the header test compiles the public
 # headers with; python3-pip is what the Python package's install test runs;
 # iproute2's ip makes the network-namespace hosts of tests/test_netns.c, with
-# unshare from util-linux, which Debian always has.)
+# unshare from util-linux, which Debian always has. PCRE2 and
+# libsentencepiece are the tokenizers' (src/data); spm_train and
+# python3-sentencepiece are test_tokenizer_spm's reference.)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -17,6 +20,13 @@ done
 # on Debian 12. Installed when possible, never a failure: without them the
 # fuzz step says it is skipped. DYN_NO_FUZZ_DEPS=1 leaves them out.
 optional=(clang-14 libclang-rt-14-dev)
+# Optional too: npm (with Debian's nodejs), which test_tokenizer_ref uses once
+# to fetch its JavaScript references; only when no npm is on the PATH (a
+# Node.js installed otherwise brings its own). Without it that test is skipped.
+if ! command -v npm >/dev/null 2>&1; then
+  optional+=(npm)
+  dpkg-query -W -f='${Status}' npm 2>/dev/null | grep -q "install ok installed" || missing+=(npm)
+fi
 if [ "${DYN_NO_FUZZ_DEPS:-0}" != 1 ]; then
   for p in "${optional[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
