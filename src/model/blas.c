@@ -39,7 +39,15 @@ void dyn_cpu_features_detect(dyn_cpu_features *f)
     memset(f, 0, sizeof(*f));
 #if DYN_X86
     unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return;
+    memcpy(f->vendor, &b, 4); /* the string is in EBX, EDX, ECX */
+    memcpy(f->vendor + 4, &d, 4);
+    memcpy(f->vendor + 8, &c, 4);
+    f->vendor[12] = '\0';
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    unsigned base_family = (a >> 8) & 0xF, base_model = (a >> 4) & 0xF;
+    f->family = (int)(base_family + (base_family == 0xF ? (a >> 20) & 0xFF : 0));
+    f->model = (int)(base_model + (base_family == 0x6 || base_family == 0xF ? ((a >> 16) & 0xF) << 4 : 0));
     int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, fma = (c >> 12) & 1;
     if (!osxsave || !avx) return;
     unsigned long long xcr0 = xcr0_read();
@@ -54,6 +62,68 @@ void dyn_cpu_features_detect(dyn_cpu_features *f)
     f->avx512bw = (b >> 30) & 1;
     f->avx512vl = (b >> 31) & 1;
 #endif
+}
+
+/* The value of a "key<tabs/spaces>: value" line of cpuinfo if `line` (up to
+ * its newline) has that key, else NULL. */
+static const char *cpuinfo_value(const char *line, const char *key)
+{
+    size_t n = strlen(key);
+    if (strncmp(line, key, n) != 0) return NULL;
+    const char *p = line + n;
+    while (*p == ' ' || *p == '\t') p++;
+    if (*p != ':') return NULL;
+    p++;
+    while (*p == ' ' || *p == '\t') p++;
+    return p;
+}
+
+/* Whether the space-separated words from p to the end of its line include
+ * `word` exactly. */
+static int words_have(const char *p, const char *word)
+{
+    size_t n = strlen(word);
+    while (*p != '\0' && *p != '\n') {
+        while (*p == ' ' || *p == '\t') p++;
+        size_t len = strcspn(p, " \t\n");
+        if (len == n && strncmp(p, word, n) == 0) return 1;
+        p += len;
+    }
+    return 0;
+}
+
+int dyn_cpu_features_parse_cpuinfo(const char *text, dyn_cpu_features *f)
+{
+    memset(f, 0, sizeof(*f));
+    int seen_processor = 0;
+    for (const char *line = text; line != NULL && *line != '\0';) {
+        const char *v;
+        if (cpuinfo_value(line, "processor") != NULL) {
+            if (seen_processor) break; /* the second processor: the first one's lines are read */
+            seen_processor = 1;
+        } else if ((v = cpuinfo_value(line, "vendor_id")) != NULL) {
+            size_t len = strcspn(v, " \t\n");
+            if (len >= sizeof(f->vendor)) len = sizeof(f->vendor) - 1;
+            memcpy(f->vendor, v, len);
+            f->vendor[len] = '\0';
+        } else if ((v = cpuinfo_value(line, "cpu family")) != NULL) {
+            f->family = atoi(v);
+        } else if ((v = cpuinfo_value(line, "model")) != NULL) {
+            f->model = atoi(v);
+        } else if ((v = cpuinfo_value(line, "flags")) != NULL) {
+            f->avx = words_have(v, "avx");
+            f->avx2 = words_have(v, "avx2");
+            f->fma = words_have(v, "fma");
+            f->avx512f = words_have(v, "avx512f");
+            f->avx512bw = words_have(v, "avx512bw");
+            f->avx512dq = words_have(v, "avx512dq");
+            f->avx512vl = words_have(v, "avx512vl");
+            return 1;
+        }
+        line = strchr(line, '\n');
+        if (line != NULL) line++;
+    }
+    return 0;
 }
 
 void dyn_cpu_features_format(const dyn_cpu_features *f, char *buf, size_t cap)
@@ -88,8 +158,10 @@ static const struct { const char *name; int level; } g_known[] = {
     {"Unknown", 0},
 };
 
-/* The ladder, best first; what each rung needs is in kernel_supported. */
-static const char *const g_ladder[] = {"SkylakeX", "Haswell", "Sandybridge", "Prescott"};
+/* The ladders, best first; what each rung needs is in kernel_supported. */
+static const char *const g_ladder[] = {"SkylakeX", "Haswell", "Sandybridge", "Prescott", NULL};
+static const char *const g_ladder_amd[] = {"SkylakeX", "Zen", "Haswell", "Sandybridge", "Prescott",
+                                           NULL};
 
 int dyn_blas_kernel_level(const char *name)
 {
@@ -130,12 +202,18 @@ static int list_count(const char *list)
     return n;
 }
 
+const char *const *dyn_blas_ladder(const dyn_cpu_features *f)
+{
+    int amd = strcmp(f->vendor, "AuthenticAMD") == 0 || strcmp(f->vendor, "HygonGenuine") == 0;
+    return amd ? g_ladder_amd : g_ladder;
+}
+
 const char *dyn_blas_kernel_best(const dyn_cpu_features *f, const char *rejected, int max_level)
 {
-    for (size_t i = 0; i < sizeof(g_ladder) / sizeof(g_ladder[0]); i++) {
-        int lv = dyn_blas_kernel_level(g_ladder[i]);
-        if (lv > max_level || !kernel_supported(f, lv) || list_has(rejected, g_ladder[i])) continue;
-        return g_ladder[i];
+    for (const char *const *k = dyn_blas_ladder(f); *k != NULL; k++) {
+        int lv = dyn_blas_kernel_level(*k);
+        if (lv > max_level || !kernel_supported(f, lv) || list_has(rejected, *k)) continue;
+        return *k;
     }
     return NULL;
 }
@@ -249,7 +327,110 @@ out:
     return bad;
 }
 
-/* ---- selection ------------------------------------------------------------ */
+/* ---- the choice (pure) ------------------------------------------------------ */
+
+/* The check result that counts for kernel `loaded`: a kernel named in the
+ * reject list disagrees on every product (blas.h, DYN_BLAS_REJECT). */
+static int effective_bad(int check, const char *reject, const char *loaded, int *forced)
+{
+    *forced = list_has(reject, loaded);
+    return *forced && check >= 0 ? DYN_BLAS_CHECK_PRODUCTS : check;
+}
+
+static int is_set(const char *s) { return s != NULL && *s != '\0'; }
+
+/* Finish *d for a kernel that stays if it passes: CHECK until the check
+ * ran, then KEEP, with `why` as the warning when it disagrees. */
+static void decide_keep(const dyn_blas_inputs *in, dyn_blas_decision *d, const char *why)
+{
+    if (in->check == DYN_BLAS_UNCHECKED) {
+        d->action = DYN_BLAS_CHECK;
+        return;
+    }
+    d->action = DYN_BLAS_KEEP;
+    d->check_bad = effective_bad(in->check, in->reject, in->loaded ? in->loaded : "", &d->forced);
+    if (d->check_bad > 0) snprintf(d->warn, sizeof(d->warn), "%s", why);
+}
+
+/* Ask for `next`, the marker "<orig>:<tried>,<next>"; 0 (nothing set) when
+ * the marker would not fit. */
+static int decide_load(dyn_blas_decision *d, const char *orig, const char *tried, const char *next)
+{
+    int n = snprintf(d->marker, sizeof(d->marker), "%s:%s%s%s", orig, tried, *tried ? "," : "", next);
+    if (n < 0 || (size_t)n >= sizeof(d->marker) || strlen(next) >= sizeof(d->kernel)) {
+        d->marker[0] = '\0';
+        return 0;
+    }
+    snprintf(d->kernel, sizeof(d->kernel), "%s", next);
+    d->action = DYN_BLAS_LOAD;
+    return 1;
+}
+
+void dyn_blas_decide(const dyn_blas_inputs *in, dyn_blas_decision *d)
+{
+    memset(d, 0, sizeof(*d));
+    const char *cur = in->loaded ? in->loaded : "";
+    const char *mark = is_set(in->marker) ? in->marker : NULL;
+    if (mark == NULL && is_set(in->coretype)) {
+        snprintf(d->how, sizeof(d->how), "set by OPENBLAS_CORETYPE=%.200s", in->coretype);
+        decide_keep(in, d, "was set by OPENBLAS_CORETYPE, so it stays");
+        return;
+    }
+    char orig[64], tried[192];
+    if (mark != NULL) {
+        const char *colon = strchr(mark, ':');
+        if (colon == NULL || colon == mark || (size_t)(colon - mark) >= sizeof(orig) ||
+            strlen(colon + 1) >= sizeof(tried)) {
+            snprintf(d->how, sizeof(d->how), "kept (unreadable %s=%.180s)", DYN_BLAS_MARKER, mark);
+            decide_keep(in, d, "no other was tried");
+            return;
+        }
+        snprintf(orig, sizeof(orig), "%.*s", (int)(colon - mark), mark);
+        snprintf(tried, sizeof(tried), "%s", colon + 1);
+    } else {
+        snprintf(orig, sizeof(orig), "%.63s", cur);
+        tried[0] = '\0';
+    }
+    if (mark == NULL) {
+        /* OpenBLAS's own choice: replaced only when generic and the ladder
+         * has better. */
+        const char *best = dyn_blas_kernel_best(&in->cpu, NULL, 3);
+        if (dyn_blas_kernel_level(cur) == 0 && best != NULL && dyn_blas_kernel_level(best) > 0 &&
+            decide_load(d, orig, "", best))
+            return;
+        snprintf(d->how, sizeof(d->how), "chosen by OpenBLAS");
+    } else {
+        /* tried = rejected kernels, then the one requested (last). */
+        const char *last = strrchr(tried, ',');
+        last = last ? last + 1 : tried;
+        int nrej = list_count(tried) - 1;
+        size_t cap = sizeof(d->how);
+        int n = snprintf(d->how, cap, "selected for this CPU (OpenBLAS loaded %s", orig);
+        if (n > 0 && nrej > 0 && (size_t)n < cap)
+            n += snprintf(d->how + n, cap - n, "; rejected by the check: %.*s", (int)(last - tried - 1),
+                          tried);
+        if (n > 0 && (size_t)n < cap && strcasecmp(last, cur) != 0)
+            n += snprintf(d->how + n, cap - n, "; asked for %s", last);
+        if (n > 0 && (size_t)n < cap) snprintf(d->how + n, cap - n, ")");
+    }
+    decide_keep(in, d, "no other kernel is left to try");
+    if (d->action != DYN_BLAS_KEEP || d->check_bad <= 0) return;
+    /* It disagrees: drop it and go one rung down, never to a kernel already
+     * tried, so the chain is finite (DYN_BLAS_MAX_TRIES). */
+    char rej[192];
+    int n = list_has(tried, cur) ? snprintf(rej, sizeof(rej), "%s", tried)
+                                 : snprintf(rej, sizeof(rej), "%s%s%s", tried, *tried ? "," : "", cur);
+    int lv = dyn_blas_kernel_level(cur);
+    const char *next = NULL;
+    if (n > 0 && (size_t)n < sizeof(rej)) next = dyn_blas_kernel_best(&in->cpu, rej, lv >= 0 ? lv : 3);
+    if (next != NULL && list_count(rej) < DYN_BLAS_MAX_TRIES) {
+        dyn_blas_decision keep = *d;
+        if (decide_load(d, orig, rej, next)) return;
+        *d = keep; /* the marker would not fit: the chain ends here */
+    }
+}
+
+/* ---- applying it to this process --------------------------------------------- */
 
 static struct {
     int decided;        /* dyn_blas_select ran in this process */
@@ -264,13 +445,23 @@ static struct {
     char line[768];     /* dyn_blas_describe's buffer */
 } g_blas;
 
-/* Check the loaded kernel and remember the result. A kernel named in
- * DYN_BLAS_REJECT counts as disagreeing on every product (blas.h). */
+void dyn_blas_inputs_detect(dyn_blas_inputs *in)
+{
+    memset(in, 0, sizeof(*in));
+    dyn_cpu_features_detect(&in->cpu);
+    in->loaded = dyn_blas_kernel();
+    in->coretype = getenv("OPENBLAS_CORETYPE");
+    in->marker = getenv(DYN_BLAS_MARKER);
+    in->reject = getenv(DYN_BLAS_REJECT);
+    in->check = DYN_BLAS_UNCHECKED;
+}
+
+/* Check the loaded kernel and remember the result, as dyn_blas_decide
+ * counts it. */
 static int check_loaded(void)
 {
-    g_blas.check_bad = dyn_blas_check(NULL, &g_blas.check_ms);
-    g_blas.forced = list_has(getenv(DYN_BLAS_REJECT), dyn_blas_kernel());
-    if (g_blas.forced && g_blas.check_bad >= 0) g_blas.check_bad = DYN_BLAS_CHECK_PRODUCTS;
+    int raw = dyn_blas_check(NULL, &g_blas.check_ms);
+    g_blas.check_bad = effective_bad(raw, getenv(DYN_BLAS_REJECT), dyn_blas_kernel(), &g_blas.forced);
     return g_blas.check_bad;
 }
 
@@ -290,100 +481,45 @@ static void env_save(const char *name, int *had, char *buf, size_t cap)
     if (v) snprintf(buf, cap, "%s", v);
 }
 
-/* Ask for `next` on re-execution: OPENBLAS_CORETYPE and the marker
- * "<orig>:<tried>,<next>". Returns 1, or 0 if the environment could not be
- * set (then nothing changed). */
-static int request_kernel(const char *orig, const char *tried, const char *next)
+/* Set OPENBLAS_CORETYPE and the marker for the re-execution. Returns 1, or
+ * 0 if the environment could not be set (then it is as it was). */
+static int request_kernel(const char *kernel, const char *mark)
 {
-    char mark[256];
-    int n = snprintf(mark, sizeof(mark), "%s:%s%s%s", orig, tried, *tried ? "," : "", next);
-    if (n < 0 || (size_t)n >= sizeof(mark)) return 0;
     env_save("OPENBLAS_CORETYPE", &g_blas.had_core, g_blas.old_core, sizeof(g_blas.old_core));
     env_save(DYN_BLAS_MARKER, &g_blas.had_mark, g_blas.old_mark, sizeof(g_blas.old_mark));
-    if (setenv("OPENBLAS_CORETYPE", next, 1) != 0 || setenv(DYN_BLAS_MARKER, mark, 1) != 0) {
-        g_blas.changed = 1;
+    g_blas.changed = 1;
+    if (setenv("OPENBLAS_CORETYPE", kernel, 1) != 0 || setenv(DYN_BLAS_MARKER, mark, 1) != 0) {
         dyn_blas_select_undo();
         return 0;
     }
-    g_blas.changed = 1;
     return 1;
-}
-
-/* The process is about to re-execute anyway and the environment for BLAS
- * stays as it is: the new process makes the check (once, not twice). */
-static int defer_check(void)
-{
-    g_blas.deferred = 1;
-    return 0;
 }
 
 int dyn_blas_select(int exec_pending)
 {
-    dyn_cpu_features f;
-    dyn_cpu_features_detect(&f);
-    const char *cur = dyn_blas_kernel();
-    const char *mark = getenv(DYN_BLAS_MARKER);
-    const char *user = getenv("OPENBLAS_CORETYPE");
+    dyn_blas_inputs in;
+    dyn_blas_decision d;
+    dyn_blas_inputs_detect(&in);
     g_blas.decided = 1;
     g_blas.changed = 0;
     g_blas.deferred = 0;
-    if (mark == NULL && user != NULL && *user != '\0') {
-        snprintf(g_blas.how, sizeof(g_blas.how), "set by OPENBLAS_CORETYPE=%s", user);
-        if (exec_pending) return defer_check();
-        if (check_loaded() > 0) warn_bad("was set by OPENBLAS_CORETYPE, so it stays");
-        return 0;
-    }
-    char orig[64], tried[160];
-    if (mark != NULL) {
-        const char *colon = strchr(mark, ':');
-        if (colon == NULL || colon == mark || (size_t)(colon - mark) >= sizeof(orig) ||
-            strlen(colon + 1) >= sizeof(tried)) {
-            snprintf(g_blas.how, sizeof(g_blas.how), "kept (unreadable %s=%s)", DYN_BLAS_MARKER,
-                     mark);
-            if (check_loaded() > 0) warn_bad("no other was tried");
+    dyn_blas_decide(&in, &d);
+    if (d.action == DYN_BLAS_CHECK) {
+        snprintf(g_blas.how, sizeof(g_blas.how), "%s", d.how);
+        /* The process re-executes anyway with the same BLAS environment:
+         * the new process makes the check (once, not twice). */
+        if (exec_pending) {
+            g_blas.deferred = 1;
             return 0;
         }
-        snprintf(orig, sizeof(orig), "%.*s", (int)(colon - mark), mark);
-        snprintf(tried, sizeof(tried), "%s", colon + 1);
-    } else {
-        snprintf(orig, sizeof(orig), "%s", cur);
-        tried[0] = '\0';
+        in.check = dyn_blas_check(NULL, &g_blas.check_ms);
+        dyn_blas_decide(&in, &d);
     }
-    if (mark == NULL) {
-        const char *best = dyn_blas_kernel_best(&f, NULL, 3);
-        if (dyn_blas_kernel_level(cur) == 0 && best != NULL && dyn_blas_kernel_level(best) > 0 &&
-            request_kernel(orig, "", best))
-            return 1;
-        snprintf(g_blas.how, sizeof(g_blas.how), "chosen by OpenBLAS");
-        if (exec_pending) return defer_check();
-    } else {
-        /* tried = rejected kernels, then the one requested (last). */
-        const char *last = strrchr(tried, ',');
-        last = last ? last + 1 : tried;
-        int nrej = list_count(tried) - 1;
-        int n = snprintf(g_blas.how, sizeof(g_blas.how), "selected for this CPU (OpenBLAS loaded %s",
-                         orig);
-        if (n > 0 && nrej > 0 && (size_t)n < sizeof(g_blas.how))
-            n += snprintf(g_blas.how + n, sizeof(g_blas.how) - n, "; rejected by the check: %.*s",
-                          (int)(last - tried - 1), tried);
-        if (n > 0 && (size_t)n < sizeof(g_blas.how) && strcasecmp(last, cur) != 0)
-            n += snprintf(g_blas.how + n, sizeof(g_blas.how) - n, "; asked for %s", last);
-        if (n > 0 && (size_t)n < sizeof(g_blas.how))
-            snprintf(g_blas.how + n, sizeof(g_blas.how) - n, ")");
-    }
-    int bad = check_loaded();
-    if (bad <= 0) return 0; /* agrees (or could not be checked: reported) */
-    /* Drop the kernel in use and go one rung down, never to a kernel already
-     * tried: the chain is finite (DYN_BLAS_MAX_TRIES). */
-    char rej[160];
-    int n = list_has(tried, cur) ? snprintf(rej, sizeof(rej), "%s", tried)
-                                 : snprintf(rej, sizeof(rej), "%s%s%s", tried, *tried ? "," : "", cur);
-    int lv = dyn_blas_kernel_level(cur);
-    const char *next = n > 0 && (size_t)n < sizeof(rej)
-                           ? dyn_blas_kernel_best(&f, rej, lv >= 0 ? lv : 3) : NULL;
-    if (next != NULL && list_count(rej) < DYN_BLAS_MAX_TRIES && request_kernel(orig, rej, next))
-        return 1;
-    warn_bad("no other kernel is left to try");
+    if (d.action == DYN_BLAS_LOAD) return request_kernel(d.kernel, d.marker); /* 0: undone, checked */
+    snprintf(g_blas.how, sizeof(g_blas.how), "%s", d.how);
+    g_blas.check_bad = d.check_bad;
+    g_blas.forced = d.forced;
+    if (d.warn[0] != '\0') warn_bad(d.warn);
     return 0;
 }
 
@@ -428,8 +564,10 @@ const char *dyn_blas_describe(void)
         snprintf(check, sizeof(check), "DISAGREES with a plain loop on %d of %d products%s",
                  g_blas.check_bad, DYN_BLAS_CHECK_PRODUCTS,
                  g_blas.forced ? " (named in " DYN_BLAS_REJECT ")" : "");
-    snprintf(g_blas.line, sizeof(g_blas.line), "OpenBLAS %.*s kernel %s, %s; cpu %s; check %s",
-             vlen, cfg, dyn_blas_kernel(), g_blas.decided ? g_blas.how : "as loaded", feats, check);
+    snprintf(g_blas.line, sizeof(g_blas.line),
+             "OpenBLAS %.*s kernel %s, %s; cpu %s family %d model %d: %s; check %s", vlen, cfg,
+             dyn_blas_kernel(), g_blas.decided ? g_blas.how : "as loaded",
+             f.vendor[0] ? f.vendor : "unknown", f.family, f.model, feats, check);
     return g_blas.line;
 }
 

@@ -59,7 +59,7 @@ void dyn_tune_knob_set(dyn_plan_options *opt, int64_t value)
     }
 }
 
-/* Score one knob value: mean over the batches of the slowest replica's
+/* Score one knob value (err is not NULL here): mean over the batches of the slowest replica's
  * simulated makespan (ms); INFINITY when some batch cannot be planned under
  * the memory limit. *busy: every replica had work on every batch. *single:
  * every batch was one micro-batch. */
@@ -109,6 +109,10 @@ dyn_status dyn_pipeline_tune(const dyn_cost_model *cm, const dyn_plan_options *o
                              const int32_t *batch_n, int32_t n_batches, dyn_tune_result *out,
                              dyn_error *err)
 {
+    /* err may be NULL (common.h), but the failure code of a call below is
+     * read back from it: keep a record of our own then. */
+    dyn_error local;
+    if (err == NULL) err = &local;
     memset(out, 0, sizeof *out);
     out->iter_ms = INFINITY;
     if (dyn_tune_knob_name(opt->method) == NULL)

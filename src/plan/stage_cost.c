@@ -147,13 +147,18 @@ dyn_status dyn_plan_batch(const dyn_cost_model *cm, const dyn_plan_options *opt,
                           const dyn_sample *samples, int32_t n, dyn_batch_plan *out,
                           dyn_error *err)
 {
+    /* The failure code of dyn_planner_create is read back from err: keep a
+     * record of our own when the caller gave none (common.h: err may be
+     * NULL). */
+    dyn_error local;
+    if (err == NULL) err = &local;
     dyn_planner *p = dyn_planner_create(cm, opt, err);
     if (p == NULL) {
         if (out) {
             dyn_batch_plan empty = {0};
             *out = empty;
         }
-        return err ? err->code : DYN_ERR_INVALID_ARG;
+        return err->code;
     }
     dyn_status st = dyn_planner_plan(p, samples, n, out, err);
     dyn_planner_free(p);
