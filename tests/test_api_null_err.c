@@ -499,6 +499,20 @@ static int case_dyn_planner_plan(fixture *f, dyn_error *err)
     if (st == DYN_OK) dyn_batch_plan_free(&bp);
     return st;
 }
+static int case_dyn_planner_plan_as(fixture *f, dyn_error *err)
+{
+    dyn_sample s = {0, -1, 4096, 4096}; /* longer than max_seqlen 512 */
+    dyn_batch_plan bp;
+    int st = dyn_planner_plan_as(f->planner, DYN_BATCH_PACKING_DOCMASK, 0, &s, 1, &bp, err);
+    if (st == DYN_OK) dyn_batch_plan_free(&bp);
+    return st;
+}
+static int case_dyn_ideal_bound_of(fixture *f, dyn_error *err)
+{
+    dyn_sample s = {0, -1, 64, 8};
+    dyn_ideal_bound b;
+    return dyn_ideal_bound_of(f->cm, &s, 1, 0, 1, &b, err); /* stages 0 */
+}
 static int case_dyn_planner_fit_rows(fixture *f, dyn_error *err)
 {
     dyn_error e;
@@ -809,6 +823,8 @@ static const api_case k_cases[] = {
     FAILS(dyn_planner_create),
     FAILS(dyn_planner_create_custom),
     FAILS(dyn_planner_plan),
+    FAILS(dyn_planner_plan_as),
+    FAILS(dyn_ideal_bound_of),
     FAILS(dyn_planner_fit_rows),
     FAILS(dyn_plan_batch),
     FAILS(dyn_batching_parse),

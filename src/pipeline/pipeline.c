@@ -460,6 +460,10 @@ static const dyn_batching CANDIDATE_BASELINES[] = {DYN_BATCH_PACKING_DOCMASK, DY
 dyn_status dyn_pipeline_plan(dyn_pipeline *p, const dyn_sample *samples, int32_t n,
                              dyn_pipeline_result *out, dyn_error *err)
 {
+    /* err may be NULL (common.h), but the candidates' first failure is
+     * copied back into it: keep a record of our own then. */
+    dyn_error local;
+    if (err == NULL) err = &local;
     memset(out, 0, sizeof *out);
     if (p == NULL) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "pipeline: no handle");
     if (!p->candidates) {
