@@ -108,12 +108,7 @@ static dyn_status stage_layers(const dyn_train_options *o, int32_t **lay_first, 
     return DYN_OK;
 }
 
-/* ---- per-iteration records -------------------------------------------------- */
-
-/* What each rank reports to rank 0 after an iteration. */
-enum { R_ITER_MS, R_BUSY_MS, R_COMM_MS, R_COMM_BYTES, R_PLAN_WAIT_MS, R_ALLOC_MB, R_LOSS, R_TOKENS, R_PRED_PEAK_MB,
-       R_MEAS_F, R_MEAS_B, R_PRED_F, R_PRED_B, R_EXEC_MS, R_STEP_MS, R_COUNT };
-
+/* ---- the run's state -------------------------------------------------------- */
 
 /* A stage model's gradient allreduce goes in parts of at most 2^30 floats
  * (MPI counts are int). */
@@ -131,73 +126,111 @@ typedef struct rt_shared {
     MPI_Comm comm;
 } rt_shared;
 
-typedef struct rt_run {
-    dyn_train_options o;
-    dyn_rt_group g;
-    rt_source *src;
+/* This rank's part of the model and what the step needs of it. */
+typedef struct rt_stages {
     dyn_model **models;           /* [n_local]: chunk c holds plan stage c * S + stage_rank */
     int32_t n_local;
-    int32_t *lay_first, n_stages;
+    int32_t *lay_first, n_stages; /* [n_stages + 1]: plan stage s = model layers [lay_first[s], lay_first[s+1]) */
     rt_shared *shared;            /* [n_shared] shared tensors this rank holds */
     int n_shared;
     MPI_Request (*dp_req)[DP_PARTS]; /* [n_local]: a chunk's data-parallel allreduce in flight */
     int *dp_started;              /* [n_local] */
+    double states_mb;             /* parameters, gradients and moments of the models, MB */
+} rt_stages;
+
+/* What each rank reports to rank 0 after an iteration: gathered as
+ * RT_REC_DOUBLES doubles, so every field is a double. */
+typedef struct rt_rank_rec {
+    double iter_ms;        /* the whole iteration on this rank: receive, execute, step */
+    double exec_ms;        /* plan interpretation (first to last instruction) */
+    double step_ms;        /* optimizer step: gradient norm and AdamW */
+    double busy_ms;        /* in Forward / Backward* */
+    double comm_wait_ms;   /* blocked on communication */
+    double comm_bytes;     /* sent */
+    double plan_wait_ms;   /* waiting for this iteration's plan */
+    double alloc_mb;       /* model states + activation arenas and buffer slots, MB */
+    double loss_sum;       /* target-token losses summed (last stage) */
+    double target_tokens;  /* target tokens of loss_sum */
+    double pred_peak_mb;   /* the plan's predicted allocation of this pipeline rank, MB */
+    double meas_ms[2];     /* measured Forward [0] and Backward* [1] time */
+    double pred_ms[2];     /* the plan's prediction of the same */
+} rt_rank_rec;
+#define RT_REC_DOUBLES ((int)(sizeof(rt_rank_rec) / sizeof(double)))
+_Static_assert(sizeof(rt_rank_rec) == 15 * sizeof(double), "rt_rank_rec travels as plain doubles");
+
+/* The run's metrics, allocated once at start-up: one rt_iter per step and,
+ * on rank 0, the gathered records and every iteration's per-rank arrays
+ * (carved from one slab). */
+typedef struct rt_metrics {
+    rt_iter *iters;    /* [steps] */
+    rt_rank_rec *all;  /* rank 0: [world] this iteration's records */
+    double *slab;      /* rank 0: the per-rank arrays of every rt_iter */
+    rt_calib *calib;   /* rank 0 with --calibrate, else NULL */
+    double *calib_buf; /* [stages * (RT_CALIB_DIRS + 1)] scratch of calibrate_hook */
+} rt_metrics;
+
+/* Where the run stands in its steps. */
+typedef struct rt_position {
+    int64_t first_step;    /* 0, or the step a --resume continues from */
+    char resume_dir[4096]; /* the step folder resumed from */
+    int stop_signal;       /* the signal that stopped the run at a boundary, or 0 */
+    int64_t end_step;      /* steps done when the loop ended */
+} rt_position;
+
+typedef struct rt_run {
+    dyn_train_options o;
+    dyn_rt_group g;
+    int threads;       /* kernel threads per rank */
+    int tty;           /* stderr is a terminal */
+    rt_source *src;
+    rt_stages s;
     rt_exec *x;
     rt_mail mail;
-    rt_planner *planner;
-    rt_calib *calib;              /* rank 0 with --calibrate, else NULL */
-    double *calib_buf;            /* [stages * (RT_CALIB_DIRS + 1)] scratch of calibrate_hook */
-    rt_iter *iters;
-    double epoch_ms;
-    double states_mb;
-    int tty;
-    int64_t first_step;           /* 0, or the step a --resume continues from */
-    char resume_dir[4096];        /* the step folder resumed from */
-    int stop_signal;              /* the signal that stopped the run at a boundary, or 0 */
-    int64_t end_step;             /* steps done when the loop ended */
-    int threads;                  /* kernel threads per rank */
+    rt_planner *planner; /* rank 0 */
+    double epoch_ms;     /* rank 0's clock at start: the trace's zero */
+    rt_metrics met;
+    rt_position pos;
 } rt_run;
 
 static dyn_model *model_of(void *ctx, int32_t stage)
 {
     rt_run *R = ctx;
-    return R->models[stage / R->g.stages];
+    return R->s.models[stage / R->g.stages];
 }
 
 /* ---- the step --------------------------------------------------------------- */
 
-/* Sum count values of buf over comm, in place, with the deadline. */
 /* The poll hook of every wait: plan delivery, and the data-parallel
  * allreduces started during the backward (MPI_Test drives them). */
 static void run_poll(void *ctx)
 {
     rt_run *R = ctx;
     rt_mail_poll(&R->mail);
-    for (int32_t c = 0; c < R->n_local; c++)
-        if (R->dp_started[c])
+    for (int32_t c = 0; c < R->s.n_local; c++)
+        if (R->s.dp_started[c])
             for (int k = 0; k < DP_PARTS; k++)
-                if (R->dp_req[c][k] != MPI_REQUEST_NULL) {
+                if (R->s.dp_req[c][k] != MPI_REQUEST_NULL) {
                     int done = 0;
-                    MPI_Test(&R->dp_req[c][k], &done, MPI_STATUS_IGNORE);
+                    MPI_Test(&R->s.dp_req[c][k], &done, MPI_STATUS_IGNORE);
                 }
 }
 
 /* Start chunk c's gradient allreduce over the stage's replicas. */
 static dyn_status dp_start(rt_run *R, int32_t c, dyn_error *err)
 {
-    if (R->g.dp < 2 || R->dp_started[c]) return DYN_OK;
-    float *g = dyn_model_grads(R->models[c]);
-    size_t n = dyn_model_num_params(R->models[c]);
+    if (R->g.dp < 2 || R->s.dp_started[c]) return DYN_OK;
+    float *g = dyn_model_grads(R->s.models[c]);
+    size_t n = dyn_model_num_params(R->s.models[c]);
     if (n > DP_PARTS * DP_PART_FLOATS) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "a stage of %zu parameters", n);
-    for (int k = 0; k < DP_PARTS; k++) R->dp_req[c][k] = MPI_REQUEST_NULL;
+    for (int k = 0; k < DP_PARTS; k++) R->s.dp_req[c][k] = MPI_REQUEST_NULL;
     for (size_t at = 0, k = 0; at < n; at += DP_PART_FLOATS, k++) {
         size_t cnt = n - at < DP_PART_FLOATS ? n - at : DP_PART_FLOATS;
         dyn_status st = dyn_rt_mpi_check(
-            MPI_Iallreduce(MPI_IN_PLACE, g + at, (int)cnt, MPI_FLOAT, MPI_SUM, R->g.dpc, &R->dp_req[c][k]),
+            MPI_Iallreduce(MPI_IN_PLACE, g + at, (int)cnt, MPI_FLOAT, MPI_SUM, R->g.dpc, &R->s.dp_req[c][k]),
             "MPI_Iallreduce (data parallel)", err);
         if (st != DYN_OK) return st;
     }
-    R->dp_started[c] = 1;
+    R->s.dp_started[c] = 1;
     return DYN_OK;
 }
 
@@ -210,6 +243,7 @@ static void on_stage_done(void *ctx, int32_t stage)
     if (dp_start(R, stage / R->g.stages, &e) != DYN_OK) rt_mail_fail(&R->mail, e.code, &e);
 }
 
+/* Sum count values of buf over comm, in place, with the deadline. */
 static dyn_status allreduce_on(rt_run *R, MPI_Comm comm, void *buf, size_t count, MPI_Datatype t, const char *what,
                                dyn_error *err)
 {
@@ -227,11 +261,11 @@ static dyn_status allreduce_on(rt_run *R, MPI_Comm comm, void *buf, size_t count
 
 static dyn_status sum_shared(rt_run *R, dyn_error *err)
 {
-    for (int i = 0; i < R->n_shared; i++) {
-        rt_shared *sh = &R->shared[i];
+    for (int i = 0; i < R->s.n_shared; i++) {
+        rt_shared *sh = &R->s.shared[i];
         memset(sh->sum, 0, sh->numel * sizeof(float));
         for (int32_t c = 0; c < sh->n_local; c++) {
-            dyn_model *m = R->models[sh->local[c]];
+            dyn_model *m = R->s.models[sh->local[c]];
             const float *g = dyn_model_grads(m) + dyn_model_find_tensor(m, sh->name)->offset;
             for (size_t j = 0; j < sh->numel; j++) sh->sum[j] += g[j];
         }
@@ -240,7 +274,7 @@ static dyn_status sum_shared(rt_run *R, dyn_error *err)
             if (st != DYN_OK) return st;
         }
         for (int32_t c = 0; c < sh->n_local; c++) {
-            dyn_model *m = R->models[sh->local[c]];
+            dyn_model *m = R->s.models[sh->local[c]];
             memcpy(dyn_model_grads(m) + dyn_model_find_tensor(m, sh->name)->offset, sh->sum, sh->numel * sizeof(float));
         }
     }
@@ -248,33 +282,33 @@ static dyn_status sum_shared(rt_run *R, dyn_error *err)
 }
 
 /* Online calibration (calibrate.h), rank 0: iteration k's per-rank
- * measured and predicted compute and optimizer step (all: [world][R_COUNT])
- * join the windows from this process's second iteration on (the first is
+ * measured and predicted compute and optimizer step (all: [world]) join
+ * the windows from this process's second iteration on (the first is
  * cold: arenas and caches growing, also after a resume), with the factors
  * k's plan carried; moved factors are posted to the planner thread, which
  * plans again what it has queued. The first warm iteration's correction
  * reaches the next iteration (rt_mail_hold), the others the one after
  * (the next was sent while k trained). The factors k's plan carried also
  * go to k's metrics record (time_scale). */
-static void calibrate_hook(rt_run *R, rt_iter *it, int64_t k, const double *all)
+static void calibrate_hook(rt_run *R, rt_iter *it, int64_t k, const rt_rank_rec *all)
 {
-    if (R->calib == NULL) return;
+    if (R->met.calib == NULL) return;
     int S = R->g.stages;
-    double *carried = R->calib_buf, *opt = R->calib_buf + (size_t)S * RT_CALIB_DIRS;
+    double *carried = R->met.calib_buf, *opt = R->met.calib_buf + (size_t)S * RT_CALIB_DIRS;
     if (!rt_planner_carried(R->planner, k, carried, opt)) {
-        free(it->time_scale), it->time_scale = NULL; /* no longer known: left out of the metrics */
+        it->time_scale = NULL; /* no longer known: left out of the metrics */
         return;
     }
     memcpy(it->time_scale, carried, (size_t)S * RT_CALIB_DIRS * sizeof(double));
-    if (k <= R->first_step) return;
+    if (k <= R->pos.first_step) return;
     for (int r = 0; r < R->g.world_size; r++) {
-        const double *q = all + (size_t)r * R_COUNT;
+        const rt_rank_rec *q = &all[r];
         int s = r % S;
-        double meas[RT_CALIB_DIRS] = {q[R_MEAS_F], q[R_MEAS_B], q[R_STEP_MS]};
-        double pred[RT_CALIB_DIRS] = {q[R_PRED_F], q[R_PRED_B], opt[s]};
-        rt_calib_add(R->calib, s, meas, pred, carried + (size_t)s * RT_CALIB_DIRS);
+        double meas[RT_CALIB_DIRS] = {q->meas_ms[0], q->meas_ms[1], q->step_ms};
+        double pred[RT_CALIB_DIRS] = {q->pred_ms[0], q->pred_ms[1], opt[s]};
+        rt_calib_add(R->met.calib, s, meas, pred, carried + (size_t)s * RT_CALIB_DIRS);
     }
-    if (rt_calib_update(R->calib, carried)) {
+    if (rt_calib_update(R->met.calib, carried)) {
         rt_planner_set_time_scale(R->planner, carried);
         if (R->o.verbose) {
             fprintf(stderr, "dynapipe train: calibration after iteration %lld:", (long long)k + 1);
@@ -286,7 +320,14 @@ static void calibrate_hook(rt_run *R, rt_iter *it, int64_t k, const double *all)
     }
 }
 
-static dyn_status step(rt_run *R, int64_t k, double *grad_norm, double *lr, double *opt_ms, dyn_error *err)
+/* What the step reports. */
+typedef struct rt_step_out {
+    double grad_norm; /* the whole model's gradient norm, before clipping */
+    double lr;        /* the rate of this step */
+    double ms;        /* gradient norm and AdamW on this rank (the waits for sums not counted) */
+} rt_step_out;
+
+static dyn_status step(rt_run *R, int64_t k, rt_step_out *out, dyn_error *err)
 {
     /* The data-parallel sums started as each stage's backward finished
      * (on_stage_done); a replica idle this iteration starts them now. Then
@@ -294,59 +335,44 @@ static dyn_status step(rt_run *R, int64_t k, double *grad_norm, double *lr, doub
      * of the two does not change the total). */
     dyn_status st = R->mail.fail;
     if (st != DYN_OK) *err = R->mail.err;
-    for (int32_t c = 0; st == DYN_OK && c < R->n_local; c++) {
+    for (int32_t c = 0; st == DYN_OK && c < R->s.n_local; c++) {
         st = dp_start(R, c, err);
-        for (int p = 0; st == DYN_OK && R->dp_started[c] && p < DP_PARTS; p++)
-            st = rt_wait(&R->dp_req[c][p], R->o.timeout_s, run_poll, R, "the data-parallel gradient allreduce", err);
-        R->dp_started[c] = 0;
+        for (int p = 0; st == DYN_OK && R->s.dp_started[c] && p < DP_PARTS; p++)
+            st = rt_wait(&R->s.dp_req[c][p], R->o.timeout_s, run_poll, R, "the data-parallel gradient allreduce", err);
+        R->s.dp_started[c] = 0;
     }
     if (st == DYN_OK) st = sum_shared(R, err);
     double sq = 0, t0 = dyn_time_ms();
-    for (int32_t c = 0; c < R->n_local; c++) sq += dyn_model_grad_sqnorm_owned(R->models[c]);
-    *opt_ms = dyn_time_ms() - t0;
+    for (int32_t c = 0; c < R->s.n_local; c++) sq += dyn_model_grad_sqnorm_owned(R->s.models[c]);
+    out->ms = dyn_time_ms() - t0;
     if (st == DYN_OK) st = allreduce_on(R, R->g.pipe, &sq, 1, MPI_DOUBLE, "the gradient-norm allreduce", err);
     if (st != DYN_OK) return st;
-    *grad_norm = sqrt(sq);
-    *lr = dyn_lr_at(&R->o.lr, k);
+    out->grad_norm = sqrt(sq);
+    out->lr = dyn_lr_at(&R->o.lr, k);
     t0 = dyn_time_ms();
-    for (int32_t c = 0; c < R->n_local; c++) {
-        dyn_model_adamw_step_norm(R->models[c], (float)*lr, &R->o.adamw, *grad_norm, R->o.clip_norm);
-        dyn_model_zero_grad(R->models[c]);
+    for (int32_t c = 0; c < R->s.n_local; c++) {
+        dyn_model_adamw_step_norm(R->s.models[c], (float)out->lr, &R->o.adamw, out->grad_norm, R->o.clip_norm);
+        dyn_model_zero_grad(R->s.models[c]);
     }
-    *opt_ms += dyn_time_ms() - t0;
+    out->ms += dyn_time_ms() - t0;
     return DYN_OK;
 }
 
 /* ---- the run ---------------------------------------------------------------- */
 
-/* This rank's stage models and the shared tensors among them and its
- * pipeline peers. Collective over the pipeline (MPI_Comm_split). */
-static dyn_status create_models(rt_run *R, int threads, dyn_error *err)
+/* The shared tensors among this rank's stage models and its pipeline
+ * peers (rt_shared). Collective over the pipeline (MPI_Comm_split). */
+static dyn_status shared_create(rt_run *R, dyn_error *err)
 {
     const dyn_train_options *o = &R->o;
     int S = R->g.stages;
-    R->n_local = R->n_stages / S;
-    R->models = dyn_calloc((size_t)R->n_local, sizeof(dyn_model *), "stage models", err);
-    if (R->models == NULL) return DYN_ERR_NOMEM;
-    size_t bytes = 0;
-    for (int32_t c = 0; c < R->n_local; c++) {
-        int32_t s = c * S + R->g.stage_rank;
-        R->models[c] = dyn_model_create_stage(&o->model, o->seed, R->lay_first[s], R->lay_first[s + 1], err);
-        if (R->models[c] == NULL) return err->code;
-        dyn_model_set_threads(R->models[c], threads);
-        bytes += dyn_model_state_bytes(R->models[c], NULL);
-    }
-    R->states_mb = (double)bytes / (1024.0 * 1024.0);
-    R->dp_req = dyn_calloc((size_t)R->n_local, sizeof *R->dp_req, "allreduce requests", err);
-    R->dp_started = dyn_calloc((size_t)R->n_local, sizeof(int), "allreduce requests", err);
-    if (R->dp_req == NULL || R->dp_started == NULL) return DYN_ERR_NOMEM;
     int n = 0;
-    dyn_shared_tensor *sh = dyn_model_shared_tensors(&o->model, R->lay_first, R->n_stages, &n, err);
+    dyn_shared_tensor *sh = dyn_model_shared_tensors(&o->model, R->s.lay_first, R->s.n_stages, &n, err);
     if (sh == NULL) return err->code;
-    R->shared = dyn_calloc((size_t)n + 1, sizeof(rt_shared), "shared tensors", err);
-    dyn_status st = R->shared ? DYN_OK : DYN_ERR_NOMEM;
+    R->s.shared = dyn_calloc((size_t)n + 1, sizeof(rt_shared), "shared tensors", err);
+    dyn_status st = R->s.shared ? DYN_OK : DYN_ERR_NOMEM;
     for (int i = 0; st == DYN_OK && i < n; i++) {
-        rt_shared *t = &R->shared[R->n_shared];
+        rt_shared *t = &R->s.shared[R->s.n_shared];
         int here = 0, spread = 0; /* a holder on this rank; holders on several ranks */
         for (int32_t h = 0; h < sh[i].n_holders; h++) {
             int32_t stage = sh[i].holders[h];
@@ -370,7 +396,7 @@ static dyn_status create_models(rt_run *R, int threads, dyn_error *err)
             t->n_local = 0;
             continue;
         }
-        const dyn_param_tensor *pt = dyn_model_find_tensor(R->models[t->local[0]], sh[i].name);
+        const dyn_param_tensor *pt = dyn_model_find_tensor(R->s.models[t->local[0]], sh[i].name);
         if (pt == NULL) {
             st = dyn_error_set(err, DYN_ERR_INTERNAL, "stage model lacks shared tensor %s", sh[i].name);
             break;
@@ -379,10 +405,34 @@ static dyn_status create_models(rt_run *R, int threads, dyn_error *err)
         t->numel = pt->numel;
         t->comm = comm;
         if ((t->sum = dyn_calloc(t->numel, sizeof(float), "shared tensor", err)) == NULL) st = DYN_ERR_NOMEM;
-        R->n_shared++;
+        R->s.n_shared++;
     }
     dyn_model_shared_tensors_free(sh, n);
     return st;
+}
+
+/* This rank's stage models and the shared tensors among them and its
+ * pipeline peers. Collective over the pipeline (MPI_Comm_split). */
+static dyn_status create_models(rt_run *R, int threads, dyn_error *err)
+{
+    const dyn_train_options *o = &R->o;
+    int S = R->g.stages;
+    R->s.n_local = R->s.n_stages / S;
+    R->s.models = dyn_calloc((size_t)R->s.n_local, sizeof(dyn_model *), "stage models", err);
+    if (R->s.models == NULL) return DYN_ERR_NOMEM;
+    size_t bytes = 0;
+    for (int32_t c = 0; c < R->s.n_local; c++) {
+        int32_t s = c * S + R->g.stage_rank;
+        R->s.models[c] = dyn_model_create_stage(&o->model, o->seed, R->s.lay_first[s], R->s.lay_first[s + 1], err);
+        if (R->s.models[c] == NULL) return err->code;
+        dyn_model_set_threads(R->s.models[c], threads);
+        bytes += dyn_model_state_bytes(R->s.models[c], NULL);
+    }
+    R->s.states_mb = (double)bytes / (1024.0 * 1024.0);
+    R->s.dp_req = dyn_calloc((size_t)R->s.n_local, sizeof *R->s.dp_req, "allreduce requests", err);
+    R->s.dp_started = dyn_calloc((size_t)R->s.n_local, sizeof(int), "allreduce requests", err);
+    if (R->s.dp_req == NULL || R->s.dp_started == NULL) return DYN_ERR_NOMEM;
+    return shared_create(R, err);
 }
 
 /* Bytes of this rank's owned tensors packed for --save: per tensor a
@@ -390,16 +440,16 @@ static dyn_status create_models(rt_run *R, int threads, dyn_error *err)
 static size_t pack_owned(const rt_run *R, char *buf)
 {
     size_t at = 0;
-    for (int32_t c = 0; c < R->n_local; c++)
-        for (int t = 0; t < dyn_model_num_tensors(R->models[c]); t++) {
-            const dyn_param_tensor *pt = dyn_model_tensor(R->models[c], t);
+    for (int32_t c = 0; c < R->s.n_local; c++)
+        for (int t = 0; t < dyn_model_num_tensors(R->s.models[c]); t++) {
+            const dyn_param_tensor *pt = dyn_model_tensor(R->s.models[c], t);
             if (pt->shared_copy) continue;
             uint64_t numel = pt->numel;
             if (buf) {
                 memset(buf + at, 0, 96);
                 memcpy(buf + at, pt->name, strnlen(pt->name, 95));
                 memcpy(buf + at + 96, &numel, 8);
-                memcpy(buf + at + 104, dyn_model_params(R->models[c]) + pt->offset, numel * sizeof(float));
+                memcpy(buf + at + 104, dyn_model_params(R->s.models[c]) + pt->offset, numel * sizeof(float));
             }
             at += 104 + numel * sizeof(float);
         }
@@ -449,37 +499,11 @@ static dyn_status gather_full(rt_run *R, dyn_model **out, dyn_error *err)
     char *buf = malloc(bytes ? bytes : 1);
     if (buf == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for --save");
     pack_owned(R, buf);
-    int S = R->g.stages, me = R->g.stage_rank, len = (int)bytes;
-    int *counts = NULL, *displs = NULL;
-    char *all = NULL;
-    dyn_status st = DYN_OK;
-    if (me == 0) {
-        counts = dyn_calloc((size_t)S, sizeof(int), "--save", err);
-        displs = dyn_calloc((size_t)S, sizeof(int), "--save", err);
-        if (counts == NULL || displs == NULL) st = DYN_ERR_NOMEM;
-    }
-    MPI_Request req;
-    if (st == DYN_OK)
-        st = dyn_rt_mpi_check(MPI_Igather(&len, 1, MPI_INT, counts, 1, MPI_INT, 0, R->g.pipe, &req), "MPI_Igather", err);
-    if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, NULL, NULL, "the weights gather", err);
-    size_t total = 0;
-    if (st == DYN_OK && me == 0) {
-        for (int r = 0; r < S; r++) {
-            displs[r] = (int)total;
-            total += (size_t)counts[r];
-        }
-        if (total > (size_t)INT32_MAX || (all = malloc(total ? total : 1)) == NULL)
-            st = dyn_error_set(err, DYN_ERR_NOMEM, "out of memory gathering %zu bytes of weights", total);
-    }
-    if (st == DYN_OK)
-        st = dyn_rt_mpi_check(MPI_Igatherv(buf, len, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, R->g.pipe, &req),
-                              "MPI_Igatherv", err);
-    if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, NULL, NULL, "the weights gather", err);
+    dyn_rt_gathered all;
+    dyn_status st = dyn_rt_gather_bytes(R->g.pipe, buf, (int)bytes, R->o.timeout_s, "the weights gather", &all, err);
     free(buf);
-    if (st == DYN_OK && me == 0) st = unpack_full(R, all, total, out, err);
-    free(counts);
-    free(displs);
-    free(all);
+    if (st == DYN_OK && R->g.stage_rank == 0) st = unpack_full(R, all.data, all.total, out, err);
+    dyn_rt_gathered_free(&all);
     return st;
 }
 
@@ -523,16 +547,16 @@ static dyn_status ckpt_resume(rt_run *R, int64_t *pos, dyn_error *err)
 {
     rt_ckpt_meta *meta = dyn_calloc(1, sizeof *meta, "checkpoint", err);
     if (meta == NULL) return DYN_ERR_NOMEM;
-    dyn_status st = rt_ckpt_resolve(R->o.resume_dir, R->resume_dir, sizeof R->resume_dir, err);
-    if (st == DYN_OK) st = rt_ckpt_read(R->resume_dir, meta, err);
+    dyn_status st = rt_ckpt_resolve(R->o.resume_dir, R->pos.resume_dir, sizeof R->pos.resume_dir, err);
+    if (st == DYN_OK) st = rt_ckpt_read(R->pos.resume_dir, meta, err);
     if (st == DYN_OK) st = rt_ckpt_check(meta, &R->o, err);
-    if (st == DYN_OK && meta->n_stages != R->n_stages)
-        st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: %d plan stages, this run %d", R->resume_dir, meta->n_stages,
-                           R->n_stages);
-    for (int32_t c = 0; st == DYN_OK && c < R->n_local; c++)
-        st = rt_ckpt_load_stage(R->resume_dir, meta, c * R->g.stages + R->g.stage_rank, R->models[c], err);
+    if (st == DYN_OK && meta->n_stages != R->s.n_stages)
+        st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: %d plan stages, this run %d", R->pos.resume_dir, meta->n_stages,
+                           R->s.n_stages);
+    for (int32_t c = 0; st == DYN_OK && c < R->s.n_local; c++)
+        st = rt_ckpt_load_stage(R->pos.resume_dir, meta, c * R->g.stages + R->g.stage_rank, R->s.models[c], err);
     if (st == DYN_OK) {
-        R->first_step = meta->step;
+        R->pos.first_step = meta->step;
         *pos = meta->sampler_pos;
         /* Not an error: extending a run (a larger --steps) is a legitimate
          * use, but the rates change under it, so say so once. */
@@ -592,10 +616,10 @@ static dyn_status ckpt_after_step(rt_run *R, int64_t k, int *stop, dyn_error *er
         if (st != DYN_OK) return st;
         if (any) {
             *stop = 1;
-            R->stop_signal = any;
+            R->pos.stop_signal = any;
         }
         if (*stop || done == R->o.steps || (R->o.save_every > 0 && done % R->o.save_every == 0)) {
-            rt_ckpt_job j = {&R->g, &R->o, R->models, R->n_local, R->lay_first, R->n_stages, done,
+            rt_ckpt_job j = {&R->g, &R->o, R->s.models, R->s.n_local, R->s.lay_first, R->s.n_stages, done,
                              R->mail.sampler_pos ? R->mail.sampler_pos[k] : 0};
             st = rt_ckpt_save(&j, err);
             if (st == DYN_OK && R->g.world_rank == 0 && R->o.progress >= 0)
@@ -604,82 +628,143 @@ static dyn_status ckpt_after_step(rt_run *R, int64_t k, int *stop, dyn_error *er
         }
     }
     if (st == DYN_OK && R->o.eval_every > 0 && (done % R->o.eval_every == 0 || done == R->o.steps))
-        st = eval_step(R, &R->iters[k], err);
-    if (st == DYN_OK && R->g.world_rank == 0 && R->iters[k].eval_loss >= 0 && R->o.progress >= 0)
+        st = eval_step(R, &R->met.iters[k], err);
+    if (st == DYN_OK && R->g.world_rank == 0 && R->met.iters[k].eval_loss >= 0 && R->o.progress >= 0)
         fprintf(stderr, "%sstep %lld: held-out loss %.4f\n", R->tty ? "\r\033[K" : "", (long long)done,
-                R->iters[k].eval_loss);
+                R->met.iters[k].eval_loss);
     return st;
+}
+
+/* Kernel threads per rank: --threads, else this host's cores shared by
+ * its ranks, at least 1. */
+static int threads_per_rank(const rt_run *R)
+{
+    if (R->o.threads > 0) return R->o.threads;
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    long local = ls ? atol(ls) : R->g.world_size;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = local > 0 && cores > 0 ? (int)(cores / local) : 1;
+    return threads < 1 ? 1 : threads;
+}
+
+/* The run's metrics records (rt_metrics): every buffer an iteration
+ * needs, allocated here once. */
+static dyn_status metrics_init(rt_run *R, dyn_error *err)
+{
+    rt_metrics *m = &R->met;
+    int W = R->g.world_size, S = R->g.stages;
+    int64_t steps = R->o.steps;
+    if ((m->iters = dyn_calloc((size_t)steps, sizeof(rt_iter), "metrics", err)) == NULL) return DYN_ERR_NOMEM;
+    if (R->g.world_rank != 0) return DYN_OK;
+    /* per iteration: peak_mb [W], pred_peak_mb [W], compute_ms [2W], time_scale [S x dirs] */
+    size_t per = 4 * (size_t)W + (R->o.calibrate ? (size_t)S * RT_CALIB_DIRS : 0);
+    m->all = dyn_calloc((size_t)W, sizeof(rt_rank_rec), "metrics", err);
+    m->slab = m->all ? dyn_calloc((size_t)steps, per * sizeof(double), "metrics", err) : NULL;
+    if (m->slab == NULL) return DYN_ERR_NOMEM;
+    for (int64_t k = 0; k < steps; k++) {
+        double *at = m->slab + (size_t)k * per;
+        rt_iter *it = &m->iters[k];
+        it->peak_mb = at;
+        it->pred_peak_mb = at + W;
+        it->compute_ms = at + 2 * (size_t)W;
+        it->time_scale = R->o.calibrate ? at + 4 * (size_t)W : NULL; /* filled by calibrate_hook */
+    }
+    if (R->o.calibrate) {
+        m->calib = rt_calib_create(S, R->o.calibrate_window, 0.03);
+        m->calib_buf = calloc((size_t)S * (RT_CALIB_DIRS + 1), sizeof(double));
+        if (m->calib == NULL || m->calib_buf == NULL)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the calibration");
+    }
+    return DYN_OK;
+}
+
+static void metrics_free(rt_metrics *m)
+{
+    rt_calib_free(m->calib);
+    free(m->calib_buf);
+    free(m->all);
+    free(m->slab);
+    free(m->iters);
+    memset(m, 0, sizeof *m);
+}
+
+/* The instruction interpreter over this rank's stage models. */
+static dyn_status exec_create(rt_run *R, dyn_error *err)
+{
+    rt_exec_env env;
+    memset(&env, 0, sizeof env);
+    env.g = &R->g;
+    env.kind = R->o.model.kind;
+    env.model_of = model_of;
+    env.model_ctx = R;
+    env.lay_first = R->s.lay_first;
+    env.n_stages = R->s.n_stages;
+    env.n_layers = dyn_model_num_layers(R->s.models[0]);
+    env.src = R->src;
+    env.timeout_s = R->o.timeout_s;
+    env.poll = run_poll;
+    env.poll_ctx = R;
+    env.stage_done = on_stage_done;
+    env.record = R->o.trace_path != NULL;
+    if ((R->x = rt_exec_create(&env, err)) == NULL) return err->code;
+    for (int32_t c = 0; c < R->s.n_local; c++) dyn_model_set_progress(R->s.models[c], rt_exec_poll, R->x);
+    return DYN_OK;
+}
+
+/* Rank 0's start-up line: ranks, hosts, threads, model, BLAS. */
+static void banner(const rt_run *R)
+{
+    const dyn_train_options *o = &R->o;
+    char hosts[512];
+    dyn_rt_group_hosts_describe(&R->g, hosts, sizeof hosts);
+    fprintf(stderr, "dynapipe train: %d ranks (%d stages x %d replicas) on %s, %d threads per rank, %s %.2fM "
+                    "parameters (%.1f MB of states on rank 0); %s\n",
+            R->g.world_size, R->g.stages, R->g.dp, hosts, R->threads, dyn_model_kind_name(o->model.kind),
+            dyn_model_config_params(&o->model) / 1e6, R->s.states_mb, dyn_blas_describe());
+    int split = dyn_rt_group_split_replica(&R->g);
+    if (split >= 0)
+        fprintf(stderr, "dynapipe train: note: replica %d's stages are on more than one host, so its "
+                        "activations cross the network; give each host a multiple of %d slots\n",
+                split, R->g.stages);
+}
+
+/* Rank 0: the planner thread (positioned at a resumed step) and the
+ * sending of its plans. */
+static dyn_status planner_start(rt_run *R, int64_t resume_pos, dyn_error *err)
+{
+    const dyn_train_options *o = &R->o;
+    dyn_status st;
+    if ((R->planner = rt_planner_create(o, rt_source_lengths(R->src), err)) == NULL) return err->code;
+    if (R->pos.first_step > 0 && (st = rt_planner_seek(R->planner, R->pos.first_step, resume_pos, err)) != DYN_OK)
+        return st;
+    if ((st = rt_planner_start(R->planner, err)) != DYN_OK) return st;
+    rt_mail_start_sending(&R->mail, R->planner, R->pos.first_step);
+    if (o->calibrate) rt_mail_hold(&R->mail, R->pos.first_step + 2); /* the first warm record's next plan */
+    return DYN_OK;
 }
 
 static dyn_status setup(rt_run *R, dyn_error *err)
 {
     const dyn_train_options *o = &R->o;
-    int threads = o->threads;
-    if (threads <= 0) {
-        const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-        long local = ls ? atol(ls) : R->g.world_size;
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = local > 0 && cores > 0 ? (int)(cores / local) : 1;
-        if (threads < 1) threads = 1;
-    }
-    R->threads = threads;
-    dyn_status st = stage_layers(o, &R->lay_first, &R->n_stages, err);
+    R->threads = threads_per_rank(R);
+    dyn_status st = stage_layers(o, &R->s.lay_first, &R->s.n_stages, err);
     if (st != DYN_OK) return st;
     if ((R->src = rt_source_open(o, err)) == NULL) return err->code;
-    if ((st = create_models(R, threads, err)) != DYN_OK) return st;
+    if ((st = create_models(R, R->threads, err)) != DYN_OK) return st;
     int64_t resume_pos = 0;
     if (o->resume_dir && (st = ckpt_resume(R, &resume_pos, err)) != DYN_OK) return st;
     if (o->save_dir && (st = ckpt_install_signals(err)) != DYN_OK) return st;
-    rt_exec_env env;
-    memset(&env, 0, sizeof env);
-    env.g = &R->g;
-    env.kind = o->model.kind;
-    env.model_of = model_of;
-    env.model_ctx = R;
-    env.lay_first = R->lay_first;
-    env.n_stages = R->n_stages;
-    env.n_layers = dyn_model_num_layers(R->models[0]);
-    env.src = R->src;
-    env.timeout_s = o->timeout_s;
-    env.poll = run_poll;
-    env.poll_ctx = R;
-    env.stage_done = on_stage_done;
-    env.record = o->trace_path != NULL;
-    if ((R->x = rt_exec_create(&env, err)) == NULL) return err->code;
-    for (int32_t c = 0; c < R->n_local; c++) dyn_model_set_progress(R->models[c], rt_exec_poll, R->x);
-    R->iters = dyn_calloc((size_t)o->steps, sizeof(rt_iter), "metrics", err);
-    if (R->iters == NULL) return DYN_ERR_NOMEM;
+    if ((st = exec_create(R, err)) != DYN_OK) return st;
+    if ((st = metrics_init(R, err)) != DYN_OK) return st;
     if ((st = rt_mail_init(&R->mail, &R->g, o->steps, o->timeout_s, err)) != DYN_OK) return st;
     if (R->g.world_rank == 0) {
-        if ((R->planner = rt_planner_create(o, rt_source_lengths(R->src), err)) == NULL) return err->code;
-        if (o->calibrate) {
-            R->calib = rt_calib_create(R->g.stages, o->calibrate_window, 0.03);
-            R->calib_buf = calloc((size_t)R->g.stages * (RT_CALIB_DIRS + 1), sizeof(double));
-            if (R->calib == NULL || R->calib_buf == NULL)
-                return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the calibration");
-        }
-        if (R->first_step > 0 && (st = rt_planner_seek(R->planner, R->first_step, resume_pos, err)) != DYN_OK)
-            return st;
-        if ((st = rt_planner_start(R->planner, err)) != DYN_OK) return st;
-        rt_mail_start_sending(&R->mail, R->planner, R->first_step);
-        if (o->calibrate) rt_mail_hold(&R->mail, R->first_step + 2); /* the first warm record's next plan */
-        if (o->progress >= 0) {
-            char hosts[512];
-            dyn_rt_group_hosts_describe(&R->g, hosts, sizeof hosts);
-            fprintf(stderr, "dynapipe train: %d ranks (%d stages x %d replicas) on %s, %d threads per rank, %s %.2fM "
-                            "parameters (%.1f MB of states on rank 0); %s\n",
-                    R->g.world_size, R->g.stages, R->g.dp, hosts, threads, dyn_model_kind_name(o->model.kind),
-                    dyn_model_config_params(&o->model) / 1e6, R->states_mb, dyn_blas_describe());
-            int split = dyn_rt_group_split_replica(&R->g);
-            if (split >= 0)
-                fprintf(stderr, "dynapipe train: note: replica %d's stages are on more than one host, so its "
-                                "activations cross the network; give each host a multiple of %d slots\n",
-                        split, R->g.stages);
-        }
+        if ((st = planner_start(R, resume_pos, err)) != DYN_OK) return st;
+        if (o->progress >= 0) banner(R);
     }
-    if (R->first_step > 0 && R->g.world_rank == 0 && o->progress >= 0)
-        fprintf(stderr, "dynapipe train: resumed from %s at step %lld\n", R->resume_dir, (long long)R->first_step);
-    rt_mail_post(&R->mail, R->first_step);
+    if (R->pos.first_step > 0 && R->g.world_rank == 0 && o->progress >= 0)
+        fprintf(stderr, "dynapipe train: resumed from %s at step %lld\n", R->pos.resume_dir,
+                (long long)R->pos.first_step);
+    rt_mail_post(&R->mail, R->pos.first_step);
     return DYN_OK;
 }
 
@@ -690,101 +775,123 @@ static void fault_injection(const rt_run *R, int64_t k)
         for (;;) pause(); /* stop answering; the peers' deadlines must end the job */
 }
 
-static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
+/* Stage 1, work_receive: iteration k's work for this rank (the plan of
+ * its replica and the samples), checked against this run. */
+static dyn_status work_receive(rt_run *R, int64_t k, dyn_rt_work *w, double *wait_ms, dyn_error *err)
 {
-    rt_iter *it = &R->iters[k];
-    it->eval_loss = -1;
-    double t0 = dyn_time_ms();
     uint8_t *buf = NULL;
     size_t len = 0;
-    double wait_ms = 0;
+    dyn_status st = rt_mail_take(&R->mail, k, &buf, &len, wait_ms, err);
+    if (st == DYN_OK) st = dyn_rt_work_unpack(buf, len, rt_source_lengths(R->src)->n, w, err);
+    free(buf);
+    if (st != DYN_OK) return st;
+    if (w->iteration != k)
+        return dyn_error_set(err, DYN_ERR_INTERNAL, "received the plan of iteration %lld for %lld",
+                             (long long)w->iteration, (long long)k);
+    if (w->replica != R->g.replica)
+        return dyn_error_set(err, DYN_ERR_INTERNAL, "received replica %d's plan on replica %d", w->replica,
+                             R->g.replica);
+    if (w->n_mb > 0 && (w->n_stages != R->s.n_stages || w->n_ranks != R->g.stages))
+        return dyn_error_set(err, DYN_ERR_INTERNAL, "plan of %d stages on %d ranks; this run has %d stages on %d ranks",
+                             w->n_stages, w->n_ranks, R->s.n_stages, R->g.stages);
+    return DYN_OK;
+}
+
+/* This rank's record of the iteration from what the stages measured. */
+static rt_rank_rec rank_record(const rt_run *R, const dyn_rt_work *w, const rt_exec_stats *xs, const rt_step_out *so,
+                               double wait_ms, double iter_ms)
+{
+    rt_rank_rec r;
+    memset(&r, 0, sizeof r);
+    r.iter_ms = iter_ms;
+    r.exec_ms = xs->wall_ms;
+    r.step_ms = so->ms;
+    r.busy_ms = xs->busy_ms;
+    r.comm_wait_ms = xs->comm_wait_ms;
+    r.comm_bytes = (double)xs->comm_bytes;
+    r.plan_wait_ms = wait_ms;
+    r.alloc_mb = R->s.states_mb + (double)xs->alloc_bytes / (1024.0 * 1024.0);
+    r.loss_sum = xs->loss_sum;
+    r.target_tokens = (double)xs->target_tokens;
+    r.pred_peak_mb = w->n_mb > 0 ? w->peak_mb[R->g.stage_rank] : 0;
+    for (int d = 0; d < 2; d++) r.meas_ms[d] = xs->meas_ms[d], r.pred_ms[d] = xs->pred_ms[d];
+    return r;
+}
+
+/* Rank 0: iteration k's metrics record from every rank's (R->met.all)
+ * and the work of this replica. */
+static void aggregate(rt_run *R, int64_t k, const dyn_rt_work *w, const rt_step_out *so, rt_iter *it)
+{
+    double loss = 0, busy = 0, comm = 0, bytes = 0, wait = 0, iter_ms = 0;
+    for (int r = 0; r < R->g.world_size; r++) {
+        const rt_rank_rec *q = &R->met.all[r];
+        loss += q->loss_sum;
+        busy += q->busy_ms;
+        comm += q->comm_wait_ms;
+        bytes += q->comm_bytes;
+        if (q->plan_wait_ms > wait) wait = q->plan_wait_ms;
+        if (q->iter_ms > iter_ms) iter_ms = q->iter_ms;
+        if (q->exec_ms > it->exec_ms) it->exec_ms = q->exec_ms;
+        if (q->step_ms > it->step_ms) it->step_ms = q->step_ms;
+        it->peak_mb[r] = q->alloc_mb;
+        it->pred_peak_mb[r] = q->pred_peak_mb;
+        it->compute_ms[2 * r] = q->meas_ms[0] + q->meas_ms[1];
+        it->compute_ms[2 * r + 1] = q->pred_ms[0] + q->pred_ms[1];
+    }
+    it->step = k;
+    it->loss = loss / (double)w->global_target_tokens;
+    it->tokens = w->global_real_tokens;
+    it->target_tokens = w->global_target_tokens;
+    it->iteration_ms = iter_ms;
+    it->predicted_ms = w->predicted_ms;
+    it->makespan_ms = w->predicted_ms - rt_planner_step_ms(R->planner, k);
+    it->bubble = iter_ms > 0 ? 1.0 - busy / ((double)R->g.world_size * iter_ms) : 0;
+    it->plan_ms = w->plan_ms;
+    it->plan_wait_ms = wait;
+    it->comm_wait_ms = comm;
+    it->comm_mb = bytes / (1024.0 * 1024.0);
+    it->lr = so->lr;
+    it->grad_norm = so->grad_norm;
+    it->schedule = w->n_mb > 0 ? w->plan.schedule : -1;
+    it->n_mb = w->n_mb;
+}
+
+/* Stage 4, metrics: every rank's record gathered on rank 0, which makes
+ * iteration k's metrics record, feeds the calibration and prints the
+ * progress line. */
+static dyn_status metrics(rt_run *R, int64_t k, const rt_rank_rec *mine, const dyn_rt_work *w, const rt_step_out *so,
+                          dyn_error *err)
+{
+    MPI_Request req;
+    dyn_status st = dyn_rt_mpi_check(MPI_Igather(mine, RT_REC_DOUBLES, MPI_DOUBLE, R->met.all, RT_REC_DOUBLES,
+                                                 MPI_DOUBLE, 0, R->g.world, &req),
+                                     "MPI_Igather (metrics)", err);
+    if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, run_poll, R, "the metrics gather", err);
+    if (st != DYN_OK || R->g.world_rank != 0) return st;
+    rt_iter *it = &R->met.iters[k];
+    aggregate(R, k, w, so, it);
+    calibrate_hook(R, it, k, R->met.all);
+    if (R->o.progress >= 0) rt_report_progress(it, R->o.steps, R->tty);
+    return DYN_OK;
+}
+
+/* One iteration: work_receive -> exec -> step -> metrics. */
+static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
+{
+    R->met.iters[k].eval_loss = -1;
+    double t0 = dyn_time_ms(), wait_ms = 0;
     fault_injection(R, k);
-    dyn_status st = rt_mail_take(&R->mail, k, &buf, &len, &wait_ms, err);
     dyn_rt_work w;
     memset(&w, 0, sizeof w);
-    if (st == DYN_OK) st = dyn_rt_work_unpack(buf, len, rt_source_lengths(R->src)->n, &w, err);
-    free(buf);
-    if (st == DYN_OK && w.iteration != k)
-        st = dyn_error_set(err, DYN_ERR_INTERNAL, "received the plan of iteration %lld for %lld",
-                           (long long)w.iteration, (long long)k);
-    if (st == DYN_OK && w.replica != R->g.replica)
-        st = dyn_error_set(err, DYN_ERR_INTERNAL, "received replica %d's plan on replica %d", w.replica, R->g.replica);
-    if (st == DYN_OK && w.n_mb > 0 && (w.n_stages != R->n_stages || w.n_ranks != R->g.stages))
-        st = dyn_error_set(err, DYN_ERR_INTERNAL, "plan of %d stages on %d ranks; this run has %d stages on %d ranks",
-                           w.n_stages, w.n_ranks, R->n_stages, R->g.stages);
     rt_exec_stats xs;
     memset(&xs, 0, sizeof xs);
+    rt_step_out so;
+    memset(&so, 0, sizeof so);
+    dyn_status st = work_receive(R, k, &w, &wait_ms, err);
     if (st == DYN_OK) st = rt_exec_run(R->x, &w, R->epoch_ms, &xs, err);
-    double grad_norm = 0, lr = 0, opt_ms = 0;
-    if (st == DYN_OK) st = step(R, k, &grad_norm, &lr, &opt_ms, err);
-    double rec[R_COUNT] = {0};
-    rec[R_EXEC_MS] = xs.wall_ms;
-    rec[R_STEP_MS] = opt_ms;
-    rec[R_ITER_MS] = dyn_time_ms() - t0;
-    rec[R_BUSY_MS] = xs.busy_ms;
-    rec[R_COMM_MS] = xs.comm_wait_ms;
-    rec[R_COMM_BYTES] = (double)xs.comm_bytes;
-    rec[R_PLAN_WAIT_MS] = wait_ms;
-    rec[R_ALLOC_MB] = R->states_mb + (double)xs.alloc_bytes / (1024.0 * 1024.0);
-    rec[R_LOSS] = xs.loss_sum;
-    rec[R_TOKENS] = (double)xs.target_tokens;
-    rec[R_PRED_PEAK_MB] = w.n_mb > 0 ? w.peak_mb[R->g.stage_rank] : 0;
-    rec[R_MEAS_F] = xs.meas_ms[0], rec[R_MEAS_B] = xs.meas_ms[1];
-    rec[R_PRED_F] = xs.pred_ms[0], rec[R_PRED_B] = xs.pred_ms[1];
-    double *all = NULL;
-    if (st == DYN_OK && R->g.world_rank == 0) {
-        all = dyn_calloc((size_t)R_COUNT * (size_t)R->g.world_size, sizeof(double), "metrics", err);
-        it->peak_mb = dyn_calloc((size_t)R->g.world_size, sizeof(double), "metrics", err);
-        it->pred_peak_mb = dyn_calloc((size_t)R->g.world_size, sizeof(double), "metrics", err);
-        it->compute_ms = dyn_calloc(2 * (size_t)R->g.world_size, sizeof(double), "metrics", err);
-        if (all == NULL || it->peak_mb == NULL || it->pred_peak_mb == NULL || it->compute_ms == NULL)
-            st = DYN_ERR_NOMEM;
-        if (st == DYN_OK && R->calib != NULL &&
-            (it->time_scale = dyn_calloc((size_t)R->g.stages * RT_CALIB_DIRS, sizeof(double), "metrics", err)) == NULL)
-            st = DYN_ERR_NOMEM; /* filled by calibrate_hook */
-    }
-    MPI_Request req;
-    if (st == DYN_OK)
-        st = dyn_rt_mpi_check(MPI_Igather(rec, R_COUNT, MPI_DOUBLE, all, R_COUNT, MPI_DOUBLE, 0, R->g.world, &req),
-                              "MPI_Igather (metrics)", err);
-    if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, run_poll, R, "the metrics gather", err);
-    if (st == DYN_OK && R->g.world_rank == 0) {
-        double loss = 0, busy = 0, comm = 0, bytes = 0, wait = 0, iter_ms = 0;
-        for (int r = 0; r < R->g.world_size; r++) {
-            const double *q = all + (size_t)r * R_COUNT;
-            loss += q[R_LOSS];
-            busy += q[R_BUSY_MS];
-            comm += q[R_COMM_MS];
-            bytes += q[R_COMM_BYTES];
-            if (q[R_PLAN_WAIT_MS] > wait) wait = q[R_PLAN_WAIT_MS];
-            if (q[R_ITER_MS] > iter_ms) iter_ms = q[R_ITER_MS];
-            if (q[R_EXEC_MS] > it->exec_ms) it->exec_ms = q[R_EXEC_MS];
-            if (q[R_STEP_MS] > it->step_ms) it->step_ms = q[R_STEP_MS];
-            it->peak_mb[r] = q[R_ALLOC_MB];
-            it->pred_peak_mb[r] = q[R_PRED_PEAK_MB];
-            it->compute_ms[2 * r] = q[R_MEAS_F] + q[R_MEAS_B];
-            it->compute_ms[2 * r + 1] = q[R_PRED_F] + q[R_PRED_B];
-        }
-        calibrate_hook(R, it, k, all);
-        it->step = k;
-        it->loss = loss / (double)w.global_target_tokens;
-        it->tokens = w.global_real_tokens;
-        it->target_tokens = w.global_target_tokens;
-        it->iteration_ms = iter_ms;
-        it->predicted_ms = w.predicted_ms;
-        it->makespan_ms = w.predicted_ms - rt_planner_step_ms(R->planner, k);
-        it->bubble = iter_ms > 0 ? 1.0 - busy / ((double)R->g.world_size * iter_ms) : 0;
-        it->plan_ms = w.plan_ms;
-        it->plan_wait_ms = wait;
-        it->comm_wait_ms = comm;
-        it->comm_mb = bytes / (1024.0 * 1024.0);
-        it->lr = lr;
-        it->grad_norm = grad_norm;
-        it->schedule = w.n_mb > 0 ? w.plan.schedule : -1;
-        it->n_mb = w.n_mb;
-        if (R->o.progress >= 0) rt_report_progress(it, R->o.steps, R->tty);
-    }
-    free(all);
+    if (st == DYN_OK) st = step(R, k, &so, err);
+    rt_rank_rec rec = rank_record(R, &w, &xs, &so, wait_ms, dyn_time_ms() - t0);
+    if (st == DYN_OK) st = metrics(R, k, &rec, &w, &so, err);
     dyn_rt_work_free(&w);
     return st;
 }
@@ -792,29 +899,20 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
 static void run_free(rt_run *R)
 {
     rt_planner_free(R->planner);
-    rt_calib_free(R->calib);
-    free(R->calib_buf);
     rt_mail_free(&R->mail);
     rt_exec_free(R->x);
-    for (int32_t c = 0; c < R->n_local && R->models; c++) dyn_model_free(R->models[c]);
-    free(R->models);
-    for (int i = 0; i < R->n_shared; i++) {
-        free(R->shared[i].sum);
-        if (R->shared[i].comm != MPI_COMM_NULL) MPI_Comm_free(&R->shared[i].comm);
+    for (int32_t c = 0; c < R->s.n_local && R->s.models; c++) dyn_model_free(R->s.models[c]);
+    free(R->s.models);
+    for (int i = 0; i < R->s.n_shared; i++) {
+        free(R->s.shared[i].sum);
+        if (R->s.shared[i].comm != MPI_COMM_NULL) MPI_Comm_free(&R->s.shared[i].comm);
     }
-    free(R->shared);
-    free(R->dp_req);
-    free(R->dp_started);
+    free(R->s.shared);
+    free(R->s.dp_req);
+    free(R->s.dp_started);
     rt_source_free(R->src);
-    free(R->lay_first);
-    if (R->iters)
-        for (int64_t k = 0; k < R->o.steps; k++) {
-            free(R->iters[k].peak_mb);
-            free(R->iters[k].pred_peak_mb);
-            free(R->iters[k].compute_ms);
-            free(R->iters[k].time_scale);
-        }
-    free(R->iters);
+    free(R->s.lay_first);
+    metrics_free(&R->met);
 }
 
 /* A rank dies with its launcher (mpirun or orted): after a `kill -9` of
@@ -858,20 +956,20 @@ int dyn_train_rank_main(const dyn_train_options *o, int *argc, char ***argv)
             st = dyn_rt_mpi_check(MPI_Ibcast(&R.epoch_ms, 1, MPI_DOUBLE, 0, R.g.world, &req), "MPI_Ibcast", &err);
         if (st == DYN_OK) st = rt_wait(&req, o->timeout_s, NULL, NULL, "the start-up broadcast", &err);
     }
-    R.end_step = R.first_step;
-    for (int64_t k = R.first_step, stop = 0; st == DYN_OK && !stop && k < o->steps; k++) {
+    R.pos.end_step = R.pos.first_step;
+    for (int64_t k = R.pos.first_step, stop = 0; st == DYN_OK && !stop && k < o->steps; k++) {
         st = iteration(&R, k, &err);
         int halt = 0;
         if (st == DYN_OK) st = ckpt_after_step(&R, k, &halt, &err);
-        if (st == DYN_OK) R.end_step = k + 1;
+        if (st == DYN_OK) R.pos.end_step = k + 1;
         stop = halt;
     }
     if (st == DYN_OK && o->trace_path) st = rt_report_trace(o->trace_path, R.x, &R.g, o->timeout_s, &err);
     if (st == DYN_OK && R.g.world_rank == 0 && o->metrics_path)
-        st = rt_report_metrics(o->metrics_path, R.iters, R.first_step, R.end_step, &R.g, &err);
-    if (st == DYN_OK && o->save_path && !R.stop_signal) st = save_full(&R, &err);
+        st = rt_report_metrics(o->metrics_path, R.met.iters, R.pos.first_step, R.pos.end_step, &R.g, &err);
+    if (st == DYN_OK && o->save_path && !R.pos.stop_signal) st = save_full(&R, &err);
     if (st != DYN_OK) dyn_rt_group_abort(&R.g, 1, err.msg);
-    int rc = R.stop_signal ? 128 + R.stop_signal : 0; /* stopped by a signal: the shell's convention */
+    int rc = R.pos.stop_signal ? 128 + R.pos.stop_signal : 0; /* stopped by a signal: the shell's convention */
     run_free(&R);
     dyn_rt_group_free(&R.g);
     return rc;
