@@ -1,23 +1,17 @@
 /* train.c — one rank of `dynapipe train` (see train.h): start-up, the
- * iteration loop and the optimizer step. Plans reach the ranks through
- * mail.c (rank 0's planner thread fills a queue, its main thread sends each
- * planned iteration while the previous one trains); the progress line,
+ * iteration loop, checkpoints and the end of the run. Plans reach the
+ * ranks through mail.c (rank 0's planner thread fills a queue, its main
+ * thread sends each planned iteration while the previous one trains); the
+ * stage models and the optimizer step are step.c's; the progress line,
  * metrics and trace are written by report.c.
  *
- * Stage models. A rank holds the parameters, gradients and AdamW moments of
- * its own stages only (one stage model per chunk: dyn_model_create_stage),
- * plus copies of the shared tensors those stages use (GPT's tied embedding
- * on the first and the last stage; T5's shared embedding and relative-bias
- * tables).
- *
- * The step, after the plan's last instruction: (1) each shared tensor's
- * gradient is summed over the ranks holding it (one small communicator
- * per tensor) and written back into every copy; (2) with data parallelism,
- * every held gradient is summed over the replicas of the stage; (3) the
- * global gradient norm is the square root of the owned tensors' squared
- * norms summed over the pipeline (dyn_model_grad_sqnorm_owned counts each
- * tensor once); (4) every rank clips by that norm and takes the same AdamW
- * step, so shared copies and replicas stay identical. */
+ * One iteration reads as its data flow:
+ *   work_receive  this rank's work (plan + samples), checked against the run
+ *   rt_exec_run   the interpreter runs the plan (exec.c)
+ *   step          gradient sums, global norm, AdamW (rt_stages_step)
+ *   metrics       every rank's rt_rank_rec gathered on rank 0, which makes
+ *                 the iteration's rt_iter, calibrates and prints progress
+ * with every buffer of the metrics allocated once at start-up. */
 #include "runtime/train.h"
 
 #include <math.h>
@@ -45,6 +39,7 @@
 #include "runtime/calibrate.h"
 #include "runtime/planner.h"
 #include "runtime/source.h"
+#include "runtime/step.h"   /* defines: rt_stages_* */
 #include "runtime/work.h"
 #include "util/util.h"
 
@@ -70,73 +65,7 @@ void dyn_train_options_default(dyn_train_options *o)
     o->eval_samples = 64;
 }
 
-/* ---- layers per stage ------------------------------------------------------- */
-
-/* The model layer where cost layer c begins (c = the cost model's flattened
- * layer list of sched.h: GPT [embed, blocks, head], T5 [embed, encoder
- * blocks, bridge, decoder blocks, head]; c = its length maps to L). The
- * bridge is two model layers, the encoder's final norm and the decoder
- * embedding (model.h), so the layers after it are one further on. */
-static int32_t model_layer_of(const dyn_model_config *cfg, int32_t c)
-{
-    if (cfg->kind == DYN_MODEL_GPT) return c;
-    int32_t ne = cfg->n_layers;
-    return c <= ne + 1 ? c : c + 1;
-}
-
-static dyn_status stage_layers(const dyn_train_options *o, int32_t **lay_first, int32_t *n_stages, dyn_error *err)
-{
-    dyn_cost_model *cm = o->cost_table ? dyn_cost_model_load_table(o->cost_table, err)
-                                       : dyn_cost_model_create_analytic(&o->model, &o->machine, err);
-    if (cm == NULL) return err->code;
-    /* The planner's own assignment (dyn_stage_assign_run, which its stage
-     * costs use too), so plan stages and model layers agree on every rank. */
-    int32_t v = o->schedule == DYN_SCHED_INTERLEAVED ? o->plan.chunks : 1;
-    dyn_stage_assignment a;
-    memset(&a, 0, sizeof a);
-    dyn_status st = dyn_stage_assign_run(cm, o->plan.stages * v, &a, err);
-    dyn_cost_model_free(cm);
-    if (st != DYN_OK) return st;
-    *n_stages = a.n_stages;
-    *lay_first = dyn_calloc((size_t)a.n_stages + 1, sizeof(int32_t), "stage layers", err);
-    if (*lay_first == NULL) {
-        dyn_stage_assignment_free(&a);
-        return DYN_ERR_NOMEM;
-    }
-    for (int32_t s = 0; s <= a.n_stages; s++) (*lay_first)[s] = model_layer_of(&o->model, a.stage_first[s]);
-    dyn_stage_assignment_free(&a);
-    return DYN_OK;
-}
-
-/* ---- the run's state -------------------------------------------------------- */
-
-/* A stage model's gradient allreduce goes in parts of at most 2^30 floats
- * (MPI counts are int). */
-#define DP_PARTS 8
-#define DP_PART_FLOATS ((size_t)1 << 30)
-
-/* A shared tensor held by this rank: the local chunks holding a copy, and
- * the communicator of the ranks holding one (MPI_COMM_NULL when all
- * holders are on this rank). */
-typedef struct rt_shared {
-    char name[96];
-    int32_t n_local, local[8]; /* chunk indices */
-    size_t numel;
-    float *sum;                /* numel scratch */
-    MPI_Comm comm;
-} rt_shared;
-
-/* This rank's part of the model and what the step needs of it. */
-typedef struct rt_stages {
-    dyn_model **models;           /* [n_local]: chunk c holds plan stage c * S + stage_rank */
-    int32_t n_local;
-    int32_t *lay_first, n_stages; /* [n_stages + 1]: plan stage s = model layers [lay_first[s], lay_first[s+1]) */
-    rt_shared *shared;            /* [n_shared] shared tensors this rank holds */
-    int n_shared;
-    MPI_Request (*dp_req)[DP_PARTS]; /* [n_local]: a chunk's data-parallel allreduce in flight */
-    int *dp_started;              /* [n_local] */
-    double states_mb;             /* parameters, gradients and moments of the models, MB */
-} rt_stages;
+/* ---- the run's state --------------------------------------------------------- */
 
 /* What each rank reports to rank 0 after an iteration: gathered as
  * RT_REC_DOUBLES doubles, so every field is a double. */
@@ -198,7 +127,7 @@ static dyn_model *model_of(void *ctx, int32_t stage)
     return R->s.models[stage / R->g.stages];
 }
 
-/* ---- the step --------------------------------------------------------------- */
+/* ---- hooks of the waits and the interpreter ---------------------------------- */
 
 /* The poll hook of every wait: plan delivery, and the data-parallel
  * allreduces started during the backward (MPI_Test drives them). */
@@ -206,32 +135,7 @@ static void run_poll(void *ctx)
 {
     rt_run *R = ctx;
     rt_mail_poll(&R->mail);
-    for (int32_t c = 0; c < R->s.n_local; c++)
-        if (R->s.dp_started[c])
-            for (int k = 0; k < DP_PARTS; k++)
-                if (R->s.dp_req[c][k] != MPI_REQUEST_NULL) {
-                    int done = 0;
-                    MPI_Test(&R->s.dp_req[c][k], &done, MPI_STATUS_IGNORE);
-                }
-}
-
-/* Start chunk c's gradient allreduce over the stage's replicas. */
-static dyn_status dp_start(rt_run *R, int32_t c, dyn_error *err)
-{
-    if (R->g.dp < 2 || R->s.dp_started[c]) return DYN_OK;
-    float *g = dyn_model_grads(R->s.models[c]);
-    size_t n = dyn_model_num_params(R->s.models[c]);
-    if (n > DP_PARTS * DP_PART_FLOATS) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "a stage of %zu parameters", n);
-    for (int k = 0; k < DP_PARTS; k++) R->s.dp_req[c][k] = MPI_REQUEST_NULL;
-    for (size_t at = 0, k = 0; at < n; at += DP_PART_FLOATS, k++) {
-        size_t cnt = n - at < DP_PART_FLOATS ? n - at : DP_PART_FLOATS;
-        dyn_status st = dyn_rt_mpi_check(
-            MPI_Iallreduce(MPI_IN_PLACE, g + at, (int)cnt, MPI_FLOAT, MPI_SUM, R->g.dpc, &R->s.dp_req[c][k]),
-            "MPI_Iallreduce (data parallel)", err);
-        if (st != DYN_OK) return st;
-    }
-    R->s.dp_started[c] = 1;
-    return DYN_OK;
+    rt_stages_poll(&R->s);
 }
 
 /* The interpreter's stage_done hook: the stage's weight gradients of this
@@ -240,285 +144,21 @@ static void on_stage_done(void *ctx, int32_t stage)
 {
     rt_run *R = ctx;
     dyn_error e;
-    if (dp_start(R, stage / R->g.stages, &e) != DYN_OK) rt_mail_fail(&R->mail, e.code, &e);
+    if (rt_stages_stage_done(&R->s, stage, &e) != DYN_OK) rt_mail_fail(&R->mail, e.code, &e);
 }
 
-/* Sum count values of buf over comm, in place, with the deadline. */
-static dyn_status allreduce_on(rt_run *R, MPI_Comm comm, void *buf, size_t count, MPI_Datatype t, const char *what,
-                               dyn_error *err)
-{
-    size_t esz = t == MPI_DOUBLE ? 8 : 4;
-    for (size_t at = 0; at < count; at += (size_t)1 << 30) {
-        size_t c = count - at < ((size_t)1 << 30) ? count - at : (size_t)1 << 30; /* MPI counts are int */
-        MPI_Request req;
-        dyn_status st = dyn_rt_mpi_check(
-            MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + at * esz, (int)c, t, MPI_SUM, comm, &req), what, err);
-        if (st == DYN_OK) st = rt_wait(&req, R->o.timeout_s, run_poll, R, what, err);
-        if (st != DYN_OK) return st;
-    }
-    return DYN_OK;
-}
-
-static dyn_status sum_shared(rt_run *R, dyn_error *err)
-{
-    for (int i = 0; i < R->s.n_shared; i++) {
-        rt_shared *sh = &R->s.shared[i];
-        memset(sh->sum, 0, sh->numel * sizeof(float));
-        for (int32_t c = 0; c < sh->n_local; c++) {
-            dyn_model *m = R->s.models[sh->local[c]];
-            const float *g = dyn_model_grads(m) + dyn_model_find_tensor(m, sh->name)->offset;
-            for (size_t j = 0; j < sh->numel; j++) sh->sum[j] += g[j];
-        }
-        if (sh->comm != MPI_COMM_NULL) {
-            dyn_status st = allreduce_on(R, sh->comm, sh->sum, sh->numel, MPI_FLOAT, "the shared-tensor allreduce", err);
-            if (st != DYN_OK) return st;
-        }
-        for (int32_t c = 0; c < sh->n_local; c++) {
-            dyn_model *m = R->s.models[sh->local[c]];
-            memcpy(dyn_model_grads(m) + dyn_model_find_tensor(m, sh->name)->offset, sh->sum, sh->numel * sizeof(float));
-        }
-    }
-    return DYN_OK;
-}
-
-/* Online calibration (calibrate.h), rank 0: iteration k's per-rank
- * measured and predicted compute and optimizer step (all: [world]) join
- * the windows from this process's second iteration on (the first is
- * cold: arenas and caches growing, also after a resume), with the factors
- * k's plan carried; moved factors are posted to the planner thread, which
- * plans again what it has queued. The first warm iteration's correction
- * reaches the next iteration (rt_mail_hold), the others the one after
- * (the next was sent while k trained). The factors k's plan carried also
- * go to k's metrics record (time_scale). */
-static void calibrate_hook(rt_run *R, rt_iter *it, int64_t k, const rt_rank_rec *all)
-{
-    if (R->met.calib == NULL) return;
-    int S = R->g.stages;
-    double *carried = R->met.calib_buf, *opt = R->met.calib_buf + (size_t)S * RT_CALIB_DIRS;
-    if (!rt_planner_carried(R->planner, k, carried, opt)) {
-        it->time_scale = NULL; /* no longer known: left out of the metrics */
-        return;
-    }
-    memcpy(it->time_scale, carried, (size_t)S * RT_CALIB_DIRS * sizeof(double));
-    if (k <= R->pos.first_step) return;
-    for (int r = 0; r < R->g.world_size; r++) {
-        const rt_rank_rec *q = &all[r];
-        int s = r % S;
-        double meas[RT_CALIB_DIRS] = {q->meas_ms[0], q->meas_ms[1], q->step_ms};
-        double pred[RT_CALIB_DIRS] = {q->pred_ms[0], q->pred_ms[1], opt[s]};
-        rt_calib_add(R->met.calib, s, meas, pred, carried + (size_t)s * RT_CALIB_DIRS);
-    }
-    if (rt_calib_update(R->met.calib, carried)) {
-        rt_planner_set_time_scale(R->planner, carried);
-        if (R->o.verbose) {
-            fprintf(stderr, "dynapipe train: calibration after iteration %lld:", (long long)k + 1);
-            for (int s = 0; s < S; s++)
-                fprintf(stderr, " rank %d forward x%.3f backward x%.3f step x%.3f%s", s,
-                        carried[(size_t)s * RT_CALIB_DIRS], carried[(size_t)s * RT_CALIB_DIRS + 1],
-                        carried[(size_t)s * RT_CALIB_DIRS + 2], s + 1 < S ? ";" : "\n");
-        }
-    }
-}
-
-/* What the step reports. */
-typedef struct rt_step_out {
-    double grad_norm; /* the whole model's gradient norm, before clipping */
-    double lr;        /* the rate of this step */
-    double ms;        /* gradient norm and AdamW on this rank (the waits for sums not counted) */
-} rt_step_out;
-
-static dyn_status step(rt_run *R, int64_t k, rt_step_out *out, dyn_error *err)
-{
-    /* The data-parallel sums started as each stage's backward finished
-     * (on_stage_done); a replica idle this iteration starts them now. Then
-     * the shared tensors' sums over their holders (sums commute: the order
-     * of the two does not change the total). */
-    dyn_status st = R->mail.fail;
-    if (st != DYN_OK) *err = R->mail.err;
-    for (int32_t c = 0; st == DYN_OK && c < R->s.n_local; c++) {
-        st = dp_start(R, c, err);
-        for (int p = 0; st == DYN_OK && R->s.dp_started[c] && p < DP_PARTS; p++)
-            st = rt_wait(&R->s.dp_req[c][p], R->o.timeout_s, run_poll, R, "the data-parallel gradient allreduce", err);
-        R->s.dp_started[c] = 0;
-    }
-    if (st == DYN_OK) st = sum_shared(R, err);
-    double sq = 0, t0 = dyn_time_ms();
-    for (int32_t c = 0; c < R->s.n_local; c++) sq += dyn_model_grad_sqnorm_owned(R->s.models[c]);
-    out->ms = dyn_time_ms() - t0;
-    if (st == DYN_OK) st = allreduce_on(R, R->g.pipe, &sq, 1, MPI_DOUBLE, "the gradient-norm allreduce", err);
-    if (st != DYN_OK) return st;
-    out->grad_norm = sqrt(sq);
-    out->lr = dyn_lr_at(&R->o.lr, k);
-    t0 = dyn_time_ms();
-    for (int32_t c = 0; c < R->s.n_local; c++) {
-        dyn_model_adamw_step_norm(R->s.models[c], (float)out->lr, &R->o.adamw, out->grad_norm, R->o.clip_norm);
-        dyn_model_zero_grad(R->s.models[c]);
-    }
-    out->ms += dyn_time_ms() - t0;
-    return DYN_OK;
-}
-
-/* ---- the run ---------------------------------------------------------------- */
-
-/* The shared tensors among this rank's stage models and its pipeline
- * peers (rt_shared). Collective over the pipeline (MPI_Comm_split). */
-static dyn_status shared_create(rt_run *R, dyn_error *err)
-{
-    const dyn_train_options *o = &R->o;
-    int S = R->g.stages;
-    int n = 0;
-    dyn_shared_tensor *sh = dyn_model_shared_tensors(&o->model, R->s.lay_first, R->s.n_stages, &n, err);
-    if (sh == NULL) return err->code;
-    R->s.shared = dyn_calloc((size_t)n + 1, sizeof(rt_shared), "shared tensors", err);
-    dyn_status st = R->s.shared ? DYN_OK : DYN_ERR_NOMEM;
-    for (int i = 0; st == DYN_OK && i < n; i++) {
-        rt_shared *t = &R->s.shared[R->s.n_shared];
-        int here = 0, spread = 0; /* a holder on this rank; holders on several ranks */
-        for (int32_t h = 0; h < sh[i].n_holders; h++) {
-            int32_t stage = sh[i].holders[h];
-            if (stage % S == R->g.stage_rank) {
-                if (t->n_local == 8) {
-                    st = dyn_error_set(err, DYN_ERR_INTERNAL, "%s held by more than 8 chunks of a rank", sh[i].name);
-                    break;
-                }
-                t->local[t->n_local++] = stage / S;
-                here = 1;
-            }
-            if (stage % S != sh[i].holders[0] % S) spread = 1;
-        }
-        /* Every pipeline rank takes part in the split, holder or not; the
-         * holders of a tensor kept on one rank need no communicator. */
-        MPI_Comm comm = MPI_COMM_NULL;
-        if (st == DYN_OK && spread)
-            st = dyn_rt_mpi_check(MPI_Comm_split(R->g.pipe, here ? 0 : MPI_UNDEFINED, R->g.stage_rank, &comm),
-                                  "MPI_Comm_split (shared tensor)", err);
-        if (st != DYN_OK || !here) {
-            t->n_local = 0;
-            continue;
-        }
-        const dyn_param_tensor *pt = dyn_model_find_tensor(R->s.models[t->local[0]], sh[i].name);
-        if (pt == NULL) {
-            st = dyn_error_set(err, DYN_ERR_INTERNAL, "stage model lacks shared tensor %s", sh[i].name);
-            break;
-        }
-        snprintf(t->name, sizeof t->name, "%s", sh[i].name);
-        t->numel = pt->numel;
-        t->comm = comm;
-        if ((t->sum = dyn_calloc(t->numel, sizeof(float), "shared tensor", err)) == NULL) st = DYN_ERR_NOMEM;
-        R->s.n_shared++;
-    }
-    dyn_model_shared_tensors_free(sh, n);
-    return st;
-}
-
-/* This rank's stage models and the shared tensors among them and its
- * pipeline peers. Collective over the pipeline (MPI_Comm_split). */
-static dyn_status create_models(rt_run *R, int threads, dyn_error *err)
-{
-    const dyn_train_options *o = &R->o;
-    int S = R->g.stages;
-    R->s.n_local = R->s.n_stages / S;
-    R->s.models = dyn_calloc((size_t)R->s.n_local, sizeof(dyn_model *), "stage models", err);
-    if (R->s.models == NULL) return DYN_ERR_NOMEM;
-    size_t bytes = 0;
-    for (int32_t c = 0; c < R->s.n_local; c++) {
-        int32_t s = c * S + R->g.stage_rank;
-        R->s.models[c] = dyn_model_create_stage(&o->model, o->seed, R->s.lay_first[s], R->s.lay_first[s + 1], err);
-        if (R->s.models[c] == NULL) return err->code;
-        dyn_model_set_threads(R->s.models[c], threads);
-        bytes += dyn_model_state_bytes(R->s.models[c], NULL);
-    }
-    R->s.states_mb = (double)bytes / (1024.0 * 1024.0);
-    R->s.dp_req = dyn_calloc((size_t)R->s.n_local, sizeof *R->s.dp_req, "allreduce requests", err);
-    R->s.dp_started = dyn_calloc((size_t)R->s.n_local, sizeof(int), "allreduce requests", err);
-    if (R->s.dp_req == NULL || R->s.dp_started == NULL) return DYN_ERR_NOMEM;
-    return shared_create(R, err);
-}
-
-/* Bytes of this rank's owned tensors packed for --save: per tensor a
- * 96-byte name, a u64 float count, the floats. buf NULL: only count. */
-static size_t pack_owned(const rt_run *R, char *buf)
-{
-    size_t at = 0;
-    for (int32_t c = 0; c < R->s.n_local; c++)
-        for (int t = 0; t < dyn_model_num_tensors(R->s.models[c]); t++) {
-            const dyn_param_tensor *pt = dyn_model_tensor(R->s.models[c], t);
-            if (pt->shared_copy) continue;
-            uint64_t numel = pt->numel;
-            if (buf) {
-                memset(buf + at, 0, 96);
-                memcpy(buf + at, pt->name, strnlen(pt->name, 95));
-                memcpy(buf + at + 96, &numel, 8);
-                memcpy(buf + at + 104, dyn_model_params(R->s.models[c]) + pt->offset, numel * sizeof(float));
-            }
-            at += 104 + numel * sizeof(float);
-        }
-    return at;
-}
-
-/* Rank 0: a whole model from the packed tensors of every stage. */
-static dyn_status unpack_full(const rt_run *R, const char *all, size_t total, dyn_model **out, dyn_error *err)
-{
-    dyn_model *full = dyn_model_create(&R->o.model, R->o.seed, err);
-    if (full == NULL) return err->code;
-    int filled = 0;
-    for (size_t p = 0; p < total;) {
-        char name[97];
-        memcpy(name, all + p, 96);
-        name[96] = '\0';
-        uint64_t numel;
-        memcpy(&numel, all + p + 96, 8);
-        const dyn_param_tensor *pt = dyn_model_find_tensor(full, name);
-        if (pt == NULL || pt->numel != numel) {
-            dyn_model_free(full);
-            return dyn_error_set(err, DYN_ERR_INTERNAL, "--save: tensor %s of %llu floats does not fit the model", name,
-                                 (unsigned long long)numel);
-        }
-        memcpy(dyn_model_params(full) + pt->offset, all + p + 104, numel * sizeof(float));
-        filled++;
-        p += 104 + numel * sizeof(float);
-    }
-    if (filled != dyn_model_num_tensors(full)) {
-        dyn_model_free(full);
-        return dyn_error_set(err, DYN_ERR_INTERNAL, "--save: %d of %d tensors gathered", filled,
-                             dyn_model_num_tensors(full));
-    }
-    *out = full;
-    return DYN_OK;
-}
-
-/* Replica 0's ranks send their owned tensors to rank 0, which assembles
- * the whole model into *out (NULL elsewhere): for --save FILE and
- * --eval-every. */
-static dyn_status gather_full(rt_run *R, dyn_model **out, dyn_error *err)
-{
-    *out = NULL;
-    if (R->g.replica != 0) return DYN_OK;
-    size_t bytes = pack_owned(R, NULL);
-    if (bytes > (size_t)INT32_MAX) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "--save: a stage of %zu bytes", bytes);
-    char *buf = malloc(bytes ? bytes : 1);
-    if (buf == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for --save");
-    pack_owned(R, buf);
-    dyn_rt_gathered all;
-    dyn_status st = dyn_rt_gather_bytes(R->g.pipe, buf, (int)bytes, R->o.timeout_s, "the weights gather", &all, err);
-    free(buf);
-    if (st == DYN_OK && R->g.stage_rank == 0) st = unpack_full(R, all.data, all.total, out, err);
-    dyn_rt_gathered_free(&all);
-    return st;
-}
+/* ---- the whole model, checkpoints, resume and evaluation --------------------- */
 
 /* --save FILE.safetensors: the whole model as one file, written by rank 0
  * (so rank 0 holds the whole model once, at the end). */
 static dyn_status save_full(rt_run *R, dyn_error *err)
 {
     dyn_model *full = NULL;
-    dyn_status st = gather_full(R, &full, err);
+    dyn_status st = rt_stages_gather_full(&R->s, &full, err);
     if (st == DYN_OK && full != NULL) st = dyn_model_save(full, R->o.save_path, err);
     dyn_model_free(full);
     return st;
 }
-
-/* ---- checkpoints, resume and evaluation (checkpoint.h, evaluate.h) --------- */
 
 static volatile sig_atomic_t got_signal;
 
@@ -574,7 +214,7 @@ static dyn_status ckpt_resume(rt_run *R, int64_t *pos, dyn_error *err)
 static dyn_status eval_step(rt_run *R, rt_iter *it, dyn_error *err)
 {
     dyn_model *full = NULL;
-    dyn_status st = gather_full(R, &full, err);
+    dyn_status st = rt_stages_gather_full(&R->s, &full, err);
     if (st != DYN_OK || full == NULL) return st;
     dyn_corpus_options co;
     dyn_corpus_options_default(&co);
@@ -634,6 +274,8 @@ static dyn_status ckpt_after_step(rt_run *R, int64_t k, int *stop, dyn_error *er
                 R->met.iters[k].eval_loss);
     return st;
 }
+
+/* ---- start-up ---------------------------------------------------------------- */
 
 /* Kernel threads per rank: --threads, else this host's cores shared by
  * its ranks, at least 1. */
@@ -747,10 +389,9 @@ static dyn_status setup(rt_run *R, dyn_error *err)
 {
     const dyn_train_options *o = &R->o;
     R->threads = threads_per_rank(R);
-    dyn_status st = stage_layers(o, &R->s.lay_first, &R->s.n_stages, err);
+    dyn_status st = rt_stages_create(&R->s, o, &R->g, R->threads, run_poll, R, err);
     if (st != DYN_OK) return st;
     if ((R->src = rt_source_open(o, err)) == NULL) return err->code;
-    if ((st = create_models(R, R->threads, err)) != DYN_OK) return st;
     int64_t resume_pos = 0;
     if (o->resume_dir && (st = ckpt_resume(R, &resume_pos, err)) != DYN_OK) return st;
     if (o->save_dir && (st = ckpt_install_signals(err)) != DYN_OK) return st;
@@ -767,6 +408,8 @@ static dyn_status setup(rt_run *R, dyn_error *err)
     rt_mail_post(&R->mail, R->pos.first_step);
     return DYN_OK;
 }
+
+/* ---- one iteration ----------------------------------------------------------- */
 
 static void fault_injection(const rt_run *R, int64_t k)
 {
@@ -856,6 +499,45 @@ static void aggregate(rt_run *R, int64_t k, const dyn_rt_work *w, const rt_step_
     it->n_mb = w->n_mb;
 }
 
+/* Online calibration (calibrate.h), rank 0: iteration k's per-rank
+ * measured and predicted compute and optimizer step (all: [world]) join
+ * the windows from this process's second iteration on (the first is
+ * cold: arenas and caches growing, also after a resume), with the factors
+ * k's plan carried; moved factors are posted to the planner thread, which
+ * plans again what it has queued. The first warm iteration's correction
+ * reaches the next iteration (rt_mail_hold), the others the one after
+ * (the next was sent while k trained). The factors k's plan carried also
+ * go to k's metrics record (time_scale). */
+static void calibrate_hook(rt_run *R, rt_iter *it, int64_t k, const rt_rank_rec *all)
+{
+    if (R->met.calib == NULL) return;
+    int S = R->g.stages;
+    double *carried = R->met.calib_buf, *opt = R->met.calib_buf + (size_t)S * RT_CALIB_DIRS;
+    if (!rt_planner_carried(R->planner, k, carried, opt)) {
+        it->time_scale = NULL; /* no longer known: left out of the metrics */
+        return;
+    }
+    memcpy(it->time_scale, carried, (size_t)S * RT_CALIB_DIRS * sizeof(double));
+    if (k <= R->pos.first_step) return;
+    for (int r = 0; r < R->g.world_size; r++) {
+        const rt_rank_rec *q = &all[r];
+        int s = r % S;
+        double meas[RT_CALIB_DIRS] = {q->meas_ms[0], q->meas_ms[1], q->step_ms};
+        double pred[RT_CALIB_DIRS] = {q->pred_ms[0], q->pred_ms[1], opt[s]};
+        rt_calib_add(R->met.calib, s, meas, pred, carried + (size_t)s * RT_CALIB_DIRS);
+    }
+    if (rt_calib_update(R->met.calib, carried)) {
+        rt_planner_set_time_scale(R->planner, carried);
+        if (R->o.verbose) {
+            fprintf(stderr, "dynapipe train: calibration after iteration %lld:", (long long)k + 1);
+            for (int s = 0; s < S; s++)
+                fprintf(stderr, " rank %d forward x%.3f backward x%.3f step x%.3f%s", s,
+                        carried[(size_t)s * RT_CALIB_DIRS], carried[(size_t)s * RT_CALIB_DIRS + 1],
+                        carried[(size_t)s * RT_CALIB_DIRS + 2], s + 1 < S ? ";" : "\n");
+        }
+    }
+}
+
 /* Stage 4, metrics: every rank's record gathered on rank 0, which makes
  * iteration k's metrics record, feeds the calibration and prints the
  * progress line. */
@@ -889,29 +571,26 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
     memset(&so, 0, sizeof so);
     dyn_status st = work_receive(R, k, &w, &wait_ms, err);
     if (st == DYN_OK) st = rt_exec_run(R->x, &w, R->epoch_ms, &xs, err);
-    if (st == DYN_OK) st = step(R, k, &so, err);
+    if (st == DYN_OK && R->mail.fail != DYN_OK) { /* posted during the plan: a hook's or the delivery's */
+        st = R->mail.fail;
+        *err = R->mail.err;
+    }
+    if (st == DYN_OK) st = rt_stages_step(&R->s, k, &so, err);
     rt_rank_rec rec = rank_record(R, &w, &xs, &so, wait_ms, dyn_time_ms() - t0);
     if (st == DYN_OK) st = metrics(R, k, &rec, &w, &so, err);
     dyn_rt_work_free(&w);
     return st;
 }
 
+/* ---- the run ----------------------------------------------------------------- */
+
 static void run_free(rt_run *R)
 {
     rt_planner_free(R->planner);
     rt_mail_free(&R->mail);
     rt_exec_free(R->x);
-    for (int32_t c = 0; c < R->s.n_local && R->s.models; c++) dyn_model_free(R->s.models[c]);
-    free(R->s.models);
-    for (int i = 0; i < R->s.n_shared; i++) {
-        free(R->s.shared[i].sum);
-        if (R->s.shared[i].comm != MPI_COMM_NULL) MPI_Comm_free(&R->s.shared[i].comm);
-    }
-    free(R->s.shared);
-    free(R->s.dp_req);
-    free(R->s.dp_started);
+    rt_stages_free(&R->s);
     rt_source_free(R->src);
-    free(R->s.lay_first);
     metrics_free(&R->met);
 }
 
