@@ -14,7 +14,6 @@
  * with every buffer of the metrics allocated once at start-up. */
 #include "runtime/train.h"
 
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,23 +23,20 @@
 #include <sys/prctl.h>
 #endif
 
-#include "dynapipe/cost.h"
-#include "dynapipe/model_config.h"
-#include "dynapipe/sched.h"
-#include "model/blas.h"  /* defines: dyn_blas_describe */
+#include "dynapipe/model_config.h" /* defines: dyn_model_kind_name, dyn_model_config_params */
+#include "model/blas.h"            /* defines: dyn_blas_describe */
 #include "model/model.h"
-#include "model/threads.h"
-#include "runtime/checkpoint.h" /* defines: rt_ckpt_* */
-#include "runtime/evaluate.h"   /* defines: rt_eval_run */
-#include "runtime/exec.h"
-#include "runtime/group.h"
-#include "runtime/mail.h"
-#include "runtime/report.h"
-#include "runtime/calibrate.h"
-#include "runtime/planner.h"
-#include "runtime/source.h"
-#include "runtime/step.h"   /* defines: rt_stages_* */
-#include "runtime/work.h"
+#include "runtime/calibrate.h"     /* defines: rt_calib_* */
+#include "runtime/checkpoint.h"    /* defines: rt_ckpt_* */
+#include "runtime/evaluate.h"      /* defines: rt_eval_run */
+#include "runtime/exec.h"          /* defines: rt_exec_*, rt_wait */
+#include "runtime/group.h"         /* defines: dyn_rt_group, dyn_rt_mpi_check */
+#include "runtime/mail.h"          /* defines: rt_mail_* */
+#include "runtime/planner.h"       /* defines: rt_planner_* */
+#include "runtime/report.h"        /* defines: rt_iter, rt_report_* */
+#include "runtime/source.h"        /* defines: rt_source_* */
+#include "runtime/step.h"          /* defines: rt_stages_*, rt_step_out */
+#include "runtime/work.h"          /* defines: dyn_rt_work */
 #include "util/util.h"
 
 void dyn_train_options_default(dyn_train_options *o)
