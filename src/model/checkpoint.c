@@ -27,7 +27,9 @@
  * several files ({"metadata": {...}, "weight_map": {name: file}}); every
  * tensor the model holds is read from the file the map names, so a stage
  * model reads its owned tensors from its own shard and its shared copies
- * from the owner's, and a whole model is assembled from all shards. */
+ * from the owner's, and a whole model is assembled from all shards. The
+ * index is written here too (dyn_model_index_write), so its format has one
+ * owner. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,11 +168,42 @@ dyn_status dyn_model_load(dyn_model *m, const char *path, dyn_error *err)
 /* ---------------------------------------------------------- sharded weights */
 
 #define INDEX_MAX_FILES 64
+#define INDEX_NAME "model.safetensors.index.json"
+
+dyn_status dyn_model_index_write(const char *dir, const dyn_index_entry *e, int n, dyn_error *err)
+{
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/" INDEX_NAME, dir) >= sizeof path)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: folder name too long for the index", dir);
+    cJSON *idx = cJSON_CreateObject();
+    cJSON *md = idx ? cJSON_AddObjectToObject(idx, "metadata") : NULL;
+    cJSON *map = md ? cJSON_AddObjectToObject(idx, "weight_map") : NULL;
+    int ok = map != NULL;
+    double total = 0;
+    for (int i = 0; ok && i < n; i++) {
+        ok = cJSON_AddStringToObject(map, e[i].name, e[i].file) != NULL;
+        total += (double)e[i].bytes;
+    }
+    ok = ok && cJSON_AddNumberToObject(md, "total_size", total) && cJSON_AddStringToObject(md, "format", "pt");
+    char *text = ok ? cJSON_Print(idx) : NULL;
+    cJSON_Delete(idx);
+    size_t len = text ? strlen(text) : 0;
+    char *line = text ? realloc(text, len + 2) : NULL;
+    if (line == NULL) {
+        free(text);
+        return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory writing %s", path);
+    }
+    line[len] = '\n';
+    line[len + 1] = '\0';
+    dyn_status s = dyn_file_write_atomic(path, line, len + 1, err);
+    free(line);
+    return s;
+}
 
 dyn_status dyn_model_load_index(dyn_model *m, const char *dir, dyn_error *err)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    snprintf(path, sizeof path, "%s/" INDEX_NAME, dir);
     char *text = NULL;
     dyn_status s = dyn_file_read_all(path, &text, NULL, err);
     if (s != DYN_OK) return s;

@@ -389,6 +389,20 @@ dyn_status dyn_model_load(dyn_model *m, const char *path, dyn_error *err);
  * shape that differs is an error naming the file and tensor. */
 dyn_status dyn_model_load_index(dyn_model *m, const char *dir, dyn_error *err);
 
+/* One tensor of a sharded-weights index: its Hugging Face name, the shard
+ * file (a name inside the folder) and its bytes. */
+typedef struct dyn_index_entry {
+    const char *name;
+    const char *file;
+    uint64_t bytes;
+} dyn_index_entry;
+
+/* Write dir/model.safetensors.index.json (atomically), the index that
+ * dyn_model_load_index reads: {"metadata": {"total_size": the entries'
+ * bytes, "format": "pt"}, "weight_map": {name: file, ...}} in entry
+ * order. The format is owned here: its writer and its reader. */
+dyn_status dyn_model_index_write(const char *dir, const dyn_index_entry *e, int n, dyn_error *err);
+
 /* Training position saved beside the weights. */
 typedef struct dyn_train_state {
     int64_t data_cursor; /* next sample / batch index of the data stream */

@@ -172,6 +172,58 @@ static dyn_status stage_kept(rt_alloc *a, const dyn_stage_assignment *as, const 
     return DYN_OK;
 }
 
+/* Rank pool p through its instruction list rk of one iteration (c: the
+ * plan's stage costs, as: its layer assignment, S: its stages), as the
+ * interpreter grows its arenas and buffer slots (exec.c). */
+static dyn_status pool_replay(rt_alloc *a, rank_pool *p, const dyn_rank_plan *rk, const dyn_stage_costs *c,
+                              const dyn_stage_assignment *as, int32_t S, dyn_error *err)
+{
+    for (int32_t i = 0; i < p->n; i++) p->ar[i].used = 0; /* as exec.c's prepare */
+    for (int32_t i = 0; i < rk->n_instrs; i++) {
+        const dyn_instr *in = &rk->instrs[i];
+        size_t k = (size_t)in->microbatch * (size_t)S + (size_t)in->stage;
+        int32_t f;
+        dyn_status st = DYN_OK;
+        switch (in->op) {
+        case DYN_OP_FORWARD:
+            if ((f = arena_take(p, in->microbatch, in->stage, err)) < 0) return err->code;
+            if (c->stored_mb[k] + c->peak_mb[k] > p->ar[f].arena_mb) p->ar[f].arena_mb = c->stored_mb[k] + c->peak_mb[k];
+            st = slot_grow(p, in, err);
+            break;
+        case DYN_OP_BACKWARD:
+        case DYN_OP_BACKWARD_WEIGHT:
+            st = slot_grow(p, in, err);
+            if ((f = arena_find(p, in->microbatch, in->stage)) >= 0) p->ar[f].used = 0;
+            break;
+        case DYN_OP_BACKWARD_INPUT: {
+            double kept = 0;
+            st = slot_grow(p, in, err);
+            if (st == DYN_OK) st = stage_kept(a, as, in, &kept, err);
+            if (st == DYN_OK && (f = arena_find(p, in->microbatch, in->stage)) >= 0 && kept > p->ar[f].keep_mb)
+                p->ar[f].keep_mb = kept;
+            break;
+        }
+        case DYN_OP_RECV_ACT_START:
+        case DYN_OP_RECV_GRAD_START: /* LOAD_INPUT's slot holds nothing (exec.c) */
+            st = slot_grow(p, in, err);
+            break;
+        default:
+            break;
+        }
+        if (st != DYN_OK) return st;
+    }
+    return DYN_OK;
+}
+
+/* Everything pool p holds, MB: states, arenas with what they keep, slots. */
+static double pool_total(const rank_pool *p)
+{
+    double total = p->states_mb;
+    for (int32_t i = 0; i < p->n; i++) total += p->ar[i].arena_mb + p->ar[i].keep_mb;
+    for (int32_t i = 0; i < p->n_slots; i++) total += p->slot_mb[i];
+    return total;
+}
+
 dyn_status rt_alloc_iteration(rt_alloc *a, int32_t replica, const dyn_replica_plan *rp, double *peak_mb,
                               dyn_error *err)
 {
@@ -189,49 +241,13 @@ dyn_status rt_alloc_iteration(rt_alloc *a, int32_t replica, const dyn_replica_pl
     for (int32_t r = 0; r < a->n_ranks; r++) {
         rank_pool *p = &a->pools[(size_t)replica * (size_t)a->n_ranks + (size_t)r];
         if (busy) {
-            for (int32_t i = 0; i < p->n; i++) p->ar[i].used = 0; /* as exec.c's prepare */
-            const dyn_rank_plan *rk = &plan->ranks[r];
-            for (int32_t i = 0; i < rk->n_instrs; i++) {
-                const dyn_instr *in = &rk->instrs[i];
-                size_t k = (size_t)in->microbatch * (size_t)S + (size_t)in->stage;
-                int32_t f;
-                dyn_status st = DYN_OK;
-                switch (in->op) {
-                case DYN_OP_FORWARD:
-                    if ((f = arena_take(p, in->microbatch, in->stage, err)) < 0) return err->code;
-                    if (c->stored_mb[k] + c->peak_mb[k] > p->ar[f].arena_mb) p->ar[f].arena_mb = c->stored_mb[k] + c->peak_mb[k];
-                    st = slot_grow(p, in, err);
-                    break;
-                case DYN_OP_BACKWARD:
-                case DYN_OP_BACKWARD_WEIGHT:
-                    st = slot_grow(p, in, err);
-                    if ((f = arena_find(p, in->microbatch, in->stage)) >= 0) p->ar[f].used = 0;
-                    break;
-                case DYN_OP_BACKWARD_INPUT: {
-                    double kept = 0;
-                    st = slot_grow(p, in, err);
-                    if (st == DYN_OK) st = stage_kept(a, as, in, &kept, err);
-                    if (st == DYN_OK && (f = arena_find(p, in->microbatch, in->stage)) >= 0 && kept > p->ar[f].keep_mb)
-                        p->ar[f].keep_mb = kept;
-                    break;
-                }
-                case DYN_OP_RECV_ACT_START:
-                case DYN_OP_RECV_GRAD_START: /* LOAD_INPUT's slot holds nothing (exec.c) */
-                    st = slot_grow(p, in, err);
-                    break;
-                default:
-                    break;
-                }
-                if (st != DYN_OK) return st;
-            }
+            dyn_status st = pool_replay(a, p, &plan->ranks[r], c, as, S, err);
+            if (st != DYN_OK) return st;
             p->states_mb = 0;
             for (int32_t s = 0; s < S; s++)
                 if (plan->stage_rank[s] == r) p->states_mb += c->states_mb[s];
         }
-        double total = p->states_mb;
-        for (int32_t i = 0; i < p->n; i++) total += p->ar[i].arena_mb + p->ar[i].keep_mb;
-        for (int32_t i = 0; i < p->n_slots; i++) total += p->slot_mb[i];
-        peak_mb[r] = total;
+        peak_mb[r] = pool_total(p);
     }
     return DYN_OK;
 }

@@ -30,7 +30,13 @@
  * a temporary name, fsync'ed, renamed), the folder is fsync'ed and renamed to
  * DIR/step-K, then DIR/latest is replaced (temporary file, fsync, rename)
  * and DIR fsync'ed. A crash at any point leaves the previous `latest` and
- * its folder untouched; a stale step-K.tmp is removed by the next save. */
+ * its folder untouched; a stale step-K.tmp is removed by the next save.
+ *
+ * Where each part lives: the collective save in checkpoint.c, reading and
+ * verification in ckpt_read.c, trainer_state.json's schema (one field
+ * table for both directions) in ckpt_state.c, config.json in
+ * ckpt_config.c, the file-system helpers in ckpt_fs.c; the index format
+ * is src/model's (dyn_model_index_write / dyn_model_load_index). */
 #ifndef DYN_RUNTIME_CHECKPOINT_H
 #define DYN_RUNTIME_CHECKPOINT_H
 

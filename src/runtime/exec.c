@@ -217,16 +217,12 @@ static void acts_put(rt_exec *x, int32_t mb, int32_t stage)
 /* The model micro-batch of plan micro-batch j, built from its samples on
  * first use: tokens from the source, placed as the method places them and
  * padded to the plan's shape, so boundary sizes are the plan's. */
-static dyn_status mb_get(rt_exec *x, int32_t j, dyn_model_microbatch **out, dyn_error *err)
+/* The tokens of micro-batch j's n samples (from k0) into x->tok, and
+ * x->ts[0..n) pointing into them. */
+static dyn_status mb_tokens(rt_exec *x, int32_t k0, int32_t n, dyn_error *err)
 {
     const dyn_rt_work *w = x->w;
-    if (j < 0 || j >= w->n_mb) return dyn_error_set(err, DYN_ERR_INTERNAL, "micro-batch %d of %d", j, w->n_mb);
-    if (x->mbs[j] != NULL) {
-        *out = x->mbs[j];
-        return DYN_OK;
-    }
     const dyn_dataset *ds = rt_source_lengths(x->env.src);
-    int32_t k0 = w->mb_first[j], n = w->mb_first[j + 1] - k0;
     size_t tokens = 0;
     for (int32_t k = 0; k < n; k++) {
         const dyn_sample *s = &ds->samples[w->samples[k0 + k].id];
@@ -253,35 +249,68 @@ static dyn_status mb_get(rt_exec *x, int32_t j, dyn_model_microbatch **out, dyn_
         x->ts[k] = (dyn_token_sample){in, s->input_len, tg, s->target_len};
         at += (size_t)s->input_len + (size_t)s->target_len;
     }
+    return DYN_OK;
+}
+
+/* Micro-batch j (samples [k0, k0 + n), tokens in x->ts) in packed rows:
+ * its samples' row counts from the work's sample table. */
+static dyn_model_microbatch *mb_packed(rt_exec *x, int32_t j, int32_t k0, int32_t n, int docmask, dyn_error *err)
+{
+    const dyn_rt_work *w = x->w;
     const dyn_mb_shape *sh = &w->plan.mb_shape[j];
-    dyn_model_microbatch *mb;
+    int32_t *rows = dyn_calloc((size_t)sh->rows, sizeof(int32_t), "row counts", err);
+    if (rows == NULL) return NULL;
+    for (int32_t k = 0; k < n; k++) {
+        int32_t r = w->samples[k0 + k].row;
+        if (k > 0 && r < w->samples[k0 + k - 1].row) {
+            free(rows);
+            dyn_error_set(err, DYN_ERR_INTERNAL, "micro-batch %d: samples not in row order", j);
+            return NULL;
+        }
+        rows[r]++;
+    }
+    dyn_model_microbatch *mb = dyn_model_microbatch_create_packed(x->env.kind, x->ts, n, rows, sh->rows, sh->enc_len,
+                                                                  sh->dec_len, docmask, err);
+    free(rows);
+    return mb;
+}
+
+/* Micro-batch j (samples [k0, k0 + n), tokens in x->ts) padded: one
+ * sample per row, as the work's sample table must say. */
+static dyn_model_microbatch *mb_padded(rt_exec *x, int32_t j, int32_t k0, int32_t n, dyn_error *err)
+{
+    const dyn_rt_work *w = x->w;
+    const dyn_mb_shape *sh = &w->plan.mb_shape[j];
+    for (int32_t k = 0; k < n; k++)
+        if (w->samples[k0 + k].row != k || w->samples[k0 + k].offset != 0) {
+            dyn_error_set(err, DYN_ERR_INTERNAL, "micro-batch %d: padded sample %d not alone in row %d", j, k, k);
+            return NULL;
+        }
+    if (sh->rows != n) {
+        dyn_error_set(err, DYN_ERR_INTERNAL, "micro-batch %d: %d rows for %d samples", j, sh->rows, n);
+        return NULL;
+    }
+    return dyn_model_microbatch_create_padded_to(x->env.kind, x->ts, n, sh->enc_len, sh->dec_len, err);
+}
+
+static dyn_status mb_get(rt_exec *x, int32_t j, dyn_model_microbatch **out, dyn_error *err)
+{
+    const dyn_rt_work *w = x->w;
+    if (j < 0 || j >= w->n_mb) return dyn_error_set(err, DYN_ERR_INTERNAL, "micro-batch %d of %d", j, w->n_mb);
+    if (x->mbs[j] != NULL) {
+        *out = x->mbs[j];
+        return DYN_OK;
+    }
+    int32_t k0 = w->mb_first[j], n = w->mb_first[j + 1] - k0;
+    dyn_status st = mb_tokens(x, k0, n, err);
+    if (st != DYN_OK) return st;
     /* Packed rows: the packing baselines, and dynapipe's plans that chose
      * document-masked packing (enable_packing; their shapes carry the
      * per-sample attention counts). */
-    int docmask = w->method == DYN_BATCH_PACKING_DOCMASK || (w->method == DYN_BATCH_DYNAPIPE && sh->enc_attn > 0);
-    if (w->method == DYN_BATCH_PACKING || docmask) {
-        int32_t *rows = dyn_calloc((size_t)sh->rows, sizeof(int32_t), "row counts", err);
-        if (rows == NULL) return DYN_ERR_NOMEM;
-        for (int32_t k = 0; k < n; k++) {
-            int32_t r = w->samples[k0 + k].row;
-            if (k > 0 && r < w->samples[k0 + k - 1].row) {
-                free(rows);
-                return dyn_error_set(err, DYN_ERR_INTERNAL, "micro-batch %d: samples not in row order", j);
-            }
-            rows[r]++;
-        }
-        mb = dyn_model_microbatch_create_packed(x->env.kind, x->ts, n, rows, sh->rows, sh->enc_len, sh->dec_len,
-                                                docmask, err);
-        free(rows);
-    } else {
-        for (int32_t k = 0; k < n; k++)
-            if (w->samples[k0 + k].row != k || w->samples[k0 + k].offset != 0)
-                return dyn_error_set(err, DYN_ERR_INTERNAL, "micro-batch %d: padded sample %d not alone in row %d", j,
-                                     k, k);
-        if (sh->rows != n)
-            return dyn_error_set(err, DYN_ERR_INTERNAL, "micro-batch %d: %d rows for %d samples", j, sh->rows, n);
-        mb = dyn_model_microbatch_create_padded_to(x->env.kind, x->ts, n, sh->enc_len, sh->dec_len, err);
-    }
+    int docmask = w->method == DYN_BATCH_PACKING_DOCMASK ||
+                  (w->method == DYN_BATCH_DYNAPIPE && w->plan.mb_shape[j].enc_attn > 0);
+    dyn_model_microbatch *mb = w->method == DYN_BATCH_PACKING || docmask ? mb_packed(x, j, k0, n, docmask, err)
+                                                                          : mb_padded(x, j, k0, n, err);
     if (mb == NULL) return err->code ? err->code : DYN_ERR_NOMEM;
     x->mbs[j] = mb;
     *out = mb;

@@ -3,11 +3,13 @@
  * MPI set-up functions. */
 #include "runtime/group.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/exec.h" /* defines: rt_wait */
 #include "util/util.h"
 
 /* gethostname, cut to DYN_RT_HOST_LEN - 1 bytes, with every byte outside
@@ -40,6 +42,48 @@ dyn_status dyn_rt_mpi_check(int rc, const char *what, dyn_error *err)
     int len = 0;
     if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error %d", rc);
     return dyn_error_set(err, DYN_ERR_INTERNAL, "%s: %s", what, msg);
+}
+
+dyn_status dyn_rt_gather_bytes(MPI_Comm comm, const void *buf, int len, double timeout_s, const char *what,
+                               dyn_rt_gathered *out, dyn_error *err)
+{
+    memset(out, 0, sizeof *out);
+    int me = 0;
+    dyn_status st = dyn_rt_mpi_check(MPI_Comm_rank(comm, &me), "MPI_Comm_rank", err);
+    if (st == DYN_OK) st = dyn_rt_mpi_check(MPI_Comm_size(comm, &out->n), "MPI_Comm_size", err);
+    if (st == DYN_OK && me == 0) {
+        out->counts = dyn_calloc((size_t)out->n, sizeof(int), what, err);
+        out->displs = dyn_calloc((size_t)out->n, sizeof(int), what, err);
+        if (out->counts == NULL || out->displs == NULL) st = DYN_ERR_NOMEM;
+    }
+    MPI_Request req;
+    if (st == DYN_OK)
+        st = dyn_rt_mpi_check(MPI_Igather(&len, 1, MPI_INT, out->counts, 1, MPI_INT, 0, comm, &req), "MPI_Igather",
+                              err);
+    if (st == DYN_OK) st = rt_wait(&req, timeout_s, NULL, NULL, what, err);
+    if (st == DYN_OK && me == 0) {
+        for (int r = 0; r < out->n; r++) {
+            out->displs[r] = (int)out->total;
+            out->total += (size_t)out->counts[r];
+        }
+        if (out->total > (size_t)INT_MAX || (out->data = malloc(out->total + 1)) == NULL)
+            st = dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for %zu bytes of %s", out->total, what);
+        else out->data[out->total] = '\0';
+    }
+    if (st == DYN_OK)
+        st = dyn_rt_mpi_check(MPI_Igatherv(buf, len, MPI_BYTE, out->data, out->counts, out->displs, MPI_BYTE, 0, comm,
+                                           &req),
+                              "MPI_Igatherv", err);
+    if (st == DYN_OK) st = rt_wait(&req, timeout_s, NULL, NULL, what, err);
+    return st;
+}
+
+void dyn_rt_gathered_free(dyn_rt_gathered *g)
+{
+    free(g->data);
+    free(g->counts);
+    free(g->displs);
+    memset(g, 0, sizeof *g);
 }
 
 int dyn_rt_under_mpirun(void)

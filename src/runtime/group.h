@@ -69,6 +69,27 @@ int dyn_rt_group_split_replica(const dyn_rt_group *g);
  * DYN_ERR_INTERNAL "<what>: <MPI error string>". */
 dyn_status dyn_rt_mpi_check(int rc, const char *what, dyn_error *err);
 
+/* What dyn_rt_gather_bytes leaves on the root (rank 0 of the
+ * communicator); all zero elsewhere. */
+typedef struct dyn_rt_gathered {
+    char *data;     /* every rank's bytes, rank 0's first, then one NUL byte (malloc'ed) */
+    size_t total;   /* bytes in data, the NUL not counted */
+    int n;          /* ranks of the communicator */
+    int *counts;    /* [n]: bytes from rank r */
+    int *displs;    /* [n]: where rank r's bytes start in data */
+} dyn_rt_gathered;
+
+/* Gather len bytes of buf from every rank of comm onto its rank 0: the
+ * counts first (MPI_Igather), then the bytes (MPI_Igatherv), each wait
+ * with the deadline timeout_s; `what` names the gather in the messages.
+ * Collective over comm: every rank calls it, also after a failure of its
+ * own (then with len 0), so that no peer waits for it. The root's *out is
+ * filled (free with dyn_rt_gathered_free, also on failure); a total over
+ * INT_MAX bytes is refused (MPI displacements are int). */
+dyn_status dyn_rt_gather_bytes(MPI_Comm comm, const void *buf, int len, double timeout_s, const char *what,
+                               dyn_rt_gathered *out, dyn_error *err);
+void dyn_rt_gathered_free(dyn_rt_gathered *g);
+
 /* 1 when this process was started by mpirun / mpiexec (Open MPI or a PMIx
  * launcher), 0 when started by hand. */
 int dyn_rt_under_mpirun(void);

@@ -272,25 +272,81 @@ static dyn_status scale_apply(rt_planner *p, int64_t k, dyn_error *err)
     return DYN_OK;
 }
 
+/* The sampler's next global batch, wrapping to the next epoch at the end
+ * of the data. */
+static dyn_status next_batch(rt_planner *p, const dyn_sample **batch, int32_t *n, dyn_error *err)
+{
+    dyn_status st = dyn_sampler_next(p->sampler, batch, n, err);
+    if (st == DYN_OK && *n == 0) { /* end of the data: the next epoch */
+        dyn_sampler_reset(p->sampler);
+        st = dyn_sampler_next(p->sampler, batch, n, err);
+    }
+    if (st == DYN_OK && *n == 0) st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "planner: the dataset has no samples");
+    return st;
+}
+
+/* An empty planned iteration for dp replicas; NULL when out of memory. */
+static rt_planned *planned_create(int32_t dp, dyn_error *err)
+{
+    rt_planned *pl = dyn_calloc(1, sizeof *pl, "planned iteration", err);
+    if (pl == NULL) return NULL;
+    pl->msg = dyn_calloc((size_t)dp, sizeof(uint8_t *), "planned iteration", err);
+    pl->len = dyn_calloc((size_t)dp, sizeof(size_t), "planned iteration", err);
+    if (pl->msg == NULL || pl->len == NULL) {
+        rt_planned_free(pl); /* dp still 0: no message to free */
+        return NULL;
+    }
+    pl->dp = dp;
+    return pl;
+}
+
+/* Every replica's work message of iteration k into pl->msg / pl->len,
+ * from the pipeline's result res of a batch of tgt target and real input
+ * + target tokens. */
+static dyn_status pack_replicas(rt_planner *p, int64_t k, dyn_pipeline_result *res, int64_t tgt, int64_t real,
+                                rt_planned *pl, dyn_error *err)
+{
+    /* every replica holds the same layers: the states of any busy one */
+    const dyn_replica_plan *busy = NULL;
+    for (int32_t r = 0; r < pl->dp && busy == NULL; r++)
+        if (res->replicas[r].n_microbatches > 0) busy = &res->replicas[r];
+    double step_ms = step_predict(p, k, busy);
+    dyn_status st = DYN_OK;
+    for (int32_t r = 0; st == DYN_OK && r < pl->dp; r++) {
+        dyn_rt_work w;
+        memset(&w, 0, sizeof w);
+        w.iteration = k;
+        w.replica = r;
+        w.method = res->batch.method; /* dynapipe's winning candidate may be a baseline's plan */
+        w.global_target_tokens = tgt;
+        w.global_real_tokens = real;
+        w.plan_ms = pl->plan_ms;
+        /* the ranks' allocation after this iteration (the interpreter's
+         * pools, which only grow), not the plan's live peak */
+        st = rt_alloc_iteration(p->alloc, r, &res->replicas[r], p->rank_alloc_mb, err);
+        if (st == DYN_OK) st = replica_work(&res->batch, &res->replicas[r], step_ms, p->rank_alloc_mb, &w, err);
+        if (st == DYN_OK) st = dyn_rt_work_pack(&w, &pl->msg[r], &pl->len[r], err);
+        memset(&w.plan, 0, sizeof w.plan); /* the result owns it */
+        dyn_rt_work_free(&w);
+    }
+    return st;
+}
+
 dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_error *err)
 {
     *out = NULL;
     double t0 = dyn_time_ms();
-    dyn_status sst = scale_apply(p, k, err);
-    if (sst != DYN_OK) return sst;
+    dyn_status st = scale_apply(p, k, err);
+    if (st != DYN_OK) return st;
     /* where this batch starts, to plan it again after a correction */
     int64_t sampler_before = dyn_sampler_position(p->sampler);
     rt_alloc *alloc_before = NULL;
     if (p->o.calibrate && (alloc_before = rt_alloc_copy(p->alloc, err)) == NULL) return err->code;
     const dyn_sample *batch = NULL;
     int32_t n = 0;
-    dyn_status st = dyn_sampler_next(p->sampler, &batch, &n, err);
-    if (st == DYN_OK && n == 0) { /* end of the data: the next epoch */
-        dyn_sampler_reset(p->sampler);
-        st = dyn_sampler_next(p->sampler, &batch, &n, err);
-    }
-    if (st == DYN_OK && n == 0) st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "planner: the dataset has no samples");
-    if (st != DYN_OK) {
+    dyn_pipeline_result res;
+    if ((st = next_batch(p, &batch, &n, err)) != DYN_OK ||
+        (st = dyn_pipeline_plan(p->pipeline, batch, n, &res, err)) != DYN_OK) {
         rt_alloc_free(alloc_before);
         return st;
     }
@@ -299,21 +355,9 @@ dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_e
         tgt += batch[i].target_len;
         real += batch[i].input_len + batch[i].target_len;
     }
-    dyn_pipeline_result res;
-    if ((st = dyn_pipeline_plan(p->pipeline, batch, n, &res, err)) != DYN_OK) {
-        rt_alloc_free(alloc_before);
-        return st;
-    }
     double plan_ms = dyn_time_ms() - t0;
-    int32_t dp = res.n_replicas;
-    rt_planned *pl = dyn_calloc(1, sizeof *pl, "planned iteration", err);
-    if (pl != NULL) {
-        pl->msg = dyn_calloc((size_t)dp, sizeof(uint8_t *), "planned iteration", err);
-        pl->len = dyn_calloc((size_t)dp, sizeof(size_t), "planned iteration", err);
-    }
-    if (pl == NULL || pl->msg == NULL || pl->len == NULL) {
-        if (pl) pl->dp = 0;
-        rt_planned_free(pl);
+    rt_planned *pl = planned_create(res.n_replicas, err);
+    if (pl == NULL) {
         rt_alloc_free(alloc_before);
         dyn_pipeline_result_free(&res);
         return DYN_ERR_NOMEM;
@@ -321,33 +365,11 @@ dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_e
     pl->sampler_before = sampler_before;
     pl->alloc_before = alloc_before;
     pl->iteration = k;
-    pl->dp = dp;
     pl->n_mb = res.batch.n_microbatches;
     pl->schedule = res.replicas[0].n_microbatches > 0 ? (int32_t)res.replicas[0].schedule : -1;
     pl->plan_ms = plan_ms;
     pl->sampler_pos = dyn_sampler_position(p->sampler);
-    /* every replica holds the same layers: the states of any busy one */
-    const dyn_replica_plan *busy = NULL;
-    for (int32_t r = 0; r < dp && busy == NULL; r++)
-        if (res.replicas[r].n_microbatches > 0) busy = &res.replicas[r];
-    double step_ms = step_predict(p, k, busy);
-    for (int32_t r = 0; st == DYN_OK && r < dp; r++) {
-        dyn_rt_work w;
-        memset(&w, 0, sizeof w);
-        w.iteration = k;
-        w.replica = r;
-        w.method = res.batch.method; /* dynapipe's winning candidate may be a baseline's plan */
-        w.global_target_tokens = tgt;
-        w.global_real_tokens = real;
-        w.plan_ms = plan_ms;
-        /* the ranks' allocation after this iteration (the interpreter's
-         * pools, which only grow), not the plan's live peak */
-        st = rt_alloc_iteration(p->alloc, r, &res.replicas[r], p->rank_alloc_mb, err);
-        if (st == DYN_OK) st = replica_work(&res.batch, &res.replicas[r], step_ms, p->rank_alloc_mb, &w, err);
-        if (st == DYN_OK) st = dyn_rt_work_pack(&w, &pl->msg[r], &pl->len[r], err);
-        memset(&w.plan, 0, sizeof w.plan); /* the result owns it */
-        dyn_rt_work_free(&w);
-    }
+    st = pack_replicas(p, k, &res, tgt, real, pl, err);
     dyn_pipeline_result_free(&res);
     if (st != DYN_OK) {
         rt_planned_free(pl);

@@ -80,31 +80,9 @@ dyn_status rt_report_trace(const char *path, const rt_exec *x, const dyn_rt_grou
     int64_t n = 0;
     const rt_event *ev = rt_exec_events(x, &n);
     int W = g->world_size;
-    int bytes = (int)(n * (int64_t)sizeof(rt_event));
-    int *counts = NULL, *displs = NULL;
-    char *all = NULL;
-    dyn_status st = DYN_OK;
-    if (g->world_rank == 0) {
-        counts = dyn_calloc((size_t)W, sizeof(int), "trace", err);
-        displs = dyn_calloc((size_t)W, sizeof(int), "trace", err);
-        if (counts == NULL || displs == NULL) st = DYN_ERR_NOMEM;
-    }
-    MPI_Request req;
-    if (st == DYN_OK)
-        st = dyn_rt_mpi_check(MPI_Igather(&bytes, 1, MPI_INT, counts, 1, MPI_INT, 0, g->world, &req), "MPI_Igather", err);
-    if (st == DYN_OK) st = rt_wait(&req, timeout_s, NULL, NULL, "the trace gather", err);
-    int64_t total = 0;
-    if (st == DYN_OK && g->world_rank == 0) {
-        for (int w = 0; w < W; w++) {
-            displs[w] = (int)total;
-            total += counts[w];
-        }
-        if ((all = malloc(total ? (size_t)total : 1)) == NULL) st = dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the trace");
-    }
-    if (st == DYN_OK)
-        st = dyn_rt_mpi_check(MPI_Igatherv(ev, bytes, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, g->world, &req),
-                              "MPI_Igatherv", err);
-    if (st == DYN_OK) st = rt_wait(&req, timeout_s, NULL, NULL, "the trace gather", err);
+    dyn_rt_gathered all;
+    dyn_status st = dyn_rt_gather_bytes(g->world, ev, (int)(n * (int64_t)sizeof(rt_event)), timeout_s, "the trace gather",
+                                        &all, err);
     if (st == DYN_OK && g->world_rank == 0) {
         dyn_atomic_file af;
         st = dyn_atomic_open(&af, path, err);
@@ -119,8 +97,8 @@ dyn_status rt_report_trace(const char *path, const rt_exec *x, const dyn_rt_grou
                            "(stage %d, replica %d, %s)\",\"host\":\"%s\"}}",
                         w, w, w % g->stages, w / g->stages, g->hosts[w], g->hosts[w]);
             for (int w = 0; w < W; w++) {
-                const rt_event *e = (const rt_event *)(all + displs[w]);
-                int64_t ne = counts[w] / (int)sizeof(rt_event);
+                const rt_event *e = (const rt_event *)(all.data + all.displs[w]);
+                int64_t ne = all.counts[w] / (int)sizeof(rt_event);
                 for (int64_t i = 0; i < ne; i++)
                     fprintf(f, ",\n{\"name\":\"%s%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,"
                                "\"dur\":%.3f,\"args\":{\"op\":\"%s\",\"instr\":%d,\"microbatch\":%d,\"stage\":%d}}",
@@ -137,8 +115,6 @@ dyn_status rt_report_trace(const char *path, const rt_exec *x, const dyn_rt_grou
             }
         }
     }
-    free(counts);
-    free(displs);
-    free(all);
+    dyn_rt_gathered_free(&all);
     return st;
 }

@@ -8,7 +8,7 @@
  * non-blocking MPI while the previous iteration trains. Every rank
  * interprets its instruction list (exec.h), then the step: gradients of
  * shared tensors and of data-parallel replicas are summed, the global
- * gradient norm clipped, AdamW applied (step.h). */
+ * gradient norm clipped, AdamW applied (train.c, "The step"). */
 #ifndef DYN_RUNTIME_TRAIN_H
 #define DYN_RUNTIME_TRAIN_H
 

@@ -1,0 +1,167 @@
+/* ckpt_read.c — reading a checkpoint (checkpoint.h): resolving a root to
+ * its `latest` step folder, verifying every file trainer_state.json lists
+ * (size and FNV-1a hash) before any tensor is loaded, checking the run's
+ * shape against the options, and loading a stage model or the whole model.
+ * No MPI: resume calls it on every rank, `dynapipe eval` without mpirun. */
+#include "runtime/checkpoint.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "dynapipe/model_config.h" /* defines: dyn_model_kind_name */
+#include "runtime/ckpt_fs.h"       /* defines: rt_ckpt_pathf, rt_ckpt_fnv1a64, rt_ckpt_is_* */
+#include "runtime/ckpt_state.h"    /* defines: rt_ckpt_state_from_json */
+#include "util/util.h"
+
+dyn_status rt_ckpt_resolve(const char *path, char *dir, size_t cap, dyn_error *err)
+{
+    if (rt_ckpt_check_root(path, err) != DYN_OK) return err->code;
+    char p[RT_CKPT_PATH_CAP];
+    rt_ckpt_pathf(p, sizeof p, "%s/trainer_state.json", path);
+    if (rt_ckpt_is_file(p)) {
+        rt_ckpt_pathf(dir, cap, "%s", path);
+        return DYN_OK;
+    }
+    rt_ckpt_pathf(p, sizeof p, "%s/latest", path);
+    if (!rt_ckpt_is_file(p))
+        return dyn_error_set(err, DYN_ERR_IO, "%s: no checkpoint here (neither trainer_state.json nor latest)", path);
+    char *text = NULL;
+    dyn_status st = dyn_file_read_all(p, &text, NULL, err);
+    if (st != DYN_OK) return st;
+    size_t n = strcspn(text, "\n");
+    text[n] = '\0';
+    if (n == 0 || strchr(text, '/') != NULL || strcmp(text, "..") == 0) {
+        st = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: '%s' is not a checkpoint folder name", p, text);
+    } else {
+        rt_ckpt_pathf(dir, cap, "%s/%s", path, text);
+        if (!rt_ckpt_is_dir(dir)) st = dyn_error_set(err, DYN_ERR_CORRUPT, "%s names %s, which does not exist", p, dir);
+    }
+    free(text);
+    return st;
+}
+
+dyn_status rt_ckpt_read(const char *dir, rt_ckpt_meta *meta, dyn_error *err)
+{
+    if (rt_ckpt_check_root(dir, err) != DYN_OK) return err->code;
+    char p[RT_CKPT_PATH_CAP];
+    rt_ckpt_pathf(p, sizeof p, "%s/trainer_state.json", dir);
+    char *text = NULL;
+    dyn_status st = dyn_file_read_all(p, &text, NULL, err);
+    if (st != DYN_OK) return st;
+    cJSON *r = cJSON_Parse(text);
+    free(text);
+    if (r == NULL) return dyn_error_set(err, DYN_ERR_CORRUPT, "%s: not valid JSON", p);
+    st = rt_ckpt_state_from_json(r, p, meta, err);
+    cJSON_Delete(r);
+    for (int32_t i = 0; st == DYN_OK && i < meta->n_files; i++) {
+        const rt_ckpt_file *f = &meta->files[i];
+        rt_ckpt_pathf(p, sizeof p, "%s/%s", dir, f->name);
+        char *data = NULL;
+        size_t len = 0;
+        if (dyn_file_read_all(p, &data, &len, err) != DYN_OK) {
+            st = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: missing or unreadable (the checkpoint lists it)", p);
+            break;
+        }
+        if (len != f->bytes)
+            st = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: %zu bytes, the checkpoint wrote %llu (truncated or replaced)",
+                               p, len, (unsigned long long)f->bytes);
+        else if (rt_ckpt_fnv1a64((const unsigned char *)data, len) != f->fnv)
+            st = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: contents differ from what the checkpoint wrote (corrupted)",
+                               p);
+        free(data);
+    }
+    return st;
+}
+
+dyn_status rt_ckpt_check(const rt_ckpt_meta *m, const dyn_train_options *o, dyn_error *err)
+{
+    const dyn_model_config *a = &m->model, *b = &o->model;
+    if (a->kind != b->kind)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "checkpoint of a %s model, this run trains %s",
+                             dyn_model_kind_name(a->kind), dyn_model_kind_name(b->kind));
+#define SAME(field, what)                                                                                         \
+    if (a->field != b->field)                                                                                     \
+    return dyn_error_set(err, DYN_ERR_INVALID_ARG, "checkpoint has %s %d, this run %d", what, (int)a->field,      \
+                         (int)b->field)
+    SAME(n_layers, "layers");
+    SAME(n_dec_layers, "decoder layers");
+    SAME(hidden, "hidden size");
+    SAME(heads, "heads");
+    SAME(head_dim, "head dim");
+    SAME(ffn, "ffn size");
+    SAME(vocab, "vocabulary");
+    SAME(max_seqlen, "max-seqlen");
+#undef SAME
+    int32_t chunks = o->schedule == DYN_SCHED_INTERLEAVED ? o->plan.chunks : 1;
+    if (m->stages != o->plan.stages)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "checkpoint of %d pipeline stages, this run has --stages %d",
+                             m->stages, o->plan.stages);
+    if (m->chunks != chunks)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "checkpoint of %d chunks per rank, this run has %d", m->chunks,
+                             chunks);
+    if (strcmp(m->data_spec, o->data_spec) != 0 || m->n_samples != o->n_samples || m->split != o->split)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "checkpoint trained on --data %s (%d samples), this run on %s (%d)",
+                             m->data_spec, m->n_samples, o->data_spec, o->n_samples);
+    if (m->global_batch_tokens != o->global_batch_tokens)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "checkpoint has --global-batch-tokens %lld, this run %lld",
+                             (long long)m->global_batch_tokens, (long long)o->global_batch_tokens);
+    if (m->step >= o->steps)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "checkpoint is at step %lld; --steps %lld leaves nothing to train",
+                             (long long)m->step, (long long)o->steps);
+    return DYN_OK;
+}
+
+int rt_ckpt_schedule_note(const rt_ckpt_meta *meta, const dyn_train_options *o, char *note, size_t cap)
+{
+    const dyn_lr_schedule *a = &meta->lr, *b = &o->lr;
+    if (a->total_steps == 0) return 0; /* not recorded */
+    if (a->max_lr == b->max_lr && a->min_lr == b->min_lr && a->warmup_steps == b->warmup_steps &&
+        a->total_steps == b->total_steps)
+        return 0;
+    /* The rate the checkpoint's run would have used next, and this run's. */
+    snprintf(note, cap,
+             "the checkpoint was trained on a schedule of %lld steps (lr %g, min-lr %g, warm-up %lld), this run's "
+             "is %lld steps (lr %g, min-lr %g, warm-up %lld): step %lld trains at lr %.3g instead of %.3g",
+             (long long)a->total_steps, (double)a->max_lr, (double)a->min_lr, (long long)a->warmup_steps,
+             (long long)b->total_steps, (double)b->max_lr, (double)b->min_lr, (long long)b->warmup_steps,
+             (long long)meta->step, (double)dyn_lr_at(b, meta->step), (double)dyn_lr_at(a, meta->step));
+    return 1;
+}
+
+dyn_status rt_ckpt_load_stage(const char *dir, const rt_ckpt_meta *meta, int32_t stage, dyn_model *m, dyn_error *err)
+{
+    int first = 0, last = 0;
+    dyn_model_stage_range(m, &first, &last);
+    if (stage < 0 || stage >= meta->n_stages || meta->lay_first[stage] != first || meta->lay_first[stage + 1] != last)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "%s: plan stage %d holds layers [%d, %d) here, the checkpoint's [%d, %d) (another cost "
+                             "model or stage split)",
+                             dir, stage, first, last, stage < meta->n_stages ? meta->lay_first[stage] : -1,
+                             stage < meta->n_stages ? meta->lay_first[stage + 1] : -1);
+    char name[128], p[RT_CKPT_PATH_CAP];
+    rt_ckpt_shard_name(name, sizeof name, "optimizer", stage, meta->n_stages);
+    rt_ckpt_pathf(p, sizeof p, "%s/%s", dir, name);
+    dyn_train_state ts;
+    dyn_status st = dyn_model_load_train_state(m, &ts, p, err);
+    if (st == DYN_OK && dyn_model_step_count(m) != meta->step)
+        st = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: step %lld, trainer_state.json says %lld", p,
+                           (long long)dyn_model_step_count(m), (long long)meta->step);
+    if (st == DYN_OK) st = dyn_model_load_index(m, dir, err);
+    return st;
+}
+
+dyn_model *rt_ckpt_load_model(const char *dir, rt_ckpt_meta *meta, dyn_error *err)
+{
+    if (rt_ckpt_read(dir, meta, err) != DYN_OK) return NULL;
+    dyn_model *m = dyn_model_create(&meta->model, meta->seed, err);
+    if (m == NULL) return NULL;
+    if (dyn_model_load_index(m, dir, err) != DYN_OK) {
+        dyn_model_free(m);
+        return NULL;
+    }
+    dyn_model_set_step_count(m, meta->step);
+    return m;
+}
