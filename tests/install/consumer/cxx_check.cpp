@@ -9,6 +9,7 @@
 #include <dynapipe/cost.h>
 #include <dynapipe/corpus.h>
 #include <dynapipe/data.h>
+#include <dynapipe/dynapipe.h>
 #include <dynapipe/model_config.h>
 #include <dynapipe/pipeline.h>
 #include <dynapipe/plan.h>
