@@ -31,6 +31,15 @@ typedef enum dyn_layer_kind {
 } dyn_layer_kind;
 #define DYN_LAYER_KIND_COUNT 5
 
+/* The largest time (ms) or size (MB) a cost input may give: a point of a
+ * cost table, a row of a what-if file, a machine's per-message or per-layer
+ * latency. 1e12 ms is 31 years and 1e12 MB an exabyte, far above any real
+ * profile, while sums of such values over any plan (at most ~1e6 layers x
+ * micro-batches x stages, 1e18) stay finite: a huge number cannot become an
+ * infinity that the planner or simulator reports as a deadlock. */
+#define DYN_COST_VALUE_MAX 1e12
+#define DYN_COST_VALUE_MAX_TEXT "1e12" /* the same, for messages */
+
 /* Cost of one layer for one micro-batch. bwd_ms is the whole backward pass
  * (for recompute != NONE it includes the recomputed forward work);
  * bwd_input_ms + bwd_weight_ms split it into the input-gradient and

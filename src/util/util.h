@@ -23,15 +23,6 @@
  * failure; n * size is checked for overflow. */
 void *dyn_calloc(size_t n, size_t size, const char *what, dyn_error *err);
 
-/* The largest time (ms) or size (MB) a cost input may give: a point of a
- * cost table, a row of a what-if file, a machine's per-message or per-layer
- * latency. 1e12 ms is 31 years and 1e12 MB an exabyte, far above any real
- * profile, while sums of such values over any plan (at most ~1e6 layers x
- * micro-batches x stages, 1e18) stay finite: a huge number cannot become an
- * infinity that the planner or simulator reports as a deadlock. */
-#define DYN_COST_VALUE_MAX 1e12
-#define DYN_COST_VALUE_MAX_TEXT "1e12" /* the same, for messages */
-
 /* Parse all of text as a finite number (strtod syntax, nothing after it;
  * "inf", "nan" and overflowing values refused). Returns 0 and sets *out,
  * or -1. The shared number parser of the cost-table and what-if readers. */
