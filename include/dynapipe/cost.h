@@ -16,6 +16,7 @@
 #define DYNAPIPE_COST_H
 
 #include "dynapipe/common.h"
+#include "dynapipe/model_config.h" /* model shapes and machines: dyn_machine_builtin, ... */
 
 #ifdef __cplusplus
 extern "C" {
@@ -84,10 +85,6 @@ int dyn_cost_kind_present(const dyn_model_config *cfg, dyn_layer_kind kind);
 /* Model states of one layer of `kind` held for training, MB: parameters,
  * gradients and the two AdamW moments. */
 double dyn_cost_layer_states_mb(const dyn_cost_model *cm, dyn_layer_kind kind);
-
-/* Built-in machine descriptions by name ("cpu": one core of this kind of
- * machine, fp32; "a100": 8 x A100 40 GB with NVLink, bf16). NULL if unknown.*/
-const dyn_machine *dyn_machine_builtin(const char *name);
 
 /* ---- the handle's machine, states, names, grids and table writing -------- */
 

@@ -230,7 +230,7 @@ typedef struct exec_out {
     int build;          /* build the execution plans: any of the three flags */
     int show;           /* --show-plan */
     const char *prefix; /* --plan-out */
-    int32_t schedule;   /* --schedule: dyn_schedule, or DYN_SCHEDULE_AUTO (the default) */
+    dyn_schedule schedule;   /* --schedule: dyn_schedule, or DYN_SCHEDULE_AUTO (the default) */
     dyn_pipeline *pipe; /* over the inputs' planner */
     /* Every output file of the run, written and finished as the run goes
      * and published together at its end (dyn_atomic_commit_all), so a
@@ -331,7 +331,7 @@ static int parse_schedule(exec_out *eo, const char *v)
 {
     dyn_error err;
     eo->build = 1;
-    if (dyn_pipeline_schedule_parse(v, &eo->schedule, &err) != DYN_OK) {
+    if (dyn_schedule_parse(v, &eo->schedule, &err) != DYN_OK) {
         cli_errorf(CMD, "--schedule: %s", err.msg);
         return -1;
     }

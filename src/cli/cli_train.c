@@ -92,16 +92,10 @@ static int parse_train_flag(dyn_train_options *o, const char **hostfile, int arg
         o->steps = v;
     } else if (strcmp(f, "--schedule") == 0) {
         VAL();
-        if (strcmp(val, "auto") == 0) {
-            o->schedule = DYN_SCHEDULE_AUTO;
-        } else {
-            dyn_schedule s;
-            dyn_error e;
-            if (dyn_schedule_parse(val, &s, &e) != DYN_OK) {
-                cli_errorf(CMD, "--schedule: %s, or auto", e.msg);
-                return -1;
-            }
-            o->schedule = s;
+        dyn_error e;
+        if (dyn_schedule_parse(val, &o->schedule, &e) != DYN_OK) {
+            cli_errorf(CMD, "--schedule: %s", e.msg);
+            return -1;
         }
     } else if (strcmp(f, "--threads") == 0) {
         VAL();
@@ -302,11 +296,11 @@ static int parse(int argc, char **argv, dyn_train_options *o, const char **hostf
     o->global_batch_tokens = a.global_batch_tokens;
     o->lr.total_steps = o->steps > o->lr.warmup_steps ? o->steps : o->lr.warmup_steps + 1;
     if (!have_warmup && o->lr.warmup_steps >= o->steps) o->lr.warmup_steps = o->steps / 4;
-    if (o->schedule == DYN_SCHED_INTERLEAVED && o->plan.chunks < 2) {
+    if (o->schedule == DYN_SCHEDULE_INTERLEAVED && o->plan.chunks < 2) {
         cli_errorf(CMD, "--schedule interleaved needs --chunks 2 or more");
         return CLI_EXIT_USAGE;
     }
-    if (o->schedule != DYN_SCHED_INTERLEAVED && o->plan.chunks > 1) {
+    if (o->schedule != DYN_SCHEDULE_INTERLEAVED && o->plan.chunks > 1) {
         cli_errorf(CMD, "--chunks %d applies to --schedule interleaved only", o->plan.chunks);
         return CLI_EXIT_USAGE;
     }
