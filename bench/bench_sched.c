@@ -50,7 +50,7 @@ static int paired_1f1b(int32_t M, int32_t S, uint64_t seed, double *ms)
     dyn_sched_options_default(&o);
     o.n_ranks = S;
     double t0 = dyn_time_ms();
-    dyn_status st = dyn_schedule_build(DYN_SCHED_1F1B, &c, NULL, &o, &p, &err);
+    dyn_status st = dyn_schedule_build(DYN_SCHEDULE_1F1B, &c, NULL, &o, &p, &err);
     *ms = dyn_time_ms() - t0;
     dyn_stage_costs_free(&c);
     if (st != DYN_OK) {
@@ -78,7 +78,7 @@ int main(int argc, char **argv)
     for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
         int32_t S = sizes[z][0], M = sizes[z][1];
         for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) {
-            int32_t v = k == DYN_SCHED_INTERLEAVED ? 2 : 1;
+            int32_t v = k == DYN_SCHEDULE_INTERLEAVED ? 2 : 1;
             dyn_stage_costs c;
             random_costs(&c, M, S * v, 1000 + z);
             dyn_sched_options o;
@@ -93,7 +93,7 @@ int main(int argc, char **argv)
                  * repetitions and after it on odd ones, so neither gains
                  * from the other's warm caches */
                 double pair_ms = 0;
-                if (k != DYN_SCHED_1F1B && r % 2 == 0 && paired_1f1b(M, S, 1000 + z, &pair_ms)) return 1;
+                if (k != DYN_SCHEDULE_1F1B && r % 2 == 0 && paired_1f1b(M, S, 1000 + z, &pair_ms)) return 1;
                 double t0 = dyn_time_ms();
                 if (dyn_schedule_build((dyn_schedule)k, &c, NULL, &o, &p, &err) != DYN_OK) {
                     fprintf(stderr, "bench_sched: %s\n", err.msg);
@@ -101,8 +101,8 @@ int main(int argc, char **argv)
                 }
                 double t1 = dyn_time_ms();
                 tb[r] = t1 - t0;
-                if (k != DYN_SCHED_1F1B && r % 2 == 1 && paired_1f1b(M, S, 1000 + z, &pair_ms)) return 1;
-                tr[r] = k == DYN_SCHED_1F1B ? 1 : pair_ms > 0 ? tb[r] / pair_ms : 1;
+                if (k != DYN_SCHEDULE_1F1B && r % 2 == 1 && paired_1f1b(M, S, 1000 + z, &pair_ms)) return 1;
+                tr[r] = k == DYN_SCHEDULE_1F1B ? 1 : pair_ms > 0 ? tb[r] / pair_ms : 1;
                 t1 = dyn_time_ms();
                 if (dyn_exec_plan_validate(&p, &err) != DYN_OK) {
                     fprintf(stderr, "bench_sched: %s\n", err.msg);

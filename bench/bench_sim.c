@@ -83,7 +83,7 @@ static void bench_stages(int32_t S, const dyn_dataset *ds, const dyn_cost_model 
         const dyn_mb_shape *shapes = dyn_batch_costs_shapes(bc, &M);
         n_mb[nb] = M;
         for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) {
-            int32_t vk = k == DYN_SCHED_INTERLEAVED ? v : 1;
+            int32_t vk = k == DYN_SCHEDULE_INTERLEAVED ? v : 1;
             const dyn_stage_costs *c;
             CHECK(dyn_batch_costs_get(bc, vk, DYN_RECOMPUTE_NONE, &c, &err), err);
             dyn_sched_options sopt;

@@ -4,7 +4,7 @@
 #
 #   lib/libdynapipe.so.<version> (+ .so.0, .so links)   the shared library
 #   lib/libdynapipe.a                                    the static library
-#   include/dynapipe/*.h                                 the public headers
+#   include/dynapipe/*.h     the public headers (dynapipe.h includes all the others)
 #   bin/dynapipe                                         the command
 #   lib/pkgconfig/dynapipe.pc, dynapipe-static.pc        pkg-config (shared, static)
 #   lib/cmake/dynapipe/dynapipe{Config,ConfigVersion}.cmake
@@ -92,7 +92,8 @@ set_tests_properties(test_install PROPERTIES FIXTURES_REQUIRED dyn_install TIMEO
   "DYN_SOURCE_DIR=${PROJECT_SOURCE_DIR};CC=${CMAKE_C_COMPILER};OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 
 # test_headers: every public header alone compiles as C11 and as C++
-# (extern "C", no C-only constructs), warnings as errors.
+# (extern "C", no C-only constructs), warnings as errors, and the umbrella
+# dynapipe.h includes every other one.
 add_test(NAME test_headers COMMAND ${PROJECT_SOURCE_DIR}/tests/install/headers.sh
          ${PROJECT_SOURCE_DIR}/include)
 set_tests_properties(test_headers PROPERTIES ENVIRONMENT "CC=${CMAKE_C_COMPILER}")

@@ -22,7 +22,7 @@ static inline void tplan_init(tplan *t, int32_t R, int32_t S, int32_t M, int32_t
 {
     memset(t, 0, sizeof *t);
     t->cap = cap;
-    t->p.schedule = DYN_SCHED_1F1B;
+    t->p.schedule = DYN_SCHEDULE_1F1B;
     t->p.n_ranks = R;
     t->p.n_stages = S;
     t->p.n_microbatches = M;

@@ -39,7 +39,7 @@ static void make_plan(dyn_replica_plan *rp, const double stored[M][S])
     dyn_sched_options o;
     dyn_sched_options_default(&o);
     o.n_ranks = S;
-    assert_int_equal(dyn_schedule_build(DYN_SCHED_1F1B, &rp->costs, NULL, &o, &rp->plan, &err), DYN_OK);
+    assert_int_equal(dyn_schedule_build(DYN_SCHEDULE_1F1B, &rp->costs, NULL, &o, &rp->plan, &err), DYN_OK);
     rp->n_microbatches = M;
 }
 

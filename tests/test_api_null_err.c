@@ -30,7 +30,7 @@
 #include "dynapipe/data.h"         /* defines: dyn_dataset_*, dyn_sampler_* */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_*, dyn_machine_* */
 #include "dynapipe/pipeline.h"     /* defines: dyn_pipeline_*, dyn_batch_costs_*, ... */
-#include "dynapipe/plan.h"         /* defines: dyn_planner_*, dyn_plan_batch, ... */
+#include "dynapipe/plan.h"         /* defines: dyn_planner_*, dyn_plan_batch_once, ... */
 #include "dynapipe/sched.h"        /* defines: dyn_schedule_*, dyn_exec_plan_*, dyn_stage_* */
 #include "dynapipe/sim.h"          /* defines: dyn_sim_*, dyn_whatif_*, dyn_order_search, ... */
 
@@ -81,7 +81,7 @@ static int fixture_setup(void **state)
     dyn_plan_options_default(&f->opt);
     f->opt.stages = 2;
     f->opt.max_seqlen = 512;
-    assert_int_equal(dyn_plan_batch(f->cm, &f->opt, f->ds.samples, 16, &f->bp, &e), DYN_OK);
+    assert_int_equal(dyn_plan_batch_once(f->cm, &f->opt, f->ds.samples, 16, &f->bp, &e), DYN_OK);
     f->planner = dyn_planner_create(f->cm, &f->opt, &e);
     assert_non_null(f->planner);
     dyn_pipeline_options po;
@@ -104,7 +104,7 @@ static int fixture_setup(void **state)
         dyn_sched_options so;
         dyn_sched_options_default(&so);
         so.n_ranks = 2;
-        assert_int_equal(dyn_schedule_build(DYN_SCHED_1F1B, cs[k], NULL, &so, ps[k], &e), DYN_OK);
+        assert_int_equal(dyn_schedule_build(DYN_SCHEDULE_1F1B, cs[k], NULL, &so, ps[k], &e), DYN_OK);
     }
     f->sim = dyn_sim_create(&e);
     assert_non_null(f->sim);
@@ -400,12 +400,6 @@ static int case_dyn_batch_costs_set_rank_scale(fixture *f, dyn_error *err)
     const double fwd[2] = {-1.0, 1.0}, bwd[2] = {1.0, 1.0};
     return dyn_batch_costs_set_rank_scale(f->bc, fwd, bwd, err);
 }
-static int case_dyn_pipeline_schedule_parse(fixture *f, dyn_error *err)
-{
-    (void)f;
-    int32_t s;
-    return dyn_pipeline_schedule_parse("no-such-schedule", &s, err);
-}
 static int case_dyn_pipeline_create(fixture *f, dyn_error *err)
 {
     dyn_pipeline_options po;
@@ -429,23 +423,23 @@ static int case_dyn_pipeline_plan(fixture *f, dyn_error *err)
     if (st == DYN_OK) dyn_pipeline_result_free(&res);
     return st;
 }
-static int case_dyn_pipeline_build_replica(fixture *f, dyn_error *err)
+static int case_dyn_pipeline_plan_replica(fixture *f, dyn_error *err)
 {
     dyn_replica_plan rp;
-    int st = dyn_pipeline_build_replica(f->pipe, &f->bp, 99, DYN_SCHED_1F1B, &rp, err);
+    int st = dyn_pipeline_plan_replica(f->pipe, &f->bp, 99, DYN_SCHEDULE_1F1B, &rp, err);
     if (st == DYN_OK) dyn_replica_plan_free(&rp);
     return st;
 }
-static int case_dyn_replica_plan_build(fixture *f, dyn_error *err)
+static int case_dyn_replica_plan_from_costs(fixture *f, dyn_error *err)
 {
     dyn_replica_request rq;
     memset(&rq, 0, sizeof(rq));
-    rq.schedule = DYN_SCHED_1F1B;
+    rq.schedule = DYN_SCHEDULE_1F1B;
     rq.n_ranks = 0; /* no ranks */
     rq.chunks = rq.auto_chunks = 1;
     rq.order_groups = 1;
     dyn_replica_plan rp;
-    int st = dyn_replica_plan_build(f->sim, &rq, dyn_batch_costs_get, f->bc, NULL, &f->simopt, &rp, err);
+    int st = dyn_replica_plan_from_costs(f->sim, &rq, dyn_batch_costs_get, f->bc, NULL, &f->simopt, &rp, err);
     if (st == DYN_OK) dyn_replica_plan_free(&rp);
     return st;
 }
@@ -523,12 +517,12 @@ static int case_dyn_planner_fit_rows(fixture *f, dyn_error *err)
     dyn_planner_free(p);
     return st;
 }
-static int case_dyn_plan_batch(fixture *f, dyn_error *err)
+static int case_dyn_plan_batch_once(fixture *f, dyn_error *err)
 {
     dyn_plan_options o = f->opt;
     o.max_seqlen = 0;
     dyn_batch_plan bp;
-    int st = dyn_plan_batch(f->cm, &o, f->ds.samples, 16, &bp, err);
+    int st = dyn_plan_batch_once(f->cm, &o, f->ds.samples, 16, &bp, err);
     if (st == DYN_OK) dyn_batch_plan_free(&bp);
     return st;
 }
@@ -546,7 +540,7 @@ static int case_dyn_schedule_build(fixture *f, dyn_error *err)
     dyn_sched_options_default(&so);
     so.n_ranks = 3; /* the costs have 2 stages */
     dyn_exec_plan p;
-    int st = dyn_schedule_build(DYN_SCHED_1F1B, &f->costs, NULL, &so, &p, err);
+    int st = dyn_schedule_build(DYN_SCHEDULE_1F1B, &f->costs, NULL, &so, &p, err);
     if (st == DYN_OK) dyn_exec_plan_free(&p);
     return st;
 }
@@ -714,7 +708,7 @@ static dyn_status gen_build(void *ctx, const dyn_stage_costs *costs, const int32
     dyn_sched_options so;
     dyn_sched_options_default(&so);
     so.n_ranks = 2;
-    return dyn_schedule_build(DYN_SCHED_1F1B, costs, NULL, &so, out, err);
+    return dyn_schedule_build(DYN_SCHEDULE_1F1B, costs, NULL, &so, out, err);
 }
 static void gen_free(void *ctx, dyn_exec_plan *plan)
 {
@@ -729,16 +723,6 @@ static int case_dyn_order_search(fixture *f, dyn_error *err)
     /* A memory limit no plan fits. */
     return dyn_order_search(f->sim, &gen, &f->costs, &f->simopt, 2, 1e-9, &res, NULL, NULL, err);
 }
-static int case_dyn_stage_costs_permute(fixture *f, dyn_error *err)
-{
-    (void)f;
-    dyn_stage_costs empty, out;
-    memset(&empty, 0, sizeof(empty));
-    const int32_t order[1] = {0};
-    int st = dyn_stage_costs_permute(&empty, order, &out, err);
-    if (st == DYN_OK) dyn_stage_costs_free(&out);
-    return st;
-}
 static int case_dyn_schedule_search(fixture *f, dyn_error *err)
 {
     dyn_sched_options so;
@@ -747,7 +731,7 @@ static int case_dyn_schedule_search(fixture *f, dyn_error *err)
     so.memory_limit_mb = 1e-9; /* nothing fits */
     int32_t order[3];
     dyn_order_result res = {order, 0, 0, 0, 0, 0};
-    return dyn_schedule_search(f->sim, DYN_SCHED_1F1B, &f->costs, NULL, &so, &f->simopt, 2, &res, NULL, NULL,
+    return dyn_schedule_search(f->sim, DYN_SCHEDULE_1F1B, &f->costs, NULL, &so, &f->simopt, 2, &res, NULL, NULL,
                                err);
 }
 static int case_dyn_schedule_auto(fixture *f, dyn_error *err)
@@ -813,12 +797,11 @@ static const api_case k_cases[] = {
     FAILS(dyn_batch_costs_set_batch),
     FAILS(dyn_batch_costs_get),
     FAILS(dyn_batch_costs_set_rank_scale),
-    FAILS(dyn_pipeline_schedule_parse),
     FAILS(dyn_pipeline_create),
     FAILS(dyn_pipeline_set_rank_scale),
     FAILS(dyn_pipeline_plan),
-    FAILS(dyn_pipeline_build_replica),
-    FAILS(dyn_replica_plan_build),
+    FAILS(dyn_pipeline_plan_replica),
+    FAILS(dyn_replica_plan_from_costs),
     FAILS(dyn_pipeline_tune),
     FAILS(dyn_planner_create),
     FAILS(dyn_planner_create_custom),
@@ -826,7 +809,7 @@ static const api_case k_cases[] = {
     FAILS(dyn_planner_plan_as),
     FAILS(dyn_ideal_bound_of),
     FAILS(dyn_planner_fit_rows),
-    FAILS(dyn_plan_batch),
+    FAILS(dyn_plan_batch_once),
     FAILS(dyn_batching_parse),
     FAILS(dyn_schedule_build),
     FAILS(dyn_schedule_parse),
@@ -849,7 +832,6 @@ static const api_case k_cases[] = {
     FAILS(dyn_whatif_load),
     FAILS(dyn_whatif_parse),
     FAILS(dyn_order_search),
-    FAILS(dyn_stage_costs_permute),
     FAILS(dyn_schedule_search),
     FAILS(dyn_schedule_auto),
 };

@@ -18,7 +18,7 @@
 #include "dynapipe/cost.h"         /* defines: dyn_cost_model_create_analytic, dyn_machine_builtin */
 #include "dynapipe/data.h"         /* defines: dyn_dataset_read_tsv */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_preset */
-#include "dynapipe/plan.h"         /* defines: dyn_plan_batch */
+#include "dynapipe/plan.h"         /* defines: dyn_plan_batch_once */
 #include "cli_testlib.h"           /* defines: cli_run, cli_assert_one_line_error, slurp, write_file, dir */
 
 static int setup(void **state)
@@ -75,7 +75,7 @@ static void test_numbers_read_back_exactly(void **state)
     opt.stages = 4;
     opt.max_seqlen = cfg.max_seqlen;
     dyn_batch_plan pl;
-    assert_int_equal(dyn_plan_batch(cm, &opt, ds.samples, ds.n, &pl, &err), DYN_OK);
+    assert_int_equal(dyn_plan_batch_once(cm, &opt, ds.samples, ds.n, &pl, &err), DYN_OK);
 
     assert_true(number(b, "objective_ms") == pl.objective_ms);
     assert_true(number(b, "balanced_ms") == pl.balanced_ms);

@@ -419,7 +419,7 @@ static void test_show_and_write_execution_plans(void **state)
             dyn_error err;
             assert_int_equal(dyn_exec_plan_deserialize((const uint8_t *)bytes, len, &plan, &err), DYN_OK);
             assert_int_equal(dyn_exec_plan_validate(&plan, &err), DYN_OK);
-            assert_int_equal(plan.schedule, DYN_SCHED_1F1B);
+            assert_int_equal(plan.schedule, DYN_SCHEDULE_1F1B);
             assert_int_equal(plan.replica, r);
             assert_int_equal(plan.n_ranks, 2);
             for (int32_t k = 0; k < plan.n_ranks; k++) total += plan.ranks[k].n_instrs;

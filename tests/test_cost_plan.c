@@ -30,7 +30,7 @@ static dyn_batch_plan plan_gpt(const dyn_machine *m, const dyn_sample *s, int32_
     o.stages = stages;
     o.max_seqlen = cfg.max_seqlen;
     dyn_batch_plan plan;
-    if (dyn_plan_batch(cm, &o, s, n, &plan, &err) != DYN_OK) fail_msg("%s", err.msg);
+    if (dyn_plan_batch_once(cm, &o, s, n, &plan, &err) != DYN_OK) fail_msg("%s", err.msg);
     dyn_cost_model_free(cm);
     return plan;
 }

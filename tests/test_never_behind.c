@@ -119,7 +119,7 @@ static double plan_ms(const fixture *f, const dyn_plan_options *o, dyn_pipeline_
  * of the planner's pick (DP or document-masked packing by objective), the
  * DP alone, and packing-docmask with 1, 2, 4, 8 rows. Each is scheduled by
  * a pipeline without candidates (a baseline planner, or dynapipe with
- * enable_packing 0), the planner's pick through dyn_pipeline_build_replica. */
+ * enable_packing 0), the planner's pick through dyn_pipeline_plan_replica. */
 static double old_behaviour_ms(const fixture *f, int32_t S)
 {
     dyn_plan_options o;
@@ -138,7 +138,7 @@ static double old_behaviour_ms(const fixture *f, int32_t S)
     dyn_plan_options p;
     options(f, &p, DYN_BATCH_DYNAPIPE, S);
     dyn_batch_plan bp;
-    assert_int_equal(dyn_plan_batch(f->cm, &p, f->batch, f->n, &bp, &err), DYN_OK);
+    assert_int_equal(dyn_plan_batch_once(f->cm, &p, f->batch, f->n, &bp, &err), DYN_OK);
     dyn_planner *pl = dyn_planner_create(f->cm, &o, &err); /* enable_packing 0: no candidates */
     assert_non_null(pl);
     dyn_pipeline_options po;
@@ -146,7 +146,7 @@ static double old_behaviour_ms(const fixture *f, int32_t S)
     dyn_pipeline *pp = dyn_pipeline_create(pl, &po, &err);
     assert_non_null(pp);
     dyn_replica_plan rp;
-    assert_int_equal(dyn_pipeline_build_replica(pp, &bp, 0, DYN_SCHEDULE_AUTO, &rp, &err), DYN_OK);
+    assert_int_equal(dyn_pipeline_plan_replica(pp, &bp, 0, DYN_SCHEDULE_AUTO, &rp, &err), DYN_OK);
     if (rp.makespan_ms < best) best = rp.makespan_ms;
     dyn_replica_plan_free(&rp);
     dyn_pipeline_free(pp);
@@ -271,7 +271,7 @@ static void test_docmask_rows_win_gpt(void **state)
     dyn_pipeline_result_free(&r);
     dyn_error err;
     dyn_batch_plan bp;
-    assert_int_equal(dyn_plan_batch(f.cm, &o, f.batch, f.n, &bp, &err), DYN_OK);
+    assert_int_equal(dyn_plan_batch_once(f.cm, &o, f.batch, f.n, &bp, &err), DYN_OK);
     assert_int_equal(bp.method, DYN_BATCH_DYNAPIPE); /* the planner alone would not have */
     dyn_batch_plan_free(&bp);
     fixture_close(&f);
@@ -289,13 +289,13 @@ static void test_planner_docmask_rows_gpt(void **state)
     options(&f, &o, DYN_BATCH_DYNAPIPE, 2);
     dyn_error err;
     dyn_batch_plan bp;
-    assert_int_equal(dyn_plan_batch(f.cm, &o, f.batch, f.n, &bp, &err), DYN_OK);
+    assert_int_equal(dyn_plan_batch_once(f.cm, &o, f.batch, f.n, &bp, &err), DYN_OK);
     assert_int_equal(bp.method, DYN_BATCH_PACKING_DOCMASK);
     check_docmask_shapes(&f, &bp);
     double packed_obj = bp.objective_ms;
     dyn_batch_plan_free(&bp);
     o.enable_packing = 0;
-    assert_int_equal(dyn_plan_batch(f.cm, &o, f.batch, f.n, &bp, &err), DYN_OK);
+    assert_int_equal(dyn_plan_batch_once(f.cm, &o, f.batch, f.n, &bp, &err), DYN_OK);
     assert_int_equal(bp.method, DYN_BATCH_DYNAPIPE);
     assert_true(packed_obj < bp.objective_ms);
     dyn_batch_plan_free(&bp);

@@ -123,7 +123,7 @@ static void check_result(const dyn_pipeline_result *res, int32_t S, int32_t dp)
                 for (int32_t s = 0; s < rp->plan.n_stages; s++) {
                     if (rp->plan.stage_rank[s] != q) continue;
                     size_t i = (size_t)m * rp->plan.n_stages + s;
-                    busy += rp->schedule == DYN_SCHED_ZB ? rp->costs.fwd_ms[i] + rp->costs.bwd_input_ms[i] +
+                    busy += rp->schedule == DYN_SCHEDULE_ZB ? rp->costs.fwd_ms[i] + rp->costs.bwd_input_ms[i] +
                                                                rp->costs.bwd_weight_ms[i]
                                                          : rp->costs.fwd_ms[i] + rp->costs.bwd_ms[i];
                 }
@@ -142,7 +142,7 @@ static void test_named_schedule_every_replica(void **state)
     fixture f;
     fixture_open(&f, 96);
     dyn_planner *pl = planner_new(&f, 4, 1, 2);
-    dyn_pipeline *pp = pipeline_new(pl, DYN_SCHED_1F1B);
+    dyn_pipeline *pp = pipeline_new(pl, DYN_SCHEDULE_1F1B);
     dyn_pipeline_result res;
     dyn_error err;
     assert_int_equal(dyn_pipeline_plan(pp, f.ds.samples, f.ds.n, &res, &err), DYN_OK);
@@ -151,7 +151,7 @@ static void test_named_schedule_every_replica(void **state)
     for (int32_t r = 0; r < 2; r++) {
         const dyn_replica_plan *rp = &res.replicas[r];
         assert_true(rp->n_microbatches > 0);
-        assert_int_equal(rp->schedule, DYN_SCHED_1F1B);
+        assert_int_equal(rp->schedule, DYN_SCHEDULE_1F1B);
         assert_int_equal(rp->recompute, DYN_RECOMPUTE_NONE);
         assert_int_equal(rp->chunks, 1);
         /* A named schedule keeps the planner's order. */
@@ -182,7 +182,7 @@ static void test_auto_traceable_and_never_slower(void **state)
         const dyn_replica_plan *rp = &res.replicas[r];
         for (int32_t k = 0; k < DYN_SCHEDULE_COUNT; k++) {
             dyn_replica_plan named;
-            assert_int_equal(dyn_pipeline_build_replica(pp, &res.batch, r, k, &named, &err), DYN_OK);
+            assert_int_equal(dyn_pipeline_plan_replica(pp, &res.batch, r, k, &named, &err), DYN_OK);
             assert_int_equal(named.schedule, k);
             assert_true(rp->makespan_ms <= named.makespan_ms * (1 + 1e-12));
             dyn_replica_plan_free(&named);
@@ -265,7 +265,7 @@ static void test_idle_replica(void **state)
     fixture f;
     fixture_open(&f, 8);
     dyn_planner *pl = planner_new(&f, 2, 1, 3);
-    dyn_pipeline *pp = pipeline_new(pl, DYN_SCHED_ZB);
+    dyn_pipeline *pp = pipeline_new(pl, DYN_SCHEDULE_ZB);
     dyn_pipeline_result res;
     dyn_error err;
     assert_int_equal(dyn_pipeline_plan(pp, f.ds.samples, 1, &res, &err), DYN_OK);
@@ -318,21 +318,21 @@ static void test_bad_arguments(void **state)
     assert_int_equal(err.code, DYN_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "custom planner"));
     /* Schedule names, auto included. */
-    int32_t k = -1;
-    assert_int_equal(dyn_pipeline_schedule_parse("auto", &k, &err), DYN_OK);
+    dyn_schedule k = DYN_SCHEDULE_1F1B;
+    assert_int_equal(dyn_schedule_parse("auto", &k, &err), DYN_OK);
     assert_int_equal(k, DYN_SCHEDULE_AUTO);
-    assert_string_equal(dyn_pipeline_schedule_name(k), "auto");
-    assert_int_equal(dyn_pipeline_schedule_parse("zb", &k, &err), DYN_OK);
-    assert_int_equal(k, DYN_SCHED_ZB);
-    assert_string_equal(dyn_pipeline_schedule_name(k), "zb");
-    assert_int_not_equal(dyn_pipeline_schedule_parse("fastest", &k, &err), DYN_OK);
+    assert_string_equal(dyn_schedule_name(k), "auto");
+    assert_int_equal(dyn_schedule_parse("zb", &k, &err), DYN_OK);
+    assert_int_equal(k, DYN_SCHEDULE_ZB);
+    assert_string_equal(dyn_schedule_name(k), "zb");
+    assert_int_not_equal(dyn_schedule_parse("fastest", &k, &err), DYN_OK);
     /* A replica out of range. */
     dyn_pipeline *pp = dyn_pipeline_create(pl, &o, &err);
     assert_non_null(pp);
     dyn_pipeline_result res;
     assert_int_equal(dyn_pipeline_plan(pp, f.ds.samples, f.ds.n, &res, &err), DYN_OK);
     dyn_replica_plan rp;
-    assert_int_equal(dyn_pipeline_build_replica(pp, &res.batch, 1, DYN_SCHED_1F1B, &rp, &err), DYN_ERR_INVALID_ARG);
+    assert_int_equal(dyn_pipeline_plan_replica(pp, &res.batch, 1, DYN_SCHEDULE_1F1B, &rp, &err), DYN_ERR_INVALID_ARG);
     dyn_replica_plan_free(&rp);
     dyn_pipeline_result_free(&res);
     dyn_pipeline_free(pp);

@@ -106,9 +106,9 @@ static void test_planner_covers_batch(void **state)
 {
     (void)state;
     run_planner(DYN_MODEL_GPT, DYN_BATCH_DYNAPIPE, DYN_SCHEDULE_AUTO, 1);
-    run_planner(DYN_MODEL_GPT, DYN_BATCH_PACKING_DOCMASK, DYN_SCHED_1F1B, 2);
-    run_planner(DYN_MODEL_T5, DYN_BATCH_DYNAPIPE, DYN_SCHED_ZB, 2);
-    run_planner(DYN_MODEL_T5, DYN_BATCH_PACKING, DYN_SCHED_CYCLIC, 1);
+    run_planner(DYN_MODEL_GPT, DYN_BATCH_PACKING_DOCMASK, DYN_SCHEDULE_1F1B, 2);
+    run_planner(DYN_MODEL_T5, DYN_BATCH_DYNAPIPE, DYN_SCHEDULE_ZB, 2);
+    run_planner(DYN_MODEL_T5, DYN_BATCH_PACKING, DYN_SCHEDULE_CYCLIC, 1);
     run_planner(DYN_MODEL_GPT, DYN_BATCH_PADDING, DYN_SCHEDULE_AUTO, 1);
 }
 
@@ -172,7 +172,7 @@ static int32_t *work_ids(const rt_planned *pl, int32_t *n)
 /* A calibrating run of `steps` iterations planning 3 ahead. */
 static dyn_train_options calib_options(int64_t steps)
 {
-    dyn_train_options o = options(DYN_MODEL_GPT, DYN_BATCH_DYNAPIPE, DYN_SCHED_1F1B, 1);
+    dyn_train_options o = options(DYN_MODEL_GPT, DYN_BATCH_DYNAPIPE, DYN_SCHEDULE_1F1B, 1);
     o.plan_ahead = 3;
     o.steps = steps;
     o.calibrate = 1;
@@ -262,7 +262,7 @@ static void test_planner_replans_last(void **state)
 static void test_work_corrupt(void **state)
 {
     (void)state;
-    dyn_train_options o = options(DYN_MODEL_GPT, DYN_BATCH_DYNAPIPE, DYN_SCHED_1F1B, 1);
+    dyn_train_options o = options(DYN_MODEL_GPT, DYN_BATCH_DYNAPIPE, DYN_SCHEDULE_1F1B, 1);
     dyn_error err;
     rt_source *src = rt_source_open(&o, &err);
     rt_planner *p = rt_planner_create(&o, rt_source_lengths(src), &err);

@@ -33,7 +33,7 @@ static void test_1f1b_order_s4_m8(void **state)
     dyn_sched_options_default(&o);
     o.n_ranks = 4;
     dyn_exec_plan p;
-    tl_build_ok(DYN_SCHED_1F1B, &c, &o, &p);
+    tl_build_ok(DYN_SCHEDULE_1F1B, &c, &o, &p);
     char buf[1024];
     for (int r = 0; r < 4; r++) {
         tl_order(&p, r, buf, sizeof buf);
@@ -55,7 +55,7 @@ static void test_1f1b_instructions_rank1(void **state)
     dyn_sched_options_default(&o);
     o.n_ranks = 2;
     dyn_exec_plan p;
-    tl_build_ok(DYN_SCHED_1F1B, &c, &o, &p);
+    tl_build_ok(DYN_SCHEDULE_1F1B, &c, &o, &p);
     /* Rank 0's send finishes lazily (before its second compute after the
      * forward; there is none, so at the end); rank 1 posts its receive first. */
     const int want0[] = {DYN_OP_LOAD_INPUT, DYN_OP_FORWARD, DYN_OP_FREE_BUFFER, DYN_OP_SEND_ACT_START,
@@ -94,7 +94,7 @@ static void test_interleaved_order_s2_v2_m4(void **state)
     o.n_ranks = 2;
     o.chunks = 2;
     dyn_exec_plan p;
-    tl_build_ok(DYN_SCHED_INTERLEAVED, &c, &o, &p);
+    tl_build_ok(DYN_SCHEDULE_INTERLEAVED, &c, &o, &p);
     char buf[1024];
     for (int r = 0; r < 2; r++) {
         tl_order(&p, r, buf, sizeof buf);
@@ -116,7 +116,7 @@ static void test_cyclic_order_and_barriers(void **state)
     dyn_sched_options_default(&o);
     o.n_ranks = 2;
     dyn_exec_plan p;
-    tl_build_ok(DYN_SCHED_CYCLIC, &c, &o, &p);
+    tl_build_ok(DYN_SCHEDULE_CYCLIC, &c, &o, &p);
     char buf[512];
     tl_order(&p, 0, buf, sizeof buf);
     assert_string_equal(buf, "F0 F1 F2 B0 B1 B2");
@@ -131,7 +131,7 @@ static void test_cyclic_order_and_barriers(void **state)
      * r1 F0), c2 3 (r1 B0 F1), c3 3, c4 2, c5 2 -> 12 ms without latency. */
     assert_true(fabs(tl_simulate(&p, &c, 0) - 12.0) < 1e-9);
     dyn_exec_plan q;
-    tl_build_ok(DYN_SCHED_WAIT_FREE_CYCLIC, &c, &o, &q);
+    tl_build_ok(DYN_SCHEDULE_WAIT_FREE_CYCLIC, &c, &o, &q);
     double wf = tl_simulate(&q, &c, 0);
     assert_true(wf <= 12.0 + 1e-9);
     dyn_exec_plan_free(&p);
@@ -151,7 +151,7 @@ static void test_random_instances_validate(void **state)
         int32_t M = 1 + (int32_t)dyn_rng_below(&rng, 16);
         int32_t v = 1 + (int32_t)dyn_rng_below(&rng, 3);
         for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) {
-            int chunked = k == DYN_SCHED_INTERLEAVED || k == DYN_SCHED_CYCLIC || k == DYN_SCHED_WAIT_FREE_CYCLIC;
+            int chunked = k == DYN_SCHEDULE_INTERLEAVED || k == DYN_SCHEDULE_CYCLIC || k == DYN_SCHEDULE_WAIT_FREE_CYCLIC;
             int32_t vv = chunked ? v : 1;
             dyn_stage_costs c;
             tl_random_costs(&c, M, S * vv, &rng);
@@ -163,9 +163,9 @@ static void test_random_instances_validate(void **state)
             tl_build_ok((dyn_schedule)k, &c, &o, &p);
             double t = tl_simulate(&p, &c, 0.05);
             assert_true(t > 0);
-            if (k == DYN_SCHED_CYCLIC) {
+            if (k == DYN_SCHEDULE_CYCLIC) {
                 dyn_exec_plan q;
-                tl_build_ok(DYN_SCHED_WAIT_FREE_CYCLIC, &c, &o, &q);
+                tl_build_ok(DYN_SCHEDULE_WAIT_FREE_CYCLIC, &c, &o, &q);
                 double twf = tl_simulate(&q, &c, 0.05);
                 /* same lists, barriers removed */
                 for (int32_t r = 0; r < S; r++) {
@@ -245,7 +245,7 @@ static void test_infeasible_names_stage(void **state)
     o.n_ranks = 2;
     o.memory_limit_mb = 500;
     for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) {
-        if (k == DYN_SCHED_INTERLEAVED) continue; /* needs v >= 1: same as 1f1b here */
+        if (k == DYN_SCHEDULE_INTERLEAVED) continue; /* needs v >= 1: same as 1f1b here */
         dyn_exec_plan p;
         dyn_error err;
         assert_int_equal(dyn_schedule_build((dyn_schedule)k, &c, NULL, &o, &p, &err), DYN_ERR_INFEASIBLE);
@@ -265,14 +265,14 @@ static void test_bad_options_rejected(void **state)
     o.n_ranks = 2; /* costs have 3 stages */
     dyn_exec_plan p;
     dyn_error err;
-    assert_int_equal(dyn_schedule_build(DYN_SCHED_1F1B, &c, NULL, &o, &p, &err), DYN_ERR_INVALID_ARG);
+    assert_int_equal(dyn_schedule_build(DYN_SCHEDULE_1F1B, &c, NULL, &o, &p, &err), DYN_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "3 stages"));
     c.fwd_ms[0] = -1;
     o.n_ranks = 3;
-    assert_int_equal(dyn_schedule_build(DYN_SCHED_ZB, &c, NULL, &o, &p, &err), DYN_ERR_INVALID_ARG);
+    assert_int_equal(dyn_schedule_build(DYN_SCHEDULE_ZB, &c, NULL, &o, &p, &err), DYN_ERR_INVALID_ARG);
     dyn_schedule s;
     assert_int_equal(dyn_schedule_parse("wait-free-cyclic", &s, NULL), DYN_OK);
-    assert_int_equal(s, DYN_SCHED_WAIT_FREE_CYCLIC);
+    assert_int_equal(s, DYN_SCHEDULE_WAIT_FREE_CYCLIC);
     assert_int_equal(dyn_schedule_parse("gpipe", &s, &err), DYN_ERR_INVALID_ARG);
     dyn_stage_costs_free(&c);
 }
@@ -317,13 +317,13 @@ static void test_static_memory_by_hand(void **state)
     o.n_ranks = 2;
     dyn_exec_plan p;
     double peak[2];
-    tl_build_ok(DYN_SCHED_1F1B, &c, &o, &p);
+    tl_build_ok(DYN_SCHEDULE_1F1B, &c, &o, &p);
     assert_int_equal(dyn_exec_plan_memory(&p, &c, peak, NULL), DYN_OK);
     assert_true(fabs(peak[0] - 121) < 1e-9 && fabs(peak[1] - 111) < 1e-9);
     dyn_exec_plan_free(&p);
     /* a 115 MB limit leaves rank 0 one micro-batch in flight: F0 B0 F1 B1 ... */
     o.memory_limit_mb = 115;
-    tl_build_ok(DYN_SCHED_1F1B, &c, &o, &p);
+    tl_build_ok(DYN_SCHEDULE_1F1B, &c, &o, &p);
     char buf[256];
     tl_order(&p, 0, buf, sizeof buf);
     assert_string_equal(buf, "F0 B0 F1 B1 F2 B2");
@@ -373,7 +373,7 @@ static void test_zb_memory_by_hand(void **state)
     dyn_sched_options_default(&o);
     o.n_ranks = 2;
     dyn_exec_plan p;
-    tl_build_ok(DYN_SCHED_ZB, &c, &o, &p);
+    tl_build_ok(DYN_SCHEDULE_ZB, &c, &o, &p);
     const char *want[2] = {"F0 F1 b0 w0 F2 b1 w1 b2 w2", "F0 b0 F1 b1 w0 F2 b2 w1 w2"};
     char buf[256];
     for (int r = 0; r < 2; r++) {
@@ -404,7 +404,7 @@ static void test_interleaved_memory_by_hand(void **state)
     o.n_ranks = 2;
     o.chunks = 2;
     dyn_exec_plan p;
-    tl_build_ok(DYN_SCHED_INTERLEAVED, &c, &o, &p);
+    tl_build_ok(DYN_SCHEDULE_INTERLEAVED, &c, &o, &p);
     char buf[1024];
     tl_order(&p, 0, buf, sizeof buf);
     assert_string_equal(buf, "F0.0 F1.0 F0.2 F1.2 F2.0 B0.2 F3.0 B1.2 F2.2 B0.0 F3.2 B1.0 B2.2 B3.2 B2.0 B3.0");
@@ -429,7 +429,7 @@ static void test_equal_microbatches_closed_forms(void **state)
     dyn_stage_costs c;
     tl_equal_costs(&c, 8, 8, 0.5, 1.0);
     dyn_exec_plan p;
-    tl_build_ok(DYN_SCHED_INTERLEAVED, &c, &o, &p);
+    tl_build_ok(DYN_SCHEDULE_INTERLEAVED, &c, &o, &p);
     double t = tl_simulate(&p, &c, 0);
     if (fabs(t - 28.5) > 1e-9) fail_msg("interleaved makespan %.4f, want 28.5", t);
     dyn_exec_plan_free(&p);
@@ -437,10 +437,10 @@ static void test_equal_microbatches_closed_forms(void **state)
 
     o.chunks = 1;
     tl_equal_costs(&c, 8, 4, 1.0, 2.0);
-    tl_build_ok(DYN_SCHED_ZB, &c, &o, &p);
+    tl_build_ok(DYN_SCHEDULE_ZB, &c, &o, &p);
     double zb = tl_simulate(&p, &c, 0);
     dyn_exec_plan_free(&p);
-    tl_build_ok(DYN_SCHED_1F1B, &c, &o, &p);
+    tl_build_ok(DYN_SCHEDULE_1F1B, &c, &o, &p);
     double f1b = tl_simulate(&p, &c, 0);
     dyn_exec_plan_free(&p);
     dyn_stage_costs_free(&c);

@@ -106,7 +106,7 @@ static void test_round_trip_every_schedule(void **state)
 {
     (void)state;
     for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) {
-        int v = (k == DYN_SCHED_INTERLEAVED || k == DYN_SCHED_CYCLIC) ? 2 : 1;
+        int v = (k == DYN_SCHEDULE_INTERLEAVED || k == DYN_SCHEDULE_CYCLIC) ? 2 : 1;
         dyn_exec_plan p, q;
         dyn_stage_costs c;
         make_plan((dyn_schedule)k, 3, 7, v, 10 + (uint64_t)k, &p, &c);
@@ -156,7 +156,7 @@ static void test_corruptions_rejected(void **state)
     (void)state;
     dyn_exec_plan p;
     dyn_stage_costs c;
-    make_plan(DYN_SCHED_1F1B, 2, 3, 1, 99, &p, &c);
+    make_plan(DYN_SCHEDULE_1F1B, 2, 3, 1, 99, &p, &c);
     uint8_t *buf;
     size_t len;
     assert_int_equal(dyn_exec_plan_serialize(&p, &buf, &len, NULL), DYN_OK);
@@ -235,7 +235,7 @@ static void test_fuzz_corruptions(void **state)
     (void)state;
     dyn_exec_plan p;
     dyn_stage_costs c;
-    make_plan(DYN_SCHED_ZB, 3, 4, 1, 7, &p, &c);
+    make_plan(DYN_SCHEDULE_ZB, 3, 4, 1, 7, &p, &c);
     uint8_t *buf;
     size_t len;
     assert_int_equal(dyn_exec_plan_serialize(&p, &buf, &len, NULL), DYN_OK);
@@ -276,7 +276,7 @@ static void test_dump_lines(void **state)
     (void)state;
     dyn_exec_plan p;
     dyn_stage_costs c;
-    make_plan(DYN_SCHED_1F1B, 2, 2, 1, 3, &p, &c);
+    make_plan(DYN_SCHEDULE_1F1B, 2, 2, 1, 3, &p, &c);
     FILE *fp = tmpfile();
     assert_non_null(fp);
     dyn_exec_plan_dump(fp, &p);

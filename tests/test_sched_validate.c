@@ -77,7 +77,7 @@ static void hand_plan(dyn_exec_plan *p, dyn_instr *r0, dyn_instr *r1, int32_t *s
     stage_rank[1] = 1;
     ranks[0] = (dyn_rank_plan){20, 4, r0};
     ranks[1] = (dyn_rank_plan){20, 2, r1};
-    p->schedule = DYN_SCHED_1F1B;
+    p->schedule = DYN_SCHEDULE_1F1B;
     p->n_ranks = 2;
     p->n_stages = 2;
     p->n_microbatches = 2;
@@ -257,21 +257,21 @@ static void send_finish_mb(dyn_rank_plan *rp)
 static void test_mutations_of_generated_plan(void **state)
 {
     (void)state;
-    mutate_generated(1, drop_recv, "rank 1 instr", "not started", DYN_SCHED_1F1B);
-    mutate_generated(1, double_free, "double free", "rank 1", DYN_SCHED_1F1B);
-    mutate_generated(0, drop_load, "read before write", "rank 0", DYN_SCHED_1F1B);
-    mutate_generated(2, forward_before_recv, "read before receive finished", "rank 2", DYN_SCHED_1F1B);
-    mutate_generated(0, drop_backward, "missing its backward", "micro-batch 2 stage 0", DYN_SCHED_1F1B);
-    mutate_generated(1, drop_last_free, "leaked buffer", "rank 1", DYN_SCHED_1F1B);
-    mutate_generated(2, drop_weight, "missing its weight-gradient backward", "micro-batch 3 stage 2", DYN_SCHED_ZB);
-    mutate_generated(1, wrong_peer, "peer 0 is not the rank", "rank 1", DYN_SCHED_1F1B);
-    mutate_generated(1, recv_bytes, "byte", "rank 1", DYN_SCHED_1F1B);
-    mutate_generated(1, send_bytes, "disagree on the bytes", "rank 1", DYN_SCHED_1F1B);
-    mutate_generated(1, recv_finish_bytes, "byte count", "rank 1", DYN_SCHED_1F1B);
-    mutate_generated(1, send_finish_bytes, "byte count", "rank 1", DYN_SCHED_1F1B);
-    mutate_generated(1, recv_stage, "stage", "rank 1", DYN_SCHED_1F1B);
-    mutate_generated(1, recv_finish_stage, "stage", "rank 1", DYN_SCHED_1F1B);
-    mutate_generated(1, send_finish_mb, "micro-batch", "rank 1", DYN_SCHED_1F1B);
+    mutate_generated(1, drop_recv, "rank 1 instr", "not started", DYN_SCHEDULE_1F1B);
+    mutate_generated(1, double_free, "double free", "rank 1", DYN_SCHEDULE_1F1B);
+    mutate_generated(0, drop_load, "read before write", "rank 0", DYN_SCHEDULE_1F1B);
+    mutate_generated(2, forward_before_recv, "read before receive finished", "rank 2", DYN_SCHEDULE_1F1B);
+    mutate_generated(0, drop_backward, "missing its backward", "micro-batch 2 stage 0", DYN_SCHEDULE_1F1B);
+    mutate_generated(1, drop_last_free, "leaked buffer", "rank 1", DYN_SCHEDULE_1F1B);
+    mutate_generated(2, drop_weight, "missing its weight-gradient backward", "micro-batch 3 stage 2", DYN_SCHEDULE_ZB);
+    mutate_generated(1, wrong_peer, "peer 0 is not the rank", "rank 1", DYN_SCHEDULE_1F1B);
+    mutate_generated(1, recv_bytes, "byte", "rank 1", DYN_SCHEDULE_1F1B);
+    mutate_generated(1, send_bytes, "disagree on the bytes", "rank 1", DYN_SCHEDULE_1F1B);
+    mutate_generated(1, recv_finish_bytes, "byte count", "rank 1", DYN_SCHEDULE_1F1B);
+    mutate_generated(1, send_finish_bytes, "byte count", "rank 1", DYN_SCHEDULE_1F1B);
+    mutate_generated(1, recv_stage, "stage", "rank 1", DYN_SCHEDULE_1F1B);
+    mutate_generated(1, recv_finish_stage, "stage", "rank 1", DYN_SCHEDULE_1F1B);
+    mutate_generated(1, send_finish_mb, "micro-batch", "rank 1", DYN_SCHEDULE_1F1B);
 }
 
 static void test_barrier_count_mismatch(void **state)
@@ -283,7 +283,7 @@ static void test_barrier_count_mismatch(void **state)
     dyn_sched_options_default(&o);
     o.n_ranks = 2;
     dyn_exec_plan p;
-    tl_build_ok(DYN_SCHED_CYCLIC, &c, &o, &p);
+    tl_build_ok(DYN_SCHEDULE_CYCLIC, &c, &o, &p);
     del(&p.ranks[1], find(&p.ranks[1], DYN_OP_BARRIER, -1));
     expect_invalid(&p, "barriers", "rank 1");
     dyn_exec_plan_free(&p);

@@ -77,7 +77,7 @@ static void test_zb_h1_order_s4_m8(void **state)
     dyn_sched_options_default(&o);
     o.n_ranks = 4;
     dyn_exec_plan p;
-    tl_build_ok(DYN_SCHED_ZB, &c, &o, &p);
+    tl_build_ok(DYN_SCHEDULE_ZB, &c, &o, &p);
     char buf[1024];
     for (int r = 0; r < 4; r++) {
         tl_order(&p, r, buf, sizeof buf);
@@ -86,7 +86,7 @@ static void test_zb_h1_order_s4_m8(void **state)
     double zb = tl_simulate(&p, &c, 0);
     if (fabs(zb - 27.0) > 1e-9) fail_msg("zb makespan %.4f, want 27", zb);
     dyn_exec_plan_free(&p);
-    tl_build_ok(DYN_SCHED_1F1B, &c, &o, &p);
+    tl_build_ok(DYN_SCHEDULE_1F1B, &c, &o, &p);
     assert_true(fabs(tl_simulate(&p, &c, 0) - 33.0) < 1e-9);
     dyn_exec_plan_free(&p);
     dyn_stage_costs_free(&c);
@@ -123,8 +123,8 @@ static void test_zb_h1_closed_form(void **state)
                 dyn_sched_options_default(&o);
                 o.n_ranks = S;
                 dyn_exec_plan z, q;
-                tl_build_ok(DYN_SCHED_ZB, &c, &o, &z);
-                tl_build_ok(DYN_SCHED_1F1B, &c, &o, &q);
+                tl_build_ok(DYN_SCHEDULE_ZB, &c, &o, &z);
+                tl_build_ok(DYN_SCHEDULE_1F1B, &c, &o, &q);
                 double t = tl_simulate(&z, &c, 0), t1 = tl_simulate(&q, &c, 0);
                 if (fabs(t - want) > 1e-9)
                     fail_msg("S=%d M=%d f=%g b=%g w=%g: zb %.6f, ZB-H1 closed form %.6f", S, M, f, b,
@@ -179,8 +179,8 @@ static void test_zb_random_never_slower(void **state)
         if (mode == 2) o.max_in_flight = 1 + (int32_t)dyn_rng_below(&rng, (uint64_t)S);
         dyn_exec_plan z, q;
         dyn_error err;
-        dyn_status sq = dyn_schedule_build(DYN_SCHED_1F1B, &c, NULL, &o, &q, &err);
-        dyn_status sz = dyn_schedule_build(DYN_SCHED_ZB, &c, NULL, &o, &z, &err);
+        dyn_status sq = dyn_schedule_build(DYN_SCHEDULE_1F1B, &c, NULL, &o, &q, &err);
+        dyn_status sz = dyn_schedule_build(DYN_SCHEDULE_ZB, &c, NULL, &o, &z, &err);
         if (sq != DYN_OK) {
             assert_int_equal(sq, DYN_ERR_INFEASIBLE);
             if (sz == DYN_OK) dyn_exec_plan_free(&z);
@@ -240,8 +240,8 @@ static void test_zb_uneven_keeps_1f1b(void **state)
     dyn_sched_options_default(&o);
     o.n_ranks = 2;
     dyn_exec_plan z, q;
-    tl_build_ok(DYN_SCHED_ZB, &c, &o, &z);
-    tl_build_ok(DYN_SCHED_1F1B, &c, &o, &q);
+    tl_build_ok(DYN_SCHEDULE_ZB, &c, &o, &z);
+    tl_build_ok(DYN_SCHEDULE_1F1B, &c, &o, &q);
     double tz = tl_simulate(&z, &c, 0), tq = tl_simulate(&q, &c, 0);
     if (tz > tq + 1e-9) fail_msg("zb %.4f slower than 1f1b %.4f", tz, tq);
     dyn_exec_plan_free(&z);
@@ -285,7 +285,7 @@ static void test_zb_greedy_ready_b_first(void **state)
     dyn_sched_options_default(&o);
     o.n_ranks = 2;
     dyn_exec_plan p;
-    tl_build_ok(DYN_SCHED_ZB, &c, &o, &p);
+    tl_build_ok(DYN_SCHEDULE_ZB, &c, &o, &p);
     const char *want[2] = {"F0 F1 b0 w0 F2 b1 w1 b2 w2", "F0 b0 w0 F1 b1 F2 b2 w1 w2"};
     char buf[256];
     for (int r = 0; r < 2; r++) {

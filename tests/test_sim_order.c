@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "dynapipe/sim.h" /* defines: dyn_order_search, dyn_sim_* */
+#include "sim/sim_internal.h" /* defines: sim_stage_costs_permute */
 #include "sim_testlib.h"  /* defines: tplan_*, tcosts_uniform */
 #include "util/rng.h"     /* defines: dyn_rng_* */
 
@@ -46,7 +47,7 @@ static double simulate_order(dyn_sim *sim, const dyn_stage_costs *c, const int32
 {
     dyn_error err;
     dyn_stage_costs p;
-    assert_int_equal(dyn_stage_costs_permute(c, order, &p, &err), DYN_OK);
+    assert_int_equal(sim_stage_costs_permute(c, order, &p, &err), DYN_OK);
     dyn_exec_plan plan;
     assert_int_equal(gen_1f1b(NULL, &p, order, &plan, &err), DYN_OK);
     const dyn_sim_result *res;

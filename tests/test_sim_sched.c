@@ -63,7 +63,7 @@ static void test_1f1b_closed_form_on_sched_plans(void **state)
             dyn_stage_costs c;
             tcosts_uniform(&c, M, S, 1.5, 2.75);
             dyn_exec_plan plan;
-            assert_int_equal(build(DYN_SCHED_1F1B, &c, S, 1, &plan, &err), DYN_OK);
+            assert_int_equal(build(DYN_SCHEDULE_1F1B, &c, S, 1, &plan, &err), DYN_OK);
             const dyn_sim_result *res;
             assert_int_equal(dyn_sim_run(sim, &plan, &c, &no_comm, &res, &err), DYN_OK);
             assert_true(fabs(res->makespan_ms - (M + S - 1) * (1.5 + 2.75)) < 1e-9);
@@ -87,8 +87,8 @@ static void test_wait_free_cyclic_never_worse_than_cyclic(void **state)
         random_costs(&rng, &c, M, S);
         dyn_sim_options o = {0.05 * dyn_rng_uniform(&rng), dyn_rng_below(&rng, 2) ? 0.0 : 20.0, 0, 0, 0};
         dyn_exec_plan cyc, wf;
-        assert_int_equal(build(DYN_SCHED_CYCLIC, &c, S, 1, &cyc, &err), DYN_OK);
-        assert_int_equal(build(DYN_SCHED_WAIT_FREE_CYCLIC, &c, S, 1, &wf, &err), DYN_OK);
+        assert_int_equal(build(DYN_SCHEDULE_CYCLIC, &c, S, 1, &cyc, &err), DYN_OK);
+        assert_int_equal(build(DYN_SCHEDULE_WAIT_FREE_CYCLIC, &c, S, 1, &wf, &err), DYN_OK);
         const dyn_sim_result *res;
         assert_int_equal(dyn_sim_run(sim, &cyc, &c, &o, &res, &err), DYN_OK);
         double m_cyc = res->makespan_ms;
@@ -119,7 +119,7 @@ static void test_every_schedule_simulates_and_memory_agrees(void **state)
         int32_t S = 1 + (int32_t)dyn_rng_below(&rng, 8), M = 1 + (int32_t)dyn_rng_below(&rng, 16);
         int32_t v = 1 + (int32_t)dyn_rng_below(&rng, 3);
         for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) {
-            int32_t vk = k == DYN_SCHED_INTERLEAVED ? (v > 1 ? v : 2) : 1;
+            int32_t vk = k == DYN_SCHEDULE_INTERLEAVED ? (v > 1 ? v : 2) : 1;
             dyn_stage_costs c;
             random_costs(&rng, &c, M, S * vk);
             dyn_exec_plan plan;
@@ -140,7 +140,7 @@ static void test_every_schedule_simulates_and_memory_agrees(void **state)
                 busy += res->busy_ms[r];
             }
             for (int32_t i = 0; i < M * S * vk; i++)
-                want += c.fwd_ms[i] + (k == DYN_SCHED_ZB ? c.bwd_input_ms[i] + c.bwd_weight_ms[i] : c.bwd_ms[i]);
+                want += c.fwd_ms[i] + (k == DYN_SCHEDULE_ZB ? c.bwd_input_ms[i] + c.bwd_weight_ms[i] : c.bwd_ms[i]);
             assert_true(fabs(busy - want) < 1e-6 * want);
             assert_true(res->makespan_ms * S >= busy - 1e-9);
             free(peak);
@@ -229,7 +229,7 @@ static void test_auto_two_phases(void **state)
                 dyn_sched_options so;
                 dyn_sched_options_default(&so);
                 so.n_ranks = S;
-                so.chunks = k == DYN_SCHED_INTERLEAVED ? 2 : 1;
+                so.chunks = k == DYN_SCHEDULE_INTERLEAVED ? 2 : 1;
                 so.memory_limit_mb = limit;
                 so.recompute = (dyn_recompute)rc;
                 dyn_order_result res = {.order = o2};
@@ -239,7 +239,7 @@ static void test_auto_two_phases(void **state)
                 assert_int_equal(st, DYN_OK);
                 assert_int_equal(ast, DYN_OK);
                 assert_true(ch.makespan_ms <= res.makespan_ms); /* never worse than any as planned */
-                if (k != DYN_SCHED_CYCLIC && res.makespan_ms < first_ms) { /* auto skips cyclic */
+                if (k != DYN_SCHEDULE_CYCLIC && res.makespan_ms < first_ms) { /* auto skips cyclic */
                     first_ms = res.makespan_ms;
                     first = k;
                     first_rc = rc;
@@ -252,7 +252,7 @@ static void test_auto_two_phases(void **state)
             dyn_sched_options so;
             dyn_sched_options_default(&so);
             so.n_ranks = S;
-            so.chunks = first == DYN_SCHED_INTERLEAVED ? 2 : 1;
+            so.chunks = first == DYN_SCHEDULE_INTERLEAVED ? 2 : 1;
             so.memory_limit_mb = limit;
             so.recompute = (dyn_recompute)first_rc;
             dyn_order_result res = {.order = o2};
@@ -296,7 +296,7 @@ static void test_lower_bound_is_a_bound(void **state)
     for (int iter = 0; iter < 120; iter++) {
         int32_t S = 1 + (int32_t)dyn_rng_below(&rng, 6), M = 1 + (int32_t)dyn_rng_below(&rng, 24);
         int k = (int)dyn_rng_below(&rng, DYN_SCHEDULE_COUNT);
-        int32_t v = k == DYN_SCHED_INTERLEAVED ? 2 : 1;
+        int32_t v = k == DYN_SCHEDULE_INTERLEAVED ? 2 : 1;
         dyn_stage_costs c;
         random_costs(&rng, &c, M, S * v);
         sim_lb_job *jobs = calloc((size_t)M, sizeof *jobs);
@@ -328,7 +328,7 @@ static void test_lower_bound_is_a_bound(void **state)
             dyn_stage_costs c;
             tcosts_uniform(&c, M, S, 2.0, 3.0);
             sim_lb_job *jobs = calloc((size_t)M, sizeof *jobs);
-            assert_true(fabs(sim_makespan_lower_bound(&c, DYN_SCHED_1F1B, S, jobs) - (M + S - 1) * 5.0) < 1e-9);
+            assert_true(fabs(sim_makespan_lower_bound(&c, DYN_SCHEDULE_1F1B, S, jobs) - (M + S - 1) * 5.0) < 1e-9);
             free(jobs);
             dyn_stage_costs_free(&c);
         }
@@ -416,7 +416,7 @@ static void test_corrupted_plans_never_crash(void **state)
     for (int iter = 0; iter < 400; iter++) {
         int32_t S = 1 + (int32_t)dyn_rng_below(&rng, 4), M = 1 + (int32_t)dyn_rng_below(&rng, 6);
         int k = (int)dyn_rng_below(&rng, DYN_SCHEDULE_COUNT);
-        int32_t v = k == DYN_SCHED_INTERLEAVED ? 2 : 1;
+        int32_t v = k == DYN_SCHEDULE_INTERLEAVED ? 2 : 1;
         dyn_stage_costs c;
         random_costs(&rng, &c, M, S * v);
         dyn_exec_plan plan;

@@ -1,11 +1,12 @@
-/* test_util.c — error records, the RNG's determinism and distribution, and
- * atomic file writes. */
+/* test_util.c — error records, the RNG's determinism and distribution,
+ * array growth (dyn_reserve) and atomic file writes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@
 
 #include "util/json.h" /* defines: dyn_json_parse */
 #include "util/rng.h"  /* defines: dyn_rng_* */
-#include "util/util.h" /* defines: dyn_file_*, dyn_atomic_* */
+#include "util/util.h" /* defines: dyn_file_*, dyn_atomic_*, DYN_RESERVE */
 
 static void test_error_set_formats_and_returns_code(void **state)
 {
@@ -204,6 +205,37 @@ static void test_read_missing_file_names_it(void **state)
  * byte, an overlong form, a surrogate, beyond U+10FFFF, cut short), \u0000
  * in a string and a key twice; an escaped backslash before "u0000", UTF-8
  * characters and \u escapes of other characters are fine. */
+/* dyn_reserve: growth to max(need, 2 * cap), contents kept, nothing done
+ * when the room is there, and an overflowing byte count refused with *p
+ * and *cap untouched. Checked against the capacity sequence computed here. */
+static void test_reserve_grows_doubling_and_keeps_contents(void **state)
+{
+    (void)state;
+    int32_t *v = NULL;
+    size_t cap = 0, want = 0;
+    for (int32_t n = 0; n < 5000; n++) {
+        if ((size_t)n + 1 > want) want = (size_t)n + 1 > 2 * want ? (size_t)n + 1 : 2 * want;
+        assert_int_equal(DYN_RESERVE(v, cap, (size_t)n + 1), 0);
+        assert_int_equal(cap, want);
+        v[n] = n * 7;
+    }
+    for (int32_t n = 0; n < 5000; n++) assert_int_equal(v[n], n * 7);
+    assert_int_equal(cap, 8192); /* 1, 2, 4, ..., 8192 */
+    int32_t *same = v;
+    assert_int_equal(DYN_RESERVE(v, cap, 100), 0); /* room enough: no change */
+    assert_ptr_equal(v, same);
+    assert_int_equal(cap, 8192);
+    assert_int_equal(DYN_RESERVE(v, cap, 20000), 0); /* more than double: exactly need */
+    assert_int_equal(cap, 20000);
+    assert_int_equal(v[4999], 4999 * 7);
+    /* byte count past SIZE_MAX: refused, nothing changed */
+    same = v;
+    assert_int_equal(DYN_RESERVE(v, cap, SIZE_MAX / 2), -1);
+    assert_ptr_equal(v, same);
+    assert_int_equal(cap, 20000);
+    free(v);
+}
+
 static void test_json_strict_text(void **state)
 {
     (void)state;
@@ -244,6 +276,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_set_formats_and_returns_code),
         cmocka_unit_test(test_json_strict_text),
+        cmocka_unit_test(test_reserve_grows_doubling_and_keeps_contents),
         cmocka_unit_test(test_rng_same_seed_same_stream),
         cmocka_unit_test(test_rng_uniform_and_below_are_unbiased),
         cmocka_unit_test(test_rng_skip_normals_matches_drawing),

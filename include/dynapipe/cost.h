@@ -16,6 +16,7 @@
 #define DYNAPIPE_COST_H
 
 #include "dynapipe/common.h"
+#include "dynapipe/model_config.h" /* model shapes and machines: dyn_machine_builtin, ... */
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,6 +31,15 @@ typedef enum dyn_layer_kind {
                               run on the stage of the last encoder block */
 } dyn_layer_kind;
 #define DYN_LAYER_KIND_COUNT 5
+
+/* The largest time (ms) or size (MB) a cost input may give: a point of a
+ * cost table, a row of a what-if file, a machine's per-message or per-layer
+ * latency. 1e12 ms is 31 years and 1e12 MB an exabyte, far above any real
+ * profile, while sums of such values over any plan (at most ~1e6 layers x
+ * micro-batches x stages, 1e18) stay finite: a huge number cannot become an
+ * infinity that the planner or simulator reports as a deadlock. */
+#define DYN_COST_VALUE_MAX 1e12
+#define DYN_COST_VALUE_MAX_TEXT "1e12" /* the same, for messages */
 
 /* Cost of one layer for one micro-batch. bwd_ms is the whole backward pass
  * (for recompute != NONE it includes the recomputed forward work);
@@ -75,10 +85,6 @@ int dyn_cost_kind_present(const dyn_model_config *cfg, dyn_layer_kind kind);
 /* Model states of one layer of `kind` held for training, MB: parameters,
  * gradients and the two AdamW moments. */
 double dyn_cost_layer_states_mb(const dyn_cost_model *cm, dyn_layer_kind kind);
-
-/* Built-in machine descriptions by name ("cpu": one core of this kind of
- * machine, fp32; "a100": 8 x A100 40 GB with NVLink, bf16). NULL if unknown.*/
-const dyn_machine *dyn_machine_builtin(const char *name);
 
 /* ---- the handle's machine, states, names, grids and table writing -------- */
 

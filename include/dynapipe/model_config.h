@@ -57,6 +57,9 @@ dyn_status dyn_model_kind_parse(const char *name, dyn_model_kind *out, dyn_error
  * dyn_cost_layer_states_mb, where a last stage holds its own head copy. */
 int64_t dyn_model_config_params(const dyn_model_config *cfg);
 
+/* Built-in machine descriptions by name ("cpu": one core of this kind of
+ * machine, fp32; "a100": 8 x A100 40 GB with NVLink, bf16). NULL if unknown.*/
+const dyn_machine *dyn_machine_builtin(const char *name);
 /* Read a machine JSON file (format above). Errors name the file and field. */
 dyn_status dyn_machine_load(const char *path, dyn_machine *out, dyn_error *err);
 dyn_status dyn_machine_parse(const char *text, const char *where, dyn_machine *out,

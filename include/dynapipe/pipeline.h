@@ -78,21 +78,13 @@ dyn_status dyn_batch_costs_set_rank_scale(dyn_batch_costs *bc, const double *fwd
 
 /* ---- the entry point ------------------------------------------------------ */
 
-/* Pseudo-schedule: choose schedule, order and recompute by simulation. */
-#define DYN_SCHEDULE_AUTO DYN_SCHEDULE_COUNT
-
 typedef struct dyn_pipeline_options {
-    int32_t schedule;     /* dyn_schedule, or DYN_SCHEDULE_AUTO */
+    dyn_schedule schedule;     /* dyn_schedule, or DYN_SCHEDULE_AUTO */
     int32_t order_groups; /* auto's micro-batch order search, 1..DYN_ORDER_MAX_GROUPS */
 } dyn_pipeline_options;
 
 /* DYN_SCHEDULE_AUTO with 4 order groups. */
 void dyn_pipeline_options_default(dyn_pipeline_options *opt);
-/* A schedule by name: "auto" or a dyn_schedule_parse name ("1f1b",
- * "cyclic", "wait-free-cyclic", "interleaved", "zb"). */
-dyn_status dyn_pipeline_schedule_parse(const char *name, int32_t *schedule, dyn_error *err);
-/* "auto" for DYN_SCHEDULE_AUTO, else dyn_schedule_name. */
-const char *dyn_pipeline_schedule_name(int32_t schedule);
 
 /* One replica's execution plan and what it was built from. Micro-batch j
  * of plan, costs and mb_index is the same micro-batch. */
@@ -103,7 +95,7 @@ typedef struct dyn_replica_plan {
     dyn_stage_costs costs;  /* per (micro-batch, stage) costs the plan was built and
                                simulated with (ms, MB), under `recompute` and `chunks` */
     int32_t *mb_index;      /* [M]: index in dyn_pipeline_result.batch.mbs of plan
-                               micro-batch j (dyn_replica_plan_build: index in the
+                               micro-batch j (dyn_replica_plan_from_costs: index in the
                                caller's micro-batch order) */
     dyn_schedule schedule;  /* built (auto: chosen) */
     dyn_recompute recompute;
@@ -199,8 +191,8 @@ dyn_status dyn_pipeline_plan(dyn_pipeline *p, const dyn_sample *samples, int32_t
  * pipeline's planner) under `schedule` (dyn_schedule or DYN_SCHEDULE_AUTO),
  * whatever the pipeline's option: for comparing schedules on one batch.
  * out as dyn_pipeline_plan's replicas (free with dyn_replica_plan_free). */
-dyn_status dyn_pipeline_build_replica(dyn_pipeline *p, const dyn_batch_plan *bp, int32_t replica,
-                                      int32_t schedule, dyn_replica_plan *out, dyn_error *err);
+dyn_status dyn_pipeline_plan_replica(dyn_pipeline *p, const dyn_batch_plan *bp, int32_t replica,
+                                      dyn_schedule schedule, dyn_replica_plan *out, dyn_error *err);
 
 /* Chunks the stage assignment allows: the planner's v, or 1 when S * v
  * stages are more than the model's layers (then the interleaved schedule
@@ -212,7 +204,7 @@ int32_t dyn_pipeline_chunks(const dyn_pipeline *p);
  * dyn_costs_fn: costs per chunk count and recompute mode, in the caller's
  * micro-batch order), e.g. a what-if file's costs. */
 typedef struct dyn_replica_request {
-    int32_t schedule;        /* dyn_schedule, or DYN_SCHEDULE_AUTO */
+    dyn_schedule schedule;        /* dyn_schedule, or DYN_SCHEDULE_AUTO */
     int32_t n_ranks;         /* S */
     int32_t chunks;          /* v of the interleaved schedule (>= 2 to use it) */
     int32_t auto_chunks;     /* chunks auto may try (1: no interleaved) */
@@ -226,7 +218,7 @@ typedef struct dyn_replica_request {
  * the caller's order; simopt the link model (its events are not recorded).
  * out is zeroed first; on failure nothing is left to free. The simulated
  * peak must be within the limit, else DYN_ERR_INFEASIBLE. */
-dyn_status dyn_replica_plan_build(dyn_sim *sim, const dyn_replica_request *rq, dyn_costs_fn costs_fn,
+dyn_status dyn_replica_plan_from_costs(dyn_sim *sim, const dyn_replica_request *rq, dyn_costs_fn costs_fn,
                                   void *costs_ctx, const dyn_mb_shape *shapes,
                                   const dyn_sim_options *simopt, dyn_replica_plan *out,
                                   dyn_error *err);

@@ -94,7 +94,7 @@ void dyn_plan_options_default(dyn_plan_options *opt);
 /* ---- Planner handle --------------------------------------------------------
  * A planner caches the cost of every (padded length, rows) micro-batch shape
  * it has evaluated, so planning a stream of global batches costs a few table
- * lookups per DP step instead of cost-model calls. dyn_plan_batch is
+ * lookups per DP step instead of cost-model calls. dyn_plan_batch_once is
  * create + plan + free. */
 
 /* Cost of one micro-batch on the bottleneck pipeline stage. */
@@ -127,7 +127,7 @@ dyn_planner *dyn_planner_create(const dyn_cost_model *cm, const dyn_plan_options
 dyn_planner *dyn_planner_create_custom(dyn_model_kind kind, dyn_mb_cost_fn fn, void *ctx,
                                        double states_mb, const dyn_plan_options *opt,
                                        dyn_error *err);
-/* Plan one global batch (see dyn_plan_batch). */
+/* Plan one global batch (see dyn_plan_batch_once). */
 dyn_status dyn_planner_plan(dyn_planner *p, const dyn_sample *samples, int32_t n,
                             dyn_batch_plan *out, dyn_error *err);
 /* Plan one global batch as `method` with size knob `knob` (padding
@@ -159,7 +159,7 @@ dyn_status dyn_planner_fit_rows(const dyn_planner *p, int32_t *rows, dyn_error *
 /* Plan one global batch of n samples. On DYN_ERR_INFEASIBLE the message names
  * the sample that cannot fit and the numbers. out is freed with
  * dyn_batch_plan_free (also safe on a zeroed struct). */
-dyn_status dyn_plan_batch(const dyn_cost_model *cm, const dyn_plan_options *opt,
+dyn_status dyn_plan_batch_once(const dyn_cost_model *cm, const dyn_plan_options *opt,
                           const dyn_sample *samples, int32_t n, dyn_batch_plan *out,
                           dyn_error *err);
 /* Free the plan's arrays and zero it (NULL and a zeroed struct are no-ops). */

@@ -126,14 +126,19 @@ typedef struct dyn_rank_plan {
     dyn_instr *instrs;
 } dyn_rank_plan;
 
+/* Pipeline schedules. 0..DYN_SCHEDULE_COUNT-1 are schedules a plan is built
+ * with; DYN_SCHEDULE_AUTO is a choice, not a schedule: the pipeline (and
+ * sim.h's dyn_schedule_auto) picks schedule, micro-batch order and
+ * recompute by simulation. An execution plan always names a real one. */
 typedef enum dyn_schedule {
-    DYN_SCHED_1F1B = 0,             /* PipeDream-flush */
-    DYN_SCHED_CYCLIC = 1,           /* DynaPipe's cyclic schedule */
-    DYN_SCHED_WAIT_FREE_CYCLIC = 2, /* cyclic order, no cycle barriers */
-    DYN_SCHED_INTERLEAVED = 3,      /* interleaved 1F1B, v chunks per device */
-    DYN_SCHED_ZB = 4                /* zero-bubble (ZB-H1 style), split backward */
+    DYN_SCHEDULE_1F1B = 0,             /* PipeDream-flush */
+    DYN_SCHEDULE_CYCLIC = 1,           /* DynaPipe's cyclic schedule */
+    DYN_SCHEDULE_WAIT_FREE_CYCLIC = 2, /* cyclic order, no cycle barriers */
+    DYN_SCHEDULE_INTERLEAVED = 3,      /* interleaved 1F1B, v chunks per device */
+    DYN_SCHEDULE_ZB = 4,               /* zero-bubble (ZB-H1 style), split backward */
+    DYN_SCHEDULE_AUTO = 5           /* choose by simulation (not a schedule) */
 } dyn_schedule;
-#define DYN_SCHEDULE_COUNT 5
+#define DYN_SCHEDULE_COUNT 5 /* the real schedules, 0..4; AUTO follows them */
 
 typedef struct dyn_exec_plan {
     int32_t schedule;       /* dyn_schedule */
@@ -192,7 +197,8 @@ dyn_status dyn_schedule_build(dyn_schedule kind, const dyn_stage_costs *costs,
                               const dyn_mb_shape *shapes, const dyn_sched_options *opt,
                               dyn_exec_plan *out, dyn_error *err);
 
-/* Parse "1f1b", "cyclic", "wait-free-cyclic", "interleaved", "zb". */
+/* Parse "1f1b", "cyclic", "wait-free-cyclic", "interleaved", "zb" or
+ * "auto" (DYN_SCHEDULE_AUTO); DYN_ERR_INVALID_ARG naming the choices. */
 dyn_status dyn_schedule_parse(const char *name, dyn_schedule *out, dyn_error *err);
 
 /* Static peak memory per rank (MB) of a plan under the memory model above:
@@ -281,8 +287,8 @@ dyn_status dyn_exec_plan_deserialize(const uint8_t *buf, size_t len, dyn_exec_pl
 void dyn_exec_plan_free(dyn_exec_plan *plan);
 
 /* Static names: an instruction kind ("FORWARD", "SEND_ACT_START", ...) and a
- * schedule ("1f1b", "cyclic", "wait-free-cyclic", "interleaved", "zb"); "?"
- * out of range. */
+ * schedule ("1f1b", "cyclic", "wait-free-cyclic", "interleaved", "zb",
+ * "auto"); "?" out of range. */
 const char *dyn_op_name(dyn_op op);
 const char *dyn_schedule_name(dyn_schedule s);
 

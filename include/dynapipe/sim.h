@@ -198,11 +198,6 @@ dyn_status dyn_order_search(dyn_sim *sim, const dyn_sched_gen *gen, const dyn_st
                             dyn_exec_plan *best_plan, dyn_stage_costs *best_costs,
                             dyn_error *err);
 
-/* costs with micro-batches in order (out[i] = in[order[i]]); out is
- * allocated (dyn_stage_costs_free). */
-dyn_status dyn_stage_costs_permute(const dyn_stage_costs *in, const int32_t *order,
-                                   dyn_stage_costs *out, dyn_error *err);
-
 /* ---- schedules chosen by simulation (auto.c) --------------------------------
  * dyn_schedule_search: schedule `kind` (src/sched, dyn_schedule_build with
  * sopt) in the best micro-batch order found by dyn_order_search (groups

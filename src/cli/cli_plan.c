@@ -227,7 +227,7 @@ typedef struct exec_out {
     int build;          /* build the execution plans: any of the three flags */
     int show;           /* --show-plan */
     const char *prefix; /* --plan-out */
-    int32_t schedule;   /* --schedule: dyn_schedule, or DYN_SCHEDULE_AUTO (the default) */
+    dyn_schedule schedule;   /* --schedule: dyn_schedule, or DYN_SCHEDULE_AUTO (the default) */
     dyn_pipeline *pipe; /* over the inputs' planner */
     /* Every output file of the run, written and finished as the run goes
      * and published together at its end (dyn_atomic_commit_all), so a
@@ -323,7 +323,7 @@ typedef struct plan_cmd {
     int verbosity;         /* 0 --quiet, 1 default, 2 --verbose */
     int show;              /* --show-plan */
     const char *prefix;    /* --plan-out */
-    int32_t schedule;      /* --schedule: dyn_schedule, or DYN_SCHEDULE_AUTO (the default) */
+    dyn_schedule schedule;      /* --schedule: dyn_schedule, or DYN_SCHEDULE_AUTO (the default) */
     int have_schedule;     /* --schedule given */
 } plan_cmd;
 
@@ -332,7 +332,7 @@ static int parse_schedule(const char *cmd, const cli_flag *f, const char *v, voi
 {
     plan_cmd *pc = args;
     dyn_error err;
-    if (dyn_pipeline_schedule_parse(v, &pc->schedule, &err) != DYN_OK) {
+    if (dyn_schedule_parse(v, &pc->schedule, &err) != DYN_OK) {
         cli_errorf(cmd, "%s: %s", f->name, err.msg);
         return -1;
     }

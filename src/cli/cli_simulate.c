@@ -31,12 +31,11 @@
 #include "util/util.h" /* defines: dyn_calloc, dyn_file_write_atomic */
 
 #define CMD "simulate"
-#define AUTO_SCHEDULE DYN_SCHEDULE_AUTO /* pseudo-schedule index for --schedule auto */
 
 typedef struct sim_args {
     plan_args plan;                 /* the planning flags of `dynapipe plan` */
     int32_t n_sched;
-    int32_t sched[DYN_SCHEDULE_COUNT + 1]; /* dyn_schedule or AUTO_SCHEDULE */
+    int32_t sched[DYN_SCHEDULE_COUNT + 1]; /* dyn_schedule or DYN_SCHEDULE_AUTO */
     int32_t n_methods;
     dyn_batching methods[DYN_BATCHING_COUNT];
     const char *trace, *svg, *json, *microbatches;
@@ -96,9 +95,7 @@ static int parse_schedules(const char *cmd, const cli_flag *f, const char *text,
     a->n_sched = 0;
     for (int i = 0; i < n; i++) {
         int32_t add[DYN_SCHEDULE_COUNT + 1], n_add = 0;
-        if (strcmp(items[i], "auto") == 0) {
-            add[n_add++] = AUTO_SCHEDULE;
-        } else if (strcmp(items[i], "all") == 0) {
+        if (strcmp(items[i], "all") == 0) {
             for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) add[n_add++] = k;
         } else {
             dyn_schedule s;
@@ -109,7 +106,7 @@ static int parse_schedules(const char *cmd, const cli_flag *f, const char *text,
                 return -1;
             }
             add[n_add++] = (int32_t)s;
-            if (s == DYN_SCHED_INTERLEAVED) a->interleaved_named = 1;
+            if (s == DYN_SCHEDULE_INTERLEAVED) a->interleaved_named = 1;
         }
         for (int j = 0; j < n_add; j++) {
             int dup = 0;
@@ -187,7 +184,7 @@ static void sim_args_init(sim_args *a)
     memset(a, 0, sizeof *a);
     plan_args_init(&a->plan);
     a->n_sched = 1;
-    a->sched[0] = DYN_SCHED_1F1B;
+    a->sched[0] = DYN_SCHEDULE_1F1B;
     a->n_methods = DYN_BATCHING_COUNT;
     for (int i = 0; i < DYN_BATCHING_COUNT; i++) a->methods[i] = (dyn_batching)i;
     a->order_groups = 3;
@@ -242,7 +239,7 @@ static int parse_args(sim_args *a, int argc, char **argv)
     if (!a->interleaved_named && a->plan.opt.chunks < 2) {
         int32_t k = 0;
         for (int32_t j = 0; j < a->n_sched; j++)
-            if (a->sched[j] != DYN_SCHED_INTERLEAVED) a->sched[k++] = a->sched[j];
+            if (a->sched[j] != DYN_SCHEDULE_INTERLEAVED) a->sched[k++] = a->sched[j];
         a->n_sched = k;
     }
     return 0;
@@ -341,7 +338,7 @@ static dyn_status run_one(run_state *rs, sim_row *row, const replica_src *src, c
     dyn_replica_plan rp;
     dyn_status st;
     if (src->pipe) {
-        st = dyn_pipeline_build_replica(src->pipe, src->bp, src->replica, row->sched, &rp, err);
+        st = dyn_pipeline_plan_replica(src->pipe, src->bp, src->replica, row->sched, &rp, err);
     } else {
         dyn_replica_request rq = {
             .schedule = row->sched,
@@ -355,14 +352,14 @@ static dyn_status run_one(run_state *rs, sim_row *row, const replica_src *src, c
         };
         dyn_sim_options so = rs->simopt;
         so.real_tokens = row->real_tokens;
-        st = dyn_replica_plan_build(rs->sim, &rq, src->costs_fn, src->costs_ctx, NULL, &so, &rp, err);
+        st = dyn_replica_plan_from_costs(rs->sim, &rq, src->costs_fn, src->costs_ctx, NULL, &so, &rp, err);
     }
     if (st != DYN_OK) return st;
     fill_row(rs, row, &rp);
     if (!rs->rec.have && (rs->a->trace || rs->a->svg)) {
         char title[160];
         snprintf(title, sizeof title, "%s, %s%s, S=%d, global batch %d", method_name,
-                 row->sched == AUTO_SCHEDULE ? "auto: " : "", dyn_schedule_name((dyn_schedule)row->chosen_sched),
+                 row->sched == DYN_SCHEDULE_AUTO ? "auto: " : "", dyn_schedule_name((dyn_schedule)row->chosen_sched),
                  rs->n_ranks, row->batch);
         record(rs, &rp, title);
     }
@@ -372,7 +369,7 @@ static dyn_status run_one(run_state *rs, sim_row *row, const replica_src *src, c
 
 static const char *sched_label(int32_t s)
 {
-    return s == AUTO_SCHEDULE ? "auto" : dyn_schedule_name((dyn_schedule)s);
+    return dyn_schedule_name((dyn_schedule)s);
 }
 
 /* Run all schedules for one (batch, method). */
@@ -564,7 +561,7 @@ static int take_result(run_state *rs, sim_row *row, dyn_pipeline_result *res, co
         if (!rs->rec.have && (rs->a->trace || rs->a->svg)) {
             char title[160];
             snprintf(title, sizeof title, "%s, %s%s, S=%d, global batch %d", method_name,
-                     row->sched == AUTO_SCHEDULE ? "auto: " : "", dyn_schedule_name(rp->schedule), rs->n_ranks,
+                     row->sched == DYN_SCHEDULE_AUTO ? "auto: " : "", dyn_schedule_name(rp->schedule), rs->n_ranks,
                      row->batch);
             record(rs, rp, title);
         }
@@ -898,7 +895,7 @@ static cJSON *row_json(const run_state *rs, const sim_row *r)
     int ok = 1;
     ok &= cJSON_AddStringToObject(o, "method", r->method < 0 ? "what-if" : dyn_batching_name(rs->a->methods[r->method])) != NULL;
     ok &= cJSON_AddStringToObject(o, "schedule", sched_label(r->sched)) != NULL;
-    if (r->sched == AUTO_SCHEDULE) {
+    if (r->sched == DYN_SCHEDULE_AUTO) {
         ok &= cJSON_AddStringToObject(o, "chosen_schedule", dyn_schedule_name((dyn_schedule)r->chosen_sched)) != NULL;
         ok &= cJSON_AddStringToObject(o, "recompute", dyn_recompute_name((dyn_recompute)r->chosen_rc)) != NULL;
     }

@@ -11,7 +11,7 @@
 #include "cli/flags.h"     /* defines: cli_flag, cli_flags_parse, cli_flags_usage */
 #include "cli/plan_args.h" /* defines: plan_args_*, plan_inputs_* */
 #include "dynapipe/model_config.h"
-#include "dynapipe/pipeline.h" /* defines: dyn_pipeline_schedule_parse */
+#include "dynapipe/pipeline.h" /* defines: dyn_schedule_parse */
 #include "dynapipe/sched.h"
 #include "model/threads.h"
 #include "runtime/checkpoint.h" /* defines: rt_ckpt_resolve, rt_ckpt_read, rt_ckpt_check */
@@ -51,7 +51,7 @@ static int parse_schedule(const char *cmd, const cli_flag *f, const char *v, voi
 {
     train_args *t = args;
     dyn_error e;
-    if (dyn_pipeline_schedule_parse(v, &t->o.schedule, &e) != DYN_OK) {
+    if (dyn_schedule_parse(v, &t->o.schedule, &e) != DYN_OK) {
         cli_errorf(cmd, "%s: %s, or auto", f->name, e.msg);
         return -1;
     }
@@ -265,11 +265,11 @@ static int build_options(const train_args *t, dyn_train_options *o)
     o->global_batch_tokens = run.global_batch_tokens;
     o->lr.total_steps = o->steps > o->lr.warmup_steps ? o->steps : o->lr.warmup_steps + 1;
     if (!t->have_warmup && o->lr.warmup_steps >= o->steps) o->lr.warmup_steps = o->steps / 4;
-    if (o->schedule == DYN_SCHED_INTERLEAVED && o->plan.chunks < 2) {
+    if (o->schedule == DYN_SCHEDULE_INTERLEAVED && o->plan.chunks < 2) {
         cli_errorf(CMD, "--schedule interleaved needs --chunks 2 or more");
         return CLI_EXIT_USAGE;
     }
-    if (o->schedule != DYN_SCHED_INTERLEAVED && o->plan.chunks > 1) {
+    if (o->schedule != DYN_SCHEDULE_INTERLEAVED && o->plan.chunks > 1) {
         cli_errorf(CMD, "--chunks %d applies to --schedule interleaved only", o->plan.chunks);
         return CLI_EXIT_USAGE;
     }

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "data/corpus_impl.h" /* defines: dyn_corpus, builtin_*, jsonl_*, indexed_* */
-#include "util/util.h"        /* defines: dyn_calloc */
+#include "util/util.h"        /* defines: dyn_calloc, DYN_RESERVE */
 
 void dyn_corpus_options_default(dyn_corpus_options *opt)
 {
@@ -26,18 +26,10 @@ void dyn_corpus_options_default(dyn_corpus_options *opt)
 
 dyn_status corpus_reserve(dyn_corpus *c, size_t n_in, size_t n_tgt, dyn_error *err)
 {
-    if (n_in > c->tok_in_cap) {
-        int32_t *p = realloc(c->tok_in, n_in * sizeof *p);
-        if (p == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "corpus: out of memory for %zu input tokens", n_in);
-        c->tok_in = p;
-        c->tok_in_cap = n_in;
-    }
-    if (n_tgt > c->tok_tgt_cap) {
-        int32_t *p = realloc(c->tok_tgt, n_tgt * sizeof *p);
-        if (p == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "corpus: out of memory for %zu target tokens", n_tgt);
-        c->tok_tgt = p;
-        c->tok_tgt_cap = n_tgt;
-    }
+    if (DYN_RESERVE(c->tok_in, c->tok_in_cap, n_in) != 0)
+        return dyn_error_set(err, DYN_ERR_NOMEM, "corpus: out of memory for %zu input tokens", n_in);
+    if (DYN_RESERVE(c->tok_tgt, c->tok_tgt_cap, n_tgt) != 0)
+        return dyn_error_set(err, DYN_ERR_NOMEM, "corpus: out of memory for %zu target tokens", n_tgt);
     return DYN_OK;
 }
 

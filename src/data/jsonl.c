@@ -23,7 +23,7 @@
 
 #include "data/corpus_impl.h" /* defines: dyn_corpus, corpus_fit_lengths, corpus_reserve */
 #include "util/json.h"        /* defines: dyn_json_text_problem, dyn_json_duplicate_key */
-#include "util/util.h"        /* defines: dyn_calloc */
+#include "util/util.h"        /* defines: dyn_calloc, DYN_RESERVE */
 
 enum {
     FMT_NONE = 0,
@@ -219,22 +219,14 @@ done:
 static dyn_status index_push(dyn_corpus *c, int64_t *cap, int64_t off, int32_t bytes, int64_t line,
                              int32_t in, int32_t tgt, dyn_error *err)
 {
-    if (c->n == *cap) {
-        int64_t nc = *cap ? 2 * *cap : 1024;
-        int64_t *o = realloc(c->offset, (size_t)nc * sizeof *o);
-        if (o) c->offset = o;
-        int64_t *l = realloc(c->line_no, (size_t)nc * sizeof *l);
-        if (l) c->line_no = l;
-        int32_t *b = realloc(c->line_len, (size_t)nc * sizeof *b);
-        if (b) c->line_len = b;
-        int32_t *i = realloc(c->len_in, (size_t)nc * sizeof *i);
-        if (i) c->len_in = i;
-        int32_t *t = realloc(c->len_tgt, (size_t)nc * sizeof *t);
-        if (t) c->len_tgt = t;
-        if (!o || !l || !b || !i || !t)
+    if (c->n == *cap) { /* five arrays of one capacity: 1024, then doubling */
+        size_t old = (size_t)*cap, need = old ? old + 1 : 1024, got = old;
+        if (DYN_RESERVE(c->offset, got, need) != 0 || DYN_RESERVE(c->line_no, (size_t){old}, need) != 0 ||
+            DYN_RESERVE(c->line_len, (size_t){old}, need) != 0 || DYN_RESERVE(c->len_in, (size_t){old}, need) != 0 ||
+            DYN_RESERVE(c->len_tgt, (size_t){old}, need) != 0)
             return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory for the index of %lld records", c->path,
-                                 (long long)nc);
-        *cap = nc;
+                                 (long long)(old ? 2 * old : need));
+        *cap = (int64_t)got;
     }
     c->offset[c->n] = off;
     c->line_len[c->n] = bytes;
@@ -299,12 +291,8 @@ dyn_status jsonl_open(dyn_corpus *c, const char *path, dyn_error *err)
 dyn_status jsonl_read(dyn_corpus *c, int64_t i, dyn_corpus_sample *out, dyn_error *err)
 {
     size_t need = (size_t)c->line_len[i] + 1;
-    if (need > c->line_cap) {
-        char *p = realloc(c->line_buf, need);
-        if (p == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory for a line", c->path);
-        c->line_buf = p;
-        c->line_cap = need;
-    }
+    if (DYN_RESERVE(c->line_buf, c->line_cap, need) != 0) /* also getline's buffer */
+        return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory for a line", c->path);
     char where[600];
     snprintf(where, sizeof where, "%s:%lld", c->path, (long long)c->line_no[i]);
     if (fseeko(c->fp, (off_t)c->offset[i], SEEK_SET) != 0 ||

@@ -15,7 +15,7 @@
 #include "model/profile.h" /* defines: dyn_profiler_*, dyn_profile_* */
 #include "model/threads.h" /* defines: dyn_threads_set */
 #include "util/rng.h"      /* defines: dyn_rng_* */
-#include "util/util.h"     /* defines: dyn_calloc, dyn_time_ms, dyn_median */
+#include "util/util.h"     /* defines: dyn_calloc, DYN_RESERVE, dyn_time_ms, dyn_median */
 
 #define MB_BYTES (1024.0 * 1024.0)
 #define MIN_POINT_MS 30.0 /* timed passes a point's repeats add up to, at least */
@@ -167,12 +167,10 @@ static double probe_run(dyn_profiler *p)
 /* Record the reference time around one measurement (the slower side). */
 static dyn_status probe_record(dyn_profiler *p, double before, double after, dyn_error *err)
 {
-    if (p->n_probes == p->cap_probes) {
-        int64_t cap = p->cap_probes ? 2 * p->cap_probes : 1024;
-        double *v = realloc(p->probes, (size_t)cap * sizeof *v);
-        if (v == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "profile: out of memory for reference times");
-        p->probes = v, p->cap_probes = cap;
-    }
+    size_t cap = (size_t)p->cap_probes; /* 1024, then doubling */
+    if (DYN_RESERVE(p->probes, cap, p->n_probes ? (size_t)p->n_probes + 1 : 1024) != 0)
+        return dyn_error_set(err, DYN_ERR_NOMEM, "profile: out of memory for reference times");
+    p->cap_probes = (int64_t)cap;
     p->probe_last = fmax(before, after);
     p->probe_best = p->probe_best > 0 ? fmin(p->probe_best, fmin(before, after)) : fmin(before, after);
     p->probes[p->n_probes++] = p->probe_last;

@@ -16,7 +16,8 @@
 #include <string.h>
 
 #include "pipeline/pipeline_internal.h" /* defines: pipe_knob_seq_* */
-#include "util/util.h"                   /* defines: dyn_calloc */
+#include "sim/sim_internal.h"           /* defines: sim_stage_costs_permute */
+#include "util/util.h"                  /* defines: dyn_calloc */
 
 struct dyn_pipeline {
     dyn_planner *planner;    /* borrowed */
@@ -39,23 +40,6 @@ void dyn_pipeline_options_default(dyn_pipeline_options *opt)
     memset(opt, 0, sizeof *opt);
     opt->schedule = DYN_SCHEDULE_AUTO;
     opt->order_groups = DYN_ORDER_MAX_GROUPS;
-}
-
-dyn_status dyn_pipeline_schedule_parse(const char *name, int32_t *schedule, dyn_error *err)
-{
-    if (name != NULL && strcmp(name, "auto") == 0) {
-        *schedule = DYN_SCHEDULE_AUTO;
-        return DYN_OK;
-    }
-    dyn_schedule kind;
-    dyn_status st = dyn_schedule_parse(name ? name : "", &kind, err);
-    if (st == DYN_OK) *schedule = (int32_t)kind;
-    return st;
-}
-
-const char *dyn_pipeline_schedule_name(int32_t schedule)
-{
-    return schedule == DYN_SCHEDULE_AUTO ? "auto" : dyn_schedule_name((dyn_schedule)schedule);
 }
 
 void dyn_replica_plan_free(dyn_replica_plan *r)
@@ -114,8 +98,8 @@ static dyn_status build_named(const dyn_replica_request *rq, dyn_costs_fn costs_
                               const dyn_mb_shape *shapes, dyn_replica_plan *out, dyn_error *err)
 {
     dyn_schedule kind = (dyn_schedule)rq->schedule;
-    int32_t v = kind == DYN_SCHED_INTERLEAVED ? rq->chunks : 1;
-    if (kind == DYN_SCHED_INTERLEAVED && v < 2)
+    int32_t v = kind == DYN_SCHEDULE_INTERLEAVED ? rq->chunks : 1;
+    if (kind == DYN_SCHEDULE_INTERLEAVED && v < 2)
         return dyn_error_set(err, DYN_ERR_INFEASIBLE, "the interleaved schedule needs --chunks 2 or more");
     const dyn_stage_costs *costs;
     dyn_status st = costs_fn(costs_ctx, v, rq->recompute, &costs, err);
@@ -124,7 +108,7 @@ static dyn_status build_named(const dyn_replica_request *rq, dyn_costs_fn costs_
     out->mb_index = dyn_calloc((size_t)M, sizeof(int32_t), "schedule order", err);
     if (out->mb_index == NULL) return DYN_ERR_NOMEM;
     for (int32_t i = 0; i < M; i++) out->mb_index[i] = i;
-    if ((st = dyn_stage_costs_permute(costs, out->mb_index, &out->costs, err)) != DYN_OK) return st;
+    if ((st = sim_stage_costs_permute(costs, out->mb_index, &out->costs, err)) != DYN_OK) return st;
     dyn_sched_options so;
     dyn_sched_options_default(&so);
     so.n_ranks = rq->n_ranks;
@@ -165,7 +149,7 @@ static dyn_status simulate_plan(dyn_sim *sim, const dyn_replica_request *rq, con
     return DYN_OK;
 }
 
-dyn_status dyn_replica_plan_build(dyn_sim *sim, const dyn_replica_request *rq, dyn_costs_fn costs_fn,
+dyn_status dyn_replica_plan_from_costs(dyn_sim *sim, const dyn_replica_request *rq, dyn_costs_fn costs_fn,
                                   void *costs_ctx, const dyn_mb_shape *shapes,
                                   const dyn_sim_options *simopt, dyn_replica_plan *out,
                                   dyn_error *err)
@@ -174,7 +158,7 @@ dyn_status dyn_replica_plan_build(dyn_sim *sim, const dyn_replica_request *rq, d
     if (sim == NULL || rq == NULL || costs_fn == NULL || simopt == NULL || rq->schedule < 0 ||
         rq->schedule > DYN_SCHEDULE_AUTO)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "replica plan: missing argument or schedule %d out of range",
-                             rq ? rq->schedule : -1);
+                             rq ? (int)rq->schedule : -1);
     out->replica = rq->replica;
     dyn_status st = rq->schedule == DYN_SCHEDULE_AUTO
                         ? build_auto(sim, rq, costs_fn, costs_ctx, shapes, simopt, out, err)
@@ -211,7 +195,7 @@ dyn_pipeline *dyn_pipeline_create(dyn_planner *planner, const dyn_pipeline_optio
     }
     /* Refused here rather than at the first batch, so no run can plan with
      * a schedule it cannot build. */
-    if (opt->schedule == DYN_SCHED_INTERLEAVED && dyn_planner_options(planner)->chunks < 2) {
+    if (opt->schedule == DYN_SCHEDULE_INTERLEAVED && dyn_planner_options(planner)->chunks < 2) {
         dyn_error_set(err, DYN_ERR_INFEASIBLE, "the interleaved schedule needs --chunks 2 or more");
         return NULL;
     }
@@ -275,8 +259,8 @@ static dyn_status replica_mbs(dyn_pipeline *p, const dyn_batch_plan *bp, int32_t
     return DYN_OK;
 }
 
-dyn_status dyn_pipeline_build_replica(dyn_pipeline *p, const dyn_batch_plan *bp, int32_t replica,
-                                      int32_t schedule, dyn_replica_plan *out, dyn_error *err)
+dyn_status dyn_pipeline_plan_replica(dyn_pipeline *p, const dyn_batch_plan *bp, int32_t replica,
+                                      dyn_schedule schedule, dyn_replica_plan *out, dyn_error *err)
 {
     memset(out, 0, sizeof *out);
     const dyn_plan_options *po = dyn_planner_options(p->planner);
@@ -301,7 +285,7 @@ dyn_status dyn_pipeline_build_replica(dyn_pipeline *p, const dyn_batch_plan *bp,
     dyn_sim_options_from_machine(&so, dyn_cost_model_machine(p->cm), bp->real_tokens);
     so.skip_events = 1; /* searches and figures only: no per-instruction events */
     const dyn_mb_shape *shapes = dyn_batch_costs_shapes(p->bc, NULL);
-    if ((st = dyn_replica_plan_build(p->sim, &rq, dyn_batch_costs_get, p->bc, shapes, &so, out, err)) != DYN_OK)
+    if ((st = dyn_replica_plan_from_costs(p->sim, &rq, dyn_batch_costs_get, p->bc, shapes, &so, out, err)) != DYN_OK)
         return st;
     /* The plan's micro-batch j is the replica's mb_index[j]-th: map it to bp. */
     for (int32_t j = 0; j < out->n_microbatches; j++) out->mb_index[j] = p->replica_mbs[out->mb_index[j]];
@@ -329,7 +313,7 @@ static dyn_status build_replicas(dyn_pipeline *p, dyn_pipeline_result *out, dyn_
     }
     out->n_replicas = d;
     for (int32_t r = 0; r < d; r++) {
-        st = dyn_pipeline_build_replica(p, &out->batch, r, p->opt.schedule, &out->replicas[r], err);
+        st = dyn_pipeline_plan_replica(p, &out->batch, r, p->opt.schedule, &out->replicas[r], err);
         if (st != DYN_OK) {
             char where[32];
             snprintf(where, sizeof where, "replica %d", r);

@@ -17,7 +17,7 @@
  * transient working memory of one of its layers. Model states per device are
  * those of the fullest stage.
  *
- * This file also holds dyn_plan_batch, so that the parts of the planner that
+ * This file also holds dyn_plan_batch_once, so that the parts of the planner that
  * take a custom cost function do not depend on the cost model's code.
  */
 #include "plan/plan_internal.h"
@@ -143,7 +143,7 @@ dyn_planner *dyn_planner_create(const dyn_cost_model *cm, const dyn_plan_options
     return p;
 }
 
-dyn_status dyn_plan_batch(const dyn_cost_model *cm, const dyn_plan_options *opt,
+dyn_status dyn_plan_batch_once(const dyn_cost_model *cm, const dyn_plan_options *opt,
                           const dyn_sample *samples, int32_t n, dyn_batch_plan *out,
                           dyn_error *err)
 {

@@ -95,7 +95,7 @@ dyn_status rt_ckpt_check(const rt_ckpt_meta *m, const dyn_train_options *o, dyn_
     SAME(vocab, "vocabulary");
     SAME(max_seqlen, "max-seqlen");
 #undef SAME
-    int32_t chunks = o->schedule == DYN_SCHED_INTERLEAVED ? o->plan.chunks : 1;
+    int32_t chunks = o->schedule == DYN_SCHEDULE_INTERLEAVED ? o->plan.chunks : 1;
     if (m->stages != o->plan.stages)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "checkpoint of %d pipeline stages, this run has --stages %d",
                              m->stages, o->plan.stages);

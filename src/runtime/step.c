@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "dynapipe/cost.h"
-#include "dynapipe/sched.h" /* defines: dyn_stage_assign_run, DYN_SCHED_INTERLEAVED */
+#include "dynapipe/sched.h" /* defines: dyn_stage_assign_run, DYN_SCHEDULE_INTERLEAVED */
 #include "runtime/exec.h"   /* defines: rt_wait */
 #include "util/util.h"
 
@@ -36,7 +36,7 @@ static dyn_status stage_layers(const dyn_train_options *o, int32_t **lay_first, 
     if (cm == NULL) return err->code;
     /* The planner's own assignment (dyn_stage_assign_run, which its stage
      * costs use too), so plan stages and model layers agree on every rank. */
-    int32_t v = o->schedule == DYN_SCHED_INTERLEAVED ? o->plan.chunks : 1;
+    int32_t v = o->schedule == DYN_SCHEDULE_INTERLEAVED ? o->plan.chunks : 1;
     dyn_stage_assignment a;
     memset(&a, 0, sizeof a);
     dyn_status st = dyn_stage_assign_run(cm, o->plan.stages * v, &a, err);

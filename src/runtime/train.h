@@ -27,7 +27,7 @@ typedef struct dyn_train_options {
     const char *cost_table;  /* cost table file, or NULL for the analytic model on machine */
     /* planning */
     dyn_plan_options plan;   /* method, stages S, dp D, chunks, memory, rounding, baseline knobs */
-    int32_t schedule;        /* dyn_schedule or DYN_SCHEDULE_AUTO (pipeline.h) */
+    dyn_schedule schedule;        /* dyn_schedule or DYN_SCHEDULE_AUTO (pipeline.h) */
     int32_t order_groups;    /* auto's order search, 1..4 */
     int32_t plan_ahead;      /* global batches planned ahead of training, >= 1 */
     /* data */

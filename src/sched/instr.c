@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util/util.h" /* defines: dyn_calloc */
+#include "util/util.h" /* defines: dyn_calloc, DYN_RESERVE */
 
 /* Unsized on purpose: the assertion below fails to compile when an op is
  * added to dyn_op without a row here. */
@@ -70,58 +70,55 @@ void sched_match_free(sched_match *m)
     memset(m, 0, sizeof *m);
 }
 
-/* Contents need not survive growth, and every entry is written before it
- * is read (see sched_match_begin and sched_match_instr), so plain malloc:
- * the validator makes a fresh workspace per plan, and zeroing arrays of
- * the instruction count it would not use cost it more than the matching. */
-#define GROW(ptr, n, what)                                                         \
-    do {                                                                           \
-        free(ptr);                                                                 \
-        (ptr) = malloc((size_t)(n) * sizeof(*(ptr)));                              \
-        if ((ptr) == NULL)                                                         \
-            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the %s", what); \
-    } while (0)
-
-/* Room for R ranks, N instructions, B buckets, K slots; geometric growth. */
+/* Room for R ranks, N instructions, B buckets, K slots; each group of
+ * arrays shares one capacity and grows geometrically (dyn_reserve, from a
+ * copy of the old capacity). Contents need not survive growth, and every
+ * entry is written before it is read (see sched_match_begin and
+ * sched_match_instr), so nothing is zeroed: the validator makes a fresh
+ * workspace per plan, and zeroing arrays of the instruction count it would
+ * not use cost it more than the matching. */
 static dyn_status reserve(sched_match *m, int32_t R, int32_t N, int32_t B, int32_t K, dyn_error *err)
 {
     if (R > m->cap_ranks) {
-        int32_t c = R > 2 * m->cap_ranks ? R : 2 * m->cap_ranks;
-        GROW(m->rank_off, c + 1, "matcher");
-        GROW(m->slot_off, c + 1, "matcher");
+        int32_t o = m->cap_ranks, c = R > 2 * o ? R : 2 * o;
+        if (DYN_RESERVE(m->rank_off, (size_t){(size_t)o + 1}, (size_t)c + 1) != 0 ||
+            DYN_RESERVE(m->slot_off, (size_t){(size_t)o + 1}, (size_t)c + 1) != 0)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the matcher");
         m->cap_ranks = c;
     }
     if (N > m->cap_instrs) {
-        int32_t c = N > 2 * m->cap_instrs ? N : 2 * m->cap_instrs;
-        GROW(m->ins, c, "matcher");
-        GROW(m->msg_of, c, "matcher");
-        GROW(m->msg_send, c, "matcher");
-        GROW(m->msg_recv, c, "matcher");
-        GROW(m->msg_src, c, "matcher");
-        GROW(m->msg_dst, c, "matcher");
-        GROW(m->order_send, c, "matcher");
-        GROW(m->order_recv, c, "matcher");
-        GROW(m->comm, c, "matcher");
-        GROW(m->comm_rank, c, "matcher");
-        GROW(m->comm_peer, c, "matcher");
-        GROW(m->comm_fl, c, "matcher");
+        int32_t o = m->cap_instrs, c = N > 2 * o ? N : 2 * o;
+        if (DYN_RESERVE(m->ins, (size_t){o}, c) != 0 ||
+            DYN_RESERVE(m->msg_of, (size_t){o}, c) != 0 ||
+            DYN_RESERVE(m->msg_send, (size_t){o}, c) != 0 ||
+            DYN_RESERVE(m->msg_recv, (size_t){o}, c) != 0 ||
+            DYN_RESERVE(m->msg_src, (size_t){o}, c) != 0 ||
+            DYN_RESERVE(m->msg_dst, (size_t){o}, c) != 0 ||
+            DYN_RESERVE(m->order_send, (size_t){o}, c) != 0 ||
+            DYN_RESERVE(m->order_recv, (size_t){o}, c) != 0 ||
+            DYN_RESERVE(m->comm, (size_t){o}, c) != 0 ||
+            DYN_RESERVE(m->comm_rank, (size_t){o}, c) != 0 ||
+            DYN_RESERVE(m->comm_peer, (size_t){o}, c) != 0 ||
+            DYN_RESERVE(m->comm_fl, (size_t){o}, c) != 0)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the matcher");
         m->cap_instrs = c;
     }
     if (B > m->cap_buckets) {
-        int32_t c = B > 2 * m->cap_buckets ? B : 2 * m->cap_buckets;
-        GROW(m->bucket_send, c + 1, "matcher");
-        GROW(m->bucket_recv, c + 1, "matcher");
+        int32_t o = m->cap_buckets, c = B > 2 * o ? B : 2 * o;
+        if (DYN_RESERVE(m->bucket_send, (size_t){(size_t)o + 1}, (size_t)c + 1) != 0 ||
+            DYN_RESERVE(m->bucket_recv, (size_t){(size_t)o + 1}, (size_t)c + 1) != 0)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the matcher");
         m->cap_buckets = c;
     }
     if (K > m->cap_slots) {
-        int32_t c = K > 2 * m->cap_slots ? K : 2 * m->cap_slots;
-        GROW(m->pend_send, c, "matcher");
-        GROW(m->pend_recv, c, "matcher");
+        int32_t o = m->cap_slots, c = K > 2 * o ? K : 2 * o;
+        if (DYN_RESERVE(m->pend_send, (size_t){o}, c) != 0 ||
+            DYN_RESERVE(m->pend_recv, (size_t){o}, c) != 0)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the matcher");
         m->cap_slots = c;
     }
     return DYN_OK;
 }
-#undef GROW
 
 static int32_t bucket_of(int32_t R, int grad, int32_t src, int32_t dst)
 {

@@ -9,17 +9,19 @@
 #include "sched/sched_internal.h" /* defines: sched_orders_*, sched_check_inputs, sched_stored */
 #include "util/util.h"            /* defines: dyn_calloc */
 
-static const char *const schedule_names[DYN_SCHEDULE_COUNT] = {"1f1b", "cyclic", "wait-free-cyclic",
-                                                               "interleaved", "zb"};
+/* The one name table of dyn_schedule, "auto" included (the CLI, the
+ * pipeline and the Python binding all parse and print through it). */
+static const char *const schedule_names[DYN_SCHEDULE_AUTO + 1] = {"1f1b", "cyclic", "wait-free-cyclic",
+                                                                  "interleaved", "zb", "auto"};
 
 const char *dyn_schedule_name(dyn_schedule s)
 {
-    return (unsigned)s < DYN_SCHEDULE_COUNT ? schedule_names[s] : "?";
+    return (unsigned)s <= DYN_SCHEDULE_AUTO ? schedule_names[s] : "?";
 }
 
 dyn_status dyn_schedule_parse(const char *name, dyn_schedule *out, dyn_error *err)
 {
-    for (int i = 0; i < DYN_SCHEDULE_COUNT; i++) {
+    for (int i = 0; i <= DYN_SCHEDULE_AUTO; i++) {
         if (name != NULL && strcmp(name, schedule_names[i]) == 0) {
             *out = (dyn_schedule)i;
             return DYN_OK;
@@ -27,7 +29,7 @@ dyn_status dyn_schedule_parse(const char *name, dyn_schedule *out, dyn_error *er
     }
     return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                          "unknown schedule '%s' (expected 1f1b, cyclic, wait-free-cyclic, "
-                         "interleaved or zb)",
+                         "interleaved, zb or auto)",
                          name ? name : "(null)");
 }
 
@@ -225,11 +227,12 @@ dyn_status dyn_schedule_build(dyn_schedule kind, const dyn_stage_costs *costs,
 {
     memset(out, 0, sizeof *out);
     switch (kind) {
-    case DYN_SCHED_1F1B: return sched_build_1f1b(costs, shapes, opt, out, err);
-    case DYN_SCHED_CYCLIC: return sched_build_cyclic(costs, shapes, opt, 0, out, err);
-    case DYN_SCHED_WAIT_FREE_CYCLIC: return sched_build_cyclic(costs, shapes, opt, 1, out, err);
-    case DYN_SCHED_INTERLEAVED: return sched_build_interleaved(costs, shapes, opt, out, err);
-    case DYN_SCHED_ZB: return sched_build_zb(costs, shapes, opt, out, err);
+    case DYN_SCHEDULE_1F1B: return sched_build_1f1b(costs, shapes, opt, out, err);
+    case DYN_SCHEDULE_CYCLIC: return sched_build_cyclic(costs, shapes, opt, 0, out, err);
+    case DYN_SCHEDULE_WAIT_FREE_CYCLIC: return sched_build_cyclic(costs, shapes, opt, 1, out, err);
+    case DYN_SCHEDULE_INTERLEAVED: return sched_build_interleaved(costs, shapes, opt, out, err);
+    case DYN_SCHEDULE_ZB: return sched_build_zb(costs, shapes, opt, out, err);
+    case DYN_SCHEDULE_AUTO: break; /* a choice, not a schedule: sim.h dyn_schedule_auto */
     }
     return dyn_error_set(err, DYN_ERR_INVALID_ARG, "unknown schedule %d", (int)kind);
 }

@@ -99,7 +99,7 @@ dyn_status sched_build_1f1b(const dyn_stage_costs *c, const dyn_mb_shape *shapes
     sched_orders o;
     st = sched_order_1f1b(c, opt, 0, "1f1b", &o, err);
     if (st != DYN_OK) return st;
-    st = sched_emit_timed(&o, c, shapes, opt, DYN_SCHED_1F1B, out, err);
+    st = sched_emit_timed(&o, c, shapes, opt, DYN_SCHEDULE_1F1B, out, err);
     sched_orders_free(&o);
     return st;
 }

@@ -238,7 +238,7 @@ dyn_status sched_build_cyclic(const dyn_stage_costs *c, const dyn_mb_shape *shap
 {
     dyn_status st = sched_check_inputs(c, opt, 0, err);
     if (st != DYN_OK) return st;
-    dyn_schedule kind = wait_free ? DYN_SCHED_WAIT_FREE_CYCLIC : DYN_SCHED_CYCLIC;
+    dyn_schedule kind = wait_free ? DYN_SCHEDULE_WAIT_FREE_CYCLIC : DYN_SCHEDULE_CYCLIC;
     cyc_state cs;
     if ((st = cyc_init(&cs, c, opt, err)) != DYN_OK) return st;
     int32_t cycle = 0;

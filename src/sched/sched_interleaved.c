@@ -123,7 +123,7 @@ dyn_status sched_build_interleaved(const dyn_stage_costs *c, const dyn_mb_shape 
         }
     }
     if (st == DYN_OK) {
-        st = sched_emit_timed(&o, c, shapes, opt, DYN_SCHED_INTERLEAVED, out, err);
+        st = sched_emit_timed(&o, c, shapes, opt, DYN_SCHEDULE_INTERLEAVED, out, err);
         if (st == DYN_ERR_INTERNAL && throttled) {
             char why[DYN_ERROR_MSG_MAX];
             snprintf(why, sizeof why, "%s", err ? err->msg : "");

@@ -365,7 +365,7 @@ dyn_status sched_build_zb(const dyn_stage_costs *c, const dyn_mb_shape *shapes,
         if (first_fail == DYN_OK) st = dyn_error_set(err, st, "zb: no candidate order");
         goto out;
     }
-    st = sched_emit_timed(&cand[best], c, shapes, opt, DYN_SCHED_ZB, out, err);
+    st = sched_emit_timed(&cand[best], c, shapes, opt, DYN_SCHEDULE_ZB, out, err);
 out:
     for (int k = 0; k < N_CAND; k++)
         if (have[k]) sched_orders_free(&cand[k]);

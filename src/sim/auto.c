@@ -112,7 +112,7 @@ static int lb_by_delivery_desc(const void *a, const void *b)
 double sim_makespan_lower_bound(const dyn_stage_costs *c, int k, int32_t S, sim_lb_job *jobs)
 {
     int32_t M = c->n_microbatches, n = c->n_stages;
-    int zb = k == DYN_SCHED_ZB;
+    int zb = k == DYN_SCHEDULE_ZB;
     double lb = 0;
     for (int32_t r = 0; r < S && r < n; r++) {
         for (int32_t mb = 0; mb < M; mb++) {
@@ -255,11 +255,11 @@ dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ct
     if (choice == NULL || choice->order == NULL || ao == NULL || costs_fn == NULL)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "auto schedule: missing argument");
     uint32_t mask = ao->schedules ? ao->schedules : (1u << DYN_SCHEDULE_COUNT) - 1;
-    if (ao->chunks <= 1) mask &= ~(1u << DYN_SCHED_INTERLEAVED); /* needs v > 1 */
+    if (ao->chunks <= 1) mask &= ~(1u << DYN_SCHEDULE_INTERLEAVED); /* needs v > 1 */
     /* Wait-free cyclic runs cyclic's instruction order without the barriers,
      * so it is never slower and holds the same memory (a tested property):
      * cyclic cannot win when both are candidates. */
-    if (mask & (1u << DYN_SCHED_WAIT_FREE_CYCLIC)) mask &= ~(1u << DYN_SCHED_CYCLIC);
+    if (mask & (1u << DYN_SCHEDULE_WAIT_FREE_CYCLIC)) mask &= ~(1u << DYN_SCHEDULE_CYCLIC);
     const dyn_stage_costs *c1 = NULL;
     dyn_status st = costs_fn(costs_ctx, 1, DYN_RECOMPUTE_NONE, &c1, err);
     if (st != DYN_OK) return st;
@@ -289,7 +289,7 @@ dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ct
     for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++) {
         for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) {
             if (!(mask & (1u << k))) continue;
-            int32_t v = k == DYN_SCHED_INTERLEAVED ? ao->chunks : 1;
+            int32_t v = k == DYN_SCHEDULE_INTERLEAVED ? ao->chunks : 1;
             const dyn_stage_costs *cr = NULL;
             if ((st = costs_fn(costs_ctx, v, (dyn_recompute)rc, &cr, err)) != DYN_OK) goto done;
             int dup = 0;
@@ -324,7 +324,7 @@ dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ct
     if (first >= 0 && ao->order_groups > 1) {
         int fits;
         double ms;
-        int32_t v = first == DYN_SCHED_INTERLEAVED ? ao->chunks : 1;
+        int32_t v = first == DYN_SCHEDULE_INTERLEAVED ? ao->chunks : 1;
         /* Pruned: the planner's order (phase 1's winner, first_ms) is not
          * simulated again, and the search is skipped when no order can
          * beat it (its makespan is already the lower bound). */

@@ -49,7 +49,7 @@ static void permute_into(const dyn_stage_costs *in, const int32_t *order, dyn_st
     for (int32_t s = 0; s < S; s++) out->states_mb[s] = in->states_mb ? in->states_mb[s] : 0.0;
 }
 
-dyn_status dyn_stage_costs_permute(const dyn_stage_costs *in, const int32_t *order,
+dyn_status sim_stage_costs_permute(const dyn_stage_costs *in, const int32_t *order,
                                    dyn_stage_costs *out, dyn_error *err)
 {
     dyn_status st = dyn_stage_costs_alloc(out, in->n_microbatches, in->n_stages, err);
@@ -263,7 +263,7 @@ dyn_status sim_order_search(dyn_sim *sim, const dyn_sched_gen *gen, const dyn_st
     res->n_candidates = ss.candidate;
     res->n_feasible = ss.n_feasible;
     if (best_costs) {
-        if ((st = dyn_stage_costs_permute(costs, res->order, best_costs, err)) != DYN_OK) goto done;
+        if ((st = sim_stage_costs_permute(costs, res->order, best_costs, err)) != DYN_OK) goto done;
     }
     if (best_plan) {
         *best_plan = ss.best_plan;

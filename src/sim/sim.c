@@ -31,7 +31,7 @@
 
 #include "sched/instr.h"       /* defines: sched_op, sched_match_plan, sched_mem_step */
 #include "sim/sim_internal.h" /* defines: sim_last_result */
-#include "util/util.h"         /* defines: dyn_calloc */
+#include "util/util.h"         /* defines: dyn_calloc, DYN_RESERVE */
 
 #define MB_BYTES 1048576.0
 
@@ -115,45 +115,45 @@ void dyn_sim_free(dyn_sim *sim)
     free(sim);
 }
 
-/* realloc-free growth: free and calloc, since contents need not survive. */
-#define GROW(ptr, n, what)                                                  \
-    do {                                                                    \
-        free(ptr);                                                          \
-        (ptr) = dyn_calloc((size_t)(n), sizeof(*(ptr)), what, err);         \
-        if ((ptr) == NULL) return DYN_ERR_NOMEM;                            \
-    } while (0)
-
 /* Make sure the workspace holds R ranks, N instructions and K slots (the
- * matcher grows its own). Grows geometrically so a sequence of plans
- * settles fast. */
+ * matcher grows its own). Each group of arrays shares one capacity and
+ * grows geometrically (dyn_reserve, from a copy of the old capacity), so a
+ * sequence of plans settles fast. Contents need not survive: dyn_sim_run
+ * sets every entry it reads. */
 static dyn_status reserve(dyn_sim *s, int32_t R, int32_t N, int32_t K, dyn_error *err)
 {
     if (R > s->cap_ranks) {
-        int32_t c = R > 2 * s->cap_ranks ? R : 2 * s->cap_ranks;
-        GROW(s->rank_off, c + 1, "simulator ranks");
-        GROW(s->slot_off, c + 1, "simulator ranks");
-        GROW(s->pc, c, "simulator ranks");
-        GROW(s->state, c, "simulator ranks");
-        GROW(s->wait_msg, c, "simulator ranks");
-        GROW(s->clock, c, "simulator ranks");
-        GROW(s->busy, c, "simulator ranks");
-        GROW(s->mem, c, "simulator ranks");
-        GROW(s->peak, c, "simulator ranks");
-        GROW(s->states_mb, c, "simulator ranks");
-        GROW(s->link_free, (size_t)c * c, "simulator links");
-        GROW(s->heap, c, "simulator heap");
+        int32_t o = s->cap_ranks, c = R > 2 * o ? R : 2 * o;
+        if (DYN_RESERVE(s->rank_off, (size_t){(size_t)o + 1}, (size_t)c + 1) != 0 ||
+            DYN_RESERVE(s->slot_off, (size_t){(size_t)o + 1}, (size_t)c + 1) != 0 ||
+            DYN_RESERVE(s->pc, (size_t){o}, c) != 0 ||
+            DYN_RESERVE(s->state, (size_t){o}, c) != 0 ||
+            DYN_RESERVE(s->wait_msg, (size_t){o}, c) != 0 ||
+            DYN_RESERVE(s->clock, (size_t){o}, c) != 0 ||
+            DYN_RESERVE(s->busy, (size_t){o}, c) != 0 ||
+            DYN_RESERVE(s->mem, (size_t){o}, c) != 0 ||
+            DYN_RESERVE(s->peak, (size_t){o}, c) != 0 ||
+            DYN_RESERVE(s->states_mb, (size_t){o}, c) != 0)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the simulator ranks");
+        if (DYN_RESERVE(s->link_free, (size_t){(size_t)o * o}, (size_t)c * c) != 0)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the simulator links");
+        if (DYN_RESERVE(s->heap, (size_t){o}, c) != 0)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the simulator heap");
         s->cap_ranks = c;
     }
     if (N > s->cap_instrs) {
-        int32_t c = N > 2 * s->cap_instrs ? N : 2 * s->cap_instrs;
-        GROW(s->ev, c, "simulator instructions");
-        GROW(s->msgs, c, "simulator messages");
+        int32_t o = s->cap_instrs, c = N > 2 * o ? N : 2 * o;
+        if (DYN_RESERVE(s->ev, (size_t){o}, c) != 0)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the simulator instructions");
+        if (DYN_RESERVE(s->msgs, (size_t){o}, c) != 0)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the simulator messages");
         s->cap_instrs = c;
     }
     if (K > s->cap_slots) {
-        int32_t c = K > 2 * s->cap_slots ? K : 2 * s->cap_slots;
-        GROW(s->slot_mb, c, "simulator slots");
-        GROW(s->slot_live, c, "simulator slots");
+        int32_t o = s->cap_slots, c = K > 2 * o ? K : 2 * o;
+        if (DYN_RESERVE(s->slot_mb, (size_t){o}, c) != 0 ||
+            DYN_RESERVE(s->slot_live, (size_t){o}, c) != 0)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the simulator slots");
         s->cap_slots = c;
     }
     return DYN_OK;

@@ -8,6 +8,12 @@
 /* Results of sim's last successful run, or NULL before the first. */
 const dyn_sim_result *sim_last_result(const dyn_sim *sim);
 
+/* costs with micro-batches in order (out[i] = in[order[i]]); out is
+ * allocated (dyn_stage_costs_free). The order search's, and the pipeline's
+ * for a replica's plan in the order it runs. */
+dyn_status sim_stage_costs_permute(const dyn_stage_costs *in, const int32_t *order,
+                                   dyn_stage_costs *out, dyn_error *err);
+
 /* dyn_order_search for auto's phase 2. given_ms < 0: exactly
  * dyn_order_search. given_ms >= 0: the given order (candidate 0) is known
  * to be feasible with makespan given_ms and is not built again, and only a

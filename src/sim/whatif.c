@@ -18,8 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dynapipe/cost.h" /* defines: DYN_COST_VALUE_MAX */
 #include "dynapipe/sim.h"
-#include "util/util.h" /* defines: dyn_calloc, dyn_file_read_all, dyn_parse_finite, DYN_COST_VALUE_MAX */
+#include "util/util.h" /* defines: dyn_calloc, dyn_file_read_all, dyn_parse_finite */
 
 #define WHATIF_MAX_INDEX 65535
 #define WHATIF_MAX_CELLS (1 << 22)
@@ -115,7 +116,7 @@ static dyn_status parse_row(const char *name, int32_t line, char **fields, int n
             return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: tokens %g is too large", name, line, v);
         /* Times and sizes are summed over up to 2^16 x 2^16 rows and along
          * the schedule: the bound shared with the cost table keeps every sum
-         * finite (DYN_COST_VALUE_MAX, util.h). */
+         * finite (DYN_COST_VALUE_MAX, cost.h). */
         if (c != COL_TOKENS && c != COL_MB && c != COL_STAGE && v > DYN_COST_VALUE_MAX)
             return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: %s %g is above the limit %g", name, line,
                                  col_names[c], v, DYN_COST_VALUE_MAX);

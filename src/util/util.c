@@ -23,6 +23,28 @@ void *dyn_calloc(size_t n, size_t size, const char *what, dyn_error *err)
     return p;
 }
 
+int dyn_reserve(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return 0;
+    size_t want = *cap > SIZE_MAX / 2 ? need : 2 * *cap;
+    if (want < need) want = need;
+    if (elem != 0 && want > SIZE_MAX / elem) {
+        want = need; /* doubling overflows; the exact need may not */
+        if (need > SIZE_MAX / elem) return -1;
+    }
+    /* *p is any object pointer passed as void **: read and write it through
+     * memcpy, so the store does not alias a typed pointer as void * (object
+     * pointers share one representation on every platform POSIX runs on). */
+    void *old;
+    memcpy(&old, p, sizeof old);
+    size_t bytes = want * elem;
+    void *grown = realloc(old, bytes != 0 ? bytes : 1);
+    if (grown == NULL) return -1;
+    memcpy(p, &grown, sizeof grown);
+    *cap = want;
+    return 0;
+}
+
 int dyn_parse_finite(const char *text, double *out)
 {
     char *end = NULL;
@@ -65,18 +87,12 @@ void dyn_loadavg_print(const char *when)
 
 dyn_status dyn_stream_read_all(FILE *fp, const char *path, char **data, size_t *len, dyn_error *err)
 {
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    if (buf == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory reading file", path);
+    size_t cap = 0, n = 0;
+    char *buf = NULL;
     for (;;) {
-        if (n + 1 >= cap) {
-            char *bigger = realloc(buf, cap * 2);
-            if (bigger == NULL) {
-                free(buf);
-                return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory reading file", path);
-            }
-            buf = bigger;
-            cap *= 2;
+        if (n + 1 >= cap && DYN_RESERVE(buf, cap, cap ? cap + 1 : (size_t)1 << 16) != 0) {
+            free(buf);
+            return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory reading file", path);
         }
         size_t got = fread(buf + n, 1, cap - n - 1, fp);
         n += got;

@@ -23,14 +23,19 @@
  * failure; n * size is checked for overflow. */
 void *dyn_calloc(size_t n, size_t size, const char *what, dyn_error *err);
 
-/* The largest time (ms) or size (MB) a cost input may give: a point of a
- * cost table, a row of a what-if file, a machine's per-message or per-layer
- * latency. 1e12 ms is 31 years and 1e12 MB an exabyte, far above any real
- * profile, while sums of such values over any plan (at most ~1e6 layers x
- * micro-batches x stages, 1e18) stay finite: a huge number cannot become an
- * infinity that the planner or simulator reports as a deadlock. */
-#define DYN_COST_VALUE_MAX 1e12
-#define DYN_COST_VALUE_MAX_TEXT "1e12" /* the same, for messages */
+/* Growth of an array, the one way the project grows one. *p points to room
+ * for *cap elements of elem bytes (NULL and 0 at first). When need > *cap,
+ * *p is reallocated to max(need, 2 * *cap) elements (contents kept, the new
+ * tail uninitialised) and *cap set to that; otherwise nothing changes.
+ * Returns 0, or -1 when the byte count overflows size_t or realloc fails,
+ * and then *p and *cap are unchanged (the caller still owns and frees *p).
+ * Call it through DYN_RESERVE, which passes the element size:
+ *     if (DYN_RESERVE(v, cap, n + 1) != 0) return dyn_error_set(err, ...);
+ * Several arrays that share one capacity each grow from a copy of it
+ * (DYN_RESERVE(a, (size_t){old}, need)): from the same old capacity and
+ * need, each gets the same new one, max(need, 2 * old). */
+int dyn_reserve(void **p, size_t *cap, size_t need, size_t elem);
+#define DYN_RESERVE(arr, cap, need) dyn_reserve((void **)&(arr), &(cap), (size_t)(need), sizeof *(arr))
 
 /* Parse all of text as a finite number (strtod syntax, nothing after it;
  * "inf", "nan" and overflowing values refused). Returns 0 and sets *out,

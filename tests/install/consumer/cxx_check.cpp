@@ -9,6 +9,7 @@
 #include <dynapipe/cost.h>
 #include <dynapipe/corpus.h>
 #include <dynapipe/data.h>
+#include <dynapipe/dynapipe.h>
 #include <dynapipe/model_config.h>
 #include <dynapipe/pipeline.h>
 #include <dynapipe/plan.h>
@@ -31,6 +32,6 @@ int main()
     dyn_sim_free(sim);
     if (std::strcmp(dyn_version(), DYN_VERSION_STRING) != 0 || dyn_abi_sizeof("dyn_sample") != sizeof(dyn_sample)) return 1;
     std::printf("c++: %s %s %s %s\n", dyn_model_kind_name(cfg.kind), dyn_batching_name(opt.method),
-                dyn_schedule_name(DYN_SCHED_ZB), dyn_status_name(DYN_ERR_INFEASIBLE));
+                dyn_schedule_name(DYN_SCHEDULE_ZB), dyn_status_name(DYN_ERR_INFEASIBLE));
     return std::strcmp(dyn_batching_name(opt.method), "dynapipe") == 0 ? 0 : 1;
 }

@@ -1,5 +1,8 @@
 /* version.c — dyn_version and dyn_abi_sizeof (include/dynapipe/version.h):
- * what a binding checks before it trusts its own copy of the struct layouts. */
+ * what a binding checks before it trusts its own copy of the struct layouts.
+ * It sits at the library's top level, beside the parts rather than in one,
+ * because it names the public structs of all of them (data, plan, sched,
+ * pipeline); src/util knows no domain. */
 #include "dynapipe/version.h"
 
 #include <string.h>
