@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/cli_machine.h" /* defines: cli_train_header, cli_rank_argv */
 #include "cli/plan_args.h"
 #include "dynapipe/model_config.h"
 #include "dynapipe/sched.h"
@@ -41,7 +42,8 @@ static void usage(FILE *out)
             "                            else ~/.cache/dynapipe\n"
             "  --calibrate               correct the planner's layer times online from the measured\n"
             "                            Forward/Backward times (median of the last --calibrate-window\n"
-            "                            rank-iterations, default 8)\n"
+            "                            rank-iterations, default 8); on by default\n"
+            "  --no-calibrate            plan every iteration with the cost model as given\n"
             "  --order-groups K          auto's micro-batch order search, 1..4 (default 2)\n"
             "  --metrics FILE.jsonl      one record per iteration\n"
             "  --trace FILE.json         Perfetto/Chrome trace of every rank's instructions\n"
@@ -145,8 +147,8 @@ static int parse_train_flag(dyn_train_options *o, const char **hostfile, int arg
         VAL();
         if (cli_parse_i64(CMD, f, val, 1, 4, &v)) return -1;
         o->order_groups = (int32_t)v;
-    } else if (strcmp(f, "--calibrate") == 0) {
-        o->calibrate = 1;
+    } else if (strcmp(f, "--calibrate") == 0 || strcmp(f, "--no-calibrate") == 0) {
+        o->calibrate = f[2] == 'c';
     } else if (strcmp(f, "--calibrate-window") == 0) {
         VAL();
         if (cli_parse_i64(CMD, f, val, 1, 100000, &v)) return -1;
@@ -202,6 +204,7 @@ static int profile_for(const plan_args *a, const dyn_train_options *o, char *pat
 {
     plan_inputs in;
     plan_args shape = *a;
+    shape.machine = "cpu"; /* only the shape is wanted: nothing to measure */
     int rc = plan_inputs_open(CMD, &shape, &in); /* the analytic model: resolves the shape */
     if (rc != 0) return rc;
     dyn_model_config cfg = in.model;
@@ -219,6 +222,7 @@ static int parse(int argc, char **argv, dyn_train_options *o, const char **hostf
     plan_args a;
     plan_args_init(&a);
     dyn_train_options_default(o);
+    o->calibrate = 1; /* the command's default (docs/cost-model.md); --no-calibrate */
     int have_warmup = 0, have_config = 0, have_gbt = 0, profile_auto = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--profile") == 0) {
@@ -254,6 +258,7 @@ static int parse(int argc, char **argv, dyn_train_options *o, const char **hostf
         }
     }
     /* training defaults for the planning flags */
+    cli_train_defaults defaulted = {!have_config, !a.have_max_seqlen, !have_gbt, !a.have_stages};
     if (a.data_spec == NULL) a.data_spec = "builtin";
     if (!have_config && a.have_kind) a.model_config = a.kind == DYN_MODEL_GPT ? "gpt-mini" : "t5-mini";
     if (!have_gbt) a.global_batch_tokens = o->global_batch_tokens;
@@ -270,6 +275,8 @@ static int parse(int argc, char **argv, dyn_train_options *o, const char **hostf
      * value); only the launcher says what it chose. */
     a.tune_quiet = dyn_rt_under_mpirun();
     a.tune_order_groups = o->order_groups;
+    a.threads = o->threads;
+    a.cost_quiet = 1; /* the header below says it */
     static char profile_path[1024];
     if (profile_auto) {
         if (strcmp(a.cost_model, "analytic") != 0) {
@@ -286,6 +293,8 @@ static int parse(int argc, char **argv, dyn_train_options *o, const char **hostf
     o->model = in.model;
     o->machine = in.machine;
     o->plan = *dyn_planner_options(in.planner);
+    char header[4096];
+    cli_train_header(header, sizeof header, &a, &in, &defaulted);
     plan_inputs_close(&in);
     /* The ranks compute and send fp32: a machine of other elements would
      * plan messages of other sizes than the ranks exchange. */
@@ -314,6 +323,7 @@ static int parse(int argc, char **argv, dyn_train_options *o, const char **hostf
         cli_errorf(CMD, "--save-every needs --save DIR (a checkpoint folder, not a .safetensors file)");
         return CLI_EXIT_USAGE;
     }
+    if (!dyn_rt_under_mpirun() && o->progress >= 0) fputs(header, stderr);
     return 0;
 }
 
@@ -354,6 +364,18 @@ int cli_train_main(int argc, char **argv)
     int rc = parse(argc, argv, &o, &hostfile);
     if (rc != 0) return rc < 0 ? CLI_EXIT_OK : rc;
     if (!mpi && o.resume_dir && check_resume(&o) != 0) return CLI_EXIT_FAIL;
-    if (!mpi) return dyn_train_launch(&o, hostfile, argc + 1, argv - 1);
+    if (!mpi) {
+        /* a machine measured here travels to the ranks as JSON: they plan
+         * with exactly the launcher's, on any host */
+        int measured = o.cost_table == NULL && strcmp(o.machine.name, "auto") == 0, ac;
+        char **av = cli_rank_argv(argc + 1, argv - 1, &o.machine, measured, &ac);
+        if (av == NULL) {
+            cli_errorf(CMD, "out of memory");
+            return CLI_EXIT_FAIL;
+        }
+        rc = dyn_train_launch(&o, hostfile, ac, av);
+        cli_rank_argv_free(av, argv - 1);
+        return rc;
+    }
     return dyn_train_rank_main(&o, &argc, &argv);
 }

@@ -5,7 +5,8 @@
  * Defaults, chosen so that the README's one-line invocation works:
  *   model shape  gpt -> preset gpt2-124m, t5 -> preset t5-base (shape flags
  *                override single fields; max_seqlen is set from --max-seqlen)
- *   machine      "cpu" (built-in); memory limit = its device memory
+ *   machine      "auto": this machine measured and cached (cli_machine.h); memory
+ *                limit = its device memory
  *   cost model   analytic on that machine
  *   method       dynapipe; stages 1, dp 1, chunks 1; recompute none
  *   batches      synthetic and --data builtin: 4 global batches; file: all
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "cli/cli.h"                /* defines: cli_errorf, cli_parse_*, CLI_EXIT_* */
+#include "cli/cli_machine.h"        /* defines: cli_machine_auto */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_*, dyn_machine_resolve */
 #include "dynapipe/pipeline.h"     /* defines: dyn_pipeline_tune */
 
@@ -30,7 +32,7 @@ void plan_args_init(plan_args *a)
     memset(a, 0, sizeof *a);
     a->seed = 1;
     a->cost_model = "analytic";
-    a->machine = "cpu";
+    a->machine = "auto";
     dyn_plan_options_default(&a->opt);
 }
 
@@ -61,7 +63,9 @@ void plan_args_usage(FILE *out)
             "  --dp D                    data-parallel replicas (default 1)\n"
             "  --chunks V                model chunks per device (default 1)\n"
             "  --cost-model analytic|FILE  analytic (default) or a cost table file\n"
-            "  --machine NAME|FILE       cpu (default), a100, or machine JSON\n"
+            "  --machine auto|NAME|FILE  auto (default): this machine, measured once (up to ~30 s)\n"
+            "                            and cached per CPU, BLAS kernel, threads and model; or the\n"
+            "                            built-in cpu (a Xeon core) or a100, or machine JSON\n"
             "  --memory-limit MB         per device (default: the machine's memory)\n"
             "  --recompute none|selective|full  (default none)\n"
             "micro-batching:\n"
@@ -389,7 +393,11 @@ int plan_inputs_open(const char *cmd, const plan_args *a, plan_inputs *in)
     int rc;
     if (strcmp(a->cost_model, "analytic") == 0) {
         if ((rc = resolve_model(cmd, a, &in->model)) != 0) return rc;
-        if (dyn_machine_resolve(a->machine, &in->machine, &err) != DYN_OK) {
+        if (strcmp(a->machine, "auto") == 0) {
+            if ((rc = cli_machine_auto(cmd, a, &in->model, &in->machine)) != 0) return rc;
+            in->machine_auto = 1;
+        } else if ((a->machine[0] == '{' ? dyn_machine_parse(a->machine, "--machine", &in->machine, &err)
+                                         : dyn_machine_resolve(a->machine, &in->machine, &err)) != DYN_OK) {
             cli_errorf(cmd, "--machine: %s", err.msg);
             return CLI_EXIT_FAIL;
         }
