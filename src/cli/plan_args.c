@@ -394,14 +394,13 @@ int plan_inputs_open(const char *cmd, const plan_args *a, plan_inputs *in)
     if (strcmp(a->cost_model, "analytic") == 0) {
         if ((rc = resolve_model(cmd, a, &in->model)) != 0) return rc;
         if (strcmp(a->machine, "auto") == 0) {
-            if ((rc = cli_machine_auto(cmd, a, &in->model, &in->machine)) != 0) return rc;
-            in->machine_auto = 1;
+            in->machine_auto = 1; /* measured once the data is read (below): bad data fails first */
         } else if ((a->machine[0] == '{' ? dyn_machine_parse(a->machine, "--machine", &in->machine, &err)
                                          : dyn_machine_resolve(a->machine, &in->machine, &err)) != DYN_OK) {
             cli_errorf(cmd, "--machine: %s", err.msg);
             return CLI_EXIT_FAIL;
         }
-        in->cm = dyn_cost_model_create_analytic(&in->model, &in->machine, &err);
+        if (!in->machine_auto) in->cm = dyn_cost_model_create_analytic(&in->model, &in->machine, &err);
     } else {
         in->cm = dyn_cost_model_load_table(a->cost_model, &err);
         if (in->cm) {
@@ -420,7 +419,7 @@ int plan_inputs_open(const char *cmd, const plan_args *a, plan_inputs *in)
             }
         }
     }
-    if (in->cm == NULL) {
+    if (in->cm == NULL && !in->machine_auto) {
         cli_errorf(cmd, "%s", err.msg);
         return CLI_EXIT_FAIL;
     }
@@ -443,6 +442,13 @@ int plan_inputs_open(const char *cmd, const plan_args *a, plan_inputs *in)
             rc = CLI_EXIT_FAIL;
         } else if (in->ds.n == 0) {
             cli_errorf(cmd, "%s: no samples", a->lengths_path);
+            rc = CLI_EXIT_FAIL;
+        }
+    }
+    if (rc == 0 && in->machine_auto) {
+        rc = cli_machine_auto(cmd, a, &in->model, &in->machine);
+        if (rc == 0 && (in->cm = dyn_cost_model_create_analytic(&in->model, &in->machine, &err)) == NULL) {
+            cli_errorf(cmd, "%s", err.msg);
             rc = CLI_EXIT_FAIL;
         }
     }

@@ -218,21 +218,37 @@ dyn_status dyn_machine_fit(const dyn_model_config *cfg, const dyn_machine *base,
 
 /* ---- what is measured ------------------------------------------------------- */
 
+static double fwd_cpu(const dyn_cost_model *cm, dyn_layer_kind kind, int32_t rows, int32_t e, int32_t d)
+{
+    dyn_mb_shape mb = {.rows = rows, .enc_len = e, .dec_len = d};
+    dyn_layer_cost lc;
+    return dyn_cost_layer(cm, kind, &mb, DYN_RECOMPUTE_NONE, &lc, NULL) == DYN_OK ? lc.fwd_ms : 0.0;
+}
+
 /* Shapes, dense, for the kinds of cfg; at most cap of them into o. Lengths
  * 64, 256, 1024 and the longest (each at most max_seqlen), each at one row
- * and at about MANY_TOKENS tokens: the same tokens at several lengths
- * separate attention from the products, one row against many the
- * small-size term. T5 decoders see targets a quarter of the input (and
- * equal at the shortest); the embedding, the bridge and the head a short
- * and a long batch. TINY: the shortest length only, one row and many. */
+ * and at as many rows as fit MANY_TOKENS tokens and a forward of MANY_MS on
+ * the built-in "cpu" machine: the same tokens at several lengths separate
+ * attention from the products, one row against many the small-size term,
+ * and the budget keeps a large model's measurement short (gpt2-124m gets
+ * short lengths and few rows). A length whose one row alone would take over
+ * ONE_MS is left out (but the shortest). T5 decoders see targets a quarter
+ * of the input (and equal at the shortest); the embedding, the bridge and
+ * the head a short and a long batch at length 256. TINY: the shortest
+ * length only, at one row and (within budget) four. */
 #define MANY_TOKENS 4096
+#define MANY_MS 25.0
+#define ONE_MS 100.0
 static int shapes_make(const dyn_model_config *cfg, dyn_machine_measure_level level, dyn_machine_obs *o, int cap)
 {
-    int t5 = cfg->kind == DYN_MODEL_T5;
+    int t5 = cfg->kind == DYN_MODEL_T5, tiny = level == DYN_MACHINE_MEASURE_TINY;
+    dyn_cost_model *cm = dyn_cost_model_create_analytic(cfg, dyn_machine_builtin("cpu"), NULL);
+    if (cm == NULL) return 0;
     int32_t L = cfg->max_seqlen;
     int32_t lens[4] = {64, 256, 1024, L};
-    int n_len = level == DYN_MACHINE_MEASURE_TINY ? 1 : 4;
-    int n = 0;
+    int n = 0, n_len = tiny ? 1 : 4;
+    /* forward ms of kind at (rows, e, d) on the built-in cpu */
+#define FWD(k, r, e, d) fwd_cpu(cm, (k), (r), (e), t5 ? (d) : 0)
 #define ADD(k, r, e, d)                                                                                        \
     do {                                                                                                       \
         if (n < cap) o[n++] = (dyn_machine_obs){(k), {.rows = (r), .enc_len = (e), .dec_len = t5 ? (d) : 0}, 0, 0}; \
@@ -240,24 +256,27 @@ static int shapes_make(const dyn_model_config *cfg, dyn_machine_measure_level le
     for (int i = 0; i < n_len; i++) {
         int32_t len = lens[i] < L ? lens[i] : L;
         if (i > 0 && len <= (lens[i - 1] < L ? lens[i - 1] : L)) continue; /* capped to one already there */
-        int32_t many = MANY_TOKENS / len > 1 ? MANY_TOKENS / len : 2;
-        if (level == DYN_MACHINE_MEASURE_TINY) many = 4;
         int32_t dec = i == 0 ? len : (len / 4 >= 8 ? len / 4 : 8);
-        ADD(DYN_LAYER_ENCODER, 1, len, dec);
-        ADD(DYN_LAYER_ENCODER, many, len, dec);
-        if (t5) {
-            ADD(DYN_LAYER_DECODER, 1, len, dec);
-            ADD(DYN_LAYER_DECODER, many, len, dec);
+        dyn_layer_kind kinds[2] = {DYN_LAYER_ENCODER, DYN_LAYER_DECODER};
+        for (int k = 0; k < (t5 ? 2 : 1); k++) {
+            if (i > 0 && FWD(kinds[k], 1, len, dec) > ONE_MS) continue;
+            ADD(kinds[k], 1, len, dec);
+            int32_t many = tiny ? 4 : (MANY_TOKENS / len > 2 ? MANY_TOKENS / len : 2);
+            while (many > 1 && FWD(kinds[k], many, len, dec) > MANY_MS) many /= 2;
+            if (many > 1) ADD(kinds[k], many, len, dec);
         }
     }
-    int32_t s = L < 256 ? L : 256, d = t5 ? (s / 4 >= 8 ? s / 4 : 8) : 0;
-    int32_t rows = level == DYN_MACHINE_MEASURE_TINY ? 4 : MANY_TOKENS / s;
+    int32_t s = L < (tiny ? 64 : 256) ? L : (tiny ? 64 : 256), d = t5 ? (s / 4 >= 8 ? s / 4 : 8) : 0;
     dyn_layer_kind small[3] = {DYN_LAYER_EMBED, DYN_LAYER_LM_HEAD, DYN_LAYER_BRIDGE};
     for (int k = 0; k < (t5 ? 3 : 2); k++) {
         ADD(small[k], 1, s, d);
-        ADD(small[k], rows, s, d);
+        int32_t rows = tiny ? 4 : MANY_TOKENS / s;
+        while (rows > 1 && FWD(small[k], rows, s, d) > MANY_MS) rows /= 2;
+        if (rows > 1) ADD(small[k], rows, s, d);
     }
 #undef ADD
+#undef FWD
+    dyn_cost_model_free(cm);
     return n;
 }
 
@@ -349,6 +368,17 @@ dyn_status dyn_machine_auto_read(const char *path, const char *key, dyn_machine 
         dyn_machine got;
         st = dyn_machine_parse(mtext, path, &got, err);
         if (st == DYN_OK) {
+            /* the numbers as written (%.17g), not as cJSON printed them
+             * for the parser (15 digits when that is within an epsilon):
+             * a cached machine must be the measured one to the bit */
+            struct { const char *key; double *dst; } f[] = {
+                {"matmul_gflops", &got.matmul_gflops}, {"attn_gflops", &got.attn_gflops},
+                {"mem_gbps", &got.mem_gbps},           {"device_memory_mb", &got.device_memory_mb},
+                {"link_latency_ms", &got.link_latency_ms}, {"link_gbps", &got.link_gbps},
+                {"dp_link_gbps", &got.dp_link_gbps},   {"gemm_n_half", &got.gemm_n_half},
+                {"layer_overhead_ms", &got.layer_overhead_ms},
+            };
+            for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) *f[i].dst = num_or(mach, f[i].key, *f[i].dst);
             *m = got;
             memset(info, 0, sizeof *info);
             snprintf(info->key, sizeof info->key, "%s", key);
