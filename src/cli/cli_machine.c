@@ -45,7 +45,8 @@ int cli_run_threads(const plan_args *a)
 
 int cli_machine_auto(const char *cmd, const plan_args *a, const dyn_model_config *cfg, dyn_machine *out)
 {
-    /* the kernel is part of the key: select it before looking */
+    /* the kernel is part of the key: select it before looking (done
+     * already by cli_machine_auto_prepare; a second call does nothing) */
     dyn_threads_init();
     int threads = cli_run_threads(a);
     const char *lv = getenv("DYN_MACHINE_MEASURE");
@@ -68,20 +69,22 @@ int cli_machine_auto(const char *cmd, const plan_args *a, const dyn_model_config
     snprintf(last_auto.path, sizeof last_auto.path, "%s", path);
     *out = m;
     dyn_machine_share_cores(out, dyn_machine_core_share(run_ranks(a), threads, sysconf(_SC_NPROCESSORS_ONLN)));
-    if (!a->cost_quiet) {
-        static int said;
-        if (!said) {
-            char line[1024];
-            plan_inputs in;
-            memset(&in, 0, sizeof in);
-            in.machine = *out;
-            in.machine_auto = 1;
-            cli_cost_describe(a, &in, line, sizeof line);
-            fprintf(stderr, "dynapipe %s: %s\n", cmd, line);
-            said = 1;
-        }
-    }
     return 0;
+}
+
+void cli_machine_auto_prepare(void)
+{
+    dyn_threads_init();
+}
+
+void cli_machine_auto_say(const char *cmd, const plan_args *a, const plan_inputs *in)
+{
+    static int said;
+    if (said || a->cost_quiet || !in->machine_auto || !last_auto.have || last_auto.info.cached) return;
+    char line[2048];
+    cli_cost_describe(a, in, line, sizeof line);
+    fprintf(stderr, "dynapipe %s: %s\n", cmd, line);
+    said = 1;
 }
 
 void cli_cost_describe(const plan_args *a, const plan_inputs *in, char *buf, size_t cap)

@@ -27,6 +27,17 @@ int cli_run_threads(const plan_args *a);
  * exit code (message printed). */
 int cli_machine_auto(const char *cmd, const plan_args *a, const dyn_model_config *cfg, dyn_machine *out);
 
+/* Before anything is read (stdin included): select the BLAS kernel,
+ * which may re-execute the program (dyn_threads_init); the kernel is part
+ * of --machine auto's cache key. */
+void cli_machine_auto_prepare(void);
+
+/* When this process measured the machine (not when it read the cache),
+ * unless a->cost_quiet: one stderr line "dynapipe <cmd>: cost model: ..."
+ * with what was measured, once, after planning inputs are built (a run
+ * whose inputs fail prints only its error). */
+void cli_machine_auto_say(const char *cmd, const plan_args *a, const plan_inputs *in);
+
 /* One line (no newline) naming the cost model of a run built from a and in:
  * a profile table, a machine measured here (and when), a built-in
  * description of another machine, or a machine file; and, when ranks x

@@ -392,6 +392,7 @@ int plan_inputs_open(const char *cmd, const plan_args *a, plan_inputs *in)
     dyn_error err;
     int rc;
     if (strcmp(a->cost_model, "analytic") == 0) {
+        if (strcmp(a->machine, "auto") == 0) cli_machine_auto_prepare();
         if ((rc = resolve_model(cmd, a, &in->model)) != 0) return rc;
         if (strcmp(a->machine, "auto") == 0) {
             in->machine_auto = 1; /* measured once the data is read (below): bad data fails first */
@@ -471,6 +472,7 @@ int plan_inputs_open(const char *cmd, const plan_args *a, plan_inputs *in)
         }
     }
     if (rc != 0) plan_inputs_close(in);
+    else cli_machine_auto_say(cmd, a, in);
     return rc;
 }
 
