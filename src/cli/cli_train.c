@@ -216,6 +216,10 @@ static int profile_for(const plan_args *a, const dyn_train_options *o, char *pat
     return cli_profile_cached(&cfg, threads, 2 * a->global_batch_tokens, path, cap, !dyn_rt_under_mpirun());
 }
 
+/* The setup header (cli_train_header), printed by the launcher once the
+ * run is checked, so that a run refused prints only its error. */
+static char train_header[4096];
+
 /* Parse everything into o; 0 or an exit code (message printed). */
 static int parse(int argc, char **argv, dyn_train_options *o, const char **hostfile)
 {
@@ -293,8 +297,7 @@ static int parse(int argc, char **argv, dyn_train_options *o, const char **hostf
     o->model = in.model;
     o->machine = in.machine;
     o->plan = *dyn_planner_options(in.planner);
-    char header[4096];
-    cli_train_header(header, sizeof header, &a, &in, &defaulted);
+    cli_train_header(train_header, sizeof train_header, &a, &in, &defaulted);
     plan_inputs_close(&in);
     /* The ranks compute and send fp32: a machine of other elements would
      * plan messages of other sizes than the ranks exchange. */
@@ -323,7 +326,7 @@ static int parse(int argc, char **argv, dyn_train_options *o, const char **hostf
         cli_errorf(CMD, "--save-every needs --save DIR (a checkpoint folder, not a .safetensors file)");
         return CLI_EXIT_USAGE;
     }
-    if (!dyn_rt_under_mpirun() && o->progress >= 0) fputs(header, stderr);
+    if (o->progress < 0) train_header[0] = '\0';
     return 0;
 }
 
@@ -373,6 +376,7 @@ int cli_train_main(int argc, char **argv)
             cli_errorf(CMD, "out of memory");
             return CLI_EXIT_FAIL;
         }
+        if (hostfile == NULL || access(hostfile, R_OK) == 0) fputs(train_header, stderr); /* else: its error */
         rc = dyn_train_launch(&o, hostfile, ac, av);
         cli_rank_argv_free(av, argv - 1);
         return rc;

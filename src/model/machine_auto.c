@@ -400,6 +400,7 @@ dyn_status dyn_machine_auto_read(const char *path, const char *key, dyn_machine 
 /* ---- measuring ------------------------------------------------------------------ */
 
 #define MAX_SHAPES 32
+#define REMEASURE_UNTIL_MS 20000.0 /* no second measurements after this long */
 dyn_status dyn_machine_measure(const dyn_model_config *cfg, int threads, dyn_machine_measure_level level,
                                FILE *log, dyn_machine *m, dyn_machine_auto_info *info, dyn_error *err)
 {
@@ -419,12 +420,28 @@ dyn_status dyn_machine_measure(const dyn_model_config *cfg, int threads, dyn_mac
     dyn_profiler *p = dyn_profiler_create(cfg, threads, tiny ? 1 : 3, 1, err);
     if (p == NULL) return err ? err->code : DYN_ERR_NOMEM;
     dyn_status st = DYN_OK;
+    double probe[MAX_SHAPES];
     for (int i = 0; i < n && st == DYN_OK; i++) {
         dyn_layer_cost lc;
         st = dyn_profiler_measure(p, obs[i].kind, DYN_RECOMPUTE_NONE, obs[i].mb.rows, obs[i].mb.enc_len,
                                   obs[i].mb.dec_len > 0 ? obs[i].mb.dec_len : 1, &lc, err);
         obs[i].fwd_ms = lc.fwd_ms;
         obs[i].bwd_ms = lc.bwd_ms;
+        probe[i] = dyn_profiler_probe_last_ms(p);
+    }
+    /* On a shared machine a measurement may be slowed by others: one whose
+     * reference kernel ran over DYN_SWEEP_CALM slower than the fastest seen
+     * is measured once more, while the budget lasts, keeping the faster
+     * (others only ever slow a kernel down; profile.h, "reference kernel"). */
+    double best = dyn_profiler_probe_best_ms(p);
+    for (int i = 0; i < n && st == DYN_OK && !tiny; i++) {
+        if (!(probe[i] > best * (1 + DYN_SWEEP_CALM)) || dyn_time_ms() - t0 > REMEASURE_UNTIL_MS) continue;
+        dyn_layer_cost lc;
+        st = dyn_profiler_measure(p, obs[i].kind, DYN_RECOMPUTE_NONE, obs[i].mb.rows, obs[i].mb.enc_len,
+                                  obs[i].mb.dec_len > 0 ? obs[i].mb.dec_len : 1, &lc, err);
+        if (lc.fwd_ms < obs[i].fwd_ms) obs[i].fwd_ms = lc.fwd_ms;
+        if (lc.bwd_ms < obs[i].bwd_ms) obs[i].bwd_ms = lc.bwd_ms;
+        info->remeasured++;
     }
     double opt = 0;
     if (st == DYN_OK) st = dyn_profiler_measure_optimizer(p, &opt, err);
@@ -500,6 +517,8 @@ void dyn_machine_auto_describe(const dyn_machine *m, const dyn_machine_auto_info
              100 * info->fit.worst_err, info->fit.n);
     if (!info->cached) {
         size_t len = strlen(buf);
-        if (len < cap) snprintf(buf + len, cap - len, " in %.1f s", info->measure_s);
+        if (len < cap)
+            snprintf(buf + len, cap - len, " in %.1f s (%d shape%s measured again: slowed by other work)",
+                     info->measure_s, info->remeasured, info->remeasured == 1 ? "" : "s");
     }
 }

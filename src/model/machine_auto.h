@@ -12,7 +12,9 @@
  * embedding, blocks, T5 bridge, LM head) forward and backward at a handful of
  * micro-batch shapes chosen so that the analytic model's terms separate
  * (same tokens at short and long lengths for attention, one row and many
- * rows for the small-size term), and the optimizer step. The analytic model
+ * rows for the small-size term), and the optimizer step; a shape whose
+ * measurement the profiler's reference kernel shows slowed by other work is
+ * measured once more (the faster kept) while the first 20 s last. The analytic model
  * is linear in (1/matmul_gflops, gemm_n_half/matmul_gflops, 1/attn_gflops,
  * 1/mem_gbps, layer_overhead_ms), so those five are fitted by non-negative
  * least squares on relative error (dyn_machine_fit). Links, memory size and
@@ -73,6 +75,7 @@ typedef struct dyn_machine_auto_info {
     double measure_s; /* seconds the measurement took */
     double optimizer_ms_per_mparam; /* optimizer step measured, ms per million parameters */
     dyn_machine_fit_stats fit;
+    int32_t remeasured; /* shapes measured twice (the first slowed by other work); not cached */
     int cached; /* 1: read from the cache, 0: measured by this call */
 } dyn_machine_auto_info;
 
