@@ -101,6 +101,15 @@ static void test_fit_recovers_machine(void **state)
         assert_rel(fit.mem_gbps, truth.mem_gbps, 1e-6);
         assert_rel(fit.layer_overhead_ms, truth.layer_overhead_ms, 1e-6);
         assert_true(st.n == 2 * n + 1 && st.worst_err < 1e-6);
+        /* one time slowed five-fold by other work, and every other one by
+         * up to 2 % either way: the fit stays near the machine */
+        for (int i = 0; i < n; i++) o[i].fwd_ms *= 1.0 + 0.02 * ((i * 7) % 5 - 2) / 2.0;
+        o[1].bwd_ms *= 5;
+        dyn_machine rob;
+        assert_int_equal(dyn_machine_fit(&cfg, dyn_machine_builtin("cpu"), o, n, params, opt_ms, &rob, &st, NULL),
+                         DYN_OK);
+        assert_rel(rob.matmul_gflops, truth.matmul_gflops, 0.05);
+        assert_rel(rob.attn_gflops, truth.attn_gflops, 0.15);
         /* the fields not fitted are the base's */
         assert_true(fit.device_memory_mb == truth.device_memory_mb && fit.link_gbps == truth.link_gbps &&
                     fit.bytes_per_elem == 4);

@@ -20,7 +20,8 @@
 #define N_TERMS 5 /* 1/mm, n_half/mm, 1/attn, 1/bw, overhead */
 #define CACHE_FORMAT "dynapipe-machine-auto"
 #define CACHE_VERSION 1
-#define OFF_RATE 1e12 /* a rate that makes its term vanish while the coefficients are taken */
+#define OFF_RATE 1e12
+#define ROBUST_ITERATIONS 3 /* refits with far-off times weighted down */ /* a rate that makes its term vanish while the coefficients are taken */
 
 /* ---- the fit -------------------------------------------------------------- */
 
@@ -85,11 +86,11 @@ static int solve(double a[N_TERMS][N_TERMS], double b[N_TERMS], int n, double x[
 }
 
 /* Non-negative least squares of rows A (m x N_TERMS, already divided by the
- * measured time) against 1: every subset of the terms that contains term 0
+ * measured time and weighted) against b (the rows' weights): every subset of the terms that contains term 0
  * is solved by the normal equations (columns scaled to unit norm), and the
  * feasible solution (all >= 0, term 0 > 0) with the smallest residual wins.
  * 16 subsets of at most 5 unknowns: exact, and cheap. -1 when none. */
-static int nnls(const double *A, int m, double p[N_TERMS])
+static int nnls(const double *A, const double *b, int m, double p[N_TERMS])
 {
     double norm[N_TERMS] = {0};
     for (int j = 0; j < N_TERMS; j++) {
@@ -111,7 +112,7 @@ static int nnls(const double *A, int m, double p[N_TERMS])
             const double *row = A + (size_t)i * N_TERMS;
             for (int r = 0; r < n; r++) {
                 double ar = row[idx[r]] / norm[idx[r]];
-                atb[r] += ar;
+                atb[r] += ar * b[i];
                 for (int c = 0; c < n; c++) ata[r][c] += ar * row[idx[c]] / norm[idx[c]];
             }
         }
@@ -123,7 +124,7 @@ static int nnls(const double *A, int m, double p[N_TERMS])
             if (q[j] < 0) goto next;
         double res = 0;
         for (int i = 0; i < m; i++) {
-            double e = -1;
+            double e = -b[i];
             for (int j = 0; j < N_TERMS; j++) e += A[(size_t)i * N_TERMS + j] * q[j];
             res += e * e;
         }
@@ -183,9 +184,36 @@ dyn_status dyn_machine_fit(const dyn_model_config *cfg, const dyn_machine *base,
         rows++;
     }
     double p[N_TERMS] = {0};
-    if (st == DYN_OK && (rows == 0 || nnls(A, rows, p) != 0))
+    double *b = calloc((size_t)(rows > 0 ? rows : 1), sizeof *b), *W = calloc((size_t)(rows > 0 ? rows : 1) * N_TERMS, sizeof *W);
+    if (st == DYN_OK && (b == NULL || W == NULL)) st = dyn_error_set(err, DYN_ERR_NOMEM, "machine fit: out of memory");
+    for (int i = 0; i < rows; i++) b[i] = 1.0;
+    if (st == DYN_OK && (rows == 0 || nnls(A, b, rows, p) != 0))
         st = dyn_error_set(err, DYN_ERR_INVALID_ARG,
                            "machine fit: the measurements have no matrix products a positive rate explains");
+    /* Robust refits: a time far off the others' fit (a measurement that
+     * other work slowed, on a shared machine) is weighted down in
+     * proportion to how far beyond twice the median error it lies
+     * (Huber-like); exact times (every error 0) are left as they are. */
+    for (int it = 0; st == DYN_OK && it < ROBUST_ITERATIONS; it++) {
+        for (int i = 0; i < rows; i++) {
+            double e = -1;
+            for (int j = 0; j < N_TERMS; j++) e += A[(size_t)i * N_TERMS + j] * p[j];
+            errs[i] = fabs(e);
+        }
+        memcpy(W, errs, (size_t)rows * sizeof *errs);
+        double med = dyn_median(W, rows);
+        if (!(med > 1e-9)) break;
+        for (int i = 0; i < rows; i++) {
+            double w = errs[i] > 2 * med ? 2 * med / errs[i] : 1.0;
+            b[i] = w;
+            for (int j = 0; j < N_TERMS; j++) W[(size_t)i * N_TERMS + j] = A[(size_t)i * N_TERMS + j] * w;
+        }
+        double q[N_TERMS];
+        if (nnls(W, b, rows, q) != 0) break;
+        memcpy(p, q, sizeof q);
+    }
+    free(b);
+    free(W);
     if (st == DYN_OK) {
         dyn_machine m = *base;
         snprintf(m.name, sizeof m.name, "auto");

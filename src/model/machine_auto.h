@@ -17,7 +17,8 @@
  * measured once more (the faster kept) while the first 20 s last. The analytic model
  * is linear in (1/matmul_gflops, gemm_n_half/matmul_gflops, 1/attn_gflops,
  * 1/mem_gbps, layer_overhead_ms), so those five are fitted by non-negative
- * least squares on relative error (dyn_machine_fit). Links, memory size and
+ * least squares on relative error, times far off the fit weighted down
+ * (dyn_machine_fit). Links, memory size and
  * element size come from the built-in "cpu" machine.
  *
  * Cache: one JSON file per key (CPU model, BLAS kernel, threads per rank,
@@ -50,6 +51,8 @@ typedef struct dyn_machine_fit_stats {
 
 /* Fit matmul_gflops, gemm_n_half, attn_gflops, mem_gbps and
  * layer_overhead_ms of the analytic model of cfg to n_obs measured layers
+ * (relative error; then refitted three times with each time beyond twice
+ * the median error weighted down by how far beyond it lies)
  * and (when opt_params > 0 and opt_ms > 0) one optimizer step over
  * opt_params parameters taking opt_ms. Every other field comes from base;
  * the name is "auto". A term the fit leaves at zero gets a rate of
