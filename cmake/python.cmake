@@ -8,7 +8,7 @@ find_program(DYN_PYTHON3 python3 REQUIRED)
 set(DYN_PY_ENV
   "DYNAPIPE_LIB=$<TARGET_FILE:dynapipe_shared>" "DYNAPIPE_CLI=$<TARGET_FILE:dynapipe>"
   "DYNAPIPE_TEST_PREFIX=${DYN_TEST_PREFIX}" "DYNAPIPE_TEST_REQUIRE_ALL=1"
-  "OMP_NUM_THREADS=2" "OMP_WAIT_POLICY=PASSIVE" "PYTHONDONTWRITEBYTECODE=1")
+  "OMP_NUM_THREADS=2" "OMP_WAIT_POLICY=PASSIVE" "PYTHONDONTWRITEBYTECODE=1" ${DYN_TEST_CACHE_ENV})
 if(DYN_SANITIZE)
   # The interpreter is not instrumented: the sanitizer runtime the library
   # needs must be loaded first, and Python's own allocations at exit are

@@ -21,7 +21,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -r
 trap cleanup EXIT
 printf '%-12s %14s %14s %14s %14s\n' run before_med% before_worst% after_med% after_worst%
 for mode in plain calibrate; do
-  extra=()
+  extra=(--no-calibrate)
   [ "$mode" = calibrate ] && extra=(--calibrate)
   "$BIN" train --model gpt --steps "$STEPS" --cost-model "$COST" --metrics "$tmp/m.jsonl" \
     "${extra[@]}" "$@" > "$tmp/log" 2>&1 &

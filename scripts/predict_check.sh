@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Predicted vs measured iteration time (and peak memory per rank) of
 # `dynapipe train` for each batching method and schedule, with the cost model
-# given as the first argument (analytic or a profile table); the figures of
+# given as the first argument (analytic: on --machine auto, this machine
+# measured, unless a --machine follows; or a profile table); the figures of
 # docs/performance.md, "Profile and online calibration". Short runs: STEPS
 # iterations each (default 12), the first 2 (cold) left out of the errors;
 # mem_err% compares what each rank allocated with its prediction, plan_ms is
 # the slowest batch's planning and wait_ms the longest wait for a plan. The
 # last line compares each run's time (its iterations from the third on
 # added up) predicted and measured: median and worst error over the runs.
-# Extra arguments go to every `dynapipe train` (e.g. --calibrate); KEEP=DIR
+# Extra arguments go to every `dynapipe train` (e.g. --calibrate, which train
+# does by default but this script turns off unless given); KEEP=DIR
 # keeps each run's metrics as DIR/METHOD-SCHEDULE.jsonl; MODEL=t5 trains T5
 # (default gpt; the profile must be of the shape trained: train's default
 # preset is gpt-mini / t5-mini, or pass --model-config).
@@ -31,7 +33,7 @@ printf '%-9s %-7s %8s %8s %10s %10s %9s %8s %9s\n' method schedule pred_ms meas_
 for m in $METHODS; do
   for s in $SCHEDULES; do
     "$BIN" train --model "$MODEL" --steps "$STEPS" --method "$m" --schedule "$s" --cost-model "$COST" \
-      --metrics "$tmp/m.jsonl" --quiet "$@" > "$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
+      --metrics "$tmp/m.jsonl" --quiet --no-calibrate "$@" > "$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
     if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$tmp/m.jsonl" "$KEEP/$m-$s.jsonl"; fi
     python3 - "$tmp/m.jsonl" "$m" "$s" "$tmp/runs" <<'PY'
 import json, statistics, sys

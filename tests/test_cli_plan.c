@@ -61,7 +61,9 @@ static void expect_error(const char *args, int code, const char *needle)
     assert_no_json_left();
 }
 
-#define BASE "--model gpt --model-config gpt-tiny --global-batch-tokens 4096 --max-seqlen 256 --stages 2"
+/* --machine cpu: the built-in's figures, and no measurement (--machine auto,
+ * the default, is tests/test_machine_auto.c's) */
+#define BASE "--model gpt --model-config gpt-tiny --global-batch-tokens 4096 --max-seqlen 256 --stages 2 --machine cpu"
 
 static void test_help(void **state)
 {
@@ -242,7 +244,7 @@ static void test_impossible_memory(void **state)
     write_file("one.tsv", "16\t8\n200\t50\n", path, sizeof path);
     snprintf(cmd, sizeof cmd,
              "--model gpt --model-config gpt2-124m --global-batch-tokens 4096 --max-seqlen 256 "
-             "--stages 2 --lengths '%s' --memory-limit 1300",
+             "--stages 2 --lengths '%s' --memory-limit 1300 --machine cpu",
              path);
     expect_error(cmd, 1, "sample 1 ");
 }
@@ -508,7 +510,7 @@ static void test_outputs_all_or_nothing(void **state)
     snprintf(prefix, sizeof prefix, "%s/partial", dir);
     snprintf(cmd, sizeof cmd,
              "--model gpt --model-config gpt-tiny --synthetic flan:3 --global-batch-tokens 4096 "
-             "--max-seqlen 256 --stages 2 --batches 2 --quiet --schedule 1f1b --plan-out '%s' "
+             "--max-seqlen 256 --stages 2 --batches 2 --quiet --schedule 1f1b --machine cpu --plan-out '%s' "
              "--json '%s/no/such/dir/out.json'",
              prefix, dir);
     cli_assert_one_line_error("plan", cmd, run_plan(cmd), 1, "out.json");

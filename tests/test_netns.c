@@ -259,7 +259,7 @@ static void test_cut_link(void **state)
 static void test_bad_hostfile(void **state)
 {
     (void)state;
-    const char *args = "--hostfile /nonexistent/hosts --stages 2 --dp 2 --steps 1";
+    const char *args = "--hostfile /nonexistent/hosts --stages 2 --dp 2 --steps 1 --machine cpu";
     cli_assert_one_line_error("train", args, run_on(NULL, args), 1, "/nonexistent/hosts");
     (void)cli_run;
 }

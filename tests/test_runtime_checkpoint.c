@@ -41,7 +41,8 @@
 #include "util/util.h"
 
 #define COMMON                                                                                                       \
-    "--steps 8 --threads 1 --samples 2000 --data builtin:3 --global-batch-tokens 2048 --max-seqlen 128 --quiet"
+    "--steps 8 --threads 1 --samples 2000 --data builtin:3 --global-batch-tokens 2048 --max-seqlen 128 --quiet "      \
+    "--machine cpu --no-calibrate" /* plans from fixed costs: a resumed run must repeat them exactly */
 #define GPT "--model gpt --model-config gpt-tiny --layers 4 --stages 2 --schedule auto"
 #define T5 "--model t5 --model-config t5-tiny --layers 2 --dec-layers 2 --stages 2 --schedule 1f1b"
 

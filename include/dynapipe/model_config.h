@@ -67,6 +67,14 @@ dyn_status dyn_machine_parse(const char *text, const char *where, dyn_machine *o
 /* Check a machine: positive rates, bytes_per_elem 2 or 4, memory > 0,
  * latency >= 0. The message names the field. */
 dyn_status dyn_machine_validate(const dyn_machine *m, dyn_error *err);
+/* Oversubscription: the share of a core each thread gets when `ranks`
+ * processes of `threads` threads run on `cores` cores, cores / (ranks x
+ * threads) when that is below 1, else 1 (also for any argument < 1). */
+double dyn_machine_core_share(int64_t ranks, int64_t threads, int64_t cores);
+/* Scale m for threads that get `share` of a core (0 < share < 1; else no
+ * change): the matrix, attention and memory rates times share, the
+ * per-layer overhead divided by it. Links and memory size are unchanged. */
+void dyn_machine_share_cores(dyn_machine *m, double share);
 /* A built-in name ("cpu", "a100") or else a JSON file path. */
 dyn_status dyn_machine_resolve(const char *name_or_path, dyn_machine *out, dyn_error *err);
 

@@ -49,7 +49,10 @@ def cli_plan(args, inputs=None, targets=None, lengths_path=None):
             if "--global-batch-tokens" not in args:
                 args = list(args) + ["--global-batch-tokens", str(sum(inputs) + sum(targets))]
         out = os.path.join(tmp, "plan.json")
-        cmd = [cli_path(), "plan", "--quiet", "--lengths", lengths_path, "--json", out] + [str(a) for a in args]
+        args = [str(a) for a in args]
+        if "--machine" not in args and "--cost-model" not in args:
+            args += ["--machine", "cpu"]  # the Planner's default (the command's is auto: measured here)
+        cmd = [cli_path(), "plan", "--quiet", "--lengths", lengths_path, "--json", out] + args
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
             raise CliError(r.returncode, r.stderr.strip())

@@ -1012,7 +1012,10 @@ int cli_simulate_main(int argc, char **argv)
         goto done;
     }
     if (a.microbatches) {
-        if (dyn_machine_resolve(a.plan.machine, &rs.machine, &err) != DYN_OK) {
+        /* the file gives the times: auto (the default) has nothing to
+         * measure, and its links and memory are the built-in cpu's */
+        const char *mname = strcmp(a.plan.machine, "auto") == 0 ? "cpu" : a.plan.machine;
+        if (dyn_machine_resolve(mname, &rs.machine, &err) != DYN_OK) {
             cli_errorf(CMD, "--machine: %s", err.msg);
             goto done;
         }

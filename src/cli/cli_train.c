@@ -7,7 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/cli.h"       /* defines: cli_errorf, cli_profile_cached, CLI_EXIT_* */
+#include "cli/cli.h"
+#include "cli/cli_machine.h" /* defines: cli_train_header, cli_rank_argv */       /* defines: cli_errorf, cli_profile_cached, CLI_EXIT_* */
 #include "cli/flags.h"     /* defines: cli_flag, cli_flags_parse, cli_flags_usage */
 #include "cli/plan_args.h" /* defines: plan_args_*, plan_inputs_* */
 #include "dynapipe/model_config.h"
@@ -27,6 +28,7 @@ typedef struct train_args {
     dyn_train_options o; /* the training flags' fields (dyn_train_options_default) */
     plan_args plan;      /* the planning flags, with training's defaults (train_args_init) */
     const char *hostfile; /* --hostfile */
+    cli_train_defaults defaulted; /* which of the header's settings were not given */
     int profile_auto;    /* --profile auto */
     int have_warmup;     /* --warmup given */
 } train_args;
@@ -35,6 +37,7 @@ static void train_args_init(train_args *t)
 {
     memset(t, 0, sizeof *t);
     dyn_train_options_default(&t->o);
+    t->o.calibrate = 1; /* the command's default (docs/cost-model.md); --no-calibrate */
     plan_args_init(&t->plan);
     /* training's defaults for the planning flags */
     t->plan.data_spec = t->o.data_spec;
@@ -136,7 +139,8 @@ static const cli_flag train_flags[] = {
     CLI_BOOL("--calibrate", TA, o.calibrate, 1,
              "correct the planner's layer times online from the measured\n"
              "Forward/Backward times (median of the last --calibrate-window\n"
-             "rank-iterations)"),
+             "rank-iterations); on by default"),
+    CLI_BOOL("--no-calibrate", TA, o.calibrate, 0, "plan every iteration with the cost model as given"),
     CLI_I32("--calibrate-window", "N", TA, o.calibrate_window, 1, 100000, "rank-iterations in --calibrate's median"),
     CLI_I32("--order-groups", "K", TA, o.order_groups, 1, 4, "auto's micro-batch order search"),
     CLI_STR("--metrics", "FILE.jsonl", TA, o.metrics_path, "one record per iteration"),
@@ -191,7 +195,9 @@ static int profile_for(const train_args *t, char *path, size_t cap)
 {
     plan_inputs in;
     plan_open po = {.tune = 0, .warn = 0};
-    int rc = plan_inputs_open(CMD, &t->plan, &po, &in); /* the analytic model: resolves the shape */
+    plan_args shape = t->plan;
+    shape.machine = "cpu"; /* only the shape is wanted: nothing to measure */
+    int rc = plan_inputs_open(CMD, &shape, &po, &in); /* the analytic model: resolves the shape */
     if (rc != 0) return rc;
     dyn_model_config cfg = in.model;
     plan_inputs_close(&in);
@@ -203,11 +209,24 @@ static int profile_for(const train_args *t, char *path, size_t cap)
     return cli_profile_cached(&cfg, threads, 2 * t->plan.global_batch_tokens, path, cap, !dyn_rt_under_mpirun());
 }
 
+/* 1 when flag stands in argv as a flag (for the header's "(default)"
+ * marks: train fills some planning flags with its own defaults). */
+static int flag_given(int argc, char **argv, const char *flag)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], flag) == 0) return 1;
+    return 0;
+}
+
 /* Parse argv into t: 0, -1 for --help (usage printed), or an exit code
  * (message printed). */
 static int parse(int argc, char **argv, train_args *t)
 {
     train_args_init(t);
+    t->defaulted = (cli_train_defaults){!flag_given(argc, argv, "--model-config"),
+                                        !flag_given(argc, argv, "--max-seqlen"),
+                                        !flag_given(argc, argv, "--global-batch-tokens"),
+                                        !flag_given(argc, argv, "--stages")};
     cli_flag_set sets[] = {{train_flags, t}, {plan_args_flags, &t->plan}};
     int r = cli_flags_parse(CMD, sets, 2, argc, argv);
     if (r == 1) {
@@ -226,10 +245,12 @@ static int parse(int argc, char **argv, train_args *t)
  * resolved (the cost table's, --profile auto's cached one, or the analytic
  * model's), the lr schedule completed, combinations checked. 0 or an exit
  * code (message printed). */
-static int build_options(const train_args *t, dyn_train_options *o)
+static int build_options(const train_args *t, dyn_train_options *o, char *header, size_t header_cap)
 {
     static char profile_path[1024];
     plan_args run = t->plan; /* the planning flags, with --profile auto's table */
+    run.threads = t->o.threads;
+    run.cost_quiet = 1; /* the header says it */
     if (t->profile_auto) {
         int rc = profile_for(t, profile_path, sizeof profile_path);
         if (rc != 0) return rc;
@@ -248,6 +269,7 @@ static int build_options(const train_args *t, dyn_train_options *o)
     o->model = in.model;
     o->machine = in.machine;
     o->plan = *dyn_planner_options(in.planner);
+    cli_train_header(header, header_cap, &run, &in, &t->defaulted);
     plan_inputs_close(&in);
     /* The ranks compute and send fp32: a machine of other elements would
      * plan messages of other sizes than the ranks exchange. */
@@ -316,8 +338,23 @@ int cli_train_main(int argc, char **argv)
     int rc = parse(argc, argv, &t);
     if (rc != 0) return rc < 0 ? CLI_EXIT_OK : rc;
     dyn_train_options o;
-    if ((rc = build_options(&t, &o)) != 0) return rc;
+    /* The setup header, printed by the launcher once the run is checked,
+     * so that a run refused prints only its error. */
+    static char header[4096];
+    if ((rc = build_options(&t, &o, header, sizeof header)) != 0) return rc;
     if (!mpi && o.resume_dir && check_resume(&o) != 0) return CLI_EXIT_FAIL;
-    if (!mpi) return dyn_train_launch(&o, t.hostfile, argc + 1, argv - 1);
-    return dyn_train_rank_main(&o, &argc, &argv);
+    if (mpi) return dyn_train_rank_main(&o, &argc, &argv);
+    /* a machine measured here travels to the ranks as JSON: they plan with
+     * exactly the launcher's, on any host */
+    int measured = o.cost_table == NULL && strcmp(o.machine.name, "auto") == 0, ac;
+    char **av = cli_rank_argv(argc + 1, argv - 1, &o.machine, measured, &ac);
+    if (av == NULL) {
+        cli_errorf(CMD, "out of memory");
+        return CLI_EXIT_FAIL;
+    }
+    if (o.progress >= 0 && (t.hostfile == NULL || access(t.hostfile, R_OK) == 0))
+        fputs(header, stderr); /* else: the hostfile's error */
+    rc = dyn_train_launch(&o, t.hostfile, ac, av);
+    cli_rank_argv_free(av, argv - 1);
+    return rc;
 }

@@ -9,7 +9,8 @@
  *                gpt2-124m, t5 -> preset t5-base (train: gpt-mini, t5-mini);
  *                shape flags override single fields; max_seqlen is set from
  *                --max-seqlen
- *   machine      "cpu" (built-in); memory limit = its device memory
+ *   machine      "auto": this machine measured and cached (cli_machine.h);
+ *                memory limit = its device memory
  *   cost model   analytic on that machine
  *   method       dynapipe; dp 1, chunks 1; recompute none
  *   batches      synthetic and --data builtin: 4 global batches; file: all
@@ -23,6 +24,7 @@
 #include <string.h>
 
 #include "cli/cli.h"                /* defines: cli_errorf, cli_parse_*, CLI_EXIT_* */
+#include "cli/cli_machine.h"        /* defines: cli_machine_auto */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_*, dyn_machine_resolve */
 #include "dynapipe/pipeline.h"     /* defines: dyn_pipeline_tune */
 
@@ -37,7 +39,7 @@ void plan_args_init(plan_args *a)
     memset(a, 0, sizeof *a);
     a->seed = 1;
     a->cost_model = "analytic";
-    a->machine = "cpu";
+    a->machine = "auto";
     a->default_config[DYN_MODEL_GPT] = "gpt2-124m";
     a->default_config[DYN_MODEL_T5] = "t5-base";
     dyn_plan_options_default(&a->opt);
@@ -137,8 +139,11 @@ const cli_flag plan_args_flags[] = {
     CLI_I32("--dp", "D", PA, opt.dp, 1, 1 << 16, "data-parallel replicas"),
     CLI_I32("--chunks", "V", PA, opt.chunks, 1, 1024, "model chunks per device"),
     CLI_STR("--cost-model", "analytic|FILE", PA, cost_model, "analytic, or a cost table file (dynapipe profile)"),
-    {.name = "--machine", .metavar = "NAME|FILE", .type = CLI_FLAG_STR, .field = offsetof(PA, machine),
-     .given = CLI_GIVEN(PA, have_machine), .help = "cpu, a100, or machine JSON"},
+    {.name = "--machine", .metavar = "auto|NAME|FILE", .type = CLI_FLAG_STR, .field = offsetof(PA, machine),
+     .given = CLI_GIVEN(PA, have_machine),
+     .help = "auto: this machine, measured once (up to ~30 s) and cached\n"
+             "per CPU, BLAS kernel, threads and model; or the built-in cpu\n"
+             "(a Xeon core) or a100, or machine JSON"},
     {.name = "--memory-limit", .metavar = "MB", .type = CLI_FLAG_F64, .field = offsetof(PA, opt.memory_limit_mb),
      .fmin = 1e-6, .fmax = 1e12, .help = "per device", .def = "the machine's memory"},
     CLI_FN("--recompute", "none|selective|full", parse_recompute, "activation recomputation (default none)"),
@@ -383,8 +388,14 @@ static int open_costs(const char *cmd, const plan_args *a, const plan_open *po, 
     dyn_error err;
     int rc;
     if (strcmp(a->cost_model, "analytic") == 0) {
+        if (strcmp(a->machine, "auto") == 0) cli_machine_auto_prepare();
         if ((rc = plan_model_resolve(cmd, a, &in->model)) != 0) return rc;
-        if (dyn_machine_resolve(a->machine, &in->machine, &err) != DYN_OK) {
+        if (strcmp(a->machine, "auto") == 0) {
+            in->machine_auto = 1; /* measured once the data is read (open_samples): bad data fails first */
+            return 0;
+        }
+        if ((a->machine[0] == '{' ? dyn_machine_parse(a->machine, "--machine", &in->machine, &err)
+                                  : dyn_machine_resolve(a->machine, &in->machine, &err)) != DYN_OK) {
             cli_errorf(cmd, "--machine: %s", err.msg);
             return CLI_EXIT_FAIL;
         }
@@ -432,6 +443,13 @@ static int open_samples(const char *cmd, const plan_args *a, plan_inputs *in)
         rc = CLI_EXIT_FAIL;
     }
     if (rc != 0) return rc;
+    if (in->machine_auto) {
+        if ((rc = cli_machine_auto(cmd, a, &in->model, &in->machine)) != 0) return rc;
+        if ((in->cm = dyn_cost_model_create_analytic(&in->model, &in->machine, &err)) == NULL) {
+            cli_errorf(cmd, "%s", err.msg);
+            return CLI_EXIT_FAIL;
+        }
+    }
     in->batches_left = batches > 0 ? batches : -1;
     in->global_batch_tokens = a->global_batch_tokens;
     in->sampler = dyn_sampler_create(&in->ds, a->global_batch_tokens, &err);
@@ -458,6 +476,7 @@ int plan_inputs_open(const char *cmd, const plan_args *a, const plan_open *po, p
         }
     }
     if (rc != 0) plan_inputs_close(in);
+    else cli_machine_auto_say(cmd, a, in);
     return rc;
 }
 

@@ -50,8 +50,10 @@ typedef struct plan_args {
     int32_t batches;            /* --batches: global batches to plan; 0 = default */
     /* costs */
     const char *cost_model;     /* "analytic" or a table file */
-    const char *machine;        /* built-in name or JSON file */
+    const char *machine;        /* "auto" (measured here), built-in name, JSON file or inline JSON */
     int have_machine;           /* --machine given */
+    int32_t threads;            /* threads per rank of the run (--machine auto's key); 0: cores / ranks */
+    int cost_quiet;             /* plan_inputs_open does not print the measured machine's line */
     /* planning options (stages, dp, chunks, method, memory, recompute, knobs) */
     dyn_plan_options opt;
     int have_max_seqlen, have_stages; /* given, or defaulted by the command (train) */
@@ -83,6 +85,7 @@ typedef struct plan_open {
 typedef struct plan_inputs {
     dyn_model_config model;
     dyn_machine machine;
+    int machine_auto;           /* 1: machine measured here (--machine auto, cli_machine.h) */
     dyn_cost_model *cm;
     dyn_dataset ds;
     dyn_sampler *sampler;

@@ -238,3 +238,19 @@ dyn_status dyn_machine_resolve(const char *name_or_path, dyn_machine *out, dyn_e
     }
     return dyn_machine_load(name_or_path, out, err);
 }
+
+double dyn_machine_core_share(int64_t ranks, int64_t threads, int64_t cores)
+{
+    if (ranks < 1 || threads < 1 || cores < 1) return 1.0;
+    double want = (double)ranks * (double)threads;
+    return want > (double)cores ? (double)cores / want : 1.0;
+}
+
+void dyn_machine_share_cores(dyn_machine *m, double share)
+{
+    if (!(share > 0) || !(share < 1)) return;
+    m->matmul_gflops *= share;
+    m->attn_gflops *= share;
+    m->mem_gbps *= share;
+    m->layer_overhead_ms /= share;
+}

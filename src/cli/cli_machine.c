@@ -1,0 +1,177 @@
+/* cli_machine.c — `--machine auto` for the planning commands, the cache
+ * folder, and the lines saying which cost model a run uses (contract in
+ * cli_machine.h). The measuring and the cache file are
+ * src/model/machine_auto.c. */
+#include "cli/cli_machine.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"               /* defines: cli_errorf, CLI_EXIT_* */
+#include "dynapipe/model_config.h" /* defines: dyn_machine_*, dyn_model_config_* */
+#include "model/machine_auto.h"    /* defines: dyn_machine_auto_* */
+#include "model/threads.h"         /* defines: dyn_threads_init */
+
+/* The last machine measured or read from the cache by this process, for the
+ * header (the CLI resolves one cost model per run). */
+static struct {
+    int have;
+    dyn_machine m; /* as measured, before any oversubscription share */
+    dyn_machine_auto_info info;
+    char path[1024];
+} last_auto;
+
+void cli_cache_dir(char *dir, size_t cap)
+{
+    const char *base = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    if (base && base[0]) snprintf(dir, cap, "%s/dynapipe", base);
+    else if (home && home[0]) snprintf(dir, cap, "%s/.cache/dynapipe", home);
+    else snprintf(dir, cap, "build/dynapipe-cache");
+}
+
+static long run_ranks(const plan_args *a)
+{
+    return (long)(a->opt.stages > 0 ? a->opt.stages : 1) * (a->opt.dp > 0 ? a->opt.dp : 1);
+}
+
+int cli_run_threads(const plan_args *a)
+{
+    if (a->threads > 0) return a->threads;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN), ranks = run_ranks(a);
+    return cores > ranks ? (int)(cores / ranks) : 1;
+}
+
+int cli_machine_auto(const char *cmd, const plan_args *a, const dyn_model_config *cfg, dyn_machine *out)
+{
+    /* the kernel is part of the key: select it before looking (done
+     * already by cli_machine_auto_prepare; a second call does nothing) */
+    dyn_threads_init();
+    int threads = cli_run_threads(a);
+    const char *lv = getenv("DYN_MACHINE_MEASURE");
+    dyn_machine_measure_level level =
+        lv != NULL && strcmp(lv, "tiny") == 0 ? DYN_MACHINE_MEASURE_TINY : DYN_MACHINE_MEASURE_FULL;
+    char dir[512];
+    cli_cache_dir(dir, sizeof dir);
+    dyn_error err;
+    dyn_machine m;
+    dyn_machine_auto_info info;
+    char path[1024];
+    fflush(stderr);
+    if (dyn_machine_auto_get(dir, cfg, threads, level, 1, stderr, &m, &info, path, sizeof path, &err) != DYN_OK) {
+        cli_errorf(cmd, "--machine auto: %s", err.msg);
+        return CLI_EXIT_FAIL;
+    }
+    last_auto.have = 1;
+    last_auto.m = m;
+    last_auto.info = info;
+    snprintf(last_auto.path, sizeof last_auto.path, "%s", path);
+    *out = m;
+    dyn_machine_share_cores(out, dyn_machine_core_share(run_ranks(a), threads, sysconf(_SC_NPROCESSORS_ONLN)));
+    return 0;
+}
+
+void cli_machine_auto_prepare(void)
+{
+    dyn_threads_init();
+}
+
+void cli_machine_auto_say(const char *cmd, const plan_args *a, const plan_inputs *in)
+{
+    static int said;
+    if (said || a->cost_quiet || !in->machine_auto || !last_auto.have || last_auto.info.cached) return;
+    char line[2048];
+    cli_cost_describe(a, in, line, sizeof line);
+    fprintf(stderr, "dynapipe %s: %s\n", cmd, line);
+    said = 1;
+}
+
+void cli_cost_describe(const plan_args *a, const plan_inputs *in, char *buf, size_t cap)
+{
+    size_t n = 0;
+#define ADDF(...)                                                                                              \
+    do {                                                                                                       \
+        if (n < cap) {                                                                                         \
+            int w_ = snprintf(buf + n, cap - n, __VA_ARGS__);                                                  \
+            if (w_ > 0) n += (size_t)w_;                                                                       \
+        }                                                                                                      \
+    } while (0)
+    buf[0] = '\0';
+    if (strcmp(a->cost_model, "analytic") != 0) {
+        dyn_profile_meta meta;
+        ADDF("cost model: profile table %s", a->cost_model);
+        if (in->cm != NULL && dyn_cost_model_profile_meta(in->cm, &meta))
+            ADDF(" (measured on %s, %s, %d thread%s)", meta.host, meta.cpu, meta.threads,
+                 meta.threads == 1 ? "" : "s");
+    } else if (in->machine_auto && last_auto.have) {
+        char d[768];
+        dyn_machine_auto_describe(&last_auto.m, &last_auto.info, d, sizeof d);
+        ADDF("cost model: analytic, machine auto: this machine, %s (cache %s)", d, last_auto.path);
+    } else if (dyn_machine_builtin(a->machine) != NULL) {
+        ADDF("cost model: analytic, machine %s: a built-in description of %s, not measured here "
+             "(the default --machine auto measures this one)",
+             a->machine,
+             strcmp(a->machine, "cpu") == 0 ? "one core of an Intel Xeon with AVX-512 (OpenBLAS SkylakeX)"
+                                            : "an A100 40 GB in bf16");
+    } else if (a->machine[0] == '{') {
+        ADDF("cost model: analytic, machine %s given inline", in->machine.name);
+    } else {
+        ADDF("cost model: analytic, machine %s from the file %s", in->machine.name, a->machine);
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN), ranks = run_ranks(a);
+    int threads = cli_run_threads(a);
+    double share = dyn_machine_core_share(ranks, threads, cores);
+    if (share < 1)
+        ADDF("; OVERSUBSCRIBED: %ld ranks x %d thread%s on %ld cores, %s", ranks, threads, threads == 1 ? "" : "s",
+             cores,
+             in->machine_auto ? "rates scaled to the share of a core each thread gets, but waiting ranks take "
+                                "cores too: measured times can be several times the predictions"
+                              : "predictions assume a core per thread and do not hold");
+#undef ADDF
+}
+
+void cli_train_header(char *buf, size_t cap, const plan_args *a, const plan_inputs *in,
+                      const cli_train_defaults *d)
+{
+    char line[2048];
+    cli_cost_describe(a, in, line, sizeof line);
+    int w = snprintf(buf, cap, "dynapipe train: %s\n", line);
+    if (w < 0 || (size_t)w >= cap) return;
+    snprintf(buf + w, cap - (size_t)w,
+            "dynapipe train: model %s%s (%s, %d layers, hidden %d), max length %d%s, %lld tokens per global "
+            "batch%s, %d stage%s%s x %d replica%s\n",
+            a->model_config ? a->model_config : a->default_config[a->kind], d->model_config ? " (default)" : "",
+            dyn_model_kind_name(in->model.kind), in->model.n_layers, in->model.hidden, a->opt.max_seqlen,
+            d->max_seqlen ? " (default)" : "", (long long)a->global_batch_tokens,
+            d->global_batch_tokens ? " (default)" : "", a->opt.stages, a->opt.stages == 1 ? "" : "s",
+            d->stages ? " (default)" : "", a->opt.dp > 0 ? a->opt.dp : 1, a->opt.dp > 1 ? "s" : "");
+}
+
+char **cli_rank_argv(int argc, char **argv, const dyn_machine *m, int measured, int *argc_out)
+{
+    *argc_out = argc;
+    if (!measured) return argv;
+    static char json[1024];
+    int w = snprintf(json, sizeof json,
+                     "{\"name\": \"%s\", \"matmul_gflops\": %.17g, \"attn_gflops\": %.17g, \"mem_gbps\": %.17g, "
+                     "\"bytes_per_elem\": %d, \"device_memory_mb\": %.17g, \"link_latency_ms\": %.17g, "
+                     "\"link_gbps\": %.17g, \"dp_link_gbps\": %.17g, \"gemm_n_half\": %.17g, "
+                     "\"layer_overhead_ms\": %.17g}",
+                     m->name, m->matmul_gflops, m->attn_gflops, m->mem_gbps, m->bytes_per_elem, m->device_memory_mb,
+                     m->link_latency_ms, m->link_gbps, m->dp_link_gbps, m->gemm_n_half, m->layer_overhead_ms);
+    if (w < 0 || (size_t)w >= sizeof json) return NULL;
+    char **av = calloc((size_t)argc + 3, sizeof *av);
+    if (av == NULL) return NULL;
+    memcpy(av, argv, (size_t)argc * sizeof *av);
+    av[argc] = "--machine";
+    av[argc + 1] = json;
+    av[argc + 2] = NULL;
+    *argc_out = argc + 2;
+    return av;
+}
+
+void cli_rank_argv_free(char **av, char **argv)
+{
+    if (av != argv) free(av);
+}

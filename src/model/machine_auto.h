@@ -1,0 +1,124 @@
+/* machine_auto.h — `--machine auto`: a description of the machine at hand
+ * for the analytic cost model (dyn_machine), fitted to layer times measured
+ * here, and its cache.
+ *
+ * Why: the built-in "cpu" machine was fitted on one Xeon; on any other CPU
+ * (another vendor, another BLAS kernel, another thread count) its relative
+ * costs -- matrix products against attention against per-layer overhead --
+ * are wrong, and so is every prediction. A profile table (`dynapipe profile`)
+ * is the most faithful answer but takes minutes; this takes seconds.
+ *
+ * What is measured: the model's own layers (src/model/profile.h's profiler:
+ * embedding, blocks, T5 bridge, LM head) forward and backward at a handful of
+ * micro-batch shapes chosen so that the analytic model's terms separate
+ * (same tokens at short and long lengths for attention, one row and many
+ * rows for the small-size term), and the optimizer step; a shape whose
+ * measurement the profiler's reference kernel shows slowed by other work is
+ * measured once more (the faster kept) while the first 20 s last. The analytic model
+ * is linear in (1/matmul_gflops, gemm_n_half/matmul_gflops, 1/attn_gflops,
+ * 1/mem_gbps, layer_overhead_ms), so those five are fitted by non-negative
+ * least squares on relative error, times far off the fit weighted down
+ * (dyn_machine_fit). Links, memory size and
+ * element size come from the built-in "cpu" machine.
+ *
+ * Cache: one JSON file per key (CPU model, BLAS kernel, threads per rank,
+ * model shape and longest length: the shapes are the model's), written
+ * atomically; a file that does not parse, has another key or an invalid
+ * machine is refused with one line and measured again. */
+#ifndef DYN_MODEL_MACHINE_AUTO_H
+#define DYN_MODEL_MACHINE_AUTO_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dynapipe/common.h"
+#include "dynapipe/cost.h"
+
+/* One measured layer: kind, dense shape and its forward and whole-backward
+ * times (ms). */
+typedef struct dyn_machine_obs {
+    dyn_layer_kind kind;
+    dyn_mb_shape mb;
+    double fwd_ms, bwd_ms;
+} dyn_machine_obs;
+
+/* How well a fit reproduces its own measurements: relative error of each
+ * forward and backward time (and the optimizer step), median and worst. */
+typedef struct dyn_machine_fit_stats {
+    int32_t n;
+    double median_err, worst_err;
+} dyn_machine_fit_stats;
+
+/* Fit matmul_gflops, gemm_n_half, attn_gflops, mem_gbps and
+ * layer_overhead_ms of the analytic model of cfg to n_obs measured layers
+ * (relative error; then refitted three times with each time beyond twice
+ * the median error weighted down by how far beyond it lies)
+ * and (when opt_params > 0 and opt_ms > 0) one optimizer step over
+ * opt_params parameters taking opt_ms. Every other field comes from base;
+ * the name is "auto". A term the fit leaves at zero gets a rate of
+ * DYN_MACHINE_AUTO_RATE_CAP (it costs nothing on these shapes). stats may be
+ * NULL. DYN_ERR_INVALID_ARG when nothing can be fitted (no matrix products
+ * measured, or no positive matrix rate explains them). Pure. */
+#define DYN_MACHINE_AUTO_RATE_CAP 1e6
+dyn_status dyn_machine_fit(const dyn_model_config *cfg, const dyn_machine *base, const dyn_machine_obs *obs,
+                           int n_obs, double opt_params, double opt_ms, dyn_machine *out,
+                           dyn_machine_fit_stats *stats, dyn_error *err);
+
+/* How much to measure: FULL is the default (a few seconds to ~30 s on one
+ * core for the mini presets); TINY two shapes per kind and one repeat, for
+ * tests (environment DYN_MACHINE_MEASURE=tiny). */
+typedef enum dyn_machine_measure_level { DYN_MACHINE_MEASURE_FULL = 0, DYN_MACHINE_MEASURE_TINY = 1 } dyn_machine_measure_level;
+
+/* What a measured machine is and how it was obtained. */
+typedef struct dyn_machine_auto_info {
+    char key[512];    /* what the cache is keyed on (dyn_machine_auto_key) */
+    char cpu[64];     /* CPU model name */
+    char blas[32];    /* OpenBLAS kernel */
+    int32_t threads;  /* threads per rank it was measured with */
+    double measure_s; /* seconds the measurement took */
+    double optimizer_ms_per_mparam; /* optimizer step measured, ms per million parameters */
+    dyn_machine_fit_stats fit;
+    int32_t remeasured; /* shapes measured twice (the first slowed by other work); not cached */
+    int cached; /* 1: read from the cache, 0: measured by this call */
+} dyn_machine_auto_info;
+
+/* The cache key of cfg measured with `threads` threads at `level` on this
+ * CPU and BLAS kernel, into key[cap] (fields '|'-separated; no newline);
+ * cpu and blas (may be NULL) receive the CPU model and kernel. */
+void dyn_machine_auto_key(const dyn_model_config *cfg, int threads, dyn_machine_measure_level level, char *key,
+                          size_t cap, char cpu[64], char blas[32]);
+
+/* The cache file for key in dir: dir/machine-<16 hex digits of a hash of the
+ * key>.json. DYN_ERR_INVALID_ARG if it does not fit in cap. */
+dyn_status dyn_machine_auto_path(const char *dir, const char *key, char *path, size_t cap, dyn_error *err);
+
+/* Write m and info as the cache file path (atomically; info->key is the key). */
+dyn_status dyn_machine_auto_write(const char *path, const dyn_machine *m, const dyn_machine_auto_info *info,
+                                  dyn_error *err);
+
+/* Read a cache file written for key: DYN_OK with *m and *info (cached = 1);
+ * DYN_ERR_IO when it does not exist or cannot be read; DYN_ERR_PARSE with one
+ * line naming the file when it is not a cache file, is for another key, or
+ * holds an invalid machine. */
+dyn_status dyn_machine_auto_read(const char *path, const char *key, dyn_machine *m, dyn_machine_auto_info *info,
+                                 dyn_error *err);
+
+/* Measure this machine for cfg with `threads` threads (sets the process's
+ * thread count) and fit it (dyn_machine_fit, base the built-in "cpu").
+ * log, when not NULL, gets one line when it starts. info->cached = 0. */
+dyn_status dyn_machine_measure(const dyn_model_config *cfg, int threads, dyn_machine_measure_level level,
+                               FILE *log, dyn_machine *m, dyn_machine_auto_info *info, dyn_error *err);
+
+/* The cached machine for (cfg, threads, level) in dir, else (make != 0)
+ * measured and cached there; a corrupt cache file is reported on log and
+ * measured again. With make == 0 and no usable file: DYN_ERR_IO. dir is
+ * created if missing. path (cap bytes) receives the cache file's path. */
+dyn_status dyn_machine_auto_get(const char *dir, const dyn_model_config *cfg, int threads,
+                                dyn_machine_measure_level level, int make, FILE *log, dyn_machine *m,
+                                dyn_machine_auto_info *info, char *path, size_t cap, dyn_error *err);
+
+/* One line (no newline) saying what was measured: the fitted rates, the
+ * fit's error on its own points, the optimizer step and where it came from. */
+void dyn_machine_auto_describe(const dyn_machine *m, const dyn_machine_auto_info *info, char *buf, size_t cap);
+
+#endif
