@@ -28,9 +28,9 @@ typedef struct eval_args {
 static const char *const split_names[] = {"train", "heldout", NULL};
 
 static const cli_flag eval_flags[] = {
-    {.name = "--checkpoint", .metavar = "DIR", .type = CLI_FLAG_STR, .field = offsetof(eval_args, ckpt),
+    {.name = "--checkpoint", .metavar = "DIR", .type = CLI_FLAG_PATH, .field = offsetof(eval_args, ckpt),
      .help = "the checkpoint", .def = "required"},
-    {.name = "--data", .metavar = "SPEC", .type = CLI_FLAG_STR, .field = offsetof(eval_args, spec),
+    {.name = "--data", .metavar = "SPEC", .type = CLI_FLAG_PATH, .field = offsetof(eval_args, spec),
      .help = "token corpus, its held-out split for the built-in dataset",
      .def = "the one the checkpoint trained on"},
     CLI_ENUM("--split", "heldout|train", eval_args, split, split_names, "which built-in split"),

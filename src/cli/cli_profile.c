@@ -469,7 +469,7 @@ static int parse_kind(const char *cmd, const cli_flag *f, const char *v, void *a
 #define PF profile_args
 static const cli_flag profile_flags[] = {
     CLI_FN("--model", "gpt|t5", parse_kind, "model kind (required)"),
-    {.name = "--model-config", .metavar = "NAME|FILE", .type = CLI_FLAG_STR, .field = offsetof(PF, model_config),
+    {.name = "--model-config", .metavar = "NAME|FILE", .type = CLI_FLAG_PATH, .field = offsetof(PF, model_config),
      .help = "preset or model JSON", .def = "gpt-tiny / t5-tiny"},
     CLI_I32("--max-seqlen", "L", PF, max_seqlen, 8, 1 << 20, "longest length on the grid"),
     CLI_I32("--max-rows", "R", PF, max_rows, 1, 1 << 16, "most micro-batch rows on the grid"),
@@ -489,8 +489,8 @@ static const cli_flag profile_flags[] = {
              "a third of the points per axis but for the embedding,\n"
              "and full recompute derived, not timed (gpt-mini with\n"
              "--max-tokens 16384: under a minute; t5-tiny: 75 s)"),
-    CLI_STR("--out", "FILE", PF, out, "the cost table (written atomically)"),
-    CLI_STR("--check", "analytic|FILE", PF, check,
+    CLI_PATH("--out", "FILE", PF, out, "the cost table (written atomically)"),
+    CLI_PATH("--check", "analytic|FILE", PF, check,
             "instead: measure --shapes held-out shapes and print the\n"
             "predicted vs measured error per layer kind"),
     CLI_I32("--shapes", "N", PF, shapes, 1, 100000, "held-out shapes per kind for --check"),
