@@ -591,6 +591,8 @@ int cli_profile_main(int argc, char **argv)
     dyn_model_config cfg;
     if ((rc = resolve(&a, &cfg)) != 0) return rc;
     if (a.check) return run_check(&a, &cfg);
+    /* the table is written after minutes of measuring: its folder is checked first */
+    if (cli_output_check(CMD, "--out", a.out, 0) != 0) return CLI_EXIT_USAGE;
     return cli_profile_write(&cfg, a.threads, a.repeats, a.sweeps, a.quick, a.max_rows, a.max_tokens,
                              a.quiet ? -1 : isatty(2) ? 1 : 0, a.out);
 }
