@@ -168,6 +168,9 @@ static const cli_flag train_flags[] = {
     {.name = "--hostfile", .metavar = "FILE", .type = CLI_FLAG_PATH, .field = offsetof(TA, hostfile),
      .help = "hosts for mpirun, filled slot by slot so a replica's\nstages share a host",
      .def = "this machine"},
+    CLI_BOOL("--oversubscribe-ok", TA, o.oversubscribe_ok, 1,
+             "start more ranks than the hosts' slots (8 per core without\n"
+             "--hostfile), which is refused otherwise"),
     CLI_BOOL("--print-options", TA, print_options, 1,
              "print the run's resolved options (flags, defaults, the cost\n"
              "table's shape) as one JSON object and exit without training"),

@@ -26,7 +26,8 @@
 #include <sys/prctl.h>
 #endif
 
-#include "runtime/group.h" /* defines: DYN_RT_LAUNCHED_ENV */
+#include "runtime/group.h"    /* defines: DYN_RT_LAUNCHED_ENV */
+#include "runtime/hostfile.h" /* defines: rt_hostfile_read */
 #include "runtime/train.h"
 
 /* ---- supervising mpirun across hosts -----------------------------------------
@@ -48,8 +49,13 @@
 
 #define ABORT_MARK "dynapipe train: rank "
 #define LAUNCH_GRACE_S 10
+/* Ranks per slot (per core without a hostfile) started without
+ * --oversubscribe-ok: the tests run 4 ranks on 2 cores; 131072 ranks on 2
+ * cores (--dp 65536) swamp the machine before any rank can fail. */
+#define LAUNCH_RANKS_PER_SLOT 8
 
 static volatile sig_atomic_t launch_child = 0;
+static volatile sig_atomic_t launch_signal = 0; /* the first signal the launcher got, 0: none */
 
 /* SIGINT / SIGTERM / SIGHUP to the launcher go on to mpirun (kill is
  * async-signal-safe). */
@@ -63,6 +69,7 @@ static volatile sig_atomic_t launch_stops = 0;
 
 static void launch_forward(int sig)
 {
+    if (launch_signal == 0) launch_signal = sig;
     if (launch_child <= 0) return;
     if (launch_soft_stop && (sig == SIGINT || sig == SIGTERM) && launch_stops++ == 0) {
         kill((pid_t)launch_child, SIGUSR1);
@@ -86,6 +93,8 @@ typedef struct launch_filter {
     int in_block;
     char block[8192];
     size_t blen;
+    int passed;        /* lines passed on (dynapipe's own) */
+    char first[512];   /* the first help block Open MPI wrote, on one line */
 } launch_filter;
 
 static void launch_write(const char *s, size_t n)
@@ -113,9 +122,24 @@ static int is_ompi_log(const char *s)
     return s[0] == '[' && e != NULL && c != NULL && c < e;
 }
 
-/* A help block ended: keep only what it says about a dead rank. */
+/* A help block ended: keep only what it says about a dead rank, and the
+ * first block's text (what mpirun refused, when no rank ever started). */
 static void launch_block_end(launch_filter *f)
 {
+    if (f->first[0] == '\0') {
+        size_t o = 0;
+        int space = 0;
+        for (const char *c = f->block; *c && o + 1 < sizeof f->first; c++) {
+            if (*c == ' ' || *c == '\n' || *c == '\t') {
+                space = o > 0;
+                continue;
+            }
+            if (space && o + 2 < sizeof f->first) f->first[o++] = ' ';
+            space = 0;
+            f->first[o++] = (unsigned char)*c < 0x20 ? '?' : *c;
+        }
+        f->first[o] = '\0';
+    }
     const char *p = strstr(f->block, "mpirun noticed that process rank ");
     if (p == NULL) return;
     int rank = -1;
@@ -152,6 +176,7 @@ static int launch_line(launch_filter *f, const char *line)
         return 0;
     }
     if (is_ompi_log(line)) return 0;
+    f->passed++;
     launch_write(line, strlen(line));
     launch_write("\n", 1);
     return strncmp(line, ABORT_MARK, strlen(ABORT_MARK)) == 0;
@@ -265,14 +290,59 @@ static int launch_supervise(char **av)
     }
     close(fds[0]);
     if (stopped) return 1;
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+    if (launch_signal != 0 && !launch_soft_stop) {
+        /* the ranks' outputs are written at the end of a run that ends well:
+         * an interrupted run wrote none */
+        fprintf(stderr, "dynapipe train: interrupted by %s; the run stopped before its end, no output written\n",
+                launch_signal == SIGINT ? "SIGINT" : launch_signal == SIGTERM ? "SIGTERM" : "SIGHUP");
+        return 128 + launch_signal;
+    }
+    if (rc != 0 && filter.passed == 0 && launch_signal == 0) {
+        /* mpirun refused the job before any rank said a word: its reason */
+        if (filter.first[0] != '\0') fprintf(stderr, "dynapipe train: mpirun refused the job: %s\n", filter.first);
+        else fprintf(stderr, "dynapipe train: mpirun exited %d before any rank started\n", rc);
+    }
+    return rc;
+}
+
+/* The hostfile read and checked, and the rank count against the room the
+ * hosts have: n ranks on at most LAUNCH_RANKS_PER_SLOT per slot (per core
+ * on this machine without a hostfile; a hostfile's slots exactly, as
+ * mpirun places them without --oversubscribe), unless --oversubscribe-ok.
+ * 0, or 2 after one line (a usage error: nothing started). */
+static int launch_check_room(const dyn_train_options *o, const char *hostfile, int64_t n, long cores)
+{
+    if (hostfile != NULL) {
+        rt_hostfile_info info;
+        dyn_error e;
+        if (rt_hostfile_read(hostfile, &info, &e) != DYN_OK) {
+            fprintf(stderr, "dynapipe train: --hostfile %s\n", e.msg);
+            return 2;
+        }
+        /* slots -1: a host without slots=, whose cores mpirun counts */
+        if (o->oversubscribe_ok || info.slots < 0 || n <= info.slots) return 0;
+        fprintf(stderr,
+                "dynapipe train: --stages %d x --dp %d = %lld ranks, but the hostfile %s has %lld slot%s: give "
+                "--oversubscribe-ok to start more ranks than slots\n",
+                o->plan.stages, o->plan.dp, (long long)n, hostfile, (long long)info.slots, info.slots == 1 ? "" : "s");
+        return 2;
+    }
+    int64_t limit = (int64_t)cores * LAUNCH_RANKS_PER_SLOT;
+    if (o->oversubscribe_ok || cores <= 0 || n <= limit) return 0;
+    fprintf(stderr,
+            "dynapipe train: --stages %d x --dp %d = %lld ranks is more than %lld (%d per core, %ld cores here): "
+            "give --oversubscribe-ok to start them anyway\n",
+            o->plan.stages, o->plan.dp, (long long)n, (long long)limit, LAUNCH_RANKS_PER_SLOT, cores);
+    return 2;
 }
 
 int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc, char **argv)
 {
     int64_t n = (int64_t)o->plan.stages * o->plan.dp;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int room = launch_check_room(o, hostfile, n, cores);
+    if (room != 0) return room;
     char exe[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (len <= 0) {
@@ -297,12 +367,6 @@ int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc,
         setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     }
     if (hostfile != NULL) {
-        /* mpirun's own message for a missing file is a boxed page */
-        if (access(hostfile, R_OK) != 0) {
-            fprintf(stderr, "dynapipe train: --hostfile %s: %s\n", hostfile, strerror(errno));
-            free(av);
-            return 1;
-        }
         /* Fill each host's slots with consecutive ranks before the next
          * host: rank w = replica * S + stage, so a host with a multiple of
          * S slots holds whole pipelines and only the gradient allreduce
@@ -312,6 +376,7 @@ int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc,
         av[k++] = (char *)hostfile;
         av[k++] = "--map-by";
         av[k++] = "slot";
+        if (o->oversubscribe_ok) av[k++] = "--oversubscribe";
     } else if (cores > 0 && n > cores) {
         av[k++] = "--oversubscribe";
     }

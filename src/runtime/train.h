@@ -58,6 +58,7 @@ typedef struct dyn_train_options {
     int64_t eval_every;       /* held-out loss every N steps into the metrics; 0: never */
     int32_t eval_samples;     /* held-out samples per evaluation */
     int32_t progress;         /* 1 live line, 0 plain lines, -1 quiet; set from isatty */
+    int32_t oversubscribe_ok; /* launch.c: more ranks than LAUNCH_RANKS_PER_SLOT x slots (or cores) */
     int32_t verbose;
     /* fault injection for the tests: rank kill_rank raises SIGKILL at the start of
      * step kill_step (its 1st instruction); hang_rank stops answering at hang_step */
