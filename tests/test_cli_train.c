@@ -12,7 +12,13 @@
  *     in a folder that does not exist stops the run at once, nothing made;
  *   - the defaults: the options train builds from no flags against the
  *     documented values (--help and docs), and the lr schedule's length is
- *     the run's (--steps 2 used to record 6 total steps). */
+ *     the run's (--steps 2 used to record 6 total steps);
+ *   - the launcher: a bad hostfile (file:line), too few slots and a rank
+ *     count far past the cores are refused before mpirun, naming the limit
+ *     and --oversubscribe-ok; with a stand-in `mpirun` (a script first on
+ *     PATH), mpirun's refusal before any rank speaks becomes one line, and
+ *     an interrupt is one line and exit 130. Real MPI runs are in
+ *     test_runtime*.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -259,6 +267,90 @@ static void test_outputs_checked_first(void **state)
     cli_assert_one_line_error("profile", args, cli_run("profile", args), 2, "--out");
 }
 
+/* The launcher refuses before mpirun starts (a stand-in that would record
+ * its start proves it did not). */
+static void test_launch_refusals(void **state)
+{
+    (void)state;
+    char hf[700], args[1500];
+    const struct { const char *text, *needle; } bad[] = {
+        {"\xad\x9f\x01garbage\n", ":1: byte 0xad"},
+        {"localhost slots=abc\n", ":1: slots=abc"},
+        {"# hosts\nlocalhost slots=0\n", ":2: slots=0"},
+        {"", "no hosts"},
+        {"localhost slots=1\n", "1 slot"}, /* 2 ranks */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_file("hosts", bad[i].text, hf, sizeof hf);
+        snprintf(args, sizeof args, "--model gpt --model-config gpt-tiny --steps 1 --hostfile '%s'", hf);
+        cli_assert_one_line_error("train", args, cli_run("train", args), 2, bad[i].needle);
+    }
+    /* 131072 ranks on any machine this runs on: more than 8 per core */
+    const char *many = "--model gpt --model-config gpt-tiny --steps 1 --dp 65536";
+    cli_assert_one_line_error("train", many, cli_run("train", many), 2, "--oversubscribe-ok");
+    char *err = slurp(err_path);
+    int named = strstr(err, "131072 ranks") != NULL && strstr(err, "per core") != NULL;
+    free(err);
+    assert_true(named);
+}
+
+/* A stand-in mpirun, first on PATH: body is its shell script. */
+static void fake_mpirun(const char *body, char *bin, size_t cap)
+{
+    snprintf(bin, cap, "%s/bin", dir);
+    mkdir(bin, 0700);
+    char path[800], text[2048];
+    snprintf(path, sizeof path, "%s/mpirun", bin);
+    snprintf(text, sizeof text, "#!/bin/sh\n%s\n", body);
+    assert_int_equal(dyn_file_write_atomic(path, text, strlen(text), NULL), DYN_OK);
+    assert_int_equal(chmod(path, 0700), 0);
+}
+
+/* Run `train args` with bin first on PATH, under `timeout` (signal sig after
+ * secs, the launcher's own status kept). */
+static int run_with(const char *bin, const char *args, const char *timeout_args)
+{
+    const char *cli = getenv("DYN_CLI");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "PATH='%s':\"$PATH\" timeout %s '%s' train %s >'%s' 2>'%s'", bin, timeout_args, cli,
+             args, out_path, err_path);
+    int st = system(cmd);
+    assert_true(WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+/* mpirun fails before any rank said a word: its help block is one line,
+ * not nothing (the launcher drops Open MPI's blocks from a normal run). */
+static void test_launch_mpirun_refusal_said(void **state)
+{
+    (void)state;
+    char bin[700];
+    fake_mpirun("echo '--------------------------------------------------------------------------' >&2\n"
+                "echo 'There are not enough slots available in the system to satisfy the 2' >&2\n"
+                "echo 'slots that were requested by the application:' >&2\n"
+                "echo '--------------------------------------------------------------------------' >&2\n"
+                "exit 1",
+                bin, sizeof bin);
+    const char *args = "--model gpt --model-config gpt-tiny --steps 1";
+    int rc = run_with(bin, args, "60");
+    cli_assert_one_line_error("train", args, rc, 1, "mpirun refused the job: There are not enough slots");
+}
+
+/* SIGINT to a run saving one file: mpirun (here a stand-in that exits 1
+ * on SIGINT, as Open MPI's does) ends, and the launcher says it was
+ * interrupted and exits 130, with no weights file. */
+static void test_launch_interrupt_said(void **state)
+{
+    (void)state;
+    char bin[700], args[1500], w[800];
+    fake_mpirun("trap 'exit 1' INT TERM\nsleep 60 &\nwait", bin, sizeof bin);
+    snprintf(w, sizeof w, "%s/w.safetensors", dir);
+    snprintf(args, sizeof args, "--model gpt --model-config gpt-tiny --steps 1 --save '%s'", w);
+    int rc = run_with(bin, args, "--preserve-status -s INT 3");
+    cli_assert_one_line_error("train", args, rc, 130, "interrupted by SIGINT");
+    assert_int_equal(access(w, F_OK), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -268,6 +360,9 @@ int main(void)
         cmocka_unit_test(test_one_max_length),
         cmocka_unit_test(test_empty_paths),
         cmocka_unit_test(test_outputs_checked_first),
+        cmocka_unit_test(test_launch_refusals),
+        cmocka_unit_test(test_launch_mpirun_refusal_said),
+        cmocka_unit_test(test_launch_interrupt_said),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
