@@ -176,6 +176,9 @@ static void test_contradictions_refused(void **state)
         {"train", "--model gpt --calibrate-window 4", "--calibrate-window", "--calibrate"},
         {"train", "--model gpt --eval-samples 4", "--eval-samples", "--eval-every"},
         {"train", "--model gpt --save-every 2 --save w.safetensors", "--save-every", "--save DIR"},
+        {"eval", "--checkpoint x --max-new 3", "--max-new", "--prompt"},
+        {"eval", "--checkpoint x --prompt hi --samples 3", "--samples", "--prompt"},
+        {"eval", "--checkpoint x --prompt hi --split train", "--split", "--prompt"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = cli_run(bad[i].cmd, bad[i].args);
@@ -273,17 +276,17 @@ static void test_launch_refusals(void **state)
 {
     (void)state;
     char hf[700], args[1500];
-    const struct { const char *text, *needle; } bad[] = {
-        {"\xad\x9f\x01garbage\n", ":1: byte 0xad"},
-        {"localhost slots=abc\n", ":1: slots=abc"},
-        {"# hosts\nlocalhost slots=0\n", ":2: slots=0"},
-        {"", "no hosts"},
-        {"localhost slots=1\n", "1 slot"}, /* 2 ranks */
+    const struct { const char *text, *needle; int rc; } bad[] = {
+        {"\xad\x9f\x01garbage\n", ":1: byte 0xad", 1},
+        {"localhost slots=abc\n", ":1: slots=abc", 1},
+        {"# hosts\nlocalhost slots=0\n", ":2: slots=0", 1},
+        {"", "no hosts", 1},
+        {"localhost slots=1\n", "1 slot", 2}, /* 2 ranks: a usage error */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         write_file("hosts", bad[i].text, hf, sizeof hf);
         snprintf(args, sizeof args, "--model gpt --model-config gpt-tiny --steps 1 --hostfile '%s'", hf);
-        cli_assert_one_line_error("train", args, cli_run("train", args), 2, bad[i].needle);
+        cli_assert_one_line_error("train", args, cli_run("train", args), bad[i].rc, bad[i].needle);
     }
     /* 131072 ranks on any machine this runs on: more than 8 per core */
     const char *many = "--model gpt --model-config gpt-tiny --steps 1 --dp 65536";

@@ -46,7 +46,8 @@ static void train_args_init(train_args *t)
     t->plan.default_config[DYN_MODEL_GPT] = "gpt-mini";
     t->plan.default_config[DYN_MODEL_T5] = "t5-mini";
     t->plan.global_batch_tokens = t->o.global_batch_tokens;
-    t->plan.opt.max_seqlen = DEFAULT_MAX_SEQLEN; /* have_max_seqlen: set after parsing */
+    t->plan.opt.max_seqlen = DEFAULT_MAX_SEQLEN; /* or a cost table's (build_options) */
+    t->plan.have_max_seqlen = 1;
     t->plan.opt.stages = t->o.plan.stages;
     t->plan.have_stages = 1;
 }
@@ -223,6 +224,7 @@ static int profile_for(const train_args *t, char *path, size_t cap)
 static int parse(int argc, char **argv, train_args *t)
 {
     train_args_init(t);
+    t->plan.have_max_seqlen = 0; /* whether --max-seqlen is given (a cost table's is the default) */
     cli_flag_set sets[] = {{train_flags, t}, {plan_args_flags, &t->plan}};
     int r = cli_flags_parse(CMD, sets, 2, argc, argv);
     if (r == 1) {
@@ -230,7 +232,7 @@ static int parse(int argc, char **argv, train_args *t)
         return -1;
     }
     t->have_max_seqlen = t->plan.have_max_seqlen;
-    t->plan.have_max_seqlen = 1; /* 512, or the cost table's (build_options) */
+    t->plan.have_max_seqlen = 1;
     if (r != 0 || plan_args_finish(CMD, &t->plan) != 0 ||
         plan_args_check_methods(CMD, &t->plan, &t->plan.opt.method, 1) != 0)
         return CLI_EXIT_USAGE;

@@ -310,7 +310,8 @@ static int launch_supervise(char **av)
  * hosts have: n ranks on at most LAUNCH_RANKS_PER_SLOT per slot (per core
  * on this machine without a hostfile; a hostfile's slots exactly, as
  * mpirun places them without --oversubscribe), unless --oversubscribe-ok.
- * 0, or 2 after one line (a usage error: nothing started). */
+ * 0, or an exit code after one line (nothing started): 1 for a bad
+ * hostfile, 2 for too many ranks (a usage error). */
 static int launch_check_room(const dyn_train_options *o, const char *hostfile, int64_t n, long cores)
 {
     if (hostfile != NULL) {
@@ -318,7 +319,7 @@ static int launch_check_room(const dyn_train_options *o, const char *hostfile, i
         dyn_error e;
         if (rt_hostfile_read(hostfile, &info, &e) != DYN_OK) {
             fprintf(stderr, "dynapipe train: --hostfile %s\n", e.msg);
-            return 2;
+            return 1; /* a bad input file, as an unreadable --data */
         }
         /* slots -1: a host without slots=, whose cores mpirun counts */
         if (o->oversubscribe_ok || info.slots < 0 || n <= info.slots) return 0;
