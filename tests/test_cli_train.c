@@ -164,7 +164,6 @@ static void test_contradictions_refused(void **state)
     const struct { const char *cmd, *args, *a, *b; } bad[] = {
         {"train", "--model gpt --pack-rows 4", "--pack-rows 4", "dynapipe"},
         {"train", "--model gpt --method packing --mb-samples 2", "--mb-samples 2", "packing"},
-        {"train", "--model gpt --method padding --dp-packing", "--dp-packing", "padding"},
         {"train", "--model gpt --method token --pack-rows 2", "--pack-rows 2", "token"},
         {"plan", plan_knob, "--mb-tokens 100", "dynapipe"},
         {"simulate", sim_knob, "--pack-rows 3", "dynapipe, token"},

@@ -235,7 +235,6 @@ static const struct {
     {"--mb-samples", {DYN_BATCH_PADDING, DYN_BATCH_PADDING}, 1},
     {"--pack-rows", {DYN_BATCH_PACKING, DYN_BATCH_PACKING_DOCMASK}, 2},
     {"--mb-tokens", {DYN_BATCH_TOKEN, DYN_BATCH_TOKEN}, 1},
-    {"--dp-packing", {DYN_BATCH_DYNAPIPE, DYN_BATCH_DYNAPIPE}, 1},
 };
 
 /* Knob k's value as given (0: not given). */
@@ -244,8 +243,7 @@ static int64_t knob_value(const plan_args *a, int k)
     switch (k) {
     case 0: return a->opt.mb_samples;
     case 1: return a->opt.pack_rows;
-    case 2: return a->opt.mb_tokens;
-    default: return a->opt.enable_packing;
+    default: return a->opt.mb_tokens;
     }
 }
 
@@ -258,8 +256,8 @@ int plan_args_check_methods(const char *cmd, const plan_args *a, const dyn_batch
         for (int i = 0; i < n_methods; i++)
             for (int j = 0; j < knob_methods[k].n; j++) reads |= methods[i] == knob_methods[k].methods[j];
         if (reads) continue;
-        char given[64] = "", wants[96] = "", run[160] = "";
-        if (k < 3) snprintf(given, sizeof given, " %lld", (long long)v);
+        char given[64], wants[96] = "", run[160] = "";
+        snprintf(given, sizeof given, " %lld", (long long)v);
         for (int j = 0; j < knob_methods[k].n; j++)
             snprintf(wants + strlen(wants), sizeof wants - strlen(wants), "%s%s", j ? " or " : "",
                      dyn_batching_name(knob_methods[k].methods[j]));

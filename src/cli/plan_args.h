@@ -66,8 +66,7 @@ extern const cli_flag plan_args_flags[];
 void plan_args_init(plan_args *a);
 /* Check required flags and combinations after parsing; -1 (printed) on error. */
 int plan_args_finish(const char *cmd, plan_args *a);
-/* The method knobs given (--mb-samples, --pack-rows, --mb-tokens,
- * --dp-packing) against the batching methods the run plans with: a knob
+/* The method knobs given (--mb-samples, --pack-rows, --mb-tokens) against the batching methods the run plans with: a knob
  * that none of them reads is refused, naming the knob and the methods
  * ("--pack-rows 4 applies to --method packing or packing-docmask, not
  * dynapipe"). The knob-to-method table is the C twin of the Python

@@ -202,19 +202,20 @@ static int launch_pass(launch_filter *f, const char *buf, size_t n)
 /* Run mpirun (av) as a child, its stderr through a pipe; returns the exit
  * status for the shell: mpirun's own, 128 + signal, or 1 when it had to
  * be killed (after one line saying so). */
-static int launch_supervise(char **av)
+/* Start mpirun av as a child in its own process group, its stderr into
+ * the pipe fds (the parent keeps fds[0]); its pid, or -1 after a message. */
+static pid_t launch_spawn(char **av, int fds[2])
 {
-    int fds[2];
     if (pipe(fds) != 0) {
         fprintf(stderr, "dynapipe train: pipe: %s\n", strerror(errno));
-        return 1;
+        return -1;
     }
     pid_t pid = fork();
     if (pid < 0) {
         fprintf(stderr, "dynapipe train: fork: %s\n", strerror(errno));
         close(fds[0]);
         close(fds[1]);
-        return 1;
+        return -1;
     }
     if (pid == 0) {
         close(fds[0]);
@@ -232,7 +233,13 @@ static int launch_supervise(char **av)
         _exit(127);
     }
     close(fds[1]);
-    launch_child = pid;
+    return pid;
+}
+
+/* SIGINT, SIGTERM and SIGHUP go to the child (launch_forward); SIGPIPE is
+ * ignored, so that a closed stderr does not end the supervision. */
+static void launch_forward_signals(void)
+{
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = launch_forward;
@@ -240,7 +247,54 @@ static int launch_supervise(char **av)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN); /* a closed stderr must not end the supervision */
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* After mpirun's end: what it wrote last (without waiting for other
+ * holders of the pipe), and a last line without its newline. */
+static void launch_drain(launch_filter *f, int fd, int open_fd)
+{
+    char buf[4096];
+    for (int more = open_fd; more;) {
+        struct pollfd pf = {fd, POLLIN, 0};
+        ssize_t got = poll(&pf, 1, 0) > 0 ? read(fd, buf, sizeof buf) : 0;
+        if (got > 0)
+            launch_pass(f, buf, (size_t)got);
+        else
+            more = 0;
+    }
+    if (f->len > 0) {
+        f->line[f->len] = '\0';
+        launch_line(f, f->line);
+    }
+}
+
+/* mpirun ended with rc: an interrupt says so (exit 128 + the signal), and
+ * a failure before any rank wrote a line says what mpirun refused (its
+ * first help block, which the filter dropped). The exit status. */
+static int launch_outcome(const launch_filter *f, int rc)
+{
+    if (launch_signal != 0 && !launch_soft_stop) {
+        /* the ranks' outputs are written at the end of a run that ends
+         * well: an interrupted run wrote none */
+        fprintf(stderr, "dynapipe train: interrupted by %s; the run stopped before its end, no output written\n",
+                launch_signal == SIGINT ? "SIGINT" : launch_signal == SIGTERM ? "SIGTERM" : "SIGHUP");
+        return 128 + launch_signal;
+    }
+    if (rc != 0 && f->passed == 0 && launch_signal == 0) {
+        if (f->first[0] != '\0') fprintf(stderr, "dynapipe train: mpirun refused the job: %s\n", f->first);
+        else fprintf(stderr, "dynapipe train: mpirun exited %d before any rank started\n", rc);
+    }
+    return rc;
+}
+
+static int launch_supervise(char **av)
+{
+    int fds[2];
+    pid_t pid = launch_spawn(av, fds);
+    if (pid < 0) return 1;
+    launch_child = pid;
+    launch_forward_signals();
     char buf[4096];
     static launch_filter filter; /* 12 KB: not on the stack */
     memset(&filter, 0, sizeof filter);
@@ -275,45 +329,22 @@ static int launch_supervise(char **av)
         }
     }
     launch_child = 0;
-    /* what mpirun wrote last, without waiting for holders of the pipe */
-    for (int more = open_fd; more;) {
-        struct pollfd pf = {fds[0], POLLIN, 0};
-        ssize_t got = poll(&pf, 1, 0) > 0 ? read(fds[0], buf, sizeof buf) : 0;
-        if (got > 0)
-            launch_pass(&filter, buf, (size_t)got);
-        else
-            more = 0;
-    }
-    if (filter.len > 0) { /* a last line without its newline */
-        filter.line[filter.len] = '\0';
-        launch_line(&filter, filter.line);
-    }
+    launch_drain(&filter, fds[0], open_fd);
     close(fds[0]);
     if (stopped) return 1;
     int rc = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
-    if (launch_signal != 0 && !launch_soft_stop) {
-        /* the ranks' outputs are written at the end of a run that ends well:
-         * an interrupted run wrote none */
-        fprintf(stderr, "dynapipe train: interrupted by %s; the run stopped before its end, no output written\n",
-                launch_signal == SIGINT ? "SIGINT" : launch_signal == SIGTERM ? "SIGTERM" : "SIGHUP");
-        return 128 + launch_signal;
-    }
-    if (rc != 0 && filter.passed == 0 && launch_signal == 0) {
-        /* mpirun refused the job before any rank said a word: its reason */
-        if (filter.first[0] != '\0') fprintf(stderr, "dynapipe train: mpirun refused the job: %s\n", filter.first);
-        else fprintf(stderr, "dynapipe train: mpirun exited %d before any rank started\n", rc);
-    }
-    return rc;
+    return launch_outcome(&filter, rc);
 }
 
 /* The hostfile read and checked, and the rank count against the room the
- * hosts have: n ranks on at most LAUNCH_RANKS_PER_SLOT per slot (per core
- * on this machine without a hostfile; a hostfile's slots exactly, as
- * mpirun places them without --oversubscribe), unless --oversubscribe-ok.
+ * hosts have: n ranks on at most LAUNCH_RANKS_PER_SLOT per core on this
+ * machine without a hostfile, or a hostfile's slots exactly (as mpirun
+ * places them without --oversubscribe), unless --oversubscribe-ok.
  * 0, or an exit code after one line (nothing started): 1 for a bad
  * hostfile, 2 for too many ranks (a usage error). */
-static int launch_check_room(const dyn_train_options *o, const char *hostfile, int64_t n, long cores)
+static int launch_check_room(const dyn_train_options *o, const char *hostfile, int64_t n)
 {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (hostfile != NULL) {
         rt_hostfile_info info;
         dyn_error e;
@@ -338,11 +369,34 @@ static int launch_check_room(const dyn_train_options *o, const char *hostfile, i
     return 2;
 }
 
+/* mpirun's placement flags into av from av[k] on: the hostfile's slots
+ * filled in order (more ranks than slots only with --oversubscribe-ok),
+ * or oversubscription when n ranks exceed this host's cores. The next
+ * free index (the hostfile was checked: launch_check_room). */
+static int launch_placement(char **av, int k, const char *hostfile, int64_t n, int oversubscribe_ok)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (hostfile != NULL) {
+        /* Fill each host's slots with consecutive ranks before the next
+         * host: rank w = replica * S + stage, so a host with a multiple of
+         * S slots holds whole pipelines and only the gradient allreduce
+         * crosses hosts (group.h). Open MPI 4.1 already places nodes this
+         * way by default; asking keeps it so whatever the defaults. */
+        av[k++] = "--hostfile";
+        av[k++] = (char *)hostfile;
+        av[k++] = "--map-by";
+        av[k++] = "slot";
+        if (oversubscribe_ok) av[k++] = "--oversubscribe";
+    } else if (cores > 0 && n > cores) {
+        av[k++] = "--oversubscribe";
+    }
+    return k;
+}
+
 int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc, char **argv)
 {
     int64_t n = (int64_t)o->plan.stages * o->plan.dp;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int room = launch_check_room(o, hostfile, n, cores);
+    int room = launch_check_room(o, hostfile, n);
     if (room != 0) return room;
     char exe[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -367,20 +421,7 @@ int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc,
         setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
         setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     }
-    if (hostfile != NULL) {
-        /* Fill each host's slots with consecutive ranks before the next
-         * host: rank w = replica * S + stage, so a host with a multiple of
-         * S slots holds whole pipelines and only the gradient allreduce
-         * crosses hosts (group.h). Open MPI 4.1 already places nodes this
-         * way by default; asking keeps it so whatever the defaults. */
-        av[k++] = "--hostfile";
-        av[k++] = (char *)hostfile;
-        av[k++] = "--map-by";
-        av[k++] = "slot";
-        if (o->oversubscribe_ok) av[k++] = "--oversubscribe";
-    } else if (cores > 0 && n > cores) {
-        av[k++] = "--oversubscribe";
-    }
+    k = launch_placement(av, k, hostfile, n, o->oversubscribe_ok);
     /* Each rank sets its own thread count; Open MPI's default binding (a
      * core per rank) would squeeze a rank's threads onto one core. */
     av[k++] = "--bind-to";
