@@ -178,6 +178,8 @@ static void test_contradictions_refused(void **state)
         {"eval", "--checkpoint x --max-new 3", "--max-new", "--prompt"},
         {"eval", "--checkpoint x --prompt hi --samples 3", "--samples", "--prompt"},
         {"eval", "--checkpoint x --prompt hi --split train", "--split", "--prompt"},
+        {"profile", "--model gpt --out p.tsv --shapes 3", "--shapes", "--check"},
+        {"profile", "--model gpt --out p.tsv --seed 3", "--seed", "--check"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = cli_run(bad[i].cmd, bad[i].args);

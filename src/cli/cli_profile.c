@@ -32,7 +32,7 @@ typedef struct profile_args {
     int have_kind;
     const char *model_config;
     int32_t max_seqlen, max_rows, threads, repeats, sweeps, quick, shapes, quiet, link, verbose;
-    int repeats_given, threads_given;
+    int repeats_given, threads_given, shapes_given, seed_given;
     int64_t max_tokens; /* --check: held-out shapes of at most this many rows x tokens (0: any) */
     uint64_t seed;
     const char *out, *check;
@@ -493,9 +493,11 @@ static const cli_flag profile_flags[] = {
     CLI_PATH("--check", "analytic|FILE", PF, check,
             "instead: measure --shapes held-out shapes and print the\n"
             "predicted vs measured error per layer kind"),
-    CLI_I32("--shapes", "N", PF, shapes, 1, 100000, "held-out shapes per kind for --check"),
+    {.name = "--shapes", .metavar = "N", .type = CLI_FLAG_I32, .field = offsetof(PF, shapes),
+     .given = CLI_GIVEN(PF, shapes_given), .min = 1, .max = 100000, .help = "held-out shapes per kind for --check"},
     CLI_BOOL("--verbose", PF, verbose, 1, "--check: one line per held-out shape as well"),
-    CLI_I64("--seed", "N", PF, seed, 0, INT64_MAX, "held-out shapes' seed"),
+    {.name = "--seed", .metavar = "N", .type = CLI_FLAG_I64, .field = offsetof(PF, seed),
+     .given = CLI_GIVEN(PF, seed_given), .min = 0, .max = INT64_MAX, .help = "held-out shapes' seed"},
     {.name = "--max-tokens", .metavar = "N", .type = CLI_FLAG_I64, .field = offsetof(PF, max_tokens), .min = 1,
      .max = INT64_MAX,
      .help = "grid points over N rows x tokens are scaled from fewer\n"
@@ -554,6 +556,11 @@ static int parse(int argc, char **argv, profile_args *a)
     }
     if ((a->out == NULL) == (a->check == NULL)) {
         cli_errorf(CMD, "give exactly one of --out FILE and --check analytic|FILE");
+        return CLI_EXIT_USAGE;
+    }
+    const char *check_only = a->shapes_given ? "--shapes" : a->seed_given ? "--seed" : a->verbose ? "--verbose" : NULL;
+    if (a->out != NULL && check_only != NULL) {
+        cli_errorf(CMD, "%s applies to --check, not to --out %s", check_only, a->out);
         return CLI_EXIT_USAGE;
     }
     if (a->repeats == 0) a->repeats = a->quick ? 3 : 5;

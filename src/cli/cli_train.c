@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli/cli.h"       /* defines: cli_errorf, cli_profile_cached, CLI_EXIT_* */
 #include "cli/flags.h"     /* defines: cli_flag, cli_flags_parse, cli_flags_usage */
 #include "cli/plan_args.h" /* defines: plan_args_*, plan_inputs_* */
@@ -352,31 +354,46 @@ static int build_options(const train_args *t, dyn_train_options *o)
 }
 
 /* The resolved options as one JSON object on stdout (--print-options): what
- * a run of these flags would train with. */
+ * a run of these flags would train with. Floats are printed as the float
+ * the run holds (0.001, not 0.0010000000474974513). */
 static int print_options(const dyn_train_options *o, const char *hostfile)
 {
     const dyn_model_config *m = &o->model;
-    printf("{\"model\":{\"kind\":\"%s\",\"n_layers\":%d,\"n_dec_layers\":%d,\"hidden\":%d,\"heads\":%d,"
-           "\"head_dim\":%d,\"ffn\":%d,\"vocab\":%d,\"max_seqlen\":%d},",
-           dyn_model_kind_name(m->kind), m->n_layers, m->n_dec_layers, m->hidden, m->heads, m->head_dim, m->ffn,
-           m->vocab, m->max_seqlen);
-    printf("\"method\":\"%s\",\"stages\":%d,\"dp\":%d,\"chunks\":%d,\"schedule\":\"%s\",\"order_groups\":%d,"
-           "\"plan_ahead\":%d,\"cost_table\":%s%s%s,",
-           dyn_batching_name(o->plan.method), o->plan.stages, o->plan.dp, o->plan.chunks,
-           o->schedule == DYN_SCHEDULE_AUTO ? "auto" : dyn_schedule_name((dyn_schedule)o->schedule), o->order_groups,
-           o->plan_ahead, o->cost_table ? "\"" : "", o->cost_table ? o->cost_table : "null", o->cost_table ? "\"" : "");
-    printf("\"data\":\"%s\",\"samples\":%d,\"global_batch_tokens\":%lld,\"steps\":%lld,\"seed\":%llu,",
-           o->data_spec, o->n_samples, (long long)o->global_batch_tokens, (long long)o->steps,
-           (unsigned long long)o->seed);
-    printf("\"lr\":%.7g,\"min_lr\":%.7g,\"warmup_steps\":%lld,\"total_steps\":%lld,\"beta1\":%.7g,\"beta2\":%.7g,"
-           "\"adam_eps\":%.7g,\"weight_decay\":%.7g,\"clip\":%.9g,",
-           (double)o->lr.max_lr, (double)o->lr.min_lr, (long long)o->lr.warmup_steps, (long long)o->lr.total_steps,
-           (double)o->adamw.beta1, (double)o->adamw.beta2, (double)o->adamw.eps, (double)o->adamw.weight_decay,
-           o->clip_norm);
-    printf("\"threads\":%d,\"timeout_s\":%.9g,\"calibrate\":%d,\"calibrate_window\":%d,\"eval_every\":%lld,"
-           "\"eval_samples\":%d,\"save_every\":%lld,\"hostfile\":%s%s%s}\n",
-           o->threads, o->timeout_s, o->calibrate, o->calibrate_window, (long long)o->eval_every, o->eval_samples,
-           (long long)o->save_every, hostfile ? "\"" : "", hostfile ? hostfile : "null", hostfile ? "\"" : "");
+    cJSON *j = cJSON_CreateObject(), *mj = cJSON_AddObjectToObject(j, "model");
+    char f32[32];
+#define NUM(obj, key, v) cJSON_AddNumberToObject((obj), (key), (double)(v))
+#define F32(key, v) (snprintf(f32, sizeof f32, "%.7g", (double)(v)), cJSON_AddRawToObject(j, (key), f32))
+#define STR(key, v) ((v) ? cJSON_AddStringToObject(j, (key), (v)) : cJSON_AddNullToObject(j, (key)))
+    cJSON_AddStringToObject(mj, "kind", dyn_model_kind_name(m->kind));
+    NUM(mj, "n_layers", m->n_layers), NUM(mj, "n_dec_layers", m->n_dec_layers), NUM(mj, "hidden", m->hidden);
+    NUM(mj, "heads", m->heads), NUM(mj, "head_dim", m->head_dim), NUM(mj, "ffn", m->ffn);
+    NUM(mj, "vocab", m->vocab), NUM(mj, "max_seqlen", m->max_seqlen);
+    cJSON_AddStringToObject(j, "method", dyn_batching_name(o->plan.method));
+    NUM(j, "stages", o->plan.stages), NUM(j, "dp", o->plan.dp), NUM(j, "chunks", o->plan.chunks);
+    STR("schedule", o->schedule == DYN_SCHEDULE_AUTO ? "auto" : dyn_schedule_name((dyn_schedule)o->schedule));
+    NUM(j, "order_groups", o->order_groups), NUM(j, "plan_ahead", o->plan_ahead);
+    STR("cost_table", o->cost_table), STR("data", o->data_spec);
+    NUM(j, "samples", o->n_samples), NUM(j, "global_batch_tokens", o->global_batch_tokens);
+    NUM(j, "steps", o->steps), NUM(j, "seed", o->seed);
+    F32("lr", o->lr.max_lr), F32("min_lr", o->lr.min_lr);
+    NUM(j, "warmup_steps", o->lr.warmup_steps), NUM(j, "total_steps", o->lr.total_steps);
+    F32("beta1", o->adamw.beta1), F32("beta2", o->adamw.beta2), F32("adam_eps", o->adamw.eps);
+    F32("weight_decay", o->adamw.weight_decay), NUM(j, "clip", o->clip_norm);
+    NUM(j, "threads", o->threads), NUM(j, "timeout_s", o->timeout_s), NUM(j, "calibrate", o->calibrate);
+    NUM(j, "calibrate_window", o->calibrate_window), NUM(j, "eval_every", o->eval_every);
+    NUM(j, "eval_samples", o->eval_samples), NUM(j, "save_every", o->save_every);
+    STR("hostfile", hostfile);
+#undef NUM
+#undef F32
+#undef STR
+    char *text = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (text == NULL) {
+        cli_errorf(CMD, "out of memory");
+        return CLI_EXIT_FAIL;
+    }
+    printf("%s\n", text);
+    cJSON_free(text);
     return fflush(stdout) == 0 && !ferror(stdout) ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 }
 
