@@ -69,8 +69,23 @@ static dyn_train_options options(dyn_model_kind kind, int layers)
     return o;
 }
 
-/* The reference step: samples of the first global batch one at a time. */
-static dyn_model *reference(dyn_model_kind kind, int layers)
+/* The learning rate of 0-based step s, written from the schedule's
+ * definition (docs/model.md), not from dyn_lr_at: a linear warm-up to
+ * max_lr (step s < warmup gets max_lr * (s + 1) / warmup), then a cosine
+ * from max_lr at step warmup down to min_lr at the last step, total - 1. */
+static double lr_expected(int64_t s, double max_lr, double min_lr, int64_t warmup, int64_t total)
+{
+    if (s < warmup) return max_lr * (double)(s + 1) / (double)warmup;
+    if (s >= total - 1) return min_lr;
+    const double pi = 3.14159265358979323846;
+    double t = (double)(s - warmup) / (double)(total - 1 - warmup);
+    return min_lr + (max_lr - min_lr) * 0.5 * (1.0 + cos(pi * t));
+}
+
+/* The reference run: `steps` global batches in the sampler's order, each
+ * one's samples one at a time through the whole model, then an AdamW step
+ * at lr[k]. */
+static dyn_model *reference_steps(dyn_model_kind kind, int layers, int steps, const double *lr)
 {
     dyn_train_options o = options(kind, layers);
     dyn_error err;
@@ -79,32 +94,42 @@ static dyn_model *reference(dyn_model_kind kind, int layers)
     const dyn_dataset *ds = rt_source_lengths(src);
     dyn_sampler *smp = dyn_sampler_create(ds, o.global_batch_tokens, &err);
     assert_non_null(smp);
-    const dyn_sample *batch;
-    int32_t n;
-    assert_int_equal(dyn_sampler_next(smp, &batch, &n, &err), DYN_OK);
-    assert_true(n > 4);
-    int64_t tgt = 0;
-    for (int32_t i = 0; i < n; i++) tgt += batch[i].target_len;
     dyn_model *m = dyn_model_create(&o.model, o.seed, &err);
     assert_non_null(m);
     dyn_model_acts *a = dyn_model_acts_create(&err);
-    for (int32_t i = 0; i < n; i++) {
-        int32_t in[2 * SEQ], tg[2 * SEQ];
-        assert_int_equal(rt_source_tokens(src, batch[i].id, in, tg, &err), DYN_OK);
-        dyn_token_sample s = {in, batch[i].input_len, tg, batch[i].target_len};
-        dyn_model_microbatch *mb = dyn_model_microbatch_create_padded(kind, &s, 1, &err);
-        assert_non_null(mb);
-        double loss;
-        assert_int_equal(dyn_model_forward(m, a, mb, 0, &loss, NULL, &err), DYN_OK);
-        assert_int_equal(dyn_model_backward(m, a, mb, (float)(1.0 / (double)tgt), &err), DYN_OK);
-        dyn_model_microbatch_free(mb);
+    for (int k = 0; k < steps; k++) {
+        const dyn_sample *batch;
+        int32_t n;
+        assert_int_equal(dyn_sampler_next(smp, &batch, &n, &err), DYN_OK);
+        assert_true(n > 4);
+        int64_t tgt = 0;
+        for (int32_t i = 0; i < n; i++) tgt += batch[i].target_len;
+        dyn_model_zero_grad(m);
+        for (int32_t i = 0; i < n; i++) {
+            int32_t in[2 * SEQ], tg[2 * SEQ];
+            assert_int_equal(rt_source_tokens(src, batch[i].id, in, tg, &err), DYN_OK);
+            dyn_token_sample s = {in, batch[i].input_len, tg, batch[i].target_len};
+            dyn_model_microbatch *mb = dyn_model_microbatch_create_padded(kind, &s, 1, &err);
+            assert_non_null(mb);
+            double loss;
+            assert_int_equal(dyn_model_forward(m, a, mb, 0, &loss, NULL, &err), DYN_OK);
+            assert_int_equal(dyn_model_backward(m, a, mb, (float)(1.0 / (double)tgt), &err), DYN_OK);
+            dyn_model_microbatch_free(mb);
+        }
+        dyn_model_adamw_step(m, (float)lr[k], &o.adamw, o.clip_norm);
     }
-    /* a one-step run's cosine ends at once: its step takes min_lr */
-    dyn_model_adamw_step(m, dyn_lr_at(&o.lr, 0), &o.adamw, o.clip_norm);
     dyn_model_acts_free(a);
     dyn_sampler_free(smp);
     rt_source_free(src);
     return m;
+}
+
+/* The reference step: samples of the first global batch one at a time; a
+ * one-step run's cosine ends at once, so its step takes min_lr. */
+static dyn_model *reference(dyn_model_kind kind, int layers)
+{
+    double lr = 1e-4;
+    return reference_steps(kind, layers, 1, &lr);
 }
 
 /* Run `dynapipe train` with timeout; returns its exit code. */
@@ -124,8 +149,9 @@ static int train(const char *args)
     return WEXITSTATUS(st);
 }
 
-/* Largest |a - b| over a tensor relative to the tensor's largest |a|. */
-static void expect_same(const dyn_model *ref, const char *what)
+/* Largest |a - b| over a tensor relative to the tensor's largest |a|, at
+ * most tol. */
+static void expect_close(const dyn_model *ref, const char *what, double tol)
 {
     char path[700];
     snprintf(path, sizeof path, "%s/w.safetensors", dir);
@@ -151,8 +177,13 @@ static void expect_same(const dyn_model *ref, const char *what)
         }
     }
     print_message("  %-40s max relative difference %.2e (%s)\n", what, worst, worst_name);
-    if (worst > 1e-5) fail_msg("%s: parameters differ from the single-process step by %.3g (%s)", what, worst, worst_name);
+    if (worst > tol) fail_msg("%s: parameters differ from the single-process run by %.3g (%s)", what, worst, worst_name);
     dyn_model_free(m);
+}
+
+static void expect_same(const dyn_model *ref, const char *what)
+{
+    expect_close(ref, what, 1e-5);
 }
 
 static void run_same(const dyn_model *ref, const char *args)
@@ -218,6 +249,51 @@ static void test_t5(void **state)
     run_same(ref, "--model t5 --model-config t5-tiny --layers 2 --dec-layers 2 --stages 2 --schedule cyclic");
     run_same(ref, "--model t5 --model-config t5-tiny --layers 2 --dec-layers 2 --stages 2 --method packing-docmask --schedule 1f1b");
     run_same(ref, "--model t5 --model-config t5-tiny --layers 2 --dec-layers 2 --stages 2 --dp 2 --schedule auto");
+    dyn_model_free(ref);
+}
+
+/* Six steps with a two-step warm-up and the cosine to --min-lr: the lr of
+ * every iteration in the metrics is the schedule's formula (lr_expected,
+ * written here from its definition), and the parameters after the six
+ * steps are a single process's after the same six batches at those rates
+ * (pipelined, and with two data-parallel replicas). One step alone cannot
+ * tell a schedule shifted by a step: steps 0 and 1 of a one-step run
+ * both take min_lr. */
+static void test_gpt_six_steps_lr_schedule(void **state)
+{
+    (void)state;
+    enum { K = 6, WARMUP = 2 };
+    const double min_lr = 1e-4;
+    double lr[K];
+    for (int k = 0; k < K; k++) lr[k] = lr_expected(k, LR, min_lr, WARMUP, K);
+    dyn_model *ref = reference_steps(DYN_MODEL_GPT, 4, K, lr);
+    static const char *const runs[] = {
+        "--model gpt --model-config gpt-tiny --layers 4 --stages 2 --schedule 1f1b",
+        "--model gpt --model-config gpt-tiny --layers 4 --stages 2 --dp 2 --schedule zb",
+    };
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        char metrics[700], args[2048];
+        snprintf(metrics, sizeof metrics, "%s/metrics6.jsonl", dir);
+        snprintf(args, sizeof args, "%s --steps %d --warmup %d --min-lr %g --metrics '%s' --save '%s/w.safetensors'",
+                 runs[r], K, WARMUP, min_lr, metrics, dir);
+        int rc = train(args);
+        if (rc != 0) fail_msg("dynapipe train %s: exit %d: %s", args, rc, slurp(err_path));
+        char *text = slurp(metrics);
+        int lines = 0;
+        for (char *line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n"), lines++) {
+            cJSON *j = cJSON_Parse(line);
+            if (j == NULL) fail_msg("metrics line does not parse: %s", line);
+            int step = (int)cJSON_GetObjectItemCaseSensitive(j, "step")->valuedouble;
+            double got = cJSON_GetObjectItemCaseSensitive(j, "lr")->valuedouble;
+            assert_int_equal(step, lines); /* 0-based, one line per step */
+            if (fabs(got - lr[step]) > 2e-5 * lr[step])
+                fail_msg("%s: step %d: lr %.6g, the schedule gives %.6g", runs[r], step, got, lr[step]);
+            cJSON_Delete(j);
+        }
+        free(text);
+        assert_int_equal(lines, K);
+        expect_close(ref, runs[r], 1e-5);
+    }
     dyn_model_free(ref);
 }
 
@@ -373,11 +449,13 @@ int main(void)
         cmocka_unit_test(test_gpt_interleaved_4),
         cmocka_unit_test(test_gpt_methods_and_dp),
         cmocka_unit_test(test_t5),
+        cmocka_unit_test(test_gpt_six_steps_lr_schedule),
         cmocka_unit_test(test_metrics_compute),
         cmocka_unit_test(test_calibration_next_plan),
         cmocka_unit_test(test_faults),
     };
     if (cli_setup_dir() != 0) return 1;
+    if (getenv("DYN_TEST_FILTER")) cmocka_set_test_filter(getenv("DYN_TEST_FILTER")); /* one test, by name */
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     cli_teardown_dir();
     return rc;

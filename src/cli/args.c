@@ -1,5 +1,5 @@
-/* args.c — checked number parsing, error printing and JSON output for the
- * subcommands. */
+/* args.c — checked number parsing, error printing, output checks and JSON
+ * output for the subcommands. */
 #include "cli/cli.h"
 
 #include <cjson/cJSON.h>
@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "util/util.h" /* defines: dyn_file_write_atomic, dyn_parse_finite */
 
@@ -81,6 +83,47 @@ int cli_parse_f64(const char *cmd, const char *flag, const char *text, double mi
         return -1;
     }
     *out = v;
+    return 0;
+}
+
+int cli_output_check(const char *cmd, const char *flag, const char *path, int is_dir)
+{
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (is_dir ? !S_ISDIR(st.st_mode) : S_ISDIR(st.st_mode)) {
+            cli_errorf(cmd, "%s %s: %s", flag, path, is_dir ? "exists and is not a folder" : "is a folder");
+            return -1;
+        }
+        if (access(path, W_OK) != 0) {
+            cli_errorf(cmd, "%s %s: not writable (%s)", flag, path, strerror(errno));
+            return -1;
+        }
+        return 0;
+    }
+    /* The folder it goes in: everything before the last '/' ("." without). */
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--; /* "dir/" names dir */
+    const char *slash = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (path[i] == '/') slash = path + i;
+    char parent[4096];
+    size_t len = slash == NULL ? 0 : slash == path ? 1 : (size_t)(slash - path);
+    if (len >= sizeof parent) {
+        cli_errorf(cmd, "%s: path too long", flag);
+        return -1;
+    }
+    if (slash == NULL) strcpy(parent, ".");
+    else memcpy(parent, path, len), parent[len] = '\0';
+    int found = stat(parent, &st) == 0;
+    if (!found || !S_ISDIR(st.st_mode)) {
+        cli_errorf(cmd, "%s %s: %s %s", flag, path, parent,
+                   found ? "is not a folder" : errno == ENOENT ? "does not exist" : strerror(errno));
+        return -1;
+    }
+    if (access(parent, W_OK | X_OK) != 0) {
+        cli_errorf(cmd, "%s %s: the folder %s is not writable (%s)", flag, path, parent, strerror(errno));
+        return -1;
+    }
     return 0;
 }
 

@@ -34,6 +34,13 @@ int cli_parse_i32(const char *cmd, const char *flag, const char *text, int32_t m
 int cli_parse_f64(const char *cmd, const char *flag, const char *text, double min, double max,
                   double *out);
 
+/* An output the run will write at its end, checked before any work starts
+ * so that no hours of work are lost to a late error: `path` (a file, or a
+ * folder when is_dir) must be creatable — its folder exists, is a folder
+ * and is writable — and, when it exists, be of that kind and writable.
+ * Nothing is created. 0, or -1 after one line naming the flag and path. */
+int cli_output_check(const char *cmd, const char *flag, const char *path, int is_dir);
+
 /* Format root (a cJSON tree) and write it to path atomically; on failure print
  * the one-line error and return -1 (no file is left), else 0. */
 struct cJSON;

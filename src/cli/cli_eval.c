@@ -23,23 +23,27 @@ typedef struct eval_args {
     int64_t n, max_new, threads;
     int accuracy;
     int split; /* 0 train, 1 heldout (split_names) */
+    int have_split, have_n, have_max_new; /* given */
 } eval_args;
 
 static const char *const split_names[] = {"train", "heldout", NULL};
 
 static const cli_flag eval_flags[] = {
-    {.name = "--checkpoint", .metavar = "DIR", .type = CLI_FLAG_STR, .field = offsetof(eval_args, ckpt),
+    {.name = "--checkpoint", .metavar = "DIR", .type = CLI_FLAG_PATH, .field = offsetof(eval_args, ckpt),
      .help = "the checkpoint", .def = "required"},
-    {.name = "--data", .metavar = "SPEC", .type = CLI_FLAG_STR, .field = offsetof(eval_args, spec),
+    {.name = "--data", .metavar = "SPEC", .type = CLI_FLAG_PATH, .field = offsetof(eval_args, spec),
      .help = "token corpus, its held-out split for the built-in dataset",
      .def = "the one the checkpoint trained on"},
-    CLI_ENUM("--split", "heldout|train", eval_args, split, split_names, "which built-in split"),
-    CLI_I64("--samples", "N", eval_args, n, 1, 100000000, "samples evaluated"),
+    {.name = "--split", .metavar = "heldout|train", .type = CLI_FLAG_ENUM, .field = offsetof(eval_args, split),
+     .given = CLI_GIVEN(eval_args, have_split), .names = split_names, .help = "which built-in split"},
+    {.name = "--samples", .metavar = "N", .type = CLI_FLAG_I64, .field = offsetof(eval_args, n),
+     .given = CLI_GIVEN(eval_args, have_n), .min = 1, .max = 100000000, .help = "samples evaluated"},
     CLI_BOOL("--no-accuracy", eval_args, accuracy, 0, "loss only (skips the greedy generation)"),
     CLI_STR("--prompt", "TEXT", eval_args, prompt,
             "print the greedy continuation of TEXT's bytes followed by the\n"
             "separator token (as the built-in tasks' inputs end), and stop"),
-    CLI_I64("--max-new", "N", eval_args, max_new, 1, 1 << 20, "tokens generated for --prompt"),
+    {.name = "--max-new", .metavar = "N", .type = CLI_FLAG_I64, .field = offsetof(eval_args, max_new),
+     .given = CLI_GIVEN(eval_args, have_max_new), .min = 1, .max = 1 << 20, .help = "tokens generated for --prompt"},
     CLI_I64("--threads", "T", eval_args, threads, 1, 1024, "kernel threads"),
     CLI_END,
 };
@@ -156,6 +160,18 @@ int cli_eval_main(int argc, char **argv)
     if (r != 0) return CLI_EXIT_USAGE;
     if (ea.ckpt == NULL) {
         cli_errorf(CMD, "--checkpoint DIR is required");
+        return CLI_EXIT_USAGE;
+    }
+    /* flags of the other mode: --prompt generates once; the rest evaluate */
+    const char *other = ea.prompt == NULL ? (ea.have_max_new ? "--max-new" : NULL)
+                        : ea.spec         ? "--data"
+                        : ea.have_split   ? "--split"
+                        : ea.have_n       ? "--samples"
+                        : !ea.accuracy    ? "--no-accuracy"
+                                          : NULL;
+    if (other != NULL) {
+        cli_errorf(CMD, ea.prompt ? "%s applies to the evaluation, not to --prompt" : "%s applies to --prompt only",
+                   other);
         return CLI_EXIT_USAGE;
     }
     dyn_threads_init();

@@ -342,11 +342,11 @@ static int parse_schedule(const char *cmd, const cli_flag *f, const char *v, voi
 
 static const cli_flag plan_flags[] = {
     CLI_SECTION("output:"),
-    CLI_STR("--json", "OUT", plan_cmd, json_path, "write the plans as JSON (key global_batches)"),
+    CLI_PATH("--json", "OUT", plan_cmd, json_path, "write the plans as JSON (key global_batches)"),
     CLI_BOOL("--quiet", plan_cmd, verbosity, 0, "print only the per-batch and total lines"),
     CLI_BOOL("--verbose", plan_cmd, verbosity, 2, "print every micro-batch's time and memory"),
     CLI_BOOL("--show-plan", plan_cmd, show, 1, "print each batch's execution plan (per-rank instructions)"),
-    CLI_STR("--plan-out", "PREFIX", plan_cmd, prefix, "write each plan, binary, to PREFIX.<batch>.<replica>.dynplan"),
+    CLI_PATH("--plan-out", "PREFIX", plan_cmd, prefix, "write each plan, binary, to PREFIX.<batch>.<replica>.dynplan"),
     CLI_FN("--schedule", "NAME", parse_schedule,
            "schedule of those plans: 1f1b, cyclic, wait-free-cyclic,\n"
            "interleaved, zb, or auto (default: best by simulation);\n"
@@ -384,7 +384,8 @@ static int parse_flags(plan_cmd *pc, int argc, char **argv)
         return 1;
     }
     if (r != 0) return -1;
-    return plan_args_finish(CMD, &pc->a) != 0 ? -1 : 0;
+    if (plan_args_finish(CMD, &pc->a) != 0) return -1;
+    return plan_args_check_methods(CMD, &pc->a, &pc->a.opt.method, 1) != 0 ? -1 : 0;
 }
 
 /* The JSON document's root with the run's fields; *batches receives its

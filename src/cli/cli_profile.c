@@ -32,7 +32,7 @@ typedef struct profile_args {
     int have_kind;
     const char *model_config;
     int32_t max_seqlen, max_rows, threads, repeats, sweeps, quick, shapes, quiet, link, verbose;
-    int repeats_given, threads_given;
+    int repeats_given, threads_given, shapes_given, seed_given;
     int64_t max_tokens; /* --check: held-out shapes of at most this many rows x tokens (0: any) */
     uint64_t seed;
     const char *out, *check;
@@ -469,7 +469,7 @@ static int parse_kind(const char *cmd, const cli_flag *f, const char *v, void *a
 #define PF profile_args
 static const cli_flag profile_flags[] = {
     CLI_FN("--model", "gpt|t5", parse_kind, "model kind (required)"),
-    {.name = "--model-config", .metavar = "NAME|FILE", .type = CLI_FLAG_STR, .field = offsetof(PF, model_config),
+    {.name = "--model-config", .metavar = "NAME|FILE", .type = CLI_FLAG_PATH, .field = offsetof(PF, model_config),
      .help = "preset or model JSON", .def = "gpt-tiny / t5-tiny"},
     CLI_I32("--max-seqlen", "L", PF, max_seqlen, 8, 1 << 20, "longest length on the grid"),
     CLI_I32("--max-rows", "R", PF, max_rows, 1, 1 << 16, "most micro-batch rows on the grid"),
@@ -489,13 +489,15 @@ static const cli_flag profile_flags[] = {
              "a third of the points per axis but for the embedding,\n"
              "and full recompute derived, not timed (gpt-mini with\n"
              "--max-tokens 16384: under a minute; t5-tiny: 75 s)"),
-    CLI_STR("--out", "FILE", PF, out, "the cost table (written atomically)"),
-    CLI_STR("--check", "analytic|FILE", PF, check,
+    CLI_PATH("--out", "FILE", PF, out, "the cost table (written atomically)"),
+    CLI_PATH("--check", "analytic|FILE", PF, check,
             "instead: measure --shapes held-out shapes and print the\n"
             "predicted vs measured error per layer kind"),
-    CLI_I32("--shapes", "N", PF, shapes, 1, 100000, "held-out shapes per kind for --check"),
+    {.name = "--shapes", .metavar = "N", .type = CLI_FLAG_I32, .field = offsetof(PF, shapes),
+     .given = CLI_GIVEN(PF, shapes_given), .min = 1, .max = 100000, .help = "held-out shapes per kind for --check"},
     CLI_BOOL("--verbose", PF, verbose, 1, "--check: one line per held-out shape as well"),
-    CLI_I64("--seed", "N", PF, seed, 0, INT64_MAX, "held-out shapes' seed"),
+    {.name = "--seed", .metavar = "N", .type = CLI_FLAG_I64, .field = offsetof(PF, seed),
+     .given = CLI_GIVEN(PF, seed_given), .min = 0, .max = INT64_MAX, .help = "held-out shapes' seed"},
     {.name = "--max-tokens", .metavar = "N", .type = CLI_FLAG_I64, .field = offsetof(PF, max_tokens), .min = 1,
      .max = INT64_MAX,
      .help = "grid points over N rows x tokens are scaled from fewer\n"
@@ -556,6 +558,11 @@ static int parse(int argc, char **argv, profile_args *a)
         cli_errorf(CMD, "give exactly one of --out FILE and --check analytic|FILE");
         return CLI_EXIT_USAGE;
     }
+    const char *check_only = a->shapes_given ? "--shapes" : a->seed_given ? "--seed" : a->verbose ? "--verbose" : NULL;
+    if (a->out != NULL && check_only != NULL) {
+        cli_errorf(CMD, "%s applies to --check, not to --out %s", check_only, a->out);
+        return CLI_EXIT_USAGE;
+    }
     if (a->repeats == 0) a->repeats = a->quick ? 3 : 5;
     if (a->sweeps == 0) a->sweeps = a->quick ? 1 : 2; /* --quick stays a couple of minutes */
     return 0;
@@ -591,6 +598,8 @@ int cli_profile_main(int argc, char **argv)
     dyn_model_config cfg;
     if ((rc = resolve(&a, &cfg)) != 0) return rc;
     if (a.check) return run_check(&a, &cfg);
+    /* the table is written after minutes of measuring: its folder is checked first */
+    if (cli_output_check(CMD, "--out", a.out, 0) != 0) return CLI_EXIT_USAGE;
     return cli_profile_write(&cfg, a.threads, a.repeats, a.sweeps, a.quick, a.max_rows, a.max_tokens,
                              a.quiet ? -1 : isatty(2) ? 1 : 0, a.out);
 }

@@ -160,7 +160,7 @@ static const cli_flag sim_flags[] = {
            "packing, packing-docmask, token (default: all five)"),
     CLI_I32("--order-groups", "K", sim_args, order_groups, 1, DYN_ORDER_MAX_GROUPS,
             "micro-batch order search groups for auto"),
-    CLI_STR("--microbatches", "FILE", sim_args, microbatches,
+    CLI_PATH("--microbatches", "FILE", sim_args, microbatches,
             "simulate the micro-batches of a what-if file instead of\n"
             "planning (format: docs/simulator.md)"),
     CLI_BOOL("--no-comm", sim_args, no_comm, 1, "messages take no time (instead of the machine's link model)"),
@@ -170,9 +170,9 @@ static const cli_flag sim_flags[] = {
     CLI_BOOL("--markdown", sim_args, markdown, 1,
              "print the summary as a markdown table: one row per method,\n"
              "one column per schedule, cells tokens/s (speed-up over packing)"),
-    CLI_STR("--trace", "FILE.json", sim_args, trace, "Chrome/Perfetto trace of the first batch, method, schedule"),
-    CLI_STR("--svg", "FILE.svg", sim_args, svg, "SVG timeline of the same run"),
-    CLI_STR("--json", "OUT", sim_args, json,
+    CLI_PATH("--trace", "FILE.json", sim_args, trace, "Chrome/Perfetto trace of the first batch, method, schedule"),
+    CLI_PATH("--svg", "FILE.svg", sim_args, svg, "SVG timeline of the same run"),
+    CLI_PATH("--json", "OUT", sim_args, json,
             "per global batch and method: makespan_ms, bubble_fraction,\n"
             "peak_memory_mb (per stage), tokens_per_s"),
     CLI_END,
@@ -221,7 +221,9 @@ static int parse_args(sim_args *a, int argc, char **argv)
         a->n_methods = 1;
         a->methods[0] = a->plan.opt.method;
     }
-    if (a->microbatches == NULL && plan_args_finish(CMD, &a->plan) != 0) return -1;
+    if (a->microbatches == NULL && (plan_args_finish(CMD, &a->plan) != 0 ||
+                                    plan_args_check_methods(CMD, &a->plan, a->methods, a->n_methods) != 0))
+        return -1;
     /* A what-if file gives the costs: flags that would plan are contradictions. */
     if (a->microbatches) {
         const plan_args *p = &a->plan;

@@ -7,8 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
-#include "cli/cli_machine.h" /* defines: cli_train_header, cli_rank_argv */       /* defines: cli_errorf, cli_profile_cached, CLI_EXIT_* */
+#include <cjson/cJSON.h>
+
+#include "cli/cli.h"         /* defines: cli_errorf, cli_profile_cached, CLI_EXIT_* */
+#include "cli/cli_machine.h" /* defines: cli_train_header, cli_rank_argv */
 #include "cli/flags.h"     /* defines: cli_flag, cli_flags_parse, cli_flags_usage */
 #include "cli/plan_args.h" /* defines: plan_args_*, plan_inputs_* */
 #include "dynapipe/model_config.h"
@@ -20,6 +22,7 @@
 #include "runtime/train.h"
 
 #define CMD "train"
+#define DEFAULT_MAX_SEQLEN 512 /* without --max-seqlen and a cost table */
 
 /* Everything the command line chose, read-only once parsed; the run's
  * options (dyn_train_options, with the shape, machine and planner options
@@ -31,6 +34,10 @@ typedef struct train_args {
     cli_train_defaults defaulted; /* which of the header's settings were not given */
     int profile_auto;    /* --profile auto */
     int have_warmup;     /* --warmup given */
+    int have_samples;    /* --samples given */
+    int have_max_seqlen; /* --max-seqlen given (else 512, or a cost table's max length) */
+    int have_order_groups, have_calibrate_window, have_eval_samples; /* given */
+    int print_options;   /* --print-options */
 } train_args;
 
 static void train_args_init(train_args *t)
@@ -44,7 +51,7 @@ static void train_args_init(train_args *t)
     t->plan.default_config[DYN_MODEL_GPT] = "gpt-mini";
     t->plan.default_config[DYN_MODEL_T5] = "t5-mini";
     t->plan.global_batch_tokens = t->o.global_batch_tokens;
-    t->plan.opt.max_seqlen = 512;
+    t->plan.opt.max_seqlen = DEFAULT_MAX_SEQLEN; /* or a cost table's (build_options) */
     t->plan.have_max_seqlen = 1;
     t->plan.opt.stages = t->o.plan.stages;
     t->plan.have_stages = 1;
@@ -75,7 +82,7 @@ static int parse_profile(const char *cmd, const cli_flag *f, const char *v, void
 static int parse_save(const char *cmd, const cli_flag *f, const char *v, void *args)
 {
     train_args *t = args;
-    (void)cmd, (void)f;
+    if (cli_flag_path(cmd, f->name, v) != 0) return -1;
     size_t n = strlen(v), x = strlen(".safetensors");
     if (n > x && strcmp(v + n - x, ".safetensors") == 0) t->o.save_path = v;
     else t->o.save_dir = v;
@@ -129,7 +136,8 @@ static const cli_flag train_flags[] = {
     CLI_F32("--adam-eps", "X", TA, o.adamw.eps, 0, 1e6, "AdamW epsilon"),
     CLI_F32("--weight-decay", "X", TA, o.adamw.weight_decay, 0, 1e6, "AdamW decoupled weight decay"),
     CLI_I64("--seed", "N", TA, o.seed, 0, INT64_MAX, "model initialisation seed"),
-    CLI_I32("--samples", "N", TA, o.n_samples, 1, 100000000, "samples of the built-in --data"),
+    {.name = "--samples", .metavar = "N", .type = CLI_FLAG_I32, .field = offsetof(TA, o.n_samples),
+     .given = CLI_GIVEN(TA, have_samples), .min = 1, .max = 100000000, .help = "samples of the built-in --data"},
     CLI_F64("--timeout", "S", TA, o.timeout_s, 0.1, 1e6, "deadline of every wait for a peer, seconds"),
     CLI_I32("--plan-ahead", "K", TA, o.plan_ahead, 1, 64, "global batches planned ahead of training"),
     CLI_FN("--profile", "auto", parse_profile,
@@ -141,10 +149,13 @@ static const cli_flag train_flags[] = {
              "Forward/Backward times (median of the last --calibrate-window\n"
              "rank-iterations); on by default"),
     CLI_BOOL("--no-calibrate", TA, o.calibrate, 0, "plan every iteration with the cost model as given"),
-    CLI_I32("--calibrate-window", "N", TA, o.calibrate_window, 1, 100000, "rank-iterations in --calibrate's median"),
-    CLI_I32("--order-groups", "K", TA, o.order_groups, 1, 4, "auto's micro-batch order search"),
-    CLI_STR("--metrics", "FILE.jsonl", TA, o.metrics_path, "one record per iteration"),
-    CLI_STR("--trace", "FILE.json", TA, o.trace_path, "Perfetto/Chrome trace of every rank's instructions"),
+    {.name = "--calibrate-window", .metavar = "N", .type = CLI_FLAG_I32, .field = offsetof(TA, o.calibrate_window),
+     .given = CLI_GIVEN(TA, have_calibrate_window), .min = 1, .max = 100000,
+     .help = "rank-iterations in --calibrate's median"},
+    {.name = "--order-groups", .metavar = "K", .type = CLI_FLAG_I32, .field = offsetof(TA, o.order_groups),
+     .given = CLI_GIVEN(TA, have_order_groups), .min = 1, .max = 4, .help = "--schedule auto's micro-batch order search"},
+    CLI_PATH("--metrics", "FILE.jsonl", TA, o.metrics_path, "one record per iteration"),
+    CLI_PATH("--trace", "FILE.json", TA, o.trace_path, "Perfetto/Chrome trace of every rank's instructions"),
     CLI_FN("--save", "FILE|DIR", parse_save,
            "FILE.safetensors: final weights as one file (Hugging Face names);\n"
            "DIR: sharded checkpoints DIR/step-K (Hugging Face safetensors per\n"
@@ -153,16 +164,23 @@ static const cli_flag train_flags[] = {
            "the next step boundary; the ranks exit 128 + signal, the\n"
            "command non-zero)"),
     CLI_I64("--save-every", "N", TA, o.save_every, 1, 100000000, "checkpoint interval in steps (with --save DIR)"),
-    CLI_STR("--resume", "DIR", TA, o.resume_dir,
+    CLI_PATH("--resume", "DIR", TA, o.resume_dir,
             "continue from a checkpoint (DIR's latest, or a step folder);\n"
             "--steps is the total, same model, stages, data and batch;\n"
             "another --steps, --lr, --min-lr or --warmup than the\n"
             "checkpoint's moves the lr schedule (a note says so)"),
     CLI_I64("--eval-every", "N", TA, o.eval_every, 1, 100000000, "held-out loss every N steps into the metrics (eval_loss)"),
-    CLI_I32("--eval-samples", "N", TA, o.eval_samples, 1, 1000000, "held-out samples per evaluation"),
-    {.name = "--hostfile", .metavar = "FILE", .type = CLI_FLAG_STR, .field = offsetof(TA, hostfile),
+    {.name = "--eval-samples", .metavar = "N", .type = CLI_FLAG_I32, .field = offsetof(TA, o.eval_samples),
+     .given = CLI_GIVEN(TA, have_eval_samples), .min = 1, .max = 1000000, .help = "held-out samples per evaluation"},
+    {.name = "--hostfile", .metavar = "FILE", .type = CLI_FLAG_PATH, .field = offsetof(TA, hostfile),
      .help = "hosts for mpirun, filled slot by slot so a replica's\nstages share a host",
      .def = "this machine"},
+    CLI_BOOL("--oversubscribe-ok", TA, o.oversubscribe_ok, 1,
+             "start more ranks than the hosts' slots (8 per core without\n"
+             "--hostfile), which is refused otherwise"),
+    CLI_BOOL("--print-options", TA, print_options, 1,
+             "print the run's resolved options (flags, defaults, the cost\n"
+             "table's shape) as one JSON object and exit without training"),
     CLI_BOOL("--quiet", TA, o.progress, -1, "no progress lines"),
     CLI_BOOL("--verbose", TA, o.verbose, 1, "more detail in the progress lines"),
     CLI_FN("--debug-kill", "R:STEP", parse_fault, "(tests) rank R dies at the start of step STEP"),
@@ -227,17 +245,81 @@ static int parse(int argc, char **argv, train_args *t)
                                         !flag_given(argc, argv, "--max-seqlen"),
                                         !flag_given(argc, argv, "--global-batch-tokens"),
                                         !flag_given(argc, argv, "--stages")};
+    t->plan.have_max_seqlen = 0; /* whether --max-seqlen is given (a cost table's is the default) */
     cli_flag_set sets[] = {{train_flags, t}, {plan_args_flags, &t->plan}};
     int r = cli_flags_parse(CMD, sets, 2, argc, argv);
     if (r == 1) {
         usage(stdout);
         return -1;
     }
-    if (r != 0 || plan_args_finish(CMD, &t->plan) != 0) return CLI_EXIT_USAGE;
+    t->have_max_seqlen = t->plan.have_max_seqlen;
+    t->plan.have_max_seqlen = 1;
+    if (r != 0 || plan_args_finish(CMD, &t->plan) != 0 ||
+        plan_args_check_methods(CMD, &t->plan, &t->plan.opt.method, 1) != 0)
+        return CLI_EXIT_USAGE;
     if (t->profile_auto && strcmp(t->plan.cost_model, "analytic") != 0) {
         cli_errorf(CMD, "--profile auto and --cost-model %s: give one", t->plan.cost_model);
         return CLI_EXIT_USAGE;
     }
+    return 0;
+}
+
+/* Flags that contradict each other or do not apply to this run: one line
+ * naming both, before anything starts. 0 or CLI_EXIT_USAGE. */
+static int check_combinations(const train_args *t, const dyn_train_options *o)
+{
+    const char *data = o->data_spec;
+    int builtin = strncmp(data, "builtin", 7) == 0 && (data[7] == '\0' || data[7] == ':');
+    const char *bad = NULL;
+    char msg[512];
+    if (o->lr.min_lr > o->lr.max_lr)
+        snprintf(msg, sizeof msg, "--min-lr %g is above --lr %g: the cosine decays from --lr down to --min-lr",
+                 (double)o->lr.min_lr, (double)o->lr.max_lr), bad = msg;
+    else if (t->have_warmup && o->lr.warmup_steps >= o->steps)
+        snprintf(msg, sizeof msg, "--warmup %lld is not below --steps %lld: the warm-up would be the whole run",
+                 (long long)o->lr.warmup_steps, (long long)o->steps), bad = msg;
+    else if (t->have_samples && !builtin)
+        snprintf(msg, sizeof msg, "--samples applies to --data builtin, not --data %s (a file's samples are all of it)",
+                 data), bad = msg;
+    else if (o->schedule == DYN_SCHEDULE_INTERLEAVED && o->plan.chunks < 2)
+        bad = "--schedule interleaved needs --chunks 2 or more";
+    else if (o->schedule != DYN_SCHEDULE_INTERLEAVED && o->plan.chunks > 1)
+        snprintf(msg, sizeof msg, "--chunks %d applies to --schedule interleaved only", o->plan.chunks), bad = msg;
+    else if (t->have_order_groups && o->schedule != DYN_SCHEDULE_AUTO)
+        snprintf(msg, sizeof msg, "--order-groups applies to --schedule auto, not --schedule %s",
+                 dyn_schedule_name((dyn_schedule)o->schedule)), bad = msg;
+    else if (t->have_calibrate_window && !o->calibrate)
+        bad = "--calibrate-window applies to --calibrate only";
+    else if (t->have_eval_samples && o->eval_every == 0)
+        bad = "--eval-samples applies to --eval-every N only";
+    else if (o->save_every > 0 && o->save_dir == NULL)
+        bad = "--save-every needs --save DIR (a checkpoint folder, not a .safetensors file)";
+    if (bad == NULL) return 0;
+    cli_errorf(CMD, "%s", bad);
+    return CLI_EXIT_USAGE;
+}
+
+/* A cost table's max length is the run's (the ranks' model is the table's
+ * shape): --max-seqlen may restate it, another is refused. Sets
+ * run->opt.max_seqlen. 0 or an exit code (printed). */
+static int table_max_seqlen(const train_args *t, plan_args *run)
+{
+    if (strcmp(run->cost_model, "analytic") == 0) return 0;
+    dyn_error e;
+    dyn_cost_model *cm = dyn_cost_model_load_table(run->cost_model, &e);
+    if (cm == NULL) {
+        cli_errorf(CMD, "%s", e.msg);
+        return CLI_EXIT_FAIL;
+    }
+    int32_t table = dyn_cost_model_config(cm)->max_seqlen;
+    dyn_cost_model_free(cm);
+    if (t->have_max_seqlen && table != run->opt.max_seqlen) {
+        cli_errorf(CMD, "--max-seqlen %d differs from the cost table %s's max length %d: the run has one (leave "
+                   "out --max-seqlen to take the table's, or profile for %d)",
+                   run->opt.max_seqlen, run->cost_model, table, run->opt.max_seqlen);
+        return CLI_EXIT_USAGE;
+    }
+    run->opt.max_seqlen = table;
     return 0;
 }
 
@@ -256,6 +338,8 @@ static int build_options(const train_args *t, dyn_train_options *o, char *header
         if (rc != 0) return rc;
         run.cost_model = profile_path;
     }
+    int rc = table_max_seqlen(t, &run);
+    if (rc != 0) return rc;
     /* A baseline's knob is tuned by every process alike (same inputs, same
      * value); only the process that speaks for the job says what it chose,
      * and what it warns of. */
@@ -263,8 +347,7 @@ static int build_options(const train_args *t, dyn_train_options *o, char *header
     plan_open po = {.tune = !run.untuned, .tune_report = speaks ? stderr : NULL,
                     .order_groups = t->o.order_groups, .warn = speaks};
     plan_inputs in;
-    int rc = plan_inputs_open(CMD, &run, &po, &in);
-    if (rc != 0) return rc;
+    if ((rc = plan_inputs_open(CMD, &run, &po, &in)) != 0) return rc;
     *o = t->o;
     o->model = in.model;
     o->machine = in.machine;
@@ -285,20 +368,65 @@ static int build_options(const train_args *t, dyn_train_options *o, char *header
     o->split = run.split;
     o->truncate = run.clip;
     o->global_batch_tokens = run.global_batch_tokens;
-    o->lr.total_steps = o->steps > o->lr.warmup_steps ? o->steps : o->lr.warmup_steps + 1;
+    /* The schedule spans the run: the default warm-up is shortened first
+     * (to a quarter of a short run), then the cosine ends at the last step. */
     if (!t->have_warmup && o->lr.warmup_steps >= o->steps) o->lr.warmup_steps = o->steps / 4;
-    if (o->schedule == DYN_SCHEDULE_INTERLEAVED && o->plan.chunks < 2) {
-        cli_errorf(CMD, "--schedule interleaved needs --chunks 2 or more");
-        return CLI_EXIT_USAGE;
+    o->lr.total_steps = o->steps;
+    return check_combinations(t, o);
+}
+
+/* The resolved options as one JSON object on stdout (--print-options): what
+ * a run of these flags would train with. Floats are printed as the float
+ * the run holds (0.001, not 0.0010000000474974513). */
+static int print_options(const dyn_train_options *o, const char *hostfile)
+{
+    const dyn_model_config *m = &o->model;
+    cJSON *j = cJSON_CreateObject(), *mj = cJSON_AddObjectToObject(j, "model");
+    char f32[32];
+#define NUM(obj, key, v) cJSON_AddNumberToObject((obj), (key), (double)(v))
+#define F32(key, v) (snprintf(f32, sizeof f32, "%.7g", (double)(v)), cJSON_AddRawToObject(j, (key), f32))
+#define STR(key, v) ((v) ? cJSON_AddStringToObject(j, (key), (v)) : cJSON_AddNullToObject(j, (key)))
+    cJSON_AddStringToObject(mj, "kind", dyn_model_kind_name(m->kind));
+    NUM(mj, "n_layers", m->n_layers), NUM(mj, "n_dec_layers", m->n_dec_layers), NUM(mj, "hidden", m->hidden);
+    NUM(mj, "heads", m->heads), NUM(mj, "head_dim", m->head_dim), NUM(mj, "ffn", m->ffn);
+    NUM(mj, "vocab", m->vocab), NUM(mj, "max_seqlen", m->max_seqlen);
+    cJSON_AddStringToObject(j, "method", dyn_batching_name(o->plan.method));
+    NUM(j, "stages", o->plan.stages), NUM(j, "dp", o->plan.dp), NUM(j, "chunks", o->plan.chunks);
+    STR("schedule", o->schedule == DYN_SCHEDULE_AUTO ? "auto" : dyn_schedule_name((dyn_schedule)o->schedule));
+    NUM(j, "order_groups", o->order_groups), NUM(j, "plan_ahead", o->plan_ahead);
+    STR("cost_table", o->cost_table), STR("data", o->data_spec);
+    NUM(j, "samples", o->n_samples), NUM(j, "global_batch_tokens", o->global_batch_tokens);
+    NUM(j, "steps", o->steps), NUM(j, "seed", o->seed);
+    F32("lr", o->lr.max_lr), F32("min_lr", o->lr.min_lr);
+    NUM(j, "warmup_steps", o->lr.warmup_steps), NUM(j, "total_steps", o->lr.total_steps);
+    F32("beta1", o->adamw.beta1), F32("beta2", o->adamw.beta2), F32("adam_eps", o->adamw.eps);
+    F32("weight_decay", o->adamw.weight_decay), NUM(j, "clip", o->clip_norm);
+    NUM(j, "threads", o->threads), NUM(j, "timeout_s", o->timeout_s), NUM(j, "calibrate", o->calibrate);
+    NUM(j, "calibrate_window", o->calibrate_window), NUM(j, "eval_every", o->eval_every);
+    NUM(j, "eval_samples", o->eval_samples), NUM(j, "save_every", o->save_every);
+    STR("hostfile", hostfile);
+#undef NUM
+#undef F32
+#undef STR
+    char *text = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (text == NULL) {
+        cli_errorf(CMD, "out of memory");
+        return CLI_EXIT_FAIL;
     }
-    if (o->schedule != DYN_SCHEDULE_INTERLEAVED && o->plan.chunks > 1) {
-        cli_errorf(CMD, "--chunks %d applies to --schedule interleaved only", o->plan.chunks);
-        return CLI_EXIT_USAGE;
-    }
-    if (o->save_every > 0 && o->save_dir == NULL) {
-        cli_errorf(CMD, "--save-every needs --save DIR (a checkpoint folder, not a .safetensors file)");
-        return CLI_EXIT_USAGE;
-    }
+    printf("%s\n", text);
+    cJSON_free(text);
+    return fflush(stdout) == 0 && !ferror(stdout) ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+}
+
+/* Every output the run writes at its end (or at a signal), checked before
+ * it starts: a run never trains for hours to fail on its save. */
+static int check_outputs(const dyn_train_options *o)
+{
+    if (o->save_path && cli_output_check(CMD, "--save", o->save_path, 0) != 0) return -1;
+    if (o->save_dir && cli_output_check(CMD, "--save", o->save_dir, 1) != 0) return -1;
+    if (o->metrics_path && cli_output_check(CMD, "--metrics", o->metrics_path, 0) != 0) return -1;
+    if (o->trace_path && cli_output_check(CMD, "--trace", o->trace_path, 0) != 0) return -1;
     return 0;
 }
 
@@ -342,6 +470,8 @@ int cli_train_main(int argc, char **argv)
      * so that a run refused prints only its error. */
     static char header[4096];
     if ((rc = build_options(&t, &o, header, sizeof header)) != 0) return rc;
+    if (!mpi && t.print_options) return print_options(&o, t.hostfile);
+    if (!mpi && check_outputs(&o) != 0) return CLI_EXIT_USAGE;
     if (!mpi && o.resume_dir && check_resume(&o) != 0) return CLI_EXIT_FAIL;
     if (mpi) return dyn_train_rank_main(&o, &argc, &argv);
     /* a machine measured here travels to the ranks as JSON: they plan with
@@ -352,8 +482,12 @@ int cli_train_main(int argc, char **argv)
         cli_errorf(CMD, "out of memory");
         return CLI_EXIT_FAIL;
     }
-    if (o.progress >= 0 && (t.hostfile == NULL || access(t.hostfile, R_OK) == 0))
-        fputs(header, stderr); /* else: the hostfile's error */
+    /* a run the hosts cannot hold prints only its error, not the header */
+    if ((rc = dyn_train_launch_check(&o, t.hostfile)) != 0) {
+        cli_rank_argv_free(av, argv - 1);
+        return rc;
+    }
+    if (o.progress >= 0) fputs(header, stderr);
     rc = dyn_train_launch(&o, t.hostfile, ac, av);
     cli_rank_argv_free(av, argv - 1);
     return rc;

@@ -30,6 +30,15 @@ static int parse_enum(const char *cmd, const cli_flag *f, const char *v, int *ou
     return -1;
 }
 
+int cli_flag_path(const char *cmd, const char *flag, const char *value)
+{
+    if (value != NULL && value[0] == '\0') {
+        cli_errorf(cmd, "%s: an empty path", flag);
+        return -1;
+    }
+    return 0;
+}
+
 /* Set row f's field in args from its value v (NULL for a flag without one). */
 static int parse_row(const char *cmd, const cli_flag *f, const char *v, char *args)
 {
@@ -52,6 +61,10 @@ static int parse_row(const char *cmd, const cli_flag *f, const char *v, char *ar
         memcpy(field, &y, sizeof y);
         return 0;
     }
+    case CLI_FLAG_PATH:
+        if (cli_flag_path(cmd, f->name, v) != 0) return -1;
+        memcpy(field, &v, sizeof v);
+        return 0;
     case CLI_FLAG_STR:
         memcpy(field, &v, sizeof v);
         return 0;
@@ -134,6 +147,7 @@ static void value_text(const cli_flag *f, const char *args, char *buf, size_t ca
         if (memcpy(&f32, field, sizeof f32), f32 != 0) snprintf(buf, cap, "%g", (double)f32);
         break;
     case CLI_FLAG_STR:
+    case CLI_FLAG_PATH:
         if (memcpy(&str, field, sizeof str), str != NULL) snprintf(buf, cap, "%s", str);
         break;
     case CLI_FLAG_ENUM:

@@ -24,6 +24,7 @@
  *   --stages: 0 is out of range [1, 4096]
  *   --stages needs a value
  *   --split: 'x' is not train or heldout
+ *   --save: an empty path (PATH rows; FN rows that take a path call cli_flag_path)
  *   unknown flag '--frob' (try 'dynapipe plan --help') */
 #ifndef DYN_CLI_FLAGS_H
 #define DYN_CLI_FLAGS_H
@@ -40,6 +41,7 @@ typedef enum cli_flag_type {
     CLI_FLAG_F64,     /* double field, range [fmin, fmax] */
     CLI_FLAG_F32,     /* float field, range [fmin, fmax] */
     CLI_FLAG_STR,     /* const char * field: the argument itself (argv outlives the run) */
+    CLI_FLAG_PATH,    /* as STR, for a file, folder, prefix or spec: '' is refused, naming the flag */
     CLI_FLAG_BOOL,    /* int field, no value: stores `set` (1, or 0 for a --no-X, or another value) */
     CLI_FLAG_ENUM,    /* int field: the index of the value in `names` */
     CLI_FLAG_FN,      /* the row's parse function reads the value (lists, compound values) */
@@ -82,6 +84,8 @@ typedef struct cli_flag {
     {.name = (nm), .metavar = (mv), .type = CLI_FLAG_F32, .field = offsetof(T, m), .fmin = (lo), .fmax = (hi), .help = (h)}
 #define CLI_STR(nm, mv, T, m, h) \
     {.name = (nm), .metavar = (mv), .type = CLI_FLAG_STR, .field = offsetof(T, m), .help = (h)}
+#define CLI_PATH(nm, mv, T, m, h) \
+    {.name = (nm), .metavar = (mv), .type = CLI_FLAG_PATH, .field = offsetof(T, m), .help = (h)}
 #define CLI_BOOL(nm, T, m, value, h) \
     {.name = (nm), .type = CLI_FLAG_BOOL, .field = offsetof(T, m), .set = (value), .help = (h)}
 #define CLI_ENUM(nm, mv, T, m, list, h) \
@@ -105,6 +109,10 @@ typedef struct cli_flag_default {
  * value consumed, *i advanced past it, the field and its given flag set),
  * 0 when no row names it, -1 on a bad or missing value (printed). */
 int cli_flags_parse_one(const char *cmd, const cli_flag_set *sets, int n_sets, int argc, char **argv, int *i);
+
+/* A path flag's value: 0, or -1 after "FLAG: an empty path" when it is ''
+ * (an empty name would write beside the current folder or fail late). */
+int cli_flag_path(const char *cmd, const char *flag, const char *value);
 
 /* Parse argv[1..argc-1] whole: returns 0, 1 when --help / -h was given
  * (nothing printed), or -1 after printing one line for a bad value or an

@@ -34,6 +34,11 @@
 #define STR(x) STR_(x)
 #define DEFAULT_BATCHES_TEXT STR(DEFAULT_SYNTHETIC_BATCHES) " synthetic or builtin, all of a file"
 
+static int is_builtin(const char *spec)
+{
+    return strncmp(spec, "builtin", 7) == 0 && (spec[7] == '\0' || spec[7] == ':');
+}
+
 void plan_args_init(plan_args *a)
 {
     memset(a, 0, sizeof *a);
@@ -107,7 +112,7 @@ _Static_assert(DYN_SPLIT_TRAIN == 0 && DYN_SPLIT_HELDOUT == 1, "split_names foll
 const cli_flag plan_args_flags[] = {
     CLI_SECTION("model:"),
     CLI_FN("--model", "gpt|t5", parse_model, "model kind (required)"),
-    CLI_STR("--model-config", "NAME|FILE", PA, model_config,
+    CLI_PATH("--model-config", "NAME|FILE", PA, model_config,
             "preset (gpt-tiny, gpt-mini, gpt2-124m, gpt-6.7b, t5-tiny, t5-mini,\n"
             "t5-base, t5-11b) or model JSON"),
     CLI_I32("--layers", "N", PA, layers, 1, 100000, "override the shape's layers (T5: encoder layers)"),
@@ -118,9 +123,9 @@ const cli_flag plan_args_flags[] = {
     CLI_I32("--ffn", "N", PA, ffn, 1, 1 << 24, "override the feed-forward size"),
     CLI_I32("--vocab", "N", PA, vocab, 1, 1 << 24, "override the vocabulary size"),
     CLI_SECTION("data:"),
-    CLI_STR("--lengths", "FILE.tsv", PA, lengths_path, "sample lengths, 'input<TAB>target' per line"),
+    CLI_PATH("--lengths", "FILE.tsv", PA, lengths_path, "sample lengths, 'input<TAB>target' per line"),
     CLI_FN("--synthetic", "flan[:SEED]", parse_synthetic, "built-in FLAN-like generator (seed default 1)"),
-    CLI_STR("--data", "SPEC", PA, data_spec,
+    CLI_PATH("--data", "SPEC", PA, data_spec,
             "token data: builtin[:SEED[:TASK+..]], FILE.jsonl,\n"
             "Megatron PREFIX or IN_PREFIX,TGT_PREFIX (docs/data.md)"),
     CLI_ENUM("--split", "train|heldout", PA, split, split_names, "--data builtin: which stream"),
@@ -138,8 +143,8 @@ const cli_flag plan_args_flags[] = {
      .given = CLI_GIVEN(PA, have_stages), .min = 1, .max = 4096, .help = "pipeline stages", .def = "required"},
     CLI_I32("--dp", "D", PA, opt.dp, 1, 1 << 16, "data-parallel replicas"),
     CLI_I32("--chunks", "V", PA, opt.chunks, 1, 1024, "model chunks per device"),
-    CLI_STR("--cost-model", "analytic|FILE", PA, cost_model, "analytic, or a cost table file (dynapipe profile)"),
-    {.name = "--machine", .metavar = "auto|NAME|FILE", .type = CLI_FLAG_STR, .field = offsetof(PA, machine),
+    CLI_PATH("--cost-model", "analytic|FILE", PA, cost_model, "analytic, or a cost table file (dynapipe profile)"),
+    {.name = "--machine", .metavar = "auto|NAME|FILE", .type = CLI_FLAG_PATH, .field = offsetof(PA, machine),
      .given = CLI_GIVEN(PA, have_machine),
      .help = "auto: this machine, measured once (up to ~30 s) and cached\n"
              "per CPU, BLAS kernel, threads and model; or the built-in cpu\n"
@@ -205,6 +210,12 @@ int plan_args_finish(const char *cmd, plan_args *a)
         cli_errorf(cmd, "--stages S is required");
         return -1;
     }
+    if (a->split != DYN_SPLIT_TRAIN && (a->data_spec == NULL || !is_builtin(a->data_spec))) {
+        cli_errorf(cmd, "--split %s applies to --data builtin, not %s%s", a->split == DYN_SPLIT_HELDOUT ? "heldout" : "?",
+                   a->data_spec ? "--data " : a->synthetic ? "--synthetic" : "--lengths",
+                   a->data_spec ? a->data_spec : "");
+        return -1;
+    }
     if (a->kind == DYN_MODEL_GPT && a->dec_layers > 0) {
         cli_errorf(cmd, "--dec-layers applies to t5 only");
         return -1;
@@ -215,6 +226,51 @@ int plan_args_finish(const char *cmd, plan_args *a)
      * shape"). */
     if (strcmp(a->cost_model, "analytic") != 0 && a->have_machine) {
         cli_errorf(cmd, "--machine contradicts --cost-model %s: a cost table carries its own machine", a->cost_model);
+        return -1;
+    }
+    return 0;
+}
+
+/* Which batching methods read each method knob (python/dynapipe/planner.py
+ * has the same table as _KNOB_METHODS): the one place plan, simulate and
+ * train look this up. */
+static const struct {
+    const char *flag;
+    dyn_batching methods[2];
+    int n;
+} knob_methods[] = {
+    {"--mb-samples", {DYN_BATCH_PADDING, DYN_BATCH_PADDING}, 1},
+    {"--pack-rows", {DYN_BATCH_PACKING, DYN_BATCH_PACKING_DOCMASK}, 2},
+    {"--mb-tokens", {DYN_BATCH_TOKEN, DYN_BATCH_TOKEN}, 1},
+};
+
+/* Knob k's value as given (0: not given). */
+static int64_t knob_value(const plan_args *a, int k)
+{
+    switch (k) {
+    case 0: return a->opt.mb_samples;
+    case 1: return a->opt.pack_rows;
+    default: return a->opt.mb_tokens;
+    }
+}
+
+int plan_args_check_methods(const char *cmd, const plan_args *a, const dyn_batching *methods, int n_methods)
+{
+    for (int k = 0; k < (int)(sizeof knob_methods / sizeof knob_methods[0]); k++) {
+        int64_t v = knob_value(a, k);
+        if (v == 0) continue;
+        int reads = 0;
+        for (int i = 0; i < n_methods; i++)
+            for (int j = 0; j < knob_methods[k].n; j++) reads |= methods[i] == knob_methods[k].methods[j];
+        if (reads) continue;
+        char given[64], wants[96] = "", run[160] = "";
+        snprintf(given, sizeof given, " %lld", (long long)v);
+        for (int j = 0; j < knob_methods[k].n; j++)
+            snprintf(wants + strlen(wants), sizeof wants - strlen(wants), "%s%s", j ? " or " : "",
+                     dyn_batching_name(knob_methods[k].methods[j]));
+        for (int i = 0; i < n_methods; i++)
+            snprintf(run + strlen(run), sizeof run - strlen(run), "%s%s", i ? ", " : "", dyn_batching_name(methods[i]));
+        cli_errorf(cmd, "%s%s applies to --method %s, not %s", knob_methods[k].flag, given, wants, run);
         return -1;
     }
     return 0;
@@ -305,11 +361,6 @@ static int make_synthetic(const char *cmd, const plan_args *a, int32_t batches, 
         if (tokens >= (int64_t)(batches + 1) * a->global_batch_tokens) return 0;
         n *= 2;
     }
-}
-
-static int is_builtin(const char *spec)
-{
-    return strncmp(spec, "builtin", 7) == 0 && (spec[7] == '\0' || spec[7] == ':');
 }
 
 /* Lengths of a --data source. Built-in: enough samples for the requested

@@ -68,6 +68,12 @@ extern const cli_flag plan_args_flags[];
 void plan_args_init(plan_args *a);
 /* Check required flags and combinations after parsing; -1 (printed) on error. */
 int plan_args_finish(const char *cmd, plan_args *a);
+/* The method knobs given (--mb-samples, --pack-rows, --mb-tokens) against the batching methods the run plans with: a knob
+ * that none of them reads is refused, naming the knob and the methods
+ * ("--pack-rows 4 applies to --method packing or packing-docmask, not
+ * dynapipe"). The knob-to-method table is the C twin of the Python
+ * package's _KNOB_METHODS. 0, or -1 (printed). */
+int plan_args_check_methods(const char *cmd, const plan_args *a, const dyn_batching *methods, int n_methods);
 /* The planning flags' usage text, with the defaults of a (as initialised);
  * rows named in shadow (the command's own table, which parses first; or
  * NULL) are left out. */

@@ -26,7 +26,8 @@
 #include <sys/prctl.h>
 #endif
 
-#include "runtime/group.h" /* defines: DYN_RT_LAUNCHED_ENV */
+#include "runtime/group.h"    /* defines: DYN_RT_LAUNCHED_ENV */
+#include "runtime/hostfile.h" /* defines: rt_hostfile_read */
 #include "runtime/train.h"
 
 /* ---- supervising mpirun across hosts -----------------------------------------
@@ -48,8 +49,13 @@
 
 #define ABORT_MARK "dynapipe train: rank "
 #define LAUNCH_GRACE_S 10
+/* Ranks per slot (per core without a hostfile) started without
+ * --oversubscribe-ok: the tests run 4 ranks on 2 cores; 131072 ranks on 2
+ * cores (--dp 65536) swamp the machine before any rank can fail. */
+#define LAUNCH_RANKS_PER_SLOT 8
 
 static volatile sig_atomic_t launch_child = 0;
+static volatile sig_atomic_t launch_signal = 0; /* the first signal the launcher got, 0: none */
 
 /* SIGINT / SIGTERM / SIGHUP to the launcher go on to mpirun (kill is
  * async-signal-safe). */
@@ -63,6 +69,7 @@ static volatile sig_atomic_t launch_stops = 0;
 
 static void launch_forward(int sig)
 {
+    if (launch_signal == 0) launch_signal = sig;
     if (launch_child <= 0) return;
     if (launch_soft_stop && (sig == SIGINT || sig == SIGTERM) && launch_stops++ == 0) {
         kill((pid_t)launch_child, SIGUSR1);
@@ -86,6 +93,8 @@ typedef struct launch_filter {
     int in_block;
     char block[8192];
     size_t blen;
+    int passed;        /* lines passed on (dynapipe's own) */
+    char first[512];   /* the first help block Open MPI wrote, on one line */
 } launch_filter;
 
 static void launch_write(const char *s, size_t n)
@@ -113,9 +122,24 @@ static int is_ompi_log(const char *s)
     return s[0] == '[' && e != NULL && c != NULL && c < e;
 }
 
-/* A help block ended: keep only what it says about a dead rank. */
+/* A help block ended: keep only what it says about a dead rank, and the
+ * first block's text (what mpirun refused, when no rank ever started). */
 static void launch_block_end(launch_filter *f)
 {
+    if (f->first[0] == '\0') {
+        size_t o = 0;
+        int space = 0;
+        for (const char *c = f->block; *c && o + 1 < sizeof f->first; c++) {
+            if (*c == ' ' || *c == '\n' || *c == '\t') {
+                space = o > 0;
+                continue;
+            }
+            if (space && o + 2 < sizeof f->first) f->first[o++] = ' ';
+            space = 0;
+            f->first[o++] = (unsigned char)*c < 0x20 ? '?' : *c;
+        }
+        f->first[o] = '\0';
+    }
     const char *p = strstr(f->block, "mpirun noticed that process rank ");
     if (p == NULL) return;
     int rank = -1;
@@ -152,6 +176,7 @@ static int launch_line(launch_filter *f, const char *line)
         return 0;
     }
     if (is_ompi_log(line)) return 0;
+    f->passed++;
     launch_write(line, strlen(line));
     launch_write("\n", 1);
     return strncmp(line, ABORT_MARK, strlen(ABORT_MARK)) == 0;
@@ -244,6 +269,25 @@ static void launch_drain(launch_filter *f, int fd, int open_fd)
     }
 }
 
+/* mpirun ended with rc: an interrupt says so (exit 128 + the signal), and
+ * a failure before any rank wrote a line says what mpirun refused (its
+ * first help block, which the filter dropped). The exit status. */
+static int launch_outcome(const launch_filter *f, int rc)
+{
+    if (launch_signal != 0 && !launch_soft_stop) {
+        /* the ranks' outputs are written at the end of a run that ends
+         * well: an interrupted run wrote none */
+        fprintf(stderr, "dynapipe train: interrupted by %s; the run stopped before its end, no output written\n",
+                launch_signal == SIGINT ? "SIGINT" : launch_signal == SIGTERM ? "SIGTERM" : "SIGHUP");
+        return 128 + launch_signal;
+    }
+    if (rc != 0 && f->passed == 0 && launch_signal == 0) {
+        if (f->first[0] != '\0') fprintf(stderr, "dynapipe train: mpirun refused the job: %s\n", f->first);
+        else fprintf(stderr, "dynapipe train: mpirun exited %d before any rank started\n", rc);
+    }
+    return rc;
+}
+
 static int launch_supervise(char **av)
 {
     int fds[2];
@@ -288,22 +332,51 @@ static int launch_supervise(char **av)
     launch_drain(&filter, fds[0], open_fd);
     close(fds[0]);
     if (stopped) return 1;
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+    return launch_outcome(&filter, rc);
 }
 
-/* mpirun's placement flags into av from av[k] on: the hostfile's slots
- * filled in order, or oversubscription when n ranks exceed this host's
- * cores. The next free index, or -1 after a message. */
-static int launch_placement(char **av, int k, const char *hostfile, int64_t n)
+/* The hostfile read and checked, and the rank count against the room the
+ * hosts have: n ranks on at most LAUNCH_RANKS_PER_SLOT per core on this
+ * machine without a hostfile, or a hostfile's slots exactly (as mpirun
+ * places them without --oversubscribe), unless --oversubscribe-ok.
+ * 0, or an exit code after one line (nothing started): 1 for a bad
+ * hostfile, 2 for too many ranks (a usage error). */
+static int launch_check_room(const dyn_train_options *o, const char *hostfile, int64_t n)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (hostfile != NULL) {
-        /* mpirun's own message for a missing file is a boxed page */
-        if (access(hostfile, R_OK) != 0) {
-            fprintf(stderr, "dynapipe train: --hostfile %s: %s\n", hostfile, strerror(errno));
-            return -1;
+        rt_hostfile_info info;
+        dyn_error e;
+        if (rt_hostfile_read(hostfile, &info, &e) != DYN_OK) {
+            fprintf(stderr, "dynapipe train: --hostfile %s\n", e.msg);
+            return 1; /* a bad input file, as an unreadable --data */
         }
+        /* slots -1: a host without slots=, whose cores mpirun counts */
+        if (o->oversubscribe_ok || info.slots < 0 || n <= info.slots) return 0;
+        fprintf(stderr,
+                "dynapipe train: --stages %d x --dp %d = %lld ranks, but the hostfile %s has %lld slot%s: give "
+                "--oversubscribe-ok to start more ranks than slots\n",
+                o->plan.stages, o->plan.dp, (long long)n, hostfile, (long long)info.slots, info.slots == 1 ? "" : "s");
+        return 2;
+    }
+    int64_t limit = (int64_t)cores * LAUNCH_RANKS_PER_SLOT;
+    if (o->oversubscribe_ok || cores <= 0 || n <= limit) return 0;
+    fprintf(stderr,
+            "dynapipe train: --stages %d x --dp %d = %lld ranks is more than %lld (%d per core, %ld cores here): "
+            "give --oversubscribe-ok to start them anyway\n",
+            o->plan.stages, o->plan.dp, (long long)n, (long long)limit, LAUNCH_RANKS_PER_SLOT, cores);
+    return 2;
+}
+
+/* mpirun's placement flags into av from av[k] on: the hostfile's slots
+ * filled in order (more ranks than slots only with --oversubscribe-ok),
+ * or oversubscription when n ranks exceed this host's cores. The next
+ * free index (the hostfile was checked: launch_check_room). */
+static int launch_placement(char **av, int k, const char *hostfile, int64_t n, int oversubscribe_ok)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (hostfile != NULL) {
         /* Fill each host's slots with consecutive ranks before the next
          * host: rank w = replica * S + stage, so a host with a multiple of
          * S slots holds whole pipelines and only the gradient allreduce
@@ -313,15 +386,23 @@ static int launch_placement(char **av, int k, const char *hostfile, int64_t n)
         av[k++] = (char *)hostfile;
         av[k++] = "--map-by";
         av[k++] = "slot";
+        if (oversubscribe_ok) av[k++] = "--oversubscribe";
     } else if (cores > 0 && n > cores) {
         av[k++] = "--oversubscribe";
     }
     return k;
 }
 
+int dyn_train_launch_check(const dyn_train_options *o, const char *hostfile)
+{
+    return launch_check_room(o, hostfile, (int64_t)o->plan.stages * o->plan.dp);
+}
+
 int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc, char **argv)
 {
     int64_t n = (int64_t)o->plan.stages * o->plan.dp;
+    int room = launch_check_room(o, hostfile, n);
+    if (room != 0) return room;
     char exe[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (len <= 0) {
@@ -345,10 +426,7 @@ int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc,
         setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
         setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     }
-    if ((k = launch_placement(av, k, hostfile, n)) < 0) {
-        free(av);
-        return 1;
-    }
+    k = launch_placement(av, k, hostfile, n, o->oversubscribe_ok);
     /* Each rank sets its own thread count; Open MPI's default binding (a
      * core per rank) would squeeze a rank's threads onto one core. */
     av[k++] = "--bind-to";

@@ -58,6 +58,7 @@ typedef struct dyn_train_options {
     int64_t eval_every;       /* held-out loss every N steps into the metrics; 0: never */
     int32_t eval_samples;     /* held-out samples per evaluation */
     int32_t progress;         /* 1 live line, 0 plain lines, -1 quiet; set from isatty */
+    int32_t oversubscribe_ok; /* launch.c: more ranks than LAUNCH_RANKS_PER_SLOT x slots (or cores) */
     int32_t verbose;
     /* fault injection for the tests: rank kill_rank raises SIGKILL at the start of
      * step kill_step (its 1st instruction); hang_rank stops answering at hang_step */
@@ -81,5 +82,9 @@ int dyn_train_rank_main(const dyn_train_options *o, int *argc, char ***argv);
  * hostfile: passed to mpirun with --map-by slot (NULL: this host). Returns
  * mpirun's exit status, or 1 with a message when it cannot start. */
 int dyn_train_launch(const dyn_train_options *o, const char *hostfile, int argc, char **argv);
+/* What dyn_train_launch checks before it starts anything: the hostfile,
+ * and the rank count against the room the hosts have. 0, or an exit code
+ * after one line on stderr (1: a bad hostfile, 2: too many ranks). */
+int dyn_train_launch_check(const dyn_train_options *o, const char *hostfile);
 
 #endif
