@@ -321,6 +321,8 @@ static dyn_status pack_replicas(rt_planner *p, int64_t k, dyn_pipeline_result *r
         w.global_target_tokens = tgt;
         w.global_real_tokens = real;
         w.plan_ms = pl->plan_ms;
+        w.ideal_ms = res->ideal.bound_ms;
+        w.ideal_compute_ms = res->ideal.compute_ms;
         /* the ranks' allocation after this iteration (the interpreter's
          * pools, which only grow), not the plan's live peak */
         st = rt_alloc_iteration(p->alloc, r, &res->replicas[r], p->rank_alloc_mb, err);

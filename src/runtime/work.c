@@ -7,7 +7,7 @@
 #include "util/util.h"
 
 #define WORK_MAGIC 0x574E5944u /* "DYNW" little-endian */
-#define WORK_VERSION 1u
+#define WORK_VERSION 2u /* 2: ideal_ms, ideal_compute_ms after predicted_ms */
 
 void dyn_rt_work_free(dyn_rt_work *w)
 {
@@ -70,6 +70,8 @@ dyn_status dyn_rt_work_pack(const dyn_rt_work *w, uint8_t **buf, size_t *len, dy
     put_i64(&b, w->global_real_tokens);
     put_f64(&b, w->plan_ms);
     put_f64(&b, w->predicted_ms);
+    put_f64(&b, w->ideal_ms);
+    put_f64(&b, w->ideal_compute_ms);
     put_i32(&b, w->n_mb);
     put_i32(&b, w->n_samples);
     put_i32(&b, S);
@@ -130,18 +132,18 @@ static dyn_status read_header(rbuf *r, dyn_rt_work *out, dyn_error *err)
                              WORK_VERSION);
     if (get(r, &out->iteration, 8) || get(r, &out->replica, 4) || get(r, &out->method, 4) ||
         get(r, &out->global_target_tokens, 8) || get(r, &out->global_real_tokens, 8) ||
-        get(r, &out->plan_ms, 8) || get(r, &out->predicted_ms, 8) || get(r, &out->n_mb, 4) ||
+        get(r, &out->plan_ms, 8) || get(r, &out->predicted_ms, 8) || get(r, &out->ideal_ms, 8) || get(r, &out->ideal_compute_ms, 8) || get(r, &out->n_mb, 4) ||
         get(r, &out->n_samples, 4) || get(r, &out->n_stages, 4) || get(r, &out->n_ranks, 4))
         return truncated(r, err);
     int empty = out->n_mb == 0;
     if (out->n_mb < 0 || out->n_samples < out->n_mb || (empty && out->n_samples != 0) ||
-        (unsigned)out->method >= DYN_BATCHING_COUNT || out->global_target_tokens < 1 ||
+        (unsigned)out->method >= DYN_BATCHING_COUNT || out->global_target_tokens < 1 || !(out->ideal_compute_ms >= 0) || !(out->ideal_ms >= out->ideal_compute_ms) ||
         (empty ? out->n_stages != 0 || out->n_ranks != 0 : out->n_stages < 1 || out->n_ranks < 1))
         return dyn_error_set(err, DYN_ERR_CORRUPT,
                              "work message: %d micro-batches, %d samples, %d stages, %d ranks, method %d, "
-                             "%lld target tokens",
+                             "%lld target tokens, ideal bound %g ms",
                              out->n_mb, out->n_samples, out->n_stages, out->n_ranks, out->method,
-                             (long long)out->global_target_tokens);
+                             (long long)out->global_target_tokens, out->ideal_ms);
     return DYN_OK;
 }
 

@@ -8,7 +8,7 @@
  *   u32 magic "DYNW", u32 version,
  *   i64 iteration, i32 replica, i32 method (dyn_batching),
  *   i64 global_target_tokens, i64 global_real_tokens,
- *   f64 plan_ms, f64 predicted_ms,
+ *   f64 plan_ms, f64 predicted_ms, f64 ideal_ms, f64 ideal_compute_ms (version 2 on),
  *   i32 n_mb, i32 n_samples, i32 n_stages, i32 mb_count[n_mb],
  *   n_samples x (i32 id, i32 row, i32 offset, i32 dec_offset),
  *   n_mb * n_stages x (f64 fwd_ms, f64 bwd_ms): the predicted stage costs,
@@ -44,6 +44,9 @@ typedef struct dyn_rt_work {
     int64_t global_real_tokens;   /* input + target tokens of the whole global batch */
     double plan_ms;               /* planner wall time spent on this global batch */
     double predicted_ms;          /* simulated makespan of this replica's plan + the optimizer step */
+    double ideal_ms;              /* the global batch's ideal bound (pipeline.h dyn_ideal_bound), ms:
+                                   * what the iteration is measured against (efficiency) */
+    double ideal_compute_ms;      /* its compute part (the rest is the optimizer step), ms */
     int32_t n_mb;                 /* = plan.n_microbatches */
     int32_t *mb_first;            /* [n_mb + 1]: micro-batch j's samples are [first[j], first[j+1]) */
     int32_t n_samples;
