@@ -69,7 +69,8 @@ def lost_split(trace):
     event's end on any rank (W ms). A rank's useful time is its compute
     (forward, backward and weight passes) times the micro-batch's useful
     fraction (the event's "useful" argument: the share of the pass spent on
-    real tokens and unmasked attention; 1 when the trace does not say).
+    real tokens and unmasked attention, which `dynapipe train --trace`
+    writes; 1 when the trace does not say, as `simulate --trace`'s).
     Lost = W - useful, and it splits exactly into:
 
       fill_drain  the window before the rank's first compute pass and after

@@ -13,6 +13,7 @@
  *   n_samples x (i32 id, i32 row, i32 offset, i32 dec_offset),
  *   n_mb * n_stages x (f64 fwd_ms, f64 bwd_ms): the predicted stage costs,
  *   n_ranks x f64 predicted allocation per pipeline rank (MB, alloc.h),
+ *   n_mb x f64 useful fraction per micro-batch (version 2 on),
  *   u64 plan_len, plan_len bytes of dyn_exec_plan_serialize.
  * A replica with no micro-batches this iteration (n_mb = 0) has no plan
  * (plan_len 0, n_stages 0 costs); its ranks only join the step.
@@ -54,6 +55,8 @@ typedef struct dyn_rt_work {
     int32_t n_stages, n_ranks;    /* of the plan (0 when n_mb = 0) */
     double *fwd_ms, *bwd_ms;      /* [n_mb * n_stages]: predicted times (ms), whole backward */
     double *peak_mb;              /* [n_ranks]: predicted allocation per pipeline rank (alloc.h), MB */
+    double *useful;               /* [n_mb]: share of each micro-batch's compute that is its samples'
+                                   * own (pipeline.h dyn_mb_useful_fraction), in [0, 1] */
     dyn_exec_plan plan;           /* the replica's validated plan */
 } dyn_rt_work;
 
