@@ -5,8 +5,11 @@ Reads OUT_DIR/<model>-<method>-r<rep>.jsonl (`dynapipe train --metrics`) and
 the matching .log (for the tuned size knob), prints one markdown table per
 model: median over repeats of real tokens/s (every step but the first, which
 includes start-up), median iteration time, mean bubble fraction, peak memory
-per rank, and the speed-up over tuned packing and tuned document-masked
-packing. With --svg FILE it draws the loss of every method against step and
+per rank, the efficiency against the ideal bound (sum of the batches'
+ideal_ms over the sum of their iteration_ms; "rated": the bound at the run's
+measured rates, ideal_rated_ms; "-" for metrics written before the bound
+was recorded), and the speed-up over tuned packing and tuned
+document-masked packing. With --svg FILE it draws the loss of every method against step and
 against wall-clock time (repeat 1), one row of two panels per model.
 
     python3 bench/train_report.py out/bench-train [--svg docs/img/train-loss.svg]
@@ -51,10 +54,22 @@ def summary(recs):
     tokens = sum(r["tokens"] for r in body)
     ms = sum(r["iteration_ms"] for r in body)
     peaks = [max(r["peak_mem_mb"][q] for r in recs) for q in range(len(recs[0]["peak_mem_mb"]))]
-    return {"tps": tokens / (ms / 1e3), "iter_ms": statistics.median(r["iteration_ms"] for r in body),
+    eff = rated = None
+    if all("ideal_ms" in r for r in body):
+        eff = sum(r["ideal_ms"] for r in body) / ms
+        rated = sum(r["ideal_rated_ms"] for r in body) / ms
+    return {"eff": eff, "rated": rated, "tps": tokens / (ms / 1e3), "iter_ms": statistics.median(r["iteration_ms"] for r in body),
             "bubble": statistics.mean(r["bubble_fraction"] for r in body), "peaks": peaks,
             "pred_ms": statistics.median(r["predicted_ms"] for r in body),
             "n_mb": statistics.median(r["n_microbatches"] for r in body)}
+
+
+def med_or_none(vals):
+    return None if any(v is None for v in vals) else statistics.median(vals)
+
+
+def pct(v):
+    return "-" if v is None else f"{100 * v:.0f}%"
 
 
 def table(model, methods):
@@ -67,11 +82,13 @@ def table(model, methods):
                         "bubble": statistics.median(s["bubble"] for s in sums),
                         "n_mb": statistics.median(s["n_mb"] for s in sums),
                         "peaks": [max(s["peaks"][q] for s in sums) for q in range(len(sums[0]["peaks"]))],
+                        "eff": med_or_none([s["eff"] for s in sums]),
+                        "rated": med_or_none([s["rated"] for s in sums]),
                         "knob": reps[0][2], "reps": len(reps)}
     print(f"\n{model}: median of {max(r['reps'] for r in rows.values())} repeats (steps after the first)\n")
     print("| method | size (tuned) | tokens/s | iteration ms | predicted ms | micro-batches | bubble "
-          "| peak MB per rank | vs packing | vs packing-docmask |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
+          "| peak MB per rank | efficiency (rated) | vs packing | vs packing-docmask |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
     for method in [m for m in ORDER if m in rows] + [m for m in rows if m not in ORDER]:
         r = rows[method]
         vs = []
@@ -79,7 +96,7 @@ def table(model, methods):
             vs.append(f"{r['tps'] / rows[base]['tps']:.2f}x" if base in rows else "-")
         print(f"| {method} | {r['knob']} | {r['tps']:.0f} | {r['iter_ms']:.0f} | {r['pred_ms']:.0f} | "
               f"{r['n_mb']:.0f} | {r['bubble']:.3f} | {' / '.join(f'{p:.0f}' for p in r['peaks'])} | "
-              f"{vs[0]} | {vs[1]} |")
+              f"{pct(r['eff'])} ({pct(r['rated'])}) | {vs[0]} | {vs[1]} |")
 
 
 def panel(x0, y0, w, h, series, xlabel, title):

@@ -3,7 +3,8 @@
 # the same built-in data for the same number of global batches on the same
 # MPI ranks, in alternation (method order rotates every repeat), and
 # bench/train_report.py prints medians of the repeats (tokens/s, iteration
-# time, bubble, peak memory per rank) and draws the loss curves against step
+# time, bubble, peak memory per rank, efficiency against the ideal bound and
+# at the run's measured rates) and draws the loss curves against step
 # and against wall-clock time.
 #
 #   scripts/bench-train.sh [OUT_DIR]        default out/bench-train

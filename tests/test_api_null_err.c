@@ -507,6 +507,13 @@ static int case_dyn_ideal_bound_of(fixture *f, dyn_error *err)
     dyn_ideal_bound b;
     return dyn_ideal_bound_of(f->cm, &s, 1, 0, 1, &b, err); /* stages 0 */
 }
+static int case_dyn_mb_useful_fraction(fixture *f, dyn_error *err)
+{
+    dyn_sample s = {0, -1, 64, 8};
+    dyn_mb_shape sh = {0, 72, 0, 0, 0, 0}; /* rows 0 */
+    double frac;
+    return dyn_mb_useful_fraction(f->cm, &sh, &s, 1, &frac, err);
+}
 static int case_dyn_planner_fit_rows(fixture *f, dyn_error *err)
 {
     dyn_error e;
@@ -808,6 +815,7 @@ static const api_case k_cases[] = {
     FAILS(dyn_planner_plan),
     FAILS(dyn_planner_plan_as),
     FAILS(dyn_ideal_bound_of),
+    FAILS(dyn_mb_useful_fraction),
     FAILS(dyn_planner_fit_rows),
     FAILS(dyn_plan_batch_once),
     FAILS(dyn_batching_parse),

@@ -20,6 +20,12 @@
 #include "dynapipe/data.h"   /* defines: dyn_dataset_*, dyn_lengths_fit */
 #include "model/model.h"     /* defines: DYN_TOK_* (the ids the corpus must agree with) */
 
+/* FNV-1a hashes of the tokens of builtin:5's first 400 samples, taken
+ * before the long-input tasks grew with the limit (tokens_hash). */
+#define GOLD_GPT_2048 0x35a0fc604733452aULL
+#define GOLD_T5_2048 0x422a8776efd76397ULL
+#define GOLD_GPT_256 0x30e16d4409866afcULL
+
 /* The documented tasks, in id order, with their mixture weights. */
 static const char *const NAMES[8] = {"copy", "reverse", "sort", "add", "lookup", "cipher", "summarise", "classify"};
 static const double WEIGHTS[8] = {0.07, 0.06, 0.06, 0.15, 0.20, 0.12, 0.10, 0.24};
@@ -222,10 +228,10 @@ static void test_task_names(void **state)
 static void test_answers_right(void **state)
 {
     (void)state;
-    const int32_t limits[] = {64, 100, 256, 2048};
+    const int32_t limits[] = {64, 100, 256, 2048, 4096};
     for (int kind = 0; kind < 2; kind++)
         for (size_t l = 0; l < sizeof limits / sizeof limits[0]; l++) {
-            int n = limits[l] == 2048 ? 1500 : 800;
+            int n = limits[l] >= 2048 ? 1500 : 800;
             dyn_corpus *c = open_builtin("builtin:7", n, limits[l], (dyn_model_kind)kind, DYN_SPLIT_TRAIN);
             int seen[8] = {0};
             for (int64_t i = 0; i < n; i++) {
@@ -364,6 +370,81 @@ static void test_mixture_follows_flan(void **state)
     dyn_corpus_free(c);
 }
 
+/* FNV-1a over the tokens of samples [0, n). */
+static uint64_t tokens_hash(dyn_corpus *c, int64_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    dyn_error err;
+    for (int64_t i = 0; i < n; i++) {
+        dyn_corpus_sample s;
+        assert_int_equal(dyn_corpus_read(c, i, &s, &err), DYN_OK);
+        for (int side = 0; side < 2; side++) {
+            const int32_t *t = side ? s.target : s.input;
+            int32_t len = side ? s.target_len : s.input_len;
+            for (int32_t k = 0; k < len; k++) h = (h ^ (uint64_t)(uint32_t)t[k]) * 1099511628211ULL;
+            h = (h ^ 0xFFu) * 1099511628211ULL;
+        }
+    }
+    return h;
+}
+
+/* Long data: above 2048 the long-input tasks grow with the limit, so at
+ * 4096 the share of samples longer than half the limit (and than 90% of
+ * it) stays within 25% of the share at 2048, some samples are longer than
+ * 2048 tokens and none breaks the limit. */
+static void test_long_tail_grows(void **state)
+{
+    (void)state;
+    enum { N = 6000 };
+    for (int kind = 0; kind < 2; kind++) {
+        double half[2] = {0}, top[2] = {0};
+        int32_t over_2048 = 0;
+        for (int l = 0; l < 2; l++) {
+            int32_t L = l ? 4096 : 2048;
+            dyn_corpus *c = open_builtin("builtin:11", N, L, (dyn_model_kind)kind, DYN_SPLIT_TRAIN);
+            dyn_dataset ds = {0};
+            dyn_error err;
+            assert_int_equal(dyn_corpus_lengths(c, &ds, &err), DYN_OK);
+            for (int32_t i = 0; i < ds.n; i++) {
+                int32_t a = ds.samples[i].input_len, b = ds.samples[i].target_len;
+                assert_true(dyn_lengths_fit((dyn_model_kind)kind, L, a, b));
+                int32_t m = kind == DYN_MODEL_GPT ? a + b : a > b ? a : b;
+                half[l] += m > L / 2;
+                top[l] += m > L * 9 / 10;
+                if (l == 1) over_2048 += m > 2048;
+            }
+            dyn_dataset_free(&ds);
+            dyn_corpus_free(c);
+        }
+        if (!(fabs(half[1] / half[0] - 1) < 0.25 && fabs(top[1] / top[0] - 1) < 0.25))
+            fprintf(stderr, "kind %d: over L/2 %.0f at 2048, %.0f at 4096; over 0.9 L %.0f, %.0f\n", kind, half[0],
+                    half[1], top[0], top[1]);
+        assert_true(fabs(half[1] / half[0] - 1) < 0.25);
+        assert_true(fabs(top[1] / top[0] - 1) < 0.25);
+        assert_true(over_2048 > N / 20);
+    }
+}
+
+/* At 2048 and below the samples are the ones they always were: hashes of
+ * their tokens taken before the long-input tasks grew with the limit. */
+static void test_short_limits_unchanged(void **state)
+{
+    (void)state;
+    const struct { int32_t L; dyn_model_kind kind; uint64_t hash; } old[] = {
+        {2048, DYN_MODEL_GPT, GOLD_GPT_2048}, {2048, DYN_MODEL_T5, GOLD_T5_2048}, {256, DYN_MODEL_GPT, GOLD_GPT_256}};
+    int changed = 0;
+    for (size_t k = 0; k < sizeof old / sizeof old[0]; k++) {
+        dyn_corpus *c = open_builtin("builtin:5", 400, old[k].L, old[k].kind, DYN_SPLIT_TRAIN);
+        uint64_t h = tokens_hash(c, 400);
+        if (h != old[k].hash) {
+            fprintf(stderr, "L %d kind %d: hash 0x%016llxULL\n", old[k].L, old[k].kind, (unsigned long long)h);
+            changed++;
+        }
+        dyn_corpus_free(c);
+    }
+    assert_int_equal(changed, 0);
+}
+
 /* builtin:SEED:TASK+TASK keeps only those tasks (ids unchanged), with
  * their weights renormalised, and their answers right. */
 static void test_task_subset(void **state)
@@ -456,6 +537,8 @@ int main(void)
         cmocka_unit_test(test_lengths_match_and_fit),
         cmocka_unit_test(test_mixture_follows_flan),
         cmocka_unit_test(test_task_subset),
+        cmocka_unit_test(test_long_tail_grows),
+        cmocka_unit_test(test_short_limits_unchanged),
         cmocka_unit_test(test_classify_short), cmocka_unit_test(test_bad_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -398,6 +398,37 @@ static void test_ideal_bound_by_hand(void **state)
     dyn_cost_model_free(cm);
 }
 
+/* A micro-batch's useful fraction by hand (memory traffic free, so every
+ * part is hand_sample_ms's): samples of 100 and 256 tokens padded to 2 rows
+ * of 256; packed into one row of 356 with dense attention; and with
+ * document masks (attention pairs 100^2 + 256^2), which wastes nothing. */
+static void test_useful_fraction_by_hand(void **state)
+{
+    (void)state;
+    dyn_cost_model *cm = hand_model(1e9);
+    const dyn_sample s[2] = {{1, 0, 100, 0}, {2, 0, 200, 56}};
+    dyn_error err;
+    double frac;
+    double own = hand_sample_ms(100) + hand_sample_ms(256);
+    dyn_mb_shape pad = {2, 256, 0, 0, 0, 0};
+    assert_int_equal(dyn_mb_useful_fraction(cm, &pad, s, 2, &frac, &err), DYN_OK);
+    assert_true(fabs(frac - own / (2 * hand_sample_ms(256))) <= 1e-6);
+    dyn_mb_shape pack = {1, 356, 0, 0, 0, 0};
+    assert_int_equal(dyn_mb_useful_fraction(cm, &pack, s, 2, &frac, &err), DYN_OK);
+    assert_true(fabs(frac - own / hand_sample_ms(356)) <= 1e-6);
+    assert_true(frac < 1.0 - 1e-3);
+    dyn_mb_shape docmask = {1, 356, 0, 100 * 100 + 256 * 256, 0, 0};
+    assert_int_equal(dyn_mb_useful_fraction(cm, &docmask, s, 2, &frac, &err), DYN_OK);
+    assert_true(fabs(frac - 1.0) <= 1e-6);
+    /* a sample alone in a row of its length */
+    dyn_mb_shape exact = {1, 100, 0, 0, 0, 0};
+    assert_int_equal(dyn_mb_useful_fraction(cm, &exact, s, 1, &frac, &err), DYN_OK);
+    assert_true(fabs(frac - 1.0) <= 1e-6);
+    dyn_mb_shape none = {0, 100, 0, 0, 0, 0};
+    assert_int_equal(dyn_mb_useful_fraction(cm, &none, s, 1, &frac, &err), DYN_ERR_INVALID_ARG);
+    dyn_cost_model_free(cm);
+}
+
 /* A pipeline result's efficiency is bound / (slowest makespan + busiest
  * rank's step), at most 1, for dynapipe and every baseline. */
 static void test_efficiency_at_most_one(void **state)
@@ -444,6 +475,7 @@ int main(void)
         cmocka_unit_test(test_docmask_rows_win_gpt),
         cmocka_unit_test(test_planner_docmask_rows_gpt),
         cmocka_unit_test(test_ideal_bound_by_hand),
+        cmocka_unit_test(test_useful_fraction_by_hand),
         cmocka_unit_test(test_efficiency_at_most_one),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

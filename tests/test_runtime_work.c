@@ -14,11 +14,14 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "dynapipe/cost.h"
 #include "dynapipe/model_config.h"
+#include "dynapipe/pipeline.h"
 #include "model/threads.h"
 #include "runtime/planner.h"
 #include "runtime/source.h"
@@ -60,6 +63,13 @@ static void check_iteration(const dyn_train_options *o, rt_source *src, rt_plann
     int64_t tgt = 0;
     for (int32_t i = 0; i < n; i++) tgt += batch[i].target_len;
     assert_int_equal(pl->dp, o->plan.dp);
+    /* the batch's ideal bound, from the sampler's batch and a cost model of our own */
+    dyn_cost_model *cm = dyn_cost_model_create_analytic(&o->model, &o->machine, &err);
+    assert_non_null(cm);
+    dyn_ideal_bound ideal;
+    assert_int_equal(dyn_ideal_bound_of(cm, batch, n, o->plan.stages, o->plan.dp, &ideal, &err), DYN_OK);
+    dyn_cost_model_free(cm);
+    assert_true(ideal.bound_ms > 0);
     int32_t total = 0;
     for (int32_t r = 0; r < pl->dp; r++) {
         dyn_rt_work w;
@@ -67,6 +77,10 @@ static void check_iteration(const dyn_train_options *o, rt_source *src, rt_plann
         assert_int_equal(w.iteration, k);
         assert_int_equal(w.replica, r);
         assert_int_equal(w.global_target_tokens, tgt);
+        /* every replica carries the whole batch's bound, which no plan beats */
+        assert_true(fabs(w.ideal_ms - ideal.bound_ms) <= 1e-9 * ideal.bound_ms);
+        assert_true(fabs(w.ideal_compute_ms - ideal.compute_ms) <= 1e-9 * ideal.bound_ms);
+        if (w.n_mb > 0) assert_true(w.ideal_ms <= w.predicted_ms * (1 + 1e-9));
         for (int32_t j = 0; j < w.n_mb; j++) {
             const dyn_mb_shape *sh = &w.plan.mb_shape[j];
             for (int32_t q = w.mb_first[j]; q < w.mb_first[j + 1]; q++) {
@@ -281,6 +295,20 @@ static void test_work_corrupt(void **state)
     buf[0] ^= 1;
     assert_int_equal(dyn_rt_work_unpack(buf, len, 800, &w, &err), DYN_ERR_CORRUPT);
     assert_non_null(strstr(err.msg, "magic"));
+    dyn_rt_work_free(&w);
+    /* a message of version 1 (no ideal bound): refused by its version */
+    memcpy(buf, pl->msg[0], len);
+    buf[4] = 1;
+    assert_int_equal(dyn_rt_work_unpack(buf, len, 800, &w, &err), DYN_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "version 1"));
+    dyn_rt_work_free(&w);
+    /* a NaN ideal bound (after magic, version, iteration, replica, method,
+     * two token counts, plan_ms, predicted_ms: byte 56) */
+    memcpy(buf, pl->msg[0], len);
+    double nan_ms = NAN;
+    memcpy(buf + 56, &nan_ms, sizeof nan_ms);
+    assert_int_equal(dyn_rt_work_unpack(buf, len, 800, &w, &err), DYN_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "ideal bound"));
     dyn_rt_work_free(&w);
     /* a byte of the plan (its CRC catches it) */
     memcpy(buf, pl->msg[0], len);

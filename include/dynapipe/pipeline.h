@@ -133,6 +133,15 @@ typedef struct dyn_ideal_bound {
 dyn_status dyn_ideal_bound_of(const dyn_cost_model *cm, const dyn_sample *samples, int32_t n, int32_t stages,
                               int32_t dp, dyn_ideal_bound *out, dyn_error *err);
 
+/* The share of a micro-batch's compute that its samples' own compute is,
+ * in [0, 1]: the sum over its n samples of each one's marginal cost (as
+ * in the bound) over the micro-batch shape's own marginal cost (the same
+ * K rows rule, K copies of the shape). 1 - it is the padding, masked
+ * attention and cross-document attention the shape adds. Errors: bad
+ * arguments, the cost model's. */
+dyn_status dyn_mb_useful_fraction(const dyn_cost_model *cm, const dyn_mb_shape *shape, const dyn_sample *samples,
+                                  int32_t n, double *frac, dyn_error *err);
+
 /* One global batch, planned. */
 typedef struct dyn_pipeline_result {
     dyn_batch_plan batch;       /* the planner's micro-batches, sample ids, figures; batch.method

@@ -14,7 +14,14 @@
  * sizes are capped (copy, reverse, sort, cipher, summarise's first sentence,
  * classify) or parts are appended only while they fit (few-shot examples,
  * key=value pairs, further sentences), so at max_seqlen 64 every task still
- * has a well-formed sample and nothing is ever truncated. */
+ * has a well-formed sample and nothing is ever truncated.
+ *
+ * Long data: above max_seqlen 2048 the long-input tasks (add, lookup,
+ * summarise) grow with the limit: their drawn sizes (and lookup's pair
+ * limit) are scaled by max_seqlen / 2048 (at most GROW_MAX), so at 4096 the
+ * mixture keeps the long tail it has at 2048 (a tenth of the samples over
+ * half the limit) instead of ending near 2048 tokens. At 2048 and below the
+ * factor is exactly 1: the samples are byte for byte what they always were. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,8 +37,12 @@ typedef struct gen {
     char *tgt;
     int32_t tgt_len;
     int64_t cap_in, cap_tgt, cap_total;
+    double grow; /* long-input tasks' size factor: max(1, max_seqlen / 2048), at most GROW_MAX */
     dyn_rng *rng;
 } gen;
+
+#define GROW_BASE 2048 /* the limit the tasks' sizes were chosen for */
+#define GROW_MAX 8     /* sizes stop growing at 8 x 2048 = 16,384 tokens */
 
 /* Would an input of `in` bytes and a target of `tgt` bytes fit? */
 static int gen_fits(const gen *g, int64_t in, int64_t tgt)
@@ -121,7 +132,7 @@ static int32_t rand_sum(dyn_rng *r, char *q, char *ans, int32_t *ans_len)
  * input long and the target short, like a few-shot prompt. */
 static void task_add(gen *g)
 {
-    int64_t budget = draw_len(g->rng, 900, 0.5, 16, 1 << 20);
+    int64_t budget = draw_len(g->rng, 900 * g->grow, 0.5, 16, 1 << 20);
     char q[16], ans[8];
     int32_t ans_len;
     int32_t q_len = rand_sum(g->rng, q, ans, &ans_len);
@@ -145,19 +156,19 @@ static void task_add(gen *g)
 
 #define LOOKUP_KEY 4
 #define LOOKUP_VALUE_MAX 12
-#define LOOKUP_PAIRS_MAX 256
+#define LOOKUP_PAIRS_MAX 256 /* at max_seqlen <= 2048; x grow above */
 
 /* "lookup abcd=x7k;qrst=42;...;?qrst" -> "42". Keys are 4 distinct
  * lowercase letters, values 1..12 letters or digits. */
 static void task_lookup(gen *g)
 {
     static const char value_chars[] = "abcdefghijklmnopqrstuvwxyz0123456789";
-    int64_t budget = draw_len(g->rng, 320, 0.7, 24, 1 << 20);
-    char keys[LOOKUP_PAIRS_MAX][LOOKUP_KEY];
-    int32_t val_off[LOOKUP_PAIRS_MAX], val_len[LOOKUP_PAIRS_MAX];
-    int32_t m = 0;
+    int64_t budget = draw_len(g->rng, 320 * g->grow, 0.7, 24, 1 << 20);
+    char keys[LOOKUP_PAIRS_MAX * GROW_MAX][LOOKUP_KEY];
+    int32_t val_off[LOOKUP_PAIRS_MAX * GROW_MAX], val_len[LOOKUP_PAIRS_MAX * GROW_MAX];
+    int32_t m = 0, pairs_max = (int32_t)(LOOKUP_PAIRS_MAX * g->grow);
     gen_put_in(g, "lookup ", 7);
-    while (m < LOOKUP_PAIRS_MAX) {
+    while (m < pairs_max) {
         char key[LOOKUP_KEY];
         int fresh;
         do { /* a key not used yet in this passage */
@@ -247,7 +258,7 @@ static int32_t rand_sentence(dyn_rng *r, char *buf, int64_t max_len)
 /* "summarise Xxx yyy. Zzz ww. ..." -> "Xxx yyy." */
 static void task_summarise(gen *g)
 {
-    int64_t budget = draw_len(g->rng, 700, 0.6, 32, 1 << 20);
+    int64_t budget = draw_len(g->rng, 700 * g->grow, 0.6, 32, 1 << 20);
     int64_t first_max = min64(min64(g->cap_in - 10, g->cap_tgt), (g->cap_total - 10) / 2);
     char s[SENTENCE_MAX + 8];
     int32_t n = rand_sentence(g->rng, s, first_max);
@@ -385,7 +396,9 @@ void builtin_generate(uint64_t seed, dyn_corpus_split split, int64_t index, int3
     uint64_t stream = mix64(mix64(seed) ^ (split == DYN_SPLIT_HELDOUT ? 0x686f6c646f7574ULL : 0x747261696eULL));
     dyn_rng rng;
     dyn_rng_seed(&rng, mix64(stream ^ mix64((uint64_t)index)));
-    gen g = {.in = out->in, .tgt = out->tgt, .rng = &rng};
+    gen g = {.in = out->in, .tgt = out->tgt, .rng = &rng, .grow = 1.0};
+    if (max_seqlen > GROW_BASE)
+        g.grow = max_seqlen >= GROW_BASE * GROW_MAX ? (double)GROW_MAX : (double)max_seqlen / GROW_BASE;
     if (kind == DYN_MODEL_GPT) { /* (in + 1) + (tgt + 1) <= L */
         g.cap_in = g.cap_tgt = g.cap_total = (int64_t)max_seqlen - 2;
     } else { /* each side + 1 <= L */

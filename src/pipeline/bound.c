@@ -51,6 +51,54 @@ dyn_status pipe_model_ms(const dyn_cost_model *cm, dyn_mb_shape sh, int32_t rows
     return DYN_OK;
 }
 
+/* One sample's own compute through the model, fwd + bwd, ms: the marginal
+ * cost of a row of exactly its shape. */
+static dyn_status sample_ms(const dyn_cost_model *cm, const dyn_sample *x, double *ms, dyn_error *err)
+{
+    int gpt = dyn_cost_model_config(cm)->kind == DYN_MODEL_GPT;
+    dyn_mb_shape sh = {0};
+    sh.enc_len = gpt ? x->input_len + x->target_len : x->input_len;
+    sh.dec_len = gpt ? 0 : x->target_len;
+    double one, two;
+    dyn_status st = pipe_model_ms(cm, sh, BOUND_ROWS, &one, err);
+    if (st == DYN_OK) st = pipe_model_ms(cm, sh, 2 * BOUND_ROWS, &two, err);
+    *ms = (two - one) / BOUND_ROWS;
+    return st;
+}
+
+dyn_status dyn_mb_useful_fraction(const dyn_cost_model *cm, const dyn_mb_shape *shape, const dyn_sample *samples,
+                                  int32_t n, double *frac, dyn_error *err)
+{
+    *frac = 1.0;
+    if (cm == NULL || shape == NULL || (samples == NULL && n > 0) || n < 0 || shape->rows < 1)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "useful fraction: bad arguments (%d samples)", n);
+    double own = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        double ms;
+        if (samples[i].input_len < 1 || samples[i].target_len < 0)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "useful fraction: sample %d has lengths %d, %d",
+                                 samples[i].id, samples[i].input_len, samples[i].target_len);
+        dyn_status st = sample_ms(cm, &samples[i], &ms, err);
+        if (st != DYN_OK) return st;
+        own += ms;
+    }
+    /* the shape's marginal cost: K and 2K copies of it (its attention
+     * counts are sums over its rows: they scale with the copies; 0 stays
+     * dense) */
+    dyn_mb_shape k1 = *shape, k2 = *shape;
+    k1.enc_attn *= BOUND_ROWS, k1.dec_attn *= BOUND_ROWS, k1.cross_attn *= BOUND_ROWS;
+    k2.enc_attn *= 2 * BOUND_ROWS, k2.dec_attn *= 2 * BOUND_ROWS, k2.cross_attn *= 2 * BOUND_ROWS;
+    double one, two;
+    dyn_status st = pipe_model_ms(cm, k1, BOUND_ROWS * shape->rows, &one, err);
+    if (st == DYN_OK) st = pipe_model_ms(cm, k2, 2 * BOUND_ROWS * shape->rows, &two, err);
+    if (st != DYN_OK) return st;
+    double mb = (two - one) / BOUND_ROWS;
+    *frac = mb > 0 ? own / mb : 1.0;
+    if (*frac > 1.0) *frac = 1.0; /* a table model's interpolation */
+    if (!(*frac >= 0.0)) *frac = 0.0;
+    return DYN_OK;
+}
+
 dyn_status dyn_ideal_bound_of(const dyn_cost_model *cm, const dyn_sample *samples, int32_t n, int32_t stages,
                               int32_t dp, dyn_ideal_bound *out, dyn_error *err)
 {
@@ -59,21 +107,16 @@ dyn_status dyn_ideal_bound_of(const dyn_cost_model *cm, const dyn_sample *sample
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "ideal bound: bad arguments (%d samples, %d stages, %d replicas)",
                              n, stages, dp);
     const dyn_model_config *cfg = dyn_cost_model_config(cm);
-    int gpt = cfg->kind == DYN_MODEL_GPT;
     double sum = 0.0;
     for (int32_t i = 0; i < n; i++) {
         const dyn_sample *x = &samples[i];
         if (x->input_len < 1 || x->target_len < 0)
             return dyn_error_set(err, DYN_ERR_INVALID_ARG, "ideal bound: sample %d has lengths %d, %d", x->id,
                                  x->input_len, x->target_len);
-        dyn_mb_shape sh = {0};
-        sh.enc_len = gpt ? x->input_len + x->target_len : x->input_len;
-        sh.dec_len = gpt ? 0 : x->target_len;
-        double one, two;
-        dyn_status st = pipe_model_ms(cm, sh, BOUND_ROWS, &one, err);
-        if (st == DYN_OK) st = pipe_model_ms(cm, sh, 2 * BOUND_ROWS, &two, err);
+        double ms;
+        dyn_status st = sample_ms(cm, x, &ms, err);
         if (st != DYN_OK) return st;
-        sum += (two - one) / BOUND_ROWS;
+        sum += ms;
     }
     out->compute_ms = sum / ((double)stages * dp);
     out->step_ms = dyn_cost_optimizer_ms(cm, (double)dyn_model_config_params(cfg) / stages);

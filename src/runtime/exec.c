@@ -608,7 +608,8 @@ static dyn_status record(rt_exec *x, int32_t i, double t0, double t1, dyn_error 
         x->cap_ev = cap;
     }
     const dyn_instr *in = &x->rp->instrs[i];
-    x->ev[x->n_ev++] = (rt_event){in->op, in->microbatch, in->stage, i, t0 - x->epoch_ms, t1 - x->epoch_ms};
+    double useful = in->microbatch >= 0 && in->microbatch < x->w->n_mb && x->w->useful ? x->w->useful[in->microbatch] : 1.0;
+    x->ev[x->n_ev++] = (rt_event){in->op, in->microbatch, in->stage, i, t0 - x->epoch_ms, t1 - x->epoch_ms, useful};
     return DYN_OK;
 }
 

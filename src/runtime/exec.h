@@ -55,6 +55,7 @@ typedef struct rt_exec_env {
 typedef struct rt_event {
     int32_t op, microbatch, stage, instr;
     double t0_ms, t1_ms;
+    double useful; /* the micro-batch's useful fraction (work.h), 1 when it has none */
 } rt_event;
 
 /* Per-iteration measurements of this rank. */

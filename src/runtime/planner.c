@@ -19,6 +19,7 @@
 struct rt_planner {
     dyn_train_options o;
     dyn_cost_model *cm;
+    const dyn_dataset *lengths; /* borrowed: the dataset's samples by id */
     dyn_planner *planner;
     dyn_sampler *sampler;
     dyn_pipeline *pipeline;
@@ -61,6 +62,7 @@ rt_planner *rt_planner_create(const dyn_train_options *o, const dyn_dataset *len
     rt_planner *p = dyn_calloc(1, sizeof *p, "planner", err);
     if (p == NULL) return NULL;
     p->o = *o;
+    p->lengths = lengths;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->S = o->plan.stages > 0 ? o->plan.stages : 1;
@@ -101,8 +103,29 @@ rt_planner *rt_planner_create(const dyn_train_options *o, const dyn_dataset *len
 
 /* Replica r's work message from its planned replica plan rp; step_ms: the
  * optimizer step that follows the plan (predicted_ms = makespan + it). */
-static dyn_status replica_work(const dyn_batch_plan *bp, const dyn_replica_plan *rp, double step_ms,
-                               const double *alloc_mb, dyn_rt_work *w, dyn_error *err)
+/* Micro-batch j's useful fraction (pipeline.h dyn_mb_useful_fraction)
+ * into w->useful[j], from its samples' lengths in ds. */
+static dyn_status useful_fractions(const dyn_cost_model *cm, const dyn_dataset *ds, const dyn_replica_plan *rp,
+                                   dyn_rt_work *w, dyn_error *err)
+{
+    int32_t most = 0;
+    for (int32_t j = 0; j < w->n_mb; j++)
+        if (w->mb_first[j + 1] - w->mb_first[j] > most) most = w->mb_first[j + 1] - w->mb_first[j];
+    dyn_sample *xs = dyn_calloc((size_t)most + 1, sizeof *xs, "work", err);
+    if (xs == NULL) return DYN_ERR_NOMEM;
+    dyn_status st = DYN_OK;
+    for (int32_t j = 0; st == DYN_OK && j < w->n_mb; j++) {
+        int32_t n = w->mb_first[j + 1] - w->mb_first[j];
+        for (int32_t k = 0; k < n; k++) xs[k] = ds->samples[w->samples[w->mb_first[j] + k].id];
+        st = dyn_mb_useful_fraction(cm, &rp->plan.mb_shape[j], xs, n, &w->useful[j], err);
+    }
+    free(xs);
+    return st;
+}
+
+static dyn_status replica_work(const dyn_cost_model *cm, const dyn_dataset *ds, const dyn_batch_plan *bp,
+                               const dyn_replica_plan *rp, double step_ms, const double *alloc_mb, dyn_rt_work *w,
+                               dyn_error *err)
 {
     int32_t M = rp->n_microbatches;
     if (M == 0) return DYN_OK; /* an idle replica this iteration */
@@ -116,7 +139,8 @@ static dyn_status replica_work(const dyn_batch_plan *bp, const dyn_replica_plan 
     w->fwd_ms = dyn_calloc(nc, sizeof(double), "work", err);
     w->bwd_ms = dyn_calloc(nc, sizeof(double), "work", err);
     w->peak_mb = dyn_calloc((size_t)w->n_ranks, sizeof(double), "work", err);
-    if (!w->mb_first || !w->fwd_ms || !w->bwd_ms || !w->peak_mb) return DYN_ERR_NOMEM;
+    w->useful = dyn_calloc((size_t)M, sizeof(double), "work", err);
+    if (!w->mb_first || !w->fwd_ms || !w->bwd_ms || !w->peak_mb || !w->useful) return DYN_ERR_NOMEM;
     memcpy(w->fwd_ms, rp->costs.fwd_ms, nc * sizeof(double));
     memcpy(w->bwd_ms, rp->costs.bwd_ms, nc * sizeof(double));
     memcpy(w->peak_mb, alloc_mb, (size_t)w->n_ranks * sizeof(double));
@@ -138,7 +162,7 @@ static dyn_status replica_work(const dyn_batch_plan *bp, const dyn_replica_plan 
             s->dec_offset = bp->sample_dec_offset ? bp->sample_dec_offset[q] : 0;
         }
     }
-    return DYN_OK;
+    return useful_fractions(cm, ds, rp, w, err);
 }
 
 void rt_planner_set_time_scale(rt_planner *p, const double *factor)
@@ -321,10 +345,13 @@ static dyn_status pack_replicas(rt_planner *p, int64_t k, dyn_pipeline_result *r
         w.global_target_tokens = tgt;
         w.global_real_tokens = real;
         w.plan_ms = pl->plan_ms;
+        w.ideal_ms = res->ideal.bound_ms;
+        w.ideal_compute_ms = res->ideal.compute_ms;
         /* the ranks' allocation after this iteration (the interpreter's
          * pools, which only grow), not the plan's live peak */
         st = rt_alloc_iteration(p->alloc, r, &res->replicas[r], p->rank_alloc_mb, err);
-        if (st == DYN_OK) st = replica_work(&res->batch, &res->replicas[r], step_ms, p->rank_alloc_mb, &w, err);
+        if (st == DYN_OK) st = replica_work(p->cm, p->lengths, &res->batch, &res->replicas[r], step_ms, p->rank_alloc_mb, &w,
+                                              err);
         if (st == DYN_OK) st = dyn_rt_work_pack(&w, &pl->msg[r], &pl->len[r], err);
         memset(&w.plan, 0, sizeof w.plan); /* the result owns it */
         dyn_rt_work_free(&w);

@@ -8,7 +8,7 @@
 
 #include "dynapipe/sched.h" /* defines: dyn_schedule_name */
 #include "dynapipe/sim.h"   /* defines: dyn_sim_op_label, dyn_sim_op_category */
-#include "util/util.h"      /* defines: dyn_atomic_*, dyn_calloc */
+#include "util/util.h"      /* defines: dyn_atomic_*, dyn_calloc, dyn_median */
 
 void rt_report_progress(const rt_iter *it, int64_t steps, int tty)
 {
@@ -18,15 +18,44 @@ void rt_report_progress(const rt_iter *it, int64_t steps, int tty)
                                     : 100.0;
     char line[256];
     snprintf(line, sizeof line,
-             "step %lld/%lld  loss %.4f  %.0f tokens/s  %.0f ms/iter (predicted %.0f)  bubble %.2f  "
-             "plan %.1f ms, %.0f%% hidden  %s x%d",
+             "step %lld/%lld  loss %.4f  %.0f tokens/s  %.0f ms/iter (predicted %.0f)  efficiency %.0f%% "
+             "(%.0f%% at measured rates)  bubble %.2f  plan %.1f ms, %.0f%% hidden  %s x%d",
              (long long)it->step + 1, (long long)steps, it->loss, tps, it->iteration_ms, it->predicted_ms,
-             it->bubble, it->plan_ms, hidden,
+             100.0 * it->efficiency, 100.0 * it->efficiency_rated, it->bubble, it->plan_ms, hidden,
              it->schedule >= 0 ? dyn_schedule_name((dyn_schedule)it->schedule) : "-", it->n_mb);
     if (tty && it->step + 1 < steps)
         fprintf(stderr, "\r%s\033[K", line);
     else
         fprintf(stderr, "%s%s\n", tty ? "\r" : "", line);
+}
+
+void rt_report_summary(const rt_iter *iters, int64_t first, int64_t end)
+{
+    if (end - first > 1) first++; /* the first iteration allocates */
+    int64_t n = end - first;
+    if (n < 1) return;
+    double *tps = malloc((size_t)n * sizeof(double)), *ms = malloc((size_t)n * sizeof(double));
+    if (tps == NULL || ms == NULL) { /* a summary is not worth failing the run for */
+        free(tps);
+        free(ms);
+        return;
+    }
+    double ideal = 0, rated = 0, iter = 0;
+    for (int64_t k = first; k < end; k++) {
+        const rt_iter *it = &iters[k];
+        tps[k - first] = it->iteration_ms > 0 ? (double)it->tokens / (it->iteration_ms / 1e3) : 0;
+        ms[k - first] = it->iteration_ms;
+        ideal += it->ideal_ms;
+        rated += it->ideal_rated_ms;
+        iter += it->iteration_ms;
+    }
+    fprintf(stderr,
+            "dynapipe train: %lld iterations: median %.0f tokens/s, %.1f ms/iter; efficiency %.1f%% of the ideal "
+            "bound (%.1f of %.1f ms), %.1f%% at the measured rates\n",
+            (long long)n, dyn_median(tps, (int)n), dyn_median(ms, (int)n), iter > 0 ? 100.0 * ideal / iter : 0.0, ideal,
+            iter, iter > 0 ? 100.0 * rated / iter : 0.0);
+    free(tps);
+    free(ms);
 }
 
 dyn_status rt_report_metrics(const char *path, const rt_iter *iters, int64_t first, int64_t end,
@@ -42,11 +71,13 @@ dyn_status rt_report_metrics(const char *path, const rt_iter *iters, int64_t fir
                 "{\"step\":%lld,\"loss\":%.6f,\"tokens\":%lld,\"target_tokens\":%lld,\"tokens_per_s\":%.1f,"
                 "\"iteration_ms\":%.3f,\"predicted_ms\":%.3f,\"bubble_fraction\":%.4f,\"plan_ms\":%.3f,"
                 "\"plan_wait_ms\":%.3f,\"comm_wait_ms\":%.3f,\"comm_mb\":%.3f,\"lr\":%.6g,\"grad_norm\":%.6g,\"schedule\":\"%s\","
-                "\"n_microbatches\":%d,\"makespan_ms\":%.3f,\"exec_ms\":%.3f,\"step_ms\":%.3f,\"peak_mem_mb\":[",
+                "\"n_microbatches\":%d,\"makespan_ms\":%.3f,\"exec_ms\":%.3f,\"step_ms\":%.3f,\"ideal_ms\":%.3f,"
+                "\"efficiency\":%.4f,\"ideal_rated_ms\":%.3f,\"efficiency_rated\":%.4f,\"peak_mem_mb\":[",
                 (long long)it->step, it->loss, (long long)it->tokens, (long long)it->target_tokens, tps,
                 it->iteration_ms, it->predicted_ms, it->bubble, it->plan_ms, it->plan_wait_ms, it->comm_wait_ms,
                 it->comm_mb, it->lr, it->grad_norm, it->schedule >= 0 ? dyn_schedule_name((dyn_schedule)it->schedule) : "-",
-                it->n_mb, it->makespan_ms, it->exec_ms, it->step_ms);
+                it->n_mb, it->makespan_ms, it->exec_ms, it->step_ms, it->ideal_ms, it->efficiency,
+                it->ideal_rated_ms, it->efficiency_rated);
         for (int w = 0; w < g->world_size; w++) fprintf(af.fp, "%s%.2f", w ? "," : "", it->peak_mb[w]);
         fprintf(af.fp, "],\"predicted_peak_mem_mb\":[");
         for (int w = 0; w < g->world_size; w++) fprintf(af.fp, "%s%.2f", w ? "," : "", it->pred_peak_mb[w]);
@@ -101,10 +132,11 @@ dyn_status rt_report_trace(const char *path, const rt_exec *x, const dyn_rt_grou
                 int64_t ne = all.counts[w] / (int)sizeof(rt_event);
                 for (int64_t i = 0; i < ne; i++)
                     fprintf(f, ",\n{\"name\":\"%s%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,"
-                               "\"dur\":%.3f,\"args\":{\"op\":\"%s\",\"instr\":%d,\"microbatch\":%d,\"stage\":%d}}",
+                               "\"dur\":%.3f,\"args\":{\"op\":\"%s\",\"instr\":%d,\"microbatch\":%d,\"stage\":%d,"
+                               "\"useful\":%.4f}}",
                             dyn_sim_op_label(e[i].op), e[i].microbatch, dyn_sim_op_category(e[i].op), w, e[i].t0_ms * 1e3,
                             (e[i].t1_ms - e[i].t0_ms) * 1e3, dyn_sim_op_label(e[i].op), e[i].instr, e[i].microbatch,
-                            e[i].stage);
+                            e[i].stage, e[i].useful);
             }
             fprintf(f, "\n]}\n");
             if (ferror(f)) {

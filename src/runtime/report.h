@@ -18,6 +18,13 @@ typedef struct rt_iter {
     double loss, iteration_ms, predicted_ms, bubble, plan_ms, plan_wait_ms, comm_wait_ms, comm_mb, lr, grad_norm;
     double exec_ms, step_ms; /* slowest rank's plan interpretation and optimizer step (sums, norm, AdamW) */
     double makespan_ms;      /* the plan's simulated makespan (predicted_ms less the fixed per-iteration part) */
+    double ideal_ms;         /* the global batch's ideal bound (pipeline.h dyn_ideal_bound), ms */
+    double efficiency;       /* ideal_ms / iteration_ms (measured); 0 when not timed */
+    double ideal_rated_ms;   /* the bound at this run's measured rates: its compute part x (measured /
+                              * predicted Forward + Backward time, summed over ranks), its optimizer
+                              * step x (measured / predicted slowest step); = ideal_ms when the cost
+                              * model matches the machine */
+    double efficiency_rated; /* ideal_rated_ms / iteration_ms: the pipeline's own losses alone */
     int64_t tokens, target_tokens;
     int32_t schedule, n_mb;
     double eval_loss;     /* held-out loss after this step (--eval-every); < 0: not evaluated */
@@ -31,6 +38,13 @@ typedef struct rt_iter {
 /* The progress line of iteration it of `steps` (on a terminal rewritten in
  * place until the last). */
 void rt_report_progress(const rt_iter *it, int64_t steps, int tty);
+
+/* The end-of-run line on stderr (rank 0): over iterations [first, end),
+ * skipping the first when there are more (it allocates), the median
+ * tokens/s and iteration time, and the efficiency as the sum of the ideal
+ * bounds over the sum of the measured iteration times. Nothing when the
+ * range is empty. */
+void rt_report_summary(const rt_iter *iters, int64_t first, int64_t end);
 
 /* Iterations [first, end) of iters into path (rank 0). */
 dyn_status rt_report_metrics(const char *path, const rt_iter *iters, int64_t first, int64_t end,

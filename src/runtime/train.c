@@ -484,6 +484,15 @@ static void aggregate(rt_run *R, int64_t k, const dyn_rt_work *w, const rt_step_
     it->iteration_ms = iter_ms;
     it->predicted_ms = w->predicted_ms;
     it->makespan_ms = w->predicted_ms - rt_planner_step_ms(R->planner, k);
+    it->ideal_ms = w->ideal_ms;
+    it->efficiency = iter_ms > 0 ? w->ideal_ms / iter_ms : 0;
+    /* the bound at the rates this run measured (report.h ideal_rated_ms) */
+    double meas = 0, pred = 0, pred_step = rt_planner_step_ms(R->planner, k);
+    for (int r = 0; r < R->g.world_size; r++) meas += it->compute_ms[2 * r], pred += it->compute_ms[2 * r + 1];
+    double step_part = w->ideal_ms - w->ideal_compute_ms;
+    it->ideal_rated_ms = w->ideal_compute_ms * (pred > 0 ? meas / pred : 1.0) +
+                         step_part * (pred_step > 0 ? it->step_ms / pred_step : 1.0);
+    it->efficiency_rated = iter_ms > 0 ? it->ideal_rated_ms / iter_ms : 0;
     it->bubble = iter_ms > 0 ? 1.0 - busy / ((double)R->g.world_size * iter_ms) : 0;
     it->plan_ms = w->plan_ms;
     it->plan_wait_ms = wait;
@@ -639,6 +648,8 @@ int dyn_train_rank_main(const dyn_train_options *o, int *argc, char ***argv)
         if (st == DYN_OK) R.pos.end_step = k + 1;
         stop = halt;
     }
+    if (st == DYN_OK && R.g.world_rank == 0 && o->progress >= 0)
+        rt_report_summary(R.met.iters, R.pos.first_step, R.pos.end_step);
     if (st == DYN_OK && o->trace_path) st = rt_report_trace(o->trace_path, R.x, &R.g, o->timeout_s, &err);
     if (st == DYN_OK && R.g.world_rank == 0 && o->metrics_path)
         st = rt_report_metrics(o->metrics_path, R.met.iters, R.pos.first_step, R.pos.end_step, &R.g, &err);

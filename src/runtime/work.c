@@ -7,7 +7,7 @@
 #include "util/util.h"
 
 #define WORK_MAGIC 0x574E5944u /* "DYNW" little-endian */
-#define WORK_VERSION 1u
+#define WORK_VERSION 2u /* 2: ideal_ms, ideal_compute_ms after predicted_ms; useful[n_mb] after peak_mb */
 
 void dyn_rt_work_free(dyn_rt_work *w)
 {
@@ -17,6 +17,7 @@ void dyn_rt_work_free(dyn_rt_work *w)
     free(w->fwd_ms);
     free(w->bwd_ms);
     free(w->peak_mb);
+    free(w->useful);
     dyn_exec_plan_free(&w->plan);
     memset(w, 0, sizeof *w);
 }
@@ -70,6 +71,8 @@ dyn_status dyn_rt_work_pack(const dyn_rt_work *w, uint8_t **buf, size_t *len, dy
     put_i64(&b, w->global_real_tokens);
     put_f64(&b, w->plan_ms);
     put_f64(&b, w->predicted_ms);
+    put_f64(&b, w->ideal_ms);
+    put_f64(&b, w->ideal_compute_ms);
     put_i32(&b, w->n_mb);
     put_i32(&b, w->n_samples);
     put_i32(&b, S);
@@ -87,6 +90,7 @@ dyn_status dyn_rt_work_pack(const dyn_rt_work *w, uint8_t **buf, size_t *len, dy
         put_f64(&b, w->bwd_ms[i]);
     }
     for (int32_t r = 0; r < R; r++) put_f64(&b, w->peak_mb[r]);
+    for (int32_t j = 0; j < w->n_mb; j++) put_f64(&b, w->useful ? w->useful[j] : 1.0);
     put_i64(&b, (int64_t)plan_len);
     put(&b, plan, plan_len);
     free(plan);
@@ -130,18 +134,18 @@ static dyn_status read_header(rbuf *r, dyn_rt_work *out, dyn_error *err)
                              WORK_VERSION);
     if (get(r, &out->iteration, 8) || get(r, &out->replica, 4) || get(r, &out->method, 4) ||
         get(r, &out->global_target_tokens, 8) || get(r, &out->global_real_tokens, 8) ||
-        get(r, &out->plan_ms, 8) || get(r, &out->predicted_ms, 8) || get(r, &out->n_mb, 4) ||
+        get(r, &out->plan_ms, 8) || get(r, &out->predicted_ms, 8) || get(r, &out->ideal_ms, 8) || get(r, &out->ideal_compute_ms, 8) || get(r, &out->n_mb, 4) ||
         get(r, &out->n_samples, 4) || get(r, &out->n_stages, 4) || get(r, &out->n_ranks, 4))
         return truncated(r, err);
     int empty = out->n_mb == 0;
     if (out->n_mb < 0 || out->n_samples < out->n_mb || (empty && out->n_samples != 0) ||
-        (unsigned)out->method >= DYN_BATCHING_COUNT || out->global_target_tokens < 1 ||
+        (unsigned)out->method >= DYN_BATCHING_COUNT || out->global_target_tokens < 1 || !(out->ideal_compute_ms >= 0) || !(out->ideal_ms >= out->ideal_compute_ms) ||
         (empty ? out->n_stages != 0 || out->n_ranks != 0 : out->n_stages < 1 || out->n_ranks < 1))
         return dyn_error_set(err, DYN_ERR_CORRUPT,
                              "work message: %d micro-batches, %d samples, %d stages, %d ranks, method %d, "
-                             "%lld target tokens",
+                             "%lld target tokens, ideal bound %g ms",
                              out->n_mb, out->n_samples, out->n_stages, out->n_ranks, out->method,
-                             (long long)out->global_target_tokens);
+                             (long long)out->global_target_tokens, out->ideal_ms);
     return DYN_OK;
 }
 
@@ -178,16 +182,24 @@ static dyn_status read_samples(rbuf *r, int64_t n_dataset, dyn_rt_work *out, dyn
 static dyn_status read_costs(rbuf *r, dyn_rt_work *out, dyn_error *err)
 {
     size_t nc = (size_t)out->n_mb * (size_t)out->n_stages;
-    if (nc * 16u + (size_t)out->n_ranks * 8u + 8u > r->len - r->at) return truncated(r, err);
+    if (nc * 16u + (size_t)out->n_ranks * 8u + (size_t)out->n_mb * 8u + 8u > r->len - r->at) return truncated(r, err);
     out->fwd_ms = dyn_calloc(nc + 1, sizeof(double), "work message", err);
     out->bwd_ms = dyn_calloc(nc + 1, sizeof(double), "work message", err);
     out->peak_mb = dyn_calloc((size_t)out->n_ranks + 1, sizeof(double), "work message", err);
-    if (out->fwd_ms == NULL || out->bwd_ms == NULL || out->peak_mb == NULL) return DYN_ERR_NOMEM;
+    out->useful = dyn_calloc((size_t)out->n_mb + 1, sizeof(double), "work message", err);
+    if (out->fwd_ms == NULL || out->bwd_ms == NULL || out->peak_mb == NULL || out->useful == NULL)
+        return DYN_ERR_NOMEM;
     for (size_t i = 0; i < nc; i++) {
         get(r, &out->fwd_ms[i], 8);
         get(r, &out->bwd_ms[i], 8);
     }
     for (int32_t k = 0; k < out->n_ranks; k++) get(r, &out->peak_mb[k], 8);
+    for (int32_t j = 0; j < out->n_mb; j++) {
+        get(r, &out->useful[j], 8);
+        if (!(out->useful[j] >= 0 && out->useful[j] <= 1))
+            return dyn_error_set(err, DYN_ERR_CORRUPT, "work message: micro-batch %d useful fraction %g", j,
+                                 out->useful[j]);
+    }
     return DYN_OK;
 }
 

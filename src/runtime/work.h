@@ -8,11 +8,12 @@
  *   u32 magic "DYNW", u32 version,
  *   i64 iteration, i32 replica, i32 method (dyn_batching),
  *   i64 global_target_tokens, i64 global_real_tokens,
- *   f64 plan_ms, f64 predicted_ms,
+ *   f64 plan_ms, f64 predicted_ms, f64 ideal_ms, f64 ideal_compute_ms (version 2 on),
  *   i32 n_mb, i32 n_samples, i32 n_stages, i32 mb_count[n_mb],
  *   n_samples x (i32 id, i32 row, i32 offset, i32 dec_offset),
  *   n_mb * n_stages x (f64 fwd_ms, f64 bwd_ms): the predicted stage costs,
  *   n_ranks x f64 predicted allocation per pipeline rank (MB, alloc.h),
+ *   n_mb x f64 useful fraction per micro-batch (version 2 on),
  *   u64 plan_len, plan_len bytes of dyn_exec_plan_serialize.
  * A replica with no micro-batches this iteration (n_mb = 0) has no plan
  * (plan_len 0, n_stages 0 costs); its ranks only join the step.
@@ -44,6 +45,9 @@ typedef struct dyn_rt_work {
     int64_t global_real_tokens;   /* input + target tokens of the whole global batch */
     double plan_ms;               /* planner wall time spent on this global batch */
     double predicted_ms;          /* simulated makespan of this replica's plan + the optimizer step */
+    double ideal_ms;              /* the global batch's ideal bound (pipeline.h dyn_ideal_bound), ms:
+                                   * what the iteration is measured against (efficiency) */
+    double ideal_compute_ms;      /* its compute part (the rest is the optimizer step), ms */
     int32_t n_mb;                 /* = plan.n_microbatches */
     int32_t *mb_first;            /* [n_mb + 1]: micro-batch j's samples are [first[j], first[j+1]) */
     int32_t n_samples;
@@ -51,6 +55,8 @@ typedef struct dyn_rt_work {
     int32_t n_stages, n_ranks;    /* of the plan (0 when n_mb = 0) */
     double *fwd_ms, *bwd_ms;      /* [n_mb * n_stages]: predicted times (ms), whole backward */
     double *peak_mb;              /* [n_ranks]: predicted allocation per pipeline rank (alloc.h), MB */
+    double *useful;               /* [n_mb]: share of each micro-batch's compute that is its samples'
+                                   * own (pipeline.h dyn_mb_useful_fraction), in [0, 1] */
     dyn_exec_plan plan;           /* the replica's validated plan */
 } dyn_rt_work;
 
