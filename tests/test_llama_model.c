@@ -5,7 +5,8 @@
  * bit-identical to the fused backward, per-document position ids (a
  * packed document-masked micro-batch gives each sample the loss it has
  * alone), greedy generation against the full forward's arg-max, a
- * checkpoint round trip with the HF names, and configs that are refused.
+ * checkpoint round trip with the HF names, configs that are refused, and
+ * the profiler measuring GPT's three layer kinds on a Llama model.
  * Stage splits against the whole model are in test_model_stage.c. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "model/profile.h"  /* defines: dyn_profiler_* */
 #include "model/threads.h"  /* defines: dyn_threads_init */
 #include "model_testutil.h" /* defines: make_samples, loss_and_grad, model_grad_check */
 
@@ -321,6 +323,31 @@ static void test_bad_configs(void **state)
     dyn_model_free(m);
 }
 
+/* ---- the profiler ---------------------------------------------------------------
+ * A Llama model has GPT's layer kinds (embedding, block, head); the block
+ * stores more than its input without recompute and only its input with. */
+static void test_profiler_kinds(void **state)
+{
+    (void)state;
+    dyn_model_config c = tiny(1, 0);
+    dyn_error err;
+    dyn_profiler *p = dyn_profiler_create(&c, 1, 1, 0, &err);
+    if (p == NULL) fail_msg("profiler: %s", err.msg);
+    dyn_layer_cost none, full;
+    const dyn_layer_kind kinds[3] = {DYN_LAYER_EMBED, DYN_LAYER_ENCODER, DYN_LAYER_LM_HEAD};
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(dyn_profiler_measure(p, kinds[k], DYN_RECOMPUTE_NONE, 2, 16, 0, &none, &err), DYN_OK);
+        assert_true(none.fwd_ms >= 0 && none.bwd_ms >= 0 && none.stored_mb >= 0);
+    }
+    assert_int_equal(dyn_profiler_measure(p, DYN_LAYER_ENCODER, DYN_RECOMPUTE_FULL, 2, 16, 0, &full, &err), DYN_OK);
+    assert_int_equal(dyn_profiler_measure(p, DYN_LAYER_ENCODER, DYN_RECOMPUTE_NONE, 2, 16, 0, &none, &err), DYN_OK);
+    assert_true(full.stored_mb > 0 && full.stored_mb < none.stored_mb);
+    /* 2 rows x 16 tokens x 32 floats: the block input, in MB (2^20 bytes). */
+    assert_true(fabs(full.stored_mb - 2.0 * 16 * 32 * 4 / 1048576.0) < 1e-9);
+    assert_int_not_equal(dyn_profiler_measure(p, DYN_LAYER_DECODER, DYN_RECOMPUTE_NONE, 2, 16, 8, &none, &err), DYN_OK);
+    dyn_profiler_free(p);
+}
+
 int main(void)
 {
     dyn_threads_init(); /* the selected BLAS kernel, checked (threads.h); may re-execute */
@@ -334,6 +361,7 @@ int main(void)
         cmocka_unit_test(test_generate_greedy),
         cmocka_unit_test(test_checkpoint_round_trip),
         cmocka_unit_test(test_bad_configs),
+        cmocka_unit_test(test_profiler_kinds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -82,6 +82,11 @@ typedef enum dyn_model_kind {
     DYN_MODEL_LLAMA = 2 /* decoder-only, Llama family (Llama 2/3, Qwen2, Mistral) */
 } dyn_model_kind;
 
+/* Decoder-only kinds (GPT, Llama) see input ++ target as one sequence and
+ * share GPT's layer kinds (embedding, block, LM head); T5 is the one
+ * encoder-decoder. */
+static inline int dyn_model_kind_decoder_only(dyn_model_kind kind) { return kind != DYN_MODEL_T5; }
+
 /* Rotary-embedding frequency scaling of a Llama-family model (Hugging
  * Face's rope_scaling.rope_type): none, or "llama3" (Llama 3.1+). */
 typedef enum dyn_rope_scaling {
