@@ -9,7 +9,8 @@
  *   - every parameter tensor's gradient and the whole input gradient against
  *     central differences of the double reference;
  *   - the split backward (input then weight half) equal to the fused one,
- *     and recompute equal to stored activations, bit for bit;
+ *     recompute equal to stored activations, and 2 threads equal to 1, bit
+ *     for bit;
  *   - the llama3 rope_scaling frequencies against the formula of Meta's
  *     reference (each band: low divided by factor, high kept, blend between).
  * The reference shares nothing with the block but the parameter layout. */
@@ -454,6 +455,35 @@ static void check_bitwise(int which, int qkv_bias)
     dyn_layout_free(lay);
 }
 
+/* One and two threads give the same bits (the GQA backward's items own a
+ * key/value head, so no two threads add into one dk/dv row). A layout of
+ * several tiles, so the parallel paths run. */
+static void test_threads_bitwise(void **state)
+{
+    (void)state;
+    const int32_t lens[3] = {300, 200, 150}, counts[2] = {2, 1};
+    dyn_layout *lay = lay_packed(lens, counts, 2, 512, 1);
+    lblk one, two;
+    dyn_llama_dims d = dims(1);
+    d.b.nthreads = 1;
+    dyn_threads_set(1);
+    lblk_init(&one, d, lay, 51);
+    lblk_forward(&one);
+    lblk_backward(&one, 0, 0);
+    d.b.nthreads = 2;
+    dyn_threads_set(2);
+    lblk_init(&two, d, lay, 51);
+    lblk_forward(&two);
+    lblk_backward(&two, 0, 0);
+    assert_memory_equal(one.out, two.out, one.nin * 4);
+    assert_memory_equal(one.dinp, two.dinp, one.nin * 4);
+    assert_memory_equal(one.grads, two.grads, one.np * 4);
+    dyn_threads_set(1);
+    lblk_free(&one);
+    lblk_free(&two);
+    dyn_layout_free(lay);
+}
+
 static void test_bitwise_padded(void **state) { (void)state; check_bitwise(0, 0); }
 static void test_bitwise_docmask_bias(void **state) { (void)state; check_bitwise(1, 1); }
 
@@ -559,6 +589,7 @@ int main(void)
         cmocka_unit_test(test_grads_docmask_bias),
         cmocka_unit_test(test_bitwise_padded),
         cmocka_unit_test(test_bitwise_docmask_bias),
+        cmocka_unit_test(test_threads_bitwise),
         cmocka_unit_test(test_positions_restart),
         cmocka_unit_test(test_rope_llama3),
     };
