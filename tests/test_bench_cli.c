@@ -44,16 +44,6 @@ static void test_bench_layer_gpt_runs(void **state)
                  out, sizeof(out));
     assert_int_equal(rc, 0);
     assert_non_null(strstr(out, "enc-seq 12"));
-    /* The Llama block: 8 heads over 2 key/value heads, SwiGLU of 128. */
-    rc = run_cli("bench layer --model llama --hidden 32 --heads 8 --batch 2 --seq 16 --repeat 1", out, sizeof(out));
-    assert_int_equal(rc, 0);
-    assert_non_null(strstr(out, "model llama"));
-    assert_non_null(strstr(out, "forward+backward"));
-    /* An odd head dim has no rotary pairs; --enc-seq is T5's. */
-    assert_int_equal(run_cli("bench layer --model llama --hidden 36 --heads 4 --batch 1 --seq 8", out, sizeof(out)), 1);
-    assert_int_equal(run_cli("bench layer --model llama --hidden 32 --heads 4 --batch 1 --seq 8 --enc-seq 4", out,
-                             sizeof(out)),
-                     2);
 }
 
 /* With no wait policy in the environment, `bench` re-executes itself once

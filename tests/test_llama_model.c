@@ -6,7 +6,9 @@
  * packed document-masked micro-batch gives each sample the loss it has
  * alone), greedy generation against the full forward's arg-max, a
  * checkpoint round trip with the HF names, configs that are refused, and
- * the profiler measuring GPT's three layer kinds on a Llama model.
+ * the profiler measuring GPT's three layer kinds on a Llama model, and the
+ * layer benchmark's Llama block (what `dynapipe bench layer --model llama`
+ * will run).
  * Stage splits against the whole model are in test_model_stage.c. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "model/layer_bench.h" /* defines: dyn_layer_bench_run */
 #include "model/profile.h"  /* defines: dyn_profiler_* */
 #include "model/threads.h"  /* defines: dyn_threads_init */
 #include "model_testutil.h" /* defines: make_samples, loss_and_grad, model_grad_check */
@@ -348,6 +351,26 @@ static void test_profiler_kinds(void **state)
     dyn_profiler_free(p);
 }
 
+static void test_layer_bench_llama(void **state)
+{
+    (void)state;
+    dyn_layer_bench_cfg cfg = {DYN_MODEL_LLAMA, 32, 8, 2, 16, 0, 1, 1};
+    dyn_layer_bench_result r;
+    dyn_error err;
+    assert_int_equal(dyn_layer_bench_run(&cfg, &r, &err), DYN_OK);
+    assert_true(r.ms > 0 && r.gflops > 0);
+    /* 8 heads over 2 key/value heads of 4, SwiGLU 8*32/3 -> 128 */
+    dyn_llama_dims d = dyn_layer_bench_llama_dims(32, 8, 1);
+    assert_int_equal(d.KVH, 2);
+    assert_int_equal(d.b.F, 128);
+    assert_true(fabs(r.gflop - dyn_llama_block_flops(d, 2, 16) * 1e-9) < 1e-12);
+    /* QKV = 32 + 2*8 = 48: 3 x (2*32*32*48 + 2*32*32*32 + 6*32*32*128 + 4*2*16*16*32) */
+    assert_true(dyn_llama_block_flops(d, 2, 16) == 3.0 * (2.0 * 32 * 32 * 48 + 2.0 * 32 * 32 * 32 + 6.0 * 32 * 32 * 128 +
+                                                           4.0 * 2 * 16 * 16 * 32));
+    cfg.hidden = 36, cfg.heads = 4; /* head dim 9: no rotary pairs */
+    assert_int_equal(dyn_layer_bench_run(&cfg, &r, &err), DYN_ERR_INVALID_ARG);
+}
+
 int main(void)
 {
     dyn_threads_init(); /* the selected BLAS kernel, checked (threads.h); may re-execute */
@@ -362,6 +385,7 @@ int main(void)
         cmocka_unit_test(test_checkpoint_round_trip),
         cmocka_unit_test(test_bad_configs),
         cmocka_unit_test(test_profiler_kinds),
+        cmocka_unit_test(test_layer_bench_llama),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,14 +14,12 @@
 static void bench_usage(FILE *out)
 {
     fprintf(out,
-            "usage: dynapipe bench layer --model gpt|t5|llama --hidden H --heads N --batch B --seq S\n"
+            "usage: dynapipe bench layer --model gpt|t5 --hidden H --heads N --batch B --seq S\n"
             "                            [--enc-seq E] [--threads T] [--repeat R] [--verbose]\n\n"
             "Forward + backward of one transformer block in fp32 on random weights:\n"
             "  gpt  a GPT-2 block (pre-LayerNorm, causal attention, GELU MLP 4H)\n"
             "  t5   a T5 v1.1 decoder block (self + cross attention, gated-GELU FFN 4H,\n"
             "       d_kv = H / N) over an encoder output of E positions\n"
-            "  llama  a Llama block (RMSNorm, RoPE, causal grouped-query attention with\n"
-            "       N/4 key/value heads when 4 divides N, SwiGLU of 8H/3 rounded up to 64)\n"
             "Every row is full (no padding). Prints the median milliseconds over R\n"
             "repeats (default 5, after one warm-up), the GFLOP credited (GPT:\n"
             "3 x (24 B S H^2 + 4 B S^2 H); T5: see docs/architecture.md), GFLOP/s and\n"
@@ -47,11 +45,11 @@ static int bench_layer_main(int argc, char **argv)
             bench_usage(stdout);
             return CLI_EXIT_OK;
         } else if (strcmp(a, "--model") == 0) {
-            if (!v || (strcmp(v, "gpt") != 0 && strcmp(v, "t5") != 0 && strcmp(v, "llama") != 0)) {
-                cli_errorf(cmd, "--model needs gpt, t5 or llama");
+            if (!v || (strcmp(v, "gpt") != 0 && strcmp(v, "t5") != 0)) {
+                cli_errorf(cmd, "--model needs gpt or t5");
                 return CLI_EXIT_USAGE;
             }
-            cfg.model = strcmp(v, "gpt") == 0 ? DYN_MODEL_GPT : strcmp(v, "t5") == 0 ? DYN_MODEL_T5 : DYN_MODEL_LLAMA;
+            cfg.model = strcmp(v, "gpt") == 0 ? DYN_MODEL_GPT : DYN_MODEL_T5;
             have_model = 1;
             i++;
             continue;
@@ -92,7 +90,7 @@ static int bench_layer_main(int argc, char **argv)
         cli_errorf(cmd, "--hidden %d is not divisible by --heads %d", cfg.hidden, cfg.heads);
         return CLI_EXIT_USAGE;
     }
-    if (cfg.model != DYN_MODEL_T5 && cfg.enc_seq) {
+    if (cfg.model == DYN_MODEL_GPT && cfg.enc_seq) {
         cli_errorf(cmd, "--enc-seq applies to --model t5 only");
         return CLI_EXIT_USAGE;
     }
@@ -104,8 +102,7 @@ static int bench_layer_main(int argc, char **argv)
         cli_errorf(cmd, "%s", err.msg);
         return CLI_EXIT_FAIL;
     }
-    printf("model %s hidden %d heads %d batch %d seq %d",
-           cfg.model == DYN_MODEL_GPT ? "gpt" : cfg.model == DYN_MODEL_T5 ? "t5" : "llama",
+    printf("model %s hidden %d heads %d batch %d seq %d", cfg.model == DYN_MODEL_GPT ? "gpt" : "t5",
            cfg.hidden, cfg.heads, cfg.batch, cfg.seq);
     if (cfg.model == DYN_MODEL_T5) printf(" enc-seq %d", cfg.enc_seq);
     printf(" threads %d repeat %d\n", cfg.threads, cfg.repeat);
