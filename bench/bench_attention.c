@@ -40,7 +40,7 @@ int main(int argc, char **argv)
     const int NH = 8, HD = 64, C = NH * HD;
     int32_t len = T;
     dyn_layout *lay = dyn_layout_create_padded(&len, 1, T, NULL);
-    dyn_attn_cfg cfg = {NH, HD, 1, 0.125f, 0, 32, 128, nt};
+    dyn_attn_cfg cfg = {NH, HD, 1, 0.125f, 0, 32, 128, nt, 0};
     size_t N = (size_t)T;
     float *qkv = calloc(N * 3 * C, 4), *dqkv = calloc(N * 3 * C, 4), *o = calloc(N * C, 4);
     float *d = calloc(N * C, 4), *lse = calloc(N * NH, 4);

@@ -267,6 +267,57 @@ static void test_fast_matches_ref_long(void **state)
     problem_free(&p);
 }
 
+/* Grouped-query attention (kv_heads < NH; 1 is multi-query): the tiled
+ * kernel against the reference over several query and key tiles, causal,
+ * packed documents; and the reference against plain multi-head attention
+ * on k/v heads repeated by hand (query head h uses k/v head h / (NH/KVH)),
+ * whose k/v gradients summed over each group must equal the GQA ones. */
+static void test_gqa_matches_ref_and_repeated_heads(void **state)
+{
+    (void)state;
+    for (int kvh = 1; kvh <= 2; kvh++) {
+        const int32_t lens[3] = {300, 150, 90}, counts[2] = {2, 1};
+        problem p;
+        problem_init(&p, lay_packed(lens, counts, 2, 460, 1), NULL, 4, 16, 1, 0, 0, 2, 30 + (uint64_t)kvh);
+        p.cfg.kv_heads = kvh;
+        check_fast_vs_ref(&p);
+        /* Repeat k/v heads into a plain multi-head problem. */
+        int NH = 4, HD = 16, rep = NH / kvh;
+        problem e = p;
+        e.cfg.kv_heads = 0;
+        e.k = xcalloc(p.nk * p.ldk, sizeof(float));
+        e.v = xcalloc(p.nk * p.ldv, sizeof(float));
+        for (size_t r = 0; r < p.nk; r++)
+            for (int h = 0; h < NH; h++)
+                for (int x = 0; x < HD; x++) {
+                    e.k[r * p.ldk + (size_t)h * HD + x] = p.k[r * p.ldk + (size_t)(h / rep) * HD + x];
+                    e.v[r * p.ldv + (size_t)h * HD + x] = p.v[r * p.ldv + (size_t)(h / rep) * HD + x];
+                }
+        result g, m;
+        result_alloc(&g, &p);
+        result_alloc(&m, &e);
+        run_ref(&g, &p);
+        run_ref(&m, &e);
+        assert_true(tol_ratio(g.out, m.out, p.nq * p.W, 1e-6, 1e-6) <= 1.0);
+        for (size_t r = 0; r < p.nk; r++)
+            for (int gk = 0; gk < kvh; gk++)
+                for (int x = 0; x < HD; x++) {
+                    double sk = 0, sv = 0;
+                    for (int h = gk * rep; h < (gk + 1) * rep; h++) {
+                        sk += m.dk[r * p.ldk + (size_t)h * HD + x];
+                        sv += m.dv[r * p.ldv + (size_t)h * HD + x];
+                    }
+                    assert_true(fabs(sk - g.dk[r * p.ldk + (size_t)gk * HD + x]) <= 1e-4 + 1e-4 * fabs(sk));
+                    assert_true(fabs(sv - g.dv[r * p.ldv + (size_t)gk * HD + x]) <= 1e-4 + 1e-4 * fabs(sv));
+                }
+        result_free(&g);
+        result_free(&m);
+        free(e.k);
+        free(e.v);
+        problem_free(&p);
+    }
+}
+
 /* Reference backward vs central differences of the reference forward, on
  * L = sum(out ∘ dout). */
 static double ref_loss(problem *p, float *out, float *lse)
@@ -412,6 +463,7 @@ int main(void)
         cmocka_unit_test(test_fast_matches_ref_cross),
         cmocka_unit_test(test_fast_matches_ref_long),
         cmocka_unit_test(test_fast_matches_ref_random_layouts),
+        cmocka_unit_test(test_gqa_matches_ref_and_repeated_heads),
         cmocka_unit_test(test_ref_backward_matches_finite_differences),
         cmocka_unit_test(test_deterministic_across_runs_and_threads),
     };

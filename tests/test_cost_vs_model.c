@@ -23,7 +23,8 @@ static void check_counts_match(const dyn_model_config *cfg)
 static void test_gpt_counts_match_built_model(void **state)
 {
     (void)state;
-    dyn_model_config cfg = {DYN_MODEL_GPT, 3, 0, 32, 4, 8, 128, 260, 64};
+    dyn_model_config cfg = {.kind = DYN_MODEL_GPT, .n_layers = 3, .n_dec_layers = 0, .hidden = 32, .heads = 4,
+                            .head_dim = 8, .ffn = 128, .vocab = 260, .max_seqlen = 64};
     check_counts_match(&cfg);
 }
 
@@ -31,7 +32,8 @@ static void test_t5_counts_match_built_model(void **state)
 {
     (void)state;
     /* head_dim * heads != hidden on purpose: T5's d_kv is independent. */
-    dyn_model_config cfg = {DYN_MODEL_T5, 2, 3, 32, 4, 12, 96, 260, 64};
+    dyn_model_config cfg = {.kind = DYN_MODEL_T5, .n_layers = 2, .n_dec_layers = 3, .hidden = 32, .heads = 4,
+                            .head_dim = 12, .ffn = 96, .vocab = 260, .max_seqlen = 64};
     check_counts_match(&cfg);
 }
 

@@ -1,7 +1,7 @@
 /* test_model_stage.c — stage-only models (dyn_model_create_stage) against
  * one full model, GPT and T5 tiny configs, splits into 1, 2 and 4 stages
  * (including T5 stages that hold the decoder embedding and the head, and
- * stages that borrow a relative-bias table):
+ * stages that borrow a relative-bias table) and Llama, tied and untied:
  *   - each held tensor has the full model's values; owned / shared-copy
  *     flags, the owned slice and the state bytes add up;
  *   - the forward through the chain of stage models gives bit-identical
@@ -33,7 +33,15 @@
 
 #define MAXS 4
 
-static dyn_model_config tiny(dyn_model_kind kind) { return dyn_model_config_tiny(kind, 3, 16, 2, 32); }
+/* Llama: tie the head to the embedding (test_llama_stages_equal_full_model
+ * runs both ways); the tiny config has 2 heads over 1 key/value head. */
+static int llama_tie;
+static dyn_model_config tiny(dyn_model_kind kind)
+{
+    dyn_model_config c = dyn_model_config_tiny(kind, 3, 16, 2, 32);
+    if (kind == DYN_MODEL_LLAMA) c.tie_embeddings = llama_tie;
+    return c;
+}
 
 static void ok(dyn_status st, const dyn_error *err)
 {
@@ -241,6 +249,19 @@ static void test_gpt_stages_equal_full_model(void **state)
     run_split(DYN_MODEL_GPT, four, 4, 1);
 }
 
+static void test_llama_stages_equal_full_model(void **state)
+{
+    (void)state;
+    const int32_t one[] = {0, 5}, two[] = {0, 2, 5}, four[] = {0, 1, 3, 4, 5};
+    for (llama_tie = 0; llama_tie <= 1; llama_tie++) {
+        run_split(DYN_MODEL_LLAMA, one, 1, 0);
+        run_split(DYN_MODEL_LLAMA, two, 2, 0);
+        run_split(DYN_MODEL_LLAMA, four, 4, 0); /* tied: the head stage holds a copy of embed_tokens */
+        run_split(DYN_MODEL_LLAMA, four, 4, 1);
+    }
+    llama_tie = 0;
+}
+
 static void test_t5_stages_equal_full_model(void **state)
 {
     (void)state;
@@ -435,6 +456,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt_stages_equal_full_model),
         cmocka_unit_test(test_t5_stages_equal_full_model),
+        cmocka_unit_test(test_llama_stages_equal_full_model),
         cmocka_unit_test(test_clipped_step_across_stages),
         cmocka_unit_test(test_shared_tensor_lists),
         cmocka_unit_test(test_stage_misuse_and_save),

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,14 +158,14 @@ static void test_bad_files_are_rejected(void **state)
         expect_bad(path, bad[i].needle);
     }
 
-    /* A well-formed F16 tensor opens, but reading it as F32 is refused. */
-    write_raw(path, "{\"h\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", d, 4, 0);
+    /* A well-formed F64 tensor opens, but reading it as floats is refused. */
+    write_raw(path, "{\"h\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]}}", d, 16, 0);
     dyn_safetensors *st = dyn_safetensors_open(path, &err);
     assert_non_null(st);
     int64_t s2[1] = {2};
     float out[2];
     assert_int_equal(dyn_safetensors_read(st, "h", 1, s2, out, &err), DYN_ERR_CORRUPT);
-    assert_non_null(strstr(err.msg, "'h' has dtype F16, expected F32"));
+    assert_non_null(strstr(err.msg, "'h' has dtype F64, expected F32 (or F16, BF16)"));
     dyn_safetensors_free(st);
 
     /* A missing file is an IO error, not a crash. */
@@ -173,12 +174,46 @@ static void test_bad_files_are_rejected(void **state)
     assert_int_equal(err.code, DYN_ERR_IO);
 }
 
+/* F16 and BF16 tensors are widened exactly: bit patterns with known
+ * values (normals, a subnormal, signed zero, infinity) and a NaN. */
+static void test_half_precision_read(void **state)
+{
+    (void)state;
+    char path[256];
+    tmp_path(path, sizeof path, "half");
+    static const uint16_t f16[8] = {0x3c00, 0xc000, 0x3555, 0x0001, 0x8000, 0x7c00, 0x7bff, 0x7e00};
+    static const float f16_want[7] = {1.0f, -2.0f, 0.333251953125f, 5.9604644775390625e-8f, -0.0f, INFINITY, 65504.0f};
+    static const uint16_t bf16[4] = {0x3f80, 0xc0a0, 0x3eab, 0xff80};
+    static const float bf16_want[4] = {1.0f, -5.0f, 0.333984375f, -INFINITY};
+    unsigned char data[24];
+    for (int i = 0; i < 8; i++) data[2 * i] = (unsigned char)(f16[i] & 0xff), data[2 * i + 1] = (unsigned char)(f16[i] >> 8);
+    for (int i = 0; i < 4; i++)
+        data[16 + 2 * i] = (unsigned char)(bf16[i] & 0xff), data[16 + 2 * i + 1] = (unsigned char)(bf16[i] >> 8);
+    write_raw(path,
+              "{\"a\":{\"dtype\":\"F16\",\"shape\":[2,4],\"data_offsets\":[0,16]},"
+              "\"b\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[16,24]}}",
+              data, 24, 0);
+    dyn_error err;
+    dyn_safetensors *st = dyn_safetensors_open(path, &err);
+    if (st == NULL) fail_msg("%s", err.msg);
+    int64_t sa[2] = {2, 4}, sb[1] = {4};
+    float a[8], b[4];
+    assert_int_equal(dyn_safetensors_read(st, "a", 2, sa, a, &err), DYN_OK);
+    assert_int_equal(dyn_safetensors_read(st, "b", 1, sb, b, &err), DYN_OK);
+    for (int i = 0; i < 7; i++) assert_memory_equal(&a[i], &f16_want[i], sizeof(float)); /* -0 keeps its sign */
+    assert_true(isnan(a[7]));
+    assert_memory_equal(b, bf16_want, sizeof b);
+    dyn_safetensors_free(st);
+    unlink(path);
+}
+
 int main(void)
 {
     dyn_threads_init(); /* the selected BLAS kernel, checked (threads.h); may re-execute */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_and_layout),
         cmocka_unit_test(test_bad_files_are_rejected),
+        cmocka_unit_test(test_half_precision_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

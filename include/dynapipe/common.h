@@ -78,12 +78,28 @@ typedef struct dyn_sample {
 
 typedef enum dyn_model_kind {
     DYN_MODEL_GPT = 0, /* decoder-only, GPT-2 style */
-    DYN_MODEL_T5 = 1   /* encoder-decoder, T5 v1.1 style */
+    DYN_MODEL_T5 = 1,  /* encoder-decoder, T5 v1.1 style */
+    DYN_MODEL_LLAMA = 2 /* decoder-only, Llama family (Llama 2/3, Qwen2, Mistral) */
 } dyn_model_kind;
+
+/* Decoder-only kinds (GPT, Llama) see input ++ target as one sequence and
+ * share GPT's layer kinds (embedding, block, LM head); T5 is the one
+ * encoder-decoder. */
+static inline int dyn_model_kind_decoder_only(dyn_model_kind kind) { return kind != DYN_MODEL_T5; }
+
+/* Rotary-embedding frequency scaling of a Llama-family model (Hugging
+ * Face's rope_scaling.rope_type): none, or "llama3" (Llama 3.1+). */
+typedef enum dyn_rope_scaling {
+    DYN_ROPE_NONE = 0,
+    DYN_ROPE_LLAMA3 = 1
+} dyn_rope_scaling;
 
 /* Model shape. GPT: n_layers blocks, n_dec_layers = 0, head_dim =
  * hidden / heads. T5: n_layers encoder blocks and n_dec_layers decoder
- * blocks; head_dim is d_kv and may differ from hidden / heads. */
+ * blocks; head_dim is d_kv and may differ from hidden / heads. Llama:
+ * n_layers blocks, n_dec_layers = 0, ffn = intermediate_size, head_dim
+ * (usually hidden / heads) even, and the fields after max_seqlen (all 0
+ * for GPT and T5, which ignore them). */
 typedef struct dyn_model_config {
     dyn_model_kind kind;
     int32_t n_layers;
@@ -94,6 +110,17 @@ typedef struct dyn_model_config {
     int32_t ffn;        /* d_ff */
     int32_t vocab;
     int32_t max_seqlen; /* longest sequence (GPT: input+target; T5: each side) */
+    /* Llama family (config.json names in quotes). */
+    int32_t kv_heads;       /* "num_key_value_heads", divides heads (GQA) */
+    int32_t tie_embeddings; /* "tie_word_embeddings": LM head = embed_tokens */
+    int32_t qkv_bias;       /* Qwen2: q/k/v projections carry biases */
+    int32_t rope_scaling;   /* dyn_rope_scaling of "rope_scaling" */
+    double rope_theta;      /* "rope_theta", > 0 (10000, 500000, ...) */
+    double rms_eps;         /* "rms_norm_eps", > 0 */
+    double rope_factor;     /* llama3 "factor" (> 0) */
+    double rope_low_freq;   /* llama3 "low_freq_factor" */
+    double rope_high_freq;  /* llama3 "high_freq_factor" (> low) */
+    int32_t rope_orig_ctx;  /* llama3 "original_max_position_embeddings" */
 } dyn_model_config;
 
 /* Activation recomputation per micro-batch: none keeps every activation the

@@ -87,7 +87,10 @@ class DynSample(ctypes.Structure):
 
 class DynModelConfig(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int), ("n_layers", i32), ("n_dec_layers", i32), ("hidden", i32),
-                ("heads", i32), ("head_dim", i32), ("ffn", i32), ("vocab", i32), ("max_seqlen", i32)]
+                ("heads", i32), ("head_dim", i32), ("ffn", i32), ("vocab", i32), ("max_seqlen", i32),
+                ("kv_heads", i32), ("tie_embeddings", i32), ("qkv_bias", i32), ("rope_scaling", i32),
+                ("rope_theta", f64), ("rms_eps", f64), ("rope_factor", f64), ("rope_low_freq", f64),
+                ("rope_high_freq", f64), ("rope_orig_ctx", i32)]
 
 
 class DynMachine(ctypes.Structure):

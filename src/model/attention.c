@@ -128,6 +128,17 @@ static inline int visible_cols(int causal, int a, int c0, int nk)
     return v < 0 ? 0 : (v > nk ? nk : v);
 }
 
+/* Key/value heads (grouped-query attention) and the one serving query
+ * head h: groups of NH / kv_heads consecutive query heads share one. */
+static inline int kv_heads_of(const dyn_attn_cfg *cfg)
+{
+    return cfg->kv_heads > 0 ? cfg->kv_heads : cfg->NH;
+}
+static inline int kv_head(const dyn_attn_cfg *cfg, int h)
+{
+    return h / (cfg->NH / kv_heads_of(cfg));
+}
+
 /* S (nq × nk, ld BK) = scale·Q Kᵀ + bias for rows a0.. and columns c0..;
  * returns with S filled (masked entries untouched: callers use
  * visible_cols). */
@@ -157,6 +168,7 @@ static void forward_item(float *out, float *lse, const float *q, int ldq, const 
     const float *Q = q + qrow * ldq + (size_t)h * HD;
     float *O = out + qrow * ldo + (size_t)h * HD;
     const float *btab = w->bias_tab ? w->bias_tab + (size_t)h * w->rel_len : NULL;
+    const size_t kvcol = (size_t)kv_head(cfg, h) * HD;
     int kend = ks->len;
     if (cfg->causal && a0 + nq < kend) kend = a0 + nq;
     for (int i = 0; i < nq; i++) {
@@ -165,8 +177,8 @@ static void forward_item(float *out, float *lse, const float *q, int ldq, const 
     }
     for (int c0 = 0; c0 < kend; c0 += BK) {
         int nk = kend - c0 < BK ? kend - c0 : BK;
-        const float *K = k + (krow + c0) * ldk + (size_t)h * HD;
-        const float *V = v + (krow + c0) * ldv + (size_t)h * HD;
+        const float *K = k + (krow + c0) * ldk + kvcol;
+        const float *V = v + (krow + c0) * ldv + kvcol;
         scores_tile(S, Q, ldq, K, ldk, nq, nk, HD, cfg->scale, btab, a0, c0, Tq);
         for (int i = 0; i < nq; i++) {
             float *s = S + (size_t)i * BK;
@@ -251,8 +263,9 @@ void dyn_attention_forward(float *out, float *lse, const float *q, int ldq, cons
     }
 }
 
-/* One backward item: segment pair s, head h. dq/dk/dv rows of the pair are
- * zero on entry. */
+/* One backward step: segment pair s, head h. dq rows of the pair are zero
+ * on entry; dk/dv rows of h's key/value head are zero before the first
+ * head of its group and accumulate over the group's heads (in order). */
 static void backward_item(float *dq, float *dk, float *dv, const float *dout, const float *q,
                           int ldq, const float *k, int ldk, const float *v, int ldv,
                           const float *out, const float *lse, const dyn_segment *qs,
@@ -267,6 +280,7 @@ static void backward_item(float *dq, float *dk, float *dv, const float *dout, co
     size_t krow = (size_t)ks->row * Tk + ks->start;
     const float *L = lse + ((size_t)qs->row * NH + h) * Tq + qs->start;
     const float *btab = w->bias_tab ? w->bias_tab + (size_t)h * w->rel_len : NULL;
+    const size_t kvcol = (size_t)kv_head(cfg, h) * HD;
     int Lq = qs->len, Lk = ks->len;
     for (int a = 0; a < Lq; a++) {
         const float *o = out + (qrow + a) * ldo + (size_t)h * HD;
@@ -276,10 +290,10 @@ static void backward_item(float *dq, float *dk, float *dv, const float *dout, co
     if (btab) memset(relacc, 0, (size_t)(Tq + Tk) * sizeof(float));
     for (int c0 = 0; c0 < Lk; c0 += BK) {
         int nk = Lk - c0 < BK ? Lk - c0 : BK;
-        const float *K = k + (krow + c0) * ldk + (size_t)h * HD;
-        const float *V = v + (krow + c0) * ldv + (size_t)h * HD;
-        float *dK = dk + (krow + c0) * ldk + (size_t)h * HD;
-        float *dV = dv + (krow + c0) * ldv + (size_t)h * HD;
+        const float *K = k + (krow + c0) * ldk + kvcol;
+        const float *V = v + (krow + c0) * ldv + kvcol;
+        float *dK = dk + (krow + c0) * ldk + kvcol;
+        float *dV = dv + (krow + c0) * ldv + kvcol;
         /* Under the causal mask query tiles above the diagonal see nothing. */
         int a_first = cfg->causal ? (c0 / BQ) * BQ : 0;
         for (int a0 = a_first; a0 < Lq; a0 += BQ) {
@@ -335,26 +349,34 @@ void dyn_attention_backward(float *dq, float *dk, float *dv, float *drel_bias,
     const int NH = cfg->NH, HD = cfg->HD, nt = cfg->nthreads > 0 ? cfg->nthreads : 1;
     attn_work w = work_carve(work, ql, kl, cfg, rel_bias != NULL);
     if (w.bias_tab) bias_tabulate(&w, rel_bias, ql->T, kl->T, cfg);
+    const int KVH = kv_heads_of(cfg), group = NH / KVH;
     zero_cols(dq, ldq, (size_t)ql->B * ql->T, NH * HD, nt);
-    zero_cols(dk, ldk, (size_t)kl->B * kl->T, NH * HD, nt);
-    zero_cols(dv, ldv, (size_t)kl->B * kl->T, NH * HD, nt);
+    zero_cols(dk, ldk, (size_t)kl->B * kl->T, KVH * HD, nt);
+    zero_cols(dv, ldv, (size_t)kl->B * kl->T, KVH * HD, nt);
     int nseg = ql->n_seg < kl->n_seg ? ql->n_seg : kl->n_seg;
-    long n_items = (long)nseg * NH;
+    /* An item owns one (segment, key/value head): the query heads of its
+     * group run one after the other into the same dk/dv rows, so no two
+     * threads write one row. Without GQA (group 1) an item is one
+     * (segment, head) pair, as always. */
+    long n_items = (long)nseg * KVH;
     int par = nt > 1 && n_items > 1 && dyn_par(attn_work_estimate(ql, kl, nseg, cfg));
 #pragma omp parallel num_threads(nt) if (par)
     {
         float *tw = w.thread_base + (size_t)omp_get_thread_num() * w.per_thread;
 #pragma omp for schedule(dynamic, 1)
         for (long it = 0; it < n_items; it++) {
-            int s = (int)(it / NH), h = (int)(it % NH);
-            float *slot = w.drel_slots ? w.drel_slots + (size_t)it * cfg->num_buckets : NULL;
-            backward_item(dq, dk, dv, dout, q, ldq, k, ldk, v, ldv, out, lse, &ql->segs[s],
-                          &kl->segs[s], h, ql, cfg, &w, tw, slot);
+            int s = (int)(it / KVH), g = (int)(it % KVH);
+            for (int h = g * group; h < (g + 1) * group; h++) {
+                size_t pair = (size_t)s * NH + (size_t)h;
+                float *slot = w.drel_slots ? w.drel_slots + pair * cfg->num_buckets : NULL;
+                backward_item(dq, dk, dv, dout, q, ldq, k, ldk, v, ldv, out, lse, &ql->segs[s],
+                              &kl->segs[s], h, ql, cfg, &w, tw, slot);
+            }
         }
     }
     if (w.drel_slots && drel_bias) {
-        /* Fixed-order reduction over items: segment-major, as enumerated. */
-        for (long it = 0; it < n_items; it++) {
+        /* Fixed-order reduction over (segment, head) pairs, segment-major. */
+        for (long it = 0; it < (long)nseg * NH; it++) {
             int h = (int)(it % NH);
             const float *slot = w.drel_slots + (size_t)it * cfg->num_buckets;
             for (int b = 0; b < cfg->num_buckets; b++)

@@ -10,6 +10,13 @@
 
 #include "model/layers.h" /* defines: dyn_attn_cfg, dyn_t5_bucket */
 
+/* Column offset in heads of the key/value head query head h reads (GQA). */
+static size_t ref_kv(const dyn_attn_cfg *cfg, int h)
+{
+    int kvh = cfg->kv_heads > 0 ? cfg->kv_heads : cfg->NH;
+    return (size_t)(h / (cfg->NH / kvh));
+}
+
 /* Probabilities P (Lq × Lk, double) of pair (qs, ks), head h; masked = 0.
  * If lse_row is not NULL, lse_row[a] receives query a's log-sum-exp of the
  * raw scores, in double until the final rounding. */
@@ -27,7 +34,7 @@ static void ref_probs(double *P, float *lse_row, const float *q, int ldq, const 
                 p[c] = -INFINITY;
                 continue;
             }
-            const float *kc = k + ((size_t)ks->row * Tk + ks->start + c) * ldk + (size_t)h * HD;
+            const float *kc = k + ((size_t)ks->row * Tk + ks->start + c) * ldk + ref_kv(cfg, h) * HD;
             double s = 0.0;
             for (int x = 0; x < HD; x++) s += (double)qa[x] * kc[x];
             s *= cfg->scale;
@@ -69,7 +76,7 @@ int dyn_attention_forward_ref(float *out, float *lse, const float *q, int ldq, c
                     double acc = 0.0;
                     for (int c = 0; c < ks->len; c++)
                         acc += P[(size_t)a * ks->len + c] *
-                               v[((size_t)ks->row * Tk + ks->start + c) * ldv + (size_t)h * HD + x];
+                               v[((size_t)ks->row * Tk + ks->start + c) * ldv + ref_kv(cfg, h) * HD + x];
                     out[row * ldo + (size_t)h * HD + x] = (float)acc;
                 }
             }
@@ -87,9 +94,10 @@ int dyn_attention_backward_ref(float *dq, float *dk, float *dv, float *drel_bias
 {
     int NH = cfg->NH, HD = cfg->HD, Tq = ql->T, Tk = kl->T, ldo = NH * HD;
     for (size_t r = 0; r < (size_t)ql->B * Tq; r++) memset(dq + r * ldq, 0, (size_t)ldo * sizeof(float));
+    int ldkv = (cfg->kv_heads > 0 ? cfg->kv_heads : NH) * HD;
     for (size_t r = 0; r < (size_t)kl->B * Tk; r++) {
-        memset(dk + r * ldk, 0, (size_t)ldo * sizeof(float));
-        memset(dv + r * ldv, 0, (size_t)ldo * sizeof(float));
+        memset(dk + r * ldk, 0, (size_t)ldkv * sizeof(float));
+        memset(dv + r * ldv, 0, (size_t)ldkv * sizeof(float));
     }
     for (int s = 0; s < ql->n_seg && s < kl->n_seg; s++) {
         const dyn_segment *qs = &ql->segs[s], *ks = &kl->segs[s];
@@ -108,12 +116,12 @@ int dyn_attention_backward_ref(float *dq, float *dk, float *dv, float *drel_bias
                 const float *g = dout + ((size_t)qs->row * Tq + qs->start + a) * ldo + (size_t)h * HD;
                 double dot = 0.0;
                 for (int c = 0; c < Lk; c++) {
-                    const float *vc = v + ((size_t)ks->row * Tk + ks->start + c) * ldv + (size_t)h * HD;
+                    const float *vc = v + ((size_t)ks->row * Tk + ks->start + c) * ldv + ref_kv(cfg, h) * HD;
                     double d = 0.0;
                     for (int x = 0; x < HD; x++) d += (double)g[x] * vc[x];
                     dP[(size_t)a * Lk + c] = d;
                     dot += d * P[(size_t)a * Lk + c];
-                    float *dvc = dv + ((size_t)ks->row * Tk + ks->start + c) * ldv + (size_t)h * HD;
+                    float *dvc = dv + ((size_t)ks->row * Tk + ks->start + c) * ldv + ref_kv(cfg, h) * HD;
                     for (int x = 0; x < HD; x++) dvc[x] += (float)(P[(size_t)a * Lk + c] * g[x]);
                 }
                 for (int c = 0; c < Lk; c++) {
@@ -128,8 +136,8 @@ int dyn_attention_backward_ref(float *dq, float *dk, float *dv, float *drel_bias
                     if (ds == 0.0) continue;
                     size_t kr = (size_t)ks->row * Tk + ks->start + c;
                     for (int x = 0; x < HD; x++) {
-                        dq[qr * ldq + (size_t)h * HD + x] += (float)(cfg->scale * ds * k[kr * ldk + (size_t)h * HD + x]);
-                        dk[kr * ldk + (size_t)h * HD + x] += (float)(cfg->scale * ds * q[qr * ldq + (size_t)h * HD + x]);
+                        dq[qr * ldq + (size_t)h * HD + x] += (float)(cfg->scale * ds * k[kr * ldk + ref_kv(cfg, h) * HD + x]);
+                        dk[kr * ldk + ref_kv(cfg, h) * HD + x] += (float)(cfg->scale * ds * q[qr * ldq + (size_t)h * HD + x]);
                     }
                     if (rel_bias && drel_bias)
                         drel_bias[(size_t)h * cfg->num_buckets +

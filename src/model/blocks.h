@@ -1,5 +1,6 @@
 /* blocks.h — transformer blocks built from the kernels of layers.h: the
- * GPT-2 block, the T5 v1.1 encoder block and the T5 v1.1 decoder block, each
+ * GPT-2 block, the T5 v1.1 encoder block, the T5 v1.1 decoder block and the
+ * Llama-family block, each
  * with forward and backward over a variable-length layout (layout.h).
  *
  * Memory (llm.c style): a block's parameters are a struct of pointers laid
@@ -197,6 +198,94 @@ void dyn_t5_dec_backward(float *dinp, float *denc, const dyn_t5_dec_params *g, f
                          const dyn_t5_dec_params *p, const float *rel_bias, dyn_t5_dec_acts *a,
                          const dyn_layout *dlay, const dyn_layout *elay, dyn_block_dims d,
                          int recompute, float *work);
+
+/* ================= Llama-family block ===================================
+ *   x1  = x  + o(attn(rope(q), rope(k), v))   q,k,v = (q|k|v)(rms1(x)) [+ bias]
+ *   out = x1 + down(silu(gate h) * (up h)),    h = rms2(x1)
+ * RMSNorm with the config's epsilon; causal attention with scale
+ * 1/sqrt(HD); grouped-query attention: k and v have KVH heads (dividing
+ * NH), query head j uses k/v head j / (NH/KVH) (Hugging Face's repeat_kv);
+ * rotary embedding (layers.h "rotary position embedding") on q and k by
+ * each token's position id, which restarts at 0 in every document of a
+ * packed document-masked row (dyn_layout_positions). No biases except the
+ * optional q/k/v ones (Qwen2). I = NH*HD, KV = KVH*HD, QKV = I + 2 KV.
+ * Hugging Face names in the model: input_layernorm, self_attn.{q,k,v,o}_proj,
+ * post_attention_layernorm, mlp.{gate,up,down}_proj. */
+typedef struct dyn_llama_dims {
+    dyn_block_dims b; /* C, NH, HD (even), F = intermediate_size, nthreads */
+    int32_t KVH;      /* key/value heads, 1 <= KVH, NH % KVH == 0 */
+    int32_t qkv_bias; /* 1: q/k/v projections have biases (Qwen2) */
+    float eps;        /* RMSNorm epsilon (rms_norm_eps) */
+} dyn_llama_dims;
+
+/* The rotary tables and the position ids of one micro-batch. */
+typedef struct dyn_rope {
+    int32_t P;          /* positions the tables cover */
+    const float *cos_t; /* (P, HD/2) dyn_rope_tables */
+    const float *sin_t; /* (P, HD/2) */
+    const int32_t *pos; /* (B*T) position id per flat position, each in [0, P) */
+} dyn_rope;
+
+typedef struct dyn_llama_block_params {
+    float *ln1_w;           /* (C) input_layernorm */
+    float *q_w, *k_w, *v_w; /* (I, C), (KV, C), (KV, C) consecutive: one (QKV, C) matrix */
+    float *q_b, *k_b, *v_b; /* (I), (KV), (KV) consecutive; NULL without qkv_bias */
+    float *o_w;             /* (C, I) */
+    float *ln2_w;           /* (C) post_attention_layernorm */
+    float *gate_w, *up_w;   /* (F, C) each, consecutive: one (2F, C) matrix */
+    float *down_w;          /* (C, F) */
+} dyn_llama_block_params;
+
+typedef struct dyn_llama_block_acts {
+    float *ln1, *ln1_rstd; /* (N, C), (N) */
+    float *qkv;            /* (N, QKV) q and k after the rotation */
+    float *atty;           /* (N, I) */
+    float *att_lse;        /* (B, NH, T) */
+    float *x1;             /* (N, C) */
+    float *ln2, *ln2_rstd; /* (N, C), (N) */
+    float *h;              /* (N, 2F) [gate | up] outputs */
+    float *g;              /* (N, F) silu(gate) * up */
+} dyn_llama_block_acts;
+
+/* Split backward (below): dY of every linear and norm. */
+typedef struct dyn_llama_block_dy {
+    float *dout; /* (N, C) dY of down */
+    float *dh;   /* (N, 2F) dY of [gate | up] */
+    float *dln2; /* (N, C) */
+    float *dx1;  /* (N, C) dY of o */
+    float *dqkv; /* (N, QKV) dY of q|k|v (before the rotation) */
+    float *dln1; /* (N, C) */
+} dyn_llama_block_dy;
+
+size_t dyn_llama_block_params_count(dyn_llama_dims d);
+size_t dyn_llama_block_params_layout(dyn_llama_block_params *p, float *flat, dyn_llama_dims d);
+size_t dyn_llama_block_act_floats(dyn_llama_dims d, int B, int T);
+void dyn_llama_block_acts_layout(dyn_llama_block_acts *a, float *arena, dyn_llama_dims d, int B, int T);
+size_t dyn_llama_block_work_floats(dyn_llama_dims d, int B, int T);
+/* out (B*T, C) overwritten; inp (B*T, C); rope->pos (B*T). */
+void dyn_llama_block_forward(float *out, const float *inp, const dyn_llama_block_params *p,
+                             const dyn_rope *rope, dyn_llama_block_acts *a, const dyn_layout *lay,
+                             dyn_llama_dims d, float *work);
+/* dinp (B*T, C) overwritten; g += parameter grads; dout (B*T, C). */
+void dyn_llama_block_backward(float *dinp, const dyn_llama_block_params *g, const float *dout,
+                              const float *inp, const dyn_llama_block_params *p,
+                              const dyn_rope *rope, dyn_llama_block_acts *a,
+                              const dyn_layout *lay, dyn_llama_dims d, int recompute, float *work);
+/* dy floats: N (4C + 2F + QKV). */
+size_t dyn_llama_block_dy_floats(dyn_llama_dims d, const dyn_layout *lay);
+void dyn_llama_block_dy_layout(dyn_llama_block_dy *k, float *arena, dyn_llama_dims d,
+                               const dyn_layout *lay);
+void dyn_llama_block_backward_input(float *dinp, dyn_llama_block_dy *k, const float *dout,
+                                    const float *inp, const dyn_llama_block_params *p,
+                                    const dyn_rope *rope, dyn_llama_block_acts *a,
+                                    const dyn_layout *lay, dyn_llama_dims d, int recompute,
+                                    float *work);
+void dyn_llama_block_backward_weight(const dyn_llama_block_params *g, const dyn_llama_block_dy *k,
+                                     const float *inp, const dyn_llama_block_acts *a,
+                                     const dyn_layout *lay, dyn_llama_dims d);
+/* 3 × forward matmul FLOPs, full s×s attention:
+ *   3 × (2N·C·QKV + 2N·I·C + 6N·C·F + 4·B·T²·I). */
+double dyn_llama_block_flops(dyn_llama_dims d, int B, int T);
 
 /* ================= split backward (zero-bubble B and W) ================
  * A zero-bubble schedule runs a block's backward in two halves at different

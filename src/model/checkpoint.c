@@ -87,13 +87,21 @@ dyn_status dyn_model_save(const dyn_model *m, const char *path, dyn_error *err)
         }
     }
     if (st == DYN_OK) {
-        char cfg[256];
+        char cfg[512];
         const dyn_model_config *c = &m->cfg;
-        snprintf(cfg, sizeof cfg,
-                 "{\"kind\":\"%s\",\"n_layers\":%d,\"n_dec_layers\":%d,\"hidden\":%d,\"heads\":%d,"
-                 "\"head_dim\":%d,\"ffn\":%d,\"vocab\":%d,\"max_seqlen\":%d}",
-                 c->kind == DYN_MODEL_GPT ? "gpt" : "t5", c->n_layers, c->n_dec_layers, c->hidden, c->heads,
-                 c->head_dim, c->ffn, c->vocab, c->max_seqlen);
+        int at = snprintf(cfg, sizeof cfg,
+                          "{\"kind\":\"%s\",\"n_layers\":%d,\"n_dec_layers\":%d,\"hidden\":%d,\"heads\":%d,"
+                          "\"head_dim\":%d,\"ffn\":%d,\"vocab\":%d,\"max_seqlen\":%d",
+                          c->kind == DYN_MODEL_GPT ? "gpt" : c->kind == DYN_MODEL_T5 ? "t5" : "llama", c->n_layers,
+                          c->n_dec_layers, c->hidden, c->heads, c->head_dim, c->ffn, c->vocab, c->max_seqlen);
+        if (c->kind == DYN_MODEL_LLAMA && at > 0 && (size_t)at < sizeof cfg)
+            at += snprintf(cfg + at, sizeof cfg - (size_t)at,
+                           ",\"kv_heads\":%d,\"tie_embeddings\":%d,\"qkv_bias\":%d,\"rope_theta\":%.17g,"
+                           "\"rms_eps\":%.17g,\"rope_scaling\":%d,\"rope_factor\":%.17g,\"rope_low_freq\":%.17g,"
+                           "\"rope_high_freq\":%.17g,\"rope_orig_ctx\":%d",
+                           c->kv_heads, c->tie_embeddings, c->qkv_bias, c->rope_theta, c->rms_eps, c->rope_scaling,
+                           c->rope_factor, c->rope_low_freq, c->rope_high_freq, c->rope_orig_ctx);
+        if (at > 0 && (size_t)at < sizeof cfg) snprintf(cfg + at, sizeof cfg - (size_t)at, "}");
         char layers[64];
         snprintf(layers, sizeof layers, "%d %d", m->first, m->last);
         /* dynapipe.layers "first last": the layers whose tensors the file holds */
@@ -106,8 +114,17 @@ dyn_status dyn_model_save(const dyn_model *m, const char *path, dyn_error *err)
     return st;
 }
 
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n > k && strcmp(s + n - k, suffix) == 0;
+}
+
 static int is_known_alias(const dyn_model *m, const char *name)
 {
+    if (m->cfg.kind == DYN_MODEL_LLAMA) /* a tied head's copy; old files' rotary buffers */
+        return (m->cfg.tie_embeddings && strcmp(name, "lm_head.weight") == 0) ||
+               (strncmp(name, "model.layers.", 13) == 0 && ends_with(name, ".self_attn.rotary_emb.inv_freq"));
     if (m->cfg.kind == DYN_MODEL_T5)
         return strcmp(name, "encoder.embed_tokens.weight") == 0 || strcmp(name, "decoder.embed_tokens.weight") == 0;
     if (strcmp(name, "lm_head.weight") == 0) return 1;

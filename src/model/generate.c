@@ -7,12 +7,14 @@
  * is the t tokens generated so far plus one placeholder, runs layers
  * [0, L-1) (everything but the head), and takes the position that predicts
  * the placeholder:
- *   GPT: sequence input ++ target; position in_len + t - 1 of hidden (N,C);
+ *   GPT, Llama: sequence input ++ target; position in_len + t - 1 of
+ *        hidden (N,C);
  *   T5:  decoder tokens [bos] ++ target[:-1]; decoder position t of the
  *        boundary [encoder output (N,C) | decoder hidden (Nd,C)].
  * The head is applied to that one row exactly as the model's head does it
  * (GPT: ln_f LayerNorm then the tied wte; T5: the decoder's final RMSNorm
- * then lm_head), with the same kernels, and the arg-max over the vocabulary
+ * then lm_head; Llama: model.norm then lm_head or the tied embed_tokens),
+ * with the same kernels, and the arg-max over the vocabulary
  * (lowest id on ties) is the next token. */
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,9 @@ static int32_t head_argmax(dyn_model *m, const float *h, float *tmp)
     if (c->kind == DYN_MODEL_GPT) {
         dyn_layernorm_forward(tmp, &mean, &rstd, h, tensor_of(m, "ln_f.weight"), tensor_of(m, "ln_f.bias"), 1, C);
         w = tensor_of(m, "wte.weight");
+    } else if (c->kind == DYN_MODEL_LLAMA) {
+        dyn_rmsnorm_forward_eps(tmp, &rstd, h, tensor_of(m, "model.norm.weight"), (float)c->rms_eps, 1, C);
+        w = tensor_of(m, c->tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
     } else {
         dyn_rmsnorm_forward(tmp, &rstd, h, tensor_of(m, "decoder.final_layer_norm.weight"), 1, C);
         w = tensor_of(m, "lm_head.weight");
@@ -65,7 +70,7 @@ dyn_status dyn_model_generate_greedy(dyn_model *m, dyn_model_acts *a, const int3
                              last);
     const dyn_model_config *c = dyn_model_cfg(m);
     int L = last, C = c->hidden;
-    int gpt = c->kind == DYN_MODEL_GPT;
+    int gpt = c->kind != DYN_MODEL_T5; /* decoder-only: GPT and Llama */
     if (in_len < 1 || in_len > c->max_seqlen)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "prompt of %d tokens (the model takes 1..%d)", in_len,
                              c->max_seqlen);

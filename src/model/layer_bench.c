@@ -1,11 +1,13 @@
 /* layer_bench.c — the block benchmark behind bench/bench_layer.c and
- * `dynapipe bench layer`: forward + backward of one GPT-2 block or one T5
- * decoder block on random weights, timed beside an sgemm of the block's
+ * `dynapipe bench layer`: forward + backward of one GPT-2 block, one T5
+ * decoder block or one Llama block (dyn_layer_bench_llama_dims) on random
+ * weights, timed beside an sgemm of the block's
  * feed-forward shape ((B·T) × C times C × 4C) so that the GFLOP/s figure can
  * be read against what the BLAS reaches on the same machine at the same
  * moment. Padded layout with every row full (no pad), fp32. */
 #include <cblas.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "model/blocks.h"      /* defines: dyn_gpt_block_*, dyn_t5_dec_* */
 #include "model/layer_bench.h" /* defines: dyn_layer_bench_* */
@@ -33,6 +35,20 @@ static void bufs_free(bench_bufs *b)
 
 #define MAX_COUNTS 8
 
+dyn_llama_dims dyn_layer_bench_llama_dims(int hidden, int heads, int nthreads)
+{
+    dyn_llama_dims d;
+    memset(&d, 0, sizeof d);
+    d.b.C = hidden;
+    d.b.NH = heads;
+    d.b.HD = heads > 0 ? hidden / heads : 0;
+    d.b.F = (8 * hidden / 3 + 63) / 64 * 64;
+    d.b.nthreads = nthreads;
+    d.KVH = heads % 4 == 0 ? heads / 4 : heads;
+    d.eps = 1e-5f;
+    return d;
+}
+
 dyn_status dyn_layer_bench_run(const dyn_layer_bench_cfg *cfg, dyn_layer_bench_result *res,
                                dyn_error *err)
 {
@@ -43,26 +59,30 @@ dyn_status dyn_layer_bench_compare(const dyn_layer_bench_cfg *cfg, const int *th
                                    int n_threads, dyn_layer_bench_result *res, double *speedup,
                                    dyn_error *err)
 {
-    int gpt = cfg->model == DYN_MODEL_GPT;
+    int gpt = cfg->model == DYN_MODEL_GPT, llama = cfg->model == DYN_MODEL_LLAMA;
     int C = cfg->hidden, NH = cfg->heads, B = cfg->batch, T = cfg->seq;
-    int Te = gpt ? 0 : cfg->enc_seq;
+    int Te = gpt || llama ? 0 : cfg->enc_seq;
     int max_t = 0, bad_t = n_threads < 1 || n_threads > MAX_COUNTS;
     for (int i = 0; !bad_t && i < n_threads; i++) {
         bad_t |= threads[i] < 1;
         max_t = threads[i] > max_t ? threads[i] : max_t;
     }
-    if (C < 1 || NH < 1 || C % NH != 0 || B < 1 || T < 1 || (!gpt && Te < 1) || bad_t ||
-        cfg->repeat < 1)
+    int t5 = !gpt && !llama;
+    if (C < 1 || NH < 1 || C % NH != 0 || B < 1 || T < 1 || (t5 && Te < 1) || bad_t || cfg->repeat < 1 ||
+        (llama && (C / NH) % 2 != 0))
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                             "bench layer: need hidden divisible by heads and positive batch, "
+                             "bench layer: need hidden divisible by heads%s and positive batch, "
                              "seq%s, threads, repeat",
-                             gpt ? "" : ", enc-seq");
+                             llama ? " into an even head dim" : "", t5 ? ", enc-seq" : "");
     /* Workspace is sized for the largest count; each run passes its own. */
     dyn_block_dims d = {C, NH, C / NH, 4 * C, max_t};
+    dyn_llama_dims ld = dyn_layer_bench_llama_dims(C, NH, max_t);
     size_t N = (size_t)B * T, Ne = (size_t)B * Te;
-    size_t np = gpt ? dyn_gpt_block_params_count(d) : dyn_t5_dec_params_count(d);
-    size_t na = gpt ? dyn_gpt_block_act_floats(d, B, T) : dyn_t5_dec_act_floats(d, B, T, Te);
-    size_t nw = gpt ? dyn_gpt_block_work_floats(d, B, T) : dyn_t5_dec_work_floats(d, B, T, Te);
+    size_t np = gpt ? dyn_gpt_block_params_count(d) : llama ? dyn_llama_block_params_count(ld) : dyn_t5_dec_params_count(d);
+    size_t na = gpt ? dyn_gpt_block_act_floats(d, B, T)
+                : llama ? dyn_llama_block_act_floats(ld, B, T) : dyn_t5_dec_act_floats(d, B, T, Te);
+    size_t nw = gpt ? dyn_gpt_block_work_floats(d, B, T)
+                : llama ? dyn_llama_block_work_floats(ld, B, T) : dyn_t5_dec_work_floats(d, B, T, Te);
     bench_bufs b = {0};
     dyn_status st = DYN_OK;
     b.params = dyn_calloc(np, 4, "bench params", err);
@@ -95,6 +115,30 @@ dyn_status dyn_layer_bench_compare(const dyn_layer_bench_cfg *cfg, const int *th
     fill(b.ga, N * C, 1.0f, &rng);
     fill(b.gb, (size_t)4 * C * C, 1.0f, &rng);
 
+    /* Llama: rotary tables for T positions (theta 10000), ids 0..T-1 per row. */
+    float *rcos = NULL, *rsin = NULL, *inv = NULL;
+    int32_t *pos = NULL;
+    if (llama) {
+        rcos = dyn_calloc((size_t)T * (size_t)(ld.b.HD / 2), 4, "bench rope", err);
+        rsin = dyn_calloc((size_t)T * (size_t)(ld.b.HD / 2), 4, "bench rope", err);
+        inv = dyn_calloc((size_t)(ld.b.HD / 2), 4, "bench rope", err);
+        pos = dyn_calloc(N, sizeof(int32_t), "bench positions", err);
+        if (!rcos || !rsin || !inv || !pos) {
+            free(rcos);
+            free(rsin);
+            free(inv);
+            free(pos);
+            bufs_free(&b);
+            return DYN_ERR_NOMEM;
+        }
+        dyn_model_config rc;
+        memset(&rc, 0, sizeof rc);
+        rc.rope_theta = 10000.0;
+        dyn_rope_inv_freq(inv, ld.b.HD, &rc);
+        dyn_rope_tables(rcos, rsin, inv, T, ld.b.HD);
+        for (size_t i = 0; i < N; i++) pos[i] = (int32_t)(i % (size_t)T);
+    }
+    dyn_rope rope = {T, rcos, rsin, pos};
     int32_t *lens = dyn_calloc((size_t)B, sizeof(int32_t), "bench lens", err);
     int32_t *elens = dyn_calloc((size_t)B, sizeof(int32_t), "bench lens", err);
     dyn_layout *lay = NULL, *elay = NULL;
@@ -116,7 +160,7 @@ dyn_status dyn_layer_bench_compare(const dyn_layer_bench_cfg *cfg, const int *th
         st = err ? err->code : DYN_ERR_NOMEM;
         goto done;
     }
-    if (!gpt) {
+    if (t5) {
         elay = dyn_layout_create_padded(elens, B, Te, err);
         if (!elay) {
             st = err ? err->code : DYN_ERR_NOMEM;
@@ -128,7 +172,17 @@ dyn_status dyn_layer_bench_compare(const dyn_layer_bench_cfg *cfg, const int *th
     dyn_gpt_block_acts ga;
     dyn_t5_dec_params tp, tg;
     dyn_t5_dec_acts ta;
-    if (gpt) {
+    dyn_llama_block_params lp, lg;
+    dyn_llama_block_acts la;
+    if (llama) {
+        dyn_llama_block_params_layout(&lp, b.params, ld);
+        dyn_llama_block_params_layout(&lg, b.grads, ld);
+        dyn_llama_block_acts_layout(&la, b.acts, ld, B, T);
+        for (int c = 0; c < C; c++) { /* norm gains near 1 */
+            lp.ln1_w[c] += 1.0f;
+            lp.ln2_w[c] += 1.0f;
+        }
+    } else if (gpt) {
         dyn_gpt_block_params_layout(&gp, b.params, d);
         dyn_gpt_block_params_layout(&gg, b.grads, d);
         dyn_gpt_block_acts_layout(&ga, b.acts, d, B, T);
@@ -142,8 +196,12 @@ dyn_status dyn_layer_bench_compare(const dyn_layer_bench_cfg *cfg, const int *th
             /* Repeat -1 warms every count up (its pool, its caches). */
             dyn_threads_set(threads[i]);
             d.nthreads = threads[i];
+            ld.b.nthreads = threads[i];
             double t0 = dyn_time_ms();
-            if (gpt) {
+            if (llama) {
+                dyn_llama_block_forward(b.out, b.inp, &lp, &rope, &la, lay, ld, b.work);
+                dyn_llama_block_backward(b.dinp, &lg, b.dout, b.inp, &lp, &rope, &la, lay, ld, 0, b.work);
+            } else if (gpt) {
                 dyn_gpt_block_forward(b.out, b.inp, &gp, &ga, lay, d, b.work);
                 dyn_gpt_block_backward(b.dinp, &gg, b.dout, b.inp, &gp, &ga, lay, d, 0, b.work);
             } else {
@@ -163,7 +221,8 @@ dyn_status dyn_layer_bench_compare(const dyn_layer_bench_cfg *cfg, const int *th
             }
         }
     }
-    double gflop = (gpt ? dyn_gpt_block_flops(B, T, C) : dyn_t5_dec_flops(d, B, T, Te)) * 1e-9;
+    double gflop = (gpt ? dyn_gpt_block_flops(B, T, C)
+                        : llama ? dyn_llama_block_flops(ld, B, T) : dyn_t5_dec_flops(d, B, T, Te)) * 1e-9;
     for (int i = 0; i < n_threads; i++) {
         double *tb = t_blk + (size_t)i * cfg->repeat, *tg = t_gemm + (size_t)i * cfg->repeat;
         dyn_layer_bench_result *o = &res[i];
@@ -176,6 +235,10 @@ dyn_status dyn_layer_bench_compare(const dyn_layer_bench_cfg *cfg, const int *th
         if (speedup) speedup[i] = dyn_median(t_ratio + (size_t)i * cfg->repeat, cfg->repeat);
     }
 done:
+    free(rcos);
+    free(rsin);
+    free(inv);
+    free(pos);
     free(lens);
     free(elens);
     free(t_blk);

@@ -1,5 +1,5 @@
-/* layer_bench.h — measure forward + backward of one transformer block (GPT-2
- * or T5 decoder) beside a plain sgemm in the same run, for bench/bench_layer.c
+/* layer_bench.h — measure forward + backward of one transformer block (GPT-2,
+ * T5 decoder or Llama) beside a plain sgemm in the same run, for bench/bench_layer.c
  * and `dynapipe bench layer`. Timings are medians over repeats; the sgemm
  * reference is timed between the block repeats so both see the same machine
  * load. */
@@ -7,10 +7,12 @@
 #define DYN_MODEL_LAYER_BENCH_H
 
 #include "dynapipe/common.h"
+#include "model/blocks.h" /* defines: dyn_llama_dims */
 
 typedef struct dyn_layer_bench_cfg {
-    dyn_model_kind model; /* DYN_MODEL_GPT or DYN_MODEL_T5 (decoder block) */
-    int hidden;           /* C; GPT: F = 4C, HD = C/heads; T5: d_kv = C/heads, d_ff = 4C */
+    dyn_model_kind model; /* DYN_MODEL_GPT, DYN_MODEL_T5 (decoder block) or DYN_MODEL_LLAMA */
+    int hidden;           /* C; GPT: F = 4C, HD = C/heads; T5: d_kv = C/heads, d_ff = 4C;
+                           * Llama: dyn_layer_bench_llama_dims */
     int heads;
     int batch;            /* rows B */
     int seq;              /* T (T5: decoder length) */
@@ -27,6 +29,13 @@ typedef struct dyn_layer_bench_result {
     double sgemm_gflops;  /* median sgemm rate in the same run, GFLOP/s */
     double act_mb;        /* block activation arena, MB (2^20 bytes) */
 } dyn_layer_bench_result;
+
+/* The Llama block the benchmark runs for hidden C and heads NH: HD = C/NH,
+ * key/value heads NH/4 when 4 divides NH (Llama 3's ratio) else NH,
+ * intermediate F = 8C/3 rounded up to a multiple of 64 (so the SwiGLU's
+ * three matrices cost about GPT's two of 4C), eps 1e-5, rope theta 10000,
+ * causal, every row full, position ids 0..T-1. */
+dyn_llama_dims dyn_layer_bench_llama_dims(int hidden, int heads, int nthreads);
 
 /* Run the benchmark; DYN_ERR_INVALID_ARG for bad shapes, DYN_ERR_NOMEM if the
  * buffers cannot be allocated. Sets the process-wide thread count to

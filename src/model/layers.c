@@ -102,13 +102,19 @@ void dyn_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
 
 void dyn_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C)
 {
+    dyn_rmsnorm_forward_eps(out, rstd, inp, w, DYN_RMS_EPS, N, C);
+}
+
+void dyn_rmsnorm_forward_eps(float *out, float *rstd, const float *inp, const float *w, float eps,
+                             int N, int C)
+{
 #pragma omp parallel for schedule(static) if (dyn_par((size_t)N * C))
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * C;
         float ss = 0.0f;
         for (int c = 0; c < C; c++) ss += x[c] * x[c];
-        float s = 1.0f / sqrtf(ss / (float)C + DYN_RMS_EPS);
+        float s = 1.0f / sqrtf(ss / (float)C + eps);
         for (int c = 0; c < C; c++) o[c] = x[c] * s * w[c];
         rstd[n] = s;
     }
@@ -220,6 +226,105 @@ void dyn_gated_gelu_backward(float *dh, const float *dout, const float *h, int N
             db[f] = d[f] * gelu_of(a[f], t);
         }
     }
+}
+
+/* ---- SwiGLU ----------------------------------------------------------- */
+
+/* silu(a) = a * sigmoid(a); the fast exp (relative error ~2e-7,
+ * fastmath.h) lets the loops vectorise. */
+static inline float sigmoid1(float a) { return 1.0f / (1.0f + dyn_fast_expf(-a)); }
+
+void dyn_swiglu_forward(float *out, const float *h, int N, int F)
+{
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * F))
+    for (int n = 0; n < N; n++) {
+        const float *a = h + (size_t)n * 2 * F, *b = a + F;
+        float *o = out + (size_t)n * F;
+        for (int f = 0; f < F; f++) o[f] = a[f] * sigmoid1(a[f]) * b[f];
+    }
+}
+
+void dyn_swiglu_backward(float *dh, const float *dout, const float *h, int N, int F)
+{
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * F))
+    for (int n = 0; n < N; n++) {
+        const float *a = h + (size_t)n * 2 * F, *b = a + F;
+        const float *d = dout + (size_t)n * F;
+        float *da = dh + (size_t)n * 2 * F, *db = da + F;
+        for (int f = 0; f < F; f++) {
+            /* silu'(a) = s (1 + a (1 - s)), s = sigmoid(a) */
+            float s = sigmoid1(a[f]);
+            da[f] = d[f] * b[f] * (s * (1.0f + a[f] * (1.0f - s)));
+            db[f] = d[f] * (a[f] * s);
+        }
+    }
+}
+
+/* ---- rotary position embedding ----------------------------------------- */
+
+void dyn_rope_inv_freq(float *inv_freq, int HD, const dyn_model_config *c)
+{
+    const double two_pi = 6.283185307179586;
+    for (int i = 0; i < HD / 2; i++) {
+        double f = 1.0 / pow(c->rope_theta, (double)(2 * i) / (double)HD);
+        if (c->rope_scaling == DYN_ROPE_LLAMA3) {
+            /* Hugging Face's _compute_llama3_parameters: wavelengths longer
+             * than orig_ctx / low_freq are slowed by factor, shorter than
+             * orig_ctx / high_freq kept, and the band between blended by
+             * smooth = (orig_ctx / wavelen - low) / (high - low). */
+            double ctx = c->rope_orig_ctx, lo = c->rope_low_freq, hi = c->rope_high_freq;
+            double wavelen = two_pi / f;
+            if (wavelen > ctx / lo) {
+                f = f / c->rope_factor;
+            } else if (!(wavelen < ctx / hi)) {
+                double smooth = (ctx / wavelen - lo) / (hi - lo);
+                f = (1.0 - smooth) * f / c->rope_factor + smooth * f;
+            }
+        }
+        inv_freq[i] = (float)f;
+    }
+}
+
+void dyn_rope_tables(float *cos_t, float *sin_t, const float *inv_freq, int P, int HD)
+{
+    int half = HD / 2;
+    for (int p = 0; p < P; p++)
+        for (int i = 0; i < half; i++) {
+            float ang = (float)p * inv_freq[i];
+            cos_t[(size_t)p * half + i] = (float)cos((double)ang);
+            sin_t[(size_t)p * half + i] = (float)sin((double)ang);
+        }
+}
+
+/* Turn every head of x's N rows by +angle (sign 1) or -angle (sign -1). */
+static void rope_apply(float *x, int ldx, int nh, int HD, const int32_t *pos, const float *cos_t,
+                       const float *sin_t, int N, float sign)
+{
+    int half = HD / 2;
+#pragma omp parallel for schedule(static) if (dyn_par((size_t)N * nh * HD))
+    for (int n = 0; n < N; n++) {
+        const float *cs = cos_t + (size_t)pos[n] * half, *sn = sin_t + (size_t)pos[n] * half;
+        for (int h = 0; h < nh; h++) {
+            float *a = x + (size_t)n * ldx + (size_t)h * HD, *b = a + half;
+            for (int i = 0; i < half; i++) {
+                float c = cs[i], s = sign * sn[i], u = a[i], v = b[i];
+                a[i] = u * c - v * s;
+                b[i] = v * c + u * s;
+            }
+        }
+    }
+}
+
+void dyn_rope_forward(float *x, int ldx, int nh, int HD, const int32_t *pos, const float *cos_t,
+                      const float *sin_t, int N)
+{
+    rope_apply(x, ldx, nh, HD, pos, cos_t, sin_t, N, 1.0f);
+}
+
+void dyn_rope_backward(float *d, int ldd, int nh, int HD, const int32_t *pos, const float *cos_t,
+                       const float *sin_t, int N)
+{
+    rope_apply(d, ldd, nh, HD, pos, cos_t, sin_t, N, -1.0f);
 }
 
 /* ---- residual --------------------------------------------------------- */

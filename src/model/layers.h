@@ -67,6 +67,10 @@ void dyn_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
  * out (N,C) = inp * rstd * w per row, rstd (N) = 1/sqrt(mean(inp^2) +
  * DYN_RMS_EPS) saved; w (C). No mean subtraction, no bias. */
 void dyn_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C);
+/* The same with epsilon eps (Llama: the config's rms_norm_eps); the
+ * backwards below need only rstd, so they serve both. */
+void dyn_rmsnorm_forward_eps(float *out, float *rstd, const float *inp, const float *w, float eps,
+                             int N, int C);
 /* dinp (N,C) +=, dw (C) +=. dinp may be NULL. */
 void dyn_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
                           const float *w, const float *rstd, int N, int C);
@@ -98,6 +102,37 @@ void dyn_gated_gelu_forward(float *out, const float *h, int N, int F);
 /* dh (N,2F) OVERWRITTEN: dh[:, :F] = dout * h[:, F:] * gelu'(h[:, :F]),
  * dh[:, F:] = dout * gelu(h[:, :F]). dout (N,F). */
 void dyn_gated_gelu_backward(float *dh, const float *dout, const float *h, int N, int F);
+
+/* ---- SwiGLU (Llama feed-forward) -------------------------------------------
+ * h (N,2F) holds [x·W_gate^T | x·W_up^T] per row (one linear, gate rows
+ * first); out (N,F) = silu(h[:, :F]) * h[:, F:], silu(a) = a / (1 + e^-a).
+ * out is overwritten. */
+void dyn_swiglu_forward(float *out, const float *h, int N, int F);
+/* dh (N,2F) OVERWRITTEN: dh[:, :F] = dout * up * silu'(gate),
+ * dh[:, F:] = dout * silu(gate). dout (N,F). */
+void dyn_swiglu_backward(float *dh, const float *dout, const float *h, int N, int F);
+
+/* ---- rotary position embedding (Llama) --------------------------------------
+ * Hugging Face's rotate_half convention: head dim HD splits into halves, and
+ * element i < HD/2 pairs with i + HD/2; position p turns each pair by the
+ * angle p * inv_freq[i]:
+ *   x'[i]        = x[i] cos - x[i+HD/2] sin
+ *   x'[i+HD/2]   = x[i+HD/2] cos + x[i] sin.
+ * inv_freq (HD/2) = theta^(-2i/HD), adjusted for rope_scaling llama3 (low
+ * frequencies divided by factor, high ones kept, a smooth blend between):
+ * dyn_rope_inv_freq. Tables cos_t, sin_t (P, HD/2) hold the cosines and
+ * sines of (float)p * inv_freq[i] for positions p < P, as HF computes them
+ * (float product, then the cosine). */
+void dyn_rope_inv_freq(float *inv_freq, int HD, const dyn_model_config *cfg);
+void dyn_rope_tables(float *cos_t, float *sin_t, const float *inv_freq, int P, int HD);
+/* In place over x (N rows, stride ldx floats): nh heads of HD at columns
+ * [h*HD, (h+1)*HD), row n rotated for position pos[n] (in [0, P)). */
+void dyn_rope_forward(float *x, int ldx, int nh, int HD, const int32_t *pos, const float *cos_t,
+                      const float *sin_t, int N);
+/* The gradient through dyn_rope_forward, in place: the inverse rotation
+ * (the transpose), d[i] = d[i] cos + d[i+HD/2] sin, ... */
+void dyn_rope_backward(float *d, int ldd, int nh, int HD, const int32_t *pos, const float *cos_t,
+                       const float *sin_t, int N);
 
 /* ---- residual --------------------------------------------------------------
  * out (n) = a + b (out may alias a or b). Backward: da += dout, db += dout
@@ -207,7 +242,9 @@ void dyn_lmhead_ce_backward_weight(float *dw, const float *x, const float *w, co
  * cfg->num_buckets, cfg->max_distance).
  *
  * Tensors: q (B*Tq rows, row stride ldq floats), head h at columns
- * [h*HD, (h+1)*HD); likewise k (B*Tk, ldk), v (B*Tk, ldv). So a fused GPT
+ * [h*HD, (h+1)*HD); likewise k (B*Tk, ldk), v (B*Tk, ldv), which hold
+ * cfg->kv_heads heads when it is set (GQA: each k/v head serves NH /
+ * kv_heads consecutive query heads; the backward sums their gradients). So a fused GPT
  * qkv buffer (N,3C) passes q=qkv, k=qkv+C, v=qkv+2C, ld=3C.
  * out (B*Tq, NH*HD) contiguous, overwritten (pad rows 0).
  * lse (B, NH, Tq): per query row the logsumexp of its scores, saved for the
@@ -234,6 +271,8 @@ typedef struct dyn_attn_cfg {
     int32_t num_buckets;   /* rel_bias table columns (T5: 32) */
     int32_t max_distance;  /* T5: 128 */
     int32_t nthreads;      /* OpenMP threads to use; the workspace is sized for them */
+    int32_t kv_heads;      /* grouped-query attention: k and v hold kv_heads heads (dividing NH)
+                            * and query head h reads k/v head h / (NH / kv_heads); 0 = NH */
 } dyn_attn_cfg;
 
 /* T5 relative position bucket of rel = key_pos - query_pos. bidirectional:
@@ -252,7 +291,7 @@ void dyn_attention_forward(float *out, float *lse, const float *q, int ldq, cons
                            const dyn_layout *ql, const dyn_layout *kl, const dyn_attn_cfg *cfg,
                            float *work);
 /* dq, dk, dv: same shapes and strides as q, k, v; OVERWRITTEN in the NH*HD
- * columns this call owns (pad rows 0), so they may point into one fused
+ * (dk, dv: kv_heads*HD) columns this call owns (pad rows 0), so they may point into one fused
  * dqkv buffer. drel_bias (NH, num_buckets) += (may be NULL; ignored when
  * rel_bias is NULL). dout (B*Tq, NH*HD); out and lse from the forward. */
 void dyn_attention_backward(float *dq, float *dk, float *dv, float *drel_bias,

@@ -37,7 +37,7 @@ static dyn_status fill(dyn_model_microbatch *mb, const dyn_token_sample *s, dyn_
 {
     const dyn_layout *lay = mb->lay;
     size_t N = (size_t)lay->B * (size_t)lay->T;
-    const dyn_layout *out_lay = mb->kind == DYN_MODEL_GPT ? lay : mb->dec_lay;
+    const dyn_layout *out_lay = mb->kind == DYN_MODEL_T5 ? mb->dec_lay : lay;
     size_t No = (size_t)out_lay->B * (size_t)out_lay->T;
     mb->tokens = dyn_calloc(N, sizeof(int32_t), "micro-batch tokens", err);
     mb->targets = dyn_calloc(No, sizeof(int32_t), "micro-batch targets", err);
@@ -54,7 +54,7 @@ static dyn_status fill(dyn_model_microbatch *mb, const dyn_token_sample *s, dyn_
         const dyn_segment *g = &lay->samples[j];
         size_t base = (size_t)g->row * (size_t)lay->T + (size_t)g->start;
         int32_t in = s[j].input_len, tg = s[j].target_len;
-        if (mb->kind == DYN_MODEL_GPT) {
+        if (mb->kind != DYN_MODEL_T5) { /* decoder-only: GPT, Llama */
             int32_t len = in + tg;
             for (int32_t p = 0; p < len; p++) mb->tokens[base + p] = p < in ? s[j].input[p] : s[j].target[p - in];
             for (int32_t p = in - 1; p < len - 1; p++) { /* position p predicts token p+1 */
@@ -96,7 +96,7 @@ static dyn_model_microbatch *begin(dyn_model_kind kind, const dyn_token_sample *
     mb->kind = kind;
     mb->n_samples = n;
     for (int32_t i = 0; i < n; i++) {
-        (*lens)[i] = kind == DYN_MODEL_GPT ? s[i].input_len + s[i].target_len : s[i].input_len;
+        (*lens)[i] = kind != DYN_MODEL_T5 ? s[i].input_len + s[i].target_len : s[i].input_len;
         (*dlens)[i] = s[i].target_len;
     }
     return mb;

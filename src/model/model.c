@@ -1,9 +1,9 @@
-/* model.c — what GPT-2 and T5 share: creating the model (tensor table, the
+/* model.c — what GPT-2, T5 and Llama share: creating the model (tensor table, the
  * four flat buffers, seeded initialisation), the activation arena and the
  * split backward's B-to-W buffer, argument checks and dispatch of stage
  * forward/backward (fused or split), per-sample losses and the AdamW step
- * over all tensors. The architectures are in gpt.c and t5.c, stage-only
- * models in stage.c. */
+ * over all tensors. The architectures are in gpt.c, t5.c and llama.c,
+ * stage-only models in stage.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +27,11 @@ dyn_model_config dyn_model_config_tiny(dyn_model_kind kind, int32_t n_layers, in
     c.ffn = kind == DYN_MODEL_GPT ? 4 * hidden : 2 * hidden;
     c.vocab = DYN_VOCAB_BYTES;
     c.max_seqlen = max_seqlen;
+    if (kind == DYN_MODEL_LLAMA) {
+        c.kv_heads = heads % 2 == 0 ? heads / 2 : heads; /* grouped-query where it can be */
+        c.rope_theta = 10000.0;
+        c.rms_eps = 1e-5;
+    }
     return c;
 }
 
@@ -84,9 +89,40 @@ const dyn_param_tensor *dyn_model_find_tensor(const dyn_model *m, const char *na
 
 /* ------------------------------------------------------------ create/free */
 
+/* The Llama fields: GQA that divides, an even head dim for the rotary
+ * pairs, positive theta and epsilon, and a rope_scaling this code computes
+ * (none or llama3, whose factors must make sense). */
+static dyn_status check_llama(const dyn_model_config *c, dyn_error *err)
+{
+    if (c->n_dec_layers != 0)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "Llama config: a decoder-only model needs n_dec_layers 0");
+    if (c->kv_heads < 1 || c->heads % c->kv_heads != 0)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "Llama config: num_key_value_heads = %d must divide num_attention_heads = %d", c->kv_heads,
+                             c->heads);
+    if (c->head_dim % 2 != 0)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "Llama config: head_dim = %d must be even (rotary pairs)",
+                             c->head_dim);
+    if (!(c->rope_theta > 0) || !(c->rms_eps > 0))
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "Llama config: rope_theta (%g) and rms_norm_eps (%g) must be > 0",
+                             c->rope_theta, c->rms_eps);
+    if (c->rope_scaling == DYN_ROPE_LLAMA3) {
+        if (!(c->rope_factor > 0) || !(c->rope_low_freq > 0) || !(c->rope_high_freq > c->rope_low_freq) ||
+            c->rope_orig_ctx < 1)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "Llama config: rope_scaling llama3 needs factor > 0, 0 < low_freq_factor < "
+                                 "high_freq_factor and original_max_position_embeddings >= 1 (got %g, %g, %g, %d)",
+                                 c->rope_factor, c->rope_low_freq, c->rope_high_freq, c->rope_orig_ctx);
+    } else if (c->rope_scaling != DYN_ROPE_NONE) {
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "Llama config: rope_scaling type %d is not supported (none or llama3)", c->rope_scaling);
+    }
+    return DYN_OK;
+}
+
 static dyn_status check_config(const dyn_model_config *c, dyn_error *err)
 {
-    if (c->kind != DYN_MODEL_GPT && c->kind != DYN_MODEL_T5)
+    if (c->kind != DYN_MODEL_GPT && c->kind != DYN_MODEL_T5 && c->kind != DYN_MODEL_LLAMA)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "model config: unknown kind %d", (int)c->kind);
     if (c->n_layers < 1 || c->hidden < 1 || c->heads < 1 || c->head_dim < 1 || c->ffn < 1 || c->max_seqlen < 1 ||
         c->vocab < DYN_VOCAB_BYTES)
@@ -99,6 +135,7 @@ static dyn_status check_config(const dyn_model_config *c, dyn_error *err)
                              "GPT config: needs n_dec_layers 0, head_dim = hidden/heads and ffn = 4*hidden");
     if (c->kind == DYN_MODEL_T5 && c->n_dec_layers < 1)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "T5 config: needs n_dec_layers >= 1");
+    if (c->kind == DYN_MODEL_LLAMA) return check_llama(c, err);
     return DYN_OK;
 }
 
@@ -117,6 +154,10 @@ void dyn_model_free(dyn_model *m)
     free(m->eg);
     free(m->dp);
     free(m->dg);
+    free(m->lp);
+    free(m->lg);
+    free(m->rope_cos);
+    free(m->rope_sin);
     free(m);
 }
 
@@ -226,7 +267,7 @@ int dyn_model_num_layers(const dyn_model *m) { return m->L; }
 
 int dyn_model_config_num_layers(const dyn_model_config *cfg)
 {
-    return cfg->kind == DYN_MODEL_GPT ? cfg->n_layers + 2 : cfg->n_layers + cfg->n_dec_layers + 4;
+    return cfg->kind == DYN_MODEL_T5 ? cfg->n_layers + cfg->n_dec_layers + 4 : cfg->n_layers + 2;
 }
 
 void dyn_model_layer_params(const dyn_model *m, int first, int last, size_t *offset, size_t *count)
@@ -359,7 +400,7 @@ dyn_status dyn_model_stage_forward(dyn_model *m, dyn_model_acts *a, const dyn_mo
     dyn_status st = check_call(m, mb, first, last, in, out, err);
     if (st != DYN_OK) return st;
     size_t N = (size_t)mb->lay->B * (size_t)mb->lay->T;
-    const dyn_layout *ol = mb->kind == DYN_MODEL_GPT ? mb->lay : mb->dec_lay;
+    const dyn_layout *ol = mb->kind == DYN_MODEL_T5 ? mb->dec_lay : mb->lay;
     size_t No = (size_t)ol->B * (size_t)ol->T;
     if ((st = check_tokens(m, mb->tokens, N, "input", err)) != DYN_OK) return st;
     if (mb->dec_tokens && (st = check_tokens(m, mb->dec_tokens, No, "decoder", err)) != DYN_OK) return st;

@@ -1,4 +1,4 @@
-/* model.h — whole GPT-2 and T5 v1.1 models assembled from the blocks of
+/* model.h — whole GPT-2, T5 v1.1 and Llama-family models assembled from the blocks of
  * blocks.h: parameters, micro-batches, forward/backward by pipeline-stage
  * layer ranges, the AdamW step and checkpoints.
  *
@@ -19,13 +19,16 @@
  * range [first, last) of it:
  *   GPT: 0 embedding (wte, wpe) | 1..n blocks | n+1 head (ln_f + LM head
  *        tied to wte)
+ *   Llama: 0 embedding (model.embed_tokens) | 1..n decoder layers
+ *        (model.layers.*) | n+1 head (model.norm + lm_head, or the tied
+ *        embed_tokens when cfg.tie_embeddings)
  *   T5:  0 encoder embedding (shared) | 1..ne encoder blocks (block 0 owns
  *        the encoder's relative-bias table) | ne+1 encoder final RMSNorm |
  *        ne+2 decoder embedding (shared, no own parameters) | ne+3..ne+2+nd
  *        decoder blocks (block 0 owns the decoder's table) | ne+nd+3 head
  *        (final RMSNorm + untied lm_head)
  * The boundary activation entering layer l (dyn_model_boundary_floats):
- *   GPT: hidden (N,C) for 1 <= l <= n+1;
+ *   GPT, Llama: hidden (N,C) for 1 <= l <= n+1;
  *   T5:  encoder hidden (N,C) for 1 <= l <= ne+2 (for l = ne+2 it is the
  *        normalised encoder output); [encoder output (N,C) | decoder hidden
  *        (Nd,C)] concatenated for ne+3 <= l <= ne+nd+3;
@@ -71,19 +74,21 @@
 #define DYN_TOK_SEP 259 /* separates fields inside an input */
 #define DYN_VOCAB_BYTES 260
 
-/* A small model for tests and the toy task: kind GPT or T5, n_layers blocks
- * (T5: n_layers encoder and n_layers decoder blocks), hidden C, heads NH
- * (head_dim C/NH), ffn 4C (GPT, as GPT-2) or 2C (T5: the gated FFN has two
- * input matrices, so 2C keeps its size near GPT's), vocabulary
- * DYN_VOCAB_BYTES, max_seqlen positions. Larger shapes: the presets of
+/* A small model for tests and the toy task: kind GPT, T5 or Llama, n_layers
+ * blocks (T5: n_layers encoder and n_layers decoder blocks), hidden C, heads
+ * NH (head_dim C/NH), ffn 4C (GPT, as GPT-2) or 2C (T5 and Llama: the gated
+ * FFN has two input matrices, so 2C keeps its size near GPT's), vocabulary
+ * DYN_VOCAB_BYTES, max_seqlen positions. Llama: NH/2 key/value heads when NH
+ * is even (else NH), rope_theta 10000, rms_eps 1e-5, no rope scaling,
+ * untied head, no q/k/v biases. Larger shapes: the presets of
  * dynapipe/model_config.h. */
 dyn_model_config dyn_model_config_tiny(dyn_model_kind kind, int32_t n_layers, int32_t hidden,
                                        int32_t heads, int32_t max_seqlen);
 
 /* ---- micro-batches ------------------------------------------------------ */
 
-/* The tokens of one sample: GPT sees input followed by target and learns to
- * predict the target; T5 encodes input and decodes target. */
+/* The tokens of one sample: GPT and Llama see input followed by target and
+ * learn to predict the target; T5 encodes input and decodes target. */
 typedef struct dyn_token_sample {
     const int32_t *input;
     int32_t input_len; /* >= 1 */
@@ -92,7 +97,7 @@ typedef struct dyn_token_sample {
 } dyn_token_sample;
 
 /* A micro-batch placed in a layout and turned into model inputs.
- *   GPT: the sequence of a sample is input ++ target (len = in + tgt) at
+ *   GPT, Llama (kind != T5): the sequence of a sample is input ++ target (len = in + tgt) at
  *        positions [start, start+len) of its row; the position holding
  *        sequence token p predicts token p+1, and only predictions of target
  *        tokens count (in-1 .. len-2): weight 1, target id = the next token.
@@ -152,10 +157,15 @@ typedef struct dyn_param_tensor {
 } dyn_param_tensor;
 
 /* Build a model of cfg (GPT: n_dec_layers 0, head_dim hidden/heads; T5:
- * any head_dim) and initialise it from seed:
+ * any head_dim; Llama: n_dec_layers 0, even head_dim, kv_heads dividing
+ * heads, rope_theta and rms_eps > 0, rope_scaling none or llama3 with
+ * sensible factors — anything else is refused with a message naming the
+ * config.json field) and initialise it from seed:
  *   GPT-2: every weight matrix and embedding N(0, 0.02), the two residual
  *          output projections (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2n)),
  *          biases 0, LayerNorm gains 1;
+ *   Llama: as Hugging Face Llama (initializer_range 0.02): every linear
+ *          and embed_tokens N(0, 0.02), q/k/v biases 0, RMSNorm gains 1;
  *   T5:    as Hugging Face T5 (initializer_factor 1): shared and lm_head
  *          N(0, 1); q N(0, (C*HD)^-1/2); k, v N(0, C^-1/2); o N(0, (NH*HD)^-1/2);
  *          wi_0, wi_1 N(0, C^-1/2); wo N(0, F^-1/2); relative bias tables
@@ -171,6 +181,7 @@ void dyn_model_free(dyn_model *m);
  * layers own, plus a copy (shared_copy = 1) of each shared tensor they use
  * but do not own:
  *   GPT: wte, when the range holds the head (layer n+1) but not layer 0;
+ *   Llama with tied embeddings: model.embed_tokens.weight, likewise;
  *   T5:  shared.weight, when it holds the decoder embedding (ne+2) but not
  *        layer 0; a stack's relative-bias table, when it holds a block of
  *        that stack but not the stack's block 0 (layer 1, resp. ne+3).
@@ -248,7 +259,7 @@ void dyn_model_set_step_count(dyn_model *m, int64_t step);
 
 /* Layer list (see the top of this file): L of the whole model (a stage
  * model's too). dyn_model_config_num_layers: the same from the config,
- * before any model exists (GPT n + 2, T5 ne + nd + 4). */
+ * before any model exists (GPT and Llama n + 2, T5 ne + nd + 4). */
 int dyn_model_num_layers(const dyn_model *m);
 int dyn_model_config_num_layers(const dyn_model_config *cfg);
 /* The parameters owned by layers [first, last): one contiguous slice

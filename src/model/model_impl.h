@@ -1,6 +1,6 @@
 /* model_impl.h — the inside of dyn_model and dyn_model_acts, shared by
- * model.c (common parts), stage.c, gpt.c, t5.c and checkpoint.c. Not a
- * public header. */
+ * model.c (common parts), stage.c, gpt.c, t5.c, llama.c and checkpoint.c.
+ * Not a public header. */
 #ifndef DYN_MODEL_MODEL_IMPL_H
 #define DYN_MODEL_MODEL_IMPL_H
 
@@ -11,12 +11,14 @@ typedef union model_block_acts {
     dyn_gpt_block_acts gpt;
     dyn_t5_enc_acts enc;
     dyn_t5_dec_acts dec;
+    dyn_llama_block_acts llama;
 } model_block_acts;
 
 typedef union model_block_dy {
     dyn_gpt_block_dy gpt;
     dyn_t5_enc_dy enc;
     dyn_t5_dec_dy dec;
+    dyn_llama_block_dy llama;
 } model_block_dy;
 
 struct dyn_model {
@@ -43,6 +45,10 @@ struct dyn_model {
     float *shared, *enc_rel, *dec_rel, *enc_lnf, *dec_lnf, *lm_head;
     dyn_t5_enc_params *ep, *eg; /* (n_layers) */
     dyn_t5_dec_params *dp, *dg; /* (n_dec_layers) */
+    /* Llama (lm_head: the T5 field above; with tied embeddings it is embed) */
+    float *embed, *norm_w;
+    float *rope_cos, *rope_sin;    /* (max_seqlen, head_dim/2) rotary tables */
+    dyn_llama_block_params *lp, *lg; /* (n_layers) */
 };
 
 struct dyn_model_acts {
@@ -54,7 +60,7 @@ struct dyn_model_acts {
     model_block_acts *blk; /* (L) per block layer (or all sharing one in recompute) */
     float *encout, *enc_rstd; /* T5: normalised encoder output (N,C), rstd (N) */
     float *head_ln, *head_mean, *head_rstd, *head_lse, *head_losses; /* (No,C), (No) x4 */
-    int32_t *pos;  /* (N) GPT position ids */
+    int32_t *pos;  /* (N) GPT and Llama position ids */
     float *work;   /* scratch shared by all layers */
     float *d0, *d1; /* (max(N,Nd), C) gradient ping-pong */
     float *denc;   /* (N, C) T5 encoder-output gradient accumulator */
@@ -150,12 +156,14 @@ typedef struct model_arch {
     void (*backward_weight)(dyn_model *m, dyn_model_acts *a, const dyn_model_microbatch *mb, int first, int last);
 } model_arch;
 
-extern const model_arch model_arch_gpt; /* gpt.c */
-extern const model_arch model_arch_t5;  /* t5.c */
+extern const model_arch model_arch_gpt;   /* gpt.c */
+extern const model_arch model_arch_t5;    /* t5.c */
+extern const model_arch model_arch_llama; /* llama.c */
 
+/* kind is checked by model_table_create before any dispatch. */
 static inline const model_arch *model_arch_of(dyn_model_kind kind)
 {
-    return kind == DYN_MODEL_GPT ? &model_arch_gpt : &model_arch_t5;
+    return kind == DYN_MODEL_GPT ? &model_arch_gpt : kind == DYN_MODEL_T5 ? &model_arch_t5 : &model_arch_llama;
 }
 
 #endif

@@ -55,7 +55,7 @@ struct dyn_profiler {
 static int kind_range(const dyn_model_config *c, int k, int *first, int *last)
 {
     if (!dyn_cost_kind_present(c, (dyn_layer_kind)k)) return 0;
-    int ne = c->n_layers, nd = c->n_dec_layers, gpt = c->kind == DYN_MODEL_GPT;
+    int ne = c->n_layers, nd = c->n_dec_layers, gpt = dyn_model_kind_decoder_only(c->kind);
     switch (k) {
     case DYN_LAYER_EMBED: *first = 0, *last = 1; break;
     case DYN_LAYER_ENCODER: *first = 1, *last = 2; break;
@@ -332,7 +332,7 @@ done:
 static dyn_model_microbatch *mb_make(dyn_profiler *p, int32_t rows, int32_t enc_len, int32_t dec_len,
                                      dyn_error *err)
 {
-    int gpt = p->cfg.kind == DYN_MODEL_GPT;
+    int gpt = dyn_model_kind_decoder_only(p->cfg.kind);
     int32_t in_len = gpt ? (enc_len + 1) / 2 : enc_len, tg_len = gpt ? enc_len - in_len : dec_len;
     if (gpt && enc_len < 2) {
         dyn_error_set(err, DYN_ERR_INVALID_ARG, "profile: a gpt length needs at least 2 tokens (got %d)", enc_len);
@@ -472,7 +472,7 @@ dyn_status dyn_profile_grid_default(const dyn_model_config *cfg, int quick, int3
     for (int32_t i = 0; i < ns && src[i] < max_rows; i++) rows[nr++] = src[i];
     rows[nr++] = max_rows;
     int32_t n_enc = 0, n_dec = 1;
-    int gpt = cfg->kind == DYN_MODEL_GPT;
+    int gpt = dyn_model_kind_decoder_only(cfg->kind);
     int32_t *enc = lengths_make(8, cfg->max_seqlen, quick, 1, &n_enc, err);
     int32_t *dec = gpt ? dyn_calloc(1, sizeof *dec, "profile grid", err)
                        : lengths_make(8, cfg->max_seqlen, quick, 2, &n_dec, err);

@@ -1,11 +1,19 @@
 /* safetensors.c — the safetensors reader/writer described in safetensors.h.
  * The JSON header goes through cJSON; the data is copied with memcpy, which
  * is correct because dynapipe only builds on little-endian hosts (checked at
- * compile time below), like the format itself. */
+ * compile time below), like the format itself. Files are mapped read-only
+ * (mmap), so opening a shard of a large checkpoint costs its header, and
+ * reading a tensor touches that tensor's pages only: a pipeline stage that
+ * reads its own tensors never holds the whole file. F16 and BF16 tensors
+ * are widened to float as they are read (Hub checkpoints are mostly BF16). */
 #include "model/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +39,7 @@ typedef struct st_tensor {
 
 struct dyn_safetensors {
     char *path;
-    char *file; /* whole file */
+    char *file; /* the whole file, mapped read-only (NULL when empty) */
     size_t file_len;
     const unsigned char *data; /* start of the data section */
     uint64_t data_len;
@@ -162,7 +170,7 @@ void dyn_safetensors_free(dyn_safetensors *st)
     for (int i = 0; i < 2 * st->n_meta; i++) free(st->meta[i]);
     free(st->tensors);
     free(st->meta);
-    free(st->file);
+    if (st->file != NULL) munmap(st->file, st->file_len);
     free(st->path);
     free(st);
 }
@@ -286,6 +294,27 @@ static dyn_status parse_header(dyn_safetensors *st, dyn_error *err)
     return DYN_OK;
 }
 
+/* Map st->path read-only into st->file (file_len bytes; an empty file maps
+ * nothing and parse_header calls it truncated). */
+static dyn_status map_file(dyn_safetensors *st, dyn_error *err)
+{
+    int fd = open(st->path, O_RDONLY);
+    if (fd < 0) return dyn_error_set(err, DYN_ERR_IO, "%s: cannot open: %s", st->path, strerror(errno));
+    struct stat sb;
+    dyn_status s = DYN_OK;
+    if (fstat(fd, &sb) != 0) {
+        s = dyn_error_set(err, DYN_ERR_IO, "%s: cannot stat: %s", st->path, strerror(errno));
+    } else if (!S_ISREG(sb.st_mode)) {
+        s = dyn_error_set(err, DYN_ERR_IO, "%s: not a regular file", st->path);
+    } else if (sb.st_size > 0) {
+        void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) s = dyn_error_set(err, DYN_ERR_IO, "%s: cannot map: %s", st->path, strerror(errno));
+        else st->file = p, st->file_len = (size_t)sb.st_size;
+    }
+    close(fd);
+    return s;
+}
+
 dyn_safetensors *dyn_safetensors_open(const char *path, dyn_error *err)
 {
     dyn_safetensors *st = dyn_calloc(1, sizeof *st, "safetensors", err);
@@ -296,7 +325,7 @@ dyn_safetensors *dyn_safetensors_open(const char *path, dyn_error *err)
         free(st);
         return NULL;
     }
-    if (dyn_file_read_all(path, &st->file, &st->file_len, err) != DYN_OK || parse_header(st, err) != DYN_OK) {
+    if (map_file(st, err) != DYN_OK || parse_header(st, err) != DYN_OK) {
         dyn_safetensors_free(st);
         return NULL;
     }
@@ -326,6 +355,31 @@ int dyn_safetensors_shape(const dyn_safetensors *st, const char *name, int64_t *
     return t->ndim;
 }
 
+/* BF16 is the top half of an IEEE float: exact. */
+static float bf16_to_float(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* IEEE half to float, exact: normals rebias the exponent, subnormals are
+ * scaled, infinities and NaNs (payload kept) map to theirs. */
+static float f16_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    if (exp == 0) {
+        float f = ldexpf((float)man, -24); /* zero or subnormal: man x 2^-24 */
+        return sign ? -f : f;
+    }
+    if (exp == 31) u = sign | 0x7f800000u | (man << 13);
+    else u = sign | ((exp + 112) << 23) | (man << 13);
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 dyn_status dyn_safetensors_read(const dyn_safetensors *st, const char *name, int32_t ndim, const int64_t *shape,
                                 float *dst, dyn_error *err)
 {
@@ -334,15 +388,26 @@ dyn_status dyn_safetensors_read(const dyn_safetensors *st, const char *name, int
     const st_tensor *t = find(st, name);
     if (t == NULL)
         return dyn_error_set(err, DYN_ERR_CORRUPT, "%s: tensor '%s' missing (expected F32 %s)", st->path, name, want);
-    if (strcmp(t->dtype, "F32") != 0)
-        return dyn_error_set(err, DYN_ERR_CORRUPT, "%s: tensor '%s' has dtype %s, expected F32", st->path, name, t->dtype);
+    int wide = strcmp(t->dtype, "F32") == 0, half = strcmp(t->dtype, "F16") == 0, bf = strcmp(t->dtype, "BF16") == 0;
+    if (!wide && !half && !bf)
+        return dyn_error_set(err, DYN_ERR_CORRUPT, "%s: tensor '%s' has dtype %s, expected F32 (or F16, BF16)", st->path,
+                             name, t->dtype);
     int same = t->ndim == ndim;
     for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
     if (!same) {
         shape_str(got, sizeof got, t->ndim, t->shape);
         return dyn_error_set(err, DYN_ERR_CORRUPT, "%s: tensor '%s' has shape %s, expected %s", st->path, name, got, want);
     }
-    memcpy(dst, st->data + t->begin, (size_t)(t->end - t->begin));
+    if (wide) {
+        memcpy(dst, st->data + t->begin, (size_t)(t->end - t->begin));
+        return DYN_OK;
+    }
+    const unsigned char *src = st->data + t->begin;
+    size_t n = (size_t)(t->end - t->begin) / 2;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h = (uint16_t)(src[2 * i] | (unsigned)src[2 * i + 1] << 8);
+        dst[i] = bf ? bf16_to_float(h) : f16_to_float(h);
+    }
     return DYN_OK;
 }
 

@@ -8,7 +8,8 @@
  *                         with spaces so the data starts 8-byte aligned
  *   data                  raw tensor bytes; offsets are relative to here
  *
- * The reader loads the whole file, then validates everything before any
+ * The reader maps the file read-only (so a reader of some tensors of a big
+ * shard touches only their pages), then validates everything before any
  * tensor can be read: header length within the file, JSON well formed, every
  * entry with a known dtype, non-negative shape, offsets inside the data
  * section whose size matches shape x dtype, no two tensors overlapping and
@@ -17,7 +18,8 @@
  * checkpoint.c), so a bad file never leaves a half-loaded model.
  *
  * This module only stores and checks bytes; which names and shapes a model
- * expects is checkpoint.c's business. dynapipe writes F32 only. */
+ * expects is checkpoint.c's business. dynapipe writes F32 only; it reads
+ * F32, F16 and BF16. */
 #ifndef DYN_MODEL_SAFETENSORS_H
 #define DYN_MODEL_SAFETENSORS_H
 
@@ -58,9 +60,10 @@ const char *dyn_safetensors_name(const dyn_safetensors *st, int i);
 int dyn_safetensors_shape(const dyn_safetensors *st, const char *name, int64_t *shape,
                           const char **dtype);
 
-/* Copy tensor `name` into dst (product(shape) floats). Fails, naming the
- * tensor and what was expected, if it is missing, not F32, or its shape is
- * not exactly (ndim, shape). */
+/* Copy tensor `name` into dst (product(shape) floats), F16 and BF16
+ * widened to float exactly. Fails, naming the tensor and what was expected,
+ * if it is missing, of another dtype, or its shape is not exactly (ndim,
+ * shape). */
 dyn_status dyn_safetensors_read(const dyn_safetensors *st, const char *name, int32_t ndim,
                                 const int64_t *shape, float *dst, dyn_error *err);
 
