@@ -17,6 +17,7 @@
 #include "runtime/checkpoint.h" /* defines: rt_ckpt_resolve, rt_ckpt_read, rt_ckpt_check */
 #include "runtime/group.h"
 #include "runtime/train.h"
+#include "cli/train_init.h" /* defines: train_init_apply, train_init_check */
 
 #define CMD "train"
 
@@ -154,6 +155,11 @@ static const cli_flag train_flags[] = {
             "--steps is the total, same model, stages, data and batch;\n"
             "another --steps, --lr, --min-lr or --warmup than the\n"
             "checkpoint's moves the lr schedule (a note says so)"),
+    CLI_STR("--init", "DIR", TA, o.init_dir,
+            "start from a Hugging Face model folder (config.json and\n"
+            "model.safetensors or its sharded index; GPT2LMHeadModel or\n"
+            "T5ForConditionalGeneration v1.1), or a --save DIR checkpoint's\n"
+            "step folder: its weights and shape, step 0, fresh optimizer"),
     CLI_I64("--eval-every", "N", TA, o.eval_every, 1, 100000000, "held-out loss every N steps into the metrics (eval_loss)"),
     CLI_I32("--eval-samples", "N", TA, o.eval_samples, 1, 1000000, "held-out samples per evaluation"),
     {.name = "--hostfile", .metavar = "FILE", .type = CLI_FLAG_STR, .field = offsetof(TA, hostfile),
@@ -214,7 +220,9 @@ static int parse(int argc, char **argv, train_args *t)
         usage(stdout);
         return -1;
     }
-    if (r != 0 || plan_args_finish(CMD, &t->plan) != 0) return CLI_EXIT_USAGE;
+    if (r != 0) return CLI_EXIT_USAGE;
+    if (t->o.init_dir && (r = train_init_apply(CMD, t->o.init_dir, argc, argv, &t->plan)) != 0) return r;
+    if (plan_args_finish(CMD, &t->plan) != 0) return CLI_EXIT_USAGE;
     if (t->profile_auto && strcmp(t->plan.cost_model, "analytic") != 0) {
         cli_errorf(CMD, "--profile auto and --cost-model %s: give one", t->plan.cost_model);
         return CLI_EXIT_USAGE;
@@ -317,7 +325,12 @@ int cli_train_main(int argc, char **argv)
     if (rc != 0) return rc < 0 ? CLI_EXIT_OK : rc;
     dyn_train_options o;
     if ((rc = build_options(&t, &o)) != 0) return rc;
+    if (o.init_dir && o.resume_dir) {
+        cli_errorf(CMD, "--init starts a new run, --resume continues one: give one");
+        return CLI_EXIT_USAGE;
+    }
     if (!mpi && o.resume_dir && check_resume(&o) != 0) return CLI_EXIT_FAIL;
+    if (!mpi && o.init_dir && train_init_check(CMD, o.init_dir, &o.model) != 0) return CLI_EXIT_FAIL;
     if (!mpi) return dyn_train_launch(&o, t.hostfile, argc + 1, argv - 1);
     return dyn_train_rank_main(&o, &argc, &argv);
 }
