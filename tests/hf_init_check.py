@@ -14,13 +14,15 @@ only: json and struct write safetensors).
    of two samples that make the whole first batch: its step-0 loss equals
    `dynapipe eval --checkpoint CK` on the same file, and differs from a
    run from random weights.
-3. Bad folders. Each refused with one stderr line naming the file (and the
+3. A large vocabulary: GPT-2's 50,257 tokens on token-id JSONL data.
+4. Bad folders. Each refused with one stderr line naming the file (and the
    tensor), non-zero exit, no metrics file (nothing trained; the launcher's
    check, before mpirun).
 
 Usage: hf_init_check.py DYNAPIPE_BINARY
 """
 import json
+import math
 import os
 import random
 import shutil
@@ -259,6 +261,47 @@ def round_trip(cli, tmp):
         check(abs(losses["random"][1] - want) > 1e-3, "%s: random weights give the saved loss too" % kind)
 
 
+def large_vocab(cli, tmp):
+    """GPT-2's 50,257-token vocabulary over 2 stages on token-id data
+    (ids up to 50,256): model, cost model, memory model and stage split take
+    it; the first loss is near ln(50257), as for small random weights."""
+    rng = random.Random(5)
+    BV, BC = 50257, 16
+
+    def bulk(shape, center):  # bf16 patterns in one pack (the per-element writer is slow at this size)
+        n = 1
+        for d in shape:
+            n *= d
+        hi = [f32_bits(center + rng.gauss(0.0, 0.02)) >> 16 for _ in range(n)]
+        return {"dtype": "BF16", "shape": list(shape), "raw": struct.pack("<%dH" % n, *hi)}
+    t = {"wte.weight": bulk((BV, BC), 0.0), "wpe.weight": bulk((P, BC), 0.0),
+         "ln_f.weight": bulk((BC,), 1.0), "ln_f.bias": bulk((BC,), 0.0)}
+    for i in range(2):
+        for name, shape, center in (("ln_1.weight", (BC,), 1.0), ("ln_1.bias", (BC,), 0.0),
+                                    ("attn.c_attn.weight", (BC, 3 * BC), 0.0), ("attn.c_attn.bias", (3 * BC,), 0.0),
+                                    ("attn.c_proj.weight", (BC, BC), 0.0), ("attn.c_proj.bias", (BC,), 0.0),
+                                    ("ln_2.weight", (BC,), 1.0), ("ln_2.bias", (BC,), 0.0),
+                                    ("mlp.c_fc.weight", (BC, 4 * BC), 0.0), ("mlp.c_fc.bias", (4 * BC,), 0.0),
+                                    ("mlp.c_proj.weight", (4 * BC, BC), 0.0), ("mlp.c_proj.bias", (BC,), 0.0)):
+            t["h.%d.%s" % (i, name)] = bulk(shape, center)
+    d = os.path.join(tmp, "gpt2-vocab")
+    os.makedirs(d)
+    write_config(d, gpt2_config(vocab_size=BV, n_embd=BC))
+    write_safetensors(os.path.join(d, "model.safetensors"), t)
+    data = os.path.join(tmp, "ids.jsonl")
+    with open(data, "w") as f:
+        for _ in range(100):
+            f.write(json.dumps({"input_ids": [rng.randrange(BV) for _ in range(rng.randrange(3, 30))],
+                                "target_ids": [rng.randrange(BV) for _ in range(rng.randrange(2, 20))]}) + "\n")
+    m = os.path.join(tmp, "m-vocab.jsonl")
+    rc, _, err = run(cli, ["train", "--init", d, "--data", data, "--steps", "1", "--metrics", m] + TRAIN)
+    check(rc == 0, "vocab %d: exit %d: %s" % (BV, rc, err.strip()))
+    if rc == 0:
+        step, loss = first_loss(m)
+        print("vocab %d over 2 stages: step %d loss %.4f (ln V = %.4f)" % (BV, step, loss, math.log(BV)))
+        check(abs(loss - math.log(BV)) < 0.1, "vocab %d: first loss %.4f, not near ln V" % (BV, loss))
+
+
 def bad_folders(cli, tmp):
     rng = random.Random(3)
     good = gpt2_tensors(rng, ["F32", "BF16"])
@@ -328,6 +371,7 @@ def main():
     try:
         exact_values(cli, tmp)
         round_trip(cli, tmp)
+        large_vocab(cli, tmp)
         bad_folders(cli, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
