@@ -10,7 +10,8 @@ only: json and struct write safetensors).
    --steps 1 --save OUT.safetensors` over 2 stages leaves the weights as
    loaded; every value of OUT must be the exact fp32 of what was written
    (bf16: the bits shifted 16 left; fp16: struct's 'e' format).
-2. Round trip. `train --save CK`, then `train --init CK/step-K` on a JSONL
+2. Round trip. `train --save CK`, then `train --init CK` (GPT: the root,
+   which follows `latest`) or `CK/step-K` (T5) on a JSONL
    of two samples that make the whole first batch: its step-0 loss equals
    `dynapipe eval --checkpoint CK` on the same file, and differs from a
    run from random weights.
@@ -243,7 +244,9 @@ def round_trip(cli, tmp):
             continue
         want = float(out.split("loss ")[1].split()[0])
         losses = {}
-        for how, extra in (("init", ["--init", os.path.join(ck, "step-00000003")]),
+        # GPT: the checkpoint root (its latest); T5: the step folder.
+        src = ck if kind == "gpt" else os.path.join(ck, "step-00000003")
+        for how, extra in (("init", ["--init", src]),
                            ("random", ["--model", kind] + model)):
             m = os.path.join(tmp, "m-%s-%s.jsonl" % (kind, how))
             rc, _, err = run(cli, ["train"] + extra + ["--data", data, "--steps", "1", "--metrics", m,

@@ -158,8 +158,9 @@ static const cli_flag train_flags[] = {
     CLI_STR("--init", "DIR", TA, o.init_dir,
             "start from a Hugging Face model folder (config.json and\n"
             "model.safetensors or its sharded index; GPT2LMHeadModel or\n"
-            "T5ForConditionalGeneration v1.1), or a --save DIR checkpoint's\n"
-            "step folder: its weights and shape, step 0, fresh optimizer"),
+            "T5ForConditionalGeneration v1.1), or a --save DIR checkpoint\n"
+            "(its latest, or a step folder): its weights and shape, step 0,\n"
+            "fresh optimizer (--resume continues a run instead)"),
     CLI_I64("--eval-every", "N", TA, o.eval_every, 1, 100000000, "held-out loss every N steps into the metrics (eval_loss)"),
     CLI_I32("--eval-samples", "N", TA, o.eval_samples, 1, 1000000, "held-out samples per evaluation"),
     {.name = "--hostfile", .metavar = "FILE", .type = CLI_FLAG_STR, .field = offsetof(TA, hostfile),
@@ -221,7 +222,7 @@ static int parse(int argc, char **argv, train_args *t)
         return -1;
     }
     if (r != 0) return CLI_EXIT_USAGE;
-    if (t->o.init_dir && (r = train_init_apply(CMD, t->o.init_dir, argc, argv, &t->plan)) != 0) return r;
+    if (t->o.init_dir && (r = train_init_apply(CMD, &t->o.init_dir, argc, argv, &t->plan)) != 0) return r;
     if (plan_args_finish(CMD, &t->plan) != 0) return CLI_EXIT_USAGE;
     if (t->profile_auto && strcmp(t->plan.cost_model, "analytic") != 0) {
         cli_errorf(CMD, "--profile auto and --cost-model %s: give one", t->plan.cost_model);

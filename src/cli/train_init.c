@@ -7,10 +7,12 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"               /* defines: cli_errorf, CLI_EXIT_* */
 #include "dynapipe/model_config.h" /* defines: dyn_model_kind_name */
 #include "model/hf_load.h"         /* defines: dyn_hf_* */
+#include "runtime/checkpoint.h"    /* defines: rt_ckpt_resolve */
 
 /* Was flag given on the command line (as "--flag V" or "--flag=V")? */
 static int given(int argc, char **argv, const char *flag)
@@ -21,10 +23,26 @@ static int given(int argc, char **argv, const char *flag)
     return 0;
 }
 
-int train_init_apply(const char *cmd, const char *dir, int argc, char **argv, plan_args *a)
+/* A checkpoint root of `train --save DIR` has no config.json of its own:
+ * its `latest` step folder is the model folder. */
+static const char *resolve(const char *dir)
+{
+    static char step[4096];
+    char p[4096];
+    struct stat sb;
+    dyn_error e;
+    if ((size_t)snprintf(p, sizeof p, "%s/config.json", dir) < sizeof p && stat(p, &sb) == 0) return dir;
+    if ((size_t)snprintf(p, sizeof p, "%s/latest", dir) < sizeof p && stat(p, &sb) == 0 &&
+        rt_ckpt_resolve(dir, step, sizeof step, &e) == DYN_OK)
+        return step;
+    return dir; /* dyn_hf_config_read says what is missing */
+}
+
+int train_init_apply(const char *cmd, const char **dirp, int argc, char **argv, plan_args *a)
 {
     dyn_hf_config hf;
     dyn_error e;
+    const char *dir = *dirp = resolve(*dirp);
     if (dyn_hf_config_read(dir, &hf, &e) != DYN_OK) {
         cli_errorf(cmd, "--init: %s", e.msg);
         return CLI_EXIT_FAIL;

@@ -6,13 +6,14 @@
 
 #include "cli/plan_args.h" /* defines: plan_args */
 
-/* Set a's model kind and shape flags from dir/config.json, refusing
+/* *dir: a Hugging Face model folder, or a checkpoint root of `train
+ * --save DIR` (then *dir becomes its latest step folder). Set a's model kind and shape flags from dir/config.json, refusing
  * --model-config, a --model of another kind, a shape flag of another value
  * than the file's (naming both) and, where the weights fix it (GPT-2's
  * n_positions), another --max-seqlen. argv: the command line (to tell a
  * --max-seqlen the user gave from training's default). 0 or an exit code
  * (message printed). */
-int train_init_apply(const char *cmd, const char *dir, int argc, char **argv, plan_args *a);
+int train_init_apply(const char *cmd, const char **dir, int argc, char **argv, plan_args *a);
 
 /* The launcher's check of dir against the resolved shape: config.json,
  * every shard's header (missing, extra, wrong-shape tensors, dtypes,
