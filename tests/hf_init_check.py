@@ -262,6 +262,35 @@ def round_trip(cli, tmp):
         check(step == 0, "%s: --init starts at step %d, not 0" % (kind, step))
         check(abs(got - want) <= 1e-4 + 1e-5 * abs(want), "%s: --init loss %.6f != eval %.4f" % (kind, got, want))
         check(abs(losses["random"][1] - want) > 1e-3, "%s: random weights give the saved loss too" % kind)
+        if kind == "gpt":
+            fresh_optimizer(cli, tmp, os.path.join(ck, "step-00000003"), data)
+
+
+def fresh_optimizer(cli, tmp, step_dir, data):
+    """AdamW's first step from zero moments moves every parameter with a
+    non-zero gradient by lr * g / (|g| + eps), i.e. by lr: the saved
+    optimizer state (--resume's) would give other sizes."""
+    before = {}
+    for fn in os.listdir(step_dir):
+        if fn.startswith("model-") and fn.endswith(".safetensors"):
+            before.update(read_f32_safetensors(os.path.join(step_dir, fn)))
+    out, m = os.path.join(tmp, "fresh.safetensors"), os.path.join(tmp, "m-fresh.jsonl")
+    rc, _, err = run(cli, ["train", "--init", step_dir, "--data", data, "--steps", "1", "--lr", "1e-3", "--warmup", "0",
+                           "--weight-decay", "0", "--clip", "0", "--max-seqlen", "128", "--metrics", m, "--save", out]
+                     + TRAIN)
+    check(rc == 0, "fresh optimizer: %s" % err.strip())
+    if rc != 0:
+        return
+    with open(m) as f:
+        lr = json.loads(f.readline())["lr"]
+    after = read_f32_safetensors(out)
+    moved = [abs(a - b) for n in before for a, b in zip(after[n], before[n]) if a != b]
+    near = sum(abs(d - lr) <= 0.01 * lr for d in moved)
+    over = sum(d > 1.001 * lr for d in moved)
+    print("fresh optimizer: %d parameters moved, %d of them by lr %.0e (within 1%%), %d by more"
+          % (len(moved), near, lr, over))
+    check(len(moved) > 1000 and near >= 0.9 * len(moved) and over == 0,
+          "fresh optimizer: the first step's sizes are not lr (%d of %d near, %d over)" % (near, len(moved), over))
 
 
 def large_vocab(cli, tmp):
