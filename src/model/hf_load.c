@@ -26,6 +26,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "dynapipe/model_config.h" /* defines: dyn_model_kind_name */
 #include "model/model_impl.h" /* defines: dyn_model internals, model_table_create */
 #include "util/util.h"        /* defines: dyn_calloc, dyn_file_read_all */
 
@@ -363,7 +364,7 @@ dyn_status dyn_hf_check(const dyn_hf_folder *f, const dyn_model_config *cfg, dyn
 {
     if (cfg->kind != f->arch->kind)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: a %s, this run trains a %s model", f->where, f->cfg.arch,
-                             cfg->kind == DYN_MODEL_GPT ? "gpt" : "t5");
+                             dyn_model_kind_name(cfg->kind));
     dyn_model *tbl = model_table_create(cfg, err);
     if (tbl == NULL) return err ? err->code : DYN_ERR_INVALID_ARG;
     dyn_status s = DYN_OK;
