@@ -181,7 +181,8 @@ static void usage(FILE *out)
     train_args d;
     train_args_init(&d);
     fprintf(out,
-            "usage: dynapipe train --model gpt|t5 [flags]\n\n"
+            "usage: dynapipe train --model gpt|t5 [flags]\n"
+            "       dynapipe train --init DIR [flags]   (shape and weights from a model folder)\n\n"
             "Train a model with dynamic micro-batches on a pipeline of MPI ranks (one per\n"
             "stage per data-parallel replica; started with mpirun automatically).\n\n");
     cli_flag_set set = {train_flags, &d};

@@ -306,7 +306,9 @@ dyn_hf_folder *dyn_hf_open(const char *dir, dyn_error *err)
             snprintf(f->where, sizeof f->where, "%s/model.safetensors", dir);
             int k;
             if (stat(f->where, &sb) != 0)
-                s = dyn_error_set(err, DYN_ERR_IO, "%s: neither model.safetensors nor model.safetensors.index.json", dir);
+                s = dyn_error_set(err, DYN_ERR_IO, "%s: neither model.safetensors nor model.safetensors.index.json (pytorch_model.bin is not read: "
+                                  "save the model as safetensors)",
+                                  dir);
             else
                 s = add_file(f, dir, "model.safetensors", &k, err);
         }
