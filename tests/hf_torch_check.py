@@ -13,6 +13,13 @@ target-token loss of two samples written as JSONL. `dynapipe eval` on the
 same file must print the same loss (relative difference <= 1e-4): every
 name, shape, transpose and config field has to be what HF means by it.
 
+The other direction (`dynapipe train --init`): the same two architectures
+written from the PyTorch side as Hugging Face folders with fresh random
+weights (bf16, fp16 and fp32 tensors; GPT-2 sharded with an index and
+save_pretrained's "transformer." prefix), loaded with --init: the first
+training step's loss on the two samples (they make the whole batch) must
+equal the PyTorch re-implementation's loss on those weights.
+
 Usage: hf_torch_check.py DYNAPIPE_BINARY. Exit 77 (ctest: skipped) when
 torch is not installed.
 """
@@ -178,6 +185,65 @@ def run(cmd):
     return p.stdout
 
 
+def torch_bytes(t):
+    """Raw little-endian bytes and safetensors dtype of a tensor."""
+    if t.dtype == torch.bfloat16:
+        return t.contiguous().view(torch.int16).numpy().tobytes(), "BF16"
+    return t.contiguous().numpy().tobytes(), {torch.float16: "F16", torch.float32: "F32"}[t.dtype]
+
+
+def write_st(path, tensors):
+    header, blobs, off = {}, [], 0
+    for name, t in tensors.items():
+        raw, dt = torch_bytes(t)
+        header[name] = {"dtype": dt, "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+GPT2_KEYS = ["architectures", "vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "layer_norm_epsilon",
+             "tie_word_embeddings", "activation_function"]
+T5_KEYS = ["architectures", "vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads",
+           "relative_attention_num_buckets", "relative_attention_max_distance", "feed_forward_proj",
+           "layer_norm_epsilon", "tie_word_embeddings", "decoder_start_token_id"]
+
+
+def write_torch_folder(d, kind, cfg, names_shapes):
+    """Fresh random weights for every tensor the HF class has, stored in
+    bf16 / fp16 / fp32 in turn; returns (config, the fp32 weights)."""
+    os.makedirs(d)
+    g = torch.Generator().manual_seed(11)
+    w, stored = {}, {}
+    for i, (name, shape) in enumerate(sorted(names_shapes.items())):
+        norm = "ln_" in name or "layer_norm" in name
+        t = torch.randn(shape, generator=g) * (0.02 if norm else 0.1) + (1.0 if norm and name.endswith("weight") else 0.0)
+        t = t.to((torch.bfloat16, torch.float16, torch.float32)[i % 3])
+        stored[name] = t
+        w[name] = t.float()
+    c = {k: cfg[k] for k in (GPT2_KEYS if kind == "gpt" else T5_KEYS) if k in cfg}
+    c["torch_dtype"] = "bfloat16"
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(c, f)
+    if kind == "t5":
+        write_st(os.path.join(d, "model.safetensors"), stored)
+        return c, w
+    names = sorted(stored)
+    shards = [{n: stored[n] for n in names[:len(names) // 2]},
+              {"transformer." + n: stored[n] for n in names[len(names) // 2:]}]
+    wm = {}
+    for k, sh in enumerate(shards):
+        fn = "model-%05d-of-%05d.safetensors" % (k + 1, len(shards))
+        write_st(os.path.join(d, fn), sh)
+        wm.update({n: fn for n in sh})
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": wm}, f)
+    return c, w
+
+
 def main():
     cli = sys.argv[1]
     bad = 0
@@ -210,6 +276,25 @@ def main():
             print("%s: dynapipe eval loss %.4f, PyTorch re-implementation %.6f (relative difference %.1e)"
                   % (kind, printed, mine, rel))
             bad += rel > 1e-4
+            # The other direction: a folder written here loads with --init.
+            hf = os.path.join(tmp, kind + "-torch")
+            c, w2 = write_torch_folder(hf, kind, cfg, {n: tuple(t.shape) for n, t in w.items()})
+            m = os.path.join(tmp, kind + "-metrics.jsonl")
+            run([cli, "train", "--init", hf, "--data", data, "--stages", "2", "--steps", "1", "--threads", "1",
+                 "--global-batch-tokens", "2048", "--max-seqlen", "128", "--quiet", "--metrics", m])
+            with open(m) as f:
+                rec = json.loads(f.readline())
+            total, tokens = 0.0, 0
+            with torch.no_grad():
+                for i, t in SAMPLES:
+                    l, n = loss_fn(c, w2, list(i.encode()), list(t.encode()))
+                    total += l
+                    tokens += n
+            mine = total / tokens
+            rel = abs(mine - rec["loss"]) / abs(mine)
+            print("%s: PyTorch-written folder (bf16/fp16/fp32): --init step %d loss %.6f, PyTorch %.6f (relative "
+                  "difference %.1e)" % (kind, rec["step"], rec["loss"], mine, rel))
+            bad += rel > 1e-5 or rec["step"] != 0
     sys.exit(1 if bad else 0)
 
 

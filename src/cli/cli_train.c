@@ -13,6 +13,7 @@
 #include "cli/cli_machine.h" /* defines: cli_train_header, cli_rank_argv */
 #include "cli/flags.h"     /* defines: cli_flag, cli_flags_parse, cli_flags_usage */
 #include "cli/plan_args.h" /* defines: plan_args_*, plan_inputs_* */
+#include "cli/train_init.h" /* defines: train_init_apply, train_init_check */
 #include "dynapipe/model_config.h"
 #include "dynapipe/pipeline.h" /* defines: dyn_schedule_parse */
 #include "dynapipe/sched.h"
@@ -169,6 +170,12 @@ static const cli_flag train_flags[] = {
             "--steps is the total, same model, stages, data and batch;\n"
             "another --steps, --lr, --min-lr or --warmup than the\n"
             "checkpoint's moves the lr schedule (a note says so)"),
+    CLI_PATH("--init", "DIR", TA, o.init_dir,
+            "start from a Hugging Face model folder (config.json and\n"
+            "model.safetensors or its sharded index; GPT2LMHeadModel or\n"
+            "T5ForConditionalGeneration v1.1), or a --save DIR checkpoint\n"
+            "(its latest, or a step folder): its weights and shape, step 0,\n"
+            "fresh optimizer (--resume continues a run instead)"),
     CLI_I64("--eval-every", "N", TA, o.eval_every, 1, 100000000, "held-out loss every N steps into the metrics (eval_loss)"),
     {.name = "--eval-samples", .metavar = "N", .type = CLI_FLAG_I32, .field = offsetof(TA, o.eval_samples),
      .given = CLI_GIVEN(TA, have_eval_samples), .min = 1, .max = 1000000, .help = "held-out samples per evaluation"},
@@ -196,7 +203,8 @@ static void usage(FILE *out)
     train_args d;
     train_args_init(&d);
     fprintf(out,
-            "usage: dynapipe train --model gpt|t5 [flags]\n\n"
+            "usage: dynapipe train --model gpt|t5 [flags]\n"
+            "       dynapipe train --init DIR [flags]   (shape and weights from a model folder)\n\n"
             "Train a model with dynamic micro-batches on a pipeline of MPI ranks (one per\n"
             "stage per data-parallel replica; started with mpirun automatically).\n\n");
     cli_flag_set set = {train_flags, &d};
@@ -254,8 +262,9 @@ static int parse(int argc, char **argv, train_args *t)
     }
     t->have_max_seqlen = t->plan.have_max_seqlen;
     t->plan.have_max_seqlen = 1;
-    if (r != 0 || plan_args_finish(CMD, &t->plan) != 0 ||
-        plan_args_check_methods(CMD, &t->plan, &t->plan.opt.method, 1) != 0)
+    if (r != 0) return CLI_EXIT_USAGE;
+    if (t->o.init_dir && (r = train_init_apply(CMD, &t->o.init_dir, argc, argv, &t->plan)) != 0) return r;
+    if (plan_args_finish(CMD, &t->plan) != 0 || plan_args_check_methods(CMD, &t->plan, &t->plan.opt.method, 1) != 0)
         return CLI_EXIT_USAGE;
     if (t->profile_auto && strcmp(t->plan.cost_model, "analytic") != 0) {
         cli_errorf(CMD, "--profile auto and --cost-model %s: give one", t->plan.cost_model);
@@ -472,7 +481,12 @@ int cli_train_main(int argc, char **argv)
     if ((rc = build_options(&t, &o, header, sizeof header)) != 0) return rc;
     if (!mpi && t.print_options) return print_options(&o, t.hostfile);
     if (!mpi && check_outputs(&o) != 0) return CLI_EXIT_USAGE;
+    if (o.init_dir && o.resume_dir) {
+        cli_errorf(CMD, "--init starts a new run, --resume continues one: give one");
+        return CLI_EXIT_USAGE;
+    }
     if (!mpi && o.resume_dir && check_resume(&o) != 0) return CLI_EXIT_FAIL;
+    if (!mpi && o.init_dir && train_init_check(CMD, o.init_dir, &o.model) != 0) return CLI_EXIT_FAIL;
     if (mpi) return dyn_train_rank_main(&o, &argc, &argv);
     /* a machine measured here travels to the ranks as JSON: they plan with
      * exactly the launcher's, on any host */

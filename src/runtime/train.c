@@ -25,6 +25,7 @@
 
 #include "dynapipe/model_config.h" /* defines: dyn_model_kind_name, dyn_model_config_params */
 #include "model/blas.h"            /* defines: dyn_blas_describe */
+#include "model/hf_load.h"         /* defines: dyn_hf_open, dyn_hf_check, dyn_hf_load */
 #include "model/model.h"
 #include "runtime/calibrate.h"     /* defines: rt_calib_* */
 #include "runtime/checkpoint.h"    /* defines: rt_ckpt_* */
@@ -201,6 +202,18 @@ static dyn_status ckpt_resume(rt_run *R, int64_t *pos, dyn_error *err)
             fprintf(stderr, "dynapipe train: note: %s\n", note);
     }
     free(meta);
+    return st;
+}
+
+/* --init: every rank checks the folder's headers against the run's shape
+ * and loads only its own chunks' tensors (model/hf_load.h); the optimizer
+ * and the step count stay those of a fresh run. */
+static dyn_status init_weights(rt_run *R, dyn_error *err)
+{
+    dyn_hf_folder *f = dyn_hf_open(R->o.init_dir, err);
+    dyn_status st = f ? dyn_hf_check(f, &R->o.model, err) : err->code;
+    for (int32_t c = 0; st == DYN_OK && c < R->s.n_local; c++) st = dyn_hf_load(f, R->s.models[c], err);
+    dyn_hf_close(f);
     return st;
 }
 
@@ -390,6 +403,7 @@ static dyn_status setup(rt_run *R, dyn_error *err)
     if ((R->src = rt_source_open(o, err)) == NULL) return err->code;
     int64_t resume_pos = 0;
     if (o->resume_dir && (st = ckpt_resume(R, &resume_pos, err)) != DYN_OK) return st;
+    if (o->init_dir && (st = init_weights(R, err)) != DYN_OK) return st;
     if (o->save_dir && (st = ckpt_install_signals(err)) != DYN_OK) return st;
     if ((st = exec_create(R, err)) != DYN_OK) return st;
     if ((st = metrics_init(R, err)) != DYN_OK) return st;
@@ -401,6 +415,8 @@ static dyn_status setup(rt_run *R, dyn_error *err)
     if (R->pos.first_step > 0 && R->g.world_rank == 0 && o->progress >= 0)
         fprintf(stderr, "dynapipe train: resumed from %s at step %lld\n", R->pos.resume_dir,
                 (long long)R->pos.first_step);
+    if (o->init_dir && R->g.world_rank == 0 && o->progress >= 0)
+        fprintf(stderr, "dynapipe train: weights from %s (step 0, fresh optimizer)\n", o->init_dir);
     rt_mail_post(&R->mail, R->pos.first_step);
     return DYN_OK;
 }

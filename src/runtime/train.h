@@ -55,6 +55,8 @@ typedef struct dyn_train_options {
                                * SIGINT/SIGTERM (at the next iteration boundary) */
     int64_t save_every;       /* steps between checkpoints; 0: only at the end and on a signal */
     const char *resume_dir;   /* continue from this checkpoint (root or step folder) */
+    const char *init_dir;     /* start from this Hugging Face model folder's weights
+                               * (model/hf_load.h): step 0, fresh optimizer */
     int64_t eval_every;       /* held-out loss every N steps into the metrics; 0: never */
     int32_t eval_samples;     /* held-out samples per evaluation */
     int32_t progress;         /* 1 live line, 0 plain lines, -1 quiet; set from isatty */
