@@ -18,6 +18,7 @@
 #include <cjson/cJSON.h>
 
 #include "dynapipe/model_config.h" /* defines: dyn_model_kind_name */
+#include "model/safetensors.h"     /* defines: dyn_safetensors_open, dyn_safetensors_meta */
 #include "runtime/ckpt_fs.h"       /* defines: rt_ckpt_pathf, rt_ckpt_fnv1a64, rt_ckpt_is_* */
 #include "runtime/ckpt_state.h"    /* defines: rt_ckpt_state_from_json */
 #include "util/util.h"
@@ -108,6 +109,38 @@ static dyn_status check_config(const char *dir, const rt_ckpt_meta *meta, dyn_er
     return st;
 }
 
+/* Every optimizer shard's recorded step and data cursor (metadata
+ * dynapipe.step, dynapipe.data_cursor) equal trainer_state.json's step and
+ * sampler_position: checked here, before any rank starts, so that a resume
+ * cannot replay or skip data. (rt_ckpt_load_stage checks the values it
+ * loads again.) */
+static dyn_status check_optimizer_meta(const char *dir, const rt_ckpt_meta *meta, dyn_error *err)
+{
+    dyn_status st = DYN_OK;
+    for (int32_t s = 0; st == DYN_OK && s < meta->n_stages; s++) {
+        char name[64], p[RT_CKPT_PATH_CAP];
+        rt_ckpt_shard_name(name, sizeof name, "optimizer", s, meta->n_stages);
+        rt_ckpt_pathf(p, sizeof p, "%s/%s", dir, name);
+        dyn_safetensors *f = dyn_safetensors_open(p, err);
+        if (f == NULL) return err->code;
+        const char *keys[2] = {"dynapipe.step", "dynapipe.data_cursor"};
+        const char *what[2] = {"step", "data cursor"}, *theirs[2] = {"step", "sampler_position"};
+        long long want[2] = {(long long)meta->step, (long long)meta->sampler_pos};
+        for (int k = 0; st == DYN_OK && k < 2; k++) {
+            const char *v = dyn_safetensors_meta(f, keys[k]);
+            char *end = NULL;
+            long long x = v ? strtoll(v, &end, 10) : -1;
+            if (v == NULL || end == v || *end != '\0')
+                st = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: metadata '%s' missing or not an integer", p, keys[k]);
+            else if (x != want[k])
+                st = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: %s %lld, but %s/trainer_state.json's %s is %lld", p,
+                                   what[k], x, dir, theirs[k], want[k]);
+        }
+        dyn_safetensors_free(f);
+    }
+    return st;
+}
+
 dyn_status rt_ckpt_read(const char *dir, rt_ckpt_meta *meta, dyn_error *err)
 {
     if (rt_ckpt_check_root(dir, err) != DYN_OK) return err->code;
@@ -140,6 +173,7 @@ dyn_status rt_ckpt_read(const char *dir, rt_ckpt_meta *meta, dyn_error *err)
         free(data);
     }
     if (st == DYN_OK) st = check_config(dir, meta, err);
+    if (st == DYN_OK) st = check_optimizer_meta(dir, meta, err);
     return st;
 }
 
@@ -214,7 +248,7 @@ dyn_status rt_ckpt_load_stage(const char *dir, const rt_ckpt_meta *meta, int32_t
     dyn_train_state ts;
     dyn_status st = dyn_model_load_train_state(m, &ts, p, err);
     if (st == DYN_OK && dyn_model_step_count(m) != meta->step)
-        st = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: step %lld, but %s/trainer_state.json says %lld", p,
+        st = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: step %lld, but %s/trainer_state.json's step is %lld", p,
                            (long long)dyn_model_step_count(m), dir, (long long)meta->step);
     if (st == DYN_OK && ts.data_cursor != meta->sampler_pos)
         st = dyn_error_set(err, DYN_ERR_CORRUPT,
