@@ -42,7 +42,8 @@ typedef enum dyn_status {
     DYN_ERR_NOMEM = 4,       /* an allocation failed */
     DYN_ERR_INFEASIBLE = 5,  /* no plan satisfies the memory limit */
     DYN_ERR_CORRUPT = 6,     /* bad magic, version, checksum or truncation */
-    DYN_ERR_INTERNAL = 7     /* a broken invariant: a bug in dynapipe */
+    DYN_ERR_INTERNAL = 7,    /* a broken invariant: a bug in dynapipe */
+    DYN_ERR_NUMERIC = 8      /* a NaN or infinity where a finite number must be (a diverged run) */
 } dyn_status;
 
 #define DYN_ERROR_MSG_MAX 512

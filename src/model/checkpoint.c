@@ -29,7 +29,11 @@
  * model reads its owned tensors from its own shard and its shared copies
  * from the owner's, and a whole model is assembled from all shards. The
  * index is written here too (dyn_model_index_write), so its format has one
- * owner. */
+ * owner. Every fact is checked both ways: a shard holds exactly the
+ * tensors the index places in it, its own stage's shard nothing the stage
+ * does not hold, its recorded shape (dynapipe.config) is the model's, and a
+ * whole model's index names no tensor it lacks; an optimizer file holds
+ * exactly two moments per held tensor. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +68,25 @@ static dyn_status refuse_stage(const dyn_model *m, const char *what, const char 
                          path, what, m->first, m->last, m->L);
 }
 
+/* The "dynapipe.config" metadata of a weights file: the model's shape. */
+static void config_meta(const dyn_model_config *c, char *out, size_t cap)
+{
+    int at = snprintf(out, cap,
+                      "{\"kind\":\"%s\",\"n_layers\":%d,\"n_dec_layers\":%d,\"hidden\":%d,\"heads\":%d,"
+                      "\"head_dim\":%d,\"ffn\":%d,\"vocab\":%d,\"max_seqlen\":%d",
+                      c->kind == DYN_MODEL_GPT ? "gpt" : c->kind == DYN_MODEL_T5 ? "t5" : "llama", c->n_layers,
+                      c->n_dec_layers, c->hidden, c->heads, c->head_dim,
+                      c->ffn, c->vocab, c->max_seqlen);
+    if (c->kind == DYN_MODEL_LLAMA && at > 0 && (size_t)at < cap)
+        at += snprintf(out + at, cap - (size_t)at,
+                       ",\"kv_heads\":%d,\"tie_embeddings\":%d,\"qkv_bias\":%d,\"rope_theta\":%.17g,"
+                       "\"rms_eps\":%.17g,\"rope_scaling\":%d,\"rope_factor\":%.17g,\"rope_low_freq\":%.17g,"
+                       "\"rope_high_freq\":%.17g,\"rope_orig_ctx\":%d",
+                       c->kv_heads, c->tie_embeddings, c->qkv_bias, c->rope_theta, c->rms_eps, c->rope_scaling,
+                       c->rope_factor, c->rope_low_freq, c->rope_high_freq, c->rope_orig_ctx);
+    if (at > 0 && (size_t)at < cap) snprintf(out + at, cap - (size_t)at, "}");
+}
+
 dyn_status dyn_model_save(const dyn_model *m, const char *path, dyn_error *err)
 {
     int n = 0; /* owned tensors: they come first in the table */
@@ -88,20 +111,7 @@ dyn_status dyn_model_save(const dyn_model *m, const char *path, dyn_error *err)
     }
     if (st == DYN_OK) {
         char cfg[512];
-        const dyn_model_config *c = &m->cfg;
-        int at = snprintf(cfg, sizeof cfg,
-                          "{\"kind\":\"%s\",\"n_layers\":%d,\"n_dec_layers\":%d,\"hidden\":%d,\"heads\":%d,"
-                          "\"head_dim\":%d,\"ffn\":%d,\"vocab\":%d,\"max_seqlen\":%d",
-                          c->kind == DYN_MODEL_GPT ? "gpt" : c->kind == DYN_MODEL_T5 ? "t5" : "llama", c->n_layers,
-                          c->n_dec_layers, c->hidden, c->heads, c->head_dim, c->ffn, c->vocab, c->max_seqlen);
-        if (c->kind == DYN_MODEL_LLAMA && at > 0 && (size_t)at < sizeof cfg)
-            at += snprintf(cfg + at, sizeof cfg - (size_t)at,
-                           ",\"kv_heads\":%d,\"tie_embeddings\":%d,\"qkv_bias\":%d,\"rope_theta\":%.17g,"
-                           "\"rms_eps\":%.17g,\"rope_scaling\":%d,\"rope_factor\":%.17g,\"rope_low_freq\":%.17g,"
-                           "\"rope_high_freq\":%.17g,\"rope_orig_ctx\":%d",
-                           c->kv_heads, c->tie_embeddings, c->qkv_bias, c->rope_theta, c->rms_eps, c->rope_scaling,
-                           c->rope_factor, c->rope_low_freq, c->rope_high_freq, c->rope_orig_ctx);
-        if (at > 0 && (size_t)at < sizeof cfg) snprintf(cfg + at, sizeof cfg - (size_t)at, "}");
+        config_meta(&m->cfg, cfg, sizeof cfg);
         char layers[64];
         snprintf(layers, sizeof layers, "%d %d", m->first, m->last);
         /* dynapipe.layers "first last": the layers whose tensors the file holds */
@@ -217,6 +227,42 @@ dyn_status dyn_model_index_write(const char *dir, const dyn_index_entry *e, int 
     return s;
 }
 
+/* Shard `file` (opened as st) of the index map under dir agrees with the
+ * index and the model: it holds exactly the tensors the index places in
+ * it, its dynapipe.config (when present) is m's shape, and, when m owns
+ * tensors of it (its own shard), every tensor in it is one m holds. */
+static dyn_status check_shard(const dyn_model *m, const char *dir, const cJSON *map, const char *file,
+                              const dyn_safetensors *st, int owns, dyn_error *err)
+{
+    char cfg[512];
+    config_meta(&m->cfg, cfg, sizeof cfg);
+    const char *have = dyn_safetensors_meta(st, "dynapipe.config");
+    if (have != NULL && strcmp(have, cfg) != 0)
+        return dyn_error_set(err, DYN_ERR_CORRUPT,
+                             "%s/%s: written for the model %s, but the model being loaded is %s (the checkpoint's "
+                             "state and its weights disagree)",
+                             dir, file, have, cfg);
+    for (int i = 0; i < dyn_safetensors_count(st); i++) {
+        const char *name = dyn_safetensors_name(st, i);
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(map, name);
+        if (!cJSON_IsString(f) || strcmp(f->valuestring, file) != 0)
+            return dyn_error_set(err, DYN_ERR_CORRUPT, "%s/%s: holds tensor '%s', which %s/" INDEX_NAME " %s%s%s", dir,
+                                 file, name, dir, cJSON_IsString(f) ? "places in " : "does not list",
+                                 cJSON_IsString(f) ? f->valuestring : "", cJSON_IsString(f) ? "" : " (an extra tensor)");
+        if (owns && dyn_model_find_tensor(m, name) == NULL && !is_known_alias(m, name))
+            return dyn_error_set(err, DYN_ERR_CORRUPT, "%s/%s: tensor '%s' is not part of this model (layers [%d, %d))",
+                                 dir, file, name, m->first, m->last);
+    }
+    const cJSON *e = NULL;
+    cJSON_ArrayForEach(e, map)
+    {
+        if (cJSON_IsString(e) && strcmp(e->valuestring, file) == 0 && dyn_safetensors_shape(st, e->string, NULL, NULL) < 0)
+            return dyn_error_set(err, DYN_ERR_CORRUPT, "%s/" INDEX_NAME " places tensor '%s' in %s, which lacks it", dir,
+                                 e->string, file);
+    }
+    return DYN_OK;
+}
+
 dyn_status dyn_model_load_index(dyn_model *m, const char *dir, dyn_error *err)
 {
     char path[4096];
@@ -233,6 +279,7 @@ dyn_status dyn_model_load_index(dyn_model *m, const char *dir, dyn_error *err)
     }
     const char *names[INDEX_MAX_FILES];
     dyn_safetensors *files[INDEX_MAX_FILES];
+    int owns[INDEX_MAX_FILES]; /* whether the model owns a tensor of that shard (reads its own shard) */
     int n_files = 0;
     float *staging = dyn_calloc(m->n_params ? m->n_params : 1, sizeof(float), "checkpoint staging", err);
     float *scratch = staging ? dyn_calloc(max_numel(m), sizeof(float), "checkpoint staging", err) : NULL;
@@ -258,9 +305,23 @@ dyn_status dyn_model_load_index(dyn_model *m, const char *dir, dyn_error *err)
                 s = err ? err->code : DYN_ERR_CORRUPT;
                 break;
             }
+            owns[k] = 0;
             names[n_files++] = f->valuestring;
         }
+        if (!t->shared_copy) owns[k] = 1;
         s = read_tensor(files[k], t->name, t, 1, staging + t->offset, scratch, err);
+    }
+    for (int k = 0; k < n_files && s == DYN_OK; k++) s = check_shard(m, dir, map, names[k], files[k], owns[k], err);
+    if (s == DYN_OK && !is_stage(m)) { /* a whole model: the index names no tensor it lacks */
+        const cJSON *e = NULL;
+        cJSON_ArrayForEach(e, map)
+        {
+            if (dyn_model_find_tensor(m, e->string) == NULL && !is_known_alias(m, e->string)) {
+                s = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: lists tensor '%s', which is not part of this model", path,
+                                  e->string);
+                break;
+            }
+        }
     }
     if (s == DYN_OK) memcpy(m->params, staging, m->n_params * sizeof(float));
     for (int k = 0; k < n_files; k++) dyn_safetensors_free(files[k]);
@@ -340,6 +401,20 @@ dyn_status dyn_model_load_train_state(dyn_model *m, dyn_train_state *ts, const c
         if (v == NULL || sscanf(v, "%" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 "%n", &rng.s[0], &rng.s[1], &rng.s[2],
                                 &rng.s[3], &used) != 4 || v[used] != '\0')
             s = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: metadata 'dynapipe.rng' missing or not four hex words", path);
+    }
+    for (int i = 0; s == DYN_OK && i < dyn_safetensors_count(st); i++) { /* exactly two moments per tensor */
+        const char *name = dyn_safetensors_name(st, i), *dot = strrchr(name, '.');
+        char base[128];
+        size_t len = dot ? (size_t)(dot - name) : 0;
+        int ok = dot != NULL && len < sizeof base && (strcmp(dot, ".exp_avg") == 0 || strcmp(dot, ".exp_avg_sq") == 0);
+        if (ok) {
+            memcpy(base, name, len);
+            base[len] = '\0';
+            ok = dyn_model_find_tensor(m, base) != NULL;
+        }
+        if (!ok)
+            s = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: tensor '%s' is not a moment of a tensor this model holds", path,
+                              name);
     }
     float *staging = s == DYN_OK ? dyn_calloc(2 * m->n_params, sizeof(float), "train-state staging", err) : NULL;
     if (s == DYN_OK && staging == NULL) s = DYN_ERR_NOMEM;

@@ -67,9 +67,28 @@ static uint64_t numel(int32_t ndim, const int64_t *shape)
     return n;
 }
 
+/* The index of the first NaN or infinity among x[0..n), or -1. */
+static int64_t first_nonfinite(const float *x, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return (int64_t)i;
+    return -1;
+}
+
 dyn_status dyn_safetensors_write(const char *path, const dyn_st_entry *tensors, int n,
                                  const char *const *meta, int n_meta, dyn_error *err)
 {
+    /* A NaN or infinity is never written: a file that holds one is a run
+     * gone wrong, and saving it could replace the last good weights. */
+    for (int i = 0; i < n; i++) {
+        const dyn_st_entry *t = &tensors[i];
+        if (t->ndim < 0 || t->ndim > DYN_ST_MAX_DIMS || t->name == NULL || t->data == NULL) continue; /* below */
+        int64_t bad = first_nonfinite(t->data, numel(t->ndim, t->shape));
+        if (bad >= 0)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "%s: tensor %s holds a non-finite value at element %lld (%g); not written", path,
+                                 t->name, (long long)bad, (double)t->data[bad]);
+    }
     cJSON *root = cJSON_CreateObject();
     if (root == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory building header", path);
     dyn_status st = DYN_OK;
@@ -400,14 +419,19 @@ dyn_status dyn_safetensors_read(const dyn_safetensors *st, const char *name, int
     }
     if (wide) {
         memcpy(dst, st->data + t->begin, (size_t)(t->end - t->begin));
-        return DYN_OK;
+    } else {
+        const unsigned char *src = st->data + t->begin;
+        size_t n = (size_t)(t->end - t->begin) / 2;
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h = (uint16_t)(src[2 * i] | (unsigned)src[2 * i + 1] << 8);
+            dst[i] = bf ? bf16_to_float(h) : f16_to_float(h);
+        }
     }
-    const unsigned char *src = st->data + t->begin;
-    size_t n = (size_t)(t->end - t->begin) / 2;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t h = (uint16_t)(src[2 * i] | (unsigned)src[2 * i + 1] << 8);
-        dst[i] = bf ? bf16_to_float(h) : f16_to_float(h);
-    }
+    size_t count = (size_t)(t->end - t->begin) / (wide ? sizeof(float) : 2);
+    int64_t bad = first_nonfinite(dst, (uint64_t)count);
+    if (bad >= 0)
+        return dyn_error_set(err, DYN_ERR_CORRUPT, "%s: tensor %s holds a non-finite value at element %lld (%g)",
+                             st->path, name, (long long)bad, (double)dst[bad]);
     return DYN_OK;
 }
 

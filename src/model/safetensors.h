@@ -39,7 +39,9 @@ typedef struct dyn_st_entry {
 
 /* Write n tensors (in the given order) and n_meta metadata pairs
  * (meta[2i] = key, meta[2i+1] = value) to path atomically (temporary file,
- * fsync, rename). Names must be unique. */
+ * fsync, rename). Names must be unique. A tensor holding a NaN or an
+ * infinity is refused (naming it and the element) before anything is
+ * written. */
 dyn_status dyn_safetensors_write(const char *path, const dyn_st_entry *tensors, int n,
                                  const char *const *meta, int n_meta, dyn_error *err);
 
@@ -63,7 +65,8 @@ int dyn_safetensors_shape(const dyn_safetensors *st, const char *name, int64_t *
 /* Copy tensor `name` into dst (product(shape) floats), F16 and BF16
  * widened to float exactly. Fails, naming the tensor and what was expected,
  * if it is missing, of another dtype, or its shape is not exactly (ndim,
- * shape). */
+ * shape), or if it holds a NaN or an infinity (naming the first such
+ * element; dst is then partly written). */
 dyn_status dyn_safetensors_read(const dyn_safetensors *st, const char *name, int32_t ndim,
                                 const int64_t *shape, float *dst, dyn_error *err);
 

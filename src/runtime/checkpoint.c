@@ -244,6 +244,17 @@ dyn_status rt_ckpt_save(const rt_ckpt_job *j, dyn_error *err)
             st = dyn_error_set(err, DYN_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     }
     st = agree(j, st, err);
+    /* Every optimizer shard records the data cursor (rank 0's sampler
+     * position), and a resume checks it against trainer_state.json's. */
+    rt_ckpt_job jj = *j;
+    if (st == DYN_OK) {
+        MPI_Request req;
+        st = dyn_rt_mpi_check(MPI_Ibcast(&jj.sampler_pos, 1, MPI_INT64_T, 0, j->g->world, &req),
+                              "MPI_Ibcast (checkpoint data cursor)", err);
+        if (st == DYN_OK) st = rt_wait(&req, j->o->timeout_s, NULL, NULL, "the checkpoint data-cursor broadcast", err);
+        st = agree(j, st, err);
+    }
+    j = &jj;
     char *mine = NULL;
     size_t len = 0;
     dyn_rt_gathered names;

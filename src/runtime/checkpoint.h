@@ -80,7 +80,11 @@ dyn_status rt_ckpt_resolve(const char *path, char *dir, size_t cap, dyn_error *e
 
 /* Read dir/trainer_state.json into *meta and check every file it lists
  * (size and hash): a missing, truncated or altered file is
- * DYN_ERR_CORRUPT naming it. Reads every file once. */
+ * DYN_ERR_CORRUPT naming it. Then every fact stored twice: the list names
+ * exactly the layout's files (it cannot be emptied), config.json is what
+ * meta->model gives, and every optimizer shard's step and data cursor are
+ * meta's; a disagreement is DYN_ERR_CORRUPT naming both places. Reads
+ * every file once and the optimizer shards twice. */
 dyn_status rt_ckpt_read(const char *dir, rt_ckpt_meta *meta, dyn_error *err);
 
 /* Whether a run of options o can resume from *meta: one message naming
@@ -100,7 +104,9 @@ int rt_ckpt_schedule_note(const rt_ckpt_meta *meta, const dyn_train_options *o, 
 /* Load plan stage `stage`'s model m (dyn_model_create_stage of the same
  * cuts) from step folder dir: weights of every held tensor through the
  * index, moments and step count from its optimizer shard. All-or-nothing
- * for m. */
+ * for m. Refused, naming the file and tensor: a NaN or infinity, a tensor
+ * the index or the stage does not expect, a step or data cursor other than
+ * meta's. */
 dyn_status rt_ckpt_load_stage(const char *dir, const rt_ckpt_meta *meta, int32_t stage, dyn_model *m,
                               dyn_error *err);
 

@@ -2,6 +2,12 @@
  * its `latest` step folder, verifying every file trainer_state.json lists
  * (size and FNV-1a hash) before any tensor is loaded, checking the run's
  * shape against the options, and loading a stage model or the whole model.
+ * A fact the checkpoint stores twice must agree or the load is refused
+ * naming both places: the file list against the layout, config.json
+ * against trainer_state.json's model, the step and data cursor of every
+ * optimizer shard against trainer_state.json; src/model checks the shards
+ * against the index and the model (tensor set, shapes, dynapipe.config)
+ * and refuses a NaN or infinity in any tensor.
  * No MPI: resume calls it on every rank, `dynapipe eval` without mpirun. */
 #include "runtime/checkpoint.h"
 
@@ -12,6 +18,7 @@
 #include <cjson/cJSON.h>
 
 #include "dynapipe/model_config.h" /* defines: dyn_model_kind_name */
+#include "model/safetensors.h"     /* defines: dyn_safetensors_open, dyn_safetensors_meta */
 #include "runtime/ckpt_fs.h"       /* defines: rt_ckpt_pathf, rt_ckpt_fnv1a64, rt_ckpt_is_* */
 #include "runtime/ckpt_state.h"    /* defines: rt_ckpt_state_from_json */
 #include "util/util.h"
@@ -43,6 +50,97 @@ dyn_status rt_ckpt_resolve(const char *path, char *dir, size_t cap, dyn_error *e
     return st;
 }
 
+/* trainer_state.json's "files" (path) lists exactly the files the layout
+ * of meta->n_stages plan stages holds (checkpoint.h): an emptied or
+ * shortened list must not turn verification off. */
+static dyn_status check_file_list(const rt_ckpt_meta *meta, const char *path, dyn_error *err)
+{
+    int32_t n = 2 * meta->n_stages + 2;
+    for (int32_t i = 0; i < n; i++) {
+        char want[64];
+        if (i < 2) snprintf(want, sizeof want, "%s", i == 0 ? "config.json" : "model.safetensors.index.json");
+        else rt_ckpt_shard_name(want, sizeof want, (i - 2) % 2 ? "optimizer" : "model", (i - 2) / 2, meta->n_stages);
+        int32_t k = 0;
+        while (k < meta->n_files && strcmp(meta->files[k].name, want) != 0) k++;
+        if (k == meta->n_files)
+            return dyn_error_set(err, DYN_ERR_CORRUPT,
+                                 "%s: \"files\" does not list %s, which a checkpoint of %d plan stages holds "
+                                 "(stage_first_layer)",
+                                 path, want, meta->n_stages);
+    }
+    if (meta->n_files != n) /* every required name is there once or more: an extra or repeated one */
+        return dyn_error_set(err, DYN_ERR_CORRUPT,
+                             "%s: \"files\" lists %d files, a checkpoint of %d plan stages holds %d (stage_first_layer)",
+                             path, meta->n_files, meta->n_stages, n);
+    return DYN_OK;
+}
+
+/* dir/config.json (already verified against its hash) says what
+ * trainer_state.json's model says: the first key that differs is named
+ * with both values. */
+static dyn_status check_config(const char *dir, const rt_ckpt_meta *meta, dyn_error *err)
+{
+    char p[RT_CKPT_PATH_CAP];
+    rt_ckpt_pathf(p, sizeof p, "%s/config.json", dir);
+    char *want_text = rt_ckpt_hf_config(&meta->model, err), *text = NULL;
+    if (want_text == NULL) return err->code;
+    dyn_status st = dyn_file_read_all(p, &text, NULL, err);
+    cJSON *want = cJSON_Parse(want_text), *have = st == DYN_OK ? cJSON_Parse(text) : NULL;
+    free(want_text);
+    free(text);
+    if (st == DYN_OK && want == NULL) st = dyn_error_set(err, DYN_ERR_NOMEM, "out of memory reading %s", p);
+    if (st == DYN_OK && !cJSON_IsObject(have)) st = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: not a JSON object", p);
+    const cJSON *w = NULL;
+    for (w = want ? want->child : NULL; st == DYN_OK && w != NULL; w = w->next) {
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(have, w->string);
+        if (h != NULL && cJSON_Compare(w, h, 1)) continue;
+        char *hs = h ? cJSON_PrintUnformatted(h) : NULL, *ws = cJSON_PrintUnformatted(w);
+        st = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: \"%s\" is %s, but trainer_state.json's model gives %s", p,
+                           w->string, hs ? hs : "missing", ws ? ws : "?");
+        free(hs);
+        free(ws);
+    }
+    for (const cJSON *h = have ? have->child : NULL; st == DYN_OK && h != NULL; h = h->next)
+        if (cJSON_GetObjectItemCaseSensitive(want, h->string) == NULL)
+            st = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: \"%s\" is not part of the config trainer_state.json's model gives",
+                               p, h->string);
+    cJSON_Delete(want);
+    cJSON_Delete(have);
+    return st;
+}
+
+/* Every optimizer shard's recorded step and data cursor (metadata
+ * dynapipe.step, dynapipe.data_cursor) equal trainer_state.json's step and
+ * sampler_position: checked here, before any rank starts, so that a resume
+ * cannot replay or skip data. (rt_ckpt_load_stage checks the values it
+ * loads again.) */
+static dyn_status check_optimizer_meta(const char *dir, const rt_ckpt_meta *meta, dyn_error *err)
+{
+    dyn_status st = DYN_OK;
+    for (int32_t s = 0; st == DYN_OK && s < meta->n_stages; s++) {
+        char name[64], p[RT_CKPT_PATH_CAP];
+        rt_ckpt_shard_name(name, sizeof name, "optimizer", s, meta->n_stages);
+        rt_ckpt_pathf(p, sizeof p, "%s/%s", dir, name);
+        dyn_safetensors *f = dyn_safetensors_open(p, err);
+        if (f == NULL) return err->code;
+        const char *keys[2] = {"dynapipe.step", "dynapipe.data_cursor"};
+        const char *what[2] = {"step", "data cursor"}, *theirs[2] = {"step", "sampler_position"};
+        long long want[2] = {(long long)meta->step, (long long)meta->sampler_pos};
+        for (int k = 0; st == DYN_OK && k < 2; k++) {
+            const char *v = dyn_safetensors_meta(f, keys[k]);
+            char *end = NULL;
+            long long x = v ? strtoll(v, &end, 10) : -1;
+            if (v == NULL || end == v || *end != '\0')
+                st = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: metadata '%s' missing or not an integer", p, keys[k]);
+            else if (x != want[k])
+                st = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: %s %lld, but %s/trainer_state.json's %s is %lld", p,
+                                   what[k], x, dir, theirs[k], want[k]);
+        }
+        dyn_safetensors_free(f);
+    }
+    return st;
+}
+
 dyn_status rt_ckpt_read(const char *dir, rt_ckpt_meta *meta, dyn_error *err)
 {
     if (rt_ckpt_check_root(dir, err) != DYN_OK) return err->code;
@@ -56,6 +154,7 @@ dyn_status rt_ckpt_read(const char *dir, rt_ckpt_meta *meta, dyn_error *err)
     if (r == NULL) return dyn_error_set(err, DYN_ERR_CORRUPT, "%s: not valid JSON", p);
     st = rt_ckpt_state_from_json(r, p, meta, err);
     cJSON_Delete(r);
+    if (st == DYN_OK) st = check_file_list(meta, p, err);
     for (int32_t i = 0; st == DYN_OK && i < meta->n_files; i++) {
         const rt_ckpt_file *f = &meta->files[i];
         rt_ckpt_pathf(p, sizeof p, "%s/%s", dir, f->name);
@@ -73,6 +172,8 @@ dyn_status rt_ckpt_read(const char *dir, rt_ckpt_meta *meta, dyn_error *err)
                                p);
         free(data);
     }
+    if (st == DYN_OK) st = check_config(dir, meta, err);
+    if (st == DYN_OK) st = check_optimizer_meta(dir, meta, err);
     return st;
 }
 
@@ -147,8 +248,12 @@ dyn_status rt_ckpt_load_stage(const char *dir, const rt_ckpt_meta *meta, int32_t
     dyn_train_state ts;
     dyn_status st = dyn_model_load_train_state(m, &ts, p, err);
     if (st == DYN_OK && dyn_model_step_count(m) != meta->step)
-        st = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: step %lld, trainer_state.json says %lld", p,
-                           (long long)dyn_model_step_count(m), (long long)meta->step);
+        st = dyn_error_set(err, DYN_ERR_CORRUPT, "%s: step %lld, but %s/trainer_state.json's step is %lld", p,
+                           (long long)dyn_model_step_count(m), dir, (long long)meta->step);
+    if (st == DYN_OK && ts.data_cursor != meta->sampler_pos)
+        st = dyn_error_set(err, DYN_ERR_CORRUPT,
+                           "%s: data cursor %lld, but %s/trainer_state.json's sampler_position is %lld", p,
+                           (long long)ts.data_cursor, dir, (long long)meta->sampler_pos);
     if (st == DYN_OK) st = dyn_model_load_index(m, dir, err);
     return st;
 }

@@ -3,6 +3,7 @@
  * trace gathered from every rank. */
 #include "runtime/report.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -58,9 +59,40 @@ void rt_report_summary(const rt_iter *iters, int64_t first, int64_t end)
     free(ms);
 }
 
+/* The name of the first NaN or infinite number of record it, or NULL: JSON
+ * has no such numbers, so printf's "nan" must never reach the file. */
+static const char *nonfinite_field(const rt_iter *it, const dyn_rt_group *g)
+{
+    const struct { const char *name; double x; } f[] = {
+        {"loss", it->loss},           {"iteration_ms", it->iteration_ms}, {"predicted_ms", it->predicted_ms},
+        {"bubble_fraction", it->bubble}, {"plan_ms", it->plan_ms},       {"plan_wait_ms", it->plan_wait_ms},
+        {"comm_wait_ms", it->comm_wait_ms}, {"comm_mb", it->comm_mb},   {"lr", it->lr},
+        {"grad_norm", it->grad_norm}, {"makespan_ms", it->makespan_ms}, {"exec_ms", it->exec_ms},
+        {"step_ms", it->step_ms},     {"eval_loss", it->eval_loss},
+        {"ideal_ms", it->ideal_ms},   {"ideal_rated_ms", it->ideal_rated_ms},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (!isfinite(f[i].x)) return f[i].name;
+    for (int w = 0; w < g->world_size; w++) {
+        if (!isfinite(it->peak_mb[w])) return "peak_mem_mb";
+        if (!isfinite(it->pred_peak_mb[w])) return "predicted_peak_mem_mb";
+        if (!isfinite(it->compute_ms[2 * w])) return "compute_ms";
+        if (!isfinite(it->compute_ms[2 * w + 1])) return "predicted_compute_ms";
+    }
+    for (int i = 0; it->time_scale != NULL && i < g->stages * RT_CALIB_DIRS; i++)
+        if (!isfinite(it->time_scale[i])) return "time_scale";
+    return NULL;
+}
+
 dyn_status rt_report_metrics(const char *path, const rt_iter *iters, int64_t first, int64_t end,
                              const dyn_rt_group *g, dyn_error *err)
 {
+    for (int64_t k = first; k < end; k++) {
+        const char *bad = nonfinite_field(&iters[k], g);
+        if (bad != NULL)
+            return dyn_error_set(err, DYN_ERR_NUMERIC, "%s: step %lld's %s is not a finite number; not written", path,
+                                 (long long)k, bad);
+    }
     dyn_atomic_file af;
     dyn_status st = dyn_atomic_open(&af, path, err);
     if (st != DYN_OK) return st;

@@ -233,7 +233,10 @@ void rt_stages_poll(rt_stages *ss)
                 }
 }
 
-dyn_status rt_stages_step(rt_stages *ss, int64_t k, rt_step_out *out, dyn_error *err)
+/* "nan", "inf" or "-inf" (glibc prints a negative NaN as "-nan"). */
+static const char *nonfinite_name(double x) { return isnan(x) ? "nan" : x > 0 ? "inf" : "-inf"; }
+
+dyn_status rt_stages_step(rt_stages *ss, int64_t k, double loss_sum, rt_step_out *out, dyn_error *err)
 {
     /* The data-parallel sums started as each stage's backward finished
      * (rt_stages_stage_done); a replica idle this iteration starts them now. Then
@@ -247,12 +250,23 @@ dyn_status rt_stages_step(rt_stages *ss, int64_t k, rt_step_out *out, dyn_error 
         ss->dp_started[c] = 0;
     }
     if (st == DYN_OK) st = sum_shared(ss, err);
-    double sq = 0, t0 = dyn_time_ms();
-    for (int32_t c = 0; c < ss->n_local; c++) sq += dyn_model_grad_sqnorm_owned(ss->models[c]);
+    /* v[0]: the squared gradient norm; v[1]: the replica's loss sum (only
+     * the last stage's is non-zero), so that every rank of the replica
+     * sees a non-finite loss and stops at the same step, before the
+     * optimizer writes it into the weights. */
+    double v[2] = {0, loss_sum}, t0 = dyn_time_ms();
+    for (int32_t c = 0; c < ss->n_local; c++) v[0] += dyn_model_grad_sqnorm_owned(ss->models[c]);
     out->ms = dyn_time_ms() - t0;
-    if (st == DYN_OK) st = allreduce_on(ss, ss->g->pipe, &sq, 1, MPI_DOUBLE, "the gradient-norm allreduce", err);
+    if (st == DYN_OK) st = allreduce_on(ss, ss->g->pipe, v, 2, MPI_DOUBLE, "the gradient-norm allreduce", err);
     if (st != DYN_OK) return st;
-    out->grad_norm = sqrt(sq);
+    if (!isfinite(v[1]))
+        return dyn_error_set(err, DYN_ERR_NUMERIC, "step %lld/%lld: loss is %s (stopped before the optimizer step)",
+                             (long long)k + 1, (long long)ss->o->steps, nonfinite_name(v[1]));
+    if (!isfinite(v[0]))
+        return dyn_error_set(err, DYN_ERR_NUMERIC,
+                             "step %lld/%lld: gradient norm is %s (stopped before the optimizer step)",
+                             (long long)k + 1, (long long)ss->o->steps, nonfinite_name(v[0]));
+    out->grad_norm = sqrt(v[0]);
     out->lr = dyn_lr_at(&ss->o->lr, k);
     t0 = dyn_time_ms();
     for (int32_t c = 0; c < ss->n_local; c++) {

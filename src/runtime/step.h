@@ -85,8 +85,12 @@ dyn_status rt_stages_stage_done(rt_stages *s, int32_t stage, dyn_error *err);
  * hook. */
 void rt_stages_poll(rt_stages *s);
 
-/* The step of iteration k (steps 1-4 above); *out its norm, rate, time. */
-dyn_status rt_stages_step(rt_stages *s, int64_t k, rt_step_out *out, dyn_error *err);
+/* The step of iteration k (steps 1-4 above); *out its norm, rate, time.
+ * loss_sum: this rank's summed target-token loss of the iteration (0 off
+ * the last stage). A non-finite loss or gradient norm is DYN_ERR_NUMERIC
+ * on every rank of the replica ("step K/N: loss is nan"), with no weight
+ * touched. */
+dyn_status rt_stages_step(rt_stages *s, int64_t k, double loss_sum, rt_step_out *out, dyn_error *err);
 
 /* Replica 0's ranks send their owned tensors to rank 0, which assembles
  * the whole model into *out (NULL elsewhere): for --save FILE and

@@ -596,7 +596,7 @@ static dyn_status iteration(rt_run *R, int64_t k, dyn_error *err)
         st = R->mail.fail;
         *err = R->mail.err;
     }
-    if (st == DYN_OK) st = rt_stages_step(&R->s, k, &so, err);
+    if (st == DYN_OK) st = rt_stages_step(&R->s, k, xs.loss_sum, &so, err);
     rt_rank_rec rec = rank_record(R, &w, &xs, &so, wait_ms, dyn_time_ms() - t0);
     if (st == DYN_OK) st = metrics(R, k, &rec, &w, &so, err);
     dyn_rt_work_free(&w);
@@ -670,6 +670,20 @@ int dyn_train_rank_main(const dyn_train_options *o, int *argc, char ***argv)
     if (st == DYN_OK && R.g.world_rank == 0 && o->metrics_path)
         st = rt_report_metrics(o->metrics_path, R.met.iters, R.pos.first_step, R.pos.end_step, &R.g, &err);
     if (st == DYN_OK && o->save_path && !R.pos.stop_signal) st = save_full(&R, &err);
+    /* A run that went non-finite stopped its ranks at the same step with
+     * nothing saved after it: the metrics of the steps before it still
+     * tell how it got there (every number in them finite). The other ranks
+     * wait at a barrier for rank 0 to write them before all abort (a rank
+     * that did not stop is not waited for beyond --timeout). */
+    if (st == DYN_ERR_NUMERIC) {
+        dyn_error e2;
+        if (R.g.world_rank == 0 && o->metrics_path && R.pos.end_step > R.pos.first_step &&
+            rt_report_metrics(o->metrics_path, R.met.iters, R.pos.first_step, R.pos.end_step, &R.g, &e2) != DYN_OK)
+            fprintf(stderr, "dynapipe train: %s\n", e2.msg);
+        MPI_Request req;
+        if (MPI_Ibarrier(R.g.world, &req) == MPI_SUCCESS)
+            (void)rt_wait(&req, o->timeout_s, NULL, NULL, "the barrier before stopping", &e2);
+    }
     if (st != DYN_OK) dyn_rt_group_abort(&R.g, 1, err.msg);
     int rc = R.pos.stop_signal ? 128 + R.pos.stop_signal : 0; /* stopped by a signal: the shell's convention */
     run_free(&R);

@@ -69,6 +69,17 @@ static dyn_status need_result(const dyn_sim *sim, const dyn_exec_plan *plan,
     for (int32_t r = 0; r < plan->n_ranks; r++) n += plan->ranks[r].n_instrs;
     if (n != (*res)->n_instrs)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "the plan is not the one last simulated");
+    /* JSON (and SVG) have no NaN or infinity: a non-finite number from a
+     * cost is refused, naming where, rather than printed as "nan". */
+    if (!isfinite((*res)->makespan_ms) || !isfinite((*res)->bubble_fraction))
+        return dyn_error_set(err, DYN_ERR_NUMERIC, "the simulated makespan or bubble fraction is not finite");
+    for (int32_t r = 0; r < plan->n_ranks; r++)
+        for (int32_t i = 0; i < plan->ranks[r].n_instrs; i++) {
+            const dyn_sim_event *e = &(*res)->events[(*res)->rank_offset[r] + i];
+            if (!isfinite(e->start_ms) || !isfinite(e->end_ms) || !isfinite(e->mem_mb) || !isfinite(e->mem_peak_mb))
+                return dyn_error_set(err, DYN_ERR_NUMERIC,
+                                     "rank %d instruction %d: its simulated time or memory is not finite", r, i);
+        }
     return DYN_OK;
 }
 

@@ -77,6 +77,7 @@ const char *dyn_status_name(dyn_status code)
     case DYN_ERR_INFEASIBLE: return "infeasible";
     case DYN_ERR_CORRUPT: return "corrupt data";
     case DYN_ERR_INTERNAL: return "internal error";
+    case DYN_ERR_NUMERIC: return "non-finite number";
     }
     return "unknown status";
 }
