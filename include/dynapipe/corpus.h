@@ -5,10 +5,12 @@
  * dyn_dataset, filled by dyn_corpus_lengths); training reads the tokens of
  * sample i with dyn_corpus_read. docs/data.md describes the formats and tasks.
  *
- * Tokens are int32. Text becomes byte tokens 0..255 (UTF-8 bytes, no
- * tokenizer); pre-tokenised ids are passed through as given and must lie in
- * [0, vocab). The special ids are the model's (src/model/model.h): pad 256,
- * decoder start 257, eos 258, sep 259; 260 ids in all.
+ * Tokens are int32. Without a tokenizer, text becomes byte tokens 0..255
+ * (UTF-8 bytes) and the special ids are the model's (src/model/model.h): pad
+ * 256, decoder start 257, eos 258, sep 259; 260 ids in all. With one (option
+ * tokenizer), text is encoded by dyn_codec's rule (below) and the special ids
+ * are the tokenizer's (dyn_corpus_specials_of). Pre-tokenised ids are passed
+ * through as given and must lie in [0, vocab).
  *
  * A sample has an input and a target (both >= 1 token), as dyn_sample:
  *   GPT sees input ++ target and learns to predict the target tokens;
