@@ -202,8 +202,9 @@ static dyn_status corpus_codec_open(dyn_corpus *c, const char *spec, dyn_error *
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                              "corpus %s: the built-in dataset is byte tokens; a tokenizer or template applies to files",
                              spec);
-    c->codec = dyn_codec_create(tok, c->opt.template_str, c->opt.kind, err);
-    if (c->codec == NULL) return err ? err->code : DYN_ERR_INVALID_ARG;
+    dyn_error e;
+    c->codec = dyn_codec_create(tok, c->opt.template_str, c->opt.kind, &e);
+    if (c->codec == NULL) return dyn_error_set(err, e.code, "%s", e.msg);
     int32_t tv = dyn_codec_specials(c->codec).vocab;
     if (c->opt.vocab == 0) c->opt.vocab = tv;
     else if (tok != NULL && tv > c->opt.vocab)
