@@ -9,7 +9,8 @@
  * and read back, the byte vocabulary with a template; and bad input: a
  * tokenizer path that does not exist, a malformed tokenizer.json, a
  * tokenizer larger than the model's vocabulary, chat-style records, bad
- * templates — each one line naming the file. */
+ * templates — each one line naming the file; `dynapipe data show/stats
+ * --tokenizer` decoding and counting with it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dynapipe/corpus.h" /* defines: dyn_corpus_*, dyn_codec_* */
@@ -299,9 +301,54 @@ static void test_bad_input(void **state)
     expect_open_error("builtin", &o, "built-in", NULL);
 }
 
+/* Run `dynapipe ARGS`, stdout and stderr to files; the exit status. */
+static int cli(const char *args)
+{
+    const char *exe = getenv("DYN_CLI");
+    if (exe == NULL) fail_msg("DYN_CLI is not set (run through ctest)");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' %s >'%s/out.txt' 2>'%s/err.txt'", exe, args, g_dir, g_dir);
+    int rc = system(cmd);
+    return rc == -1 || !WIFEXITED(rc) ? -1 : WEXITSTATUS(rc);
+}
+
+static char *slurp(const char *name)
+{
+    FILE *fp = fopen(path_of(name), "r");
+    assert_non_null(fp);
+    static char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, fp);
+    buf[n] = '\0';
+    fclose(fp);
+    return buf;
+}
+
+/* data show decodes with the tokenizer; a bad tokenizer path is one line. */
+static void test_cli_show(void **state)
+{
+    (void)state;
+    const char *p = write_text("show.jsonl", "{\"input\":\"abc\",\"target\":\"x\\nab\"}\n");
+    char args[2048];
+    snprintf(args, sizeof args, "data show '%s' --tokenizer '%s'", p, g_tok);
+    assert_int_equal(cli(args), 0);
+    const char *out = slurp("out.txt");
+    if (strstr(out, "input:  abc  [2 tokens]") == NULL || strstr(out, "target: x\\nab</s>  [4 tokens]") == NULL)
+        fail_msg("data show printed:\n%s", out);
+    snprintf(args, sizeof args, "data stats '%s' --tokenizer '%s'", p, g_tok);
+    assert_int_equal(cli(args), 0);
+    assert_non_null(strstr(slurp("out.txt"), "1 samples, 2 input + 4 target tokens"));
+    snprintf(args, sizeof args, "data convert '%s' --tokenizer '%s/none/tokenizer.json' --out '%s/x'", p, g_dir, g_dir);
+    assert_int_not_equal(cli(args), 0);
+    const char *e = slurp("err.txt");
+    assert_non_null(strstr(e, "none/tokenizer.json"));
+    assert_ptr_equal(strchr(e, '\n'), e + strlen(e) - 1); /* one line */
+    assert_int_equal(access(path_of("x_input.idx"), F_OK), -1); /* nothing written */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cli_show),
         cmocka_unit_test(test_pairs_and_text),
         cmocka_unit_test(test_template_and_prompt),
         cmocka_unit_test(test_convert_round_trip),
