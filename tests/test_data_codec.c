@@ -296,6 +296,7 @@ static void test_bad_input(void **state)
     o = tok_opts("{input}: {target}");
     const char *text = write_text("bad_text.jsonl", "{\"text\":\"abab\"}\n");
     expect_open_error(text, &o, "bad_text.jsonl:1", "template");
+    expect_open_error(path_of("conv"), &o, "template", "Megatron");
     /* the built-in dataset is bytes */
     o = tok_opts(NULL);
     expect_open_error("builtin", &o, "built-in", NULL);

@@ -202,6 +202,9 @@ static dyn_status corpus_codec_open(dyn_corpus *c, const char *spec, dyn_error *
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                              "corpus %s: the built-in dataset is byte tokens; a tokenizer or template applies to files",
                              spec);
+    if (!builtin && c->opt.template_str != NULL && !ends_with(spec, ".jsonl"))
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "corpus %s: a template applies to JSONL text records, not to Megatron token files", spec);
     dyn_error e;
     c->codec = dyn_codec_create(tok, c->opt.template_str, c->opt.kind, &e);
     if (c->codec == NULL) return dyn_error_set(err, e.code, "%s", e.msg);
