@@ -207,6 +207,52 @@ static int case_dyn_corpus_write_indexed(fixture *f, dyn_error *err)
     return dyn_corpus_write_indexed(f->corpus, NO_SUCH, err);
 }
 
+static int case_dyn_codec_create(fixture *f, dyn_error *err)
+{
+    (void)f;
+    dyn_codec *k = dyn_codec_create(NO_SUCH ".json", NULL, DYN_MODEL_GPT, err);
+    int st = HANDLE_STATUS(k, err);
+    dyn_codec_free(k);
+    return st;
+}
+/* A codec with a template: decoder-only text is refused. */
+static int case_dyn_codec_encode_text(fixture *f, dyn_error *err)
+{
+    (void)f;
+    dyn_error e;
+    dyn_codec *k = dyn_codec_create(NULL, "{input}:{target}", DYN_MODEL_GPT, &e);
+    assert_non_null(k);
+    dyn_codec_tokens t;
+    int st = dyn_codec_encode_text(k, "ab", 2, &t, err);
+    dyn_codec_free(k);
+    return st;
+}
+/* Byte text of 2^62 bytes: more than a token buffer can hold. */
+static int case_dyn_codec_encode_pair(fixture *f, dyn_error *err)
+{
+    (void)f;
+    dyn_error e;
+    dyn_codec *k = dyn_codec_create(NULL, NULL, DYN_MODEL_GPT, &e);
+    assert_non_null(k);
+    dyn_codec_tokens t;
+    int st = dyn_codec_encode_pair(k, "a", (size_t)1 << 62, "b", 1, &t, err);
+    dyn_codec_free(k);
+    return st;
+}
+static int case_dyn_codec_decode(fixture *f, dyn_error *err)
+{
+    (void)f;
+    dyn_error e;
+    dyn_codec *k = dyn_codec_create(NULL, NULL, DYN_MODEL_GPT, &e);
+    assert_non_null(k);
+    const char *text;
+    size_t len;
+    int32_t bad = 100000;
+    int st = dyn_codec_decode(k, &bad, 1, 0, &text, &len, err);
+    dyn_codec_free(k);
+    return st;
+}
+
 /* cost.h */
 static int case_dyn_cost_model_create_analytic(fixture *f, dyn_error *err)
 {
@@ -306,6 +352,23 @@ static int case_dyn_sampler_next(fixture *f, dyn_error *err)
     int st = dyn_sampler_next(s, &batch, &n, err);
     dyn_sampler_free(s);
     return st;
+}
+static int case_dyn_sampler_create_ex(fixture *f, dyn_error *err)
+{
+    dyn_sampler_options o;
+    dyn_sampler_options_default(&o);
+    o.eval_split = 1.5;
+    dyn_sampler *s = dyn_sampler_create_ex(&f->ds, 4096, &o, err);
+    int st = HANDLE_STATUS(s, err);
+    dyn_sampler_free(s);
+    return st;
+}
+static int case_dyn_eval_split(fixture *f, dyn_error *err)
+{
+    (void)f;
+    uint8_t held[4];
+    int32_t n;
+    return dyn_eval_split(4, -1.0, held, &n, err);
 }
 static int case_dyn_sampler_seek(fixture *f, dyn_error *err)
 {
@@ -775,6 +838,10 @@ static const api_case k_cases[] = {
     FAILS(dyn_corpus_lengths),
     FAILS(dyn_corpus_read),
     FAILS(dyn_corpus_write_indexed),
+    FAILS(dyn_codec_create),
+    FAILS(dyn_codec_encode_pair),
+    FAILS(dyn_codec_encode_text),
+    FAILS(dyn_codec_decode),
     FAILS(dyn_cost_model_create_analytic),
     FAILS(dyn_cost_model_load_table),
     FAILS(dyn_cost_layer),
@@ -791,6 +858,8 @@ static const api_case k_cases[] = {
     FAILS(dyn_sampler_create),
     FAILS(dyn_sampler_next),
     FAILS(dyn_sampler_seek),
+    FAILS(dyn_sampler_create_ex),
+    FAILS(dyn_eval_split),
     FAILS(dyn_model_config_preset),
     FAILS(dyn_model_config_load),
     FAILS(dyn_model_config_parse),

@@ -5,10 +5,12 @@
  * dyn_dataset, filled by dyn_corpus_lengths); training reads the tokens of
  * sample i with dyn_corpus_read. docs/data.md describes the formats and tasks.
  *
- * Tokens are int32. Text becomes byte tokens 0..255 (UTF-8 bytes, no
- * tokenizer); pre-tokenised ids are passed through as given and must lie in
- * [0, vocab). The special ids are the model's (src/model/model.h): pad 256,
- * decoder start 257, eos 258, sep 259; 260 ids in all.
+ * Tokens are int32. Without a tokenizer, text becomes byte tokens 0..255
+ * (UTF-8 bytes) and the special ids are the model's (src/model/model.h): pad
+ * 256, decoder start 257, eos 258, sep 259; 260 ids in all. With one (option
+ * tokenizer), text is encoded by dyn_codec's rule (below) and the special ids
+ * are the tokenizer's (dyn_corpus_specials_of). Pre-tokenised ids are passed
+ * through as given and must lie in [0, vocab).
  *
  * A sample has an input and a target (both >= 1 token), as dyn_sample:
  *   GPT sees input ++ target and learns to predict the target tokens;
@@ -65,11 +67,14 @@ typedef struct dyn_corpus_options {
     int32_t max_seqlen;      /* tokens, the length rule of data.h; >= 2 (built-in: >= 64) */
     dyn_model_kind kind;     /* which side(s) max_seqlen limits */
     int truncate;            /* 1: clip over-long samples; 0: they are an error */
-    int32_t vocab;           /* pre-tokenised ids must be in [0, vocab); >= 1 */
+    int32_t vocab;           /* ids must be in [0, vocab); >= 1, or 0: the tokenizer's size */
+    const char *tokenizer;   /* files only: tokenizer.json, a SentencePiece model or a model
+                              * folder (dyn_codec_create); NULL or "bytes": byte tokens */
+    const char *template_str; /* input/target records: "...{input}...{target}..." (dyn_codec) */
 } dyn_corpus_options;
 
 /* Defaults: train split, 100,000 built-in samples, max_seqlen 2048, GPT,
- * no truncation, vocab DYN_CORPUS_VOCAB_BYTES. */
+ * no truncation, vocab DYN_CORPUS_VOCAB_BYTES, bytes, no template. */
 void dyn_corpus_options_default(dyn_corpus_options *opt);
 
 typedef struct dyn_corpus dyn_corpus;
@@ -136,9 +141,82 @@ typedef struct dyn_corpus_sample {
  * open. DYN_ERR_IO if the file cannot be read again. */
 dyn_status dyn_corpus_read(dyn_corpus *c, int64_t i, dyn_corpus_sample *out, dyn_error *err);
 
+/* The special ids of c's vocabulary (dyn_corpus_specials below): the byte
+ * vocabulary's 256..259, or the tokenizer's. Training uses them for the
+ * decoder start, the padding and the end of a target. */
+typedef struct dyn_corpus_specials {
+    int32_t pad;           /* fills pad positions: the tokenizer's, else eos, else 0 */
+    int32_t bos;           /* -1 when none (bytes: none) */
+    int32_t eos;           /* ends a target; -1 when none */
+    int32_t decoder_start; /* T5's first decoder input: the tokenizer's, else pad */
+    int32_t sep;           /* bytes: 259 (built-in inputs end with it); -1 otherwise */
+    int32_t vocab;         /* the tokenizer's number of ids (bytes: 260) */
+} dyn_corpus_specials;
+dyn_corpus_specials dyn_corpus_specials_of(const dyn_corpus *c);
+
+/* ---- a record's token sequence (codec.c) ------------------------------------
+ * One function turns a record's text into its tokens, for training data and
+ * for evaluation and generation alike. The rule:
+ *   bytes without a template: the input's and target's bytes, nothing added
+ *       (the byte vocabulary's format, unchanged);
+ *   otherwise: the input side is the (templated) input encoded with the
+ *       tokenizer's own additions (its post-processor or add_bos/add_eos:
+ *       GPT-2 nothing, Llama BOS, T5 EOS); the target side is the (templated)
+ *       target encoded without them, then EOS (when the tokenizer has one).
+ *       GPT sees input ++ target; T5 encodes the input, decodes the target.
+ *       Decoder-only text is encoded with the tokenizer's additions, then EOS
+ *       unless it already ends with it.
+ *   template "...{input}...{target}...": split at {target}; the input side is
+ *       the text before it with {input} replaced by the record's input, the
+ *       target side the record's target followed by the text after {target}.
+ *       A prompt for generation is the input side alone.
+ * Chat-style records ("messages") are not supported: a tokenizer_config.json
+ * chat template is a Jinja program and dynapipe has no Jinja engine. */
+typedef struct dyn_codec dyn_codec;
+
+/* tokenizer: NULL or "bytes" for bytes, else what dyn_tokenizer_load takes (a
+ * tokenizer.json, a SentencePiece model or a model folder); tmpl may be NULL.
+ * NULL + err (naming the file, or the template) on failure. */
+dyn_codec *dyn_codec_create(const char *tokenizer, const char *tmpl, dyn_model_kind kind, dyn_error *err);
+void dyn_codec_free(dyn_codec *k);
+dyn_corpus_specials dyn_codec_specials(const dyn_codec *k);
+const char *dyn_codec_tokenizer(const dyn_codec *k); /* "bytes" or the tokenizer's file */
+int dyn_codec_is_bytes(const dyn_codec *k);
+int dyn_codec_has_template(const dyn_codec *k);
+
+/* Tokens returned by the encoders: owned by the codec, valid until its next
+ * encode or decode. */
+typedef struct dyn_codec_tokens {
+    const int32_t *input;
+    int64_t input_len;
+    const int32_t *target; /* NULL for a prompt or decoder-only text */
+    int64_t target_len;
+} dyn_codec_tokens;
+
+/* A record's input and target (bytes, UTF-8) by the rule above; target NULL
+ * encodes the prompt (the input side alone), as generation feeds it. */
+dyn_status dyn_codec_encode_pair(dyn_codec *k, const char *input, size_t in_len, const char *target,
+                                 size_t tgt_len, dyn_codec_tokens *out, dyn_error *err);
+/* Decoder-only text: the whole sequence in out->input. DYN_ERR_INVALID_ARG
+ * with a template. */
+dyn_status dyn_codec_encode_text(dyn_codec *k, const char *text, size_t len, dyn_codec_tokens *out,
+                                 dyn_error *err);
+/* ids back to text (NUL-terminated, *len bytes, owned by the codec until its
+ * next call); skip_special leaves out special tokens. An id outside the
+ * tokenizer's vocabulary is DYN_ERR_INVALID_ARG naming it. */
+dyn_status dyn_codec_decode(dyn_codec *k, const int32_t *ids, size_t n, int skip_special, const char **text,
+                            size_t *len, dyn_error *err);
+
+/* The codec of a corpus (its tokenizer and template), for decoding its
+ * samples. Owned by the corpus; one thread at a time, as the corpus. */
+dyn_codec *dyn_corpus_codec(dyn_corpus *c);
+
+/* Token dtype of Megatron's own preprocessing for a vocabulary of `vocab`
+ * ids: uint16 (code 8) below 65,500 ids, else int32 (code 4). */
+int dyn_indexed_dtype_for_vocab(int32_t vocab);
+
 /* Write every sample of c as a Megatron indexed dataset (version 1), each
- * sequence its own document, token dtype uint16 when vocab <= 65536, else
- * int32. Decoder-only corpora write one dataset PREFIX.idx/.bin holding the
+ * sequence its own document, token dtype dyn_indexed_dtype_for_vocab(vocab). Decoder-only corpora write one dataset PREFIX.idx/.bin holding the
  * whole sequences (input ++ target); others a pair PREFIX_input.{idx,bin}
  * and PREFIX_target.{idx,bin}, which dyn_corpus_open("PREFIX") finds. All
  * files are written to temporaries and renamed only when every one is

@@ -20,6 +20,7 @@ typedef struct data_args {
     const char *out;       /* convert: PREFIX; stats: TSV path (--tsv) */
     dyn_corpus_options opt;
     int have_max_seqlen;
+    int have_vocab;
     int64_t index, count;  /* show */
 } data_args;
 
@@ -44,14 +45,19 @@ static void data_usage(FILE *out)
             "stats    prints the count, length percentiles, per-task shares and a length\n"
             "         histogram; reads every sample (checks every token); --tsv writes\n"
             "         'input_len<TAB>target_len' per sample for 'dynapipe plan --lengths'\n"
-            "show     prints samples as text (bytes; other tokens as <id>): --index I (default\n"
-            "         0, must exist) and up to --count N samples after it (default 1)\n\n"
+            "show     prints samples as text (bytes; other tokens as <id>; with --tokenizer,\n"
+            "         decoded by it): --index I (default 0, must exist) and up to --count N\n"
+            "         samples after it (default 1)\n\n"
             "options:\n"
             "  --model gpt|t5            which length rule (default gpt: input+target)\n"
             "  --max-seqlen L            length limit, tokens (default 2048 for builtin,\n"
             "                            none for files)\n"
             "  --truncate                clip over-long samples instead of failing\n"
-            "  --vocab N                 pre-tokenised ids must be < N (default 260)\n"
+            "  --vocab N                 ids must be < N (default 260, or the tokenizer's size)\n"
+            "  --tokenizer DIR|FILE      encode JSONL text with tokenizer.json, a SentencePiece\n"
+            "                            model or a model folder (default: bytes); its BOS/EOS\n"
+            "                            are added, the target ends with EOS (docs/data.md)\n"
+            "  --template STR            input/target text as a prompt: \"..{input}..{target}..\"\n"
             "  --samples N               builtin / flan: number of samples (default 10000, >= 1)\n"
             "  --split train|heldout     builtin: which stream (default train)\n");
 }
@@ -65,7 +71,7 @@ static const struct {
 } value_flags[] = {
     {"--out", FOR_CONVERT}, {"--tsv", FOR_STATS},   {"--model", FOR_ALL}, {"--max-seqlen", FOR_ALL},
     {"--vocab", FOR_ALL},   {"--samples", FOR_ALL}, {"--index", FOR_SHOW}, {"--count", FOR_SHOW},
-    {"--split", FOR_ALL},
+    {"--split", FOR_ALL},   {"--tokenizer", FOR_ALL}, {"--template", FOR_ALL},
 };
 
 /* The subcommands that take valued flag `flag`; -1 if it is no valued flag. */
@@ -151,6 +157,15 @@ static int data_parse(const char *cmd, int argc, char **argv, data_args *a)
             a->have_max_seqlen = 1;
         } else if (strcmp(f, "--vocab") == 0) {
             if (cli_parse_i32(cmd, f, v, 1, INT32_MAX, &a->opt.vocab) != 0) return -1;
+            a->have_vocab = 1;
+        } else if (strcmp(f, "--tokenizer") == 0) {
+            if (v[0] == '\0') {
+                cli_errorf(cmd, "--tokenizer: the path is empty");
+                return -1;
+            }
+            a->opt.tokenizer = v;
+        } else if (strcmp(f, "--template") == 0) {
+            a->opt.template_str = v;
         } else if (strcmp(f, "--samples") == 0) {
             /* At least one: an empty dataset is refused by every reader. */
             if (cli_parse_i64(cmd, f, v, 1, INT32_MAX, &a->opt.builtin_samples) != 0) return -1;
@@ -182,6 +197,8 @@ static int data_parse(const char *cmd, int argc, char **argv, data_args *a)
         cli_errorf(cmd, "--split applies to builtin only, not to '%s'", a->src);
         return -1;
     }
+    /* With a tokenizer, ids are checked against its size unless --vocab says. */
+    if (a->opt.tokenizer && !a->have_vocab) a->opt.vocab = 0;
     /* Files have no limit unless asked; the built-in tasks scale to it. */
     if (!a->have_max_seqlen && !is_builtin(a->src)) a->opt.max_seqlen = INT32_MAX;
     return 0;
@@ -420,6 +437,28 @@ static void print_tokens(const int32_t *t, int32_t n)
     putchar('\n');
 }
 
+/* Decoded text of t[n] by the corpus's tokenizer, with control characters
+ * and backslashes escaped so that a sample stays on one line. */
+static int print_decoded(const char *cmd, dyn_codec *k, const int32_t *t, int32_t n)
+{
+    const char *text;
+    size_t len;
+    dyn_error err;
+    if (dyn_codec_decode(k, t, (size_t)n, 0, &text, &len, &err) != DYN_OK) {
+        cli_errorf(cmd, "%s", err.msg);
+        return -1;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)text[i];
+        if (ch == '\n') fputs("\\n", stdout);
+        else if (ch == '\\') fputs("\\\\", stdout);
+        else if (ch < 32 || ch == 127) printf("\\x%02x", ch);
+        else putchar(ch);
+    }
+    printf("  [%d tokens]\n", n);
+    return 0;
+}
+
 static int data_show(int argc, char **argv)
 {
     const char *cmd = "data show";
@@ -450,10 +489,24 @@ static int data_show(int argc, char **argv)
         const char *task = dyn_corpus_task_name(c, s.task);
         printf("sample %lld%s%s: input %d tokens, target %d tokens%s\n", (long long)i, task ? " " : "",
                task ? task : "", s.input_len, s.target_len, s.truncated ? " (truncated)" : "");
-        fputs("  input:  ", stdout);
-        print_tokens(s.input, s.input_len);
-        fputs("  target: ", stdout);
-        print_tokens(s.target, s.target_len);
+        dyn_codec *k = dyn_corpus_codec(c);
+        if (dyn_codec_is_bytes(k)) {
+            fputs("  input:  ", stdout);
+            print_tokens(s.input, s.input_len);
+            fputs("  target: ", stdout);
+            print_tokens(s.target, s.target_len);
+        } else {
+            fputs("  input:  ", stdout);
+            if (print_decoded(cmd, k, s.input, s.input_len) != 0) {
+                rc = CLI_EXIT_FAIL;
+                break;
+            }
+            fputs("  target: ", stdout);
+            if (print_decoded(cmd, k, s.target, s.target_len) != 0) {
+                rc = CLI_EXIT_FAIL;
+                break;
+            }
+        }
     }
     dyn_corpus_free(c);
     return rc;

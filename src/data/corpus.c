@@ -181,6 +181,34 @@ static int ends_with(const char *s, const char *suffix)
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
+/* The corpus's codec from opt.tokenizer / opt.template_str, and the
+ * vocabulary every id is checked against: opt.vocab, or the tokenizer's size
+ * when 0. A tokenizer whose ids reach past opt.vocab is refused here, naming
+ * it, so that no encoded record can hold an id the model does not have. */
+static dyn_status corpus_codec_open(dyn_corpus *c, const char *spec, dyn_error *err)
+{
+    const char *tok = c->opt.tokenizer;
+    if (tok != NULL && strcmp(tok, "bytes") == 0) tok = NULL;
+    int builtin = strncmp(spec, "builtin", 7) == 0 && (spec[7] == '\0' || spec[7] == ':');
+    if (builtin && (tok != NULL || c->opt.template_str != NULL))
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "corpus %s: the built-in dataset is byte tokens; a tokenizer or template applies to files",
+                             spec);
+    if (!builtin && c->opt.template_str != NULL && !ends_with(spec, ".jsonl"))
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "corpus %s: a template applies to JSONL text records, not to Megatron token files", spec);
+    dyn_error e;
+    c->codec = dyn_codec_create(tok, c->opt.template_str, c->opt.kind, &e);
+    if (c->codec == NULL) return dyn_error_set(err, e.code, "%s", e.msg);
+    int32_t tv = dyn_codec_specials(c->codec).vocab;
+    if (c->opt.vocab == 0) c->opt.vocab = tv;
+    else if (tok != NULL && tv > c->opt.vocab)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "%s: the tokenizer has %d ids, more than the model's vocabulary of %d",
+                             dyn_codec_tokenizer(c->codec), tv, c->opt.vocab);
+    return DYN_OK;
+}
+
 dyn_corpus *dyn_corpus_open(const char *spec, const dyn_corpus_options *opt, dyn_error *err)
 {
     if (spec == NULL || spec[0] == '\0') {
@@ -196,8 +224,10 @@ dyn_corpus *dyn_corpus_open(const char *spec, const dyn_corpus_options *opt, dyn
         st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': max_seqlen %d < 2", spec, c->opt.max_seqlen);
     else if (c->opt.kind != DYN_MODEL_GPT && c->opt.kind != DYN_MODEL_T5)
         st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': unknown model kind %d", spec, (int)c->opt.kind);
-    else if (c->opt.vocab < 1)
-        st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': vocab %d < 1", spec, c->opt.vocab);
+    else if (c->opt.vocab < 0)
+        st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': vocab %d < 0", spec, c->opt.vocab);
+    else if ((st = corpus_codec_open(c, spec, err)) != DYN_OK)
+        ;
     else if (strncmp(spec, "builtin", 7) == 0 && (spec[7] == '\0' || spec[7] == ':'))
         st = builtin_open(c, spec, err);
     else if (ends_with(spec, ".jsonl"))
@@ -220,8 +250,13 @@ void dyn_corpus_free(dyn_corpus *c)
     free(c->text_tgt);
     free(c->tok_in);
     free(c->tok_tgt);
+    dyn_codec_free(c->codec);
     free(c);
 }
+
+dyn_corpus_specials dyn_corpus_specials_of(const dyn_corpus *c) { return dyn_codec_specials(c->codec); }
+
+dyn_codec *dyn_corpus_codec(dyn_corpus *c) { return c->codec; }
 
 int64_t dyn_corpus_count(const dyn_corpus *c) { return c->n; }
 

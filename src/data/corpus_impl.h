@@ -65,6 +65,7 @@ typedef struct indexed_file {
 struct dyn_corpus {
     corpus_source src;
     dyn_corpus_options opt;
+    dyn_codec *codec;          /* the tokenizer and template (codec.c); never NULL once open */
     int64_t n;
     int decoder_only;
     /* built-in */

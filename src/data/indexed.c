@@ -399,12 +399,17 @@ static dyn_status writer_index(idx_writer *w, const char *path, int64_t n, int d
     return DYN_OK;
 }
 
+int dyn_indexed_dtype_for_vocab(int32_t vocab)
+{
+    return vocab < 65500 ? 8 : 4; /* Megatron's rule (its tokenizer's vocab_size < 65500) */
+}
+
 dyn_status dyn_corpus_write_indexed(dyn_corpus *c, const char *prefix, dyn_error *err)
 {
     if (c->n < 1) /* every reader refuses an empty dataset: do not write one */
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: the source has no samples: nothing to write", prefix);
     int nsets = c->decoder_only ? 1 : 2;
-    int dtype = c->opt.vocab <= 65536 ? 8 : 4;
+    int dtype = dyn_indexed_dtype_for_vocab(c->opt.vocab);
     char *names[2][2] = {{NULL, NULL}, {NULL, NULL}}; /* [set][bin, idx] */
     idx_writer w[2];
     memset(w, 0, sizeof w);

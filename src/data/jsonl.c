@@ -1,10 +1,13 @@
 /* jsonl.c — JSONL training data: one JSON object per line, in one of four
  * formats (one format per file):
- *   {"input": "...", "target": "..."}          text pair -> byte tokens
+ *   {"input": "...", "target": "..."}          text pair -> tokens (the codec's rule)
  *   {"input_ids": [..], "target_ids": [..]}    pre-tokenised pair
  *   {"text": "..."}                             decoder-only text
  *   {"input_ids": [..]}                         decoder-only ids
- * Other keys are ignored. Opening reads the file once, line by line (one
+ * Text is encoded by the corpus's codec (codec.c: tokenizer, template, EOS),
+ * at open (for the lengths) and again at each read. Chat-style "messages"
+ * records are refused with one line (no chat templates). Other keys are
+ * ignored. Opening reads the file once, line by line (one
  * line in memory at a time), parses and checks every record and keeps a
  * byte-offset index (offset, length and line number per record) and the
  * lengths; dyn_corpus_read seeks to the record and parses that one line
@@ -52,6 +55,11 @@ static int record_format(const cJSON *obj, const char **why)
     const cJSON *in_ids = cJSON_GetObjectItemCaseSensitive(obj, "input_ids");
     const cJSON *tgt_ids = cJSON_GetObjectItemCaseSensitive(obj, "target_ids");
     const cJSON *text = cJSON_GetObjectItemCaseSensitive(obj, "text");
+    if (cJSON_GetObjectItemCaseSensitive(obj, "messages") != NULL && !in && !tgt && !in_ids && !text) {
+        *why = "chat-style \"messages\" records are not supported (a tokenizer's chat template needs a Jinja "
+               "engine): write them as input/target strings, with --template for the prompt format";
+        return FMT_NONE;
+    }
     int kinds = (in || tgt) + (in_ids || tgt_ids) + (text != NULL);
     *why = NULL;
     if (kinds == 0) *why = "the record has none of input/target, input_ids/target_ids, text";
@@ -156,8 +164,35 @@ static dyn_status record_parse(dyn_corpus *c, const char *line, size_t len, cons
         a = cJSON_GetObjectItemCaseSensitive(obj, fmt == FMT_TEXT ? "text" : "input_ids");
     }
     int is_text = fmt == FMT_TEXT_PAIR || fmt == FMT_TEXT;
-    int64_t na = is_text ? (int64_t)strlen(a->valuestring) : array_len(a);
-    int64_t nb = b == NULL ? 0 : is_text ? (int64_t)strlen(b->valuestring) : array_len(b);
+    dyn_codec_tokens ct = {0}; /* text: the record's tokens by the codec's rule */
+    if (is_text) {
+        dyn_error e;
+        dyn_status es = b == NULL
+            ? dyn_codec_encode_text(c->codec, a->valuestring, strlen(a->valuestring), &ct, &e)
+            : dyn_codec_encode_pair(c->codec, a->valuestring, strlen(a->valuestring), b->valuestring,
+                                    strlen(b->valuestring), &ct, &e);
+        if (es != DYN_OK) {
+            st = dyn_error_set(err, es, "%s: record %lld: %s", where, (long long)rec, e.msg);
+            goto done;
+        }
+        /* The byte rule adds nothing (bytes 0..255, as before); any other can
+         * add specials: every id is checked against the vocabulary. */
+        if (!dyn_codec_is_bytes(c->codec) || dyn_codec_has_template(c->codec)) {
+            const int32_t *side[2] = {ct.input, ct.target};
+            int64_t len[2] = {ct.input_len, ct.target_len};
+            for (int s2 = 0; s2 < 2; s2++)
+                for (int64_t k = 0; k < len[s2]; k++)
+                    if (side[s2][k] < 0 || side[s2][k] >= c->opt.vocab) {
+                        st = dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                           "%s: record %lld: token %d of the %s is outside the vocabulary [0, %d)",
+                                           where, (long long)rec, side[s2][k], s2 ? "target" : "input",
+                                           c->opt.vocab);
+                        goto done;
+                    }
+        }
+    }
+    int64_t na = is_text ? ct.input_len : array_len(a);
+    int64_t nb = b == NULL ? 0 : is_text ? ct.target_len : array_len(b);
     int64_t in, tgt;
     if (b == NULL) { /* decoder-only: input = s[0..1), target = s[1..n) */
         if (na < 2) {
@@ -182,14 +217,12 @@ static dyn_status record_parse(dyn_corpus *c, const char *line, size_t len, cons
     if (fill && (st = corpus_reserve(c, (size_t)in, (size_t)tgt, err)) != DYN_OK) goto done;
     if (is_text) {
         if (fill) {
-            const unsigned char *sa = (const unsigned char *)a->valuestring;
-            if (b == NULL) { /* one string: first byte, then the rest */
-                c->tok_in[0] = sa[0];
-                for (int64_t k = 0; k < tgt; k++) c->tok_tgt[k] = sa[1 + k];
+            if (b == NULL) { /* one sequence: first token, then the rest */
+                c->tok_in[0] = ct.input[0];
+                for (int64_t k = 0; k < tgt; k++) c->tok_tgt[k] = ct.input[1 + k];
             } else {
-                const unsigned char *sb = (const unsigned char *)b->valuestring;
-                for (int64_t k = 0; k < in; k++) c->tok_in[k] = sa[k];
-                for (int64_t k = 0; k < tgt; k++) c->tok_tgt[k] = sb[k];
+                for (int64_t k = 0; k < in; k++) c->tok_in[k] = ct.input[k];
+                for (int64_t k = 0; k < tgt; k++) c->tok_tgt[k] = ct.target[k];
             }
         }
     } else if (b == NULL) {
