@@ -210,7 +210,7 @@ def exact_values(cli, tmp):
         d = os.path.join(tmp, kind)
         write(d, tensors)
         out = os.path.join(tmp, kind + "-out.safetensors")
-        rc, _, err = run(cli, ["train", "--init", d, "--steps", "1", "--lr", "0", "--weight-decay", "0",
+        rc, _, err = run(cli, ["train", "--init", d, "--steps", "1", "--lr", "0", "--min-lr", "0", "--weight-decay", "0",
                                "--data", "builtin", "--samples", "200", "--max-seqlen", str(P), "--save", out] + TRAIN)
         check(rc == 0, "%s: --init of an independent folder exits %d: %s" % (kind, rc, err.strip()))
         if rc != 0:

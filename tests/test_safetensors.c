@@ -175,16 +175,18 @@ static void test_bad_files_are_rejected(void **state)
 }
 
 /* F16 and BF16 tensors are widened exactly: bit patterns with known
- * values (normals, a subnormal, signed zero, infinity) and a NaN. */
+ * values (normals, a subnormal, signed zero, the largest half); an
+ * infinity or a NaN in either is refused, naming the element (issue 30:
+ * no weight is loaded non-finite). */
 static void test_half_precision_read(void **state)
 {
     (void)state;
     char path[256];
     tmp_path(path, sizeof path, "half");
-    static const uint16_t f16[8] = {0x3c00, 0xc000, 0x3555, 0x0001, 0x8000, 0x7c00, 0x7bff, 0x7e00};
-    static const float f16_want[7] = {1.0f, -2.0f, 0.333251953125f, 5.9604644775390625e-8f, -0.0f, INFINITY, 65504.0f};
-    static const uint16_t bf16[4] = {0x3f80, 0xc0a0, 0x3eab, 0xff80};
-    static const float bf16_want[4] = {1.0f, -5.0f, 0.333984375f, -INFINITY};
+    static const uint16_t f16[8] = {0x3c00, 0xc000, 0x3555, 0x0001, 0x8000, 0x3800, 0x7bff, 0xbc00};
+    static const float f16_want[8] = {1.0f, -2.0f, 0.333251953125f, 5.9604644775390625e-8f, -0.0f, 0.5f, 65504.0f, -1.0f};
+    static const uint16_t bf16[4] = {0x3f80, 0xc0a0, 0x3eab, 0x4000};
+    static const float bf16_want[4] = {1.0f, -5.0f, 0.333984375f, 2.0f};
     unsigned char data[24];
     for (int i = 0; i < 8; i++) data[2 * i] = (unsigned char)(f16[i] & 0xff), data[2 * i + 1] = (unsigned char)(f16[i] >> 8);
     for (int i = 0; i < 4; i++)
@@ -200,9 +202,23 @@ static void test_half_precision_read(void **state)
     float a[8], b[4];
     assert_int_equal(dyn_safetensors_read(st, "a", 2, sa, a, &err), DYN_OK);
     assert_int_equal(dyn_safetensors_read(st, "b", 1, sb, b, &err), DYN_OK);
-    for (int i = 0; i < 7; i++) assert_memory_equal(&a[i], &f16_want[i], sizeof(float)); /* -0 keeps its sign */
-    assert_true(isnan(a[7]));
+    for (int i = 0; i < 8; i++) assert_memory_equal(&a[i], &f16_want[i], sizeof(float)); /* -0 keeps its sign */
     assert_memory_equal(b, bf16_want, sizeof b);
+    dyn_safetensors_free(st);
+
+    /* An F16 infinity at element 5 and a BF16 NaN at element 3: refused. */
+    data[2 * 5] = 0x00, data[2 * 5 + 1] = 0x7c;
+    data[16 + 2 * 3] = 0xc0, data[16 + 2 * 3 + 1] = 0x7f;
+    write_raw(path,
+              "{\"a\":{\"dtype\":\"F16\",\"shape\":[2,4],\"data_offsets\":[0,16]},"
+              "\"b\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[16,24]}}",
+              data, 24, 0);
+    st = dyn_safetensors_open(path, &err);
+    if (st == NULL) fail_msg("%s", err.msg);
+    assert_int_equal(dyn_safetensors_read(st, "a", 2, sa, a, &err), DYN_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "tensor a holds a non-finite value at element 5 (inf)"));
+    assert_int_equal(dyn_safetensors_read(st, "b", 1, sb, b, &err), DYN_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "tensor b holds a non-finite value at element 3 (nan)"));
     dyn_safetensors_free(st);
     unlink(path);
 }
