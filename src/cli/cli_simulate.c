@@ -101,8 +101,7 @@ static int parse_schedules(const char *cmd, const cli_flag *f, const char *text,
             dyn_schedule s;
             dyn_error err;
             if (dyn_schedule_parse(items[i], &s, &err) != DYN_OK) {
-                cli_errorf(CMD, "--schedule: unknown schedule '%s' (1f1b, cyclic, wait-free-cyclic, interleaved, zb, auto, all)",
-                           items[i]);
+                cli_errorf(CMD, "--schedule: %s, or all", err.msg);
                 return -1;
             }
             add[n_add++] = (int32_t)s;
