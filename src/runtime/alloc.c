@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "dynapipe/sched.h"
-#include "util/util.h" /* defines: dyn_calloc */
+#include "util/util.h" /* defines: dyn_calloc, DYN_RESERVE */
 
 #define MB_BYTES (1024.0 * 1024.0)
 
@@ -116,14 +116,12 @@ static int32_t arena_take(rank_pool *p, int32_t mb, int32_t stage, dyn_error *er
         if (!p->ar[i].used) f = i;
     if (f < 0) {
         if (p->n == p->cap) {
-            int32_t cap = p->cap ? 2 * p->cap : 8;
-            arena *ar = realloc(p->ar, (size_t)cap * sizeof *ar);
-            if (ar == NULL) {
+            size_t c = (size_t)p->cap;
+            if (DYN_RESERVE(p->ar, c, c ? c + 1 : 8) != 0) {
                 dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the allocation model");
                 return -1;
             }
-            p->ar = ar;
-            p->cap = cap;
+            p->cap = (int32_t)c;
         }
         f = p->n++;
         p->ar[f].arena_mb = p->ar[f].keep_mb = 0;
