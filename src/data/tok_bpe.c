@@ -364,6 +364,26 @@ static dyn_status set_token(loader *L, int32_t id, const char *text, int byte_le
     return DYN_OK;
 }
 
+/* The added tokens grouped by first byte, longest first, for
+ * leftmost-longest matching: b->added_by_byte[added_first[c] ..
+ * added_first[c + 1]) are the indices of those starting with byte c. */
+static void group_added_by_byte(bpe *b)
+{
+    int pos = 0;
+    for (int c = 0; c < 256; c++) {
+        b->added_first[c] = pos;
+        for (int k = 0; k < b->n_added; k++)
+            if ((unsigned char)b->arena[b->added[k].off] == c) b->added_by_byte[pos++] = k;
+        for (int x = b->added_first[c] + 1; x < pos; x++) /* insertion sort by length, descending */
+            for (int y = x; y > b->added_first[c] && b->added[b->added_by_byte[y]].len > b->added[b->added_by_byte[y - 1]].len; y--) {
+                int tmp = b->added_by_byte[y];
+                b->added_by_byte[y] = b->added_by_byte[y - 1];
+                b->added_by_byte[y - 1] = tmp;
+            }
+    }
+    b->added_first[256] = pos;
+}
+
 static dyn_status load_vocab(loader *L, const cJSON *vocab, const cJSON *added, dyn_error *err)
 {
     bpe *b = L->b;
@@ -441,20 +461,7 @@ static dyn_status load_vocab(loader *L, const cJSON *vocab, const cJSON *added, 
         b->tok_special[t->id] = (unsigned char)t->special;
         b->any_lstrip |= t->lstrip;
     }
-    /* Group by first byte, longest first, for leftmost-longest matching. */
-    int pos = 0;
-    for (int c = 0; c < 256; c++) {
-        b->added_first[c] = pos;
-        for (int k = 0; k < b->n_added; k++)
-            if ((unsigned char)b->arena[b->added[k].off] == c) b->added_by_byte[pos++] = k;
-        for (int x = b->added_first[c] + 1; x < pos; x++) /* insertion sort by length, descending */
-            for (int y = x; y > b->added_first[c] && b->added[b->added_by_byte[y]].len > b->added[b->added_by_byte[y - 1]].len; y--) {
-                int tmp = b->added_by_byte[y];
-                b->added_by_byte[y] = b->added_by_byte[y - 1];
-                b->added_by_byte[y - 1] = tmp;
-            }
-    }
-    b->added_first[256] = pos;
+    group_added_by_byte(b);
     for (int c = 0; c < 256; c++) {
         char ch = (char)c;
         b->byte_id[c] = vmap_find(b, &ch, 1);
