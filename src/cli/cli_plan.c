@@ -41,7 +41,7 @@
 #include "dynapipe/model_config.h" /* defines: dyn_model_kind_name */
 #include "dynapipe/pipeline.h"     /* defines: dyn_pipeline_*, DYN_SCHEDULE_AUTO */
 #include "dynapipe/sched.h"        /* defines: dyn_schedule_*, dyn_exec_plan_* */
-#include "util/util.h"              /* defines: dyn_atomic_* */
+#include "util/util.h"              /* defines: dyn_atomic_*, DYN_RESERVE */
 
 #define CMD "plan"
 
@@ -240,14 +240,12 @@ typedef struct exec_out {
 static dyn_atomic_file *out_file_add(exec_out *eo)
 {
     if (eo->n_files == eo->cap_files) {
-        int cap = eo->cap_files ? 2 * eo->cap_files : 16;
-        dyn_atomic_file *bigger = realloc(eo->files, (size_t)cap * sizeof *bigger);
-        if (bigger == NULL) {
+        size_t c = (size_t)eo->cap_files;
+        if (DYN_RESERVE(eo->files, c, c ? c + 1 : 16) != 0) {
             cli_errorf(CMD, "out of memory");
             return NULL;
         }
-        eo->files = bigger;
-        eo->cap_files = cap;
+        eo->cap_files = (int)c;
     }
     dyn_atomic_file *af = &eo->files[eo->n_files++];
     memset(af, 0, sizeof *af);

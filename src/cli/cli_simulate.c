@@ -28,7 +28,7 @@
 #include "dynapipe/plan.h"
 #include "dynapipe/sched.h"
 #include "dynapipe/sim.h"
-#include "util/util.h" /* defines: dyn_calloc, dyn_file_write_atomic */
+#include "util/util.h" /* defines: dyn_calloc, DYN_RESERVE, dyn_file_write_atomic */
 
 #define CMD "simulate"
 
@@ -101,8 +101,7 @@ static int parse_schedules(const char *cmd, const cli_flag *f, const char *text,
             dyn_schedule s;
             dyn_error err;
             if (dyn_schedule_parse(items[i], &s, &err) != DYN_OK) {
-                cli_errorf(CMD, "--schedule: unknown schedule '%s' (1f1b, cyclic, wait-free-cyclic, interleaved, zb, auto, all)",
-                           items[i]);
+                cli_errorf(CMD, "--schedule: %s, or all", err.msg);
                 return -1;
             }
             add[n_add++] = (int32_t)s;
@@ -276,14 +275,12 @@ typedef struct run_state {
 static sim_row *new_row(run_state *rs, dyn_error *err)
 {
     if (rs->n_rows == rs->cap_rows) {
-        int32_t cap = rs->cap_rows ? 2 * rs->cap_rows : 64;
-        sim_row *bigger = realloc(rs->rows, sizeof(sim_row) * (size_t)cap);
-        if (bigger == NULL) {
+        size_t c = (size_t)rs->cap_rows;
+        if (DYN_RESERVE(rs->rows, c, c ? c + 1 : 64) != 0) {
             dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for results");
             return NULL;
         }
-        rs->rows = bigger;
-        rs->cap_rows = cap;
+        rs->cap_rows = (int32_t)c;
     }
     sim_row *row = &rs->rows[rs->n_rows];
     memset(row, 0, sizeof *row);

@@ -63,7 +63,7 @@ static int parse_schedule(const char *cmd, const cli_flag *f, const char *v, voi
     train_args *t = args;
     dyn_error e;
     if (dyn_schedule_parse(v, &t->o.schedule, &e) != DYN_OK) {
-        cli_errorf(cmd, "%s: %s, or auto", f->name, e.msg);
+        cli_errorf(cmd, "%s: %s", f->name, e.msg);
         return -1;
     }
     return 0;
@@ -401,7 +401,7 @@ static int print_options(const dyn_train_options *o, const char *hostfile)
     NUM(mj, "vocab", m->vocab), NUM(mj, "max_seqlen", m->max_seqlen);
     cJSON_AddStringToObject(j, "method", dyn_batching_name(o->plan.method));
     NUM(j, "stages", o->plan.stages), NUM(j, "dp", o->plan.dp), NUM(j, "chunks", o->plan.chunks);
-    STR("schedule", o->schedule == DYN_SCHEDULE_AUTO ? "auto" : dyn_schedule_name((dyn_schedule)o->schedule));
+    STR("schedule", dyn_schedule_name(o->schedule));
     NUM(j, "order_groups", o->order_groups), NUM(j, "plan_ahead", o->plan_ahead);
     STR("cost_table", o->cost_table), STR("data", o->data_spec);
     NUM(j, "samples", o->n_samples), NUM(j, "global_batch_tokens", o->global_batch_tokens);

@@ -43,7 +43,7 @@
 
 #include "cost/cost_internal.h"
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_validate, dyn_machine_validate */
-#include "util/util.h"             /* defines: dyn_calloc, dyn_file_read_all, dyn_atomic_* */
+#include "util/util.h"             /* defines: dyn_calloc, DYN_RESERVE, dyn_file_read_all, dyn_atomic_* */
 
 #define TABLE_MAGIC "dynapipe-cost-table"
 #define TABLE_VERSION DYN_COST_TABLE_VERSION /* cost.h: which older ones load */
@@ -748,15 +748,9 @@ static dyn_status parse_table(dyn_cost_model *cm, char *text, reader *r)
         if (nl) *nl = '\0';
         r->line++;
         size_t need = (size_t)(next - line) / 2 + 2; /* fields are separated by blanks */
-        if (need > cap) {
-            char **t = realloc(tok, need * sizeof *t);
-            if (t == NULL) {
-                st = dyn_error_set(r->err, DYN_ERR_NOMEM, "%s:%d: out of memory for a line's fields",
-                                   r->path, r->line);
-                break;
-            }
-            tok = t;
-            cap = need;
+        if (DYN_RESERVE(tok, cap, need) != 0) {
+            st = dyn_error_set(r->err, DYN_ERR_NOMEM, "%s:%d: out of memory for a line's fields", r->path, r->line);
+            break;
         }
         int ntok = tokenize(line, tok, (int)cap);
         line = next;

@@ -46,7 +46,7 @@
 #include <cjson/cJSON.h>
 
 #include "data/tokenizer_impl.h" /* defines: struct dyn_tokenizer, dyn_tok_read_specials, buffers */
-#include "util/util.h"            /* defines: dyn_file_read_all, dyn_calloc */
+#include "util/util.h"            /* defines: dyn_file_read_all, dyn_calloc, dyn_reserve, DYN_RESERVE */
 
 /* GPT-2's split regex, which the ByteLevel pre-tokenizer uses by default. */
 static const char GPT2_REGEX[] =
@@ -137,10 +137,12 @@ typedef struct bpe {
     /* pre-tokenizer */
     pre_step *steps;
     int n_steps;
+    size_t cap_steps;
     pcre2_match_data *md;
     /* post-processor */
     int32_t *prefix, *suffix;
     int n_prefix, n_suffix;
+    size_t cap_prefix, cap_suffix;
     /* scratch for one encode */
     char *pbuf;
     size_t pbuf_n, pbuf_cap;
@@ -258,15 +260,10 @@ static long unicode_to_bytes(const char *s, const int16_t u2b[324], char *out)
 
 static dyn_status arena_add(bpe *b, const char *s, size_t n, uint32_t *off, dyn_error *err)
 {
-    if (b->arena_n + n + 1 > b->arena_cap) {
-        size_t cap = b->arena_cap ? b->arena_cap : 1 << 16;
-        while (cap < b->arena_n + n + 1) cap *= 2;
-        if (cap > UINT32_MAX) return dyn_error_set(err, DYN_ERR_PARSE, "%s: tokens too long", b->path);
-        char *p = realloc(b->arena, cap);
-        if (p == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory", b->path);
-        b->arena = p;
-        b->arena_cap = cap;
-    }
+    size_t need = b->arena_n + n + 1;
+    if (need > UINT32_MAX) return dyn_error_set(err, DYN_ERR_PARSE, "%s: tokens too long", b->path);
+    if (DYN_RESERVE(b->arena, b->arena_cap, b->arena_cap || need > (1 << 16) ? need : 1 << 16) != 0)
+        return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory", b->path);
     memcpy(b->arena + b->arena_n, s, n);
     b->arena[b->arena_n + n] = '\0';
     *off = (uint32_t)b->arena_n;
@@ -344,14 +341,8 @@ static const char *type_of(const cJSON *o)
 static long token_bytes(loader *L, const char *text, int byte_level, dyn_error *err)
 {
     size_t n = strlen(text);
-    if (n + 1 > L->conv_cap) {
-        size_t cap = L->conv_cap ? L->conv_cap : 256;
-        while (cap < n + 1) cap *= 2;
-        char *p = realloc(L->conv, cap);
-        if (p == NULL) return -(long)dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory", L->path) - 1;
-        L->conv = p;
-        L->conv_cap = cap;
-    }
+    if (DYN_RESERVE(L->conv, L->conv_cap, L->conv_cap || n + 1 > 256 ? n + 1 : 256) != 0)
+        return -(long)dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory", L->path) - 1;
     long len = byte_level ? unicode_to_bytes(text, L->u2b, L->conv) : -1;
     if (len < 0) {
         memcpy(L->conv, text, n);
@@ -371,6 +362,26 @@ static dyn_status set_token(loader *L, int32_t id, const char *text, int byte_le
     b->tok_off[id] = off;
     b->tok_len[id] = (uint32_t)len;
     return DYN_OK;
+}
+
+/* The added tokens grouped by first byte, longest first, for
+ * leftmost-longest matching: b->added_by_byte[added_first[c] ..
+ * added_first[c + 1]) are the indices of those starting with byte c. */
+static void group_added_by_byte(bpe *b)
+{
+    int pos = 0;
+    for (int c = 0; c < 256; c++) {
+        b->added_first[c] = pos;
+        for (int k = 0; k < b->n_added; k++)
+            if ((unsigned char)b->arena[b->added[k].off] == c) b->added_by_byte[pos++] = k;
+        for (int x = b->added_first[c] + 1; x < pos; x++) /* insertion sort by length, descending */
+            for (int y = x; y > b->added_first[c] && b->added[b->added_by_byte[y]].len > b->added[b->added_by_byte[y - 1]].len; y--) {
+                int tmp = b->added_by_byte[y];
+                b->added_by_byte[y] = b->added_by_byte[y - 1];
+                b->added_by_byte[y - 1] = tmp;
+            }
+    }
+    b->added_first[256] = pos;
 }
 
 static dyn_status load_vocab(loader *L, const cJSON *vocab, const cJSON *added, dyn_error *err)
@@ -450,20 +461,7 @@ static dyn_status load_vocab(loader *L, const cJSON *vocab, const cJSON *added, 
         b->tok_special[t->id] = (unsigned char)t->special;
         b->any_lstrip |= t->lstrip;
     }
-    /* Group by first byte, longest first, for leftmost-longest matching. */
-    int pos = 0;
-    for (int c = 0; c < 256; c++) {
-        b->added_first[c] = pos;
-        for (int k = 0; k < b->n_added; k++)
-            if ((unsigned char)b->arena[b->added[k].off] == c) b->added_by_byte[pos++] = k;
-        for (int x = b->added_first[c] + 1; x < pos; x++) /* insertion sort by length, descending */
-            for (int y = x; y > b->added_first[c] && b->added[b->added_by_byte[y]].len > b->added[b->added_by_byte[y - 1]].len; y--) {
-                int tmp = b->added_by_byte[y];
-                b->added_by_byte[y] = b->added_by_byte[y - 1];
-                b->added_by_byte[y - 1] = tmp;
-            }
-    }
-    b->added_first[256] = pos;
+    group_added_by_byte(b);
     for (int c = 0; c < 256; c++) {
         char ch = (char)c;
         b->byte_id[c] = vmap_find(b, &ch, 1);
@@ -529,11 +527,8 @@ static dyn_status load_merges(loader *L, const cJSON *merges, dyn_error *err)
         int32_t a = merge_side(L, left, k, err, &st);
         int32_t c = st == DYN_OK ? merge_side(L, right, k, err, &st) : -1;
         size_t need = strlen(left) + strlen(right) + 1;
-        if (st == DYN_OK && need > joined_cap) {
-            char *p = realloc(joined, need * 2);
-            if (p == NULL) st = dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory", L->path);
-            else { joined = p; joined_cap = need * 2; }
-        }
+        if (st == DYN_OK && DYN_RESERVE(joined, joined_cap, need) != 0)
+            st = dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory", L->path);
         if (st == DYN_OK) {
             /* the merged token is left's bytes then right's */
             size_t la = b->tok_len[a], lc = b->tok_len[c];
@@ -579,12 +574,10 @@ static dyn_status compile_regex(loader *L, const char *pattern, int literal, pcr
 static dyn_status add_step(loader *L, pre_step s, dyn_error *err)
 {
     bpe *b = L->b;
-    pre_step *p = realloc(b->steps, (size_t)(b->n_steps + 1) * sizeof *p);
-    if (p == NULL) {
+    if (DYN_RESERVE(b->steps, b->cap_steps, (size_t)b->n_steps + 1) != 0) {
         pcre2_code_free(s.re);
         return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory", L->path);
     }
-    b->steps = p;
     b->steps[b->n_steps++] = s;
     return DYN_OK;
 }
@@ -637,13 +630,13 @@ static dyn_status load_pre_tokenizer(loader *L, const cJSON *pt, int *byte_level
 
 /* Ids of a post-processor's special token name (TemplateProcessing's
  * special_tokens map) appended to *list. */
-static dyn_status append_ids(loader *L, int32_t **list, int *n, const cJSON *ids, dyn_error *err)
+static dyn_status append_ids(loader *L, int32_t **list, size_t *cap, int *n, const cJSON *ids, dyn_error *err)
 {
     bpe *b = L->b;
     int k = cJSON_GetArraySize(ids);
-    int32_t *p = realloc(*list, (size_t)(*n + k + 1) * sizeof *p);
-    if (p == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory", L->path);
-    *list = p;
+    if (dyn_reserve((void **)list, cap, (size_t)*n + (size_t)k + 1, sizeof **list) != 0)
+        return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory", L->path);
+    int32_t *p = *list;
     for (const cJSON *v = ids->child; v; v = v->next) {
         if (!is_id_number(v) ||
             v->valuedouble >= b->vocab)
@@ -679,8 +672,8 @@ static dyn_status load_post_processor(loader *L, const cJSON *pp, dyn_error *err
         wrap_cls.type = wrap_sep.type = cJSON_Array;
         wrap_cls.child = &one_cls;
         wrap_sep.child = &one_sep;
-        dyn_status st = append_ids(L, &b->prefix, &b->n_prefix, &wrap_cls, err);
-        return st != DYN_OK ? st : append_ids(L, &b->suffix, &b->n_suffix, &wrap_sep, err);
+        dyn_status st = append_ids(L, &b->prefix, &b->cap_prefix, &b->n_prefix, &wrap_cls, err);
+        return st != DYN_OK ? st : append_ids(L, &b->suffix, &b->cap_suffix, &b->n_suffix, &wrap_sep, err);
     }
     if (strcmp(type, "TemplateProcessing") == 0) {
         const cJSON *single = cJSON_GetObjectItemCaseSensitive(pp, "single");
@@ -701,7 +694,8 @@ static dyn_status load_post_processor(loader *L, const cJSON *pp, dyn_error *err
             const cJSON *ids = cJSON_GetObjectItemCaseSensitive(ent, "ids");
             if (!cJSON_IsArray(ids))
                 return dyn_error_set(err, DYN_ERR_PARSE, "%s: TemplateProcessing special token \"%s\" has no ids", L->path, name->valuestring);
-            dyn_status st = after ? append_ids(L, &b->suffix, &b->n_suffix, ids, err) : append_ids(L, &b->prefix, &b->n_prefix, ids, err);
+            dyn_status st = after ? append_ids(L, &b->suffix, &b->cap_suffix, &b->n_suffix, ids, err)
+                                   : append_ids(L, &b->prefix, &b->cap_prefix, &b->n_prefix, ids, err);
             if (st != DYN_OK) return st;
         }
         return DYN_OK;
@@ -856,13 +850,8 @@ dyn_tokenizer *dyn_tokenizer_load_bpe_json(const char *path, dyn_error *err)
 
 static dyn_status grow(void **p, size_t *cap, size_t need, size_t elem, dyn_error *err)
 {
-    if (need <= *cap) return DYN_OK;
-    size_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (q == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "tokenizer: out of memory (%zu items)", c);
-    *p = q;
-    *cap = c;
+    if (dyn_reserve(p, cap, *cap || need > 64 ? need : 64, elem) != 0)
+        return dyn_error_set(err, DYN_ERR_NOMEM, "tokenizer: out of memory (%zu items)", need);
     return DYN_OK;
 }
 

@@ -22,6 +22,7 @@
 
 #include "data/tokenizer_impl.h" /* defines: dyn_byte_buf_append, dyn_byte_buf_reserve */
 #include "data/tok_nfc_table.h"  /* defines: nfc_ccc, nfc_decomp, nfc_comp, nfc_unsafe */
+#include "util/util.h"           /* defines: DYN_RESERVE */
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -87,13 +88,7 @@ typedef struct cp_buf {
 
 static int cp_push(cp_buf *b, uint32_t cp)
 {
-    if (b->n == b->cap) {
-        size_t cap = b->cap ? 2 * b->cap : 64;
-        uint32_t *p = realloc(b->v, cap * sizeof *p);
-        if (p == NULL) return -1;
-        b->v = p;
-        b->cap = cap;
-    }
+    if (DYN_RESERVE(b->v, b->cap, b->cap ? b->n + 1 : 64) != 0) return -1;
     b->v[b->n++] = cp;
     return 0;
 }

@@ -14,7 +14,7 @@
 #include "data/tokenizer_impl.h" /* defines: struct dyn_tokenizer, dyn_tokenizer_ops */
 #include "dynapipe/corpus.h"      /* defines: DYN_CORPUS_TOK_*, DYN_CORPUS_VOCAB_BYTES */
 #include "util/json.h"            /* defines: dyn_json_parse */
-#include "util/util.h"            /* defines: dyn_calloc, dyn_file_read_all */
+#include "util/util.h"            /* defines: dyn_calloc, dyn_file_read_all, DYN_RESERVE */
 
 /* ---- buffers ---------------------------------------------------------- */
 
@@ -37,12 +37,9 @@ dyn_status dyn_token_buf_reserve(dyn_token_buf *b, size_t extra, dyn_error *err)
     if (extra <= b->cap - b->n) return DYN_OK;
     if (extra > SIZE_MAX / sizeof(int32_t) / 2 - b->n)
         return dyn_error_set(err, DYN_ERR_NOMEM, "token buffer: %zu ids is too many", extra);
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap - b->n < extra) cap *= 2;
-    int32_t *p = realloc(b->ids, cap * sizeof *p);
-    if (p == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "token buffer: out of memory (%zu ids)", cap);
-    b->ids = p;
-    b->cap = cap;
+    size_t need = b->n + extra;
+    if (DYN_RESERVE(b->ids, b->cap, b->cap || need > 64 ? need : 64) != 0)
+        return dyn_error_set(err, DYN_ERR_NOMEM, "token buffer: out of memory (%zu ids)", need);
     return DYN_OK;
 }
 
@@ -51,12 +48,9 @@ dyn_status dyn_byte_buf_reserve(dyn_byte_buf *b, size_t extra, dyn_error *err)
     if (extra < b->cap - b->n) return DYN_OK; /* strict: room for the NUL */
     if (extra > SIZE_MAX / 4 - b->n)
         return dyn_error_set(err, DYN_ERR_NOMEM, "byte buffer: %zu bytes is too many", extra);
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap - b->n <= extra) cap *= 2;
-    char *p = realloc(b->data, cap);
-    if (p == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "byte buffer: out of memory (%zu bytes)", cap);
-    b->data = p;
-    b->cap = cap;
+    size_t need = b->n + extra + 1; /* room for the NUL */
+    if (DYN_RESERVE(b->data, b->cap, b->cap || need > 256 ? need : 256) != 0)
+        return dyn_error_set(err, DYN_ERR_NOMEM, "byte buffer: out of memory (%zu bytes)", need);
     return DYN_OK;
 }
 

@@ -28,7 +28,7 @@
 
 #include "dynapipe/model_config.h" /* defines: dyn_model_kind_name */
 #include "model/model_impl.h" /* defines: dyn_model internals, model_table_create */
-#include "util/util.h"        /* defines: dyn_calloc, dyn_file_read_all */
+#include "util/util.h"        /* defines: dyn_calloc, dyn_file_read_all, DYN_RESERVE */
 
 #define HF_MAX_DIMS 8
 #define HF_MAX_FILES 4096
@@ -57,6 +57,7 @@ struct dyn_hf_folder {
     char where[HF_PATH]; /* the index, or model.safetensors: where a missing tensor was looked for */
     hf_file *files;
     int n_files;
+    size_t cap_files;
     hf_tensor *t;
     int n_t, cap_t;
 };
@@ -148,11 +149,10 @@ static dyn_status add_entry(dyn_hf_folder *f, int k, const cJSON *e, dyn_error *
         return dyn_error_set(err, DYN_ERR_CORRUPT, "%s: tensor '%s': header entry is not {dtype, shape, data_offsets}",
                              hf->path, name);
     if (f->n_t == f->cap_t) {
-        int cap = f->cap_t ? 2 * f->cap_t : 256;
-        hf_tensor *t = realloc(f->t, (size_t)cap * sizeof *t);
-        if (t == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory reading %s", hf->path);
-        f->t = t;
-        f->cap_t = cap;
+        size_t c = (size_t)f->cap_t;
+        if (DYN_RESERVE(f->t, c, c ? c + 1 : 256) != 0)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory reading %s", hf->path);
+        f->cap_t = (int)c;
     }
     hf_tensor *t = &f->t[f->n_t];
     memset(t, 0, sizeof *t);
@@ -238,9 +238,8 @@ static dyn_status add_file(dyn_hf_folder *f, const char *dir, const char *name, 
     for (*k = 0; *k < f->n_files; (*k)++)
         if (strcmp(strrchr(f->files[*k].path, '/') + 1, name) == 0) return DYN_OK;
     if (f->n_files == HF_MAX_FILES) return dyn_error_set(err, DYN_ERR_CORRUPT, "%s: more than %d shards", f->where, HF_MAX_FILES);
-    hf_file *nf = realloc(f->files, (size_t)(f->n_files + 1) * sizeof *nf);
-    if (nf == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory reading %s", f->where);
-    f->files = nf;
+    if (DYN_RESERVE(f->files, f->cap_files, (size_t)f->n_files + 1) != 0)
+        return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory reading %s", f->where);
     hf_file *hf = &f->files[f->n_files];
     memset(hf, 0, sizeof *hf);
     if ((size_t)snprintf(hf->path, sizeof hf->path, "%s/%s", dir, name) >= sizeof hf->path)

@@ -11,7 +11,7 @@
 
 #include "model/model_impl.h"
 #include "model/threads.h" /* defines: dyn_threads_set */
-#include "util/util.h" /* defines: dyn_calloc */
+#include "util/util.h" /* defines: dyn_calloc, DYN_RESERVE */
 
 dyn_model_config dyn_model_config_tiny(dyn_model_kind kind, int32_t n_layers, int32_t hidden, int32_t heads,
                                        int32_t max_seqlen)
@@ -41,13 +41,10 @@ dyn_status model_add_tensor(dyn_model *m, const char *name, int ndim, int64_t d0
                             float init_std, int layer, dyn_error *err)
 {
     if (m->n_tensors == m->cap_tensors) {
-        int cap = m->cap_tensors ? 2 * m->cap_tensors : 64;
-        dyn_param_tensor *t = realloc(m->tensors, (size_t)cap * sizeof *t);
-        float *s = t ? realloc(m->init_std, (size_t)cap * sizeof *s) : NULL;
-        if (t) m->tensors = t;
-        if (s) m->init_std = s;
-        if (t == NULL || s == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the tensor table");
-        m->cap_tensors = cap;
+        size_t c = (size_t)m->cap_tensors, need = c ? c + 1 : 64; /* both grow alike */
+        if (DYN_RESERVE(m->tensors, (size_t){c}, need) != 0 || DYN_RESERVE(m->init_std, c, need) != 0)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the tensor table");
+        m->cap_tensors = (int)c;
     }
     dyn_param_tensor *t = &m->tensors[m->n_tensors];
     memset(t, 0, sizeof *t);

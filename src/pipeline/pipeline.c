@@ -17,7 +17,7 @@
 
 #include "pipeline/pipeline_internal.h" /* defines: pipe_knob_seq_* */
 #include "sim/sim_internal.h"           /* defines: sim_stage_costs_permute */
-#include "util/util.h"                  /* defines: dyn_calloc */
+#include "util/util.h"                  /* defines: dyn_calloc, DYN_RESERVE */
 
 struct dyn_pipeline {
     dyn_planner *planner;    /* borrowed */
@@ -248,10 +248,10 @@ static dyn_status replica_mbs(dyn_pipeline *p, const dyn_batch_plan *bp, int32_t
                               dyn_error *err)
 {
     if (bp->n_microbatches > p->cap_mbs) {
-        int32_t *bigger = realloc(p->replica_mbs, sizeof(int32_t) * (size_t)bp->n_microbatches);
-        if (bigger == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for a replica's micro-batches");
-        p->replica_mbs = bigger;
-        p->cap_mbs = bp->n_microbatches;
+        size_t c = (size_t)p->cap_mbs;
+        if (DYN_RESERVE(p->replica_mbs, c, bp->n_microbatches) != 0)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for a replica's micro-batches");
+        p->cap_mbs = c > INT32_MAX ? INT32_MAX : (int32_t)c;
     }
     *m = 0;
     for (int32_t i = 0; i < bp->n_microbatches; i++)

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util/util.h" /* defines: dyn_calloc, dyn_time_ms */
+#include "util/util.h" /* defines: dyn_calloc, DYN_RESERVE, dyn_time_ms */
 
 static const char *const batching_names[DYN_BATCHING_COUNT] = {
     "dynapipe", "padding", "packing", "packing-docmask", "token"};
@@ -224,15 +224,10 @@ static dyn_status row_ensure(dyn_planner *p, int32_t ei, int32_t di, int32_t wan
     }
     if (row->n < want && row->cap < 0) {
         if (want > row->alloc) {
-            int32_t na = row->alloc ? row->alloc : 16;
-            while (na < want) na = na > (1 << 29) ? want : na * 2;
-            double *t = realloc(row->time, (size_t)na * sizeof(double));
-            if (t) row->time = t;
-            double *a = realloc(row->amin, (size_t)na * sizeof(double));
-            if (a) row->amin = a;
-            if (t == NULL || a == NULL)
+            size_t c = (size_t)row->alloc; /* both grow alike (dyn_reserve) */
+            if (DYN_RESERVE(row->time, (size_t){c}, want) != 0 || DYN_RESERVE(row->amin, c, want) != 0)
                 return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory growing the cost cache");
-            row->alloc = na;
+            row->alloc = c > INT32_MAX ? INT32_MAX : (int32_t)c;
         }
         dyn_mb_shape sh = {0};
         sh.enc_len = (ei + 1) * p->opt.round_to;
@@ -262,48 +257,28 @@ static dyn_status row_ensure(dyn_planner *p, int32_t ei, int32_t di, int32_t wan
 static dyn_status scratch_ensure(dyn_planner *p, int32_t n, dyn_error *err)
 {
     if (n <= p->scratch_n) return DYN_OK;
-    int32_t na = n < 64 ? 64 : n;
-    int32_t *a = realloc(p->perm, (size_t)na * sizeof(int32_t));
-    if (a) p->perm = a;
-    int32_t *b = realloc(p->width, (size_t)na * sizeof(int32_t));
-    if (b) p->width = b;
-    int32_t *c = realloc(p->run_len, (size_t)na * sizeof(int32_t));
-    if (c) p->run_len = c;
-    int32_t *d = realloc(p->perm2, (size_t)na * sizeof(int32_t));
-    if (d) p->perm2 = d;
-    int32_t *e = realloc(p->run_len2, (size_t)na * sizeof(int32_t));
-    if (e) p->run_len2 = e;
-    const double **f = realloc(p->time, (size_t)na * sizeof(double *));
-    if (f) p->time = f;
-    int32_t *g = realloc(p->shared, (size_t)na * sizeof(int32_t));
-    if (g) p->shared = g;
-    int32_t *h = realloc(p->pe, (size_t)na * sizeof(int32_t));
-    if (h) p->pe = h;
-    int32_t *q = realloc(p->pd, (size_t)na * sizeof(int32_t));
-    if (q) p->pd = q;
-    int64_t *u = realloc(p->seg_start, ((size_t)na + 1) * sizeof(int64_t));
-    if (u) p->seg_start = u;
-    if (!a || !b || !c || !d || !e || !f || !g || !h || !q || !u)
+    /* the arrays share one capacity: each grows from a copy of the old one
+     * (dyn_reserve), so all reach the same new one, c; seg_start has c + 1 */
+    size_t old = (size_t)p->scratch_n, c = old, need = n < 64 ? 64 : (size_t)n;
+    if (DYN_RESERVE(p->perm, c, need) != 0 || DYN_RESERVE(p->width, (size_t){old}, need) != 0 ||
+        DYN_RESERVE(p->run_len, (size_t){old}, need) != 0 || DYN_RESERVE(p->perm2, (size_t){old}, need) != 0 ||
+        DYN_RESERVE(p->run_len2, (size_t){old}, need) != 0 || DYN_RESERVE(p->time, (size_t){old}, need) != 0 ||
+        DYN_RESERVE(p->shared, (size_t){old}, need) != 0 || DYN_RESERVE(p->pe, (size_t){old}, need) != 0 ||
+        DYN_RESERVE(p->pd, (size_t){old}, need) != 0 ||
+        DYN_RESERVE(p->seg_start, (size_t){p->seg_start ? old + 1 : 0}, need + 1) != 0)
         return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for planner scratch (%d samples)", n);
-    p->scratch_n = na;
+    p->scratch_n = c > INT32_MAX ? INT32_MAX : (int32_t)c;
     return DYN_OK;
 }
 
 static dyn_status band_ensure(dyn_planner *p, int64_t need, dyn_error *err)
 {
     if (need <= p->band_alloc) return DYN_OK;
-    int64_t na = p->band_alloc ? p->band_alloc : 4096;
-    while (na < need) na *= 2;
-    double *b = realloc(p->band, (size_t)na * sizeof(double));
-    if (b) p->band = b;
-    int32_t *k = realloc(p->seg_k, (size_t)na * sizeof(int32_t));
-    if (k) p->seg_k = k;
-    int32_t *y = realloc(p->seg_key, (size_t)na * sizeof(int32_t));
-    if (y) p->seg_key = y;
-    double *be = realloc(p->seg_beta, (size_t)na * sizeof(double));
-    if (be) p->seg_beta = be;
-    if (!b || !k || !y || !be) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the DP band");
-    p->band_alloc = na;
+    size_t old = (size_t)p->band_alloc, c = old, want = need < 4096 ? 4096 : (size_t)need;
+    if (DYN_RESERVE(p->band, c, want) != 0 || DYN_RESERVE(p->seg_k, (size_t){old}, want) != 0 ||
+        DYN_RESERVE(p->seg_key, (size_t){old}, want) != 0 || DYN_RESERVE(p->seg_beta, (size_t){old}, want) != 0)
+        return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the DP band");
+    p->band_alloc = (int64_t)c;
     return DYN_OK;
 }
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "dynapipe/sched.h"
-#include "util/util.h" /* defines: dyn_calloc */
+#include "util/util.h" /* defines: dyn_calloc, DYN_RESERVE */
 
 #define MB_BYTES (1024.0 * 1024.0)
 
@@ -24,7 +24,8 @@ typedef struct rank_pool {
     int32_t n, cap;          /* arenas */
     arena *ar;               /* [cap] */
     int32_t n_slots;
-    double *slot_mb;         /* [n_slots] largest tensor held */
+    size_t cap_slots;
+    double *slot_mb;         /* [cap_slots], n_slots used: largest tensor held */
     double states_mb;        /* model states of the stages it holds (from its last busy iteration) */
 } rank_pool;
 
@@ -83,6 +84,7 @@ rt_alloc *rt_alloc_copy(const rt_alloc *a, dyn_error *err)
         rank_pool *q = &c->pools[i];
         *q = *p;
         q->ar = NULL, q->slot_mb = NULL, q->cap = p->n; /* the pointers are the copy's own */
+        q->cap_slots = (size_t)p->n_slots;
         if (p->n > 0 && (q->ar = dyn_calloc((size_t)p->n, sizeof *q->ar, "allocation model", err)) == NULL) goto fail;
         if (p->n_slots > 0 &&
             (q->slot_mb = dyn_calloc((size_t)p->n_slots, sizeof *q->slot_mb, "allocation model", err)) == NULL)
@@ -116,14 +118,12 @@ static int32_t arena_take(rank_pool *p, int32_t mb, int32_t stage, dyn_error *er
         if (!p->ar[i].used) f = i;
     if (f < 0) {
         if (p->n == p->cap) {
-            int32_t cap = p->cap ? 2 * p->cap : 8;
-            arena *ar = realloc(p->ar, (size_t)cap * sizeof *ar);
-            if (ar == NULL) {
+            size_t c = (size_t)p->cap;
+            if (DYN_RESERVE(p->ar, c, c ? c + 1 : 8) != 0) {
                 dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the allocation model");
                 return -1;
             }
-            p->ar = ar;
-            p->cap = cap;
+            p->cap = (int32_t)c;
         }
         f = p->n++;
         p->ar[f].arena_mb = p->ar[f].keep_mb = 0;
@@ -146,10 +146,9 @@ static dyn_status slot_grow(rank_pool *p, const dyn_instr *in, dyn_error *err)
     if (in->buf_out < 0) return DYN_OK;
     if (in->buf_out >= p->n_slots) {
         int32_t n = in->buf_out + 1;
-        double *s = realloc(p->slot_mb, (size_t)n * sizeof *s);
-        if (s == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the allocation model");
-        for (int32_t i = p->n_slots; i < n; i++) s[i] = 0;
-        p->slot_mb = s;
+        if (DYN_RESERVE(p->slot_mb, p->cap_slots, n) != 0)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the allocation model");
+        for (int32_t i = p->n_slots; i < n; i++) p->slot_mb[i] = 0;
         p->n_slots = n;
     }
     double mb = (double)in->bytes / MB_BYTES;

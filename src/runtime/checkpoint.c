@@ -72,14 +72,9 @@ static dyn_status write_shards(const rt_ckpt_job *j, const char *tmp, char **lis
         for (int t = 0; st == DYN_OK && t < dyn_model_num_tensors(m); t++) {
             const dyn_param_tensor *pt = dyn_model_tensor(m, t);
             if (pt->shared_copy) continue;
-            if (len + strlen(pt->name) + 48 > cap) {
-                cap = 2 * cap + strlen(pt->name) + 48;
-                char *nb = realloc(buf, cap);
-                if (nb == NULL) {
-                    st = dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for checkpoint names");
-                    break;
-                }
-                buf = nb;
+            if (DYN_RESERVE(buf, cap, len + strlen(pt->name) + 48) != 0) {
+                st = dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for checkpoint names");
+                break;
             }
             len += (size_t)snprintf(buf + len, cap - len, "%d %s %zu\n", s, pt->name, pt->numel * sizeof(float));
         }

@@ -28,8 +28,10 @@ struct rt_exec {
     /* slots and activation arenas, kept across iterations */
     rt_slot *slots;
     int32_t n_slots;
+    size_t cap_slots;  /* slots allocated (n_slots of them initialised) */
     rt_acts *acts;
     int32_t n_acts;
+    size_t cap_acts;
     /* this iteration */
     const dyn_rt_work *w;
     const dyn_rank_plan *rp;
@@ -193,9 +195,9 @@ static dyn_status acts_get(rt_exec *x, int32_t mb, int32_t stage, int create, dy
     for (int32_t i = 0; i < x->n_acts && f < 0; i++)
         if (!x->acts[i].used) f = i;
     if (f < 0) {
-        rt_acts *a = realloc(x->acts, (size_t)(x->n_acts + 1) * sizeof *a);
-        if (a == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for activation arenas");
-        x->acts = a;
+        if (DYN_RESERVE(x->acts, x->cap_acts, (size_t)x->n_acts + 1) != 0)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for activation arenas");
+        rt_acts *a = x->acts;
         f = x->n_acts;
         memset(&a[f], 0, sizeof a[f]);
         if ((a[f].acts = dyn_model_acts_create(err)) == NULL) return DYN_ERR_NOMEM;
@@ -228,18 +230,8 @@ static dyn_status mb_tokens(rt_exec *x, int32_t k0, int32_t n, dyn_error *err)
         const dyn_sample *s = &ds->samples[w->samples[k0 + k].id];
         tokens += (size_t)s->input_len + (size_t)s->target_len;
     }
-    if (tokens > x->cap_tok) {
-        int32_t *t = realloc(x->tok, tokens * sizeof *t);
-        if (t == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for tokens");
-        x->tok = t;
-        x->cap_tok = tokens;
-    }
-    if ((size_t)n > x->cap_ts) {
-        dyn_token_sample *t = realloc(x->ts, (size_t)n * sizeof *t);
-        if (t == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for samples");
-        x->ts = t;
-        x->cap_ts = (size_t)n;
-    }
+    if (DYN_RESERVE(x->tok, x->cap_tok, tokens) != 0) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for tokens");
+    if (DYN_RESERVE(x->ts, x->cap_ts, n) != 0) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for samples");
     size_t at = 0;
     for (int32_t k = 0; k < n; k++) {
         const dyn_sample *s = &ds->samples[w->samples[k0 + k].id];
@@ -563,20 +555,20 @@ static dyn_status prepare(rt_exec *x, const dyn_rt_work *w, dyn_error *err)
     x->rp = &w->plan.ranks[x->env.g->stage_rank];
     x->dloss = (float)(1.0 / (double)w->global_target_tokens);
     if (w->n_mb > x->cap_mbs) {
-        dyn_model_microbatch **m = realloc(x->mbs, (size_t)w->n_mb * sizeof *m);
-        if (m == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for micro-batches");
-        for (int32_t j = x->cap_mbs; j < w->n_mb; j++) m[j] = NULL;
-        x->mbs = m;
-        x->cap_mbs = w->n_mb;
+        size_t c = (size_t)x->cap_mbs;
+        if (DYN_RESERVE(x->mbs, c, w->n_mb) != 0)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for micro-batches");
+        for (size_t j = (size_t)x->cap_mbs; j < c; j++) x->mbs[j] = NULL;
+        x->cap_mbs = (int32_t)c;
     }
     if (x->rp->n_buffers > x->n_slots) {
-        rt_slot *s = realloc(x->slots, (size_t)x->rp->n_buffers * sizeof *s);
-        if (s == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for buffer slots");
+        if (DYN_RESERVE(x->slots, x->cap_slots, x->rp->n_buffers) != 0)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for buffer slots");
+        rt_slot *s = x->slots;
         for (int32_t k = x->n_slots; k < x->rp->n_buffers; k++) {
             memset(&s[k], 0, sizeof s[k]);
             s[k].req = MPI_REQUEST_NULL;
         }
-        x->slots = s;
         x->n_slots = x->rp->n_buffers;
     }
     for (int32_t k = 0; k < x->n_slots; k++) x->slots[k].live = 0;
@@ -584,10 +576,9 @@ static dyn_status prepare(rt_exec *x, const dyn_rt_work *w, dyn_error *err)
     /* where each stage's weight gradients are complete (the stage_done hook) */
     int32_t ns = w->plan.n_stages;
     if (ns > x->cap_last_w) {
-        int32_t *l = realloc(x->last_w, (size_t)ns * sizeof *l);
-        if (l == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the stage table");
-        x->last_w = l;
-        x->cap_last_w = ns;
+        size_t c = (size_t)x->cap_last_w;
+        if (DYN_RESERVE(x->last_w, c, ns) != 0) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the stage table");
+        x->cap_last_w = (int32_t)c;
     }
     for (int32_t k = 0; k < ns; k++) x->last_w[k] = -1;
     for (int32_t i = 0; i < x->rp->n_instrs; i++) {
@@ -601,11 +592,10 @@ static dyn_status prepare(rt_exec *x, const dyn_rt_work *w, dyn_error *err)
 static dyn_status record(rt_exec *x, int32_t i, double t0, double t1, dyn_error *err)
 {
     if (x->n_ev == x->cap_ev) {
-        int64_t cap = x->cap_ev ? 2 * x->cap_ev : 1024;
-        rt_event *e = realloc(x->ev, (size_t)cap * sizeof *e);
-        if (e == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for trace events");
-        x->ev = e;
-        x->cap_ev = cap;
+        size_t c = (size_t)x->cap_ev;
+        if (DYN_RESERVE(x->ev, c, c ? c + 1 : 1024) != 0)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for trace events");
+        x->cap_ev = (int64_t)c;
     }
     const dyn_instr *in = &x->rp->instrs[i];
     double useful = in->microbatch >= 0 && in->microbatch < x->w->n_mb && x->w->useful ? x->w->useful[in->microbatch] : 1.0;

@@ -34,15 +34,10 @@ static void put(wbuf *b, const void *v, size_t n)
 {
     if (b->failed || n == 0) return;
     if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n) cap *= 2;
-        uint8_t *p = realloc(b->p, cap);
-        if (p == NULL) {
+        if (DYN_RESERVE(b->p, b->cap, b->cap || b->len + n > 256 ? b->len + n : 256) != 0) {
             b->failed = 1;
             return;
         }
-        b->p = p;
-        b->cap = cap;
     }
     memcpy(b->p + b->len, v, n); /* x86-64 and aarch64 are little-endian: the wire order */
     b->len += n;

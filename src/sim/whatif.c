@@ -20,7 +20,7 @@
 
 #include "dynapipe/cost.h" /* defines: DYN_COST_VALUE_MAX */
 #include "dynapipe/sim.h"
-#include "util/util.h" /* defines: dyn_calloc, dyn_file_read_all, dyn_parse_finite */
+#include "util/util.h" /* defines: dyn_calloc, DYN_RESERVE, dyn_file_read_all, dyn_parse_finite */
 
 #define WHATIF_MAX_INDEX 65535
 #define WHATIF_MAX_CELLS (1 << 22)
@@ -236,14 +236,12 @@ dyn_status dyn_whatif_parse(const char *name, const char *text, dyn_stage_costs 
             continue;
         }
         if (n_rows == cap_rows) {
-            int32_t cap = cap_rows ? 2 * cap_rows : 64;
-            whatif_row *bigger = cap <= WHATIF_MAX_CELLS ? realloc(rows, sizeof(whatif_row) * (size_t)cap) : NULL;
-            if (bigger == NULL) {
+            size_t c = (size_t)cap_rows;
+            if ((c ? 2 * c : 64) > WHATIF_MAX_CELLS || DYN_RESERVE(rows, c, c ? c + 1 : 64) != 0) {
                 st = dyn_error_set(err, DYN_ERR_NOMEM, "%s:%d: too many rows", name, line);
                 goto done;
             }
-            rows = bigger;
-            cap_rows = cap;
+            cap_rows = (int32_t)c;
         }
         if ((st = parse_row(name, line, fields, nf, nf_header, col_of, &rows[n_rows], err)) != DYN_OK)
             goto done;
