@@ -69,8 +69,9 @@ static int setup(void **state)
 }
 
 /* Train STEPS steps on RANKS ranks with the schedule flags given; every
- * metrics line's predicted allocation against the measured one, per rank. */
-static void expect_predicted_memory(const char *schedule)
+ * metrics line's predicted allocation against the measured one, per rank;
+ * name: the schedule each line must report. */
+static void expect_predicted_memory(const char *schedule, const char *name)
 {
     const char *cli = getenv("DYN_CLI");
     assert_non_null(cli);
@@ -93,6 +94,10 @@ static void expect_predicted_memory(const char *schedule)
         int step = (int)cJSON_GetObjectItemCaseSensitive(j, "step")->valuedouble;
         assert_int_equal(step, lines);
         assert_true(cJSON_GetObjectItemCaseSensitive(j, "n_microbatches")->valuedouble > 0);
+        /* the schedule asked for ran (what the case is for: kept buffers, two stages a rank) */
+        const cJSON *ran = cJSON_GetObjectItemCaseSensitive(j, "schedule");
+        assert_true(cJSON_IsString(ran));
+        assert_string_equal(ran->valuestring, name);
         const cJSON *meas = cJSON_GetObjectItemCaseSensitive(j, "peak_mem_mb");
         const cJSON *pred = cJSON_GetObjectItemCaseSensitive(j, "predicted_peak_mem_mb");
         assert_true(cJSON_IsArray(meas) && cJSON_IsArray(pred));
@@ -118,21 +123,21 @@ static void expect_predicted_memory(const char *schedule)
 static void test_zb(void **state)
 {
     (void)state;
-    expect_predicted_memory("--schedule zb");
+    expect_predicted_memory("--schedule zb", "zb");
 }
 
 /* Interleaved, 2 chunks on 2 ranks: 4 stages, each rank holding 2. */
 static void test_interleaved(void **state)
 {
     (void)state;
-    expect_predicted_memory("--schedule interleaved --chunks 2");
+    expect_predicted_memory("--schedule interleaved --chunks 2", "interleaved");
 }
 
 /* 1F1B, one stage per rank: the case worked by hand in test_sched.c. */
 static void test_1f1b(void **state)
 {
     (void)state;
-    expect_predicted_memory("--schedule 1f1b");
+    expect_predicted_memory("--schedule 1f1b", "1f1b");
 }
 
 int main(void)
