@@ -39,7 +39,9 @@ static int cli_run(const char *sub, const char *args)
     const char *cli = getenv("DYN_CLI");
     assert_non_null(cli);
     char cmd[8192];
-    int w = snprintf(cmd, sizeof cmd, "'%s' %s %s >'%s' 2>'%s'", cli, sub, args, out_path, err_path);
+    /* under timeout: `train` starts mpirun, and a hung rank must end the
+     * test, not the CI run */
+    int w = snprintf(cmd, sizeof cmd, "timeout 300 '%s' %s %s >'%s' 2>'%s'", cli, sub, args, out_path, err_path);
     assert_true(w > 0 && (size_t)w < sizeof cmd);
     int st = system(cmd);
     assert_true(WIFEXITED(st));
