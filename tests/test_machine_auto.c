@@ -391,8 +391,8 @@ static void test_train_header(void **state)
     snprintf(cache, sizeof cache, "%s/xdg-train", dir);
     setenv("XDG_CACHE_HOME", cache, 1);
     /* train starts mpirun (cli_run runs it under timeout): leak detection
-     * off in the sanitizer build, as
-     * for every MPI run of the suite (Open MPI's allocations at exit) */
+     * off in the sanitizer build, as for every MPI run of the suite (Open
+     * MPI's allocations at exit) */
     setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
     int rc = cli_run("train", TRAIN_ARGS "--max-seqlen 64");
     char *err = slurp(err_path);
