@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "dynapipe/cost.h"
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_preset, dyn_machine_core_share */
@@ -406,8 +407,22 @@ static void test_train_header(void **state)
      * off in the sanitizer build, as for every MPI run of the suite (Open
      * MPI's allocations at exit) */
     setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
-    int rc = cli_run("train", TRAIN_ARGS "--max-seqlen 64");
+    /* flags refused on their own are refused before any measuring: one
+     * line, and nothing measured into the (empty) cache */
+    int rc = cli_run("train", TRAIN_ARGS "--max-seqlen 64 --save /nonexistent/dir/m.safetensors");
     char *err = slurp(err_path);
+    assert_null(strstr(err, "measur"));
+    free(err);
+    cli_assert_one_line_error("train", "--save /nonexistent/dir", rc, 2, "--save");
+    rc = cli_run("train", TRAIN_ARGS "--max-seqlen 64 --schedule zb --chunks 2");
+    err = slurp(err_path);
+    assert_null(strstr(err, "measur"));
+    free(err);
+    cli_assert_one_line_error("train", "--chunks 2", rc, 2, "--chunks 2 applies to --schedule interleaved only");
+    struct stat st;
+    assert_int_not_equal(stat(cache, &st), 0); /* nothing measured, nothing cached */
+    rc = cli_run("train", TRAIN_ARGS "--max-seqlen 64");
+    err = slurp(err_path);
     if (rc != 0) fail_msg("train failed: %s", err);
     assert_non_null(strstr(err, "dynapipe train: cost model: analytic, machine auto: this machine"));
     assert_non_null(strstr(err, "model gpt-tiny (gpt"));     /* given: no "(default)" */
