@@ -51,6 +51,7 @@ static void train_args_init(train_args *t)
     t->plan.data_spec = t->o.data_spec;
     t->plan.default_config[DYN_MODEL_GPT] = "gpt-mini";
     t->plan.default_config[DYN_MODEL_T5] = "t5-mini";
+    t->plan.default_config[DYN_MODEL_LLAMA] = "llama-mini";
     t->plan.global_batch_tokens = t->o.global_batch_tokens;
     t->plan.opt.max_seqlen = DEFAULT_MAX_SEQLEN; /* or a cost table's (build_options) */
     t->plan.have_max_seqlen = 1;
@@ -203,7 +204,7 @@ static void usage(FILE *out)
     train_args d;
     train_args_init(&d);
     fprintf(out,
-            "usage: dynapipe train --model gpt|t5 [flags]\n"
+            "usage: dynapipe train --model gpt|t5|llama [flags]\n"
             "       dynapipe train --init DIR [flags]   (shape and weights from a model folder)\n\n"
             "Train a model with dynamic micro-batches on a pipeline of MPI ranks (one per\n"
             "stage per data-parallel replica; started with mpirun automatically).\n\n");
