@@ -128,8 +128,30 @@ dyn_status rt_report_metrics(const char *path, const rt_iter *iters, int64_t fir
             }
             fprintf(af.fp, "]");
         }
-        if (it->eval_loss >= 0) fprintf(af.fp, ",\"eval_loss\":%.6f", it->eval_loss);
+        if (it->epoch >= 0) fprintf(af.fp, ",\"epoch\":%.6f", it->epoch);
+        if (it->eval_loss >= 0)
+            fprintf(af.fp, ",\"eval_loss\":%.6f,\"eval_on\":\"%s\"", it->eval_loss, it->eval_on ? it->eval_on : "");
         fprintf(af.fp, "}\n");
+    }
+    if (ferror(af.fp)) {
+        dyn_atomic_abort(&af);
+        return dyn_error_set(err, DYN_ERR_IO, "%s: write failed", path);
+    }
+    return dyn_atomic_commit(&af, err);
+}
+
+dyn_status rt_report_order(const char *path, int32_t *const *order, const int32_t *order_n, const int64_t *pos_after,
+                           int32_t per_epoch, int64_t first, int64_t end, dyn_error *err)
+{
+    dyn_atomic_file af;
+    dyn_status st = dyn_atomic_open(&af, path, err);
+    if (st != DYN_OK) return st;
+    for (int64_t k = first; k < end; k++) {
+        int64_t before = pos_after[k] - order_n[k];
+        fprintf(af.fp, "{\"step\":%lld,\"epoch\":%lld,\"samples\":[", (long long)k,
+                (long long)(per_epoch > 0 ? before / per_epoch : 0));
+        for (int32_t i = 0; i < order_n[k]; i++) fprintf(af.fp, "%s%d", i ? "," : "", order[k][i]);
+        fprintf(af.fp, "]}\n");
     }
     if (ferror(af.fp)) {
         dyn_atomic_abort(&af);
