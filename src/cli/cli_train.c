@@ -134,8 +134,8 @@ static const cli_flag train_flags[] = {
     CLI_SECTION("training flags:"),
     {.name = "--steps", .metavar = "N", .type = CLI_FLAG_I64, .field = offsetof(TA, o.steps),
      .given = CLI_GIVEN(TA, have_steps), .min = 1, .max = 100000000,
-     .help = "iterations (global batches); with --epochs, the run ends\nat whichever comes first",
-     .def = "20; with --epochs alone, the epochs'"},
+     .help = "iterations (global batches); with --epochs, the run ends\n"
+             "at whichever comes first (--epochs alone: the epochs')"},
     {.name = "--epochs", .metavar = "N", .type = CLI_FLAG_I64, .field = offsetof(TA, o.epochs),
      .given = CLI_GIVEN(TA, have_epochs), .min = 1, .max = 1000000,
      .help = "passes over the data (a line says when each ends);\nwithout it the data repeats until --steps"},

@@ -77,7 +77,7 @@ static const field FIELDS[] = {
     {ORD,     "shuffle",             F_I32,    AT(shuffle),             0, 1, 1, NULL},
     {ORD,     "epochs",              F_I64,    AT(epochs),              0, BIG, 1, NULL},
     {ORD,     "eval_split",          F_F64,    AT(eval_split),          0, 0.999999999, 1, NULL},
-    {ORD,     "samples_per_epoch",   F_I32,    AT(per_epoch),           1, INT32_MAX, 1, NULL},
+    {ORD,     "samples_per_epoch",   F_I32,    AT(per_epoch),           0, INT32_MAX, 1, NULL},
     {ORD,     "epoch",               F_I64,    AT(epoch),               0, BIG, 1, NULL},
     {ORD,     "index",               F_I64,    AT(index),               0, INT32_MAX, 1, NULL},
     {ORD,     "eval_data",           F_STR,    AT(eval_data),           0, sizeof(((rt_ckpt_meta *)0)->eval_data), 1, NULL},
