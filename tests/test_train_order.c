@@ -15,8 +15,8 @@
  *   - without --eval-data or --eval-split the loss on a file is said to be
  *     a "train-data loss" (train and eval), with --eval-data a "validation"
  *     loss.
- *   - a run killed (--debug-kill) after a checkpoint and resumed trains the
- *     same samples at every step as an uninterrupted one, and its final
+ *   - a run killed (--debug-kill) in its second epoch after a checkpoint and
+ *     resumed trains the same samples at every step as an uninterrupted one, and its final
  *     checkpoint equals the uninterrupted one byte for byte.
  *   - bad values (--eval-split 1.5, --epochs 0, a missing --eval-data, a
  *     resume in another order): one line, non-zero exit. */
@@ -292,8 +292,9 @@ static int same_file(const char *a, const char *b)
     return ok;
 }
 
-/* Killed at step 6 (after its checkpoint) and resumed: the same samples at
- * every step as an uninterrupted run, and the same final checkpoint. */
+/* Killed at step 9, in the second epoch (after its checkpoint), and
+ * resumed: the same samples at every step as an uninterrupted run, and the
+ * same final checkpoint. */
 static void test_kill_resume_same_order(void **state)
 {
     (void)state;
@@ -306,25 +307,25 @@ static void test_kill_resume_same_order(void **state)
     train_ok(args);
     order full, resumed;
     read_order(da, &full);
-    assert_true(full.steps > 8);
-    snprintf(args, sizeof args, "--epochs 2 --seed 3 --quiet --save '%s' --save-every 1 --debug-kill 1:6", b);
+    assert_true(full.epoch[9] == 1 && full.steps > 10); /* the kill falls in epoch 1 */
+    snprintf(args, sizeof args, "--epochs 2 --seed 3 --quiet --save '%s' --save-every 1 --debug-kill 1:9", b);
     assert_int_not_equal(train(args), 0);
     char latest[800];
     snprintf(latest, sizeof latest, "%s/latest", b);
     char *l = slurp(latest);
-    assert_string_equal(l, "step-00000006\n");
+    assert_string_equal(l, "step-00000009\n");
     free(l);
     snprintf(args, sizeof args, "--epochs 2 --seed 3 --quiet --save '%s' --resume '%s' --dump-order '%s'", b, b, db);
     train_ok(args);
     read_order(db, &resumed);
-    /* the resumed run's dump holds steps 6.. */
-    assert_int_equal(resumed.first_step, 6);
-    assert_int_equal(resumed.steps, full.steps - 6);
+    /* the resumed run's dump holds steps 9.. */
+    assert_int_equal(resumed.first_step, 9);
+    assert_int_equal(resumed.steps, full.steps - 9);
     for (int k = 0; k < resumed.steps; k++) {
-        int n = full.first[k + 7] - full.first[k + 6], m = resumed.first[k + 1] - resumed.first[k];
+        int n = full.first[k + 10] - full.first[k + 9], m = resumed.first[k + 1] - resumed.first[k];
         assert_int_equal(n, m);
-        assert_int_equal(full.epoch[k + 6], resumed.epoch[k]);
-        assert_memory_equal(full.ids + full.first[k + 6], resumed.ids + resumed.first[k], (size_t)n * sizeof(int));
+        assert_int_equal(full.epoch[k + 9], resumed.epoch[k]);
+        assert_memory_equal(full.ids + full.first[k + 9], resumed.ids + resumed.first[k], (size_t)n * sizeof(int));
     }
     char fa[900], fb[900];
     snprintf(fa, sizeof fa, "%s/step-%08d", a, full.steps);
@@ -351,9 +352,9 @@ static void test_kill_resume_same_order(void **state)
         fail_msg("trainer state: %s", t);
     free(t);
     /* a resume in another order is refused, naming it */
-    snprintf(args, sizeof args, "--epochs 2 --seed 3 --no-shuffle --save '%s' --resume '%s/step-00000006'", b, b);
+    snprintf(args, sizeof args, "--epochs 2 --seed 3 --no-shuffle --save '%s' --resume '%s/step-00000009'", b, b);
     cli_assert_one_line_error("train", args, train(args), 1, "order would differ");
-    snprintf(args, sizeof args, "--epochs 2 --seed 4 --save '%s' --resume '%s/step-00000006'", b, b);
+    snprintf(args, sizeof args, "--epochs 2 --seed 4 --save '%s' --resume '%s/step-00000009'", b, b);
     cli_assert_one_line_error("train", args, train(args), 1, "--seed 3");
 }
 
