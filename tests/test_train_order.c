@@ -245,6 +245,12 @@ static void test_eval_split_never_trains(void **state)
     snprintf(want, sizeof want, ", never trained), %d samples: held-out loss ", n);
     if (strstr(out, "held-out 0.25 of ") == NULL || strstr(out, want) == NULL) fail_msg("eval said: %s", out);
     free(out);
+    /* a larger fraction than the checkpoint's is not all held out, and not called so */
+    snprintf(args, sizeof args, "--checkpoint '%s' --no-accuracy --samples 1000 --eval-split 0.5", ck);
+    assert_int_equal(cli_run("eval", args), 0);
+    out = slurp(out_path);
+    if (strstr(out, "some of these trained") == NULL || strstr(out, "held-out") != NULL) fail_msg("eval said: %s", out);
+    free(out);
 }
 
 /* Without --eval-data or --eval-split the loss is on the training file,

@@ -154,9 +154,17 @@ static void eval_set_of(const eval_args *ea, const rt_ckpt_meta *meta, eval_set 
     es->fraction = ea->eval_split > 0 ? ea->eval_split : own ? meta->eval_split : 0;
     if (es->fraction > 0) {
         es->split = own ? meta->split : 0; /* the split trained on, less its held-out part */
-        es->kind = "held-out";
-        snprintf(es->what, sizeof es->what, "held-out %g of %s (--eval-split%s)", es->fraction, es->spec,
-                 own ? ", never trained" : "");
+        /* the held-out set of a fraction holds that of any smaller one
+         * (dyn_eval_split: the first round(P n) in a fixed hash order) */
+        int untrained = own && es->fraction <= meta->eval_split;
+        es->kind = !own || untrained ? "held-out" : "";
+        if (own && !untrained)
+            snprintf(es->what, sizeof es->what,
+                     "%g of %s (--eval-split; the checkpoint held out %g, so some of these trained)", es->fraction,
+                     es->spec, meta->eval_split);
+        else
+            snprintf(es->what, sizeof es->what, "held-out %g of %s (--eval-split%s)", es->fraction, es->spec,
+                     own ? ", never trained" : "");
     } else if (is_builtin(es->spec)) {
         es->kind = es->split ? "held-out" : "train-data";
         snprintf(es->what, sizeof es->what, "%s split of %s", es->split ? "held-out" : "train", es->spec);
