@@ -79,7 +79,9 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: dynapipe eval --checkpoint DIR [flags]\n\n"
             "Evaluate a checkpoint of `dynapipe train --save DIR` (DIR's latest, or a step folder):\n"
-            "held-out loss and per-task exact match of the greedy generation, or --prompt.\n\n");
+            "the loss on an evaluation set (held-out, validation or the training data: the\n"
+            "first line says which) and per-task exact match of the greedy generation, or\n"
+            "--prompt.\n\n");
     cli_flag_set set = {eval_flags, &d};
     cli_flags_usage(out, &set, 1, NULL);
 }

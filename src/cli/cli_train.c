@@ -187,7 +187,8 @@ static const cli_flag train_flags[] = {
     CLI_I64("--save-every", "N", TA, o.save_every, 1, 100000000, "checkpoint interval in steps (with --save DIR)"),
     CLI_PATH("--resume", "DIR", TA, o.resume_dir,
             "continue from a checkpoint (DIR's latest, or a step folder);\n"
-            "--steps is the total, same model, stages, data and batch;\n"
+            "--steps is the total, same model, stages, data, order\n"
+            "(shuffle, seed, --eval-split) and batch;\n"
             "another --steps, --lr, --min-lr or --warmup than the\n"
             "checkpoint's moves the lr schedule (a note says so)"),
     CLI_PATH("--init", "DIR", TA, o.init_dir,

@@ -44,8 +44,8 @@ void rt_report_progress(const rt_iter *it, int64_t steps, int tty);
 /* The end-of-run line on stderr (rank 0): over iterations [first, end),
  * skipping the first when there are more (it allocates), the median
  * tokens/s and iteration time, and the efficiency as the sum of the ideal
- * bounds over the sum of the measured iteration times. Nothing when the
- * range is empty. */
+ * bounds over the sum of the measured iteration times, and the last eval
+ * loss, named for what it is on. Nothing when the range is empty. */
 void rt_report_summary(const rt_iter *iters, int64_t first, int64_t end);
 
 /* Iterations [first, end) of iters into path (rank 0). */
