@@ -18,8 +18,9 @@
  *   - a run killed (--debug-kill) in its second epoch after a checkpoint and
  *     resumed trains the same samples at every step as an uninterrupted one, and its final
  *     checkpoint equals the uninterrupted one byte for byte.
+ *   - --calibrate (batches planned again) trains the same samples per step.
  *   - bad values (--eval-split 1.5, --epochs 0, a missing --eval-data, a
- *     resume in another order): one line, non-zero exit. */
+ *     resume in another order or past --epochs): one line, non-zero exit. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -181,6 +182,15 @@ static void test_shuffle_is_a_permutation_per_epoch(void **state)
     }
     free(text);
     assert_int_equal(k, o.steps);
+
+    /* --calibrate plans batches again with corrected times: the same samples at every step */
+    snprintf(args, sizeof args, "--epochs 3 --seed 11 --calibrate --quiet --dump-order '%s'", dump);
+    train_ok(args);
+    order c;
+    read_order(dump, &c);
+    assert_int_equal(c.steps, o.steps);
+    assert_memory_equal(c.first, o.first, sizeof o.first);
+    assert_memory_equal(c.ids, o.ids, (size_t)o.first[o.steps] * sizeof(int));
 
     /* --steps first: the run ends there */
     snprintf(args, sizeof args, "--epochs 3 --steps 4 --seed 11 --dump-order '%s'", dump);
@@ -363,6 +373,8 @@ static void test_kill_resume_same_order(void **state)
     cli_assert_one_line_error("train", args, train(args), 1, "order would differ");
     snprintf(args, sizeof args, "--epochs 2 --seed 4 --save '%s' --resume '%s/step-00000009'", b, b);
     cli_assert_one_line_error("train", args, train(args), 1, "--seed 3");
+    snprintf(args, sizeof args, "--epochs 1 --seed 3 --save '%s' --resume '%s/step-00000009'", b, b);
+    cli_assert_one_line_error("train", args, train(args), 1, "--epochs 1 leaves nothing to train");
 }
 
 static void test_bad_values(void **state)
