@@ -298,58 +298,59 @@ static void recv_finish(sched_emitter *e, int32_t r, int grad, int32_t mb, int32
     in->bytes = grad ? boundary_bytes(e, mb, s) : boundary_bytes(e, mb, from);
 }
 
-void sched_emit_unit(sched_emitter *e, int32_t r, const sched_unit *u)
+/* A FORWARD of (mb, s) on rank r: its input (loaded tokens on stage 0,
+ * else the received activation), the targets on the last stage, the
+ * compute, the frees of what it read, and its output passed on. */
+static void emit_forward(sched_emitter *e, int32_t r, int32_t mb, int32_t s)
 {
-    int32_t mb = u->mb, s = u->stage, last = e->ns - 1;
+    int32_t last = e->ns - 1;
     size_t k = (size_t)mb * e->ns + s;
     const dyn_mb_shape *sh = &e->plan->mb_shape[mb];
-    flush_sends(e, r, 0);
-    if (u->kind == UNIT_F) {
-        int32_t in_slot, tgt = -1;
-        if (s == 0) {
-            in_slot = slot_alloc(e, r);
-            dyn_instr *ld = put(e, r, DYN_OP_LOAD_INPUT, mb, s);
-            ld->buf_out = in_slot;
-            ld->bytes = 4 * (int64_t)sh->rows * ((int64_t)sh->enc_len + sh->dec_len);
-        } else {
-            in_slot = e->act_slot[k];
-            recv_finish(e, r, 0, mb, s, s - 1, in_slot);
-        }
-        if (s == last) {
-            tgt = slot_alloc(e, r);
-            dyn_instr *ld = put(e, r, DYN_OP_LOAD_INPUT, mb, s);
-            ld->flags = DYN_INSTR_FLAG_TARGETS;
-            ld->buf_out = tgt;
-            ld->bytes = 4 * (int64_t)sh->rows * (sh->dec_len > 0 ? sh->dec_len : sh->enc_len);
-        }
-        int32_t out_slot = s < last ? slot_alloc(e, r) : -1;
-        dyn_instr *f = put(e, r, DYN_OP_FORWARD, mb, s);
-        f->recompute = (uint8_t)e->rc;
-        f->buf_in = in_slot;
-        f->buf_out = out_slot;
-        f->bytes = out_slot >= 0 ? boundary_bytes(e, mb, s) : 0;
-        e->n_compute[r]++;
-        slot_free(e, r, in_slot, mb, s);
-        if (tgt >= 0) slot_free(e, r, tgt, mb, s);
-        if (out_slot >= 0) {
-            if (rank_of(e, s + 1) == r) e->act_slot[k + 1] = out_slot;
-            else send_and_post(e, r, 0, mb, s, s + 1, out_slot, boundary_bytes(e, mb, s));
-        }
-        return;
+    int32_t in_slot, tgt = -1;
+    if (s == 0) {
+        in_slot = slot_alloc(e, r);
+        dyn_instr *ld = put(e, r, DYN_OP_LOAD_INPUT, mb, s);
+        ld->buf_out = in_slot;
+        ld->bytes = 4 * (int64_t)sh->rows * ((int64_t)sh->enc_len + sh->dec_len);
+    } else {
+        in_slot = e->act_slot[k];
+        recv_finish(e, r, 0, mb, s, s - 1, in_slot);
     }
-    if (u->kind == UNIT_BW) {
-        dyn_instr *w = put(e, r, DYN_OP_BACKWARD_WEIGHT, mb, s);
-        w->recompute = (uint8_t)e->rc;
-        e->n_compute[r]++;
-        return;
+    if (s == last) {
+        tgt = slot_alloc(e, r);
+        dyn_instr *ld = put(e, r, DYN_OP_LOAD_INPUT, mb, s);
+        ld->flags = DYN_INSTR_FLAG_TARGETS;
+        ld->buf_out = tgt;
+        ld->bytes = 4 * (int64_t)sh->rows * (sh->dec_len > 0 ? sh->dec_len : sh->enc_len);
     }
+    int32_t out_slot = s < last ? slot_alloc(e, r) : -1;
+    dyn_instr *f = put(e, r, DYN_OP_FORWARD, mb, s);
+    f->recompute = (uint8_t)e->rc;
+    f->buf_in = in_slot;
+    f->buf_out = out_slot;
+    f->bytes = out_slot >= 0 ? boundary_bytes(e, mb, s) : 0;
+    e->n_compute[r]++;
+    slot_free(e, r, in_slot, mb, s);
+    if (tgt >= 0) slot_free(e, r, tgt, mb, s);
+    if (out_slot >= 0) {
+        if (rank_of(e, s + 1) == r) e->act_slot[k + 1] = out_slot;
+        else send_and_post(e, r, 0, mb, s, s + 1, out_slot, boundary_bytes(e, mb, s));
+    }
+}
+
+/* A BACKWARD or BACKWARD_INPUT (op) of (mb, s) on rank r: the received
+ * gradient (but on the last stage), the compute, the free of the gradient
+ * and the input gradient passed on (but on stage 0). */
+static void emit_backward(sched_emitter *e, int32_t r, int32_t op, int32_t mb, int32_t s)
+{
+    size_t k = (size_t)mb * e->ns + s;
     int32_t in_slot = -1;
-    if (s < last) {
+    if (s < e->ns - 1) {
         in_slot = e->grad_slot[k];
         recv_finish(e, r, 1, mb, s, s + 1, in_slot);
     }
     int32_t out_slot = s > 0 ? slot_alloc(e, r) : -1;
-    dyn_instr *b = put(e, r, u->kind == UNIT_B ? DYN_OP_BACKWARD : DYN_OP_BACKWARD_INPUT, mb, s);
+    dyn_instr *b = put(e, r, op, mb, s);
     b->recompute = (uint8_t)e->rc;
     b->buf_in = in_slot;
     b->buf_out = out_slot;
@@ -359,6 +360,20 @@ void sched_emit_unit(sched_emitter *e, int32_t r, const sched_unit *u)
     if (out_slot >= 0) {
         if (rank_of(e, s - 1) == r) e->grad_slot[k - 1] = out_slot;
         else send_and_post(e, r, 1, mb, s, s - 1, out_slot, boundary_bytes(e, mb, s - 1));
+    }
+}
+
+void sched_emit_unit(sched_emitter *e, int32_t r, const sched_unit *u)
+{
+    flush_sends(e, r, 0);
+    if (u->kind == UNIT_F) {
+        emit_forward(e, r, u->mb, u->stage);
+    } else if (u->kind == UNIT_BW) {
+        dyn_instr *w = put(e, r, DYN_OP_BACKWARD_WEIGHT, u->mb, u->stage);
+        w->recompute = (uint8_t)e->rc;
+        e->n_compute[r]++;
+    } else {
+        emit_backward(e, r, u->kind == UNIT_B ? DYN_OP_BACKWARD : DYN_OP_BACKWARD_INPUT, u->mb, u->stage);
     }
 }
 
