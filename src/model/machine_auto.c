@@ -480,6 +480,48 @@ dyn_status dyn_machine_auto_read(const char *path, const char *key, dyn_machine 
 
 #define MAX_SHAPES 32
 #define REMEASURE_UNTIL_MS 20000.0 /* no second measurements after this long */
+/* Measure one shape's forward and backward (ms) into *lc. */
+static dyn_status measure_obs(dyn_profiler *p, const dyn_machine_obs *o, dyn_layer_cost *lc, dyn_error *err)
+{
+    return dyn_profiler_measure(p, o->kind, DYN_RECOMPUTE_NONE, o->mb.rows, o->mb.enc_len,
+                                o->mb.dec_len > 0 ? o->mb.dec_len : 1, lc, err);
+}
+
+/* On a shared machine a measurement may be slowed by others: one whose
+ * reference kernel (probe[i]) ran over DYN_SWEEP_CALM slower than the
+ * fastest seen is measured once more, while the budget from t0 lasts,
+ * keeping the faster (others only ever slow a kernel down; profile.h,
+ * "reference kernel"). */
+static dyn_status remeasure_slowed(dyn_profiler *p, dyn_machine_obs *obs, int n, const double *probe, double t0,
+                                   dyn_machine_auto_info *info, dyn_error *err)
+{
+    double best = dyn_profiler_probe_best_ms(p);
+    dyn_status st = DYN_OK;
+    for (int i = 0; i < n && st == DYN_OK; i++) {
+        if (!(probe[i] > best * (1 + DYN_SWEEP_CALM)) || dyn_time_ms() - t0 > REMEASURE_UNTIL_MS) continue;
+        dyn_layer_cost lc;
+        st = measure_obs(p, &obs[i], &lc, err);
+        if (lc.fwd_ms < obs[i].fwd_ms) obs[i].fwd_ms = lc.fwd_ms;
+        if (lc.bwd_ms < obs[i].bwd_ms) obs[i].bwd_ms = lc.bwd_ms;
+        info->remeasured++;
+    }
+    return st;
+}
+
+/* DYN_MACHINE_MEASURE_SHOW: each measured shape against the fitted
+ * machine's prediction, to log. */
+static void show_fit(const dyn_model_config *cfg, const dyn_machine *m, const dyn_machine_obs *obs, int n, FILE *log,
+                     dyn_error *err)
+{
+    for (int i = 0; i < n; i++) {
+        double t[2] = {0, 0};
+        if (obs_time(cfg, m, &obs[i], t, err) != DYN_OK) break;
+        fprintf(log, "  %-8s %3d x %4d (%4d)  fwd %9.3f ms (fit %9.3f)  bwd %9.3f ms (fit %9.3f)\n",
+                dyn_layer_kind_name(obs[i].kind), obs[i].mb.rows, obs[i].mb.enc_len, obs[i].mb.dec_len,
+                obs[i].fwd_ms, t[0], obs[i].bwd_ms, t[1]);
+    }
+}
+
 dyn_status dyn_machine_measure(const dyn_model_config *cfg, int threads, dyn_machine_measure_level level,
                                FILE *log, dyn_machine *m, dyn_machine_auto_info *info, dyn_error *err)
 {
@@ -502,26 +544,12 @@ dyn_status dyn_machine_measure(const dyn_model_config *cfg, int threads, dyn_mac
     double probe[MAX_SHAPES];
     for (int i = 0; i < n && st == DYN_OK; i++) {
         dyn_layer_cost lc;
-        st = dyn_profiler_measure(p, obs[i].kind, DYN_RECOMPUTE_NONE, obs[i].mb.rows, obs[i].mb.enc_len,
-                                  obs[i].mb.dec_len > 0 ? obs[i].mb.dec_len : 1, &lc, err);
+        st = measure_obs(p, &obs[i], &lc, err);
         obs[i].fwd_ms = lc.fwd_ms;
         obs[i].bwd_ms = lc.bwd_ms;
         probe[i] = dyn_profiler_probe_last_ms(p);
     }
-    /* On a shared machine a measurement may be slowed by others: one whose
-     * reference kernel ran over DYN_SWEEP_CALM slower than the fastest seen
-     * is measured once more, while the budget lasts, keeping the faster
-     * (others only ever slow a kernel down; profile.h, "reference kernel"). */
-    double best = dyn_profiler_probe_best_ms(p);
-    for (int i = 0; i < n && st == DYN_OK && !tiny; i++) {
-        if (!(probe[i] > best * (1 + DYN_SWEEP_CALM)) || dyn_time_ms() - t0 > REMEASURE_UNTIL_MS) continue;
-        dyn_layer_cost lc;
-        st = dyn_profiler_measure(p, obs[i].kind, DYN_RECOMPUTE_NONE, obs[i].mb.rows, obs[i].mb.enc_len,
-                                  obs[i].mb.dec_len > 0 ? obs[i].mb.dec_len : 1, &lc, err);
-        if (lc.fwd_ms < obs[i].fwd_ms) obs[i].fwd_ms = lc.fwd_ms;
-        if (lc.bwd_ms < obs[i].bwd_ms) obs[i].bwd_ms = lc.bwd_ms;
-        info->remeasured++;
-    }
+    if (st == DYN_OK && !tiny) st = remeasure_slowed(p, obs, n, probe, t0, info, err);
     double opt = 0;
     if (st == DYN_OK) st = dyn_profiler_measure_optimizer(p, &opt, err);
     dyn_profiler_free(p);
@@ -530,16 +558,7 @@ dyn_status dyn_machine_measure(const dyn_model_config *cfg, int threads, dyn_mac
     /* one million parameters at the measured rate per million */
     st = dyn_machine_fit(cfg, dyn_machine_builtin("cpu"), obs, n, 1e6, opt, m, &info->fit, err);
     info->measure_s = (dyn_time_ms() - t0) / 1000.0;
-    if (st == DYN_OK && log != NULL && getenv("DYN_MACHINE_MEASURE_SHOW") != NULL) {
-        /* each measured shape against the fitted machine's prediction */
-        for (int i = 0; i < n; i++) {
-            double t[2] = {0, 0};
-            if (obs_time(cfg, m, &obs[i], t, err) != DYN_OK) break;
-            fprintf(log, "  %-8s %3d x %4d (%4d)  fwd %9.3f ms (fit %9.3f)  bwd %9.3f ms (fit %9.3f)\n",
-                    dyn_layer_kind_name(obs[i].kind), obs[i].mb.rows, obs[i].mb.enc_len, obs[i].mb.dec_len,
-                    obs[i].fwd_ms, t[0], obs[i].bwd_ms, t[1]);
-        }
-    }
+    if (st == DYN_OK && log != NULL && getenv("DYN_MACHINE_MEASURE_SHOW") != NULL) show_fit(cfg, m, obs, n, log, err);
     return st;
 }
 
