@@ -126,95 +126,97 @@ dyn_status dyn_machine_validate(const dyn_machine *m, dyn_error *err)
     return DYN_OK;
 }
 
-dyn_status dyn_machine_parse(const char *text, const char *where, dyn_machine *out, dyn_error *err)
+/* Every key of root is one a machine file may have. */
+static dyn_status machine_keys_check(const cJSON *root, const char *where, dyn_error *err)
 {
     static const char *const KEYS[] = {"base", "name", "matmul_gflops", "attn_gflops", "mem_gbps",
                                        "bytes_per_elem", "device_memory_mb", "link_latency_ms",
                                        "link_gbps", "dp_link_gbps", "gemm_n_half", "layer_overhead_ms",
                                        NULL};
+    for (const cJSON *it = root->child; it; it = it->next) {
+        int known = 0;
+        for (int k = 0; KEYS[k]; k++) known |= strcmp(it->string, KEYS[k]) == 0;
+        if (!known) return dyn_error_set(err, DYN_ERR_PARSE, "%s: unknown field \"%s\"", where, it->string);
+    }
+    return DYN_OK;
+}
+
+/* "base" (a built-in machine whose fields the file overrides; *have_base)
+ * and "name" (required without a base) into *m. */
+static dyn_status machine_base_name(const cJSON *root, const char *where, dyn_machine *m, int *have_base,
+                                    dyn_error *err)
+{
+    const cJSON *base = cJSON_GetObjectItemCaseSensitive(root, "base");
+    *have_base = 0;
+    if (base != NULL) {
+        const dyn_machine *b = cJSON_IsString(base) ? dyn_machine_builtin(base->valuestring) : NULL;
+        if (b == NULL)
+            return dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"base\" must name a built-in machine (cpu, a100)",
+                                 where);
+        *m = *b;
+        *have_base = 1;
+    }
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name");
+    if (name != NULL) {
+        if (!cJSON_IsString(name) || strlen(name->valuestring) >= sizeof m->name)
+            return dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"name\" must be a string of 1..63 characters",
+                                 where);
+        snprintf(m->name, sizeof m->name, "%s", name->valuestring);
+    } else if (!*have_base) {
+        return dyn_error_set(err, DYN_ERR_PARSE, "%s: missing field \"name\"", where);
+    }
+    return DYN_OK;
+}
+
+/* The numeric fields into *m, each required without a base except the
+ * small-size terms: absent (and no base) means 0, the pure-rate model, so
+ * machine files written before they existed still load. */
+static dyn_status machine_numbers(const cJSON *root, const char *where, int have_base, dyn_machine *m,
+                                  dyn_error *err)
+{
+    struct { const char *key; double *dst; int optional; } f[] = {
+        {"matmul_gflops", &m->matmul_gflops, 0},       {"attn_gflops", &m->attn_gflops, 0},
+        {"mem_gbps", &m->mem_gbps, 0},                 {"device_memory_mb", &m->device_memory_mb, 0},
+        {"link_latency_ms", &m->link_latency_ms, 0},   {"link_gbps", &m->link_gbps, 0},
+        {"dp_link_gbps", &m->dp_link_gbps, 0},         {"gemm_n_half", &m->gemm_n_half, 1},
+        {"layer_overhead_ms", &m->layer_overhead_ms, 1},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, f[i].key);
+        if (it == NULL) {
+            if (have_base || f[i].optional) continue;
+            return dyn_error_set(err, DYN_ERR_PARSE, "%s: missing field \"%s\"", where, f[i].key);
+        }
+        if (!cJSON_IsNumber(it))
+            return dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"%s\" must be a number", where, f[i].key);
+        *f[i].dst = it->valuedouble;
+    }
+    const cJSON *bpe = cJSON_GetObjectItemCaseSensitive(root, "bytes_per_elem");
+    if (bpe == NULL && !have_base)
+        return dyn_error_set(err, DYN_ERR_PARSE, "%s: missing field \"bytes_per_elem\"", where);
+    if (bpe != NULL) {
+        if (!cJSON_IsNumber(bpe) || (bpe->valuedouble != 2 && bpe->valuedouble != 4))
+            return dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"bytes_per_elem\" must be 2 or 4", where);
+        m->bytes_per_elem = (int32_t)bpe->valuedouble;
+    }
+    return DYN_OK;
+}
+
+dyn_status dyn_machine_parse(const char *text, const char *where, dyn_machine *out, dyn_error *err)
+{
     cJSON *root = NULL;
     dyn_status st = dyn_json_parse(text, strlen(text), where, &root, err);
     if (st != DYN_OK) return st;
     dyn_machine m;
     memset(&m, 0, sizeof m);
     int have_base = 0;
-    if (!cJSON_IsObject(root)) {
-        st = dyn_error_set(err, DYN_ERR_PARSE, "%s: expected a JSON object", where);
-        goto done;
-    }
-    for (const cJSON *it = root->child; it; it = it->next) {
-        int known = 0;
-        for (int k = 0; KEYS[k]; k++) known |= strcmp(it->string, KEYS[k]) == 0;
-        if (!known) {
-            st = dyn_error_set(err, DYN_ERR_PARSE, "%s: unknown field \"%s\"", where, it->string);
-            goto done;
-        }
-    }
-    const cJSON *base = cJSON_GetObjectItemCaseSensitive(root, "base");
-    if (base != NULL) {
-        const dyn_machine *b = cJSON_IsString(base) ? dyn_machine_builtin(base->valuestring) : NULL;
-        if (b == NULL) {
-            st = dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"base\" must name a built-in machine (cpu, a100)",
-                               where);
-            goto done;
-        }
-        m = *b;
-        have_base = 1;
-    }
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name");
-    if (name != NULL) {
-        if (!cJSON_IsString(name) || strlen(name->valuestring) >= sizeof m.name) {
-            st = dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"name\" must be a string of 1..63 characters",
-                               where);
-            goto done;
-        }
-        snprintf(m.name, sizeof m.name, "%s", name->valuestring);
-    } else if (!have_base) {
-        st = dyn_error_set(err, DYN_ERR_PARSE, "%s: missing field \"name\"", where);
-        goto done;
-    }
-    /* The small-size terms are optional: absent (and no base) means 0, the
-     * pure-rate model, so machine files written before they existed still
-     * load. */
-    struct { const char *key; double *dst; int optional; } f[] = {
-        {"matmul_gflops", &m.matmul_gflops, 0},       {"attn_gflops", &m.attn_gflops, 0},
-        {"mem_gbps", &m.mem_gbps, 0},                 {"device_memory_mb", &m.device_memory_mb, 0},
-        {"link_latency_ms", &m.link_latency_ms, 0},   {"link_gbps", &m.link_gbps, 0},
-        {"dp_link_gbps", &m.dp_link_gbps, 0},         {"gemm_n_half", &m.gemm_n_half, 1},
-        {"layer_overhead_ms", &m.layer_overhead_ms, 1},
-    };
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-        const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, f[i].key);
-        if (it == NULL) {
-            if (have_base || f[i].optional) continue;
-            st = dyn_error_set(err, DYN_ERR_PARSE, "%s: missing field \"%s\"", where, f[i].key);
-            goto done;
-        }
-        if (!cJSON_IsNumber(it)) {
-            st = dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"%s\" must be a number", where, f[i].key);
-            goto done;
-        }
-        *f[i].dst = it->valuedouble;
-    }
-    const cJSON *bpe = cJSON_GetObjectItemCaseSensitive(root, "bytes_per_elem");
-    if (bpe == NULL && !have_base) {
-        st = dyn_error_set(err, DYN_ERR_PARSE, "%s: missing field \"bytes_per_elem\"", where);
-        goto done;
-    }
-    if (bpe != NULL) {
-        if (!cJSON_IsNumber(bpe) || (bpe->valuedouble != 2 && bpe->valuedouble != 4)) {
-            st = dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"bytes_per_elem\" must be 2 or 4", where);
-            goto done;
-        }
-        m.bytes_per_elem = (int32_t)bpe->valuedouble;
-    }
-    if (dyn_machine_validate(&m, err) != DYN_OK) {
-        /* Prefix the source so the user knows which file is wrong. */
-        st = dyn_error_prefix(err, DYN_ERR_PARSE, where);
-        goto done;
-    }
-    *out = m;
-done:
+    if (!cJSON_IsObject(root)) st = dyn_error_set(err, DYN_ERR_PARSE, "%s: expected a JSON object", where);
+    if (st == DYN_OK) st = machine_keys_check(root, where, err);
+    if (st == DYN_OK) st = machine_base_name(root, where, &m, &have_base, err);
+    if (st == DYN_OK) st = machine_numbers(root, where, have_base, &m, err);
+    /* Prefix the source so the user knows which file is wrong. */
+    if (st == DYN_OK && dyn_machine_validate(&m, err) != DYN_OK) st = dyn_error_prefix(err, DYN_ERR_PARSE, where);
+    if (st == DYN_OK) *out = m;
     cJSON_Delete(root);
     return st;
 }

@@ -285,6 +285,83 @@ static int known_key(const char *k, const char *const *keys)
     return 0;
 }
 
+/* "preset" (a preset the file overrides; *have_preset) and "kind"
+ * (required without a preset) into *c. */
+static dyn_status config_preset_kind(const cJSON *root, const char *where, dyn_model_config *c, int *have_preset,
+                                     dyn_error *err)
+{
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "preset");
+    *have_preset = 0;
+    if (p != NULL) {
+        if (!cJSON_IsString(p))
+            return dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"preset\" must be a string", where);
+        if (dyn_model_config_preset(p->valuestring, c, err) != DYN_OK)
+            return dyn_error_prefix(err, DYN_ERR_PARSE, where);
+        *have_preset = 1;
+    }
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(root, "kind");
+    if (k != NULL) {
+        if (!cJSON_IsString(k))
+            return dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"kind\" must be \"gpt\", \"t5\" or \"llama\"", where);
+        dyn_model_kind kind;
+        if (dyn_model_kind_parse(k->valuestring, &kind, NULL) != DYN_OK)
+            return dyn_error_set(err, DYN_ERR_PARSE,
+                                 "%s: field \"kind\" must be \"gpt\", \"t5\" or \"llama\", not \"%s\"", where,
+                                 k->valuestring);
+        c->kind = kind;
+    } else if (!*have_preset) {
+        return dyn_error_set(err, DYN_ERR_PARSE, "%s: missing field \"kind\"", where);
+    }
+    return DYN_OK;
+}
+
+/* The integer fields into *c: required without a preset, optional
+ * overrides with one; then head_dim derived where it is not given. */
+static dyn_status config_sizes(const cJSON *root, const char *where, int have_preset, dyn_model_config *c,
+                               dyn_error *err)
+{
+    struct { const char *key; int32_t *dst; int required; } f[] = {
+        {"n_layers", &c->n_layers, 1}, {"hidden", &c->hidden, 1},   {"heads", &c->heads, 1},
+        {"ffn", &c->ffn, 1},           {"vocab", &c->vocab, 1},     {"max_seqlen", &c->max_seqlen, 1},
+        {"n_dec_layers", &c->n_dec_layers, c->kind == DYN_MODEL_T5}, {"head_dim", &c->head_dim, 0},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if (cJSON_GetObjectItemCaseSensitive(root, f[i].key) == NULL && (have_preset || !f[i].required))
+            continue;
+        dyn_status st = json_int(root, f[i].key, where, f[i].dst, err);
+        if (st != DYN_OK) return st;
+    }
+    /* A preset's head_dim goes with its hidden/heads: re-derive it when they
+     * are overridden and head_dim is not. */
+    if (have_preset && cJSON_GetObjectItemCaseSensitive(root, "head_dim") == NULL &&
+        (cJSON_GetObjectItemCaseSensitive(root, "hidden") || cJSON_GetObjectItemCaseSensitive(root, "heads")))
+        c->head_dim = 0;
+    if (c->head_dim == 0 && c->heads > 0) {
+        if (c->hidden % c->heads != 0)
+            return dyn_error_set(err, DYN_ERR_PARSE, "%s: heads %d does not divide hidden %d (give head_dim)",
+                                 where, c->heads, c->hidden);
+        c->head_dim = c->hidden / c->heads;
+    }
+    return DYN_OK;
+}
+
+/* The Llama fields: parsed for kind llama; refused for another kind, and a
+ * Llama preset turned into another kind keeps none of them. */
+static dyn_status config_llama(const cJSON *root, const char *where, dyn_model_config *c, dyn_error *err)
+{
+    if (c->kind == DYN_MODEL_LLAMA) return parse_llama_fields(root, where, c, err);
+    dyn_model_config base = *c;
+    memset(c, 0, sizeof *c);
+    c->kind = base.kind, c->n_layers = base.n_layers, c->n_dec_layers = base.n_dec_layers, c->hidden = base.hidden;
+    c->heads = base.heads, c->head_dim = base.head_dim, c->ffn = base.ffn, c->vocab = base.vocab;
+    c->max_seqlen = base.max_seqlen;
+    for (const char *const *key = LLAMA_KEYS; *key; key++)
+        if (cJSON_GetObjectItemCaseSensitive(root, *key) != NULL)
+            return dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"%s\" applies to kind llama only, not %s", where,
+                                 *key, dyn_model_kind_name(c->kind));
+    return DYN_OK;
+}
+
 dyn_status dyn_model_config_parse(const char *text, const char *where, dyn_model_config *out,
                                   dyn_error *err)
 {
@@ -297,93 +374,18 @@ dyn_status dyn_model_config_parse(const char *text, const char *where, dyn_model
     dyn_model_config c;
     memset(&c, 0, sizeof c);
     int have_preset = 0;
-    if (!cJSON_IsObject(root)) {
-        st = dyn_error_set(err, DYN_ERR_PARSE, "%s: expected a JSON object", where);
-        goto done;
-    }
-    for (const cJSON *it = root->child; it; it = it->next) {
+    if (!cJSON_IsObject(root)) st = dyn_error_set(err, DYN_ERR_PARSE, "%s: expected a JSON object", where);
+    for (const cJSON *it = st == DYN_OK ? root->child : NULL; it; it = it->next)
         if (!known_key(it->string, KEYS)) {
             st = dyn_error_set(err, DYN_ERR_PARSE, "%s: unknown field \"%s\"", where, it->string);
-            goto done;
+            break;
         }
-    }
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "preset");
-    if (p != NULL) {
-        if (!cJSON_IsString(p)) {
-            st = dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"preset\" must be a string", where);
-            goto done;
-        }
-        if ((st = dyn_model_config_preset(p->valuestring, &c, err)) != DYN_OK) {
-            st = dyn_error_prefix(err, DYN_ERR_PARSE, where);
-            goto done;
-        }
-        have_preset = 1;
-    }
-    const cJSON *k = cJSON_GetObjectItemCaseSensitive(root, "kind");
-    if (k != NULL) {
-        if (!cJSON_IsString(k)) {
-            st = dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"kind\" must be \"gpt\", \"t5\" or \"llama\"", where);
-            goto done;
-        }
-        dyn_model_kind kind;
-        if (dyn_model_kind_parse(k->valuestring, &kind, NULL) != DYN_OK) {
-            st = dyn_error_set(err, DYN_ERR_PARSE,
-                               "%s: field \"kind\" must be \"gpt\", \"t5\" or \"llama\", not \"%s\"", where,
-                               k->valuestring);
-            goto done;
-        }
-        c.kind = kind;
-    } else if (!have_preset) {
-        st = dyn_error_set(err, DYN_ERR_PARSE, "%s: missing field \"kind\"", where);
-        goto done;
-    }
-    /* Required without a preset; optional overrides with one. */
-    struct { const char *key; int32_t *dst; int required; } f[] = {
-        {"n_layers", &c.n_layers, 1}, {"hidden", &c.hidden, 1},   {"heads", &c.heads, 1},
-        {"ffn", &c.ffn, 1},           {"vocab", &c.vocab, 1},     {"max_seqlen", &c.max_seqlen, 1},
-        {"n_dec_layers", &c.n_dec_layers, c.kind == DYN_MODEL_T5}, {"head_dim", &c.head_dim, 0},
-    };
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-        if (cJSON_GetObjectItemCaseSensitive(root, f[i].key) == NULL && (have_preset || !f[i].required))
-            continue;
-        if ((st = json_int(root, f[i].key, where, f[i].dst, err)) != DYN_OK) goto done;
-    }
-    /* A preset's head_dim goes with its hidden/heads: re-derive it when they
-     * are overridden and head_dim is not. */
-    if (have_preset && cJSON_GetObjectItemCaseSensitive(root, "head_dim") == NULL &&
-        (cJSON_GetObjectItemCaseSensitive(root, "hidden") || cJSON_GetObjectItemCaseSensitive(root, "heads")))
-        c.head_dim = 0;
-    if (c.head_dim == 0 && c.heads > 0) {
-        if (c.hidden % c.heads != 0) {
-            st = dyn_error_set(err, DYN_ERR_PARSE, "%s: heads %d does not divide hidden %d (give head_dim)",
-                               where, c.heads, c.hidden);
-            goto done;
-        }
-        c.head_dim = c.hidden / c.heads;
-    }
-    if (c.kind == DYN_MODEL_LLAMA) {
-        if ((st = parse_llama_fields(root, where, &c, err)) != DYN_OK) goto done;
-    } else {
-        /* a Llama preset turned into another kind keeps none of its Llama fields */
-        dyn_model_config base = c;
-        memset(&c, 0, sizeof c);
-        c.kind = base.kind, c.n_layers = base.n_layers, c.n_dec_layers = base.n_dec_layers, c.hidden = base.hidden;
-        c.heads = base.heads, c.head_dim = base.head_dim, c.ffn = base.ffn, c.vocab = base.vocab;
-        c.max_seqlen = base.max_seqlen;
-        for (const char *const *key = LLAMA_KEYS; *key; key++)
-            if (cJSON_GetObjectItemCaseSensitive(root, *key) != NULL) {
-                st = dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"%s\" applies to kind llama only, not %s", where,
-                                   *key, dyn_model_kind_name(c.kind));
-                goto done;
-            }
-    }
-    if ((st = dyn_model_config_validate(&c, err)) != DYN_OK) {
-        /* Prefix the source so the user knows which file is wrong. */
-        st = dyn_error_prefix(err, DYN_ERR_PARSE, where);
-        goto done;
-    }
-    *out = c;
-done:
+    if (st == DYN_OK) st = config_preset_kind(root, where, &c, &have_preset, err);
+    if (st == DYN_OK) st = config_sizes(root, where, have_preset, &c, err);
+    if (st == DYN_OK) st = config_llama(root, where, &c, err);
+    /* Prefix the source so the user knows which file is wrong. */
+    if (st == DYN_OK && dyn_model_config_validate(&c, err) != DYN_OK) st = dyn_error_prefix(err, DYN_ERR_PARSE, where);
+    if (st == DYN_OK) *out = c;
     cJSON_Delete(root);
     return st;
 }

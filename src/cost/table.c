@@ -281,10 +281,11 @@ dyn_status dyn_cost_table_write(const char *path, const dyn_model_config *cfg, c
     return dyn_cost_table_write_profile(path, cfg, m, states_mb, grid, points, NULL, err);
 }
 
-dyn_status dyn_cost_table_write_profile(const char *path, const dyn_model_config *cfg, const dyn_machine *m,
-                                        const double states_mb[DYN_LAYER_KIND_COUNT], const dyn_cost_grid *grid,
-                                        const dyn_layer_cost *points, const dyn_profile_meta *meta,
-                                        dyn_error *err)
+/* What the writer refuses: a bad model, machine or grid, and any states or
+ * point value the reader would not accept. */
+static dyn_status table_check(const dyn_model_config *cfg, const dyn_machine *m,
+                              const double states_mb[DYN_LAYER_KIND_COUNT], const dyn_cost_grid *grid,
+                              const dyn_layer_cost *points, dyn_error *err)
 {
     dyn_status st;
     if ((st = dyn_model_config_validate(cfg, err)) != DYN_OK) return st;
@@ -308,9 +309,15 @@ dyn_status dyn_cost_table_write_profile(const char *path, const dyn_model_config
                                          DYN_COST_VALUE_MAX);
         }
     }
-    dyn_atomic_file af;
-    if ((st = dyn_atomic_open(&af, path, err)) != DYN_OK) return st;
-    FILE *fp = af.fp;
+    return DYN_OK;
+}
+
+/* The table's header lines: magic and version, model, machine, the
+ * profile's provenance (meta may be NULL), states and the grid's axes. */
+static void table_write_header(FILE *fp, const dyn_model_config *cfg, const dyn_machine *m,
+                               const double states_mb[DYN_LAYER_KIND_COUNT], const dyn_cost_grid *grid,
+                               const dyn_profile_meta *meta)
+{
     fprintf(fp, "%s %d\n", TABLE_MAGIC, TABLE_VERSION);
     fprintf(fp, "# written by dynapipe; format: docs/cost-model.md\n");
     fprintf(fp, "model kind=%s n_layers=%d n_dec_layers=%d hidden=%d heads=%d head_dim=%d ffn=%d vocab=%d max_seqlen=%d",
@@ -346,6 +353,13 @@ dyn_status dyn_cost_table_write_profile(const char *path, const dyn_model_config
     write_axis(fp, "rows", grid->rows, grid->n_rows);
     write_axis(fp, "enc_len", grid->enc_len, grid->n_enc);
     write_axis(fp, "dec_len", grid->dec_len, grid->n_dec);
+}
+
+/* One line per point: every kind the model has, every recompute mode,
+ * every grid shape. */
+static void table_write_points(FILE *fp, const dyn_model_config *cfg, const dyn_cost_grid *grid,
+                               const dyn_layer_cost *points)
+{
     fprintf(fp, "# point kind recompute rows enc_len dec_len fwd_ms bwd_ms bwd_input_ms bwd_weight_ms "
                 "stored_mb peak_mb output_mb kept_mb\n");
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
@@ -363,7 +377,20 @@ dyn_status dyn_cost_table_write_profile(const char *path, const dyn_model_config
                         fprintf(fp, "\n");
                     }
     }
-    if (ferror(fp)) {
+}
+
+dyn_status dyn_cost_table_write_profile(const char *path, const dyn_model_config *cfg, const dyn_machine *m,
+                                        const double states_mb[DYN_LAYER_KIND_COUNT], const dyn_cost_grid *grid,
+                                        const dyn_layer_cost *points, const dyn_profile_meta *meta,
+                                        dyn_error *err)
+{
+    dyn_status st = table_check(cfg, m, states_mb, grid, points, err);
+    if (st != DYN_OK) return st;
+    dyn_atomic_file af;
+    if ((st = dyn_atomic_open(&af, path, err)) != DYN_OK) return st;
+    table_write_header(af.fp, cfg, m, states_mb, grid, meta);
+    table_write_points(af.fp, cfg, grid, points);
+    if (ferror(af.fp)) {
         dyn_atomic_abort(&af);
         return dyn_error_set(err, DYN_ERR_IO, "%s: write error", path);
     }

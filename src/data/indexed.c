@@ -404,65 +404,95 @@ int dyn_indexed_dtype_for_vocab(int32_t vocab)
     return vocab < 65500 ? 8 : 4; /* Megatron's rule (its tokenizer's vocab_size < 65500) */
 }
 
+/* One conversion's outputs: one set (decoder-only) or two (_input and
+ * _target), each a .bin and an .idx written atomically. */
+typedef struct idx_out {
+    int nsets, dtype;
+    char *names[2][2]; /* [set][bin, idx] */
+    idx_writer w[2];
+} idx_out;
+
+/* Each set's file names and sizes array, and its two files opened. */
+static dyn_status idx_out_open(idx_out *o, const char *prefix, int64_t n, dyn_error *err)
+{
+    for (int s = 0; s < o->nsets; s++) {
+        const char *base = o->nsets == 1 ? "" : s == 0 ? "_input" : "_target";
+        char *p = path_join(prefix, base);
+        o->names[s][0] = p ? path_join(p, ".bin") : NULL;
+        o->names[s][1] = p ? path_join(p, ".idx") : NULL;
+        free(p);
+        o->w[s].sizes = dyn_calloc(n > 0 ? (size_t)n : 1, sizeof(int32_t), "dataset sizes", err);
+        if (o->names[s][0] == NULL || o->names[s][1] == NULL || o->w[s].sizes == NULL)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory", prefix);
+        dyn_status st;
+        if ((st = dyn_atomic_open(&o->w[s].bin, o->names[s][0], err)) != DYN_OK) return st;
+        o->w[s].open_bin = 1;
+        if ((st = dyn_atomic_open(&o->w[s].idx, o->names[s][1], err)) != DYN_OK) return st;
+        o->w[s].open_idx = 1;
+    }
+    return DYN_OK;
+}
+
+/* Every sample's tokens into the .bin files, their sizes kept. */
+static dyn_status idx_out_samples(idx_out *o, dyn_corpus *c, dyn_error *err)
+{
+    dyn_status st = DYN_OK;
+    idx_writer *w = o->w;
+    for (int64_t i = 0; i < c->n && st == DYN_OK; i++) {
+        dyn_corpus_sample smp;
+        if ((st = dyn_corpus_read(c, i, &smp, err)) != DYN_OK) break;
+        if (o->nsets == 1) { /* the whole sequence again: input (one token) ++ target */
+            w[0].sizes[i] = smp.input_len + smp.target_len;
+            if ((st = writer_tokens(&w[0], o->names[0][0], smp.input, smp.input_len, o->dtype, err)) == DYN_OK)
+                st = writer_tokens(&w[0], o->names[0][0], smp.target, smp.target_len, o->dtype, err);
+        } else {
+            w[0].sizes[i] = smp.input_len;
+            w[1].sizes[i] = smp.target_len;
+            if ((st = writer_tokens(&w[0], o->names[0][0], smp.input, smp.input_len, o->dtype, err)) == DYN_OK)
+                st = writer_tokens(&w[1], o->names[1][0], smp.target, smp.target_len, o->dtype, err);
+        }
+    }
+    return st;
+}
+
+/* The indexes written, everything flushed before the first rename (so a
+ * full disk fails here), then every .bin and every .idx committed. */
+static dyn_status idx_out_finish(idx_out *o, const char *prefix, int64_t n, dyn_error *err)
+{
+    dyn_status st = DYN_OK;
+    idx_writer *w = o->w;
+    for (int s = 0; s < o->nsets && st == DYN_OK; s++) st = writer_index(&w[s], o->names[s][1], n, o->dtype, err);
+    for (int s = 0; s < o->nsets && st == DYN_OK; s++)
+        if (fflush(w[s].bin.fp) != 0 || fflush(w[s].idx.fp) != 0)
+            st = dyn_error_set(err, DYN_ERR_IO, "%s: write failed: %s", prefix, strerror(errno));
+    for (int s = 0; s < o->nsets && st == DYN_OK; s++) {
+        w[s].open_bin = 0;
+        st = dyn_atomic_commit(&w[s].bin, err);
+    }
+    for (int s = 0; s < o->nsets && st == DYN_OK; s++) {
+        w[s].open_idx = 0;
+        st = dyn_atomic_commit(&w[s].idx, err);
+    }
+    return st;
+}
+
 dyn_status dyn_corpus_write_indexed(dyn_corpus *c, const char *prefix, dyn_error *err)
 {
     if (c->n < 1) /* every reader refuses an empty dataset: do not write one */
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: the source has no samples: nothing to write", prefix);
-    int nsets = c->decoder_only ? 1 : 2;
-    int dtype = dyn_indexed_dtype_for_vocab(c->opt.vocab);
-    char *names[2][2] = {{NULL, NULL}, {NULL, NULL}}; /* [set][bin, idx] */
-    idx_writer w[2];
-    memset(w, 0, sizeof w);
-    dyn_status st = DYN_OK;
-    for (int s = 0; s < nsets && st == DYN_OK; s++) {
-        const char *base = nsets == 1 ? "" : s == 0 ? "_input" : "_target";
-        char *p = path_join(prefix, base);
-        names[s][0] = p ? path_join(p, ".bin") : NULL;
-        names[s][1] = p ? path_join(p, ".idx") : NULL;
-        free(p);
-        w[s].sizes = dyn_calloc(c->n > 0 ? (size_t)c->n : 1, sizeof(int32_t), "dataset sizes", err);
-        if (names[s][0] == NULL || names[s][1] == NULL || w[s].sizes == NULL) {
-            st = dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory", prefix);
-            break;
-        }
-        if ((st = dyn_atomic_open(&w[s].bin, names[s][0], err)) != DYN_OK) break;
-        w[s].open_bin = 1;
-        if ((st = dyn_atomic_open(&w[s].idx, names[s][1], err)) != DYN_OK) break;
-        w[s].open_idx = 1;
-    }
-    for (int64_t i = 0; i < c->n && st == DYN_OK; i++) {
-        dyn_corpus_sample smp;
-        if ((st = dyn_corpus_read(c, i, &smp, err)) != DYN_OK) break;
-        if (nsets == 1) { /* the whole sequence again: input (one token) ++ target */
-            w[0].sizes[i] = smp.input_len + smp.target_len;
-            if ((st = writer_tokens(&w[0], names[0][0], smp.input, smp.input_len, dtype, err)) == DYN_OK)
-                st = writer_tokens(&w[0], names[0][0], smp.target, smp.target_len, dtype, err);
-        } else {
-            w[0].sizes[i] = smp.input_len;
-            w[1].sizes[i] = smp.target_len;
-            if ((st = writer_tokens(&w[0], names[0][0], smp.input, smp.input_len, dtype, err)) == DYN_OK)
-                st = writer_tokens(&w[1], names[1][0], smp.target, smp.target_len, dtype, err);
-        }
-    }
-    for (int s = 0; s < nsets && st == DYN_OK; s++) st = writer_index(&w[s], names[s][1], c->n, dtype, err);
-    /* Flush everything before the first rename, so a full disk fails here. */
-    for (int s = 0; s < nsets && st == DYN_OK; s++)
-        if (fflush(w[s].bin.fp) != 0 || fflush(w[s].idx.fp) != 0)
-            st = dyn_error_set(err, DYN_ERR_IO, "%s: write failed: %s", prefix, strerror(errno));
-    for (int s = 0; s < nsets && st == DYN_OK; s++) {
-        w[s].open_bin = 0;
-        st = dyn_atomic_commit(&w[s].bin, err);
-    }
-    for (int s = 0; s < nsets && st == DYN_OK; s++) {
-        w[s].open_idx = 0;
-        st = dyn_atomic_commit(&w[s].idx, err);
-    }
+    idx_out o;
+    memset(&o, 0, sizeof o);
+    o.nsets = c->decoder_only ? 1 : 2;
+    o.dtype = dyn_indexed_dtype_for_vocab(c->opt.vocab);
+    dyn_status st = idx_out_open(&o, prefix, c->n, err);
+    if (st == DYN_OK) st = idx_out_samples(&o, c, err);
+    if (st == DYN_OK) st = idx_out_finish(&o, prefix, c->n, err);
     for (int s = 0; s < 2; s++) {
-        if (w[s].open_bin) dyn_atomic_abort(&w[s].bin);
-        if (w[s].open_idx) dyn_atomic_abort(&w[s].idx);
-        free(w[s].sizes);
-        free(names[s][0]);
-        free(names[s][1]);
+        if (o.w[s].open_bin) dyn_atomic_abort(&o.w[s].bin);
+        if (o.w[s].open_idx) dyn_atomic_abort(&o.w[s].idx);
+        free(o.w[s].sizes);
+        free(o.names[s][0]);
+        free(o.names[s][1]);
     }
     return st;
 }

@@ -106,144 +106,181 @@ static int64_t array_len(const cJSON *arr)
     return n;
 }
 
+/* Parse one line (len bytes, not NUL-terminated) into *obj: UTF-8 and
+ * \u0000 checked first, then one JSON object and nothing after it but
+ * blanks, with no key twice. What cJSON lets through is refused as the
+ * configuration reader does, so that every reader (a tokenizer too) sees
+ * the same record: bytes that are not UTF-8 (they would become byte
+ * tokens), \u0000 (it would cut a string short), and a key given twice
+ * (cJSON keeps the first). The caller frees *obj (also set on error). */
+static dyn_status record_object(const char *line, size_t len, const char *where, cJSON **obj, dyn_error *err)
+{
+    size_t bad;
+    const char *bad_why;
+    *obj = NULL;
+    if (dyn_json_text_problem(line, len, &bad, &bad_why))
+        return dyn_error_set(err, DYN_ERR_PARSE, "%s: byte %zu of the line: %s", where, bad + 1, bad_why);
+    const char *end = NULL;
+    *obj = cJSON_ParseWithLengthOpts(line, len, &end, 0);
+    if (*obj == NULL) {
+        size_t at = end && end >= line && end <= line + len ? (size_t)(end - line) : 0;
+        return dyn_error_set(err, DYN_ERR_PARSE, "%s: malformed JSON near byte %zu of the line", where, at + 1);
+    }
+    for (const char *p = end; p && p < line + len; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n')
+            return dyn_error_set(err, DYN_ERR_PARSE, "%s: text after the JSON object (one object per line)", where);
+    if (!cJSON_IsObject(*obj)) return dyn_error_set(err, DYN_ERR_PARSE, "%s: expected a JSON object", where);
+    const char *dup = dyn_json_duplicate_key(*obj);
+    if (dup) return dyn_error_set(err, DYN_ERR_PARSE, "%s: key \"%s\" appears twice in one object", where, dup);
+    return DYN_OK;
+}
+
+/* The record's format, checked against c->json_format (set by the first
+ * record), and its one or two sources (*b NULL: decoder-only). */
+static dyn_status record_sources(dyn_corpus *c, const cJSON *obj, const char *where, int *fmt_out,
+                                 const cJSON **a, const cJSON **b, dyn_error *err)
+{
+    const char *why;
+    int fmt = record_format(obj, &why);
+    if (fmt == FMT_NONE) return dyn_error_set(err, DYN_ERR_PARSE, "%s: %s", where, why);
+    if (c->json_format == FMT_NONE) c->json_format = fmt;
+    if (fmt != c->json_format)
+        return dyn_error_set(err, DYN_ERR_PARSE, "%s: the record has %s but the first record has %s (one format per file)",
+                             where, format_name(fmt), format_name(c->json_format));
+    *b = NULL;
+    if (fmt == FMT_TEXT_PAIR) {
+        *a = cJSON_GetObjectItemCaseSensitive(obj, "input");
+        *b = cJSON_GetObjectItemCaseSensitive(obj, "target");
+    } else if (fmt == FMT_IDS_PAIR) {
+        *a = cJSON_GetObjectItemCaseSensitive(obj, "input_ids");
+        *b = cJSON_GetObjectItemCaseSensitive(obj, "target_ids");
+    } else {
+        *a = cJSON_GetObjectItemCaseSensitive(obj, fmt == FMT_TEXT ? "text" : "input_ids");
+    }
+    *fmt_out = fmt;
+    return DYN_OK;
+}
+
+/* Encode text source a (and b, when not NULL) by the codec's rule into
+ * *ct (the codec's buffers), every id checked against the vocabulary. */
+static dyn_status record_encode(dyn_corpus *c, const cJSON *a, const cJSON *b, const char *where, int64_t rec,
+                                dyn_codec_tokens *ct, dyn_error *err)
+{
+    dyn_error e;
+    dyn_status es = b == NULL
+        ? dyn_codec_encode_text(c->codec, a->valuestring, strlen(a->valuestring), ct, &e)
+        : dyn_codec_encode_pair(c->codec, a->valuestring, strlen(a->valuestring), b->valuestring,
+                                strlen(b->valuestring), ct, &e);
+    if (es != DYN_OK) return dyn_error_set(err, es, "%s: record %lld: %s", where, (long long)rec, e.msg);
+    /* The byte rule adds nothing (bytes 0..255, as before); any other can
+     * add specials: every id is checked against the vocabulary. */
+    if (dyn_codec_is_bytes(c->codec) && !dyn_codec_has_template(c->codec)) return DYN_OK;
+    const int32_t *side[2] = {ct->input, ct->target};
+    int64_t len[2] = {ct->input_len, ct->target_len};
+    for (int s2 = 0; s2 < 2; s2++)
+        for (int64_t k = 0; k < len[s2]; k++)
+            if (side[s2][k] < 0 || side[s2][k] >= c->opt.vocab)
+                return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                     "%s: record %lld: token %d of the %s is outside the vocabulary [0, %d)", where,
+                                     (long long)rec, side[s2][k], s2 ? "target" : "input", c->opt.vocab);
+    return DYN_OK;
+}
+
+/* Input and target lengths from the sources' na and nb tokens (pair) or
+ * na tokens (decoder-only: input = s[0..1), target = s[1..n)). */
+static dyn_status record_lengths(int pair, int64_t na, int64_t nb, const char *where, int64_t rec, int64_t *in,
+                                 int64_t *tgt, dyn_error *err)
+{
+    if (!pair) {
+        if (na < 2)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "%s: record %lld: a decoder-only sequence needs at least 2 tokens, got %lld", where,
+                                 (long long)rec, (long long)na);
+        *in = 1;
+        *tgt = na - 1;
+        return DYN_OK;
+    }
+    if (na < 1 || nb < 1)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: record %lld: empty %s (a sample needs at least one "
+                             "input and one target token)", where, (long long)rec, na < 1 ? "input" : "target");
+    *in = na;
+    *tgt = nb;
+    return DYN_OK;
+}
+
+/* Check the ids of array sources (every one, also past the kept lengths)
+ * and, with fill != 0, copy the kept tokens into c->tok_in / c->tok_tgt. */
+static dyn_status record_ids(dyn_corpus *c, const cJSON *a, const cJSON *b, const char *where, int64_t rec,
+                             int fill, int64_t in, int64_t tgt, dyn_error *err)
+{
+    dyn_status st;
+    if (b != NULL) {
+        if ((st = ids_check(a, "input_ids", c->opt.vocab, where, rec, fill ? c->tok_in : NULL, in, err)) != DYN_OK)
+            return st;
+        return ids_check(b, "target_ids", c->opt.vocab, where, rec, fill ? c->tok_tgt : NULL, tgt, err);
+    }
+    /* Check every id, then copy the kept prefix (1 + tgt) split in two. */
+    if ((st = ids_check(a, "input_ids", c->opt.vocab, where, rec, NULL, 0, err)) != DYN_OK) return st;
+    if (fill) {
+        int64_t k = 0;
+        for (const cJSON *e = a->child; e && k < 1 + tgt; e = e->next, k++) {
+            if (k == 0) c->tok_in[0] = (int32_t)e->valuedouble;
+            else c->tok_tgt[k - 1] = (int32_t)e->valuedouble;
+        }
+    }
+    return DYN_OK;
+}
+
+/* Copy the kept tokens of encoded text into c->tok_in / c->tok_tgt. */
+static void record_copy_text(dyn_corpus *c, const dyn_codec_tokens *ct, int pair, int64_t in, int64_t tgt)
+{
+    if (!pair) { /* one sequence: first token, then the rest */
+        c->tok_in[0] = ct->input[0];
+        for (int64_t k = 0; k < tgt; k++) c->tok_tgt[k] = ct->input[1 + k];
+    } else {
+        for (int64_t k = 0; k < in; k++) c->tok_in[k] = ct->input[k];
+        for (int64_t k = 0; k < tgt; k++) c->tok_tgt[k] = ct->target[k];
+    }
+}
+
+/* The record in obj as record rec: its sources, their tokens (text:
+ * encoded), the length rule, and with fill != 0 the tokens. */
+static dyn_status record_fill(dyn_corpus *c, const cJSON *obj, const char *where, int64_t rec, int fill,
+                              dyn_corpus_sample *out, dyn_error *err)
+{
+    int fmt = FMT_NONE;
+    const cJSON *a = NULL, *b = NULL; /* the two sources: strings or arrays */
+    dyn_status st = record_sources(c, obj, where, &fmt, &a, &b, err);
+    if (st != DYN_OK) return st;
+    int is_text = fmt == FMT_TEXT_PAIR || fmt == FMT_TEXT;
+    dyn_codec_tokens ct = {0}; /* text: the record's tokens by the codec's rule */
+    if (is_text && (st = record_encode(c, a, b, where, rec, &ct, err)) != DYN_OK) return st;
+    int64_t na = is_text ? ct.input_len : array_len(a);
+    int64_t nb = b == NULL ? 0 : is_text ? ct.target_len : array_len(b);
+    int64_t in, tgt;
+    int truncated;
+    if ((st = record_lengths(b != NULL, na, nb, where, rec, &in, &tgt, err)) != DYN_OK) return st;
+    if ((st = corpus_fit_lengths(&c->opt, where, rec, &in, &tgt, &truncated, err)) != DYN_OK) return st;
+    if (fill && (st = corpus_reserve(c, (size_t)in, (size_t)tgt, err)) != DYN_OK) return st;
+    if (is_text) {
+        if (fill) record_copy_text(c, &ct, b != NULL, in, tgt);
+    } else if ((st = record_ids(c, a, b, where, rec, fill, in, tgt, err)) != DYN_OK) {
+        return st;
+    }
+    *out = (dyn_corpus_sample){.index = rec, .task = -1, .input_len = (int32_t)in, .target_len = (int32_t)tgt,
+                               .input = c->tok_in, .target = c->tok_tgt, .truncated = truncated};
+    return DYN_OK;
+}
+
 /* Parse one line (len bytes, not NUL-terminated) as record rec. Checks the
  * format against c->json_format (set by the first record), every id and the
  * length rule. Fills out's lengths and, with fill != 0, the tokens. */
 static dyn_status record_parse(dyn_corpus *c, const char *line, size_t len, const char *where, int64_t rec,
                                int fill, dyn_corpus_sample *out, dyn_error *err)
 {
-    /* What cJSON lets through, refused as the configuration reader does, so
-     * that every reader (a tokenizer too) sees the same record: bytes that
-     * are not UTF-8 (they would become byte tokens), \u0000 (it would cut a
-     * string short), and below, a key given twice (cJSON keeps the first). */
-    size_t bad;
-    const char *bad_why;
-    if (dyn_json_text_problem(line, len, &bad, &bad_why))
-        return dyn_error_set(err, DYN_ERR_PARSE, "%s: byte %zu of the line: %s", where, bad + 1, bad_why);
-    const char *end = NULL;
-    cJSON *obj = cJSON_ParseWithLengthOpts(line, len, &end, 0);
-    if (obj == NULL) {
-        size_t at = end && end >= line && end <= line + len ? (size_t)(end - line) : 0;
-        return dyn_error_set(err, DYN_ERR_PARSE, "%s: malformed JSON near byte %zu of the line", where, at + 1);
-    }
-    dyn_status st = DYN_OK;
-    for (const char *p = end; p && p < line + len; p++)
-        if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') {
-            st = dyn_error_set(err, DYN_ERR_PARSE, "%s: text after the JSON object (one object per line)", where);
-            goto done;
-        }
-    if (!cJSON_IsObject(obj)) {
-        st = dyn_error_set(err, DYN_ERR_PARSE, "%s: expected a JSON object", where);
-        goto done;
-    }
-    const char *dup = dyn_json_duplicate_key(obj);
-    if (dup) {
-        st = dyn_error_set(err, DYN_ERR_PARSE, "%s: key \"%s\" appears twice in one object", where, dup);
-        goto done;
-    }
-    const char *why;
-    int fmt = record_format(obj, &why);
-    if (fmt == FMT_NONE) {
-        st = dyn_error_set(err, DYN_ERR_PARSE, "%s: %s", where, why);
-        goto done;
-    }
-    if (c->json_format == FMT_NONE) c->json_format = fmt;
-    if (fmt != c->json_format) {
-        st = dyn_error_set(err, DYN_ERR_PARSE, "%s: the record has %s but the first record has %s (one format per file)",
-                           where, format_name(fmt), format_name(c->json_format));
-        goto done;
-    }
-    const cJSON *a = NULL, *b = NULL; /* the two sources: strings or arrays */
-    if (fmt == FMT_TEXT_PAIR) {
-        a = cJSON_GetObjectItemCaseSensitive(obj, "input");
-        b = cJSON_GetObjectItemCaseSensitive(obj, "target");
-    } else if (fmt == FMT_IDS_PAIR) {
-        a = cJSON_GetObjectItemCaseSensitive(obj, "input_ids");
-        b = cJSON_GetObjectItemCaseSensitive(obj, "target_ids");
-    } else {
-        a = cJSON_GetObjectItemCaseSensitive(obj, fmt == FMT_TEXT ? "text" : "input_ids");
-    }
-    int is_text = fmt == FMT_TEXT_PAIR || fmt == FMT_TEXT;
-    dyn_codec_tokens ct = {0}; /* text: the record's tokens by the codec's rule */
-    if (is_text) {
-        dyn_error e;
-        dyn_status es = b == NULL
-            ? dyn_codec_encode_text(c->codec, a->valuestring, strlen(a->valuestring), &ct, &e)
-            : dyn_codec_encode_pair(c->codec, a->valuestring, strlen(a->valuestring), b->valuestring,
-                                    strlen(b->valuestring), &ct, &e);
-        if (es != DYN_OK) {
-            st = dyn_error_set(err, es, "%s: record %lld: %s", where, (long long)rec, e.msg);
-            goto done;
-        }
-        /* The byte rule adds nothing (bytes 0..255, as before); any other can
-         * add specials: every id is checked against the vocabulary. */
-        if (!dyn_codec_is_bytes(c->codec) || dyn_codec_has_template(c->codec)) {
-            const int32_t *side[2] = {ct.input, ct.target};
-            int64_t len[2] = {ct.input_len, ct.target_len};
-            for (int s2 = 0; s2 < 2; s2++)
-                for (int64_t k = 0; k < len[s2]; k++)
-                    if (side[s2][k] < 0 || side[s2][k] >= c->opt.vocab) {
-                        st = dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                                           "%s: record %lld: token %d of the %s is outside the vocabulary [0, %d)",
-                                           where, (long long)rec, side[s2][k], s2 ? "target" : "input",
-                                           c->opt.vocab);
-                        goto done;
-                    }
-        }
-    }
-    int64_t na = is_text ? ct.input_len : array_len(a);
-    int64_t nb = b == NULL ? 0 : is_text ? ct.target_len : array_len(b);
-    int64_t in, tgt;
-    if (b == NULL) { /* decoder-only: input = s[0..1), target = s[1..n) */
-        if (na < 2) {
-            st = dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                               "%s: record %lld: a decoder-only sequence needs at least 2 tokens, got %lld", where,
-                               (long long)rec, (long long)na);
-            goto done;
-        }
-        in = 1;
-        tgt = na - 1;
-    } else {
-        if (na < 1 || nb < 1) {
-            st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: record %lld: empty %s (a sample needs at least one "
-                               "input and one target token)", where, (long long)rec, na < 1 ? "input" : "target");
-            goto done;
-        }
-        in = na;
-        tgt = nb;
-    }
-    int truncated;
-    if ((st = corpus_fit_lengths(&c->opt, where, rec, &in, &tgt, &truncated, err)) != DYN_OK) goto done;
-    if (fill && (st = corpus_reserve(c, (size_t)in, (size_t)tgt, err)) != DYN_OK) goto done;
-    if (is_text) {
-        if (fill) {
-            if (b == NULL) { /* one sequence: first token, then the rest */
-                c->tok_in[0] = ct.input[0];
-                for (int64_t k = 0; k < tgt; k++) c->tok_tgt[k] = ct.input[1 + k];
-            } else {
-                for (int64_t k = 0; k < in; k++) c->tok_in[k] = ct.input[k];
-                for (int64_t k = 0; k < tgt; k++) c->tok_tgt[k] = ct.target[k];
-            }
-        }
-    } else if (b == NULL) {
-        /* Check every id, then copy the kept prefix (1 + tgt) split in two. */
-        const char *field = "input_ids";
-        if ((st = ids_check(a, field, c->opt.vocab, where, rec, NULL, 0, err)) != DYN_OK) goto done;
-        if (fill) {
-            int64_t k = 0;
-            for (const cJSON *e = a->child; e && k < 1 + tgt; e = e->next, k++) {
-                if (k == 0) c->tok_in[0] = (int32_t)e->valuedouble;
-                else c->tok_tgt[k - 1] = (int32_t)e->valuedouble;
-            }
-        }
-    } else {
-        if ((st = ids_check(a, "input_ids", c->opt.vocab, where, rec, fill ? c->tok_in : NULL, in, err)) != DYN_OK ||
-            (st = ids_check(b, "target_ids", c->opt.vocab, where, rec, fill ? c->tok_tgt : NULL, tgt, err)) != DYN_OK)
-            goto done;
-    }
-    *out = (dyn_corpus_sample){.index = rec, .task = -1, .input_len = (int32_t)in, .target_len = (int32_t)tgt,
-                               .input = c->tok_in, .target = c->tok_tgt, .truncated = truncated};
-done:
+    cJSON *obj;
+    dyn_status st = record_object(line, len, where, &obj, err);
+    if (st == DYN_OK) st = record_fill(c, obj, where, rec, fill, out, err);
     cJSON_Delete(obj);
     return st;
 }

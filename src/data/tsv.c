@@ -103,6 +103,48 @@ static int parse_line(char *line, const char *path, long long lineno, dyn_model_
     return 0;
 }
 
+/* The text of *path ("-": standard input, then named "<stdin>" in *path);
+ * a file with NUL bytes is refused. */
+static dyn_status tsv_read_text(const char **path, char **text, size_t *len, dyn_error *err)
+{
+    const int from_stdin = strcmp(*path, "-") == 0;
+    if (from_stdin) *path = "<stdin>";
+    dyn_status st = from_stdin ? dyn_stream_read_all(stdin, *path, text, len, err)
+                               : dyn_file_read_all(*path, text, len, err);
+    if (st != DYN_OK) return st;
+    if (memchr(*text, '\0', *len) != NULL) {
+        free(*text);
+        return dyn_error_set(err, DYN_ERR_PARSE, "%s: binary file (contains NUL bytes)", *path);
+    }
+    return DYN_OK;
+}
+
+/* The length rule for sample n (lengths in, tgt) of line lineno: with clip
+ * an over-long sample is cut (*i32, *t32); without, it is an error (-1). */
+static int tsv_fit(const char *path, long long lineno, int32_t n, dyn_model_kind kind, int32_t max_seqlen,
+                   int clip, long in, long tgt, int32_t *i32, int32_t *t32, dyn_error *err)
+{
+    *i32 = (int32_t)in;
+    *t32 = (int32_t)tgt;
+    if (dyn_lengths_fit(kind, max_seqlen, *i32, *t32)) return 0;
+    if (clip) {
+        dyn_lengths_clip(kind, max_seqlen, i32, t32);
+        return 0;
+    }
+    if (kind == DYN_MODEL_GPT)
+        dyn_error_set(err, DYN_ERR_PARSE,
+                      "%s:%lld: sample %d: input_len + target_len = %ld tokens exceeds "
+                      "max_seqlen %d (GPT: the limit is on input+target; give --clip to cut it)",
+                      path, lineno, n, in + tgt, max_seqlen);
+    else
+        dyn_error_set(err, DYN_ERR_PARSE,
+                      "%s:%lld: sample %d: %s = %ld tokens exceeds max_seqlen %d (T5: the "
+                      "limit is on each side; give --clip to cut it)",
+                      path, lineno, n, in > max_seqlen ? "input_len" : "target_len",
+                      in > max_seqlen ? in : tgt, max_seqlen);
+    return -1;
+}
+
 dyn_status dyn_dataset_read_tsv(const char *path, int32_t max_seqlen, dyn_model_kind kind,
                                 int clip, dyn_dataset *out, dyn_error *err)
 {
@@ -110,15 +152,8 @@ dyn_status dyn_dataset_read_tsv(const char *path, int32_t max_seqlen, dyn_model_
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: max_seqlen %d < 2", path, max_seqlen);
     char *text = NULL;
     size_t len = 0;
-    const int from_stdin = strcmp(path, "-") == 0;
-    if (from_stdin) path = "<stdin>";
-    dyn_status st = from_stdin ? dyn_stream_read_all(stdin, path, &text, &len, err)
-                               : dyn_file_read_all(path, &text, &len, err);
+    dyn_status st = tsv_read_text(&path, &text, &len, err);
     if (st != DYN_OK) return st;
-    if (memchr(text, '\0', len) != NULL) {
-        free(text);
-        return dyn_error_set(err, DYN_ERR_PARSE, "%s: binary file (contains NUL bytes)", path);
-    }
     /* Upper bound on samples: number of lines. */
     size_t cap = 1;
     for (size_t i = 0; i < len; i++) cap += text[i] == '\n';
@@ -150,24 +185,8 @@ dyn_status dyn_dataset_read_tsv(const char *path, int32_t max_seqlen, dyn_model_
             dyn_error_set(err, DYN_ERR_PARSE, "%s:%lld: more than %d samples", path, lineno, INT32_MAX);
             goto fail;
         }
-        int32_t i32 = (int32_t)in, t32 = (int32_t)tgt;
-        if (!dyn_lengths_fit(kind, max_seqlen, i32, t32)) {
-            if (!clip) {
-                if (kind == DYN_MODEL_GPT)
-                    dyn_error_set(err, DYN_ERR_PARSE,
-                                  "%s:%lld: sample %d: input_len + target_len = %ld tokens exceeds "
-                                  "max_seqlen %d (GPT: the limit is on input+target; give --clip to cut it)",
-                                  path, lineno, n, in + tgt, max_seqlen);
-                else
-                    dyn_error_set(err, DYN_ERR_PARSE,
-                                  "%s:%lld: sample %d: %s = %ld tokens exceeds max_seqlen %d (T5: the "
-                                  "limit is on each side; give --clip to cut it)",
-                                  path, lineno, n, in > max_seqlen ? "input_len" : "target_len",
-                                  in > max_seqlen ? in : tgt, max_seqlen);
-                goto fail;
-            }
-            dyn_lengths_clip(kind, max_seqlen, &i32, &t32);
-        }
+        int32_t i32, t32;
+        if (tsv_fit(path, lineno, n, kind, max_seqlen, clip, in, tgt, &i32, &t32, err) != 0) goto fail;
         s[n] = (dyn_sample){.id = n, .task = -1, .input_len = i32, .target_len = t32};
         n++;
     }

@@ -137,6 +137,126 @@ static int nnls(const double *A, const double *b, int m, double p[N_TERMS])
     return isfinite(best) ? 0 : -1;
 }
 
+/* The fit's rows: for each measured time, each term's share of the
+ * predicted time divided by the measured time. A holds room for 2 rows per
+ * observation and one for the optimizer step. */
+typedef struct fit_rows {
+    double *A;    /* [rows][N_TERMS] */
+    double *errs; /* [rows] |A p - 1| */
+    int rows;
+} fit_rows;
+
+/* Add observation o's forward and backward rows (a time that is not
+ * positive, e.g. an embedding's empty input gradient, adds none): each
+ * term's share is the time under the machine with that term alone on,
+ * less the time with all off. */
+static dyn_status fit_add_obs(fit_rows *f, const dyn_model_config *cfg, const dyn_machine *base,
+                              const dyn_machine_obs *o, dyn_error *err)
+{
+    double t0[2] = {0, 0}, tj[2] = {0, 0};
+    dyn_machine off = unit_machine(base, -1);
+    dyn_status st = obs_time(cfg, &off, o, t0, err);
+    if (st != DYN_OK) return st;
+    double meas[2] = {o->fwd_ms, o->bwd_ms};
+    double c[N_TERMS][2];
+    for (int j = 0; j < N_TERMS && st == DYN_OK; j++) {
+        dyn_machine u = unit_machine(base, j);
+        st = obs_time(cfg, &u, o, tj, err);
+        c[j][0] = tj[0] - t0[0];
+        c[j][1] = tj[1] - t0[1];
+    }
+    if (st != DYN_OK) return st;
+    for (int d = 0; d < 2; d++) {
+        if (!(meas[d] > 0) || !isfinite(meas[d])) continue; /* e.g. an embedding's empty input gradient */
+        for (int j = 0; j < N_TERMS; j++) {
+            /* the n_half term is measured on top of the rate term */
+            double cj = j == 1 ? c[1][d] - c[0][d] : c[j][d];
+            f->A[(size_t)f->rows * N_TERMS + j] = (cj > 0 ? cj : 0) / meas[d];
+        }
+        f->rows++;
+    }
+    return DYN_OK;
+}
+
+/* |A p - 1| of every row into f->errs. */
+static void fit_errors(fit_rows *f, const double p[N_TERMS])
+{
+    for (int i = 0; i < f->rows; i++) {
+        double e = -1;
+        for (int j = 0; j < N_TERMS; j++) e += f->A[(size_t)i * N_TERMS + j] * p[j];
+        f->errs[i] = fabs(e);
+    }
+}
+
+/* Robust refits of p: a time far off the others' fit (a measurement that
+ * other work slowed, on a shared machine) is weighted down in proportion
+ * to how far beyond twice the median error it lies (Huber-like); exact
+ * times (every error 0) are left as they are. b and W are rows and
+ * rows x N_TERMS scratch. */
+static void fit_robust(fit_rows *f, double *b, double *W, double p[N_TERMS])
+{
+    int rows = f->rows;
+    for (int it = 0; it < ROBUST_ITERATIONS; it++) {
+        fit_errors(f, p);
+        memcpy(W, f->errs, (size_t)rows * sizeof *f->errs);
+        double med = dyn_median(W, rows);
+        if (!(med > 1e-9)) break;
+        for (int i = 0; i < rows; i++) {
+            double w = f->errs[i] > 2 * med ? 2 * med / f->errs[i] : 1.0;
+            b[i] = w;
+            for (int j = 0; j < N_TERMS; j++) W[(size_t)i * N_TERMS + j] = f->A[(size_t)i * N_TERMS + j] * w;
+        }
+        double q[N_TERMS];
+        if (nnls(W, b, rows, q) != 0) break;
+        memcpy(p, q, sizeof q);
+    }
+}
+
+/* Fit p to f's rows: non-negative least squares, then the robust refits. */
+static dyn_status fit_solve(fit_rows *f, double p[N_TERMS], dyn_error *err)
+{
+    int rows = f->rows;
+    dyn_status st = DYN_OK;
+    double *b = calloc((size_t)(rows > 0 ? rows : 1), sizeof *b);
+    double *W = calloc((size_t)(rows > 0 ? rows : 1) * N_TERMS, sizeof *W);
+    if (b == NULL || W == NULL) st = dyn_error_set(err, DYN_ERR_NOMEM, "machine fit: out of memory");
+    if (st == DYN_OK) {
+        for (int i = 0; i < rows; i++) b[i] = 1.0;
+        if (rows == 0 || nnls(f->A, b, rows, p) != 0)
+            st = dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                               "machine fit: the measurements have no matrix products a positive rate explains");
+    }
+    if (st == DYN_OK) fit_robust(f, b, W, p);
+    free(b);
+    free(W);
+    return st;
+}
+
+/* The machine of fitted terms p (base's other fields, named "auto"), each
+ * rate capped at DYN_MACHINE_AUTO_RATE_CAP. */
+static dyn_machine fit_machine(const dyn_machine *base, const double p[N_TERMS])
+{
+    dyn_machine m = *base;
+    snprintf(m.name, sizeof m.name, "auto");
+    m.matmul_gflops = 1.0 / p[0];
+    m.gemm_n_half = p[1] / p[0];
+    m.attn_gflops = p[2] > 1.0 / DYN_MACHINE_AUTO_RATE_CAP ? 1.0 / p[2] : DYN_MACHINE_AUTO_RATE_CAP;
+    m.mem_gbps = p[3] > 1.0 / DYN_MACHINE_AUTO_RATE_CAP ? 1.0 / p[3] : DYN_MACHINE_AUTO_RATE_CAP;
+    m.layer_overhead_ms = p[4];
+    if (m.matmul_gflops > DYN_MACHINE_AUTO_RATE_CAP) m.matmul_gflops = DYN_MACHINE_AUTO_RATE_CAP;
+    return m;
+}
+
+/* How well p fits f's rows: the count, the worst and the median |error|. */
+static void fit_stats(fit_rows *f, const double p[N_TERMS], dyn_machine_fit_stats *stats)
+{
+    fit_errors(f, p);
+    stats->n = f->rows;
+    stats->worst_err = 0;
+    for (int i = 0; i < f->rows; i++) stats->worst_err = f->errs[i] > stats->worst_err ? f->errs[i] : stats->worst_err;
+    stats->median_err = dyn_median(f->errs, f->rows);
+}
+
 dyn_status dyn_machine_fit(const dyn_model_config *cfg, const dyn_machine *base, const dyn_machine_obs *obs,
                            int n_obs, double opt_params, double opt_ms, dyn_machine *out,
                            dyn_machine_fit_stats *stats, dyn_error *err)
@@ -145,102 +265,33 @@ dyn_status dyn_machine_fit(const dyn_model_config *cfg, const dyn_machine *base,
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "machine fit: no model, machine or measurements given");
     int with_opt = opt_params > 0 && opt_ms > 0 && isfinite(opt_ms);
     int m_rows = 2 * n_obs + with_opt;
-    double *A = calloc((size_t)(m_rows > 0 ? m_rows : 1) * N_TERMS, sizeof *A);
-    double *errs = calloc((size_t)(m_rows > 0 ? m_rows : 1), sizeof *errs);
-    if (A == NULL || errs == NULL) {
-        free(A);
-        free(errs);
+    fit_rows f = {calloc((size_t)(m_rows > 0 ? m_rows : 1) * N_TERMS, sizeof(double)),
+                  calloc((size_t)(m_rows > 0 ? m_rows : 1), sizeof(double)), 0};
+    if (f.A == NULL || f.errs == NULL) {
+        free(f.A);
+        free(f.errs);
         return dyn_error_set(err, DYN_ERR_NOMEM, "machine fit: out of memory");
     }
     dyn_status st = DYN_OK;
-    int rows = 0;
-    dyn_machine off = unit_machine(base, -1);
-    for (int i = 0; i < n_obs && st == DYN_OK; i++) {
-        double t0[2] = {0, 0}, tj[2] = {0, 0};
-        if ((st = obs_time(cfg, &off, &obs[i], t0, err)) != DYN_OK) break;
-        double meas[2] = {obs[i].fwd_ms, obs[i].bwd_ms};
-        double c[N_TERMS][2];
-        for (int j = 0; j < N_TERMS && st == DYN_OK; j++) {
-            dyn_machine u = unit_machine(base, j);
-            st = obs_time(cfg, &u, &obs[i], tj, err);
-            c[j][0] = tj[0] - t0[0];
-            c[j][1] = tj[1] - t0[1];
-        }
-        if (st != DYN_OK) break;
-        for (int d = 0; d < 2; d++) {
-            if (!(meas[d] > 0) || !isfinite(meas[d])) continue; /* e.g. an embedding's empty input gradient */
-            for (int j = 0; j < N_TERMS; j++) {
-                /* the n_half term is measured on top of the rate term */
-                double cj = j == 1 ? c[1][d] - c[0][d] : c[j][d];
-                A[(size_t)rows * N_TERMS + j] = (cj > 0 ? cj : 0) / meas[d];
-            }
-            rows++;
-        }
-    }
+    for (int i = 0; i < n_obs && st == DYN_OK; i++) st = fit_add_obs(&f, cfg, base, &obs[i], err);
     if (st == DYN_OK && with_opt) {
         /* the step moves DYN_OPTIMIZER_BYTES_PER_PARAM bytes per parameter:
          * at 1 GB/s, bytes / 1e6 ms */
-        A[(size_t)rows * N_TERMS + 3] = opt_params * DYN_OPTIMIZER_BYTES_PER_PARAM / 1e6 / opt_ms;
-        rows++;
+        f.A[(size_t)f.rows * N_TERMS + 3] = opt_params * DYN_OPTIMIZER_BYTES_PER_PARAM / 1e6 / opt_ms;
+        f.rows++;
     }
     double p[N_TERMS] = {0};
-    double *b = calloc((size_t)(rows > 0 ? rows : 1), sizeof *b), *W = calloc((size_t)(rows > 0 ? rows : 1) * N_TERMS, sizeof *W);
-    if (st == DYN_OK && (b == NULL || W == NULL)) st = dyn_error_set(err, DYN_ERR_NOMEM, "machine fit: out of memory");
-    for (int i = 0; i < rows; i++) b[i] = 1.0;
-    if (st == DYN_OK && (rows == 0 || nnls(A, b, rows, p) != 0))
-        st = dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                           "machine fit: the measurements have no matrix products a positive rate explains");
-    /* Robust refits: a time far off the others' fit (a measurement that
-     * other work slowed, on a shared machine) is weighted down in
-     * proportion to how far beyond twice the median error it lies
-     * (Huber-like); exact times (every error 0) are left as they are. */
-    for (int it = 0; st == DYN_OK && it < ROBUST_ITERATIONS; it++) {
-        for (int i = 0; i < rows; i++) {
-            double e = -1;
-            for (int j = 0; j < N_TERMS; j++) e += A[(size_t)i * N_TERMS + j] * p[j];
-            errs[i] = fabs(e);
-        }
-        memcpy(W, errs, (size_t)rows * sizeof *errs);
-        double med = dyn_median(W, rows);
-        if (!(med > 1e-9)) break;
-        for (int i = 0; i < rows; i++) {
-            double w = errs[i] > 2 * med ? 2 * med / errs[i] : 1.0;
-            b[i] = w;
-            for (int j = 0; j < N_TERMS; j++) W[(size_t)i * N_TERMS + j] = A[(size_t)i * N_TERMS + j] * w;
-        }
-        double q[N_TERMS];
-        if (nnls(W, b, rows, q) != 0) break;
-        memcpy(p, q, sizeof q);
-    }
-    free(b);
-    free(W);
+    if (st == DYN_OK) st = fit_solve(&f, p, err);
     if (st == DYN_OK) {
-        dyn_machine m = *base;
-        snprintf(m.name, sizeof m.name, "auto");
-        m.matmul_gflops = 1.0 / p[0];
-        m.gemm_n_half = p[1] / p[0];
-        m.attn_gflops = p[2] > 1.0 / DYN_MACHINE_AUTO_RATE_CAP ? 1.0 / p[2] : DYN_MACHINE_AUTO_RATE_CAP;
-        m.mem_gbps = p[3] > 1.0 / DYN_MACHINE_AUTO_RATE_CAP ? 1.0 / p[3] : DYN_MACHINE_AUTO_RATE_CAP;
-        m.layer_overhead_ms = p[4];
-        if (m.matmul_gflops > DYN_MACHINE_AUTO_RATE_CAP) m.matmul_gflops = DYN_MACHINE_AUTO_RATE_CAP;
+        dyn_machine m = fit_machine(base, p);
         st = dyn_machine_validate(&m, err);
         if (st == DYN_OK) {
             *out = m;
-            if (stats != NULL) {
-                for (int i = 0; i < rows; i++) {
-                    double e = -1;
-                    for (int j = 0; j < N_TERMS; j++) e += A[(size_t)i * N_TERMS + j] * p[j];
-                    errs[i] = fabs(e);
-                }
-                stats->n = rows;
-                stats->worst_err = 0;
-                for (int i = 0; i < rows; i++) stats->worst_err = errs[i] > stats->worst_err ? errs[i] : stats->worst_err;
-                stats->median_err = dyn_median(errs, rows);
-            }
+            if (stats != NULL) fit_stats(&f, p, stats);
         }
     }
-    free(A);
-    free(errs);
+    free(f.A);
+    free(f.errs);
     return st;
 }
 
@@ -432,6 +483,48 @@ dyn_status dyn_machine_auto_read(const char *path, const char *key, dyn_machine 
 
 #define MAX_SHAPES 32
 #define REMEASURE_UNTIL_MS 20000.0 /* no second measurements after this long */
+/* Measure one shape's forward and backward (ms) into *lc. */
+static dyn_status measure_obs(dyn_profiler *p, const dyn_machine_obs *o, dyn_layer_cost *lc, dyn_error *err)
+{
+    return dyn_profiler_measure(p, o->kind, DYN_RECOMPUTE_NONE, o->mb.rows, o->mb.enc_len,
+                                o->mb.dec_len > 0 ? o->mb.dec_len : 1, lc, err);
+}
+
+/* On a shared machine a measurement may be slowed by others: one whose
+ * reference kernel (probe[i]) ran over DYN_SWEEP_CALM slower than the
+ * fastest seen is measured once more, while the budget from t0 lasts,
+ * keeping the faster (others only ever slow a kernel down; profile.h,
+ * "reference kernel"). */
+static dyn_status remeasure_slowed(dyn_profiler *p, dyn_machine_obs *obs, int n, const double *probe, double t0,
+                                   dyn_machine_auto_info *info, dyn_error *err)
+{
+    double best = dyn_profiler_probe_best_ms(p);
+    dyn_status st = DYN_OK;
+    for (int i = 0; i < n && st == DYN_OK; i++) {
+        if (!(probe[i] > best * (1 + DYN_SWEEP_CALM)) || dyn_time_ms() - t0 > REMEASURE_UNTIL_MS) continue;
+        dyn_layer_cost lc;
+        st = measure_obs(p, &obs[i], &lc, err);
+        if (lc.fwd_ms < obs[i].fwd_ms) obs[i].fwd_ms = lc.fwd_ms;
+        if (lc.bwd_ms < obs[i].bwd_ms) obs[i].bwd_ms = lc.bwd_ms;
+        info->remeasured++;
+    }
+    return st;
+}
+
+/* DYN_MACHINE_MEASURE_SHOW: each measured shape against the fitted
+ * machine's prediction, to log. */
+static void show_fit(const dyn_model_config *cfg, const dyn_machine *m, const dyn_machine_obs *obs, int n, FILE *log,
+                     dyn_error *err)
+{
+    for (int i = 0; i < n; i++) {
+        double t[2] = {0, 0};
+        if (obs_time(cfg, m, &obs[i], t, err) != DYN_OK) break;
+        fprintf(log, "  %-8s %3d x %4d (%4d)  fwd %9.3f ms (fit %9.3f)  bwd %9.3f ms (fit %9.3f)\n",
+                dyn_layer_kind_name(obs[i].kind), obs[i].mb.rows, obs[i].mb.enc_len, obs[i].mb.dec_len,
+                obs[i].fwd_ms, t[0], obs[i].bwd_ms, t[1]);
+    }
+}
+
 dyn_status dyn_machine_measure(const dyn_model_config *cfg, int threads, int ranks, dyn_machine_measure_level level,
                                FILE *log, dyn_machine *m, dyn_machine_auto_info *info, dyn_error *err)
 {
@@ -455,26 +548,12 @@ dyn_status dyn_machine_measure(const dyn_model_config *cfg, int threads, int ran
     double probe[MAX_SHAPES];
     for (int i = 0; i < n && st == DYN_OK; i++) {
         dyn_layer_cost lc;
-        st = dyn_profiler_measure(p, obs[i].kind, DYN_RECOMPUTE_NONE, obs[i].mb.rows, obs[i].mb.enc_len,
-                                  obs[i].mb.dec_len > 0 ? obs[i].mb.dec_len : 1, &lc, err);
+        st = measure_obs(p, &obs[i], &lc, err);
         obs[i].fwd_ms = lc.fwd_ms;
         obs[i].bwd_ms = lc.bwd_ms;
         probe[i] = dyn_profiler_probe_last_ms(p);
     }
-    /* On a shared machine a measurement may be slowed by others: one whose
-     * reference kernel ran over DYN_SWEEP_CALM slower than the fastest seen
-     * is measured once more, while the budget lasts, keeping the faster
-     * (others only ever slow a kernel down; profile.h, "reference kernel"). */
-    double best = dyn_profiler_probe_best_ms(p);
-    for (int i = 0; i < n && st == DYN_OK && !tiny; i++) {
-        if (!(probe[i] > best * (1 + DYN_SWEEP_CALM)) || dyn_time_ms() - t0 > REMEASURE_UNTIL_MS) continue;
-        dyn_layer_cost lc;
-        st = dyn_profiler_measure(p, obs[i].kind, DYN_RECOMPUTE_NONE, obs[i].mb.rows, obs[i].mb.enc_len,
-                                  obs[i].mb.dec_len > 0 ? obs[i].mb.dec_len : 1, &lc, err);
-        if (lc.fwd_ms < obs[i].fwd_ms) obs[i].fwd_ms = lc.fwd_ms;
-        if (lc.bwd_ms < obs[i].bwd_ms) obs[i].bwd_ms = lc.bwd_ms;
-        info->remeasured++;
-    }
+    if (st == DYN_OK && !tiny) st = remeasure_slowed(p, obs, n, probe, t0, info, err);
     double opt = 0;
     if (st == DYN_OK) st = dyn_profiler_measure_optimizer(p, &opt, err);
     dyn_profiler_free(p);
@@ -483,16 +562,7 @@ dyn_status dyn_machine_measure(const dyn_model_config *cfg, int threads, int ran
     /* one million parameters at the measured rate per million */
     st = dyn_machine_fit(cfg, dyn_machine_builtin("cpu"), obs, n, 1e6, opt, m, &info->fit, err);
     info->measure_s = (dyn_time_ms() - t0) / 1000.0;
-    if (st == DYN_OK && log != NULL && getenv("DYN_MACHINE_MEASURE_SHOW") != NULL) {
-        /* each measured shape against the fitted machine's prediction */
-        for (int i = 0; i < n; i++) {
-            double t[2] = {0, 0};
-            if (obs_time(cfg, m, &obs[i], t, err) != DYN_OK) break;
-            fprintf(log, "  %-8s %3d x %4d (%4d)  fwd %9.3f ms (fit %9.3f)  bwd %9.3f ms (fit %9.3f)\n",
-                    dyn_layer_kind_name(obs[i].kind), obs[i].mb.rows, obs[i].mb.enc_len, obs[i].mb.dec_len,
-                    obs[i].fwd_ms, t[0], obs[i].bwd_ms, t[1]);
-        }
-    }
+    if (st == DYN_OK && log != NULL && getenv("DYN_MACHINE_MEASURE_SHOW") != NULL) show_fit(cfg, m, obs, n, log, err);
     return st;
 }
 

@@ -75,20 +75,52 @@ static int64_t first_nonfinite(const float *x, uint64_t n)
     return -1;
 }
 
-dyn_status dyn_safetensors_write(const char *path, const dyn_st_entry *tensors, int n,
-                                 const char *const *meta, int n_meta, dyn_error *err)
+/* A NaN or infinity is never written: a file that holds one is a run
+ * gone wrong, and saving it could replace the last good weights. Entries
+ * with a bad name, rank or data are left to st_header. */
+static dyn_status st_check_finite(const char *path, const dyn_st_entry *tensors, int n, dyn_error *err)
 {
-    /* A NaN or infinity is never written: a file that holds one is a run
-     * gone wrong, and saving it could replace the last good weights. */
     for (int i = 0; i < n; i++) {
         const dyn_st_entry *t = &tensors[i];
-        if (t->ndim < 0 || t->ndim > DYN_ST_MAX_DIMS || t->name == NULL || t->data == NULL) continue; /* below */
+        if (t->ndim < 0 || t->ndim > DYN_ST_MAX_DIMS || t->name == NULL || t->data == NULL) continue;
         int64_t bad = first_nonfinite(t->data, numel(t->ndim, t->shape));
         if (bad >= 0)
             return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                  "%s: tensor %s holds a non-finite value at element %lld (%g); not written", path,
                                  t->name, (long long)bad, (double)t->data[bad]);
     }
+    return DYN_OK;
+}
+
+/* Tensor i's header entry in root (dtype, shape, data offsets from *off,
+ * advanced past it); the tensor's name unique. */
+static dyn_status st_header_entry(const char *path, cJSON *root, const dyn_st_entry *t, int i, uint64_t *off,
+                                  dyn_error *err)
+{
+    if (t->ndim < 0 || t->ndim > DYN_ST_MAX_DIMS || t->name == NULL || t->data == NULL)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: tensor %d has a bad name, rank or data", path, i);
+    if (cJSON_GetObjectItemCaseSensitive(root, t->name) != NULL)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: duplicate tensor name '%s'", path, t->name);
+    uint64_t bytes = numel(t->ndim, t->shape) * 4u;
+    cJSON *e = cJSON_AddObjectToObject(root, t->name);
+    cJSON *shape = e ? cJSON_AddArrayToObject(e, "shape") : NULL;
+    cJSON *offs = e ? cJSON_AddArrayToObject(e, "data_offsets") : NULL;
+    int ok = e && shape && offs && cJSON_AddStringToObject(e, "dtype", "F32");
+    for (int d = 0; ok && d < t->ndim; d++)
+        ok = cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
+    ok = ok && cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)*off));
+    ok = ok && cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(*off + bytes)));
+    *off += bytes;
+    if (!ok) return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory building header", path);
+    return DYN_OK;
+}
+
+/* The header, printed (the caller frees *json): __metadata__ from meta's
+ * n_meta key/value pairs, then every tensor in order. */
+static dyn_status st_header(const char *path, const dyn_st_entry *tensors, int n, const char *const *meta,
+                            int n_meta, char **json, dyn_error *err)
+{
+    *json = NULL;
     cJSON *root = cJSON_CreateObject();
     if (root == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory building header", path);
     dyn_status st = DYN_OK;
@@ -99,33 +131,20 @@ dyn_status dyn_safetensors_write(const char *path, const dyn_st_entry *tensors, 
         if (m == NULL) st = dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory building header", path);
     }
     uint64_t off = 0;
-    for (int i = 0; st == DYN_OK && i < n; i++) {
-        const dyn_st_entry *t = &tensors[i];
-        if (t->ndim < 0 || t->ndim > DYN_ST_MAX_DIMS || t->name == NULL || t->data == NULL) {
-            st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: tensor %d has a bad name, rank or data", path, i);
-            break;
-        }
-        if (cJSON_GetObjectItemCaseSensitive(root, t->name) != NULL) {
-            st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: duplicate tensor name '%s'", path, t->name);
-            break;
-        }
-        uint64_t bytes = numel(t->ndim, t->shape) * 4u;
-        cJSON *e = cJSON_AddObjectToObject(root, t->name);
-        cJSON *shape = e ? cJSON_AddArrayToObject(e, "shape") : NULL;
-        cJSON *offs = e ? cJSON_AddArrayToObject(e, "data_offsets") : NULL;
-        int ok = e && shape && offs && cJSON_AddStringToObject(e, "dtype", "F32");
-        for (int d = 0; ok && d < t->ndim; d++)
-            ok = cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
-        ok = ok && cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-        ok = ok && cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off + bytes)));
-        if (!ok) st = dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory building header", path);
-        off += bytes;
-    }
-    char *json = st == DYN_OK ? cJSON_PrintUnformatted(root) : NULL;
+    for (int i = 0; st == DYN_OK && i < n; i++) st = st_header_entry(path, root, &tensors[i], i, &off, err);
+    *json = st == DYN_OK ? cJSON_PrintUnformatted(root) : NULL;
     cJSON_Delete(root);
     if (st != DYN_OK) return st;
-    if (json == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory printing header", path);
+    if (*json == NULL) return dyn_error_set(err, DYN_ERR_NOMEM, "%s: out of memory printing header", path);
+    return DYN_OK;
+}
 
+dyn_status dyn_safetensors_write(const char *path, const dyn_st_entry *tensors, int n,
+                                 const char *const *meta, int n_meta, dyn_error *err)
+{
+    char *json;
+    dyn_status st = st_check_finite(path, tensors, n, err);
+    if (st != DYN_OK || (st = st_header(path, tensors, n, meta, n_meta, &json, err)) != DYN_OK) return st;
     /* Pad the header with spaces so tensor data starts 8-byte aligned. */
     size_t jlen = strlen(json);
     size_t hlen = (jlen + 7u) & ~(size_t)7u;

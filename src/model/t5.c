@@ -296,6 +296,99 @@ static size_t t5_keep_carve(const dyn_model *m, dyn_model_acts *a, const dyn_mod
     return b.used;
 }
 
+/* One backward walk: the model, its activations, the micro-batch, the
+ * mode, and the sizes every layer step uses (eb, db: bytes of an encoder
+ * and a decoder hidden state). */
+typedef struct t5_walk {
+    dyn_model *m;
+    dyn_model_acts *a;
+    const dyn_model_microbatch *mb;
+    int split, rc;
+    int N, Nd, C, V;
+    size_t eb, db;
+} t5_walk;
+
+/* The LM head into dhead and the final norm into d0 (both zeroed first).
+ * Split, dhead is keep_head, the norm's dY for W. Returns d0. */
+static float *t5_back_head(const t5_walk *w, int H, float dloss)
+{
+    dyn_model *m = w->m;
+    dyn_model_acts *a = w->a;
+    const dyn_model_microbatch *mb = w->mb;
+    int Nd = w->Nd, C = w->C, V = w->V;
+    float *dhead = w->split ? a->keep_head : a->d1;
+    memset(dhead, 0, w->db);
+    if (w->split)
+        dyn_lmhead_ce_backward_input(dhead, a->head_ln, m->lm_head, mb->targets, mb->weights, a->head_lse,
+                                     dloss, Nd, C, V, a->work);
+    else
+        dyn_lmhead_ce_backward(dhead, model_grad_of(m, m->lm_head), a->head_ln, m->lm_head, mb->targets,
+                               mb->weights, a->head_lse, dloss, Nd, C, V, a->work);
+    memset(a->d0, 0, w->db);
+    if (w->split)
+        dyn_rmsnorm_backward_input(a->d0, dhead, a->hid[H], m->dec_lnf, a->head_rstd, Nd, C);
+    else
+        dyn_rmsnorm_backward(a->d0, model_grad_of(m, m->dec_lnf), dhead, a->hid[H], m->dec_lnf, a->head_rstd,
+                             Nd, C);
+    return a->d0;
+}
+
+/* Decoder block l (D: the decoder embedding's layer index) from gradient
+ * cur into the other of d0/d1, which it returns; denc accumulates. */
+static float *t5_back_dec(const t5_walk *w, int l, int D, float *cur)
+{
+    dyn_model *m = w->m;
+    dyn_model_acts *a = w->a;
+    const dyn_layout *el = w->mb->lay, *dl = w->mb->dec_lay;
+    float *next = cur == a->d0 ? a->d1 : a->d0;
+    if (w->split)
+        dyn_t5_dec_backward_input(next, a->denc, &a->dy[l].dec, cur, a->hid[l], a->encout, &m->dp[l - D - 1],
+                                  m->dec_rel, w->rc ? &a->wblk[l].dec : &a->blk[l].dec, dl, el, m->dims, w->rc,
+                                  a->work);
+    else
+        dyn_t5_dec_backward(next, a->denc, &m->dg[l - D - 1], model_grad_of(m, m->dec_rel), cur, a->hid[l],
+                            a->encout, &m->dp[l - D - 1], m->dec_rel, &a->blk[l].dec, dl, el, m->dims, w->rc,
+                            a->work);
+    return next;
+}
+
+/* The encoder's final norm (layer E) from denc into d0 (zeroed first);
+ * split, the norm's dY (denc) is kept for W. Returns d0. */
+static float *t5_back_enc_norm(const t5_walk *w, int E)
+{
+    dyn_model *m = w->m;
+    dyn_model_acts *a = w->a;
+    const float *dnorm = a->denc;
+    if (w->split) {
+        memcpy(a->keep_enc_norm, a->denc, w->eb);
+        dnorm = a->keep_enc_norm;
+    }
+    memset(a->d0, 0, w->eb);
+    if (w->split)
+        dyn_rmsnorm_backward_input(a->d0, dnorm, a->hid[E], m->enc_lnf, a->enc_rstd, w->N, w->C);
+    else
+        dyn_rmsnorm_backward(a->d0, model_grad_of(m, m->enc_lnf), dnorm, a->hid[E], m->enc_lnf, a->enc_rstd,
+                             w->N, w->C);
+    return a->d0;
+}
+
+/* Encoder block l from gradient cur into the other of d0/d1, which it
+ * returns. */
+static float *t5_back_enc(const t5_walk *w, int l, float *cur)
+{
+    dyn_model *m = w->m;
+    dyn_model_acts *a = w->a;
+    const dyn_layout *el = w->mb->lay;
+    float *next = cur == a->d0 ? a->d1 : a->d0;
+    if (w->split)
+        dyn_t5_enc_backward_input(next, &a->dy[l].enc, cur, a->hid[l], &m->ep[l - 1], m->enc_rel,
+                                  w->rc ? &a->wblk[l].enc : &a->blk[l].enc, el, m->dims, w->rc, a->work);
+    else
+        dyn_t5_enc_backward(next, &m->eg[l - 1], model_grad_of(m, m->enc_rel), cur, a->hid[l], &m->ep[l - 1],
+                            m->enc_rel, &a->blk[l].enc, el, m->dims, w->rc, a->work);
+    return next;
+}
+
 /* The layer walk both backwards share. The incoming boundary gradient is
  * split: the encoder part into cur (an encoder range) or denc, the decoder
  * part into cur; denc accumulates the encoder output's gradient over every
@@ -311,11 +404,10 @@ static void t5_backward_walk(dyn_model *m, dyn_model_acts *a, const dyn_model_mi
 {
     int ne = m->cfg.n_layers, nd = m->cfg.n_dec_layers;
     int E = ne + 1, D = ne + 2, H = ne + nd + 3;
-    const dyn_layout *el = mb->lay, *dl = mb->dec_lay;
-    int C = m->cfg.hidden, V = m->cfg.vocab;
-    int N = el->B * el->T, Nd = dl->B * dl->T;
-    size_t eb = (size_t)N * C * sizeof(float), db = (size_t)Nd * C * sizeof(float);
-    int rc = a->fwd_recompute;
+    int N = mb->lay->B * mb->lay->T, Nd = mb->dec_lay->B * mb->dec_lay->T, C = m->cfg.hidden;
+    t5_walk w = {m, a, mb, split, a->fwd_recompute, N, Nd, C, m->cfg.vocab,
+                 (size_t)N * C * sizeof(float), (size_t)Nd * C * sizeof(float)};
+    size_t eb = w.eb, db = w.db;
     float *cur = a->d0;
     if (last <= E) {
         memcpy(cur, dout, eb);
@@ -327,66 +419,14 @@ static void t5_backward_walk(dyn_model *m, dyn_model_acts *a, const dyn_model_mi
     }
     for (int l = last - 1; l >= first; l--) {
         model_progress(m);
-        if (l == H) {
-            /* LM head into dhead, final norm into d0: both zeroed. Split,
-             * dhead is keep_head, the norm's dY for W. */
-            float *dhead = split ? a->keep_head : a->d1;
-            memset(dhead, 0, db);
-            if (split)
-                dyn_lmhead_ce_backward_input(dhead, a->head_ln, m->lm_head, mb->targets, mb->weights, a->head_lse,
-                                             dloss, Nd, C, V, a->work);
-            else
-                dyn_lmhead_ce_backward(dhead, model_grad_of(m, m->lm_head), a->head_ln, m->lm_head, mb->targets,
-                                       mb->weights, a->head_lse, dloss, Nd, C, V, a->work);
-            memset(a->d0, 0, db);
-            if (split)
-                dyn_rmsnorm_backward_input(a->d0, dhead, a->hid[H], m->dec_lnf, a->head_rstd, Nd, C);
-            else
-                dyn_rmsnorm_backward(a->d0, model_grad_of(m, m->dec_lnf), dhead, a->hid[H], m->dec_lnf, a->head_rstd,
-                                     Nd, C);
-            cur = a->d0;
-        } else if (l > D) {
-            float *next = cur == a->d0 ? a->d1 : a->d0;
-            if (split)
-                dyn_t5_dec_backward_input(next, a->denc, &a->dy[l].dec, cur, a->hid[l], a->encout, &m->dp[l - D - 1],
-                                          m->dec_rel, rc ? &a->wblk[l].dec : &a->blk[l].dec, dl, el, m->dims, rc,
-                                          a->work);
-            else
-                dyn_t5_dec_backward(next, a->denc, &m->dg[l - D - 1], model_grad_of(m, m->dec_rel), cur, a->hid[l],
-                                    a->encout, &m->dp[l - D - 1], m->dec_rel, &a->blk[l].dec, dl, el, m->dims, rc,
-                                    a->work);
-            cur = next;
-        } else if (l == D) {
-            if (split) memcpy(a->keep_dec_emb, cur, db);
-            else dyn_embed_backward(model_grad_of(m, m->shared), cur, mb->dec_tokens, Nd, C);
-        } else if (l == E) {
-            /* Split, the norm's dY (denc) is kept for W. */
-            const float *dnorm = a->denc;
-            if (split) {
-                memcpy(a->keep_enc_norm, a->denc, eb);
-                dnorm = a->keep_enc_norm;
-            }
-            memset(a->d0, 0, eb);
-            if (split)
-                dyn_rmsnorm_backward_input(a->d0, dnorm, a->hid[E], m->enc_lnf, a->enc_rstd, N, C);
-            else
-                dyn_rmsnorm_backward(a->d0, model_grad_of(m, m->enc_lnf), dnorm, a->hid[E], m->enc_lnf, a->enc_rstd,
-                                     N, C);
-            cur = a->d0;
-        } else if (l >= 1) {
-            float *next = cur == a->d0 ? a->d1 : a->d0;
-            if (split)
-                dyn_t5_enc_backward_input(next, &a->dy[l].enc, cur, a->hid[l], &m->ep[l - 1], m->enc_rel,
-                                          rc ? &a->wblk[l].enc : &a->blk[l].enc, el, m->dims, rc, a->work);
-            else
-                dyn_t5_enc_backward(next, &m->eg[l - 1], model_grad_of(m, m->enc_rel), cur, a->hid[l], &m->ep[l - 1],
-                                    m->enc_rel, &a->blk[l].enc, el, m->dims, rc, a->work);
-            cur = next;
-        } else if (split) {
-            memcpy(a->keep_emb, cur, eb); /* the embedding is all weight gradient */
-        } else {
-            dyn_embed_backward(model_grad_of(m, m->shared), cur, mb->tokens, N, C);
-        }
+        if (l == H) cur = t5_back_head(&w, H, dloss);
+        else if (l > D) cur = t5_back_dec(&w, l, D, cur);
+        else if (l == D && split) memcpy(a->keep_dec_emb, cur, db);
+        else if (l == D) dyn_embed_backward(model_grad_of(m, m->shared), cur, mb->dec_tokens, Nd, C);
+        else if (l == E) cur = t5_back_enc_norm(&w, E);
+        else if (l >= 1) cur = t5_back_enc(&w, l, cur);
+        else if (split) memcpy(a->keep_emb, cur, eb); /* the embedding is all weight gradient */
+        else dyn_embed_backward(model_grad_of(m, m->shared), cur, mb->tokens, N, C);
     }
     if (first > 0 && first <= E) memcpy(din, cur, eb);
     else if (first >= D) {

@@ -37,25 +37,61 @@ static void bins_sort_desc(kk_bin *b, int32_t d)
     }
 }
 
-dyn_status plan_balance_kk(const double *w, int32_t m, int32_t d, int32_t *replica, double *max_load,
-                          dyn_error *err)
+/* The trivial cases: one replica (or no items) takes everything; d >= m
+ * gives each item a replica of its own (nothing to balance, and no m x d
+ * table). */
+static void balance_trivial(const double *w, int32_t m, int32_t d, int32_t *replica, double *max_load)
 {
-    if (d <= 1 || m <= 0) {
-        double sum = 0.0;
-        for (int32_t i = 0; i < m; i++) {
+    double load = 0.0;
+    for (int32_t i = 0; i < m; i++) {
+        if (d <= 1) {
             replica[i] = 0;
-            sum += w[i];
-        }
-        if (max_load) *max_load = sum;
-        return DYN_OK;
-    }
-    if (d >= m) { /* a replica each: nothing to balance (and no m x d table) */
-        double mx = 0.0;
-        for (int32_t i = 0; i < m; i++) {
+            load += w[i];
+        } else {
             replica[i] = i;
-            if (w[i] > mx) mx = w[i];
+            if (w[i] > load) load = w[i];
         }
-        if (max_load) *max_load = mx;
+    }
+    if (max_load) *max_load = load;
+}
+
+/* Merge the two live partial solutions with the largest spreads: the
+ * heaviest bin of one with the lightest of the other, and so on; the
+ * second dies. */
+static void kk_merge_widest(kk_bin *bins, int32_t *next, char *alive, int32_t m, int32_t d)
+{
+    int32_t p = -1, q = -1;
+    double sp = -1.0, sq = -1.0;
+    for (int32_t i = 0; i < m; i++) {
+        if (!alive[i]) continue;
+        const kk_bin *b = bins + (size_t)i * d;
+        double s = b[0].load - b[d - 1].load;
+        if (s > sp) {
+            q = p, sq = sp;
+            p = i, sp = s;
+        } else if (s > sq) {
+            q = i, sq = s;
+        }
+    }
+    kk_bin *a = bins + (size_t)p * d, *b = bins + (size_t)q * d;
+    for (int32_t r = 0; r < d; r++) {
+        kk_bin *x = &a[r], *y = &b[d - 1 - r];
+        x->load += y->load;
+        if (y->head >= 0) {
+            if (x->head < 0) x->head = y->head;
+            else next[x->tail] = y->head;
+            x->tail = y->tail;
+        }
+    }
+    bins_sort_desc(a, d);
+    alive[q] = 0;
+}
+
+dyn_status plan_balance_kk(const double *w, int32_t m, int32_t d, int32_t *replica, double *max_load,
+                           dyn_error *err)
+{
+    if (d <= 1 || m <= 0 || d >= m) {
+        balance_trivial(w, m, d, replica, max_load);
         return DYN_OK;
     }
     kk_bin *bins = dyn_calloc((size_t)m * (size_t)d, sizeof(kk_bin), "KK partial solutions", err);
@@ -74,35 +110,7 @@ dyn_status plan_balance_kk(const double *w, int32_t m, int32_t d, int32_t *repli
         next[i] = -1;
         alive[i] = 1;
     }
-    for (int32_t left = m; left > 1; left--) {
-        /* The two live partial solutions with the largest spreads. */
-        int32_t p = -1, q = -1;
-        double sp = -1.0, sq = -1.0;
-        for (int32_t i = 0; i < m; i++) {
-            if (!alive[i]) continue;
-            const kk_bin *b = bins + (size_t)i * d;
-            double s = b[0].load - b[d - 1].load;
-            if (s > sp) {
-                q = p, sq = sp;
-                p = i, sp = s;
-            } else if (s > sq) {
-                q = i, sq = s;
-            }
-        }
-        kk_bin *a = bins + (size_t)p * d, *b = bins + (size_t)q * d;
-        /* Heaviest of a with lightest of b, and so on. */
-        for (int32_t r = 0; r < d; r++) {
-            kk_bin *x = &a[r], *y = &b[d - 1 - r];
-            x->load += y->load;
-            if (y->head >= 0) {
-                if (x->head < 0) x->head = y->head;
-                else next[x->tail] = y->head;
-                x->tail = y->tail;
-            }
-        }
-        bins_sort_desc(a, d);
-        alive[q] = 0;
-    }
+    for (int32_t left = m; left > 1; left--) kk_merge_widest(bins, next, alive, m, d);
     int32_t last = 0;
     while (!alive[last]) last++;
     const kk_bin *b = bins + (size_t)last * d;

@@ -143,83 +143,126 @@ static int cmp_desc_size(const void *a, const void *b)
     return (x[0] > y[0]) - (x[0] < y[0]);
 }
 
+/* One packing: the rows, and per sample its offsets in its row (by
+ * sample index) and its row and offsets in packed order. */
+typedef struct pack_state {
+    int gpt;
+    int32_t L; /* row length, tokens */
+    int64_t *key;
+    pack_row *rowv;
+    int32_t n_rows;
+    int32_t *next;              /* [n] the next sample in the same row, -1 */
+    int32_t *offa, *offb;       /* [n] by sample: offsets in its row */
+    int32_t *row_of;            /* [n] packed order: row within the micro-batch */
+    int32_t *enc_off, *dec_off; /* [n] packed order: offsets */
+    dyn_mb_shape *shapes;       /* [n] per micro-batch */
+} pack_state;
+
+static int pack_alloc(pack_state *ps, int32_t n, dyn_error *err)
+{
+    ps->key = dyn_calloc((size_t)n, sizeof(int64_t), "packing keys", err);
+    ps->rowv = dyn_calloc((size_t)n, sizeof(pack_row), "packing rows", err);
+    ps->next = dyn_calloc((size_t)n, sizeof(int32_t), "packing links", err);
+    ps->row_of = dyn_calloc((size_t)n, sizeof(int32_t), "packing rows", err);
+    ps->enc_off = dyn_calloc((size_t)n, sizeof(int32_t), "packing offsets", err);
+    ps->dec_off = dyn_calloc((size_t)n, sizeof(int32_t), "packing offsets", err);
+    ps->offa = dyn_calloc((size_t)n, sizeof(int32_t), "packing offsets", err);
+    ps->offb = dyn_calloc((size_t)n, sizeof(int32_t), "packing offsets", err);
+    ps->shapes = dyn_calloc((size_t)n, sizeof(dyn_mb_shape), "packing shapes", err);
+    return ps->key && ps->rowv && ps->next && ps->row_of && ps->enc_off && ps->dec_off && ps->offa && ps->offb &&
+           ps->shapes;
+}
+
+static void pack_free(pack_state *ps)
+{
+    free(ps->key);
+    free(ps->rowv);
+    free(ps->next);
+    free(ps->row_of);
+    free(ps->enc_off);
+    free(ps->dec_off);
+    free(ps->offa);
+    free(ps->offb);
+    free(ps->shapes);
+}
+
+/* First-fit-decreasing: samples by size (ties by index), each into the
+ * first row with room on both sides. */
+static void pack_first_fit(pack_state *ps, const dyn_sample *s, int32_t n)
+{
+    pack_row *rowv = ps->rowv;
+    for (int32_t i = 0; i < n; i++)
+        ps->key[i] = ((int64_t)s[i].input_len + s[i].target_len) << 32 | i;
+    qsort(ps->key, (size_t)n, sizeof(int64_t), cmp_desc_size);
+    ps->n_rows = 0;
+    for (int32_t q = 0; q < n; q++) {
+        int32_t i = (int32_t)(ps->key[q] & 0xffffffff);
+        int32_t a = ps->gpt ? s[i].input_len + s[i].target_len : s[i].input_len;
+        int32_t b = ps->gpt ? 0 : s[i].target_len;
+        int32_t r = 0;
+        while (r < ps->n_rows && (rowv[r].used_a + a > ps->L || rowv[r].used_b + b > ps->L)) r++;
+        if (r == ps->n_rows) rowv[ps->n_rows++] = (pack_row){0, 0, -1, -1};
+        ps->offa[i] = rowv[r].used_a;
+        ps->offb[i] = rowv[r].used_b;
+        rowv[r].used_a += a;
+        rowv[r].used_b += b;
+        ps->next[i] = -1;
+        if (rowv[r].head < 0) rowv[r].head = i;
+        else ps->next[rowv[r].tail] = i;
+        rowv[r].tail = i;
+    }
+}
+
+/* Rows r0 .. r1-1 as one micro-batch: its samples appended to perm (and
+ * their rows and offsets) from *pos; its shape (with document masks, the
+ * attention of each document alone). Returns its sample count. */
+static int32_t pack_microbatch(pack_state *ps, const dyn_sample *s, int docmask, int32_t r0, int32_t r1,
+                               int32_t *perm, int32_t *pos, dyn_mb_shape *sh)
+{
+    const int gpt = ps->gpt;
+    *sh = (dyn_mb_shape){.rows = r1 - r0, .enc_len = ps->L, .dec_len = gpt ? 0 : ps->L};
+    int32_t cnt = 0;
+    for (int32_t r = r0; r < r1; r++)
+        for (int32_t i = ps->rowv[r].head; i >= 0; i = ps->next[i]) {
+            perm[*pos] = i;
+            ps->row_of[*pos] = r - r0;
+            ps->enc_off[*pos] = ps->offa[i];
+            ps->dec_off[*pos] = ps->offb[i];
+            if (docmask) {
+                int64_t a = gpt ? s[i].input_len + s[i].target_len : s[i].input_len;
+                sh->enc_attn += a * a;
+                if (!gpt) {
+                    sh->dec_attn += (int64_t)s[i].target_len * s[i].target_len;
+                    sh->cross_attn += (int64_t)s[i].target_len * s[i].input_len;
+                }
+            }
+            (*pos)++;
+            cnt++;
+        }
+    return cnt;
+}
+
 static dyn_status plan_packing(dyn_planner *p, const dyn_sample *s, int32_t n, int32_t *perm,
                                int32_t *groups, dyn_batch_plan *out, dyn_error *err)
 {
-    const int gpt = dyn_model_kind_decoder_only(p->kind);
-    const int32_t L = plan_round_up(p->opt.max_seqlen, p->opt.round_to);
-    int64_t *key = dyn_calloc((size_t)n, sizeof(int64_t), "packing keys", err);
-    pack_row *rowv = dyn_calloc((size_t)n, sizeof(pack_row), "packing rows", err);
-    int32_t *next = dyn_calloc((size_t)n, sizeof(int32_t), "packing links", err);
-    int32_t *row_of = dyn_calloc((size_t)n, sizeof(int32_t), "packing rows", err);
-    int32_t *enc_off = dyn_calloc((size_t)n, sizeof(int32_t), "packing offsets", err);
-    int32_t *dec_off = dyn_calloc((size_t)n, sizeof(int32_t), "packing offsets", err);
-    int32_t *offa = dyn_calloc((size_t)n, sizeof(int32_t), "packing offsets", err);
-    int32_t *offb = dyn_calloc((size_t)n, sizeof(int32_t), "packing offsets", err);
-    dyn_mb_shape *shapes = dyn_calloc((size_t)n, sizeof(dyn_mb_shape), "packing shapes", err);
-    dyn_status st = DYN_OK;
-    if (!key || !rowv || !next || !row_of || !enc_off || !dec_off || !offa || !offb || !shapes) {
-        st = DYN_ERR_NOMEM;
-        goto done;
-    }
-    for (int32_t i = 0; i < n; i++)
-        key[i] = ((int64_t)s[i].input_len + s[i].target_len) << 32 | i;
-    qsort(key, (size_t)n, sizeof(int64_t), cmp_desc_size);
-    int32_t n_rows = 0;
-    for (int32_t q = 0; q < n; q++) {
-        int32_t i = (int32_t)(key[q] & 0xffffffff);
-        int32_t a = gpt ? s[i].input_len + s[i].target_len : s[i].input_len;
-        int32_t b = gpt ? 0 : s[i].target_len;
-        int32_t r = 0;
-        while (r < n_rows && (rowv[r].used_a + a > L || rowv[r].used_b + b > L)) r++;
-        if (r == n_rows) rowv[n_rows++] = (pack_row){0, 0, -1, -1};
-        offa[i] = rowv[r].used_a;
-        offb[i] = rowv[r].used_b;
-        rowv[r].used_a += a;
-        rowv[r].used_b += b;
-        next[i] = -1;
-        if (rowv[r].head < 0) rowv[r].head = i;
-        else next[rowv[r].tail] = i;
-        rowv[r].tail = i;
-    }
-    int32_t per = p->opt.pack_rows;
-    if (per == 0 && (st = auto_rows(p, n_rows, &per, err)) != DYN_OK) goto done;
-    int32_t m = 0, pos = 0;
-    for (int32_t r0 = 0; r0 < n_rows; r0 += per) {
-        int32_t r1 = r0 + per < n_rows ? r0 + per : n_rows;
-        dyn_mb_shape sh = {.rows = r1 - r0, .enc_len = L, .dec_len = gpt ? 0 : L};
-        int32_t cnt = 0;
-        for (int32_t r = r0; r < r1; r++)
-            for (int32_t i = rowv[r].head; i >= 0; i = next[i]) {
-                perm[pos] = i;
-                row_of[pos] = r - r0;
-                enc_off[pos] = offa[i];
-                dec_off[pos] = offb[i];
-                if (p->opt.method == DYN_BATCH_PACKING_DOCMASK) {
-                    int64_t a = gpt ? s[i].input_len + s[i].target_len : s[i].input_len;
-                    sh.enc_attn += a * a;
-                    if (!gpt) {
-                        sh.dec_attn += (int64_t)s[i].target_len * s[i].target_len;
-                        sh.cross_attn += (int64_t)s[i].target_len * s[i].input_len;
-                    }
-                }
-                pos++;
-                cnt++;
+    pack_state ps = {.gpt = dyn_model_kind_decoder_only(p->kind), .L = plan_round_up(p->opt.max_seqlen, p->opt.round_to)};
+    dyn_status st = DYN_ERR_NOMEM;
+    if (pack_alloc(&ps, n, err)) {
+        pack_first_fit(&ps, s, n);
+        int32_t per = p->opt.pack_rows;
+        st = DYN_OK;
+        if (per == 0) st = auto_rows(p, ps.n_rows, &per, err);
+        if (st == DYN_OK) {
+            int32_t m = 0, pos = 0;
+            for (int32_t r0 = 0; r0 < ps.n_rows; r0 += per, m++) {
+                int32_t r1 = r0 + per < ps.n_rows ? r0 + per : ps.n_rows;
+                groups[m] = pack_microbatch(&ps, s, p->opt.method == DYN_BATCH_PACKING_DOCMASK, r0, r1, perm,
+                                            &pos, &ps.shapes[m]);
             }
-        shapes[m] = sh;
-        groups[m++] = cnt;
+            st = plan_assemble(p, s, n, perm, groups, m, ps.shapes, ps.row_of, ps.enc_off, ps.dec_off, out, err);
+        }
     }
-    st = plan_assemble(p, s, n, perm, groups, m, shapes, row_of, enc_off, dec_off, out, err);
-done:
-    free(key);
-    free(rowv);
-    free(next);
-    free(row_of);
-    free(enc_off);
-    free(dec_off);
-    free(offa);
-    free(offb);
-    free(shapes);
+    pack_free(&ps);
     return st;
 }
 

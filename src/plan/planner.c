@@ -475,6 +475,146 @@ static dyn_status chunk_value(dyn_planner *p, const dyn_sample *s, int32_t n, co
     return DYN_OK;
 }
 
+/* T5, build_t5's first pass: each position's padded shape (p->pe, p->pd)
+ * and its single's row entry; the singles' largest and summed time and the
+ * lower bound, for the cap. */
+static dyn_status t5_singles(dyn_planner *p, const dyn_sample *s, int32_t n, const int32_t *perm,
+                             double *single_max, double *single_sum, double *lb, dyn_error *err)
+{
+    const int32_t r = p->opt.round_to;
+    *single_max = *single_sum = *lb = 0.0;
+    for (int32_t j = 0; j < n; j++) {
+        const dyn_sample *x = &s[perm[j]];
+        plan_cost_row *row;
+        int32_t avail;
+        int32_t e = len_index(x->input_len, r), d = len_index(x->target_len, r);
+        p->pe[j] = e;
+        p->pd[j] = d;
+        dyn_status st = row_ensure(p, e, d, 1, &row, &avail, err);
+        if (st != DYN_OK) return st;
+        if (avail < 1) return infeasible_sample(p, x, err);
+        double t = row->time[0], per;
+        if (t > *single_max) *single_max = t;
+        *single_sum += t;
+        if (p->opt.stages > 1 && !p->use_naive_dp) {
+            st = lower_bound_row(p, grid_floor(e + 1) - 1, grid_floor(d + 1) - 1, n, &per, err);
+            if (st != DYN_OK) return st;
+            *lb += per;
+        }
+    }
+    return DYN_OK;
+}
+
+/* T5: the time cap on a run (INFINITY with one stage or the naive DP). */
+static dyn_status t5_tau_cap(dyn_planner *p, const dyn_sample *s, int32_t n, const int32_t *perm,
+                             double known_ms, double single_max, double single_sum, double lb,
+                             double *tau_cap, dyn_error *err)
+{
+    *tau_cap = INFINITY;
+    if (p->opt.stages > 1 && !p->use_naive_dp) {
+        double vh;
+        dyn_status st = chunk_value(p, s, n, perm, &vh, err);
+        if (st != DYN_OK) return st;
+        if (known_ms < vh) vh = known_ms;
+        *tau_cap = time_cap(p, single_max, single_sum, lb);
+        double c = cap_of_value(p, vh, single_max, lb);
+        if (c < *tau_cap) *tau_cap = c;
+    }
+    return DYN_OK;
+}
+
+/* T5: position j, whose predecessor's runs all lay in j's group of equal
+ * shapes (row own) and stopped at W before leaving it: j's W runs do too.
+ * One more (W + 1 samples) is in the group as well, so it stops j only if
+ * the row itself stops there; then *shared = 1 and j uses the row. */
+static dyn_status t5_shared_width(dyn_planner *p, int32_t j, int32_t own, double tau_cap, int *shared,
+                                  dyn_error *err)
+{
+    int32_t W = p->width[j - 1], avail;
+    plan_cost_row *row;
+    dyn_status st = row_ensure(p, p->pe[j], p->pd[j], W + 1, &row, &avail, err);
+    if (st != DYN_OK) return st;
+    *shared = avail < W + 1 || row->time[W] > tau_cap;
+    if (*shared) {
+        p->shared[j] = own;
+        p->width[j] = W;
+    }
+    return DYN_OK;
+}
+
+/* T5: position j's band at p->band + off, walked back in extents of one
+ * padded shape: the running maxima (e, d) of the padded indices (rounding
+ * up is monotone, so they are the padded running maxima of the lengths)
+ * grow at the first sample that exceeds them, and until then every run
+ * costs row (e, d)'s t(k), so an extent is one row lookup, a bisection
+ * against the cap (rows are non-decreasing) and a copy. Monotone costs
+ * bound the band: run (j, k) holds run (j-1, k-1) and one more sample, so
+ * it is no cheaper and no smaller, and j's band is at most one longer than
+ * j-1's. *k_end: one past the last run kept; *in_group: every run lies in
+ * j's group of equal shapes. With segs, each extent is a new segment at
+ * *nseg (a larger shape). */
+static dyn_status t5_band_walk(dyn_planner *p, int32_t j, int64_t off, double tau_cap, int segs, int64_t *nseg,
+                               int32_t *k_end, int *in_group, dyn_error *err)
+{
+    const int32_t nl = p->n_len, own_e = p->pe[j], own_d = p->pd[j];
+    int32_t kmax = j == 0 ? 1 : p->width[j - 1] + 1;
+    int32_t e = -1, d = -1, k = 1;
+    plan_cost_row *row = NULL, *srow = NULL;
+    dyn_status st;
+    *in_group = 1;
+    if ((st = band_ensure(p, off + j + 1, err)) != DYN_OK) return st;
+    while (k <= kmax) {
+        if (p->pe[j + 1 - k] > e) e = p->pe[j + 1 - k];
+        if (p->pd[j + 1 - k] > d) d = p->pd[j + 1 - k];
+        int32_t k2 = k; /* the extent: runs k .. k2 */
+        while (k2 < kmax && p->pe[j - k2] <= e && p->pd[j - k2] <= d) k2++;
+        int32_t avail;
+        st = row_ensure(p, e, d, k2, &row, &avail, err);
+        if (st != DYN_OK) return st;
+        if (avail < k) break; /* memory: run k does not fit */
+        int32_t hi = avail < k2 ? avail : k2;
+        int32_t c = count_le_row(row->time + (k - 1), hi - k + 1, tau_cap);
+        if (c == 0 && k == 1) c = 1; /* a single always stays */
+        if (c == 0) break;
+        memcpy(p->band + off + k - 1, row->time + (k - 1), (size_t)c * sizeof(double));
+        if (*in_group) {
+            if (e != own_e || d != own_d) *in_group = 0;
+            for (int32_t q = k; q < k + c && *in_group; q++)
+                if (p->pe[j + 1 - q] != own_e || p->pd[j + 1 - q] != own_d) *in_group = 0;
+        }
+        if (segs) {
+            if (srow) p->seg_beta[*nseg - 1] = segment_slope(srow, p->seg_k[*nseg - 1], k - 1);
+            p->seg_k[*nseg] = k;
+            p->seg_key[*nseg] = e * nl + d;
+            (*nseg)++;
+            srow = row;
+        }
+        k += c;
+        if (k <= k2) break; /* memory or the cap ended the band inside the extent */
+    }
+    if (srow) p->seg_beta[*nseg - 1] = segment_slope(srow, p->seg_k[*nseg - 1], k - 1);
+    *k_end = k;
+    return DYN_OK;
+}
+
+/* T5: position j's width, and whether it keeps its band entries (at *off,
+ * advanced past them) and segments or shares its row. */
+static void t5_band_keep(dyn_planner *p, int32_t j, int32_t k, int in_group, int64_t *off, int64_t *nseg)
+{
+    p->width[j] = k - 1;
+    int any_affine = 0; /* else the plain scan is cheaper: keep no segments */
+    for (int64_t q = p->seg_start[j]; q < *nseg; q++) any_affine |= p->seg_beta[q] == p->seg_beta[q];
+    if (!any_affine) *nseg = p->seg_start[j];
+    if (in_group && !p->use_naive_dp) {
+        p->shared[j] = p->pe[j] * p->n_len + p->pd[j]; /* band entries equal the row's: drop them */
+        *nseg = p->seg_start[j];
+    } else {
+        p->shared[j] = -1;
+        *off += k - 1;
+    }
+    p->seg_start[j + 1] = *nseg;
+}
+
 /* T5: a band of run times, grown backwards from each position while the run
  * fits and stays within the time cap; a run's padded shape is (k, max input,
  * max target). The cap (time_cap) comes from the smallest of three values
@@ -485,38 +625,10 @@ static dyn_status chunk_value(dyn_planner *p, const dyn_sample *s, int32_t n, co
 static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const int32_t *perm,
                            double known_ms, dyn_error *err)
 {
-    const int32_t r = p->opt.round_to;
-    dyn_status st;
-    /* Singles first (their row entries) and the lower bound, for the cap. */
-    double single_max = 0.0, single_sum = 0.0, lb = 0.0;
-    for (int32_t j = 0; j < n; j++) {
-        const dyn_sample *x = &s[perm[j]];
-        plan_cost_row *row;
-        int32_t avail;
-        int32_t e = len_index(x->input_len, r), d = len_index(x->target_len, r);
-        p->pe[j] = e;
-        p->pd[j] = d;
-        st = row_ensure(p, e, d, 1, &row, &avail, err);
-        if (st != DYN_OK) return st;
-        if (avail < 1) return infeasible_sample(p, x, err);
-        double t = row->time[0], per;
-        if (t > single_max) single_max = t;
-        single_sum += t;
-        if (p->opt.stages > 1 && !p->use_naive_dp) {
-            st = lower_bound_row(p, grid_floor(e + 1) - 1, grid_floor(d + 1) - 1, n, &per, err);
-            if (st != DYN_OK) return st;
-            lb += per;
-        }
-    }
-    double tau_cap = INFINITY;
-    if (p->opt.stages > 1 && !p->use_naive_dp) {
-        double vh;
-        if ((st = chunk_value(p, s, n, perm, &vh, err)) != DYN_OK) return st;
-        if (known_ms < vh) vh = known_ms;
-        tau_cap = time_cap(p, single_max, single_sum, lb);
-        double c = cap_of_value(p, vh, single_max, lb);
-        if (c < tau_cap) tau_cap = c;
-    }
+    double single_max, single_sum, lb, tau_cap;
+    dyn_status st = t5_singles(p, s, n, perm, &single_max, &single_sum, &lb, err);
+    if (st == DYN_OK) st = t5_tau_cap(p, s, n, perm, known_ms, single_max, single_sum, lb, &tau_cap, err);
+    if (st != DYN_OK) return st;
     /* Runs ending at j whose samples all have j's padded shape (e, d) cost
      * row (e, d)'s t(k). When all of j's runs are like that -- the band
      * stopped (memory or cap) before leaving j's group of equal shapes --
@@ -530,77 +642,16 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
     p->seg_start[0] = 0;
     for (int32_t j = 0; j < n; j++) {
         p->seg_start[j + 1] = nseg; /* none unless the band below adds some */
-        int32_t own_e = p->pe[j], own_d = p->pd[j];
-        int32_t own = own_e * nl + own_d;
+        int32_t own = p->pe[j] * nl + p->pd[j];
         if (!p->use_naive_dp && j > 0 && p->shared[j - 1] == own && p->width[j - 1] < j) {
-            /* j-1's runs all lay in the group and stopped at W; j's W runs
-             * do too. One more (W + 1 samples) is in the group as well, so
-             * it stops j only if the row itself stops there. */
-            int32_t W = p->width[j - 1], avail;
-            plan_cost_row *row;
-            st = row_ensure(p, own_e, own_d, W + 1, &row, &avail, err);
-            if (st != DYN_OK) return st;
-            if (avail < W + 1 || row->time[W] > tau_cap) {
-                p->shared[j] = own;
-                p->width[j] = W;
-                continue;
-            }
+            int shared;
+            if ((st = t5_shared_width(p, j, own, tau_cap, &shared, err)) != DYN_OK) return st;
+            if (shared) continue;
         }
-        /* Running maxima of the padded indices (rounding up is monotone,
-         * so they are the padded running maxima of the lengths). */
-        /* Walk back in extents of one padded shape: the running maxima
-         * (e, d) grow at the first sample that exceeds them, and until then
-         * every run costs row (e, d)'s t(k), so an extent is one row
-         * lookup, a bisection against the cap (rows are non-decreasing) and
-         * a copy. Monotone costs bound the band: run (j, k) holds run
-         * (j-1, k-1) and one more sample, so it is no cheaper and no smaller,
-         * and j's band is at most one longer than j-1's. */
-        int32_t kmax = j == 0 ? 1 : p->width[j - 1] + 1;
-        int32_t e = -1, d = -1, in_group = 1, k = 1;
-        plan_cost_row *row = NULL, *srow = NULL;
-        if ((st = band_ensure(p, off + j + 1, err)) != DYN_OK) return st;
-        while (k <= kmax) {
-            if (p->pe[j + 1 - k] > e) e = p->pe[j + 1 - k];
-            if (p->pd[j + 1 - k] > d) d = p->pd[j + 1 - k];
-            int32_t k2 = k; /* the extent: runs k .. k2 */
-            while (k2 < kmax && p->pe[j - k2] <= e && p->pd[j - k2] <= d) k2++;
-            int32_t avail;
-            st = row_ensure(p, e, d, k2, &row, &avail, err);
-            if (st != DYN_OK) return st;
-            if (avail < k) break; /* memory: run k does not fit */
-            int32_t hi = avail < k2 ? avail : k2;
-            int32_t c = count_le_row(row->time + (k - 1), hi - k + 1, tau_cap);
-            if (c == 0 && k == 1) c = 1; /* a single always stays */
-            if (c == 0) break;
-            memcpy(p->band + off + k - 1, row->time + (k - 1), (size_t)c * sizeof(double));
-            if (in_group) {
-                if (e != own_e || d != own_d) in_group = 0;
-                for (int32_t q = k; q < k + c && in_group; q++)
-                    if (p->pe[j + 1 - q] != own_e || p->pd[j + 1 - q] != own_d) in_group = 0;
-            }
-            if (segs) { /* each extent is a new segment (a larger shape) */
-                if (srow) p->seg_beta[nseg - 1] = segment_slope(srow, p->seg_k[nseg - 1], k - 1);
-                p->seg_k[nseg] = k;
-                p->seg_key[nseg] = e * nl + d;
-                nseg++;
-                srow = row;
-            }
-            k += c;
-            if (k <= k2) break; /* memory or the cap ended the band inside the extent */
-        }
-        p->width[j] = k - 1;
-        if (srow) p->seg_beta[nseg - 1] = segment_slope(srow, p->seg_k[nseg - 1], k - 1);
-        int any_affine = 0; /* else the plain scan is cheaper: keep no segments */
-        for (int64_t q = p->seg_start[j]; q < nseg; q++) any_affine |= p->seg_beta[q] == p->seg_beta[q];
-        if (!any_affine) nseg = p->seg_start[j];
-        if (in_group && !p->use_naive_dp) {
-            p->shared[j] = own; /* band entries equal the row's: drop them */
-            nseg = p->seg_start[j];
-        } else {
-            p->shared[j] = -1;
-            off += k - 1;
-        }
-        p->seg_start[j + 1] = nseg;
+        int32_t k;
+        int in_group;
+        if ((st = t5_band_walk(p, j, off, tau_cap, segs, &nseg, &k, &in_group, err)) != DYN_OK) return st;
+        t5_band_keep(p, j, k, in_group, &off, &nseg);
     }
     /* Pointers only now: the band and the rows may have moved while growing. */
     off = 0;

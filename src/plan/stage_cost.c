@@ -75,20 +75,15 @@ static dyn_status stage_cost_fn(void *ctx, const dyn_mb_shape *mb, dyn_mb_cost *
     return DYN_OK;
 }
 
-dyn_planner *dyn_planner_create(const dyn_cost_model *cm, const dyn_plan_options *opt,
-                                dyn_error *err)
+/* Stages and chunks against the model's total layers: every stage (and,
+ * with chunks, every model chunk) needs at least one. */
+static int planner_stages_ok(const dyn_plan_options *opt, int32_t total, dyn_error *err)
 {
-    if (cm == NULL || opt == NULL) {
-        dyn_error_set(err, DYN_ERR_INVALID_ARG, "planner: missing cost model or options");
-        return NULL;
-    }
-    const dyn_model_config *cfg = dyn_cost_model_config(cm);
-    int32_t n_enc = cfg->n_layers, n_dec = cfg->kind == DYN_MODEL_T5 ? cfg->n_dec_layers : 0;
-    int32_t total = n_enc + n_dec, S = opt->stages;
+    int32_t S = opt->stages;
     if (S < 1 || S > total) {
         dyn_error_set(err, DYN_ERR_INVALID_ARG, "%d pipeline stages for a model of %d layers", S,
                       total);
-        return NULL;
+        return 0;
     }
     /* With chunks, each rank holds v model chunks of at least one layer:
      * more chunks than layers would plan for a schedule no plan can have. */
@@ -97,18 +92,17 @@ dyn_planner *dyn_planner_create(const dyn_cost_model *cm, const dyn_plan_options
                       "%d chunks x %d stages = %lld model chunks, but the model has only %d layers (use --chunks %d or "
                       "fewer)",
                       opt->chunks, S, (long long)S * opt->chunks, total, total / S);
-        return NULL;
+        return 0;
     }
-    stage_ctx *c = dyn_calloc(1, sizeof *c, "stage cost", err);
-    if (c == NULL) return NULL;
-    c->st = dyn_calloc((size_t)S, sizeof(stage_layers), "stage layout", err);
-    if (c->st == NULL) {
-        free(c);
-        return NULL;
-    }
-    c->cm = cm;
-    c->rc = opt->recompute;
-    c->S = S;
+    return 1;
+}
+
+/* Each of c's S stages' layers, n_enc encoder then n_dec decoder layers
+ * spread evenly (the first stages one more); returns the largest stage's
+ * training states, MB. */
+static double stage_layout(stage_ctx *c, const dyn_cost_model *cm, int32_t n_enc, int32_t n_dec)
+{
+    int32_t total = n_enc + n_dec, S = c->S;
     double states = 0.0;
     int32_t next = 0; /* index of the next layer in encoder-then-decoder order */
     for (int32_t s = 0; s < S; s++) {
@@ -129,6 +123,31 @@ dyn_planner *dyn_planner_create(const dyn_cost_model *cm, const dyn_plan_options
                        L->head * dyn_cost_layer_states_mb(cm, DYN_LAYER_LM_HEAD);
         if (st_mb > states) states = st_mb;
     }
+    return states;
+}
+
+dyn_planner *dyn_planner_create(const dyn_cost_model *cm, const dyn_plan_options *opt,
+                                dyn_error *err)
+{
+    if (cm == NULL || opt == NULL) {
+        dyn_error_set(err, DYN_ERR_INVALID_ARG, "planner: missing cost model or options");
+        return NULL;
+    }
+    const dyn_model_config *cfg = dyn_cost_model_config(cm);
+    int32_t n_enc = cfg->n_layers, n_dec = cfg->kind == DYN_MODEL_T5 ? cfg->n_dec_layers : 0;
+    int32_t S = opt->stages;
+    if (!planner_stages_ok(opt, n_enc + n_dec, err)) return NULL;
+    stage_ctx *c = dyn_calloc(1, sizeof *c, "stage cost", err);
+    if (c == NULL) return NULL;
+    c->st = dyn_calloc((size_t)S, sizeof(stage_layers), "stage layout", err);
+    if (c->st == NULL) {
+        free(c);
+        return NULL;
+    }
+    c->cm = cm;
+    c->rc = opt->recompute;
+    c->S = S;
+    double states = stage_layout(c, cm, n_enc, n_dec);
     /* A limit <= 0 means the memory of the cost model's machine. */
     dyn_plan_options o = *opt;
     if (!(o.memory_limit_mb > 0)) o.memory_limit_mb = dyn_cost_model_machine(cm)->device_memory_mb;

@@ -78,13 +78,11 @@ void sched_emitter_free(sched_emitter *e)
     free(e);
 }
 
-dyn_status sched_emitter_create(sched_emitter **out, dyn_exec_plan *plan, dyn_schedule kind,
-                                const sched_orders *o, const dyn_stage_costs *c,
-                                const dyn_mb_shape *shapes, const dyn_sched_options *opt,
-                                int32_t n_barriers, dyn_error *err)
+/* The plan's header and its arrays (zeroed) for o's ranks, stages and
+ * micro-batches; 0 when out of memory (err set). */
+static int emitter_plan_init(dyn_exec_plan *plan, dyn_schedule kind, const sched_orders *o,
+                             const dyn_sched_options *opt, dyn_error *err)
 {
-    *out = NULL;
-    dyn_status st = DYN_ERR_NOMEM; /* what a failure below means, unless set otherwise */
     int32_t S = o->n_ranks, ns = o->n_stages, M = o->n_mb;
     memset(plan, 0, sizeof *plan);
     plan->schedule = kind;
@@ -95,18 +93,14 @@ dyn_status sched_emitter_create(sched_emitter **out, dyn_exec_plan *plan, dyn_sc
     plan->stage_rank = dyn_calloc((size_t)ns, sizeof(int32_t), "plan stages", err);
     plan->mb_shape = dyn_calloc((size_t)M, sizeof(dyn_mb_shape), "plan shapes", err);
     plan->ranks = dyn_calloc((size_t)S, sizeof(dyn_rank_plan), "plan ranks", err);
-    sched_emitter *e = dyn_calloc(1, sizeof *e, "emitter", err);
-    if (!plan->stage_rank || !plan->mb_shape || !plan->ranks || !e) goto nomem;
-    for (int32_t s = 0; s < ns; s++) plan->stage_rank[s] = s % S;
-    if (shapes) memcpy(plan->mb_shape, shapes, (size_t)M * sizeof(dyn_mb_shape));
-    e->plan = plan;
-    e->c = c;
-    e->S = S;
-    e->ns = ns;
-    e->rc = opt->recompute;
-    e->clock = NULL;
-    e->now = INFINITY;
-    e->overflow_rank = -1;
+    return plan->stage_rank && plan->mb_shape && plan->ranks;
+}
+
+/* The emitter's per-rank and per-(micro-batch, stage) arrays, slots all
+ * empty (-1); 0 when out of memory (err set). */
+static int emitter_arrays_init(sched_emitter *e, int32_t M, dyn_error *err)
+{
+    int32_t S = e->S, ns = e->ns;
     e->cap = dyn_calloc((size_t)S, sizeof(int32_t), "emitter", err);
     e->free_stack = dyn_calloc((size_t)S, sizeof(int32_t *), "emitter", err);
     e->n_free = dyn_calloc((size_t)S, sizeof(int32_t), "emitter", err);
@@ -118,12 +112,17 @@ dyn_status sched_emitter_create(sched_emitter **out, dyn_exec_plan *plan, dyn_sc
     e->grad_slot = dyn_calloc((size_t)M * ns, sizeof(int32_t), "emitter", err);
     if (!e->cap || !e->free_stack || !e->n_free || !e->pend || !e->p_head || !e->p_tail ||
         !e->n_compute || !e->act_slot || !e->grad_slot)
-        goto nomem;
+        return 0;
     for (size_t i = 0; i < (size_t)M * ns; i++) e->act_slot[i] = e->grad_slot[i] = -1;
-    /* Exact instruction count per rank, so each list is allocated once at
-     * its final size (see sched_emit_unit for what each unit emits). */
+    return 1;
+}
+
+/* Exact instruction count per rank into e->cap, so each list is allocated
+ * once at its final size (see sched_emit_unit for what each unit emits). */
+static void emitter_count(sched_emitter *e, const sched_orders *o, int32_t n_barriers)
+{
+    int32_t S = e->S, last = e->ns - 1;
     for (int32_t r = 0; r < S; r++) e->cap[r] = n_barriers;
-    int32_t last = ns - 1;
     for (int32_t r = 0; r < S; r++) {
         for (int32_t i = 0; i < o->n[r]; i++) {
             const sched_unit *u = &o->u[r][i];
@@ -148,25 +147,57 @@ dyn_status sched_emitter_create(sched_emitter **out, dyn_exec_plan *plan, dyn_sc
             e->cap[r] += (int32_t)n;
         }
     }
-    for (int32_t r = 0; r < S; r++) {
-        if (e->cap[r] < 0 || e->cap[r] > INT32_MAX / 2) {
-            st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "schedule: rank %d would need %d instructions",
-                               r, e->cap[r]);
-            goto fail;
-        }
+}
+
+/* Each rank's instruction list, free-slot stack and pending-send queue at
+ * their counted sizes. */
+static dyn_status emitter_rank_lists(sched_emitter *e, const sched_orders *o, dyn_error *err)
+{
+    dyn_exec_plan *plan = e->plan;
+    for (int32_t r = 0; r < e->S; r++) {
+        if (e->cap[r] < 0 || e->cap[r] > INT32_MAX / 2)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "schedule: rank %d would need %d instructions",
+                                 r, e->cap[r]);
         /* every field of an instruction is set by put(): no need to zero */
         plan->ranks[r].instrs = malloc((size_t)(e->cap[r] > 0 ? e->cap[r] : 1) * sizeof(dyn_instr));
         e->free_stack[r] = malloc((size_t)(e->cap[r] > 0 ? e->cap[r] : 1) * sizeof(int32_t));
         e->pend[r] = malloc(((size_t)o->n[r] + 1) * sizeof(pending_send));
         if (!plan->ranks[r].instrs || !e->free_stack[r] || !e->pend[r]) {
             dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for rank %d's plan", r);
-            goto fail;
+            return DYN_ERR_NOMEM;
         }
     }
-    *out = e;
     return DYN_OK;
-nomem: /* dyn_calloc has set err */
-fail:
+}
+
+dyn_status sched_emitter_create(sched_emitter **out, dyn_exec_plan *plan, dyn_schedule kind,
+                                const sched_orders *o, const dyn_stage_costs *c,
+                                const dyn_mb_shape *shapes, const dyn_sched_options *opt,
+                                int32_t n_barriers, dyn_error *err)
+{
+    *out = NULL;
+    dyn_status st = DYN_ERR_NOMEM; /* what a failure below means, unless set otherwise */
+    int plan_ok = emitter_plan_init(plan, kind, o, opt, err);
+    sched_emitter *e = dyn_calloc(1, sizeof *e, "emitter", err);
+    if (plan_ok && e) {
+        for (int32_t s = 0; s < o->n_stages; s++) plan->stage_rank[s] = s % o->n_ranks;
+        if (shapes) memcpy(plan->mb_shape, shapes, (size_t)o->n_mb * sizeof(dyn_mb_shape));
+        e->plan = plan;
+        e->c = c;
+        e->S = o->n_ranks;
+        e->ns = o->n_stages;
+        e->rc = opt->recompute;
+        e->clock = NULL;
+        e->now = INFINITY;
+        e->overflow_rank = -1;
+        if (emitter_arrays_init(e, o->n_mb, err)) {
+            emitter_count(e, o, n_barriers);
+            if ((st = emitter_rank_lists(e, o, err)) == DYN_OK) {
+                *out = e;
+                return DYN_OK;
+            }
+        }
+    }
     sched_emitter_free(e);
     dyn_exec_plan_free(plan);
     return st;
@@ -267,58 +298,59 @@ static void recv_finish(sched_emitter *e, int32_t r, int grad, int32_t mb, int32
     in->bytes = grad ? boundary_bytes(e, mb, s) : boundary_bytes(e, mb, from);
 }
 
-void sched_emit_unit(sched_emitter *e, int32_t r, const sched_unit *u)
+/* A FORWARD of (mb, s) on rank r: its input (loaded tokens on stage 0,
+ * else the received activation), the targets on the last stage, the
+ * compute, the frees of what it read, and its output passed on. */
+static void emit_forward(sched_emitter *e, int32_t r, int32_t mb, int32_t s)
 {
-    int32_t mb = u->mb, s = u->stage, last = e->ns - 1;
+    int32_t last = e->ns - 1;
     size_t k = (size_t)mb * e->ns + s;
     const dyn_mb_shape *sh = &e->plan->mb_shape[mb];
-    flush_sends(e, r, 0);
-    if (u->kind == UNIT_F) {
-        int32_t in_slot, tgt = -1;
-        if (s == 0) {
-            in_slot = slot_alloc(e, r);
-            dyn_instr *ld = put(e, r, DYN_OP_LOAD_INPUT, mb, s);
-            ld->buf_out = in_slot;
-            ld->bytes = 4 * (int64_t)sh->rows * ((int64_t)sh->enc_len + sh->dec_len);
-        } else {
-            in_slot = e->act_slot[k];
-            recv_finish(e, r, 0, mb, s, s - 1, in_slot);
-        }
-        if (s == last) {
-            tgt = slot_alloc(e, r);
-            dyn_instr *ld = put(e, r, DYN_OP_LOAD_INPUT, mb, s);
-            ld->flags = DYN_INSTR_FLAG_TARGETS;
-            ld->buf_out = tgt;
-            ld->bytes = 4 * (int64_t)sh->rows * (sh->dec_len > 0 ? sh->dec_len : sh->enc_len);
-        }
-        int32_t out_slot = s < last ? slot_alloc(e, r) : -1;
-        dyn_instr *f = put(e, r, DYN_OP_FORWARD, mb, s);
-        f->recompute = (uint8_t)e->rc;
-        f->buf_in = in_slot;
-        f->buf_out = out_slot;
-        f->bytes = out_slot >= 0 ? boundary_bytes(e, mb, s) : 0;
-        e->n_compute[r]++;
-        slot_free(e, r, in_slot, mb, s);
-        if (tgt >= 0) slot_free(e, r, tgt, mb, s);
-        if (out_slot >= 0) {
-            if (rank_of(e, s + 1) == r) e->act_slot[k + 1] = out_slot;
-            else send_and_post(e, r, 0, mb, s, s + 1, out_slot, boundary_bytes(e, mb, s));
-        }
-        return;
+    int32_t in_slot, tgt = -1;
+    if (s == 0) {
+        in_slot = slot_alloc(e, r);
+        dyn_instr *ld = put(e, r, DYN_OP_LOAD_INPUT, mb, s);
+        ld->buf_out = in_slot;
+        ld->bytes = 4 * (int64_t)sh->rows * ((int64_t)sh->enc_len + sh->dec_len);
+    } else {
+        in_slot = e->act_slot[k];
+        recv_finish(e, r, 0, mb, s, s - 1, in_slot);
     }
-    if (u->kind == UNIT_BW) {
-        dyn_instr *w = put(e, r, DYN_OP_BACKWARD_WEIGHT, mb, s);
-        w->recompute = (uint8_t)e->rc;
-        e->n_compute[r]++;
-        return;
+    if (s == last) {
+        tgt = slot_alloc(e, r);
+        dyn_instr *ld = put(e, r, DYN_OP_LOAD_INPUT, mb, s);
+        ld->flags = DYN_INSTR_FLAG_TARGETS;
+        ld->buf_out = tgt;
+        ld->bytes = 4 * (int64_t)sh->rows * (sh->dec_len > 0 ? sh->dec_len : sh->enc_len);
     }
+    int32_t out_slot = s < last ? slot_alloc(e, r) : -1;
+    dyn_instr *f = put(e, r, DYN_OP_FORWARD, mb, s);
+    f->recompute = (uint8_t)e->rc;
+    f->buf_in = in_slot;
+    f->buf_out = out_slot;
+    f->bytes = out_slot >= 0 ? boundary_bytes(e, mb, s) : 0;
+    e->n_compute[r]++;
+    slot_free(e, r, in_slot, mb, s);
+    if (tgt >= 0) slot_free(e, r, tgt, mb, s);
+    if (out_slot >= 0) {
+        if (rank_of(e, s + 1) == r) e->act_slot[k + 1] = out_slot;
+        else send_and_post(e, r, 0, mb, s, s + 1, out_slot, boundary_bytes(e, mb, s));
+    }
+}
+
+/* A BACKWARD or BACKWARD_INPUT (op) of (mb, s) on rank r: the received
+ * gradient (but on the last stage), the compute, the free of the gradient
+ * and the input gradient passed on (but on stage 0). */
+static void emit_backward(sched_emitter *e, int32_t r, int32_t op, int32_t mb, int32_t s)
+{
+    size_t k = (size_t)mb * e->ns + s;
     int32_t in_slot = -1;
-    if (s < last) {
+    if (s < e->ns - 1) {
         in_slot = e->grad_slot[k];
         recv_finish(e, r, 1, mb, s, s + 1, in_slot);
     }
     int32_t out_slot = s > 0 ? slot_alloc(e, r) : -1;
-    dyn_instr *b = put(e, r, u->kind == UNIT_B ? DYN_OP_BACKWARD : DYN_OP_BACKWARD_INPUT, mb, s);
+    dyn_instr *b = put(e, r, op, mb, s);
     b->recompute = (uint8_t)e->rc;
     b->buf_in = in_slot;
     b->buf_out = out_slot;
@@ -328,6 +360,20 @@ void sched_emit_unit(sched_emitter *e, int32_t r, const sched_unit *u)
     if (out_slot >= 0) {
         if (rank_of(e, s - 1) == r) e->grad_slot[k - 1] = out_slot;
         else send_and_post(e, r, 1, mb, s, s - 1, out_slot, boundary_bytes(e, mb, s - 1));
+    }
+}
+
+void sched_emit_unit(sched_emitter *e, int32_t r, const sched_unit *u)
+{
+    flush_sends(e, r, 0);
+    if (u->kind == UNIT_F) {
+        emit_forward(e, r, u->mb, u->stage);
+    } else if (u->kind == UNIT_BW) {
+        dyn_instr *w = put(e, r, DYN_OP_BACKWARD_WEIGHT, u->mb, u->stage);
+        w->recompute = (uint8_t)e->rc;
+        e->n_compute[r]++;
+    } else {
+        emit_backward(e, r, u->kind == UNIT_B ? DYN_OP_BACKWARD : DYN_OP_BACKWARD_INPUT, u->mb, u->stage);
     }
 }
 
@@ -371,69 +417,106 @@ static double next_start(const sched_orders *o, int32_t r, const int32_t *pos, c
     return dep > free_at[r] ? dep : free_at[r];
 }
 
+/* The timed order's state: fdone, bdone [M * ns] (end of each forward /
+ * backward, ms; -1 not yet), free_at, start [S] (ms), pos [S] (next unit),
+ * all in one block. */
+typedef struct timed_order {
+    const sched_orders *o;
+    int32_t S, ns;
+    double *block;
+    double *fdone, *bdone, *free_at, *start;
+    int32_t *pos;
+} timed_order;
+
+static dyn_status timed_init(timed_order *t, const sched_orders *o, dyn_error *err)
+{
+    int32_t S = o->n_ranks, ns = o->n_stages, M = o->n_mb;
+    t->o = o;
+    t->S = S;
+    t->ns = ns;
+    t->block = dyn_calloc(2 * (size_t)M * ns + 3 * (size_t)S, sizeof(double), "timed order", err);
+    if (t->block == NULL) return DYN_ERR_NOMEM;
+    t->fdone = t->block;
+    t->bdone = t->fdone + (size_t)M * ns;
+    t->free_at = t->bdone + (size_t)M * ns;
+    t->start = t->free_at + S;
+    t->pos = (int32_t *)(t->start + S); /* S int32s fit in S doubles */
+    for (size_t i = 0; i < (size_t)M * ns; i++) t->fdone[i] = t->bdone[i] = -1;
+    for (int32_t r = 0; r < S; r++) t->start[r] = next_start(o, r, t->pos, t->fdone, t->bdone, t->free_at, ns);
+    return DYN_OK;
+}
+
+/* The rank whose next unit starts earliest (ties to the lower rank), its
+ * start in *at; -1 when no unit can start. */
+static int32_t timed_earliest(const timed_order *t, double *at)
+{
+    int32_t best = -1;
+    *at = INFINITY;
+    for (int32_t r = 0; r < t->S; r++) {
+        if (t->start[r] < *at) {
+            best = r;
+            *at = t->start[r];
+        }
+    }
+    return best;
+}
+
+/* No unit can start but some are left: the order cannot complete. */
+static dyn_status timed_stuck(const timed_order *t, dyn_schedule kind, dyn_error *err)
+{
+    const sched_orders *o = t->o;
+    int32_t r0 = 0;
+    while (t->pos[r0] >= o->n[r0]) r0++;
+    const sched_unit *u = &o->u[r0][t->pos[r0]];
+    return dyn_error_set(err, DYN_ERR_INTERNAL,
+                         "schedule %s: order cannot complete: rank %d waits forever at "
+                         "unit %d (kind %d, micro-batch %d, stage %d)",
+                         dyn_schedule_name(kind), r0, t->pos[r0], u->kind, u->mb, u->stage);
+}
+
+/* Emit rank r's next unit at time at and update the times it changes. */
+static void timed_emit(timed_order *t, sched_emitter *e, const dyn_stage_costs *c, int32_t r, double at)
+{
+    const sched_orders *o = t->o;
+    int32_t S = t->S, ns = t->ns;
+    const sched_unit *u = &o->u[r][t->pos[r]++];
+    size_t k = (size_t)u->mb * ns + u->stage;
+    double end = at + sched_unit_ms(c, u);
+    if (u->kind == UNIT_F) t->fdone[k] = end;
+    else if (u->kind != UNIT_BW) t->bdone[k] = end;
+    e->now = at;
+    sched_emit_unit(e, r, u);
+    t->free_at[r] = end; /* after emitting: a receive posted by it goes after this unit */
+    /* only this rank and the ranks of the neighbouring stages (r +- 1
+     * mod S) read what this unit changed */
+    t->start[r] = next_start(o, r, t->pos, t->fdone, t->bdone, t->free_at, ns);
+    if (S > 1) {
+        int32_t up = (r + S - 1) % S, down = (r + 1) % S;
+        t->start[up] = next_start(o, up, t->pos, t->fdone, t->bdone, t->free_at, ns);
+        t->start[down] = next_start(o, down, t->pos, t->fdone, t->bdone, t->free_at, ns);
+    }
+}
+
 dyn_status sched_emit_timed(const sched_orders *o, const dyn_stage_costs *c,
                             const dyn_mb_shape *shapes, const dyn_sched_options *opt,
                             dyn_schedule kind, dyn_exec_plan *plan, dyn_error *err)
 {
-    int32_t S = o->n_ranks, ns = o->n_stages, M = o->n_mb;
     sched_emitter *e = NULL;
     dyn_status st = sched_emitter_create(&e, plan, kind, o, c, shapes, opt, 0, err);
     if (st != DYN_OK) return st;
-    /* One block: fdone, bdone [M * ns] (end of each forward / backward, ms;
-     * -1 not yet), free_at, start [S] (ms), pos [S] (next unit). */
-    double *block = dyn_calloc(2 * (size_t)M * ns + 3 * (size_t)S, sizeof(double), "timed order", err);
-    if (block == NULL) {
-        sched_emitter_free(e);
-        dyn_exec_plan_free(plan);
-        return DYN_ERR_NOMEM;
+    timed_order t;
+    if ((st = timed_init(&t, o, err)) == DYN_OK) {
+        e->clock = t.free_at;
+        int64_t total = 0;
+        for (int32_t r = 0; r < o->n_ranks; r++) total += o->n[r];
+        for (int64_t step = 0; step < total && st == DYN_OK; step++) {
+            double at;
+            int32_t best = timed_earliest(&t, &at);
+            if (best < 0) st = timed_stuck(&t, kind, err);
+            else timed_emit(&t, e, c, best, at);
+        }
+        free(t.block);
     }
-    double *fdone = block, *bdone = fdone + (size_t)M * ns, *free_at = bdone + (size_t)M * ns;
-    double *start = free_at + S;
-    int32_t *pos = (int32_t *)(start + S); /* S int32s fit in S doubles */
-    for (size_t i = 0; i < (size_t)M * ns; i++) fdone[i] = bdone[i] = -1;
-    e->clock = free_at;
-    int64_t total = 0;
-    for (int32_t r = 0; r < S; r++) total += o->n[r];
-    for (int32_t r = 0; r < S; r++) start[r] = next_start(o, r, pos, fdone, bdone, free_at, ns);
-    for (int64_t step = 0; step < total; step++) {
-        /* earliest start, ties to the lower rank */
-        int32_t best = -1;
-        double best_start = INFINITY;
-        for (int32_t r = 0; r < S; r++) {
-            if (start[r] < best_start) {
-                best = r;
-                best_start = start[r];
-            }
-        }
-        if (best < 0) {
-            int32_t r0 = 0;
-            while (pos[r0] >= o->n[r0]) r0++;
-            const sched_unit *u = &o->u[r0][pos[r0]];
-            st = dyn_error_set(err, DYN_ERR_INTERNAL,
-                               "schedule %s: order cannot complete: rank %d waits forever at "
-                               "unit %d (kind %d, micro-batch %d, stage %d)",
-                               dyn_schedule_name(kind), r0, pos[r0], u->kind, u->mb, u->stage);
-            goto out;
-        }
-        const sched_unit *u = &o->u[best][pos[best]++];
-        size_t k = (size_t)u->mb * ns + u->stage;
-        double end = best_start + sched_unit_ms(c, u);
-        if (u->kind == UNIT_F) fdone[k] = end;
-        else if (u->kind != UNIT_BW) bdone[k] = end;
-        e->now = best_start;
-        sched_emit_unit(e, best, u);
-        free_at[best] = end; /* after emitting: a receive posted by it goes after this unit */
-        /* only this rank and the ranks of the neighbouring stages (r +- 1
-         * mod S) read what this unit changed */
-        start[best] = next_start(o, best, pos, fdone, bdone, free_at, ns);
-        if (S > 1) {
-            int32_t up = (best + S - 1) % S, down = (best + 1) % S;
-            start[up] = next_start(o, up, pos, fdone, bdone, free_at, ns);
-            start[down] = next_start(o, down, pos, fdone, bdone, free_at, ns);
-        }
-    }
-out:
-    free(block);
     if (st != DYN_OK) {
         sched_emitter_free(e);
         dyn_exec_plan_free(plan);

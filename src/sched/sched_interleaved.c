@@ -39,105 +39,131 @@ static void unit_at(int32_t u, int bwd, int32_t r, int32_t S, int32_t v, int32_t
     *stage = chunk * S + r;
 }
 
+/* One build: its inputs, sizes and per-rank scratch. */
+typedef struct il_build {
+    const dyn_stage_costs *c;
+    const dyn_sched_options *opt;
+    int32_t S, v, ns, M;     /* ranks, chunks, stages, micro-batches */
+    int32_t U, Ufull;        /* units of each direction per rank: real, and with M rounded up to groups */
+    double limit;            /* MB */
+    sched_unit *fl, *bl;     /* [U] rank's real forwards, backwards in order */
+    int32_t *target;         /* [U] real forwards before each real backward, unthrottled */
+    int32_t *real_before;    /* [Ufull + 1] real forwards among the first u */
+    int32_t *fpos;           /* [M * ns] a forward's place in fl */
+    int throttled;           /* memory held a forward back somewhere */
+} il_build;
+
+/* Rank r's real units in order, and for each real backward how many real
+ * forwards precede it in the full (unthrottled) schedule. */
+static void il_rank_units(il_build *b, int32_t r)
+{
+    int32_t S = b->S, v = b->v, M = b->M, Ufull = b->Ufull;
+    int64_t warm = (int64_t)(S - r - 1) * 2 + (int64_t)(v - 1) * S;
+    if (b->opt->max_in_flight > 0 && warm > b->opt->max_in_flight - 1) warm = b->opt->max_in_flight - 1;
+    int32_t nf = 0, nbk = 0;
+    for (int32_t u = 0; u < Ufull; u++) {
+        int32_t mb, stg;
+        unit_at(u, 0, r, S, v, &mb, &stg);
+        b->real_before[u + 1] = b->real_before[u] + (mb < M);
+        if (mb < M) {
+            b->fpos[(size_t)mb * b->ns + stg] = nf;
+            b->fl[nf++] = (sched_unit){UNIT_F, mb, stg};
+        }
+    }
+    for (int32_t u = 0; u < Ufull; u++) {
+        int32_t mb, stg;
+        unit_at(u, 1, r, S, v, &mb, &stg);
+        if (mb >= M) continue;
+        int64_t fw = warm + 1 + u;
+        if (fw > Ufull) fw = Ufull;
+        b->target[nbk] = b->real_before[fw];
+        b->bl[nbk++] = (sched_unit){UNIT_B, mb, stg};
+    }
+}
+
+/* Rank r's order into o: before each backward, forwards up to its target
+ * while memory allows (its own forward whatever memory says, or the
+ * infeasible error naming what it needs). */
+static dyn_status il_rank_order(il_build *b, sched_orders *o, int32_t r, dyn_error *err)
+{
+    const dyn_stage_costs *c = b->c;
+    const int32_t U = b->U, ns = b->ns;
+    double base = sched_rank_states(c, r, b->S), held = 0, limit = b->limit;
+    int32_t f = 0; /* forward units done */
+    dyn_status st = DYN_OK;
+    for (int32_t j = 0; j < U && st == DYN_OK; j++) {
+        const sched_unit *bk = &b->bl[j];
+        while (f < U) {
+            /* the backward's own forward runs first, whatever memory says */
+            int needed = b->fpos[(size_t)bk->mb * ns + bk->stage] >= f;
+            if (!needed && f >= b->target[j]) break;
+            const sched_unit *x = &b->fl[f];
+            double stored = sched_stored(c, x->mb, x->stage);
+            double need_f = base + held + stored + sched_peak(c, x->mb, x->stage);
+            double need_b = base + held + stored + sched_peak(c, bk->mb, bk->stage);
+            double need = need_f > need_b ? need_f : need_b;
+            if (need > limit) {
+                if (!needed) {
+                    b->throttled = 1;
+                    break;
+                }
+                return dyn_error_set(err, DYN_ERR_INFEASIBLE,
+                                     "interleaved: stage %d (rank %d) cannot run micro-batch %d: "
+                                     "needs %.1f MB (states %.1f + stored %.1f + peak %.1f) over "
+                                     "the %.1f MB limit",
+                                     x->stage, r, x->mb, need, base, held + stored,
+                                     need - base - held - stored, limit);
+            }
+            if ((st = sched_orders_push(o, r, UNIT_F, x->mb, x->stage, err)) != DYN_OK) return st;
+            held += stored;
+            f++;
+        }
+        st = sched_orders_push(o, r, UNIT_B, bk->mb, bk->stage, err);
+        held -= sched_stored(c, bk->mb, bk->stage);
+    }
+    return st;
+}
+
 dyn_status sched_build_interleaved(const dyn_stage_costs *c, const dyn_mb_shape *shapes,
                                    const dyn_sched_options *opt, dyn_exec_plan *out,
                                    dyn_error *err)
 {
     dyn_status st = sched_check_inputs(c, opt, 0, err);
     if (st != DYN_OK) return st;
-    int32_t S = opt->n_ranks, v = opt->chunks, ns = S * v, M = c->n_microbatches;
-    int32_t Mfull = (M + S - 1) / S * S;
-    int32_t U = M * v, Ufull = Mfull * v; /* units of each direction per rank */
-    double limit = opt->memory_limit_mb > 0 ? opt->memory_limit_mb : INFINITY;
+    il_build b = {.c = c, .opt = opt, .S = opt->n_ranks, .v = opt->chunks, .M = c->n_microbatches};
+    b.ns = b.S * b.v;
+    int32_t Mfull = (b.M + b.S - 1) / b.S * b.S;
+    b.U = b.M * b.v;
+    b.Ufull = Mfull * b.v;
+    b.limit = opt->memory_limit_mb > 0 ? opt->memory_limit_mb : INFINITY;
     sched_orders o;
-    st = sched_orders_init(&o, S, ns, M, 2, err);
+    st = sched_orders_init(&o, b.S, b.ns, b.M, 2, err);
     if (st != DYN_OK) return st;
-    sched_unit *fl = dyn_calloc((size_t)U, sizeof(sched_unit), "interleaved", err);
-    sched_unit *bl = dyn_calloc((size_t)U, sizeof(sched_unit), "interleaved", err);
-    int32_t *target = dyn_calloc((size_t)U, sizeof(int32_t), "interleaved", err);
-    int32_t *real_before = dyn_calloc((size_t)Ufull + 1, sizeof(int32_t), "interleaved", err);
-    int32_t *fpos = dyn_calloc((size_t)M * ns, sizeof(int32_t), "interleaved", err);
-    if (!fl || !bl || !target || !real_before || !fpos) {
-        st = DYN_ERR_NOMEM;
-        goto out;
-    }
-    int throttled = 0;
-    for (int32_t r = 0; r < S && st == DYN_OK; r++) {
-        /* Real units in order, and for each real backward how many real
-         * forwards precede it in the full (unthrottled) schedule. */
-        int64_t warm = (int64_t)(S - r - 1) * 2 + (int64_t)(v - 1) * S;
-        if (opt->max_in_flight > 0 && warm > opt->max_in_flight - 1) warm = opt->max_in_flight - 1;
-        int32_t nf = 0, nbk = 0;
-        for (int32_t u = 0; u < Ufull; u++) {
-            int32_t mb, stg;
-            unit_at(u, 0, r, S, v, &mb, &stg);
-            real_before[u + 1] = real_before[u] + (mb < M);
-            if (mb < M) {
-                fpos[(size_t)mb * ns + stg] = nf;
-                fl[nf++] = (sched_unit){UNIT_F, mb, stg};
-            }
-        }
-        for (int32_t u = 0; u < Ufull; u++) {
-            int32_t mb, stg;
-            unit_at(u, 1, r, S, v, &mb, &stg);
-            if (mb >= M) continue;
-            int64_t fw = warm + 1 + u;
-            if (fw > Ufull) fw = Ufull;
-            target[nbk] = real_before[fw];
-            bl[nbk++] = (sched_unit){UNIT_B, mb, stg};
-        }
-        double base = sched_rank_states(c, r, S), held = 0;
-        int32_t f = 0; /* forward units done */
-        for (int32_t j = 0; j < U && st == DYN_OK; j++) {
-            const sched_unit *b = &bl[j];
-            while (f < U) {
-                /* the backward's own forward runs first, whatever memory says */
-                int needed = fpos[(size_t)b->mb * ns + b->stage] >= f;
-                if (!needed && f >= target[j]) break;
-                const sched_unit *x = &fl[f];
-                double stored = sched_stored(c, x->mb, x->stage);
-                double need_f = base + held + stored + sched_peak(c, x->mb, x->stage);
-                double need_b = base + held + stored + sched_peak(c, b->mb, b->stage);
-                double need = need_f > need_b ? need_f : need_b;
-                if (need > limit) {
-                    if (!needed) {
-                        throttled = 1;
-                        break;
-                    }
-                    st = dyn_error_set(err, DYN_ERR_INFEASIBLE,
-                                       "interleaved: stage %d (rank %d) cannot run micro-batch %d: "
-                                       "needs %.1f MB (states %.1f + stored %.1f + peak %.1f) over "
-                                       "the %.1f MB limit",
-                                       x->stage, r, x->mb, need, base, held + stored,
-                                       need - base - held - stored, limit);
-                    break;
-                }
-                st = sched_orders_push(&o, r, UNIT_F, x->mb, x->stage, err);
-                if (st != DYN_OK) break;
-                held += stored;
-                f++;
-            }
-            if (st != DYN_OK) break;
-            st = sched_orders_push(&o, r, UNIT_B, b->mb, b->stage, err);
-            held -= sched_stored(c, b->mb, b->stage);
-        }
+    b.fl = dyn_calloc((size_t)b.U, sizeof(sched_unit), "interleaved", err);
+    b.bl = dyn_calloc((size_t)b.U, sizeof(sched_unit), "interleaved", err);
+    b.target = dyn_calloc((size_t)b.U, sizeof(int32_t), "interleaved", err);
+    b.real_before = dyn_calloc((size_t)b.Ufull + 1, sizeof(int32_t), "interleaved", err);
+    b.fpos = dyn_calloc((size_t)b.M * b.ns, sizeof(int32_t), "interleaved", err);
+    if (!b.fl || !b.bl || !b.target || !b.real_before || !b.fpos) st = DYN_ERR_NOMEM;
+    for (int32_t r = 0; r < b.S && st == DYN_OK; r++) {
+        il_rank_units(&b, r);
+        st = il_rank_order(&b, &o, r, err);
     }
     if (st == DYN_OK) {
         st = sched_emit_timed(&o, c, shapes, opt, DYN_SCHEDULE_INTERLEAVED, out, err);
-        if (st == DYN_ERR_INTERNAL && throttled) {
+        if (st == DYN_ERR_INTERNAL && b.throttled) {
             char why[DYN_ERROR_MSG_MAX];
             snprintf(why, sizeof why, "%s", err ? err->msg : "");
             st = dyn_error_set(err, DYN_ERR_INFEASIBLE,
                                "interleaved: no deadlock-free order fits the %.1f MB limit (%s)",
-                               limit, why);
+                               b.limit, why);
         }
     }
-out:
-    free(fl);
-    free(bl);
-    free(target);
-    free(real_before);
-    free(fpos);
+    free(b.fl);
+    free(b.bl);
+    free(b.target);
+    free(b.real_before);
+    free(b.fpos);
     sched_orders_free(&o);
     return st;
 }

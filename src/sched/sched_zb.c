@@ -218,6 +218,46 @@ static void greedy_decide(const dyn_stage_costs *c, zb_rank *rk, int32_t r, int3
     else { x->when = f_ready; x->kind = UNIT_F; }
 }
 
+/* No rank can act: the next forward of some rank does not fit the limit
+ * even alone (infeasible, naming it), or a bug. */
+static dyn_status greedy_stuck(const zb_rank *rk, int32_t S, double limit, dyn_error *err)
+{
+    int32_t mb = -1;
+    for (int32_t r = 0; r < S && mb < 0; r++)
+        if (rk[r].mem_need > 0) mb = r;
+    if (mb >= 0)
+        return dyn_error_set(err, DYN_ERR_INFEASIBLE,
+                             "zb: stage %d (rank %d) cannot run micro-batch %d even alone: "
+                             "needs %.1f MB (states %.1f, largest peak %.1f) over the %.1f "
+                             "MB limit",
+                             mb, mb, rk[mb].nf, rk[mb].mem_need, rk[mb].base, rk[mb].maxpeak, limit);
+    return dyn_error_set(err, DYN_ERR_INTERNAL, "zb: no rank can progress");
+}
+
+/* Rank r runs its decided unit from time at: its end time, the memory it
+ * holds and its counters; the unit in *u. */
+static void greedy_run_unit(const dyn_stage_costs *c, zb_rank *x, int32_t r, int32_t S, double at,
+                            double *fdone, double *bdone, sched_unit *u)
+{
+    u->kind = x->kind;
+    u->stage = r;
+    u->mb = u->kind == UNIT_F ? x->nf : u->kind == UNIT_BI ? x->nb : x->nw;
+    size_t k = (size_t)u->mb * S + r;
+    double end = at + sched_unit_ms(c, u);
+    x->t = end;
+    if (u->kind == UNIT_F) {
+        fdone[k] = end;
+        x->held += sched_stored(c, u->mb, r);
+        x->nf++;
+    } else if (u->kind == UNIT_BI) {
+        bdone[k] = end;
+        x->nb++;
+    } else {
+        x->held -= sched_stored(c, u->mb, r);
+        x->nw++;
+    }
+}
+
 /* Candidate 2: greedy list scheduling (see the top of the file). Ranks
  * decide in time order (the earliest decision first, ties to the lower
  * rank), so a decision at time t sees every arrival up to t. Each step
@@ -242,8 +282,7 @@ static dyn_status order_greedy(const dyn_stage_costs *c, int32_t S, int32_t cap,
             if (sched_peak(c, m, r) > rk[r].maxpeak) rk[r].maxpeak = sched_peak(c, m, r);
     }
     for (int32_t r = 0; r < S; r++) greedy_decide(c, rk, r, S, M, cap, limit, fdone, bdone);
-    int64_t remaining = 3 * (int64_t)M * S;
-    while (remaining > 0) {
+    for (int64_t remaining = 3 * (int64_t)M * S; remaining > 0; remaining--) {
         int32_t best = -1;
         double best_time = INFINITY;
         for (int32_t r = 0; r < S; r++) {
@@ -253,42 +292,12 @@ static dyn_status order_greedy(const dyn_stage_costs *c, int32_t S, int32_t cap,
             }
         }
         if (best < 0) {
-            int32_t mb = -1;
-            for (int32_t r = 0; r < S && mb < 0; r++)
-                if (rk[r].mem_need > 0) mb = r;
-            if (mb >= 0)
-                st = dyn_error_set(err, DYN_ERR_INFEASIBLE,
-                                   "zb: stage %d (rank %d) cannot run micro-batch %d even alone: "
-                                   "needs %.1f MB (states %.1f, largest peak %.1f) over the %.1f "
-                                   "MB limit",
-                                   mb, mb, rk[mb].nf, rk[mb].mem_need, rk[mb].base,
-                                   rk[mb].maxpeak, limit);
-            else
-                st = dyn_error_set(err, DYN_ERR_INTERNAL, "zb: no rank can progress");
+            st = greedy_stuck(rk, S, limit, err);
             break;
         }
-        zb_rank *x = &rk[best];
         sched_unit u;
-        u.kind = x->kind;
-        u.stage = best;
-        u.mb = u.kind == UNIT_F ? x->nf : u.kind == UNIT_BI ? x->nb : x->nw;
-        size_t k = (size_t)u.mb * S + best;
-        double end = best_time + sched_unit_ms(c, &u);
-        x->t = end;
-        if (u.kind == UNIT_F) {
-            fdone[k] = end;
-            x->held += sched_stored(c, u.mb, best);
-            x->nf++;
-        } else if (u.kind == UNIT_BI) {
-            bdone[k] = end;
-            x->nb++;
-        } else {
-            x->held -= sched_stored(c, u.mb, best);
-            x->nw++;
-        }
-        st = sched_orders_push(o, best, u.kind, u.mb, u.stage, err);
-        if (st != DYN_OK) break;
-        remaining--;
+        greedy_run_unit(c, &rk[best], best, S, best_time, fdone, bdone, &u);
+        if ((st = sched_orders_push(o, best, u.kind, u.mb, u.stage, err)) != DYN_OK) break;
         for (int32_t r = best - 1; r <= best + 1; r++)
             if (r >= 0 && r < S) greedy_decide(c, rk, r, S, M, cap, limit, fdone, bdone);
     }
@@ -303,6 +312,65 @@ static dyn_status order_greedy(const dyn_stage_costs *c, int32_t S, int32_t cap,
 }
 
 enum { CAND_H1 = 0, CAND_GREEDY = 1, CAND_SPLIT_1F1B = 2, N_CAND = 3 };
+
+/* The candidate orders: have[k] when candidate k was built (and fits);
+ * the first infeasible one's status and error, kept for when none does. */
+typedef struct zb_cands {
+    sched_orders cand[N_CAND];
+    int have[N_CAND];
+    double greedy_ms; /* the greedy's makespan, timed as it was built */
+    dyn_status first_fail;
+    dyn_error fail_err;
+} zb_cands;
+
+/* Build every candidate; an infeasible one is skipped, not fatal. */
+static dyn_status zb_build_candidates(zb_cands *z, const dyn_stage_costs *c, const dyn_sched_options *opt,
+                                      int32_t cap, double limit, zb_work *w, dyn_error *err)
+{
+    int32_t S = opt->n_ranks;
+    for (int k = 0; k < N_CAND; k++) {
+        dyn_error e;
+        dyn_error_clear(&e);
+        dyn_status st;
+        if (k == CAND_H1) st = order_h1(c, S, cap, &z->cand[k], &e);
+        else if (k == CAND_GREEDY) st = order_greedy(c, S, cap, limit, w, &z->cand[k], &z->greedy_ms, &e);
+        else st = sched_order_1f1b(c, opt, 1, "zb", &z->cand[k], &e);
+        if (st == DYN_ERR_INFEASIBLE) {
+            if (z->first_fail == DYN_OK) {
+                z->first_fail = st;
+                z->fail_err = e;
+            }
+            continue;
+        }
+        if (st != DYN_OK) {
+            if (err) *err = e;
+            return st;
+        }
+        z->have[k] = 1;
+        if (k == CAND_H1 && limit < INFINITY) {
+            for (int32_t r = 0; r < S && z->have[k]; r++)
+                if (order_peak(&z->cand[k], c, r) > limit) z->have[k] = 0;
+            if (!z->have[k]) sched_orders_free(&z->cand[k]);
+        }
+    }
+    return DYN_OK;
+}
+
+/* The candidate with the smallest timed makespan (ties: the earlier), or -1. */
+static int zb_best_candidate(zb_cands *z, const dyn_stage_costs *c, zb_work *w)
+{
+    int best = -1;
+    double best_ms = INFINITY;
+    for (int k = 0; k < N_CAND; k++) {
+        if (!z->have[k]) continue;
+        double ms = k == CAND_GREEDY ? z->greedy_ms : orders_makespan(&z->cand[k], c, w);
+        if (best < 0 || ms < best_ms) {
+            best = k;
+            best_ms = ms;
+        }
+    }
+    return best;
+}
 
 dyn_status sched_build_zb(const dyn_stage_costs *c, const dyn_mb_shape *shapes,
                           const dyn_sched_options *opt, dyn_exec_plan *out, dyn_error *err)
@@ -319,56 +387,20 @@ dyn_status sched_build_zb(const dyn_stage_costs *c, const dyn_mb_shape *shapes,
     zb_work w;
     st = zb_work_init(&w, S, M, err);
     if (st != DYN_OK) return st;
-    sched_orders cand[N_CAND];
-    int have[N_CAND] = {0, 0, 0};
-    double greedy_ms = INFINITY;
-    dyn_status first_fail = DYN_OK; /* an infeasible candidate is skipped, not fatal */
-    dyn_error fail_err;
-    dyn_error_clear(&fail_err);
-    for (int k = 0; k < N_CAND; k++) {
-        dyn_error e;
-        dyn_error_clear(&e);
-        if (k == CAND_H1) st = order_h1(c, S, cap, &cand[k], &e);
-        else if (k == CAND_GREEDY) st = order_greedy(c, S, cap, limit, &w, &cand[k], &greedy_ms, &e);
-        else st = sched_order_1f1b(c, opt, 1, "zb", &cand[k], &e);
-        if (st == DYN_ERR_INFEASIBLE) {
-            if (first_fail == DYN_OK) {
-                first_fail = st;
-                fail_err = e;
-            }
-            continue;
-        }
-        if (st != DYN_OK) {
-            if (err) *err = e;
-            goto out;
-        }
-        have[k] = 1;
-        if (k == CAND_H1 && limit < INFINITY) {
-            for (int32_t r = 0; r < S && have[k]; r++)
-                if (order_peak(&cand[k], c, r) > limit) have[k] = 0;
-            if (!have[k]) sched_orders_free(&cand[k]);
+    zb_cands z = {.greedy_ms = INFINITY, .first_fail = DYN_OK};
+    dyn_error_clear(&z.fail_err);
+    if ((st = zb_build_candidates(&z, c, opt, cap, limit, &w, err)) == DYN_OK) {
+        int best = zb_best_candidate(&z, c, &w);
+        if (best >= 0) {
+            st = sched_emit_timed(&z.cand[best], c, shapes, opt, DYN_SCHEDULE_ZB, out, err);
+        } else {
+            st = z.first_fail != DYN_OK ? z.first_fail : DYN_ERR_INTERNAL;
+            if (err) *err = z.fail_err;
+            if (z.first_fail == DYN_OK) st = dyn_error_set(err, st, "zb: no candidate order");
         }
     }
-    int best = -1;
-    double best_ms = INFINITY;
-    for (int k = 0; k < N_CAND; k++) {
-        if (!have[k]) continue;
-        double ms = k == CAND_GREEDY ? greedy_ms : orders_makespan(&cand[k], c, &w);
-        if (best < 0 || ms < best_ms) {
-            best = k;
-            best_ms = ms;
-        }
-    }
-    if (best < 0) {
-        st = first_fail != DYN_OK ? first_fail : DYN_ERR_INTERNAL;
-        if (err) *err = fail_err;
-        if (first_fail == DYN_OK) st = dyn_error_set(err, st, "zb: no candidate order");
-        goto out;
-    }
-    st = sched_emit_timed(&cand[best], c, shapes, opt, DYN_SCHEDULE_ZB, out, err);
-out:
     for (int k = 0; k < N_CAND; k++)
-        if (have[k]) sched_orders_free(&cand[k]);
+        if (z.have[k]) sched_orders_free(&z.cand[k]);
     zb_work_free(&w);
     return st;
 }

@@ -230,19 +230,19 @@ static dyn_status truncated(const cursor *c, dyn_error *err)
                          c->what);
 }
 
-dyn_status dyn_exec_plan_deserialize(const uint8_t *buf, size_t len, dyn_exec_plan *out,
-                                     dyn_error *err)
+/* The header: magic, version, length and checksum, checked; c is left at
+ * the payload. */
+static dyn_status read_header(const uint8_t *buf, size_t len, cursor *c, dyn_error *err)
 {
-    memset(out, 0, sizeof *out);
     if (buf == NULL || len < HEADER_BYTES)
         return dyn_error_set(err, DYN_ERR_CORRUPT, "plan: truncated: %zu bytes, the header alone is %d", len,
                              HEADER_BYTES);
     if (memcmp(buf, "DYNPLAN\0", 8) != 0)
         return dyn_error_set(err, DYN_ERR_CORRUPT, "plan: bad magic (not a dynapipe plan)");
-    cursor c = {buf, len, 8, 0, NULL, 0};
-    uint32_t version = (uint32_t)get_le(&c, 4, "version");
-    uint64_t total = get_le(&c, 8, "length");
-    uint32_t crc = (uint32_t)get_le(&c, 4, "checksum");
+    *c = (cursor){buf, len, 8, 0, NULL, 0};
+    uint32_t version = (uint32_t)get_le(c, 4, "version");
+    uint64_t total = get_le(c, 8, "length");
+    uint32_t crc = (uint32_t)get_le(c, 4, "checksum");
     if (version != DYN_PLAN_VERSION)
         return dyn_error_set(err, DYN_ERR_CORRUPT, "plan: version %u, this build reads version %u", version,
                              DYN_PLAN_VERSION);
@@ -253,80 +253,99 @@ dyn_status dyn_exec_plan_deserialize(const uint8_t *buf, size_t len, dyn_exec_pl
     if (actual != crc)
         return dyn_error_set(err, DYN_ERR_CORRUPT, "plan: checksum mismatch (stored %08x, computed %08x)", crc,
                              actual);
-    dyn_status st = DYN_OK;
-    out->schedule = get_i32(&c, "schedule");
-    out->replica = get_i32(&c, "replica");
-    out->n_ranks = get_i32(&c, "n_ranks");
-    out->n_stages = get_i32(&c, "n_stages");
-    out->n_microbatches = get_i32(&c, "n_microbatches");
-    if (c.failed) {
-        st = truncated(&c, err);
-        goto fail;
-    }
-    size_t left = len - c.off;
+    return DYN_OK;
+}
+
+/* The plan's counts, checked against their ranges and the bytes left. */
+static dyn_status read_counts(cursor *c, dyn_exec_plan *out, dyn_error *err)
+{
+    out->schedule = get_i32(c, "schedule");
+    out->replica = get_i32(c, "replica");
+    out->n_ranks = get_i32(c, "n_ranks");
+    out->n_stages = get_i32(c, "n_stages");
+    out->n_microbatches = get_i32(c, "n_microbatches");
+    if (c->failed) return truncated(c, err);
+    size_t left = c->len - c->off;
     if (out->schedule < 0 || out->schedule >= DYN_SCHEDULE_COUNT || out->n_ranks < 1 ||
         out->n_ranks > 4096 || out->n_stages < 1 || (size_t)out->n_stages > left / 4 ||
-        out->n_microbatches < 1 || (size_t)out->n_microbatches > left / SHAPE_BYTES) {
-        st = dyn_error_set(err, DYN_ERR_CORRUPT,
-                           "plan: header values out of range (schedule %d, ranks %d, stages %d, "
-                           "micro-batches %d, %zu payload bytes)",
-                           out->schedule, out->n_ranks, out->n_stages, out->n_microbatches, left);
-        goto fail;
-    }
+        out->n_microbatches < 1 || (size_t)out->n_microbatches > left / SHAPE_BYTES)
+        return dyn_error_set(err, DYN_ERR_CORRUPT,
+                             "plan: header values out of range (schedule %d, ranks %d, stages %d, "
+                             "micro-batches %d, %zu payload bytes)",
+                             out->schedule, out->n_ranks, out->n_stages, out->n_microbatches, left);
+    return DYN_OK;
+}
+
+/* The stage-to-rank map (each rank in range) and the micro-batch shapes,
+ * into out's arrays (allocated here). */
+static dyn_status read_stages(cursor *c, dyn_exec_plan *out, dyn_error *err)
+{
     int32_t S = out->n_ranks;
     out->stage_rank = dyn_calloc((size_t)out->n_stages, sizeof(int32_t), "plan stages", err);
     out->mb_shape = dyn_calloc((size_t)out->n_microbatches, sizeof(dyn_mb_shape), "plan shapes", err);
     out->ranks = dyn_calloc((size_t)S, sizeof(dyn_rank_plan), "plan ranks", err);
-    if (!out->stage_rank || !out->mb_shape || !out->ranks) {
-        st = DYN_ERR_NOMEM;
-        goto fail;
-    }
+    if (!out->stage_rank || !out->mb_shape || !out->ranks) return DYN_ERR_NOMEM;
     for (int32_t s = 0; s < out->n_stages; s++) {
-        out->stage_rank[s] = get_i32(&c, "stage_rank");
-        if (!c.failed && (out->stage_rank[s] < 0 || out->stage_rank[s] >= S)) {
-            st = dyn_error_set(err, DYN_ERR_CORRUPT, "plan: stage %d mapped to rank %d of %d", s,
-                               out->stage_rank[s], S);
-            goto fail;
-        }
+        out->stage_rank[s] = get_i32(c, "stage_rank");
+        if (!c->failed && (out->stage_rank[s] < 0 || out->stage_rank[s] >= S))
+            return dyn_error_set(err, DYN_ERR_CORRUPT, "plan: stage %d mapped to rank %d of %d", s,
+                                 out->stage_rank[s], S);
     }
-    for (int32_t m = 0; m < out->n_microbatches; m++) get_shape(&c, &out->mb_shape[m]);
-    for (int32_t r = 0; r < S && !c.failed; r++) {
-        dyn_rank_plan *rp = &out->ranks[r];
-        int32_t n = get_i32(&c, "n_instrs");
-        rp->n_buffers = get_i32(&c, "n_buffers");
-        if (c.failed) break;
-        if (n < 0 || (size_t)n > (len - c.off) / INSTR_BYTES || rp->n_buffers < 0) {
-            st = dyn_error_set(err, DYN_ERR_CORRUPT,
-                               "plan: truncated or corrupt: rank %d claims %d instructions and %d slots, %zu bytes remain", r,
-                               n, rp->n_buffers, len - c.off);
-            goto fail;
-        }
-        rp->instrs = dyn_calloc((size_t)n, sizeof(dyn_instr), "plan instructions", err);
-        if (rp->instrs == NULL) {
-            st = DYN_ERR_NOMEM;
-            goto fail;
-        }
-        rp->n_instrs = n;
-        for (int32_t i = 0; i < n; i++) {
-            dyn_instr *in = &rp->instrs[i];
-            in->op = (uint8_t)get_le(&c, 1, "op");
-            in->recompute = (uint8_t)get_le(&c, 1, "recompute");
-            in->flags = (uint16_t)get_le(&c, 2, "flags");
-            in->microbatch = get_i32(&c, "microbatch");
-            in->stage = get_i32(&c, "stage");
-            in->peer = get_i32(&c, "peer");
-            in->buf_in = get_i32(&c, "buf_in");
-            in->buf_out = get_i32(&c, "buf_out");
-            get_shape(&c, &in->shape);
-            in->bytes = get_i64(&c, "bytes");
-            if (c.failed) break;
-            if (in->op >= DYN_OP_COUNT || in->recompute >= DYN_RECOMPUTE_COUNT) {
-                st = dyn_error_set(err, DYN_ERR_CORRUPT, "plan: rank %d instr %d has op %u / recompute %u out of range",
-                                   r, i, in->op, in->recompute);
-                goto fail;
-            }
-        }
+    for (int32_t m = 0; m < out->n_microbatches; m++) get_shape(c, &out->mb_shape[m]);
+    return DYN_OK;
+}
+
+/* One instruction; its op and recompute mode checked once read whole
+ * (running out of bytes is left to the caller: c->failed). */
+static dyn_status read_instr(cursor *c, dyn_instr *in, int32_t r, int32_t i, dyn_error *err)
+{
+    in->op = (uint8_t)get_le(c, 1, "op");
+    in->recompute = (uint8_t)get_le(c, 1, "recompute");
+    in->flags = (uint16_t)get_le(c, 2, "flags");
+    in->microbatch = get_i32(c, "microbatch");
+    in->stage = get_i32(c, "stage");
+    in->peer = get_i32(c, "peer");
+    in->buf_in = get_i32(c, "buf_in");
+    in->buf_out = get_i32(c, "buf_out");
+    get_shape(c, &in->shape);
+    in->bytes = get_i64(c, "bytes");
+    if (!c->failed && (in->op >= DYN_OP_COUNT || in->recompute >= DYN_RECOMPUTE_COUNT))
+        return dyn_error_set(err, DYN_ERR_CORRUPT, "plan: rank %d instr %d has op %u / recompute %u out of range",
+                             r, i, in->op, in->recompute);
+    return DYN_OK;
+}
+
+/* Rank r's counts and instructions into rp (its array allocated here);
+ * stops early, with DYN_OK, when the bytes run out (c->failed). */
+static dyn_status read_rank(cursor *c, dyn_rank_plan *rp, int32_t r, dyn_error *err)
+{
+    int32_t n = get_i32(c, "n_instrs");
+    rp->n_buffers = get_i32(c, "n_buffers");
+    if (c->failed) return DYN_OK;
+    if (n < 0 || (size_t)n > (c->len - c->off) / INSTR_BYTES || rp->n_buffers < 0)
+        return dyn_error_set(err, DYN_ERR_CORRUPT,
+                             "plan: truncated or corrupt: rank %d claims %d instructions and %d slots, %zu bytes remain", r,
+                             n, rp->n_buffers, c->len - c->off);
+    rp->instrs = dyn_calloc((size_t)n, sizeof(dyn_instr), "plan instructions", err);
+    if (rp->instrs == NULL) return DYN_ERR_NOMEM;
+    rp->n_instrs = n;
+    for (int32_t i = 0; i < n && !c->failed; i++) {
+        dyn_status st = read_instr(c, &rp->instrs[i], r, i, err);
+        if (st != DYN_OK) return st;
     }
+    return DYN_OK;
+}
+
+dyn_status dyn_exec_plan_deserialize(const uint8_t *buf, size_t len, dyn_exec_plan *out,
+                                     dyn_error *err)
+{
+    memset(out, 0, sizeof *out);
+    cursor c;
+    dyn_status st = read_header(buf, len, &c, err);
+    if (st != DYN_OK) return st;
+    if ((st = read_counts(&c, out, err)) != DYN_OK || (st = read_stages(&c, out, err)) != DYN_OK) goto fail;
+    for (int32_t r = 0; r < out->n_ranks && !c.failed; r++)
+        if ((st = read_rank(&c, &out->ranks[r], r, err)) != DYN_OK) goto fail;
     if (c.failed) {
         st = truncated(&c, err);
         goto fail;

@@ -21,6 +21,70 @@
 #include "dynapipe/sched.h"
 #include "util/util.h" /* defines: dyn_calloc */
 
+/* The stage-split DP: prefix sums of the block times and the table
+ * g[s * (n + 1) + i], the best slowest stage for blocks i..n-1 on stages
+ * s..S-1. */
+typedef struct split_dp {
+    const double *pre; /* [n + 1] */
+    double *g;         /* [(S + 1) * (n + 1)] */
+    int32_t n, S;
+    double first_extra_ms, last_extra_ms;
+} split_dp;
+
+static inline double *split_g(const split_dp *d, int32_t s, int32_t i)
+{
+    return &d->g[(size_t)s * (size_t)(d->n + 1) + (size_t)i];
+}
+
+/* One stage's cost, blocks i..e-1 on stage s, written once so the DP and
+ * the reconstruction agree bit for bit. */
+static inline double split_stage_ms(const split_dp *d, int32_t s, int32_t i, int32_t e)
+{
+    return d->pre[e] - d->pre[i] + (s == 0 ? d->first_extra_ms : 0.0) + (s == d->S - 1 ? d->last_extra_ms : 0.0);
+}
+
+static void split_fill(split_dp *d)
+{
+    int32_t n = d->n, S = d->S;
+    for (int32_t s = S - 1; s >= 0; s--) {
+        /* stage s starts at i; stages s..S-1 need one block each */
+        for (int32_t i = s; i <= n - (S - s); i++) {
+            if (s == S - 1) {
+                *split_g(d, s, i) = split_stage_ms(d, s, i, n);
+                continue;
+            }
+            double best = INFINITY;
+            for (int32_t e = i + 1; e <= n - (S - s - 1); e++) {
+                double here = split_stage_ms(d, s, i, e), rest = *split_g(d, s + 1, e);
+                double v = here > rest ? here : rest;
+                if (v < best) best = v;
+            }
+            *split_g(d, s, i) = best;
+        }
+    }
+}
+
+/* Reconstruct: stage by stage, the earliest end that keeps the rest within
+ * the global optimum gives the lexicographically smallest optimal
+ * boundaries (a later stage need not be optimal for its own subproblem). */
+static void split_boundaries(const split_dp *d, int32_t *first)
+{
+    int32_t n = d->n, S = d->S;
+    double target = *split_g(d, 0, 0);
+    first[0] = 0;
+    int32_t i = 0;
+    for (int32_t s = 0; s < S - 1; s++) {
+        int32_t e = i + 1;
+        for (; e <= n - (S - s - 1); e++) {
+            double here = split_stage_ms(d, s, i, e), rest = *split_g(d, s + 1, e);
+            if ((here > rest ? here : rest) <= target) break;
+        }
+        first[s + 1] = e;
+        i = e;
+    }
+    first[S] = n;
+}
+
 dyn_status dyn_stage_split(const double *block_ms, int32_t n, int32_t n_stages, double first_extra_ms,
                            double last_extra_ms, int32_t *first, double *max_stage_ms,
                            dyn_error *err)
@@ -33,7 +97,6 @@ dyn_status dyn_stage_split(const double *block_ms, int32_t n, int32_t n_stages, 
                              "than layers",
                              n_stages, n);
     double *pre = dyn_calloc((size_t)n + 1, sizeof(double), "stage split", err);
-    /* g[s * (n + 1) + i]: best slowest stage for blocks i..n-1 on stages s..S-1 */
     double *g = dyn_calloc((size_t)(n_stages + 1) * (size_t)(n + 1), sizeof(double), "stage split", err);
     if (pre == NULL || g == NULL) {
         free(pre);
@@ -41,47 +104,10 @@ dyn_status dyn_stage_split(const double *block_ms, int32_t n, int32_t n_stages, 
         return DYN_ERR_NOMEM;
     }
     for (int32_t i = 0; i < n; i++) pre[i + 1] = pre[i] + block_ms[i];
-#define G(s, i) g[(size_t)(s) * (size_t)(n + 1) + (size_t)(i)]
-    int32_t S = n_stages;
-    /* One stage cost, written once so the DP and the reconstruction agree
-     * bit for bit. */
-#define STAGE_MS(s, i, e) \
-    (pre[e] - pre[i] + ((s) == 0 ? first_extra_ms : 0.0) + ((s) == S - 1 ? last_extra_ms : 0.0))
-    for (int32_t s = S - 1; s >= 0; s--) {
-        /* stage s starts at i; stages s..S-1 need one block each */
-        for (int32_t i = s; i <= n - (S - s); i++) {
-            if (s == S - 1) {
-                G(s, i) = STAGE_MS(s, i, n);
-                continue;
-            }
-            double best = INFINITY;
-            for (int32_t e = i + 1; e <= n - (S - s - 1); e++) {
-                double here = STAGE_MS(s, i, e), rest = G(s + 1, e);
-                double v = here > rest ? here : rest;
-                if (v < best) best = v;
-            }
-            G(s, i) = best;
-        }
-    }
-    /* Reconstruct: stage by stage, the earliest end that keeps the rest
-     * within the global optimum gives the lexicographically smallest optimal
-     * boundaries (a later stage need not be optimal for its own subproblem). */
-    double target = G(0, 0);
-    first[0] = 0;
-    int32_t i = 0;
-    for (int32_t s = 0; s < S - 1; s++) {
-        int32_t e = i + 1;
-        for (; e <= n - (S - s - 1); e++) {
-            double here = STAGE_MS(s, i, e), rest = G(s + 1, e);
-            if ((here > rest ? here : rest) <= target) break;
-        }
-        first[s + 1] = e;
-        i = e;
-    }
-    first[S] = n;
-    if (max_stage_ms) *max_stage_ms = G(0, 0);
-#undef G
-#undef STAGE_MS
+    split_dp d = {pre, g, n, n_stages, first_extra_ms, last_extra_ms};
+    split_fill(&d);
+    split_boundaries(&d, first);
+    if (max_stage_ms) *max_stage_ms = *split_g(&d, 0, 0);
     free(pre);
     free(g);
     return DYN_OK;
@@ -179,12 +205,55 @@ static int reads_hidden(int32_t kind)
     return kind == DYN_LAYER_ENCODER || kind == DYN_LAYER_BRIDGE;
 }
 
+/* Micro-batch m's row of out (shape sh): each stage's sums over its
+ * layers, less the shared inputs (shared_inputs: see
+ * dyn_stage_costs_build), its largest peak and what it sends on. */
+static dyn_status stage_costs_mb(const dyn_cost_model *cm, const dyn_stage_assignment *a, const dyn_mb_shape *sh,
+                                 dyn_recompute rc, int shared_inputs, int32_t m, dyn_stage_costs *out,
+                                 dyn_error *err)
+{
+    const dyn_model_config *cfg = dyn_cost_model_config(cm);
+    int32_t S = a->n_stages;
+    /* Layers of one kind cost the same on one micro-batch: query each
+     * kind once. */
+    dyn_layer_cost lc[DYN_LAYER_KIND_COUNT];
+    memset(lc, 0, sizeof lc);
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
+        if (!dyn_cost_kind_present(cfg, (dyn_layer_kind)k)) continue;
+        dyn_status st = dyn_cost_layer(cm, (dyn_layer_kind)k, sh, rc, &lc[k], err);
+        if (st != DYN_OK) return st;
+    }
+    /* What crosses a stage boundary, as the model's stage ranges send it
+     * (src/model/model.h): GPT the hidden state; T5 up to the bridge
+     * the encoder hidden state, and from the first decoder layer on the
+     * encoder output and the decoder hidden state together (the
+     * bridge's output). */
+    double enc_boundary = lc[DYN_LAYER_ENCODER].output_mb;
+    double dec_boundary = cfg->kind == DYN_MODEL_T5 ? lc[DYN_LAYER_DECODER].output_mb
+                                                    : enc_boundary; /* it carries the encoder output */
+    for (int32_t s = 0; s < S; s++) {
+        size_t i = (size_t)m * S + s;
+        for (int32_t l = a->stage_first[s]; l < a->stage_first[s + 1]; l++) {
+            const dyn_layer_cost *c = &lc[a->layer_kind[l]];
+            out->fwd_ms[i] += c->fwd_ms;
+            out->bwd_ms[i] += c->bwd_ms;
+            out->bwd_input_ms[i] += c->bwd_input_ms;
+            out->bwd_weight_ms[i] += c->bwd_weight_ms;
+            out->stored_mb[i] += c->stored_mb;
+            if (shared_inputs && l > a->stage_first[s])
+                out->stored_mb[i] -= reads_hidden(a->layer_kind[l]) ? enc_boundary : dec_boundary;
+            if (c->peak_mb > out->peak_mb[i]) out->peak_mb[i] = c->peak_mb;
+        }
+        int32_t next = s < S - 1 ? a->layer_kind[a->stage_first[s + 1]] : -1;
+        out->send_mb[i] = next < 0 ? 0 : reads_hidden(next) ? enc_boundary : dec_boundary;
+    }
+    return DYN_OK;
+}
+
 dyn_status dyn_stage_costs_build(const dyn_cost_model *cm, const dyn_stage_assignment *a,
                                  const dyn_mb_shape *shapes, int32_t n_microbatches,
                                  dyn_recompute rc, dyn_stage_costs *out, dyn_error *err)
 {
-    const dyn_model_config *cfg = dyn_cost_model_config(cm);
-    int t5 = cfg->kind == DYN_MODEL_T5;
     int32_t S = a->n_stages;
     /* A profiled layer's stored bytes include its own copy of the input
      * boundary (it was measured alone); inside a stage a layer's input is
@@ -206,40 +275,9 @@ dyn_status dyn_stage_costs_build(const dyn_cost_model *cm, const dyn_stage_assig
         for (int32_t l = a->stage_first[s]; l < a->stage_first[s + 1]; l++)
             out->states_mb[s] += dyn_cost_layer_states_mb(cm, (dyn_layer_kind)a->layer_kind[l]);
     for (int32_t m = 0; m < n_microbatches; m++) {
-        /* Layers of one kind cost the same on one micro-batch: query each
-         * kind once. */
-        dyn_layer_cost lc[DYN_LAYER_KIND_COUNT];
-        memset(lc, 0, sizeof lc);
-        for (int k = 0; k < DYN_LAYER_KIND_COUNT && st == DYN_OK; k++) {
-            if (!dyn_cost_kind_present(cfg, (dyn_layer_kind)k)) continue;
-            st = dyn_cost_layer(cm, (dyn_layer_kind)k, &shapes[m], rc, &lc[k], err);
-        }
-        if (st != DYN_OK) {
+        if ((st = stage_costs_mb(cm, a, &shapes[m], rc, shared_inputs, m, out, err)) != DYN_OK) {
             dyn_stage_costs_free(out);
             return st;
-        }
-        /* What crosses a stage boundary, as the model's stage ranges send it
-         * (src/model/model.h): GPT the hidden state; T5 up to the bridge
-         * the encoder hidden state, and from the first decoder layer on the
-         * encoder output and the decoder hidden state together (the
-         * bridge's output). */
-        double enc_boundary = lc[DYN_LAYER_ENCODER].output_mb;
-        double dec_boundary = t5 ? lc[DYN_LAYER_DECODER].output_mb : enc_boundary; /* it carries the encoder output */
-        for (int32_t s = 0; s < S; s++) {
-            size_t i = (size_t)m * S + s;
-            for (int32_t l = a->stage_first[s]; l < a->stage_first[s + 1]; l++) {
-                const dyn_layer_cost *c = &lc[a->layer_kind[l]];
-                out->fwd_ms[i] += c->fwd_ms;
-                out->bwd_ms[i] += c->bwd_ms;
-                out->bwd_input_ms[i] += c->bwd_input_ms;
-                out->bwd_weight_ms[i] += c->bwd_weight_ms;
-                out->stored_mb[i] += c->stored_mb;
-                if (shared_inputs && l > a->stage_first[s])
-                    out->stored_mb[i] -= reads_hidden(a->layer_kind[l]) ? enc_boundary : dec_boundary;
-                if (c->peak_mb > out->peak_mb[i]) out->peak_mb[i] = c->peak_mb;
-            }
-            int32_t next = s < S - 1 ? a->layer_kind[a->stage_first[s + 1]] : -1;
-            out->send_mb[i] = next < 0 ? 0 : reads_hidden(next) ? enc_boundary : dec_boundary;
         }
     }
     return DYN_OK;

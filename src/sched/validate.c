@@ -323,15 +323,12 @@ static void finish_partner(const vstate *v, int32_t r, int32_t i, int32_t *pr, i
     *pi = (send ? m->msg_recv[x] : m->msg_send[x]) - m->rank_off[*pr];
 }
 
-/* Pass 3: abstract execution with blocking FINISH and BARRIER. */
-static dyn_status execute(vstate *v, dyn_error *err)
+/* Run every rank as far as it can go: a BARRIER waits for every rank to
+ * arrive at it, a FINISH for its partner START to have run; other
+ * instructions always proceed. pc, arrived and passed are [S]. */
+static void execute_run(const vstate *v, int32_t *pc, int32_t *arrived, int32_t *passed)
 {
     int32_t S = v->S;
-    dyn_status st = DYN_OK;
-    int32_t *pc = dyn_calloc((size_t)S, sizeof(int32_t), "validator", err);
-    int32_t *arrived = dyn_calloc((size_t)S, sizeof(int32_t), "validator", err);
-    int32_t *passed = dyn_calloc((size_t)S, sizeof(int32_t), "validator", err);
-    if (!pc || !arrived || !passed) { st = DYN_ERR_NOMEM; goto out; }
     for (;;) {
         int progress = 0;
         for (int32_t r = 0; r < S; r++) {
@@ -355,39 +352,59 @@ static dyn_status execute(vstate *v, dyn_error *err)
         }
         if (!progress) break;
     }
+}
+
+/* The deadlock error for the first rank left unfinished (DYN_OK if none). */
+static dyn_status execute_report(const vstate *v, const int32_t *pc, const int32_t *arrived, dyn_error *err)
+{
+    int32_t S = v->S;
     for (int32_t r = 0; r < S; r++) {
         const dyn_rank_plan *rp = &v->p->ranks[r];
         if (pc[r] >= rp->n_instrs) continue;
         const dyn_instr *in = &rp->instrs[pc[r]];
         int blocked = 0;
         for (int32_t q = 0; q < S; q++) blocked += pc[q] < v->p->ranks[q].n_instrs;
-        if (in->op == DYN_OP_BARRIER) {
-            st = dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                               "plan invalid: deadlock: rank %d instr %d (BARRIER %d) waits for ranks "
-                               "that never reach it; %d ranks blocked",
-                               r, pc[r], arrived[r], blocked);
-        } else {
-            int32_t pr, pi;
-            finish_partner(v, r, pc[r], &pr, &pi);
-            const dyn_instr *pin = &v->p->ranks[pr].instrs[pi];
-            st = dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                               "plan invalid: deadlock: rank %d instr %d (%s mb %d stage %d) waits for "
-                               "rank %d instr %d (%s mb %d stage %d), which rank %d never reaches "
-                               "(it is stuck at instr %d); %d ranks blocked",
-                               r, pc[r], dyn_op_name((dyn_op)in->op), in->microbatch, in->stage, pr,
-                               pi, dyn_op_name((dyn_op)pin->op), pin->microbatch, pin->stage, pr,
-                               pc[pr], blocked);
-        }
-        break;
+        if (in->op == DYN_OP_BARRIER)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "plan invalid: deadlock: rank %d instr %d (BARRIER %d) waits for ranks "
+                                 "that never reach it; %d ranks blocked",
+                                 r, pc[r], arrived[r], blocked);
+        int32_t pr, pi;
+        finish_partner(v, r, pc[r], &pr, &pi);
+        const dyn_instr *pin = &v->p->ranks[pr].instrs[pi];
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "plan invalid: deadlock: rank %d instr %d (%s mb %d stage %d) waits for "
+                             "rank %d instr %d (%s mb %d stage %d), which rank %d never reaches "
+                             "(it is stuck at instr %d); %d ranks blocked",
+                             r, pc[r], dyn_op_name((dyn_op)in->op), in->microbatch, in->stage, pr,
+                             pi, dyn_op_name((dyn_op)pin->op), pin->microbatch, pin->stage, pr,
+                             pc[pr], blocked);
     }
-out:
+    return DYN_OK;
+}
+
+/* Pass 3: abstract execution with blocking FINISH and BARRIER. */
+static dyn_status execute(vstate *v, dyn_error *err)
+{
+    int32_t S = v->S;
+    dyn_status st = DYN_ERR_NOMEM;
+    int32_t *pc = dyn_calloc((size_t)S, sizeof(int32_t), "validator", err);
+    int32_t *arrived = dyn_calloc((size_t)S, sizeof(int32_t), "validator", err);
+    int32_t *passed = dyn_calloc((size_t)S, sizeof(int32_t), "validator", err);
+    if (pc && arrived && passed) {
+        execute_run(v, pc, arrived, passed);
+        st = execute_report(v, pc, arrived, err);
+    }
     free(pc);
     free(arrived);
     free(passed);
     return st;
 }
 
-dyn_status dyn_exec_plan_validate(const dyn_exec_plan *plan, dyn_error *err)
+/* The plan's header: counts, the stage map, and enough instructions for a
+ * forward and a backward of every (micro-batch, stage), a cheap bound that
+ * also keeps a corrupt header from sizing huge tables. */
+static dyn_status validate_header(const dyn_exec_plan *plan, dyn_error *err)
 {
     if (plan == NULL || plan->n_ranks < 1 || plan->n_stages < 1 || plan->n_microbatches < 1 ||
         plan->stage_rank == NULL || plan->ranks == NULL)
@@ -400,8 +417,6 @@ dyn_status dyn_exec_plan_validate(const dyn_exec_plan *plan, dyn_error *err)
         if (plan->stage_rank[s] < 0 || plan->stage_rank[s] >= plan->n_ranks)
             return dyn_error_set(err, DYN_ERR_INVALID_ARG, "plan invalid: stage %d mapped to rank %d of %d",
                                  s, plan->stage_rank[s], plan->n_ranks);
-    /* Every (micro-batch, stage) needs a forward and a backward: a cheap
-     * bound that also keeps a corrupt header from sizing huge tables. */
     int64_t total = 0;
     for (int32_t r = 0; r < plan->n_ranks; r++) total += plan->ranks[r].n_instrs > 0 ? plan->ranks[r].n_instrs : 0;
     if ((int64_t)plan->n_microbatches * plan->n_stages * 2 > total)
@@ -410,13 +425,43 @@ dyn_status dyn_exec_plan_validate(const dyn_exec_plan *plan, dyn_error *err)
                              "instructions, the plan has %lld instructions in all",
                              plan->n_microbatches, plan->n_stages,
                              (long long)plan->n_microbatches * plan->n_stages * 2, (long long)total);
+    return DYN_OK;
+}
+
+/* After every rank's walk: equal barrier counts, and every (micro-batch,
+ * stage) with its forward and one kind of backward, whole or split. */
+static dyn_status validate_coverage(const vstate *v, dyn_error *err)
+{
+    for (int32_t r = 1; r < v->S; r++)
+        if (v->barriers[r] != v->barriers[0])
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "plan invalid: rank %d has %d barriers but rank 0 has %d",
+                                 r, v->barriers[r], v->barriers[0]);
+    size_t n = (size_t)v->M * v->ns;
+    for (size_t k = 0; k < n; k++) {
+        int32_t mb = (int32_t)(k / v->ns), s = (int32_t)(k % v->ns);
+        const char *miss = NULL;
+        if (!v->fwd[k]) miss = "forward";
+        else if (v->bwd[k] && (v->bwi[k] || v->bww[k])) miss = "single backward (has both whole and split)";
+        else if (!v->bwd[k] && !v->bwi[k]) miss = "backward";
+        else if (v->bwi[k] && !v->bww[k]) miss = "weight-gradient backward";
+        if (miss)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "plan invalid: rank %d: micro-batch %d stage %d is missing its %s",
+                                 v->p->stage_rank[s], mb, s, miss);
+    }
+    return DYN_OK;
+}
+
+dyn_status dyn_exec_plan_validate(const dyn_exec_plan *plan, dyn_error *err)
+{
+    dyn_status st = validate_header(plan, err);
+    if (st != DYN_OK) return st;
     vstate v;
     memset(&v, 0, sizeof v);
     v.p = plan;
     v.S = plan->n_ranks;
     v.ns = plan->n_stages;
     v.M = plan->n_microbatches;
-    dyn_status st = DYN_OK;
     size_t n = (size_t)v.M * v.ns;
     /* barriers first (aligned), then the four byte arrays */
     v.block = dyn_calloc(1, (size_t)v.S * sizeof(int32_t) + 4 * n, "validator", err);
@@ -427,32 +472,9 @@ dyn_status dyn_exec_plan_validate(const dyn_exec_plan *plan, dyn_error *err)
     v.bwi = v.bwd + n;
     v.bww = v.bwi + n;
     for (int32_t r = 0; r < v.S && st == DYN_OK; r++) st = check_rank(&v, r, err);
-    if (st != DYN_OK) goto out;
-    for (int32_t r = 1; r < v.S; r++) {
-        if (v.barriers[r] != v.barriers[0]) {
-            st = dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                               "plan invalid: rank %d has %d barriers but rank 0 has %d", r,
-                               v.barriers[r], v.barriers[0]);
-            goto out;
-        }
-    }
-    for (size_t k = 0; k < n; k++) {
-        int32_t mb = (int32_t)(k / v.ns), s = (int32_t)(k % v.ns);
-        const char *miss = NULL;
-        if (!v.fwd[k]) miss = "forward";
-        else if (v.bwd[k] && (v.bwi[k] || v.bww[k])) miss = "single backward (has both whole and split)";
-        else if (!v.bwd[k] && !v.bwi[k]) miss = "backward";
-        else if (v.bwi[k] && !v.bww[k]) miss = "weight-gradient backward";
-        if (miss) {
-            st = dyn_error_set(err, DYN_ERR_INVALID_ARG,
-                               "plan invalid: rank %d: micro-batch %d stage %d is missing its %s", plan->stage_rank[s],
-                               mb, s, miss);
-            goto out;
-        }
-    }
-    st = sched_match_plan(&v.match, plan, 1, err);
+    if (st == DYN_OK) st = validate_coverage(&v, err);
+    if (st == DYN_OK) st = sched_match_plan(&v.match, plan, 1, err);
     if (st == DYN_OK) st = execute(&v, err);
-out:
     sched_match_free(&v.match);
     free(v.block);
     return st;

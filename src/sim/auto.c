@@ -162,72 +162,92 @@ typedef struct auto_best {
     dyn_stage_costs costs;
 } auto_best;
 
+/* One dyn_schedule_auto call: its arguments, its scratch and the running
+ * best. */
+typedef struct auto_run {
+    dyn_sim *sim;
+    dyn_costs_fn costs_fn;
+    void *costs_ctx;
+    const dyn_mb_shape *shapes;
+    const dyn_auto_options *ao;
+    const dyn_sim_options *simopt;
+    dyn_auto_choice *choice;
+    int32_t *order;   /* [M] the searched order, scratch */
+    sim_lb_job *jobs; /* [M] sim_makespan_lower_bound's scratch */
+    auto_best best;
+    char why[DYN_ERROR_MSG_MAX]; /* why the last candidate did not fit */
+} auto_run;
+
+/* Keep a search's result (plan, costs, its order in a->order) as the best
+ * when it is faster than the best so far, or as fast and earlier in the
+ * tie-break order; else free it. */
+static void keep_if_best(auto_run *a, int k, int32_t v, dyn_recompute rc, int32_t rank,
+                         const dyn_order_result *res, dyn_exec_plan *plan, dyn_stage_costs *pcosts, int32_t M)
+{
+    auto_best *best = &a->best;
+    dyn_auto_choice *choice = a->choice;
+    if (best->have && (res->makespan_ms > choice->makespan_ms ||
+                       (res->makespan_ms == choice->makespan_ms && rank >= best->rank))) {
+        dyn_exec_plan_free(plan);
+        dyn_stage_costs_free(pcosts);
+        return;
+    }
+    if (best->have) {
+        dyn_exec_plan_free(&best->plan);
+        dyn_stage_costs_free(&best->costs);
+    }
+    best->plan = *plan;
+    best->costs = *pcosts;
+    best->have = 1;
+    best->rank = rank;
+    choice->schedule = (dyn_schedule)k;
+    choice->recompute = rc;
+    choice->chunks = v;
+    choice->makespan_ms = res->makespan_ms;
+    choice->max_peak_mb = res->max_peak_mb;
+    choice->order_candidate = res->candidate;
+    memcpy(choice->order, a->order, sizeof(int32_t) * (size_t)M);
+}
+
 /* Search schedule k (chunks v, recompute rc) with `groups` order groups and
- * keep it in *best / *choice if it beats them. Returns DYN_OK also when it
- * does not fit (then *fits = 0); other errors as dyn_schedule_search. */
-static dyn_status try_schedule(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ctx,
-                               const dyn_mb_shape *shapes, const dyn_auto_options *ao,
-                               const dyn_sim_options *simopt, int k, int32_t v, dyn_recompute rc,
-                               int32_t groups, double given_ms, int32_t rank, int32_t *order,
-                               dyn_auto_choice *choice,
-                               auto_best *best, int *fits, double *makespan, char *why, dyn_error *err)
+ * keep it in a->best / a->choice if it beats them. Returns DYN_OK also when
+ * it does not fit (then a->why says why); other errors as
+ * dyn_schedule_search. */
+static dyn_status try_schedule(auto_run *a, int k, int32_t v, dyn_recompute rc, int32_t groups, double given_ms,
+                               int32_t rank, dyn_error *err)
 {
     const dyn_stage_costs *costs = NULL;
-    dyn_status st = costs_fn(costs_ctx, v, rc, &costs, err);
+    dyn_status st = a->costs_fn(a->costs_ctx, v, rc, &costs, err);
     if (st != DYN_OK) return st;
     dyn_sched_options so;
     dyn_sched_options_default(&so);
-    so.n_ranks = ao->n_ranks;
+    so.n_ranks = a->ao->n_ranks;
     so.chunks = v;
-    so.memory_limit_mb = ao->memory_limit_mb;
+    so.memory_limit_mb = a->ao->memory_limit_mb;
     so.recompute = rc;
-    so.replica = ao->replica;
+    so.replica = a->ao->replica;
     dyn_order_result res;
     memset(&res, 0, sizeof res);
-    res.order = order;
+    res.order = a->order;
     dyn_exec_plan plan;
     dyn_stage_costs pcosts;
     memset(&plan, 0, sizeof plan);
     memset(&pcosts, 0, sizeof pcosts);
     dyn_error e;
-    st = schedule_search(sim, (dyn_schedule)k, costs, shapes, &so, simopt, groups, given_ms, &res, &plan,
+    st = schedule_search(a->sim, (dyn_schedule)k, costs, a->shapes, &so, a->simopt, groups, given_ms, &res, &plan,
                          &pcosts, &e);
-    *fits = 0;
     if (st == DYN_ERR_INFEASIBLE) {
-        snprintf(why, DYN_ERROR_MSG_MAX, "%s", e.msg);
+        snprintf(a->why, DYN_ERROR_MSG_MAX, "%s", e.msg);
         return DYN_OK;
     }
     if (st != DYN_OK) {
         if (err) *err = e;
         return st;
     }
-    *fits = 1;
-    *makespan = res.makespan_ms;
     /* With given_ms the given order was not simulated again. */
-    choice->n_simulations += res.n_candidates - (given_ms >= 0);
+    a->choice->n_simulations += res.n_candidates - (given_ms >= 0);
     if (res.candidate < 0) return DYN_OK; /* nothing beat given_ms: no plan */
-    /* Keep it if faster, or as fast and earlier in the tie-break order. */
-    if (best->have && (res.makespan_ms > choice->makespan_ms ||
-                       (res.makespan_ms == choice->makespan_ms && rank >= best->rank))) {
-        dyn_exec_plan_free(&plan);
-        dyn_stage_costs_free(&pcosts);
-        return DYN_OK;
-    }
-    if (best->have) {
-        dyn_exec_plan_free(&best->plan);
-        dyn_stage_costs_free(&best->costs);
-    }
-    best->plan = plan;
-    best->costs = pcosts;
-    best->have = 1;
-    best->rank = rank;
-    choice->schedule = (dyn_schedule)k;
-    choice->recompute = rc;
-    choice->chunks = v;
-    choice->makespan_ms = res.makespan_ms;
-    choice->max_peak_mb = res.max_peak_mb;
-    choice->order_candidate = res.candidate;
-    memcpy(choice->order, order, sizeof(int32_t) * (size_t)costs->n_microbatches);
+    keep_if_best(a, k, v, rc, rank, &res, &plan, &pcosts, costs->n_microbatches);
     return DYN_OK;
 }
 
@@ -246,6 +266,97 @@ static int phase1_cand_cmp(const void *a, const void *b)
     return (x->rank > y->rank) - (x->rank < y->rank);
 }
 
+/* The schedules to try: ao->schedules or all, less interleaved without
+ * chunks (it needs v > 1) and less cyclic beside wait-free cyclic (which
+ * runs cyclic's instruction order without the barriers, so it is never
+ * slower and holds the same memory, a tested property: cyclic cannot win
+ * when both are candidates). */
+static uint32_t auto_schedule_mask(const dyn_auto_options *ao)
+{
+    uint32_t mask = ao->schedules ? ao->schedules : (1u << DYN_SCHEDULE_COUNT) - 1;
+    if (ao->chunks <= 1) mask &= ~(1u << DYN_SCHEDULE_INTERLEAVED);
+    if (mask & (1u << DYN_SCHEDULE_WAIT_FREE_CYCLIC)) mask &= ~(1u << DYN_SCHEDULE_CYCLIC);
+    return mask;
+}
+
+/* Phase 1's candidates into cand[], in the tie-break order (modes before
+ * schedules), each with its lower bound unless ao->no_prune. A mode whose
+ * costs are the very same array as an earlier mode's (a what-if file has
+ * one set) is not listed twice. */
+static dyn_status phase1_list(auto_run *a, uint32_t mask, phase1_cand *cand, int *n_cand, dyn_error *err)
+{
+    const dyn_stage_costs *seen[2][DYN_RECOMPUTE_COUNT] = {{NULL}};
+    *n_cand = 0;
+    for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++) {
+        for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) {
+            if (!(mask & (1u << k))) continue;
+            int32_t v = k == DYN_SCHEDULE_INTERLEAVED ? a->ao->chunks : 1;
+            const dyn_stage_costs *cr = NULL;
+            dyn_status st = a->costs_fn(a->costs_ctx, v, (dyn_recompute)rc, &cr, err);
+            if (st != DYN_OK) return st;
+            int dup = 0;
+            for (int q = 0; q < rc; q++) dup |= seen[v > 1][q] == cr;
+            seen[v > 1][rc] = cr;
+            if (dup) continue;
+            phase1_cand *c = &cand[*n_cand];
+            c->k = k;
+            c->rc = rc;
+            c->v = v;
+            c->rank = (*n_cand)++;
+            c->lb = a->ao->no_prune ? 0 : sim_makespan_lower_bound(cr, k, a->ao->n_ranks, a->jobs);
+        }
+    }
+    return DYN_OK;
+}
+
+/* Phase 1: every schedule under every recompute mode, in the planner's
+ * order. Unless ao->no_prune the candidates are tried in order of their
+ * lower bound, so that a good incumbent comes early, and one whose bound
+ * cannot beat the incumbent (ties: the earlier in tie-break order wins) is
+ * skipped. */
+static dyn_status phase1(auto_run *a, uint32_t mask, dyn_error *err)
+{
+    phase1_cand cand[DYN_RECOMPUTE_COUNT * DYN_SCHEDULE_COUNT];
+    int n_cand;
+    const int no_prune = a->ao->no_prune;
+    dyn_status st = phase1_list(a, mask, cand, &n_cand, err);
+    if (st != DYN_OK) return st;
+    if (!no_prune) qsort(cand, (size_t)n_cand, sizeof *cand, phase1_cand_cmp);
+    for (int i = 0; i < n_cand; i++) {
+        const phase1_cand *c = &cand[i];
+        if (!no_prune && a->best.have &&
+            (c->lb > a->choice->makespan_ms || (c->lb == a->choice->makespan_ms && c->rank > a->best.rank))) {
+            a->choice->n_pruned++;
+            continue;
+        }
+        st = try_schedule(a, c->k, c->v, (dyn_recompute)c->rc, 1, -1.0, c->rank, err);
+        if (st != DYN_OK) return st;
+    }
+    return DYN_OK;
+}
+
+/* Phase 2: the order search on the best of phase 1. Pruned: the planner's
+ * order (phase 1's winner) is not simulated again, and the search is
+ * skipped when no order can beat it (its makespan is already the lower
+ * bound). */
+static dyn_status phase2(auto_run *a, dyn_error *err)
+{
+    const dyn_auto_options *ao = a->ao;
+    int first = a->best.have ? (int)a->choice->schedule : -1, first_rc = (int)a->choice->recompute;
+    double first_ms = a->choice->makespan_ms;
+    if (first < 0 || ao->order_groups <= 1) return DYN_OK;
+    int32_t v = first == DYN_SCHEDULE_INTERLEAVED ? ao->chunks : 1;
+    double given = ao->no_prune ? -1.0 : first_ms;
+    const dyn_stage_costs *cf = NULL;
+    dyn_status st = a->costs_fn(a->costs_ctx, v, (dyn_recompute)first_rc, &cf, err);
+    if (st != DYN_OK) return st;
+    if (!ao->no_prune && sim_makespan_lower_bound(cf, first, ao->n_ranks, a->jobs) >= first_ms) {
+        a->choice->n_pruned++;
+        return DYN_OK;
+    }
+    return try_schedule(a, first, v, (dyn_recompute)first_rc, ao->order_groups, given, INT32_MAX, err);
+}
+
 dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ctx,
                              const dyn_mb_shape *shapes, const dyn_auto_options *ao,
                              const dyn_sim_options *simopt, dyn_auto_choice *choice,
@@ -254,110 +365,39 @@ dyn_status dyn_schedule_auto(dyn_sim *sim, dyn_costs_fn costs_fn, void *costs_ct
 {
     if (choice == NULL || choice->order == NULL || ao == NULL || costs_fn == NULL)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "auto schedule: missing argument");
-    uint32_t mask = ao->schedules ? ao->schedules : (1u << DYN_SCHEDULE_COUNT) - 1;
-    if (ao->chunks <= 1) mask &= ~(1u << DYN_SCHEDULE_INTERLEAVED); /* needs v > 1 */
-    /* Wait-free cyclic runs cyclic's instruction order without the barriers,
-     * so it is never slower and holds the same memory (a tested property):
-     * cyclic cannot win when both are candidates. */
-    if (mask & (1u << DYN_SCHEDULE_WAIT_FREE_CYCLIC)) mask &= ~(1u << DYN_SCHEDULE_CYCLIC);
+    uint32_t mask = auto_schedule_mask(ao);
     const dyn_stage_costs *c1 = NULL;
     dyn_status st = costs_fn(costs_ctx, 1, DYN_RECOMPUTE_NONE, &c1, err);
     if (st != DYN_OK) return st;
     int32_t M = c1->n_microbatches;
-    int32_t *order = dyn_calloc((size_t)M, sizeof(int32_t), "auto schedule", err);
-    if (order == NULL) return DYN_ERR_NOMEM;
-    sim_lb_job *jobs = dyn_calloc((size_t)M, sizeof(sim_lb_job), "auto schedule", err);
-    if (jobs == NULL) {
-        free(order);
+    auto_run a = (auto_run){.sim = sim, .costs_fn = costs_fn, .costs_ctx = costs_ctx, .shapes = shapes, .ao = ao,
+                   .simopt = simopt, .choice = choice};
+    snprintf(a.why, sizeof a.why, "no schedule to try");
+    a.order = dyn_calloc((size_t)M, sizeof(int32_t), "auto schedule", err);
+    if (a.order == NULL) return DYN_ERR_NOMEM;
+    a.jobs = dyn_calloc((size_t)M, sizeof(sim_lb_job), "auto schedule", err);
+    if (a.jobs == NULL) {
+        free(a.order);
         return DYN_ERR_NOMEM;
     }
-    auto_best best;
-    memset(&best, 0, sizeof best);
-    char why[DYN_ERROR_MSG_MAX] = "no schedule to try";
     choice->n_simulations = 0;
     choice->n_pruned = 0;
-    /* Phase 1: every schedule under every recompute mode, in the planner's
-     * order. A mode whose costs are the very same array as an earlier
-     * mode's (a what-if file has one set) is not tried twice. Candidates
-     * are listed in the tie-break order (modes before schedules), then
-     * unless ao->no_prune tried in order of their lower bound, so that a
-     * good incumbent comes early, and one whose bound cannot beat the
-     * incumbent (ties: the earlier in tie-break order wins) is skipped. */
-    phase1_cand cand[DYN_RECOMPUTE_COUNT * DYN_SCHEDULE_COUNT];
-    int n_cand = 0;
-    const dyn_stage_costs *seen[2][DYN_RECOMPUTE_COUNT] = {{NULL}};
-    for (int rc = 0; rc < DYN_RECOMPUTE_COUNT; rc++) {
-        for (int k = 0; k < DYN_SCHEDULE_COUNT; k++) {
-            if (!(mask & (1u << k))) continue;
-            int32_t v = k == DYN_SCHEDULE_INTERLEAVED ? ao->chunks : 1;
-            const dyn_stage_costs *cr = NULL;
-            if ((st = costs_fn(costs_ctx, v, (dyn_recompute)rc, &cr, err)) != DYN_OK) goto done;
-            int dup = 0;
-            for (int q = 0; q < rc; q++) dup |= seen[v > 1][q] == cr;
-            seen[v > 1][rc] = cr;
-            if (dup) continue;
-            phase1_cand *c = &cand[n_cand];
-            c->k = k;
-            c->rc = rc;
-            c->v = v;
-            c->rank = n_cand++;
-            c->lb = ao->no_prune ? 0 : sim_makespan_lower_bound(cr, k, ao->n_ranks, jobs);
-        }
-    }
-    if (!ao->no_prune) qsort(cand, (size_t)n_cand, sizeof *cand, phase1_cand_cmp);
-    for (int i = 0; i < n_cand; i++) {
-        const phase1_cand *c = &cand[i];
-        if (!ao->no_prune && best.have &&
-            (c->lb > choice->makespan_ms || (c->lb == choice->makespan_ms && c->rank > best.rank))) {
-            choice->n_pruned++;
-            continue;
-        }
-        int fits;
-        double ms;
-        st = try_schedule(sim, costs_fn, costs_ctx, shapes, ao, simopt, c->k, c->v, (dyn_recompute)c->rc, 1,
-                          -1.0, c->rank, order, choice, &best, &fits, &ms, why, err);
-        if (st != DYN_OK) goto done;
-    }
-    int first = best.have ? (int)choice->schedule : -1, first_rc = (int)choice->recompute;
-    double first_ms = choice->makespan_ms;
-    /* Phase 2: the order search on the best of phase 1. */
-    if (first >= 0 && ao->order_groups > 1) {
-        int fits;
-        double ms;
-        int32_t v = first == DYN_SCHEDULE_INTERLEAVED ? ao->chunks : 1;
-        /* Pruned: the planner's order (phase 1's winner, first_ms) is not
-         * simulated again, and the search is skipped when no order can
-         * beat it (its makespan is already the lower bound). */
-        double given = ao->no_prune ? -1.0 : first_ms;
-        const dyn_stage_costs *cf = NULL;
-        if ((st = costs_fn(costs_ctx, v, (dyn_recompute)first_rc, &cf, err)) != DYN_OK) goto done;
-        if (!ao->no_prune && sim_makespan_lower_bound(cf, first, ao->n_ranks, jobs) >= first_ms) {
-            choice->n_pruned++;
-        } else {
-            st = try_schedule(sim, costs_fn, costs_ctx, shapes, ao, simopt, first, v, (dyn_recompute)first_rc,
-                              ao->order_groups, given, INT32_MAX, order, choice, &best, &fits, &ms, why,
-                              err);
-            if (st != DYN_OK) goto done;
-        }
-    }
-    if (!best.have) {
+    if ((st = phase1(&a, mask, err)) == DYN_OK && (st = phase2(&a, err)) == DYN_OK && !a.best.have)
         st = dyn_error_set(err, DYN_ERR_INFEASIBLE,
-                           "no schedule fits the memory limit under any recompute mode (%s)", why);
-        goto done;
+                           "no schedule fits the memory limit under any recompute mode (%s)", a.why);
+    if (st == DYN_OK) {
+        if (best_plan) {
+            *best_plan = a.best.plan;
+            memset(&a.best.plan, 0, sizeof a.best.plan);
+        }
+        if (best_costs) {
+            *best_costs = a.best.costs;
+            memset(&a.best.costs, 0, sizeof a.best.costs);
+        }
     }
-    if (best_plan) {
-        *best_plan = best.plan;
-        memset(&best.plan, 0, sizeof best.plan);
-    }
-    if (best_costs) {
-        *best_costs = best.costs;
-        memset(&best.costs, 0, sizeof best.costs);
-    }
-    st = DYN_OK;
-done:
-    dyn_exec_plan_free(&best.plan);
-    dyn_stage_costs_free(&best.costs);
-    free(order);
-    free(jobs);
+    dyn_exec_plan_free(&a.best.plan);
+    dyn_stage_costs_free(&a.best.costs);
+    free(a.order);
+    free(a.jobs);
     return st;
 }

@@ -168,6 +168,93 @@ dyn_status dyn_order_search(dyn_sim *sim, const dyn_sched_gen *gen, const dyn_st
                             best_costs, err);
 }
 
+/* Cut the micro-batches into k cost groups: cost = sum over stages of
+ * fwd + bwd, k quantiles by cost (group_of[mb]); identity[mb] = mb. keys
+ * is M scratch entries. */
+static void order_groups(const dyn_stage_costs *costs, int32_t k, cost_key *keys, int32_t *group_of,
+                         int32_t *identity)
+{
+    int32_t M = costs->n_microbatches, S = costs->n_stages;
+    for (int32_t mb = 0; mb < M; mb++) {
+        double c = 0;
+        for (int32_t s = 0; s < S; s++) c += costs->fwd_ms[mb * S + s] + costs->bwd_ms[mb * S + s];
+        keys[mb].cost = c;
+        keys[mb].idx = mb;
+        identity[mb] = mb;
+    }
+    qsort(keys, (size_t)M, sizeof *keys, cost_key_cmp);
+    for (int32_t pos = 0; pos < M; pos++) group_of[keys[pos].idx] = (int32_t)((int64_t)pos * k / M);
+}
+
+/* Try every candidate order (sim.h): the given order (unless given_ms >= 0:
+ * auto has simulated it already), every arrangement of the k groups, then
+ * the two round-robin interleavings. order is M scratch ints. */
+static dyn_status order_candidates(search_state *ss, const int32_t *group_of, const int32_t *identity, int32_t k,
+                                   double given_ms, int32_t *order, dyn_error *err)
+{
+    int32_t M = ss->M;
+    dyn_status st;
+    if (given_ms >= 0) ss->candidate++;
+    else if ((st = try_order(ss, identity, err)) != DYN_OK) return st;
+    int32_t seq[DYN_ORDER_MAX_GROUPS], cursor[DYN_ORDER_MAX_GROUPS];
+    for (int32_t j = 0; j < k; j++) seq[j] = j;
+    do {
+        order_concat(group_of, M, seq, k, order);
+        if (same_order(order, identity, M)) continue;
+        if ((st = try_order(ss, order, err)) != DYN_OK) return st;
+    } while (next_permutation(seq, k));
+    if (k > 1) {
+        for (int32_t j = 0; j < k; j++) seq[j] = k - 1 - j; /* costliest first */
+        order_round_robin(group_of, M, seq, k, cursor, order);
+        if ((st = try_order(ss, order, err)) != DYN_OK) return st;
+        for (int32_t j = 0; j < k; j++) seq[j] = j; /* cheapest first */
+        order_round_robin(group_of, M, seq, k, cursor, order);
+        if ((st = try_order(ss, order, err)) != DYN_OK) return st;
+    }
+    return DYN_OK;
+}
+
+/* The search's outcome into res (the best order is already in
+ * res->order), best_costs (may be NULL) and best_plan (may be NULL: the
+ * plan then stays with ss, to be freed). */
+static dyn_status order_outcome(search_state *ss, const dyn_stage_costs *costs, double memory_limit_mb,
+                                double given_ms, dyn_order_result *res, dyn_exec_plan *best_plan,
+                                dyn_stage_costs *best_costs, dyn_error *err)
+{
+    if (!ss->have_best && given_ms >= 0) {
+        /* Nothing beat the given order: no plan, candidate -1. */
+        res->makespan_ms = given_ms;
+        res->max_peak_mb = 0;
+        res->candidate = -1;
+        res->n_candidates = ss->candidate;
+        res->n_feasible = ss->n_feasible;
+        return DYN_OK;
+    }
+    if (!ss->have_best) {
+        if (ss->min_peak_seen < 1e300)
+            return dyn_error_set(err, DYN_ERR_INFEASIBLE,
+                                 "no micro-batch order fits the memory limit of %.1f MB per device (smallest simulated peak %.1f MB)",
+                                 memory_limit_mb, ss->min_peak_seen);
+        return dyn_error_set(err, DYN_ERR_INFEASIBLE,
+                             "the schedule cannot fit the memory limit of %.1f MB per device in any micro-batch order",
+                             memory_limit_mb);
+    }
+    res->makespan_ms = ss->best_makespan;
+    res->max_peak_mb = ss->best_peak;
+    res->candidate = ss->best_candidate;
+    res->n_candidates = ss->candidate;
+    res->n_feasible = ss->n_feasible;
+    if (best_costs) {
+        dyn_status st = sim_stage_costs_permute(costs, res->order, best_costs, err);
+        if (st != DYN_OK) return st;
+    }
+    if (best_plan) {
+        *best_plan = ss->best_plan;
+        ss->have_best = 0; /* ownership moved to the caller */
+    }
+    return DYN_OK;
+}
+
 dyn_status sim_order_search(dyn_sim *sim, const dyn_sched_gen *gen, const dyn_stage_costs *costs,
                             const dyn_sim_options *opt, int32_t max_groups, double memory_limit_mb,
                             double given_ms, dyn_order_result *res, dyn_exec_plan *best_plan,
@@ -183,94 +270,24 @@ dyn_status sim_order_search(dyn_sim *sim, const dyn_sched_gen *gen, const dyn_st
     if (M <= 0 || S <= 0)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "order search: %d micro-batches x %d stages", M, S);
 
-    search_state ss;
-    memset(&ss, 0, sizeof ss);
-    ss.sim = sim;
-    ss.gen = gen;
-    ss.costs = costs;
     /* Candidates need makespan and peak only: no per-instruction events. */
     dyn_sim_options quiet = *opt;
     quiet.skip_events = 1;
-    ss.opt = &quiet;
-    ss.limit = memory_limit_mb;
-    ss.M = M;
-    ss.best_order = res->order;
-    ss.min_peak_seen = 1e300;
-    ss.must_beat = given_ms >= 0 ? given_ms : 1e300;
+    search_state ss = {.sim = sim, .gen = gen, .costs = costs, .opt = &quiet, .limit = memory_limit_mb, .M = M,
+                       .best_order = res->order, .min_peak_seen = 1e300,
+                       .must_beat = given_ms >= 0 ? given_ms : 1e300};
     int32_t *group_of = dyn_calloc((size_t)M, sizeof(int32_t), "order search", err);
     int32_t *order = dyn_calloc((size_t)M, sizeof(int32_t), "order search", err);
     int32_t *identity = dyn_calloc((size_t)M, sizeof(int32_t), "order search", err);
     cost_key *keys = dyn_calloc((size_t)M, sizeof(cost_key), "order search", err);
     dyn_status st = DYN_ERR_NOMEM;
-    if (!group_of || !order || !identity || !keys) goto done;
-    if ((st = dyn_stage_costs_alloc(&ss.perm, M, S, err)) != DYN_OK) goto done;
-
-    /* Groups: cost = sum over stages of fwd + bwd; k quantiles by cost. */
-    int32_t k = M < max_groups ? M : max_groups;
-    for (int32_t mb = 0; mb < M; mb++) {
-        double c = 0;
-        for (int32_t s = 0; s < S; s++) c += costs->fwd_ms[mb * S + s] + costs->bwd_ms[mb * S + s];
-        keys[mb].cost = c;
-        keys[mb].idx = mb;
-        identity[mb] = mb;
+    if (group_of && order && identity && keys && (st = dyn_stage_costs_alloc(&ss.perm, M, S, err)) == DYN_OK) {
+        int32_t k = M < max_groups ? M : max_groups;
+        order_groups(costs, k, keys, group_of, identity);
+        st = order_candidates(&ss, group_of, identity, k, given_ms, order, err);
+        if (st == DYN_OK)
+            st = order_outcome(&ss, costs, memory_limit_mb, given_ms, res, best_plan, best_costs, err);
     }
-    qsort(keys, (size_t)M, sizeof *keys, cost_key_cmp);
-    for (int32_t pos = 0; pos < M; pos++) group_of[keys[pos].idx] = (int32_t)((int64_t)pos * k / M);
-
-    /* Candidate 0, the given order: auto has simulated it already. */
-    if (given_ms >= 0) ss.candidate++;
-    else if ((st = try_order(&ss, identity, err)) != DYN_OK) goto done;
-    int32_t seq[DYN_ORDER_MAX_GROUPS], cursor[DYN_ORDER_MAX_GROUPS];
-    for (int32_t j = 0; j < k; j++) seq[j] = j;
-    do {
-        order_concat(group_of, M, seq, k, order);
-        if (same_order(order, identity, M)) continue;
-        if ((st = try_order(&ss, order, err)) != DYN_OK) goto done;
-    } while (next_permutation(seq, k));
-    if (k > 1) {
-        for (int32_t j = 0; j < k; j++) seq[j] = k - 1 - j; /* costliest first */
-        order_round_robin(group_of, M, seq, k, cursor, order);
-        if ((st = try_order(&ss, order, err)) != DYN_OK) goto done;
-        for (int32_t j = 0; j < k; j++) seq[j] = j; /* cheapest first */
-        order_round_robin(group_of, M, seq, k, cursor, order);
-        if ((st = try_order(&ss, order, err)) != DYN_OK) goto done;
-    }
-
-    if (!ss.have_best && given_ms >= 0) {
-        /* Nothing beat the given order: no plan, candidate -1. */
-        res->makespan_ms = given_ms;
-        res->max_peak_mb = 0;
-        res->candidate = -1;
-        res->n_candidates = ss.candidate;
-        res->n_feasible = ss.n_feasible;
-        st = DYN_OK;
-        goto done;
-    }
-    if (!ss.have_best) {
-        if (ss.min_peak_seen < 1e300)
-            st = dyn_error_set(err, DYN_ERR_INFEASIBLE,
-                               "no micro-batch order fits the memory limit of %.1f MB per device (smallest simulated peak %.1f MB)",
-                               memory_limit_mb, ss.min_peak_seen);
-        else
-            st = dyn_error_set(err, DYN_ERR_INFEASIBLE,
-                               "the schedule cannot fit the memory limit of %.1f MB per device in any micro-batch order",
-                               memory_limit_mb);
-        goto done;
-    }
-    res->makespan_ms = ss.best_makespan;
-    res->max_peak_mb = ss.best_peak;
-    res->candidate = ss.best_candidate;
-    res->n_candidates = ss.candidate;
-    res->n_feasible = ss.n_feasible;
-    if (best_costs) {
-        if ((st = sim_stage_costs_permute(costs, res->order, best_costs, err)) != DYN_OK) goto done;
-    }
-    if (best_plan) {
-        *best_plan = ss.best_plan;
-        ss.have_best = 0; /* ownership moved to the caller */
-    }
-    st = DYN_OK;
-done:
     if (ss.have_best) gen->free_plan(gen->ctx, &ss.best_plan);
     dyn_stage_costs_free(&ss.perm);
     free(group_of);

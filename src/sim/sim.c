@@ -323,6 +323,143 @@ static int barrier_arrive(dyn_sim *s, const dyn_exec_plan *p, int32_t r)
     return 1;
 }
 
+/* One rank while it runs: what it reads, and its state, held here rather
+ * than in the dyn_sim arrays while it runs (the compiler cannot keep
+ * s->clock[r] etc. in registers across the stores to other double arrays)
+ * and written back by rank_save whenever control leaves run_rank. The
+ * helpers below are inlined into run_rank's loop, so the state stays in
+ * registers. */
+typedef struct rank_run {
+    dyn_sim *s;
+    const dyn_exec_plan *p;
+    const dyn_stage_costs *c;
+    const dyn_sim_options *opt;
+    int32_t r, base, off, S; /* rank, first slot, first flat instruction, stages */
+    int record, slot_memory;
+    int32_t pc;
+    double clock, mem, peak, busy;
+} rank_run;
+
+static inline void rank_save(rank_run *x)
+{
+    dyn_sim *s = x->s;
+    s->pc[x->r] = x->pc;
+    s->clock[x->r] = x->clock;
+    s->mem[x->r] = x->mem;
+    s->peak[x->r] = x->peak;
+    s->busy[x->r] = x->busy;
+}
+
+/* A slot becomes live holding bytes (counted only with slot_memory); a
+ * slot written while live is overwritten: its old size leaves first. */
+static inline void rank_slot_write(rank_run *x, int32_t slot, int64_t nbytes)
+{
+    dyn_sim *s = x->s;
+    int32_t q = x->base + slot;
+    if (s->slot_live[q]) x->mem -= s->slot_mb[q];
+    s->slot_mb[q] = x->slot_memory ? (double)(nbytes) / MB_BYTES : 0.0;
+    s->slot_live[q] = 1;
+    x->mem += s->slot_mb[q];
+}
+
+/* A FORWARD or backward part: its duration; *extra the transient memory on
+ * top, *release what leaves when it ends. */
+static inline double rank_compute(rank_run *x, const dyn_instr *in, double *extra, double *release)
+{
+    const dyn_stage_costs *c = x->c;
+    const int op = in->op;
+    const int32_t ci = in->microbatch * x->S + in->stage;
+    const double *t = op == DYN_OP_FORWARD          ? c->fwd_ms
+                      : op == DYN_OP_BACKWARD       ? c->bwd_ms
+                      : op == DYN_OP_BACKWARD_INPUT ? c->bwd_input_ms
+                                                    : c->bwd_weight_ms;
+    double dur = cost_at(t, ci);
+    /* The memory model's step: stored activations come with the
+     * FORWARD and leave when the last backward part ends. */
+    const sched_mem_delta d = sched_mem_step(c, in);
+    x->mem += d.acquire;
+    *release = d.release;
+    if (in->buf_out >= 0) rank_slot_write(x, in->buf_out, in->bytes);
+    *extra = d.transient;
+    x->busy += dur;
+    return dur;
+}
+
+/* A SEND/RECV START at flat index k: post its side of the message (it
+ * takes no time) and start the transfer when both sides are posted. */
+static inline void rank_post(rank_run *x, const dyn_instr *in, int32_t k)
+{
+    dyn_sim *s = x->s;
+    const double now = x->clock;
+    sim_msg *m = &s->msgs[s->match.msg_of[k]];
+    if (sched_op(in->op) & SCHED_OP_SEND) {
+        m->flags |= MSG_SEND_POSTED;
+        m->send_post = now;
+    } else {
+        m->flags |= MSG_RECV_POSTED;
+        m->recv_post = now;
+        rank_slot_write(x, in->buf_out, in->bytes);
+    }
+    if (x->record) s->ev[k] = (dyn_sim_event){now, now, x->mem, x->mem};
+    x->pc++;
+    if ((m->flags & (MSG_SEND_POSTED | MSG_RECV_POSTED)) == (MSG_SEND_POSTED | MSG_RECV_POSTED)) {
+        rank_save(x); /* start_transfer may wake and push other ranks */
+        start_transfer(s, x->p, x->opt, m, now);
+    }
+}
+
+/* A SEND/RECV FINISH at flat index k: 0 with its duration in *dur when the
+ * message is in flight; else parks the rank on it (start_transfer resumes
+ * it) and returns 1. */
+static inline int rank_finish(rank_run *x, const dyn_instr *in, int32_t k, double *dur)
+{
+    dyn_sim *s = x->s;
+    sim_msg *m = &s->msgs[s->match.msg_of[k]];
+    if (!(m->flags & MSG_STARTED)) {
+        if (sched_op(in->op) & SCHED_OP_SEND)
+            m->send_waiter = x->r;
+        else
+            m->recv_waiter = x->r;
+        rank_save(x);
+        s->state[x->r] = RANK_BLOCKED;
+        s->wait_msg[x->r] = s->match.msg_of[k];
+        return 1;
+    }
+    *dur = m->arrive > x->clock ? m->arrive - x->clock : 0.0;
+    return 0;
+}
+
+/* FREE_BUFFER: a live slot's bytes leave. */
+static inline void rank_free_slot(rank_run *x, int32_t slot)
+{
+    dyn_sim *s = x->s;
+    if (slot >= 0 && s->slot_live[x->base + slot]) {
+        x->mem -= s->slot_mb[x->base + slot];
+        s->slot_live[x->base + slot] = 0;
+    }
+}
+
+/* The instruction at flat index k ends: it ran from now for dur ms with
+ * extra MB transient on top and release MB leaving at its end. Returns 1
+ * when the rank's clock has passed the earliest other rank's time (the
+ * heap top): it is pushed back on the heap to keep global time order. */
+static inline int rank_retire(rank_run *x, int32_t k, double now, double dur, double extra, double release)
+{
+    dyn_sim *s = x->s;
+    const double top = x->mem + extra;
+    x->mem -= release;
+    if (x->record) s->ev[k] = (dyn_sim_event){now, now + dur, x->mem, top};
+    if (top > x->peak) x->peak = top;
+    x->clock = now + dur;
+    x->pc++;
+    if (s->heap_n > 0 && x->clock > s->heap[0].t) {
+        rank_save(x);
+        heap_push(s, x->clock, x->r);
+        return 1;
+    }
+    return 0;
+}
+
 /* Execute instructions of rank r until it blocks, finishes, or its clock
  * passes the earliest other rank's time (the heap top), keeping global time
  * order; the heap top is re-read because waking a rank can lower it. */
@@ -330,110 +467,41 @@ static void run_rank(dyn_sim *s, const dyn_exec_plan *p, const dyn_stage_costs *
                      const dyn_sim_options *opt, int32_t r)
 {
     const dyn_rank_plan *rp = &p->ranks[r];
-    const int32_t base = s->slot_off[r], off = s->rank_off[r], n = rp->n_instrs, S = p->n_stages;
-    const int record = s->record, slot_memory = opt->slot_memory;
-    dyn_sim_event *ev = s->ev;
-    /* The rank's state lives in locals while it runs (the compiler cannot
-     * keep s->clock[r] etc. in registers across the stores to other double
-     * arrays) and is written back whenever control leaves this loop. */
-    int32_t pc = s->pc[r];
-    double clock = s->clock[r], mem = s->mem[r], peak = s->peak[r], busy = s->busy[r];
-#define SAVE_RANK()            \
-    do {                       \
-        s->pc[r] = pc;         \
-        s->clock[r] = clock;   \
-        s->mem[r] = mem;       \
-        s->peak[r] = peak;     \
-        s->busy[r] = busy;     \
-    } while (0)
-    /* A slot becomes live holding bytes (counted only with slot_memory); a
-     * slot written while live is overwritten: its old size leaves first. */
-#define SLOT_WRITE(slot, nbytes)                                                     \
-    do {                                                                             \
-        int32_t q_ = base + (slot);                                                  \
-        if (s->slot_live[q_]) mem -= s->slot_mb[q_];                                  \
-        s->slot_mb[q_] = slot_memory ? (double)(nbytes) / MB_BYTES : 0.0;             \
-        s->slot_live[q_] = 1;                                                        \
-        mem += s->slot_mb[q_];                                                       \
-    } while (0)
-    while (pc < n) {
-        const int32_t k = off + pc;
-        const dyn_instr *in = &rp->instrs[pc];
-        const int op = in->op;
-        const double now = clock;
+    const int32_t n = rp->n_instrs;
+    rank_run x = {s, p, c, opt, r, s->slot_off[r], s->rank_off[r], p->n_stages, s->record, opt->slot_memory,
+                  s->pc[r], s->clock[r], s->mem[r], s->peak[r], s->busy[r]};
+    while (x.pc < n) {
+        const int32_t k = x.off + x.pc;
+        const dyn_instr *in = &rp->instrs[x.pc];
+        const double now = x.clock;
         double dur = 0.0, extra = 0.0, release = 0.0;
-        switch (op) {
+        switch (in->op) {
         case DYN_OP_LOAD_INPUT:
-            if (in->buf_out >= 0) SLOT_WRITE(in->buf_out, in->bytes);
+            if (in->buf_out >= 0) rank_slot_write(&x, in->buf_out, in->bytes);
             break;
         case DYN_OP_FORWARD:
         case DYN_OP_BACKWARD:
         case DYN_OP_BACKWARD_INPUT:
-        case DYN_OP_BACKWARD_WEIGHT: {
-            const int32_t ci = in->microbatch * S + in->stage;
-            const double *t = op == DYN_OP_FORWARD          ? c->fwd_ms
-                              : op == DYN_OP_BACKWARD       ? c->bwd_ms
-                              : op == DYN_OP_BACKWARD_INPUT ? c->bwd_input_ms
-                                                            : c->bwd_weight_ms;
-            dur = cost_at(t, ci);
-            /* The memory model's step: stored activations come with the
-             * FORWARD and leave when the last backward part ends. */
-            const sched_mem_delta d = sched_mem_step(c, in);
-            mem += d.acquire;
-            release = d.release;
-            if (in->buf_out >= 0) SLOT_WRITE(in->buf_out, in->bytes);
-            extra = d.transient;
-            busy += dur;
+        case DYN_OP_BACKWARD_WEIGHT:
+            dur = rank_compute(&x, in, &extra, &release);
             break;
-        }
         case DYN_OP_SEND_ACT_START:
         case DYN_OP_SEND_GRAD_START:
         case DYN_OP_RECV_ACT_START:
-        case DYN_OP_RECV_GRAD_START: {
-            sim_msg *m = &s->msgs[s->match.msg_of[k]];
-            if (sched_op(op) & SCHED_OP_SEND) {
-                m->flags |= MSG_SEND_POSTED;
-                m->send_post = now;
-            } else {
-                m->flags |= MSG_RECV_POSTED;
-                m->recv_post = now;
-                SLOT_WRITE(in->buf_out, in->bytes);
-            }
-            if (record) ev[k] = (dyn_sim_event){now, now, mem, mem};
-            pc++;
-            if ((m->flags & (MSG_SEND_POSTED | MSG_RECV_POSTED)) == (MSG_SEND_POSTED | MSG_RECV_POSTED)) {
-                SAVE_RANK(); /* start_transfer may wake and push other ranks */
-                start_transfer(s, p, opt, m, now);
-            }
+        case DYN_OP_RECV_GRAD_START:
+            rank_post(&x, in, k);
             continue;
-        }
         case DYN_OP_SEND_ACT_FINISH:
         case DYN_OP_SEND_GRAD_FINISH:
         case DYN_OP_RECV_ACT_FINISH:
-        case DYN_OP_RECV_GRAD_FINISH: {
-            sim_msg *m = &s->msgs[s->match.msg_of[k]];
-            if (!(m->flags & MSG_STARTED)) {
-                /* Park until the other side posts; start_transfer resumes us. */
-                if (sched_op(op) & SCHED_OP_SEND)
-                    m->send_waiter = r;
-                else
-                    m->recv_waiter = r;
-                SAVE_RANK();
-                s->state[r] = RANK_BLOCKED;
-                s->wait_msg[r] = s->match.msg_of[k];
-                return;
-            }
-            dur = m->arrive > now ? m->arrive - now : 0.0;
+        case DYN_OP_RECV_GRAD_FINISH:
+            if (rank_finish(&x, in, k, &dur)) return; /* parked until the other side posts */
             break;
-        }
         case DYN_OP_FREE_BUFFER:
-            if (in->buf_in >= 0 && s->slot_live[base + in->buf_in]) {
-                mem -= s->slot_mb[base + in->buf_in];
-                s->slot_live[base + in->buf_in] = 0;
-            }
+            rank_free_slot(&x, in->buf_in);
             break;
         case DYN_OP_BARRIER:
-            SAVE_RANK();
+            rank_save(&x);
             if (!barrier_arrive(s, p, r)) return; /* parked until the last rank arrives */
             dur = s->barrier_time - now;
             s->barrier_arrived = 0;
@@ -441,22 +509,10 @@ static void run_rank(dyn_sim *s, const dyn_exec_plan *p, const dyn_stage_costs *
         default:
             break;
         }
-        const double top = mem + extra;
-        mem -= release;
-        if (record) ev[k] = (dyn_sim_event){now, now + dur, mem, top};
-        if (top > peak) peak = top;
-        clock = now + dur;
-        pc++;
-        if (s->heap_n > 0 && clock > s->heap[0].t) {
-            SAVE_RANK();
-            heap_push(s, clock, r);
-            return;
-        }
+        if (rank_retire(&x, k, now, dur, extra, release)) return; /* another rank's turn */
     }
-    SAVE_RANK();
+    rank_save(&x);
     s->state[r] = RANK_DONE;
-#undef SAVE_RANK
-#undef SLOT_WRITE
 }
 
 static dyn_status report_deadlock(dyn_sim *s, const dyn_exec_plan *p, dyn_error *err)
@@ -480,12 +536,11 @@ static dyn_status report_deadlock(dyn_sim *s, const dyn_exec_plan *p, dyn_error 
     return dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s", msg);
 }
 
-dyn_status dyn_sim_run(dyn_sim *sim, const dyn_exec_plan *plan, const dyn_stage_costs *costs,
-                       const dyn_sim_options *opt, const dyn_sim_result **res, dyn_error *err)
+/* Check the plan's sizes and arrays against the costs and the options;
+ * the plan's instruction and slot counts in *N and *K. */
+static dyn_status sim_check(const dyn_exec_plan *plan, const dyn_stage_costs *costs, const dyn_sim_options *opt,
+                            int64_t *N, int64_t *K, dyn_error *err)
 {
-    if (sim == NULL || plan == NULL || costs == NULL || opt == NULL)
-        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "simulate: missing plan, costs or options");
-    sim->res.n_ranks = 0; /* no stale results if this run fails */
     int32_t R = plan->n_ranks, S = plan->n_stages, M = plan->n_microbatches;
     if (R <= 0 || S < R || M < 0 || plan->ranks == NULL || plan->stage_rank == NULL)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
@@ -502,27 +557,26 @@ dyn_status dyn_sim_run(dyn_sim *sim, const dyn_exec_plan *plan, const dyn_stage_
             return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                  "simulate: stage %d is on rank %d, outside 0..%d", st,
                                  plan->stage_rank[st], R - 1);
-    int64_t N = 0, K = 0;
+    *N = *K = 0;
     for (int32_t r = 0; r < R; r++) {
         if (plan->ranks[r].n_instrs < 0 || plan->ranks[r].n_buffers < 0 ||
             (plan->ranks[r].n_instrs > 0 && plan->ranks[r].instrs == NULL))
             return dyn_error_set(err, DYN_ERR_INVALID_ARG, "simulate: rank %d has a bad instruction list", r);
-        N += plan->ranks[r].n_instrs;
-        K += plan->ranks[r].n_buffers;
+        *N += plan->ranks[r].n_instrs;
+        *K += plan->ranks[r].n_buffers;
     }
-    if (N > INT32_MAX / 2 || K > INT32_MAX / 2 || R > 1024)
+    if (*N > INT32_MAX / 2 || *K > INT32_MAX / 2 || R > 1024)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "simulate: plan too large (%d ranks, %lld instructions)",
-                             R, (long long)N);
-    dyn_status st = reserve(sim, R, (int32_t)N, (int32_t)K, err);
-    if (st != DYN_OK) return st;
+                             R, (long long)*N);
+    return DYN_OK;
+}
 
-    sim->rank_off[0] = sim->slot_off[0] = 0;
-    for (int32_t r = 0; r < R; r++) {
-        sim->rank_off[r + 1] = sim->rank_off[r] + plan->ranks[r].n_instrs;
-        sim->slot_off[r + 1] = sim->slot_off[r] + plan->ranks[r].n_buffers;
-    }
-    if ((st = prepare(sim, plan, err)) != DYN_OK) return st;
-
+/* Every rank at time 0, ready, holding its stages' training states; links
+ * free, slots empty, no barrier open, every rank on the heap. */
+static void sim_reset(dyn_sim *sim, const dyn_exec_plan *plan, const dyn_stage_costs *costs,
+                      const dyn_sim_options *opt, int64_t K)
+{
+    int32_t R = plan->n_ranks, S = plan->n_stages;
     for (int32_t r = 0; r < R; r++) {
         sim->pc[r] = 0;
         sim->state[r] = RANK_READY;
@@ -535,19 +589,17 @@ dyn_status dyn_sim_run(dyn_sim *sim, const dyn_exec_plan *plan, const dyn_stage_
     for (int32_t r = 0; r < R; r++) sim->mem[r] = sim->peak[r] = sim->states_mb[r];
     memset(sim->link_free, 0, sizeof(double) * (size_t)R * R);
     if (K > 0) memset(sim->slot_live, 0, (size_t)K);
-
     sim->record = !opt->skip_events;
     sim->heap_n = 0;
     sim->barrier_arrived = 0;
     sim->barrier_time = 0.0;
     for (int32_t r = 0; r < R; r++) heap_push(sim, 0.0, r);
-    while (sim->heap_n > 0) {
-        heap_item it = heap_pop(sim);
-        run_rank(sim, plan, costs, opt, it.rank);
-    }
-    for (int32_t r = 0; r < R; r++)
-        if (sim->state[r] != RANK_DONE) return report_deadlock(sim, plan, err);
+}
 
+/* The run's result view (arrays owned by sim) from the ranks' final state. */
+static dyn_sim_result *sim_collect(dyn_sim *sim, const dyn_exec_plan *plan, const dyn_sim_options *opt, int64_t N)
+{
+    int32_t R = plan->n_ranks;
     dyn_sim_result *o = &sim->res;
     memset(o, 0, sizeof *o);
     o->n_ranks = R;
@@ -564,6 +616,34 @@ dyn_status dyn_sim_run(dyn_sim *sim, const dyn_exec_plan *plan, const dyn_stage_
     o->peak_mb = sim->peak;
     o->rank_offset = sim->rank_off;
     o->events = opt->skip_events ? NULL : sim->ev;
+    return o;
+}
+
+dyn_status dyn_sim_run(dyn_sim *sim, const dyn_exec_plan *plan, const dyn_stage_costs *costs,
+                       const dyn_sim_options *opt, const dyn_sim_result **res, dyn_error *err)
+{
+    if (sim == NULL || plan == NULL || costs == NULL || opt == NULL)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "simulate: missing plan, costs or options");
+    sim->res.n_ranks = 0; /* no stale results if this run fails */
+    int64_t N = 0, K = 0;
+    dyn_status st = sim_check(plan, costs, opt, &N, &K, err);
+    if (st != DYN_OK) return st;
+    int32_t R = plan->n_ranks;
+    if ((st = reserve(sim, R, (int32_t)N, (int32_t)K, err)) != DYN_OK) return st;
+    sim->rank_off[0] = sim->slot_off[0] = 0;
+    for (int32_t r = 0; r < R; r++) {
+        sim->rank_off[r + 1] = sim->rank_off[r] + plan->ranks[r].n_instrs;
+        sim->slot_off[r + 1] = sim->slot_off[r] + plan->ranks[r].n_buffers;
+    }
+    if ((st = prepare(sim, plan, err)) != DYN_OK) return st;
+    sim_reset(sim, plan, costs, opt, K);
+    while (sim->heap_n > 0) {
+        heap_item it = heap_pop(sim);
+        run_rank(sim, plan, costs, opt, it.rank);
+    }
+    for (int32_t r = 0; r < R; r++)
+        if (sim->state[r] != RANK_DONE) return report_deadlock(sim, plan, err);
+    dyn_sim_result *o = sim_collect(sim, plan, opt, N);
     if (res) *res = o;
     return DYN_OK;
 }

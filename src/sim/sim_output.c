@@ -223,30 +223,41 @@ static int svg_kind(int op)
     }
 }
 
-dyn_status dyn_sim_svg_to_stream(const dyn_sim *sim, const dyn_exec_plan *plan, const char *title,
-                                 FILE *f, dyn_error *err)
+/* The timeline's geometry: the plot's size in px, the time scale and
+ * whether hues mean size classes. */
+typedef struct svg_geom {
+    double span;           /* ms on the time axis */
+    double plot_w, plot_h; /* px */
+    double scale;          /* px per ms */
+    int by_class;          /* more micro-batches than hues: hue = size class */
+} svg_geom;
+
+/* Wide enough for about 14 px per box on the busiest rank (room for a
+ * number label), within [1100, 8000] px. */
+static svg_geom svg_geometry(const dyn_exec_plan *plan, const dyn_sim_result *res)
 {
-    const dyn_sim_result *res;
-    dyn_status st = need_result(sim, plan, &res, err);
-    if (st != DYN_OK) return st;
-    int32_t R = plan->n_ranks;
-    double span = res->makespan_ms > 0 ? res->makespan_ms : 1.0;
-    /* Wide enough for about 14 px per box on the busiest rank (room for a
-     * number label), within [1100, 8000] px. */
-    int32_t most = 0;
+    svg_geom g;
+    int32_t R = plan->n_ranks, most = 0;
+    g.span = res->makespan_ms > 0 ? res->makespan_ms : 1.0;
     for (int32_t r = 0; r < R; r++) {
         int32_t c = 0;
         for (int32_t i = 0; i < plan->ranks[r].n_instrs; i++) c += is_compute_op(plan->ranks[r].instrs[i].op);
         if (c > most) most = c;
     }
-    double plot_w = 14.0 * most;
-    if (plot_w < SVG_PLOT_W) plot_w = SVG_PLOT_W;
-    if (plot_w > 8000.0) plot_w = 8000.0;
-    const int by_class = plan->n_microbatches > SVG_MB_HUES;
-    double scale = plot_w / span; /* px per ms */
-    double plot_h = R * (SVG_ROW + SVG_ROW_GAP);
-    double width = SVG_LEFT + plot_w + SVG_RIGHT, height = SVG_TOP + plot_h + (by_class ? 140 : 100);
+    g.plot_w = 14.0 * most;
+    if (g.plot_w < SVG_PLOT_W) g.plot_w = SVG_PLOT_W;
+    if (g.plot_w > 8000.0) g.plot_w = 8000.0;
+    g.by_class = plan->n_microbatches > SVG_MB_HUES;
+    g.scale = g.plot_w / g.span;
+    g.plot_h = R * (SVG_ROW + SVG_ROW_GAP);
+    return g;
+}
 
+/* The document's opening: size, the hatch pattern, background, title and
+ * the run's figures. */
+static void svg_header(FILE *f, const svg_geom *g, const dyn_sim_result *res, const char *title)
+{
+    double width = SVG_LEFT + g->plot_w + SVG_RIGHT, height = SVG_TOP + g->plot_h + (g->by_class ? 140 : 100);
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
                "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n",
             width, height, width, height);
@@ -261,57 +272,104 @@ dyn_status dyn_sim_svg_to_stream(const dyn_sim *sim, const dyn_exec_plan *plan, 
     fprintf(f, "<text x=\"%.0f\" y=\"40\" font-size=\"12\" fill=\"#444\">makespan %.3f ms, bubble "
                "fraction %.3f, peak memory %.1f MB</text>\n",
             SVG_LEFT, res->makespan_ms, res->bubble_fraction, res->max_peak_mb);
+}
 
-    /* Time axis: grid lines and tick labels. */
-    double step = axis_step(span);
-    for (int t = 0; t * step <= span * 1.0001; t++) {
-        double x = SVG_LEFT + t * step * scale;
+/* Time axis: grid lines and tick labels. */
+static void svg_time_axis(FILE *f, const svg_geom *g)
+{
+    double step = axis_step(g->span);
+    for (int t = 0; t * step <= g->span * 1.0001; t++) {
+        double x = SVG_LEFT + t * step * g->scale;
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", x,
-                SVG_TOP, x, SVG_TOP + plot_h);
+                SVG_TOP, x, SVG_TOP + g->plot_h);
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">%g</text>\n", x,
-                SVG_TOP + plot_h + 14, t * step);
+                SVG_TOP + g->plot_h + 14, t * step);
     }
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">time (ms)</text>\n",
-            SVG_LEFT + plot_w / 2, SVG_TOP + plot_h + 30);
+            SVG_LEFT + g->plot_w / 2, SVG_TOP + g->plot_h + 30);
+}
 
-    for (int32_t r = 0; r < R; r++) {
-        double y = SVG_TOP + r * (SVG_ROW + SVG_ROW_GAP);
-        fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"end\">rank %d</text>\n",
-                SVG_LEFT - 8, y + SVG_ROW / 2 + 4, r);
-        fprintf(f, "<rect x=\"%.0f\" y=\"%.1f\" width=\"%.0f\" height=\"%.0f\" fill=\"#f4f4f4\"/>\n",
-                SVG_LEFT, y, plot_w, SVG_ROW);
-        const dyn_rank_plan *rp = &plan->ranks[r];
-        for (int32_t i = 0; i < rp->n_instrs; i++) {
-            const dyn_instr *in = &rp->instrs[i];
-            if (!is_compute_op(in->op)) continue;
-            int32_t k = res->rank_offset[r] + i;
-            double x = SVG_LEFT + res->events[k].start_ms * scale;
-            double w = (res->events[k].end_ms - res->events[k].start_ms) * scale;
-            int kind = svg_kind(in->op), dark = kind != 0;
-            char colour[48];
-            svg_colour(svg_hue(plan, in->microbatch, by_class), kind, colour, sizeof colour);
-            fprintf(f, "<rect class=\"instr\" data-op=\"%s\" data-mb=\"%d\" data-stage=\"%d\" x=\"%.2f\" "
-                       "y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\" stroke=\"white\" "
-                       "stroke-width=\"0.6\"><title>rank %d %s mb %d stage %d: %.3f-%.3f ms</title></rect>\n",
-                    dyn_sim_op_label(in->op), in->microbatch, in->stage, x, y, w, SVG_ROW, colour, r,
-                    dyn_sim_op_label(in->op), in->microbatch, in->stage, res->events[k].start_ms, res->events[k].end_ms);
-            if (in->op == DYN_OP_BACKWARD_WEIGHT)
-                fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"url(#hatch)\"/>\n",
-                        x, y, w, SVG_ROW);
-            /* Label when it fits: about 7 px per character at 11 px. */
-            char label[24];
-            snprintf(label, sizeof label, "%s%d", dyn_sim_op_label(in->op), in->microbatch);
-            if (w >= 7.0 * (double)strlen(label) + 2)
-                fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\" fill=\"%s\">%s</text>\n",
-                        x + w / 2, y + SVG_ROW / 2 + 4, dark ? "white" : "black", label);
-            else if (w >= 9.0)
-                fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"middle\" fill=\"%s\">%d</text>\n",
-                        x + w / 2, y + SVG_ROW / 2 + 3, dark ? "white" : "black", in->microbatch);
-        }
+/* One compute instruction of rank r as a box at row y, from event ev: its
+ * colour, a hatch for W, a tooltip, and a label where it fits. */
+static void svg_box(FILE *f, const svg_geom *g, const dyn_exec_plan *plan, int32_t r, const dyn_instr *in,
+                    const dyn_sim_event *ev, double y)
+{
+    double x = SVG_LEFT + ev->start_ms * g->scale;
+    double w = (ev->end_ms - ev->start_ms) * g->scale;
+    int kind = svg_kind(in->op), dark = kind != 0;
+    char colour[48];
+    svg_colour(svg_hue(plan, in->microbatch, g->by_class), kind, colour, sizeof colour);
+    fprintf(f, "<rect class=\"instr\" data-op=\"%s\" data-mb=\"%d\" data-stage=\"%d\" x=\"%.2f\" "
+               "y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\" stroke=\"white\" "
+               "stroke-width=\"0.6\"><title>rank %d %s mb %d stage %d: %.3f-%.3f ms</title></rect>\n",
+            dyn_sim_op_label(in->op), in->microbatch, in->stage, x, y, w, SVG_ROW, colour, r,
+            dyn_sim_op_label(in->op), in->microbatch, in->stage, ev->start_ms, ev->end_ms);
+    if (in->op == DYN_OP_BACKWARD_WEIGHT)
+        fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"url(#hatch)\"/>\n",
+                x, y, w, SVG_ROW);
+    /* Label when it fits: about 7 px per character at 11 px. */
+    char label[24];
+    snprintf(label, sizeof label, "%s%d", dyn_sim_op_label(in->op), in->microbatch);
+    if (w >= 7.0 * (double)strlen(label) + 2)
+        fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\" fill=\"%s\">%s</text>\n",
+                x + w / 2, y + SVG_ROW / 2 + 4, dark ? "white" : "black", label);
+    else if (w >= 9.0)
+        fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"middle\" fill=\"%s\">%d</text>\n",
+                x + w / 2, y + SVG_ROW / 2 + 3, dark ? "white" : "black", in->microbatch);
+}
+
+/* Rank r's row: its name, the background and a box per compute instruction. */
+static void svg_rank_row(FILE *f, const svg_geom *g, const dyn_exec_plan *plan, const dyn_sim_result *res,
+                         int32_t r)
+{
+    double y = SVG_TOP + r * (SVG_ROW + SVG_ROW_GAP);
+    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"end\">rank %d</text>\n",
+            SVG_LEFT - 8, y + SVG_ROW / 2 + 4, r);
+    fprintf(f, "<rect x=\"%.0f\" y=\"%.1f\" width=\"%.0f\" height=\"%.0f\" fill=\"#f4f4f4\"/>\n",
+            SVG_LEFT, y, g->plot_w, SVG_ROW);
+    const dyn_rank_plan *rp = &plan->ranks[r];
+    for (int32_t i = 0; i < rp->n_instrs; i++) {
+        const dyn_instr *in = &rp->instrs[i];
+        if (!is_compute_op(in->op)) continue;
+        svg_box(f, g, plan, r, in, &res->events[res->rank_offset[r] + i], y);
     }
+}
 
-    /* Legend: every kind of box by name, then what the hue means. */
-    double ly = SVG_TOP + plot_h + 48, lx = SVG_LEFT;
+/* Legend, by size class: one swatch per size class present, in increasing
+ * size, at legend row ly. */
+static void svg_legend_classes(FILE *f, const dyn_exec_plan *plan, double ly)
+{
+    int lo = 99, hi = -1;
+    for (int32_t m = 0; m < plan->n_microbatches; m++) {
+        int c = svg_size_class(plan, m);
+        if (c < lo) lo = c;
+        if (c > hi) hi = c;
+    }
+    double cx = SVG_LEFT;
+    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\" fill=\"#444\">colour = micro-batch size "
+               "(padded tokens, rows x length):</text>\n",
+            cx, ly + 34);
+    cx += 330;
+    for (int c = lo; c <= hi && hi >= 0; c++) {
+        int used = 0;
+        for (int32_t m = 0; m < plan->n_microbatches && !used; m++) used = svg_size_class(plan, m) == c;
+        if (!used) continue;
+        char col[48];
+        svg_colour(fmod(c * 137.508, 360.0), 0, col, sizeof col);
+        fprintf(f, "<rect x=\"%.0f\" y=\"%.1f\" width=\"18\" height=\"14\" fill=\"%s\"/>"
+                   "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\">%.0f-%.0f</text>\n",
+                cx, ly + 23, col, cx + 22, ly + 34, pow(2, c), pow(2, c + 1) - 1);
+        cx += 110;
+    }
+    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\" fill=\"#444\">number = micro-batch index "
+               "(where there is room; hover a box for its details); gaps = idle (bubbles)</text>\n",
+            SVG_LEFT, ly + 58);
+}
+
+/* Legend: every kind of box by name, then what the hue means. */
+static void svg_legend(FILE *f, const svg_geom *g, const dyn_exec_plan *plan)
+{
+    double ly = SVG_TOP + g->plot_h + 48, lx = SVG_LEFT;
     static const char *const kind_name[4] = {"F = forward", "Bi = input-gradient backward", "B = backward",
                                              "W = weight-gradient backward"};
     for (int k = 0; k < 4; k++) {
@@ -323,38 +381,25 @@ dyn_status dyn_sim_svg_to_stream(const dyn_sim *sim, const dyn_exec_plan *plan, 
         fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\">%s</text>\n", lx + 24, ly + 11, kind_name[k]);
         lx += 24 + 7.0 * (double)strlen(kind_name[k]) + 20;
     }
-    if (by_class) {
-        /* One swatch per size class present, in increasing size. */
-        int lo = 99, hi = -1;
-        for (int32_t m = 0; m < plan->n_microbatches; m++) {
-            int c = svg_size_class(plan, m);
-            if (c < lo) lo = c;
-            if (c > hi) hi = c;
-        }
-        double cx = SVG_LEFT;
-        fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\" fill=\"#444\">colour = micro-batch size "
-                   "(padded tokens, rows x length):</text>\n",
-                cx, ly + 34);
-        cx += 330;
-        for (int c = lo; c <= hi && hi >= 0; c++) {
-            int used = 0;
-            for (int32_t m = 0; m < plan->n_microbatches && !used; m++) used = svg_size_class(plan, m) == c;
-            if (!used) continue;
-            char col[48];
-            svg_colour(fmod(c * 137.508, 360.0), 0, col, sizeof col);
-            fprintf(f, "<rect x=\"%.0f\" y=\"%.1f\" width=\"18\" height=\"14\" fill=\"%s\"/>"
-                       "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\">%.0f-%.0f</text>\n",
-                    cx, ly + 23, col, cx + 22, ly + 34, pow(2, c), pow(2, c + 1) - 1);
-            cx += 110;
-        }
-        fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\" fill=\"#444\">number = micro-batch index "
-                   "(where there is room; hover a box for its details); gaps = idle (bubbles)</text>\n",
-                SVG_LEFT, ly + 58);
-    } else {
+    if (g->by_class)
+        svg_legend_classes(f, plan, ly);
+    else
         fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\" fill=\"#444\">colour = micro-batch; "
                    "number = micro-batch index; gaps = idle (bubbles)</text>\n",
                 SVG_LEFT, ly + 32);
-    }
+}
+
+dyn_status dyn_sim_svg_to_stream(const dyn_sim *sim, const dyn_exec_plan *plan, const char *title,
+                                 FILE *f, dyn_error *err)
+{
+    const dyn_sim_result *res;
+    dyn_status st = need_result(sim, plan, &res, err);
+    if (st != DYN_OK) return st;
+    svg_geom g = svg_geometry(plan, res);
+    svg_header(f, &g, res, title);
+    svg_time_axis(f, &g);
+    for (int32_t r = 0; r < plan->n_ranks; r++) svg_rank_row(f, &g, plan, res, r);
+    svg_legend(f, &g, plan);
     fprintf(f, "</svg>\n");
     if (ferror(f)) return dyn_error_set(err, DYN_ERR_IO, "SVG: write error");
     return DYN_OK;

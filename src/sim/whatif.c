@@ -125,6 +125,50 @@ static dyn_status parse_row(const char *name, int32_t line, char **fields, int n
     return DYN_OK;
 }
 
+/* What fill_costs has seen: the line of each (micro-batch, stage) pair,
+ * of each stage's states_mb and of each micro-batch's tokens (0: none). */
+typedef struct fill_seen {
+    int32_t *pair;       /* [M * S] */
+    int32_t *stage_line; /* [S] */
+    int32_t *mb_line;    /* [M] */
+    double *mb_tokens;   /* [M] */
+} fill_seen;
+
+/* One row into out: its pair given once, and states_mb and tokens equal to
+ * what earlier rows of the same stage and micro-batch gave. */
+static dyn_status fill_row(const char *name, const whatif_row *row, const int *present, int32_t S,
+                           dyn_stage_costs *out, fill_seen *seen, dyn_error *err)
+{
+    int32_t mb = (int32_t)row->v[COL_MB], s = (int32_t)row->v[COL_STAGE];
+    int32_t i = mb * S + s;
+    if (seen->pair[i])
+        return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: micro-batch %d stage %d already given at line %d",
+                             name, row->line, mb, s, seen->pair[i]);
+    seen->pair[i] = row->line;
+    out->fwd_ms[i] = row->v[COL_FWD];
+    out->bwd_ms[i] = row->v[COL_BWD];
+    if (present[COL_BWD_INPUT]) {
+        out->bwd_input_ms[i] = row->v[COL_BWD_INPUT];
+        out->bwd_weight_ms[i] = row->v[COL_BWD_WEIGHT];
+    } else {
+        out->bwd_input_ms[i] = out->bwd_weight_ms[i] = 0.5 * row->v[COL_BWD];
+    }
+    out->stored_mb[i] = row->v[COL_STORED];
+    out->peak_mb[i] = row->v[COL_PEAK];
+    out->send_mb[i] = row->v[COL_SEND];
+    if (seen->stage_line[s] && out->states_mb[s] != row->v[COL_STATES])
+        return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: states_mb of stage %d differs from line %d",
+                             name, row->line, s, seen->stage_line[s]);
+    seen->stage_line[s] = row->line;
+    out->states_mb[s] = row->v[COL_STATES];
+    if (seen->mb_line[mb] && seen->mb_tokens[mb] != row->v[COL_TOKENS])
+        return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: tokens of micro-batch %d differ from line %d",
+                             name, row->line, mb, seen->mb_line[mb]);
+    seen->mb_line[mb] = row->line;
+    seen->mb_tokens[mb] = row->v[COL_TOKENS];
+    return DYN_OK;
+}
+
 /* Rows -> costs: check every (mb, stage) once and per-stage / per-mb columns
  * consistent; fill out and real_tokens. */
 static dyn_status fill_costs(const char *name, const whatif_row *rows, int32_t n_rows,
@@ -133,68 +177,94 @@ static dyn_status fill_costs(const char *name, const whatif_row *rows, int32_t n
 {
     dyn_status st = dyn_stage_costs_alloc(out, M, S, err);
     if (st != DYN_OK) return st;
-    int32_t *seen = dyn_calloc((size_t)M * S, sizeof(int32_t), "what-if rows", err);
-    int32_t *stage_line = dyn_calloc((size_t)S, sizeof(int32_t), "what-if rows", err);
-    int32_t *mb_line = dyn_calloc((size_t)M, sizeof(int32_t), "what-if rows", err);
-    double *mb_tokens = dyn_calloc((size_t)M, sizeof(double), "what-if rows", err);
-    if (!seen || !stage_line || !mb_line || !mb_tokens) {
-        st = DYN_ERR_NOMEM;
-        goto done;
-    }
-    for (int32_t k = 0; k < n_rows; k++) {
-        const whatif_row *row = &rows[k];
-        int32_t mb = (int32_t)row->v[COL_MB], s = (int32_t)row->v[COL_STAGE];
-        int32_t i = mb * S + s;
-        if (seen[i]) {
-            st = dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: micro-batch %d stage %d already given at line %d",
-                               name, row->line, mb, s, seen[i]);
-            goto done;
-        }
-        seen[i] = row->line;
-        out->fwd_ms[i] = row->v[COL_FWD];
-        out->bwd_ms[i] = row->v[COL_BWD];
-        if (present[COL_BWD_INPUT]) {
-            out->bwd_input_ms[i] = row->v[COL_BWD_INPUT];
-            out->bwd_weight_ms[i] = row->v[COL_BWD_WEIGHT];
-        } else {
-            out->bwd_input_ms[i] = out->bwd_weight_ms[i] = 0.5 * row->v[COL_BWD];
-        }
-        out->stored_mb[i] = row->v[COL_STORED];
-        out->peak_mb[i] = row->v[COL_PEAK];
-        out->send_mb[i] = row->v[COL_SEND];
-        if (stage_line[s] && out->states_mb[s] != row->v[COL_STATES]) {
-            st = dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: states_mb of stage %d differs from line %d",
-                               name, row->line, s, stage_line[s]);
-            goto done;
-        }
-        stage_line[s] = row->line;
-        out->states_mb[s] = row->v[COL_STATES];
-        if (mb_line[mb] && mb_tokens[mb] != row->v[COL_TOKENS]) {
-            st = dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: tokens of micro-batch %d differ from line %d",
-                               name, row->line, mb, mb_line[mb]);
-            goto done;
-        }
-        mb_line[mb] = row->line;
-        mb_tokens[mb] = row->v[COL_TOKENS];
-    }
-    for (int32_t mb = 0; mb < M; mb++)
-        for (int32_t s = 0; s < S; s++)
-            if (!seen[mb * S + s]) {
+    fill_seen seen = {dyn_calloc((size_t)M * S, sizeof(int32_t), "what-if rows", err),
+                      dyn_calloc((size_t)S, sizeof(int32_t), "what-if rows", err),
+                      dyn_calloc((size_t)M, sizeof(int32_t), "what-if rows", err),
+                      dyn_calloc((size_t)M, sizeof(double), "what-if rows", err)};
+    if (!seen.pair || !seen.stage_line || !seen.mb_line || !seen.mb_tokens) st = DYN_ERR_NOMEM;
+    for (int32_t k = 0; k < n_rows && st == DYN_OK; k++) st = fill_row(name, &rows[k], present, S, out, &seen, err);
+    for (int32_t mb = 0; mb < M && st == DYN_OK; mb++)
+        for (int32_t s = 0; s < S && st == DYN_OK; s++)
+            if (!seen.pair[mb * S + s])
                 st = dyn_error_set(err, DYN_ERR_PARSE,
                                    "%s: micro-batch %d stage %d is missing (need every pair 0..%d x 0..%d)",
                                    name, mb, s, M - 1, S - 1);
-                goto done;
-            }
-    double total = 0;
-    for (int32_t mb = 0; mb < M; mb++) total += mb_tokens[mb];
-    *real_tokens = (int64_t)total;
-done:
-    free(seen);
-    free(stage_line);
-    free(mb_line);
-    free(mb_tokens);
+    if (st == DYN_OK) {
+        double total = 0;
+        for (int32_t mb = 0; mb < M; mb++) total += seen.mb_tokens[mb];
+        *real_tokens = (int64_t)total;
+    }
+    free(seen.pair);
+    free(seen.stage_line);
+    free(seen.mb_line);
+    free(seen.mb_tokens);
     if (st != DYN_OK) dyn_stage_costs_free(out);
     return st;
+}
+
+/* The file as read so far: the header's columns and the rows. */
+typedef struct whatif_read {
+    const char *name;
+    whatif_row *rows;
+    int32_t n_rows, cap_rows, line, max_mb, max_stage;
+    int have_header, nf_header;
+    int col_of[COL_COUNT], present[COL_COUNT];
+} whatif_read;
+
+/* One line that is neither blank nor a comment (NUL-terminated, split in
+ * place): the header if none yet, else a row. */
+static dyn_status whatif_line(whatif_read *w, char *p, dyn_error *err)
+{
+    char *fields[COL_COUNT + 1];
+    int nf = split_fields(p, fields, COL_COUNT);
+    dyn_status st;
+    if (!w->have_header) {
+        if (nf > COL_COUNT)
+            return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: header has more than %d columns", w->name, w->line,
+                                 COL_COUNT);
+        if ((st = parse_header(w->name, w->line, fields, nf, w->col_of, w->present, err)) != DYN_OK) return st;
+        w->have_header = 1;
+        w->nf_header = nf;
+        return DYN_OK;
+    }
+    if (w->n_rows == w->cap_rows) {
+        size_t c = (size_t)w->cap_rows;
+        if ((c ? 2 * c : 64) > WHATIF_MAX_CELLS || DYN_RESERVE(w->rows, c, c ? c + 1 : 64) != 0)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "%s:%d: too many rows", w->name, w->line);
+        w->cap_rows = (int32_t)c;
+    }
+    whatif_row *row = &w->rows[w->n_rows];
+    if ((st = parse_row(w->name, w->line, fields, nf, w->nf_header, w->col_of, row, err)) != DYN_OK) return st;
+    if (row->v[COL_MB] > w->max_mb) w->max_mb = (int32_t)row->v[COL_MB];
+    if (row->v[COL_STAGE] > w->max_stage) w->max_stage = (int32_t)row->v[COL_STAGE];
+    w->n_rows++;
+    return DYN_OK;
+}
+
+/* Read every line of buf (modified in place). */
+static dyn_status whatif_lines(whatif_read *w, char *buf, dyn_error *err)
+{
+    char *p = buf;
+    while (*p) {
+        char *eol = strchr(p, '\n');
+        char *next = eol ? eol + 1 : p + strlen(p);
+        if (eol) *eol = '\0';
+        w->line++;
+        if (!blank_or_comment(p)) {
+            dyn_status st = whatif_line(w, p, err);
+            if (st != DYN_OK) return st;
+        }
+        p = next;
+    }
+    if (!w->have_header)
+        return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: no header line (need mb, stage, fwd_ms, bwd_ms)", w->name,
+                             w->line);
+    if (w->n_rows == 0)
+        return dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: no micro-batch rows after the header", w->name, w->line);
+    if ((int64_t)(w->max_mb + 1) * (w->max_stage + 1) > WHATIF_MAX_CELLS)
+        return dyn_error_set(err, DYN_ERR_PARSE, "%s: %d micro-batches x %d stages is too many", w->name,
+                             w->max_mb + 1, w->max_stage + 1);
+    return DYN_OK;
 }
 
 dyn_status dyn_whatif_parse(const char *name, const char *text, dyn_stage_costs *out,
@@ -206,67 +276,11 @@ dyn_status dyn_whatif_parse(const char *name, const char *text, dyn_stage_costs 
     char *buf = dyn_calloc(len + 1, 1, "what-if text", err);
     if (buf == NULL) return DYN_ERR_NOMEM;
     memcpy(buf, text, len);
-    whatif_row *rows = NULL;
-    int32_t n_rows = 0, cap_rows = 0, line = 0, max_mb = -1, max_stage = -1;
-    int have_header = 0, nf_header = 0;
-    int col_of[COL_COUNT], present[COL_COUNT];
-    char *fields[COL_COUNT + 1];
-    dyn_status st = DYN_OK;
-    char *p = buf;
-    while (*p) {
-        char *eol = strchr(p, '\n');
-        char *next = eol ? eol + 1 : p + strlen(p);
-        if (eol) *eol = '\0';
-        line++;
-        if (blank_or_comment(p)) {
-            p = next;
-            continue;
-        }
-        int nf = split_fields(p, fields, COL_COUNT);
-        if (!have_header) {
-            if (nf > COL_COUNT) {
-                st = dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: header has more than %d columns", name,
-                                   line, COL_COUNT);
-                goto done;
-            }
-            if ((st = parse_header(name, line, fields, nf, col_of, present, err)) != DYN_OK) goto done;
-            have_header = 1;
-            nf_header = nf;
-            p = next;
-            continue;
-        }
-        if (n_rows == cap_rows) {
-            size_t c = (size_t)cap_rows;
-            if ((c ? 2 * c : 64) > WHATIF_MAX_CELLS || DYN_RESERVE(rows, c, c ? c + 1 : 64) != 0) {
-                st = dyn_error_set(err, DYN_ERR_NOMEM, "%s:%d: too many rows", name, line);
-                goto done;
-            }
-            cap_rows = (int32_t)c;
-        }
-        if ((st = parse_row(name, line, fields, nf, nf_header, col_of, &rows[n_rows], err)) != DYN_OK)
-            goto done;
-        if (rows[n_rows].v[COL_MB] > max_mb) max_mb = (int32_t)rows[n_rows].v[COL_MB];
-        if (rows[n_rows].v[COL_STAGE] > max_stage) max_stage = (int32_t)rows[n_rows].v[COL_STAGE];
-        n_rows++;
-        p = next;
-    }
-    if (!have_header) {
-        st = dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: no header line (need mb, stage, fwd_ms, bwd_ms)",
-                           name, line);
-        goto done;
-    }
-    if (n_rows == 0) {
-        st = dyn_error_set(err, DYN_ERR_PARSE, "%s:%d: no micro-batch rows after the header", name, line);
-        goto done;
-    }
-    if ((int64_t)(max_mb + 1) * (max_stage + 1) > WHATIF_MAX_CELLS) {
-        st = dyn_error_set(err, DYN_ERR_PARSE, "%s: %d micro-batches x %d stages is too many", name,
-                           max_mb + 1, max_stage + 1);
-        goto done;
-    }
-    st = fill_costs(name, rows, n_rows, present, max_mb + 1, max_stage + 1, out, real_tokens, err);
-done:
-    free(rows);
+    whatif_read w = {.name = name, .max_mb = -1, .max_stage = -1};
+    dyn_status st = whatif_lines(&w, buf, err);
+    if (st == DYN_OK)
+        st = fill_costs(name, w.rows, w.n_rows, w.present, w.max_mb + 1, w.max_stage + 1, out, real_tokens, err);
+    free(w.rows);
     free(buf);
     return st;
 }
