@@ -20,7 +20,10 @@ ways to say what a position attends to (Block.forward):
          as flash-attention's varlen kernels do on a GPU).
 Nothing here imports dynapipe: it is the independent side of a comparison.
 """
+import json
 import math
+import os
+import struct
 
 import torch
 import torch.nn.functional as F
@@ -47,8 +50,11 @@ class Block(torch.nn.Module):
 
     def attend(self, q, k, v, mask):
         """q, k, v (B, NH, T, HD); mask broadcastable to (B, NH, T, T)."""
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
-        return att.masked_fill(mask, float("-inf")).softmax(dim=-1) @ v
+        # scale q rather than the (T, T) scores, and mask the scores in place
+        # (the product's backward does not need them): one (T, T) tensor
+        # fewer per step through memory, which bounds attention on a CPU
+        att = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)
+        return att.masked_fill_(mask, float("-inf")).softmax(dim=-1) @ v
 
     def forward(self, x, mask=None, docs=None):
         """x (B, T, C) -> (B, T, C). Give mask, or docs (see the file's
@@ -107,3 +113,38 @@ class GPT(torch.nn.Module):
         for blk in self.blocks:
             x = blk(x, mask=mask, docs=docs)
         return self.ln_f(x[where]) @ self.wte.weight.t()
+
+
+def save_hf(model, folder, max_positions):
+    """Write model's weights as a Hugging Face GPT2LMHeadModel folder
+    (config.json + model.safetensors, fp32), the form `dynapipe train --init`
+    reads: HF names, Conv1D matrices stored (in, out), tied head."""
+    blocks = model.blocks
+    C = model.wte.weight.shape[1]
+    cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": model.wte.weight.shape[0],
+           "n_positions": max_positions, "n_embd": C, "n_layer": len(blocks), "n_head": blocks[0].NH,
+           "n_inner": blocks[0].fc.weight.shape[0], "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True,
+           "activation_function": "gelu_new"}
+    t = {"wte.weight": model.wte.weight, "wpe.weight": model.wpe.weight,
+         "ln_f.weight": model.ln_f.weight, "ln_f.bias": model.ln_f.bias}
+    for i, b in enumerate(blocks):
+        p = "h.%d." % i
+        t.update({p + "ln_1.weight": b.ln1.weight, p + "ln_1.bias": b.ln1.bias,
+                  p + "attn.c_attn.weight": b.qkv.weight.t(), p + "attn.c_attn.bias": b.qkv.bias,
+                  p + "attn.c_proj.weight": b.proj.weight.t(), p + "attn.c_proj.bias": b.proj.bias,
+                  p + "ln_2.weight": b.ln2.weight, p + "ln_2.bias": b.ln2.bias,
+                  p + "mlp.c_fc.weight": b.fc.weight.t(), p + "mlp.c_fc.bias": b.fc.bias,
+                  p + "mlp.c_proj.weight": b.fcproj.weight.t(), p + "mlp.c_proj.bias": b.fcproj.bias})
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    header, blobs, off = {}, [], 0
+    for name in sorted(t):
+        raw = t[name].detach().contiguous().float().numpy().tobytes()  # little-endian on x86 and arm64
+        header[name] = {"dtype": "F32", "shape": list(t[name].shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))

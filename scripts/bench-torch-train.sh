@@ -34,6 +34,14 @@
 #        PYTHON=/usr/bin/python3 (the one with Debian's python3-torch)
 #        SMOKE=1: a quick check that everything runs (REPS=1 STEPS=2, gpt-tiny,
 #        max length 256, 2048-token batches, 2 sweep steps); no figures.
+#        CHECK=1 (the default with SMOKE=1): first, the premise: PyTorch writes
+#        its initial weights as a Hugging Face folder, `dynapipe train --init`
+#        starts from them, and both train CHECK_STEPS (4) steps on the same
+#        batches; their losses must agree to 1e-5 (relative) at every step,
+#        else the script fails. That holds only with the same model, data,
+#        loss normalisation, lr schedule, AdamW betas and clip (seen: PyTorch
+#        without the clip is 7e-5 off at step 4, beta2 0.95 2e-4; the weight
+#        decay, lr x 0.01 x w per step, is below what 4 steps can show).
 # Exits 77 with a message when PyTorch does not import.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -92,6 +100,33 @@ run_torch() { # rep strategy
         >"$OUT/torch-r$1.log" 2>&1 ||
         { echo "bench-torch-train: torch_train_gpt.py failed (see $OUT/torch-r$1.log)" >&2; exit 1; }
 }
+
+if [ "${CHECK:-${SMOKE:-0}}" = 1 ]; then
+    # its own CHECK_STEPS: the lr schedule's length is the run's --steps
+    cs=${CHECK_STEPS:-4}
+    # shellcheck disable=SC2086
+    "$DYN_CLI" train --model gpt $MODEL_FLAGS "${data[@]}" --steps "$cs" --stages "$STAGES" ${TRAIN_FLAGS:-} \
+        --print-options >"$OUT/check-options.json"
+    "$DYN_CLI" data batches "$DATA" --model gpt --samples "$SAMPLES" --max-seqlen "$MAXLEN" \
+        --global-batch-tokens "$GBT" --count "$cs" --out "$OUT/check-batches.jsonl" >/dev/null
+    "${torch_env[@]}" "$PY" bench/torch_train_gpt.py --options "$OUT/check-options.json" \
+        --batches "$OUT/check-batches.jsonl" --strategy padded:1 --metrics "$OUT/check-torch.jsonl" \
+        --save-init "$OUT/check-init" >"$OUT/check-torch.log" 2>&1 ||
+        { cat "$OUT/check-torch.log" >&2; echo "bench-torch-train: check: torch_train_gpt.py failed" >&2; exit 1; }
+    env -u OPENBLAS_CORETYPE "$DYN_CLI" train --init "$OUT/check-init" "${data[@]}" --steps "$cs" \
+        --stages "$STAGES" ${TRAIN_FLAGS:-} --metrics "$OUT/check-dynapipe.jsonl" >"$OUT/check-dynapipe.log" 2>&1 ||
+        { echo "bench-torch-train: check: dynapipe train --init failed (see $OUT/check-dynapipe.log)" >&2; exit 1; }
+    "$PY" - "$OUT/check-dynapipe.jsonl" "$OUT/check-torch.jsonl" <<'EOF'
+import json, sys
+d, t = ([json.loads(l) for l in open(p) if l.strip()] for p in sys.argv[1:3])
+dl, tl = [r["loss"] for r in d], [r["loss"] for r in t]
+ok = len(dl) == len(tl) and all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(dl, tl)) and \
+    [r["tokens"] for r in d] == [r["tokens"] for r in t]
+print("check, same initial weights: dynapipe losses %s, PyTorch %s: %s" % (
+    " ".join("%.6f" % x for x in dl), " ".join("%.6f" % x for x in tl), "agree" if ok else "DISAGREE"))
+sys.exit(0 if ok else 1)
+EOF
+fi
 
 sweep=(--sweep)
 [ -n "${SWEEP:-}" ] && sweep=(--sweep "$SWEEP")

@@ -2,9 +2,12 @@
 # bench_torch_train_check.sh — scripts/bench-torch-train.sh (dynapipe
 # against PyTorch on the same global batches) keeps working: its smoke mode
 # (one repeat of two steps, gpt-tiny, the whole PyTorch sweep) must run to
-# the end and print the ratio line. No speed is asserted: figures belong in
-# the docs, measured on a quiet machine. Exits 77 (ctest: skipped) when
-# PyTorch does not import.
+# the end and print the ratio line; its premise holds (from the same
+# initial weights, dynapipe and PyTorch compute the same losses: the
+# script's check line); and every exact micro-batching strategy of the
+# PyTorch side computes the same losses. No speed is asserted: figures
+# belong in the docs, measured on a quiet machine. Exits 77 (ctest:
+# skipped) when PyTorch does not import.
 # Usage: tests/bench_torch_train_check.sh BUILD_DIR  (ctest passes it)
 set -euo pipefail
 build=${1:?usage: bench_torch_train_check.sh BUILD_DIR}
@@ -22,6 +25,8 @@ text=$(ASAN_OPTIONS=detect_leaks=0 SMOKE=1 DYN_CLI="$build/dynapipe" PYTHON="$py
        "$here/scripts/bench-torch-train.sh" "$out" 2>&1) || rc=$?
 printf '%s\n' "$text"
 [ "$rc" = 0 ] || { echo "FAIL: bench-torch-train.sh exited $rc" >&2; exit 1; }
+grep -qE '^check, same initial weights: dynapipe losses [0-9. ]+, PyTorch [0-9. ]+: agree$' <<<"$text" ||
+    { echo "FAIL: no agreeing same-weights check line" >&2; exit 1; }
 grep -qE '^PyTorch.s best: (padded|packed|docmask|varlen):[0-9]+$' <<<"$text" ||
     { echo "FAIL: no best PyTorch strategy line" >&2; exit 1; }
 grep -qE '^dynapipe / PyTorch real tokens/s: [0-9]+\.[0-9]+x median of 1 \(min [0-9.]+x, max [0-9.]+x\)$' <<<"$text" ||
