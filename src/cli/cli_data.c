@@ -641,7 +641,8 @@ static int data_batches(int argc, char **argv)
         goto done;
     }
     if (dyn_atomic_commit(&af, &err) != DYN_OK) goto done; /* releases af either way */
-    printf("wrote %lld global batches of <= %lld tokens to %s\n", (long long)a.count, (long long)a.batch_tokens, a.out);
+    printf("wrote %lld global batch%s of <= %lld tokens to %s\n", (long long)a.count, a.count == 1 ? "" : "es",
+           (long long)a.batch_tokens, a.out);
     rc = CLI_EXIT_OK;
 done:
     if (rc != CLI_EXIT_OK) {
