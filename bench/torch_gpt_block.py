@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """torch_gpt_block.py -- the same GPT-2 block as `dynapipe bench layer --model
 gpt` (pre-LayerNorm, causal multi-head self-attention with biases, tanh-GELU
-MLP of 4H, two residuals; fp32 on the CPU), forward + backward in PyTorch, so
-that bench/torch_compare.py can time the two side by side.
+MLP of 4H, two residuals; fp32 on the CPU; the block of bench/torch_gpt.py),
+forward + backward in PyTorch, so that bench/torch_compare.py can time the
+two side by side.
 
 Prints one line: "torch <version> ms <median> min <min> gflops <rate>", with
 the FLOPs credited exactly as dynapipe credits them (3 x (24 B S H^2 +
@@ -11,8 +12,7 @@ the FLOPs credited exactly as dynapipe credits them (3 x (24 B S H^2 +
 PyTorch's best setting here: Debian's python3-torch does its fp32 matrix
 products through the system BLAS (libblas.so.3, i.e. OpenBLAS), so run it
 with the same kernel dynapipe selects (OPENBLAS_CORETYPE=SkylakeX on the
-Xeon); the driver does. Attention is written out (matmul, mask, softmax,
-matmul): PyTorch 1.13 has no fused scaled_dot_product_attention.
+Xeon); the driver does.
 
 usage: torch_gpt_block.py --batch B --seq S [--hidden 512] [--heads 8]
                           [--threads 1] [--repeat 5]
@@ -25,35 +25,10 @@ import time
 
 try:
     import torch
-    import torch.nn.functional as F
 except ImportError:
     print("torch_gpt_block: PyTorch is not installed (apt-get install python3-torch); skipped")
     sys.exit(3)
-
-
-class Block(torch.nn.Module):
-    def __init__(self, C, NH):
-        super().__init__()
-        self.NH = NH
-        self.ln1 = torch.nn.LayerNorm(C)
-        self.qkv = torch.nn.Linear(C, 3 * C)
-        self.proj = torch.nn.Linear(C, C)
-        self.ln2 = torch.nn.LayerNorm(C)
-        self.fc = torch.nn.Linear(C, 4 * C)
-        self.fcproj = torch.nn.Linear(4 * C, C)
-
-    def forward(self, x, mask):
-        B, T, C = x.shape
-        NH, HD = self.NH, C // self.NH
-        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-        q = q.view(B, T, NH, HD).transpose(1, 2)
-        k = k.view(B, T, NH, HD).transpose(1, 2)
-        v = v.view(B, T, NH, HD).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / HD ** 0.5)
-        att = att.masked_fill(mask[:T, :T], float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + self.proj(y)
-        return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+from torch_gpt import Block, causal_mask  # the shared PyTorch GPT-2 (bench/torch_gpt.py)
 
 
 def main():
@@ -71,13 +46,13 @@ def main():
     blk = Block(C, a.heads)
     x = torch.randn(B, T, C, requires_grad=True)
     dout = torch.randn(B, T, C)
-    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    mask = causal_mask(T)
     times = []
     for r in range(a.repeat + 1):  # one untimed warm-up
         blk.zero_grad(set_to_none=False)
         x.grad = None
         t0 = time.perf_counter()
-        blk(x, mask).backward(dout)
+        blk(x, mask=mask).backward(dout)
         dt = (time.perf_counter() - t0) * 1e3
         if r > 0:
             times.append(dt)

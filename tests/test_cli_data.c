@@ -1,9 +1,11 @@
-/* test_cli_data.c — `dynapipe data convert|stats|show` and `--data` in plan
- * and simulate, run as a user would (the built binary, env DYN_CLI):
+/* test_cli_data.c — `dynapipe data convert|stats|show|batches` and `--data`
+ * in plan and simulate, run as a user would (the built binary, env DYN_CLI):
  * JSONL -> Megatron -> stats, whose TSV of lengths equals the library's
  * lengths and plans exactly like the source itself; percentiles on a file
- * with known lengths; and bad input: one stderr line naming the problem,
- * exit 1 or 2, no output files. */
+ * with known lengths; batches are the greedy token-budget batches worked
+ * out here from stats' lengths, with the corpus's tokens, and what `train`
+ * consumes (its --metrics token counts per step); and bad input: one
+ * stderr line naming the problem, exit 1 or 2, no output files. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +16,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "dynapipe/corpus.h" /* defines: dyn_corpus_* */
 #include "dynapipe/data.h"   /* defines: dyn_dataset_read_tsv */
@@ -297,6 +301,159 @@ static void test_show_range(void **state)
     free(out);
 }
 
+/* ---- batches --------------------------------------------------------------- */
+
+/* 24 samples make about five 1024-token batches: 8 of them wrap past the end. */
+#define BATCH_DATA "builtin:3 --max-seqlen 256 --samples 24"
+#define BATCH_COUNT 8
+
+/* The lines of a JSONL file as cJSON objects into j[cap]; their count. */
+static int read_jsonl(const char *path, cJSON **j, int cap)
+{
+    char *text = read_text(path);
+    int n = 0;
+    for (char *line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        assert_true(n < cap);
+        j[n] = cJSON_Parse(line);
+        if (j[n] == NULL) fail_msg("%s: line %d is not JSON", path, n + 1);
+        n++;
+    }
+    free(text);
+    return n;
+}
+
+static long long jnum(const cJSON *j, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!cJSON_IsNumber(v)) fail_msg("no number '%s'", key);
+    return (long long)v->valuedouble;
+}
+
+/* ids (a JSON array) equal want[n]. */
+static void expect_ids(const cJSON *ids, const int32_t *want, int32_t n)
+{
+    assert_true(cJSON_IsArray(ids));
+    assert_int_equal(cJSON_GetArraySize(ids), n);
+    int32_t k = 0;
+    for (const cJSON *v = ids->child; v != NULL; v = v->next, k++) assert_int_equal((int32_t)v->valuedouble, want[k]);
+}
+
+/* `data batches` against the rule worked out here: from the first sample,
+ * a global batch takes samples while input + target tokens add up to at
+ * most the budget, and at the end of the data starts again from sample 0
+ * (the next epoch). Lengths from `data stats --tsv`, tokens from the
+ * corpus; then `train` on the same flags must have trained exactly those
+ * tokens and target tokens at every step. */
+static void test_batches_are_what_train_consumes(void **state)
+{
+    (void)state;
+    char args[2000], tsv[700], jsonl[700], metrics[700];
+    snprintf(jsonl, sizeof jsonl, "%s/batches.jsonl", dir);
+    snprintf(args, sizeof args, "batches " BATCH_DATA " --global-batch-tokens 1024 --count %d --out '%s'", BATCH_COUNT,
+             jsonl);
+    int rc = cli_run("data", args);
+    if (rc != 0) fail_msg("data %s: exit %d: %s", args, rc, read_text(err_path));
+    snprintf(tsv, sizeof tsv, "%s/b.tsv", dir);
+    snprintf(args, sizeof args, "stats " BATCH_DATA " --tsv '%s'", tsv);
+    assert_int_equal(cli_run("data", args), 0);
+    dyn_dataset ds = {0};
+    dyn_error err;
+    assert_int_equal(dyn_dataset_read_tsv(tsv, 256, DYN_MODEL_GPT, 0, &ds, &err), DYN_OK);
+    assert_int_equal(ds.n, 24);
+    dyn_corpus_options o;
+    dyn_corpus_options_default(&o);
+    o.builtin_samples = 24;
+    o.max_seqlen = 256;
+    dyn_corpus *c = dyn_corpus_open("builtin:3", &o, &err);
+    assert_non_null(c);
+
+    cJSON *b[BATCH_COUNT + 1];
+    assert_int_equal(read_jsonl(jsonl, b, BATCH_COUNT + 1), BATCH_COUNT);
+    int32_t next = 0; /* the next sample of the rule */
+    long long epoch = 0;
+    for (int k = 0; k < BATCH_COUNT; k++) {
+        assert_int_equal(jnum(b[k], "batch"), k);
+        if (next == ds.n) {
+            next = 0;
+            epoch++;
+        }
+        assert_int_equal(jnum(b[k], "epoch"), epoch);
+        long long tokens = 0, target = 0;
+        const cJSON *samples = cJSON_GetObjectItemCaseSensitive(b[k], "samples");
+        assert_true(cJSON_IsArray(samples));
+        for (const cJSON *s = samples->child; s != NULL; s = s->next) {
+            assert_true(next < ds.n);
+            assert_int_equal(jnum(s, "id"), next);
+            dyn_corpus_sample cs;
+            assert_int_equal(dyn_corpus_read(c, next, &cs, &err), DYN_OK);
+            expect_ids(cJSON_GetObjectItemCaseSensitive(s, "input_ids"), cs.input, cs.input_len);
+            expect_ids(cJSON_GetObjectItemCaseSensitive(s, "target_ids"), cs.target, cs.target_len);
+            tokens += ds.samples[next].input_len + ds.samples[next].target_len;
+            target += ds.samples[next].target_len;
+            next++;
+        }
+        assert_true(tokens <= 1024);
+        /* full, unless the data ended: the next sample would not have fit */
+        if (next < ds.n) assert_true(tokens + ds.samples[next].input_len + ds.samples[next].target_len > 1024);
+        assert_int_equal(jnum(b[k], "tokens"), tokens);
+        assert_int_equal(jnum(b[k], "target_tokens"), target);
+    }
+    assert_true(epoch >= 1); /* the run wrapped: 24 samples are fewer than 8 batches hold */
+    dyn_corpus_free(c);
+    dyn_dataset_free(&ds);
+
+    /* train on the same flags (one stage: the batches do not depend on it) */
+    snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
+    setenv("ASAN_OPTIONS", "detect_leaks=0", 1); /* mpirun, as every MPI run of the suite */
+    snprintf(args, sizeof args,
+             "--model gpt --model-config gpt-tiny --data " BATCH_DATA " --global-batch-tokens 1024 --steps %d "
+             "--stages 1 --machine cpu --quiet --metrics '%s'",
+             BATCH_COUNT, metrics);
+    rc = cli_run("train", args);
+    if (rc != 0) fail_msg("train %s: exit %d: %s", args, rc, read_text(err_path));
+    cJSON *m[BATCH_COUNT + 1];
+    assert_int_equal(read_jsonl(metrics, m, BATCH_COUNT + 1), BATCH_COUNT);
+    for (int k = 0; k < BATCH_COUNT; k++) {
+        assert_int_equal(jnum(m[k], "step"), k);
+        assert_int_equal(jnum(m[k], "tokens"), jnum(b[k], "tokens"));
+        assert_int_equal(jnum(m[k], "target_tokens"), jnum(b[k], "target_tokens"));
+        cJSON_Delete(m[k]);
+        cJSON_Delete(b[k]);
+    }
+}
+
+/* batches: its flags, and a sample over the budget is one line naming it,
+ * no output file. */
+static void test_batches_errors(void **state)
+{
+    (void)state;
+    char args[2000];
+    struct {
+        const char *args, *needle;
+        int rc;
+    } bad[] = {
+        {"batches builtin --samples 4 --out x.jsonl", "--max-seqlen L is required", 2},
+        {"batches builtin --samples 4 --max-seqlen 128", "--out FILE.jsonl is required", 2},
+        {"batches builtin --samples 4 --max-seqlen 128 --out /tmp", "--out: '/tmp' names a folder; give a file name inside it", 2},
+        {"batches builtin --samples 4 --max-seqlen 128 --out x.jsonl --index 2", "--index does not apply", 2},
+        {"batches builtin --samples 4 --max-seqlen 128 --out x.jsonl --tsv y.tsv", "--tsv does not apply", 2},
+        {"batches builtin --samples 4 --max-seqlen 128 --out x.jsonl --count 0", "--count: 0 is out of range", 2},
+        {"batches builtin --samples 4 --max-seqlen 128 --out x.jsonl --global-batch-tokens 0",
+         "--global-batch-tokens: 0 is out of range", 2},
+        {"stats builtin --samples 4 --max-seqlen 128 --global-batch-tokens 64", "--global-batch-tokens does not apply", 2},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        const char *sub = strncmp(bad[k].args, "stats", 5) == 0 ? "data stats" : "data batches";
+        cli_assert_one_line_error(sub, bad[k].args, cli_run("data", bad[k].args), bad[k].rc, bad[k].needle);
+    }
+    assert_int_equal(access("x.jsonl", F_OK), -1);
+    /* 8 tokens cannot hold a built-in sample: the sampler's error, nothing written */
+    snprintf(args, sizeof args, "batches builtin --samples 4 --max-seqlen 128 --global-batch-tokens 8 --out '%s/t.jsonl'",
+             dir);
+    cli_assert_one_line_error("data batches", args, cli_run("data", args), 1, "sample 0");
+    assert_false(exists("t.jsonl"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -306,6 +463,8 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_paths_and_flags),
         cmocka_unit_test(test_show_range),
+        cmocka_unit_test(test_batches_are_what_train_consumes),
+        cmocka_unit_test(test_batches_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

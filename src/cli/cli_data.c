@@ -1,7 +1,10 @@
-/* cli_data.c — `dynapipe data convert|stats|show`: turn a token source (the
- * built-in dataset, JSONL, Megatron files; include/dynapipe/corpus.h) into a
- * Megatron indexed dataset, print its length statistics and write the TSV of
- * lengths that `dynapipe plan --lengths` reads, or print samples as text. */
+/* cli_data.c — `dynapipe data convert|stats|show|batches`: turn a token
+ * source (the built-in dataset, JSONL, Megatron files;
+ * include/dynapipe/corpus.h) into a Megatron indexed dataset, print its
+ * length statistics and write the TSV of lengths that `dynapipe plan
+ * --lengths` reads, print samples as text, or write the global batches
+ * `dynapipe train` consumes (ids and tokens, as JSONL) so that another
+ * trainer can be fed exactly the same data (bench/torch_train_gpt.py). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +24,8 @@ typedef struct data_args {
     dyn_corpus_options opt;
     int have_max_seqlen;
     int have_vocab;
-    int64_t index, count;  /* show */
+    int64_t index, count;  /* show: first sample, samples; batches: global batches */
+    int64_t batch_tokens;  /* batches: --global-batch-tokens */
 } data_args;
 
 static void data_usage(FILE *out)
@@ -29,7 +33,9 @@ static void data_usage(FILE *out)
     fprintf(out,
             "usage: dynapipe data convert SRC --out PREFIX [options]\n"
             "       dynapipe data stats SRC [--tsv FILE.tsv] [options]\n"
-            "       dynapipe data show SRC [--index I] [--count N] [options]\n\n"
+            "       dynapipe data show SRC [--index I] [--count N] [options]\n"
+            "       dynapipe data batches SRC --max-seqlen L --out FILE.jsonl [--count K]\n"
+            "                             [--global-batch-tokens N] [options]\n\n"
             "SRC (a token source):\n"
             "  builtin[:SEED[:TASK+..]]  the built-in multi-task dataset (seed default 1), or\n"
             "                            some of its tasks: copy reverse sort add lookup cipher\n"
@@ -47,7 +53,14 @@ static void data_usage(FILE *out)
             "         'input_len<TAB>target_len' per sample for 'dynapipe plan --lengths'\n"
             "show     prints samples as text (bytes; other tokens as <id>; with --tokenizer,\n"
             "         decoded by it): --index I (default 0, must exist) and up to --count N\n"
-            "         samples after it (default 1)\n\n"
+            "         samples after it (default 1)\n"
+            "batches  writes the first K global batches (default 20) that `dynapipe train`\n"
+            "         trains on from SRC with the same --max-seqlen, --global-batch-tokens\n"
+            "         (default 8192), --samples (default 20000 here) and --model: the\n"
+            "         sampler's batches in order, wrapping to the data's start at its end,\n"
+            "         one JSON line each (atomically): {\"batch\", \"epoch\", \"tokens\",\n"
+            "         \"target_tokens\", \"samples\": [{\"id\", \"input_ids\", \"target_ids\"}]}\n"
+            "         (tokens = input + target, as train's --metrics counts them)\n\n"
             "options:\n"
             "  --model gpt|t5            which length rule (default gpt: input+target)\n"
             "  --max-seqlen L            length limit, tokens (default 2048 for builtin,\n"
@@ -58,20 +71,30 @@ static void data_usage(FILE *out)
             "                            model or a model folder (default: bytes); its BOS/EOS\n"
             "                            are added, the target ends with EOS (docs/data.md)\n"
             "  --template STR            input/target text as a prompt: \"..{input}..{target}..\"\n"
-            "  --samples N               builtin / flan: number of samples (default 10000, >= 1)\n"
+            "  --samples N               builtin / flan: number of samples (default 10000, >= 1;\n"
+            "                            batches: 20000, train's)\n"
             "  --split train|heldout     builtin: which stream (default train)\n");
 }
 
-/* Which subcommands take each valued flag (bit 0 convert, 1 stats, 2 show):
- * a flag that does not apply is refused, not ignored. */
-enum { FOR_CONVERT = 1, FOR_STATS = 2, FOR_SHOW = 4, FOR_ALL = 7 };
+/* Which subcommands take each valued flag (bit 0 convert, 1 stats, 2 show,
+ * 3 batches): a flag that does not apply is refused, not ignored. */
+enum { FOR_CONVERT = 1, FOR_STATS = 2, FOR_SHOW = 4, FOR_BATCHES = 8, FOR_ALL = 15 };
 static const struct {
     const char *name;
     int subcommands;
 } value_flags[] = {
-    {"--out", FOR_CONVERT}, {"--tsv", FOR_STATS},   {"--model", FOR_ALL}, {"--max-seqlen", FOR_ALL},
-    {"--vocab", FOR_ALL},   {"--samples", FOR_ALL}, {"--index", FOR_SHOW}, {"--count", FOR_SHOW},
-    {"--split", FOR_ALL},   {"--tokenizer", FOR_ALL}, {"--template", FOR_ALL},
+    {"--out", FOR_CONVERT | FOR_BATCHES},
+    {"--tsv", FOR_STATS},
+    {"--model", FOR_ALL},
+    {"--max-seqlen", FOR_ALL},
+    {"--vocab", FOR_ALL},
+    {"--samples", FOR_ALL},
+    {"--index", FOR_SHOW},
+    {"--count", FOR_SHOW | FOR_BATCHES},
+    {"--global-batch-tokens", FOR_BATCHES},
+    {"--split", FOR_ALL},
+    {"--tokenizer", FOR_ALL},
+    {"--template", FOR_ALL},
 };
 
 /* The subcommands that take valued flag `flag`; -1 if it is no valued flag. */
@@ -84,7 +107,10 @@ static int flag_subcommands(const char *flag)
 
 static int subcommand_bit(const char *cmd)
 {
-    return strcmp(cmd, "data convert") == 0 ? FOR_CONVERT : strcmp(cmd, "data stats") == 0 ? FOR_STATS : FOR_SHOW;
+    return strcmp(cmd, "data convert") == 0 ? FOR_CONVERT
+           : strcmp(cmd, "data stats") == 0 ? FOR_STATS
+           : strcmp(cmd, "data show") == 0  ? FOR_SHOW
+                                            : FOR_BATCHES;
 }
 
 /* A path or prefix given to flag: neither empty (it would be taken as a
@@ -101,7 +127,7 @@ static int check_path(const char *cmd, const char *flag, const char *v)
     struct stat sb;
     if (v[n - 1] == '/' || (stat(v, &sb) == 0 && S_ISDIR(sb.st_mode))) {
         cli_errorf(cmd, "%s: '%s' names a folder; give a file name%s", flag, v,
-                   strcmp(flag, "--out") == 0 ? " prefix inside it" : " inside it");
+                   strcmp(cmd, "data convert") == 0 ? " prefix inside it" : " inside it");
         return -1;
     }
     return 0;
@@ -114,8 +140,11 @@ static int data_parse(const char *cmd, int argc, char **argv, data_args *a)
 {
     memset(a, 0, sizeof *a);
     dyn_corpus_options_default(&a->opt);
-    a->opt.builtin_samples = 10000;
-    a->count = 1;
+    /* batches: train's defaults, so that the same flags give the same batches */
+    int batches = strcmp(cmd, "data batches") == 0;
+    a->opt.builtin_samples = batches ? 20000 : 10000;
+    a->count = batches ? 20 : 1;
+    a->batch_tokens = 8192;
     int samples_flag = 0, split_flag = 0; /* given: they apply to builtin (and flan) only */
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v;
@@ -174,6 +203,8 @@ static int data_parse(const char *cmd, int argc, char **argv, data_args *a)
             if (cli_parse_i64(cmd, f, v, 0, INT64_MAX, &a->index) != 0) return -1;
         } else if (strcmp(f, "--count") == 0) {
             if (cli_parse_i64(cmd, f, v, 1, INT64_MAX, &a->count) != 0) return -1;
+        } else if (strcmp(f, "--global-batch-tokens") == 0) {
+            if (cli_parse_i64(cmd, f, v, 1, INT64_MAX, &a->batch_tokens) != 0) return -1;
         } else if (strcmp(f, "--split") == 0) {
             if (strcmp(v, "train") == 0) a->opt.split = DYN_SPLIT_TRAIN;
             else if (strcmp(v, "heldout") == 0) a->opt.split = DYN_SPLIT_HELDOUT;
@@ -512,6 +543,118 @@ static int data_show(int argc, char **argv)
     return rc;
 }
 
+/* ---- batches ----------------------------------------------------------------- */
+
+/* The sampler's next global batch as `dynapipe train`'s planner takes it
+ * (src/runtime/planner.c, next_batch): at the end of the data, the sampler
+ * starts again from the first sample (*epoch counts those restarts). */
+static dyn_status next_global_batch(dyn_sampler *s, const dyn_sample **batch, int32_t *n, int64_t *epoch,
+                                    dyn_error *err)
+{
+    dyn_status st = dyn_sampler_next(s, batch, n, err);
+    if (st == DYN_OK && *n == 0) {
+        dyn_sampler_reset(s);
+        (*epoch)++;
+        st = dyn_sampler_next(s, batch, n, err);
+    }
+    if (st == DYN_OK && *n == 0) st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "the dataset has no samples");
+    return st;
+}
+
+/* ids[n] as a JSON array. */
+static void put_ids(FILE *fp, const int32_t *ids, int32_t n)
+{
+    fputc('[', fp);
+    for (int32_t k = 0; k < n; k++) fprintf(fp, k ? ",%d" : "%d", ids[k]);
+    fputc(']', fp);
+}
+
+/* Global batch k (n samples of ds from the sampler) as one JSON line. */
+static dyn_status put_batch(FILE *fp, dyn_corpus *c, int64_t k, int64_t epoch, const dyn_sample *batch, int32_t n,
+                            dyn_error *err)
+{
+    int64_t tokens = 0, target = 0;
+    for (int32_t i = 0; i < n; i++) {
+        tokens += (int64_t)batch[i].input_len + batch[i].target_len;
+        target += batch[i].target_len;
+    }
+    fprintf(fp, "{\"batch\":%lld,\"epoch\":%lld,\"tokens\":%lld,\"target_tokens\":%lld,\"samples\":[", (long long)k,
+            (long long)epoch, (long long)tokens, (long long)target);
+    for (int32_t i = 0; i < n; i++) {
+        dyn_corpus_sample s;
+        dyn_status st = dyn_corpus_read(c, batch[i].id, &s, err);
+        if (st != DYN_OK) return st;
+        /* the sampler's lengths are the corpus's (dyn_corpus_lengths) */
+        if (s.input_len != batch[i].input_len || s.target_len != batch[i].target_len)
+            return dyn_error_set(err, DYN_ERR_INTERNAL, "sample %d: read %d+%d tokens, its lengths say %d+%d",
+                                 batch[i].id, s.input_len, s.target_len, batch[i].input_len, batch[i].target_len);
+        fprintf(fp, "%s{\"id\":%d,\"input_ids\":", i ? "," : "", batch[i].id);
+        put_ids(fp, s.input, s.input_len);
+        fputs(",\"target_ids\":", fp);
+        put_ids(fp, s.target, s.target_len);
+        fputc('}', fp);
+    }
+    fputs("]}\n", fp);
+    return DYN_OK;
+}
+
+static int data_batches(int argc, char **argv)
+{
+    const char *cmd = "data batches";
+    data_args a;
+    int r = data_parse(cmd, argc, argv, &a);
+    if (r != 0) return r > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+    /* train's default length limit is not data's: ask rather than guess */
+    if (!a.have_max_seqlen) {
+        cli_errorf(cmd, "--max-seqlen L is required: the training run's (train's default is 512)");
+        return CLI_EXIT_USAGE;
+    }
+    if (a.out == NULL) {
+        cli_errorf(cmd, "--out FILE.jsonl is required");
+        return CLI_EXIT_USAGE;
+    }
+    dyn_corpus *c = open_source(cmd, &a);
+    if (c == NULL) return CLI_EXIT_FAIL;
+    dyn_dataset ds = {0};
+    dyn_sampler *s = NULL;
+    dyn_atomic_file af = {0}; /* zeroed: abort is a no-op until it is opened */
+    int64_t epoch = 0;
+    int rc = CLI_EXIT_FAIL;
+    dyn_error err;
+    if (dyn_corpus_lengths(c, &ds, &err) != DYN_OK) goto done;
+    if (ds.n == 0) {
+        dyn_error_set(&err, DYN_ERR_INVALID_ARG, "%s: no samples", a.src);
+        goto done;
+    }
+    /* what train's planner makes: one pass in dataset order (rt_planner_create) */
+    if ((s = dyn_sampler_create(&ds, a.batch_tokens, &err)) == NULL) goto done;
+    if (dyn_atomic_open(&af, a.out, &err) != DYN_OK) goto done;
+    for (int64_t k = 0; k < a.count; k++) {
+        const dyn_sample *batch;
+        int32_t n;
+        if (next_global_batch(s, &batch, &n, &epoch, &err) != DYN_OK ||
+            put_batch(af.fp, c, k, epoch, batch, n, &err) != DYN_OK)
+            goto done;
+    }
+    if (ferror(af.fp)) {
+        dyn_error_set(&err, DYN_ERR_IO, "%s: write failed", a.out);
+        goto done;
+    }
+    if (dyn_atomic_commit(&af, &err) != DYN_OK) goto done; /* releases af either way */
+    printf("wrote %lld global batch%s of <= %lld tokens to %s\n", (long long)a.count, a.count == 1 ? "" : "es",
+           (long long)a.batch_tokens, a.out);
+    rc = CLI_EXIT_OK;
+done:
+    if (rc != CLI_EXIT_OK) {
+        cli_errorf(cmd, "%s", err.msg);
+        dyn_atomic_abort(&af);
+    }
+    dyn_sampler_free(s);
+    dyn_dataset_free(&ds);
+    dyn_corpus_free(c);
+    return rc;
+}
+
 int cli_data_main(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
@@ -521,6 +664,7 @@ int cli_data_main(int argc, char **argv)
     if (strcmp(argv[1], "convert") == 0) return data_convert(argc - 1, argv + 1);
     if (strcmp(argv[1], "stats") == 0) return data_stats(argc - 1, argv + 1);
     if (strcmp(argv[1], "show") == 0) return data_show(argc - 1, argv + 1);
-    cli_errorf("data", "unknown subcommand '%s' (convert, stats or show)", argv[1]);
+    if (strcmp(argv[1], "batches") == 0) return data_batches(argc - 1, argv + 1);
+    cli_errorf("data", "unknown subcommand '%s' (convert, stats, show or batches)", argv[1]);
     return CLI_EXIT_USAGE;
 }
