@@ -466,7 +466,7 @@ int cli_plan_main(int argc, char **argv)
     int p = parse_flags(&pc, argc, argv);
     if (p != 0) return p > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     const plan_args *a = &pc.a;
-    plan_open popen = {.tune = !a->untuned, .tune_report = stderr, .warn = 1};
+    plan_open popen = {.tune = !a->untuned, .tune_split = 1, .tune_report = stderr, .warn = 1};
     plan_inputs in;
     int rc = plan_inputs_open(CMD, a, &popen, &in);
     if (rc != 0) return rc;

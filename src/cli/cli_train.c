@@ -349,11 +349,12 @@ static int build_options(const train_args *t, dyn_train_options *o, char *header
     }
     int rc = table_max_seqlen(t, &run);
     if (rc != 0) return rc;
-    /* A baseline's knob is tuned by every process alike (same inputs, same
-     * value); only the process that speaks for the job says what it chose,
+    /* A baseline's knob and the stage split are tuned by every process
+     * alike (same inputs, same values: simulation, no timing); only the
+     * process that speaks for the job says what it chose,
      * and what it warns of. */
     int speaks = dyn_rt_speaks_for_job();
-    plan_open po = {.tune = !run.untuned, .tune_report = speaks ? stderr : NULL,
+    plan_open po = {.tune = !run.untuned, .tune_split = 1, .tune_report = speaks ? stderr : NULL,
                     .order_groups = t->o.order_groups, .warn = speaks};
     /* The flags' own combinations are refused before the inputs are built,
      * which may measure this machine for seconds (--machine auto). */
