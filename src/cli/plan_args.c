@@ -654,7 +654,7 @@ int plan_tune_split(const char *cmd, plan_inputs *in, dyn_plan_options *opt, int
         if (dyn_pipeline_tune_split(in->cm, opt, &po, batches, counts, nb, &t, &err) != DYN_OK ||
             split_text(in->cm, opt->stages, opt->split_weight, base, sizeof base, &err) != DYN_OK ||
             split_text(in->cm, opt->stages, t.weight, tuned, sizeof tuned, &err) != DYN_OK) {
-            cli_errorf(cmd, "%s: stage split: %s", dyn_batching_name(opt->method), err.msg);
+            cli_errorf(cmd, "%s", err.msg);
             rc = err.code == DYN_ERR_INVALID_ARG ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
         } else {
             const char *blocks = in->model.kind == DYN_MODEL_T5 ? " (encoder+decoder blocks)" : "";
