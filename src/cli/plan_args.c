@@ -644,15 +644,19 @@ int plan_tune_split(const char *cmd, plan_inputs *in, dyn_plan_options *opt, int
     const dyn_sample *batches[TUNE_BATCHES];
     int32_t counts[TUNE_BATCHES], nb;
     if (tune_batches(cmd, in, &smp, batches, counts, &nb) != 0) return CLI_EXIT_FAIL;
-    int rc = 0;
+    int rc = 0, retune = 0;
     if (nb > 0) {
         dyn_pipeline_options po;
         dyn_pipeline_options_default(&po);
         if (order_groups > 0) po.order_groups = order_groups;
         dyn_split_tune_result t;
         char base[256], tuned[256];
-        if (dyn_pipeline_tune_split(in->cm, opt, &po, batches, counts, nb, &t, &err) != DYN_OK ||
-            split_text(in->cm, opt->stages, opt->split_weight, base, sizeof base, &err) != DYN_OK ||
+        dyn_status st = dyn_pipeline_tune_split(in->cm, opt, &po, batches, counts, nb, &t, &err);
+        if (st == DYN_ERR_INFEASIBLE) { /* the run's own planning says which batch and why */
+            dyn_sampler_free(smp);
+            return 0;
+        }
+        if (st != DYN_OK || split_text(in->cm, opt->stages, opt->split_weight, base, sizeof base, &err) != DYN_OK ||
             split_text(in->cm, opt->stages, t.weight, tuned, sizeof tuned, &err) != DYN_OK) {
             cli_errorf(cmd, "%s", err.msg);
             rc = err.code == DYN_ERR_INVALID_ARG ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
@@ -662,7 +666,10 @@ int plan_tune_split(const char *cmd, plan_inputs *in, dyn_plan_options *opt, int
             /* The knob was tuned under the old split; the new one moves
              * the stages' balance, so the best micro-batch size may move
              * too (the old value is among the candidates again). */
-            if (t.kept && retune_knob) dyn_tune_knob_set(opt, 0);
+            if (t.kept && retune_knob && dyn_tune_knob_name(opt->method) != NULL) {
+                dyn_tune_knob_set(opt, 0);
+                retune = 1;
+            }
             if (report && t.kept)
                 fprintf(report,
                         "%s: stage split: balanced for the sample's micro-batches: layers per stage %s%s, "
@@ -677,15 +684,11 @@ int plan_tune_split(const char *cmd, plan_inputs *in, dyn_plan_options *opt, int
                         "balanced for the sample's micro-batches: %s)\n",
                         dyn_batching_name(opt->method), base, blocks, t.base_ms, other);
             }
-            else if (report)
-                fprintf(report,
-                        "%s: stage split: layers per stage %s%s (the sample's micro-batches balance the same)\n",
-                        dyn_batching_name(opt->method), base, blocks);
+            /* else the micro-batches balance the same split: nothing to say */
         }
     }
     dyn_sampler_free(smp);
-    if (rc == 0 && dyn_tune_knob_name(opt->method) != NULL && dyn_tune_knob_get(opt) == 0)
-        rc = tune_knob(cmd, in, opt, order_groups, report, " for that split");
+    if (rc == 0 && retune) rc = tune_knob(cmd, in, opt, order_groups, report, " for that split");
     return rc;
 }
 

@@ -129,8 +129,8 @@ int plan_tune_method(const char *cmd, plan_inputs *in, dyn_plan_options *opt, in
  * that simulates faster than the max-length row's split; then, with
  * retune_knob (the knob was tuned, not given), the knob is tuned again
  * under the new split. report, if not NULL, gets one line saying the
- * layers per stage and both simulated times (and the knob's line again
- * when re-tuned). Any method. 0, or CLI_EXIT_FAIL / _USAGE (printed). */
+ * layers per stage and both simulated times when another split was tried
+ * (and the knob's line again when re-tuned). Any method. 0, or CLI_EXIT_FAIL / _USAGE (printed). */
 int plan_tune_split(const char *cmd, plan_inputs *in, dyn_plan_options *opt, int32_t order_groups, int retune_knob,
                     FILE *report);
 
