@@ -401,6 +401,14 @@ static cJSON *json_root_new(const plan_cmd *pc, const plan_inputs *in, cJSON **b
         cJSON_Delete(root);
         return NULL;
     }
+    /* the layer split's weights (all 0: one max-length row's split), for
+     * planning the same way elsewhere (the Python Planner's split_weight) */
+    cJSON *w = cJSON_CreateDoubleArray(dyn_planner_options(in->planner)->split_weight, DYN_LAYER_KIND_COUNT);
+    if (w == NULL || !cJSON_AddItemToObject(root, "split_weight", w)) {
+        cJSON_Delete(w);
+        cJSON_Delete(root);
+        return NULL;
+    }
     return root;
 }
 
