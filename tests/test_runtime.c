@@ -252,7 +252,7 @@ static void test_t5(void **state)
     run_same(ref, "--model t5 --model-config t5-tiny --layers 2 --dec-layers 2 --stages 2 --dp 2 --schedule auto");
     /* A stage split tuned for the data's micro-batches, not the max-length
      * row's (on the analytic cpu machine, so the split does not depend on
-     * this host: 1+0 | 1+0 | 0+2 blocks against 2+0 | 0+1 | 0+1): the
+     * this host: [1+0, 1+0, 0+2] blocks against [2+0, 0+1, 0+1]): the
      * planner's stages and the ranks' layers follow it alike. */
     const char *tuned = "--model t5 --model-config t5-tiny --layers 2 --dec-layers 2 --stages 3 --machine cpu";
     char args[512];

@@ -611,8 +611,9 @@ int plan_tune_method(const char *cmd, plan_inputs *in, dyn_plan_options *opt, in
     return tune_knob(cmd, in, opt, order_groups, report, "");
 }
 
-/* "4 | 2+6": the transformer blocks of each stage of the split weight
- * gives (T5: encoder+decoder blocks), into buf. */
+/* "[4, 2+6]": the transformer blocks of each stage of the split weight
+ * gives (T5: encoder+decoder blocks), into buf (no '|': simulate's
+ * markdown table is parsed by scripts). */
 static dyn_status split_text(const dyn_cost_model *cm, int32_t stages, const double *weight, char *buf, size_t cap,
                              dyn_error *err)
 {
@@ -620,18 +621,19 @@ static dyn_status split_text(const dyn_cost_model *cm, int32_t stages, const dou
     dyn_status st = dyn_stage_assign_run(cm, stages, weight, &a, err);
     if (st != DYN_OK) return st;
     int t5 = dyn_cost_model_config(cm)->kind == DYN_MODEL_T5;
-    size_t len = 0;
-    buf[0] = '\0';
+    int w0 = snprintf(buf, cap, "[");
+    size_t len = w0 > 0 ? (size_t)w0 : 0;
     for (int32_t s = 0; s < a.n_stages && len < cap; s++) {
         int enc = 0, dec = 0;
         for (int32_t l = a.stage_first[s]; l < a.stage_first[s + 1]; l++) {
             enc += a.layer_kind[l] == DYN_LAYER_ENCODER;
             dec += a.layer_kind[l] == DYN_LAYER_DECODER;
         }
-        int w = t5 ? snprintf(buf + len, cap - len, "%s%d+%d", s ? " | " : "", enc, dec)
-                   : snprintf(buf + len, cap - len, "%s%d", s ? " | " : "", enc);
+        int w = t5 ? snprintf(buf + len, cap - len, "%s%d+%d", s ? ", " : "", enc, dec)
+                   : snprintf(buf + len, cap - len, "%s%d", s ? ", " : "", enc);
         if (w > 0) len += (size_t)w;
     }
+    if (len < cap) snprintf(buf + len, cap - len, "]");
     dyn_stage_assignment_free(&a);
     return DYN_OK;
 }
