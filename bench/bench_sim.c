@@ -50,7 +50,7 @@ static void bench_stages(int32_t S, const dyn_dataset *ds, const dyn_cost_model 
     po.max_seqlen = 2048;
     dyn_planner *planner = dyn_planner_create(cm, &po, &err);
     if (planner == NULL) CHECK(DYN_ERR_INVALID_ARG, err);
-    dyn_batch_costs *bc = dyn_batch_costs_create(cm, S, v, &err);
+    dyn_batch_costs *bc = dyn_batch_costs_create(cm, S, v, NULL, &err);
     if (bc == NULL) CHECK(DYN_ERR_INVALID_ARG, err);
     dyn_sampler *sampler = dyn_sampler_create(ds, 65536, &err);
     if (sampler == NULL) CHECK(DYN_ERR_INVALID_ARG, err);
@@ -172,7 +172,7 @@ static void bench_auto_packing(int32_t S, const dyn_dataset *ds, const dyn_cost_
     po.max_seqlen = 2048;
     dyn_planner *planner = dyn_planner_create(cm, &po, &err);
     if (planner == NULL) CHECK(DYN_ERR_INVALID_ARG, err);
-    dyn_batch_costs *bc = dyn_batch_costs_create(cm, S, 2, &err);
+    dyn_batch_costs *bc = dyn_batch_costs_create(cm, S, 2, NULL, &err);
     if (bc == NULL) CHECK(DYN_ERR_INVALID_ARG, err);
     dyn_sampler *sampler = dyn_sampler_create(ds, 65536, &err);
     if (sampler == NULL) CHECK(DYN_ERR_INVALID_ARG, err);

@@ -51,7 +51,7 @@ static void test_alloc_1f1b_hand_worked(void **state)
     assert_int_equal(dyn_model_config_preset("gpt-tiny", &cfg, &err), DYN_OK);
     dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, dyn_machine_builtin("cpu"), &err);
     assert_non_null(cm);
-    rt_alloc *a = rt_alloc_create(cm, S, 1, &err);
+    rt_alloc *a = rt_alloc_create(cm, S, 1, NULL, &err);
     assert_non_null(a);
     /* Rank 0 runs F0 F1 B0 F2 B1 B2: F0 takes arena A (10 + 5), F1 arena B
      * (20 + 5), B0 frees A, F2 reuses A, which grows to 30 + 5. Allocated:
@@ -84,7 +84,7 @@ static void test_alloc_1f1b_hand_worked(void **state)
     dyn_exec_plan_free(&rp.plan);
     dyn_stage_costs_free(&rp.costs);
     rt_alloc_free(a);
-    assert_null(rt_alloc_create(cm, 0, 1, &err));
+    assert_null(rt_alloc_create(cm, 0, 1, NULL, &err));
     dyn_cost_model_free(cm);
 }
 
@@ -114,7 +114,7 @@ static void test_rank_scale(void **state)
     assert_int_equal(dyn_model_config_preset("gpt-tiny", &cfg, &err), DYN_OK);
     dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, dyn_machine_builtin("cpu"), &err);
     assert_non_null(cm);
-    dyn_batch_costs *bc = dyn_batch_costs_create(cm, 2, 1, &err);
+    dyn_batch_costs *bc = dyn_batch_costs_create(cm, 2, 1, NULL, &err);
     assert_non_null(bc);
     dyn_plan_microbatch mbs[2];
     memset(mbs, 0, sizeof mbs);

@@ -88,9 +88,9 @@ static int fixture_setup(void **state)
     dyn_pipeline_options_default(&po);
     f->pipe = dyn_pipeline_create(f->planner, &po, &e);
     assert_non_null(f->pipe);
-    f->bc = dyn_batch_costs_create(f->cm, 2, 1, &e);
+    f->bc = dyn_batch_costs_create(f->cm, 2, 1, NULL, &e);
     assert_non_null(f->bc);
-    assert_int_equal(dyn_stage_assign_run(f->cm, 2, &f->asg, &e), DYN_OK);
+    assert_int_equal(dyn_stage_assign_run(f->cm, 2, NULL, &f->asg, &e), DYN_OK);
     dyn_stage_costs *cs[2] = {&f->costs, &f->costs4};
     dyn_exec_plan *ps[2] = {&f->plan, &f->plan4};
     for (int k = 0; k < 2; k++) {
@@ -439,7 +439,7 @@ static int case_dyn_machine_resolve(fixture *f, dyn_error *err)
 /* pipeline.h */
 static int case_dyn_batch_costs_create(fixture *f, dyn_error *err)
 {
-    dyn_batch_costs *bc = dyn_batch_costs_create(f->cm, 0, 1, err);
+    dyn_batch_costs *bc = dyn_batch_costs_create(f->cm, 0, 1, NULL, err);
     int st = HANDLE_STATUS(bc, err);
     dyn_batch_costs_free(bc);
     return st;
@@ -447,7 +447,7 @@ static int case_dyn_batch_costs_create(fixture *f, dyn_error *err)
 static int case_dyn_batch_costs_set_batch(fixture *f, dyn_error *err)
 {
     dyn_error e;
-    dyn_batch_costs *bc = dyn_batch_costs_create(f->cm, 2, 1, &e);
+    dyn_batch_costs *bc = dyn_batch_costs_create(f->cm, 2, 1, NULL, &e);
     assert_non_null(bc);
     int st = dyn_batch_costs_set_batch(bc, &f->bp, 99, err); /* one replica: 0 */
     dyn_batch_costs_free(bc);
@@ -518,6 +518,17 @@ static int case_dyn_pipeline_tune(fixture *f, dyn_error *err)
     const int32_t counts[1] = {16};
     dyn_tune_result tr;
     return dyn_pipeline_tune(f->cm, &o, &po, batches, counts, 1, &tr, err);
+}
+static int case_dyn_pipeline_tune_split(fixture *f, dyn_error *err)
+{
+    dyn_plan_options o = f->opt;
+    o.stages = 0; /* the planner cannot be made */
+    dyn_pipeline_options po;
+    dyn_pipeline_options_default(&po);
+    const dyn_sample *batches[1] = {f->ds.samples};
+    const int32_t counts[1] = {16};
+    dyn_split_tune_result tr;
+    return dyn_pipeline_tune_split(f->cm, &o, &po, batches, counts, 1, &tr, err);
 }
 
 /* plan.h */
@@ -650,11 +661,25 @@ static int case_dyn_stage_assign(fixture *f, dyn_error *err)
     dyn_stage_assignment_free(&a);
     return st;
 }
+static int case_dyn_stage_weights_of_shapes(fixture *f, dyn_error *err)
+{
+    double w[DYN_LAYER_KIND_COUNT];
+    dyn_mb_shape one = {.rows = 1, .enc_len = 8, .dec_len = 0};
+    return dyn_stage_weights_of_shapes(f->cm, &one, 0, DYN_RECOMPUTE_NONE, w, err); /* no shapes */
+}
+static int case_dyn_stage_assign_weights(fixture *f, dyn_error *err)
+{
+    double w[DYN_LAYER_KIND_COUNT] = {1, -1, 0, 1, 0}; /* a negative weight */
+    dyn_stage_assignment a;
+    int st = dyn_stage_assign_weights(f->cm, 2, w, &a, err);
+    dyn_stage_assignment_free(&a);
+    return st;
+}
 static int case_dyn_stage_assign_run(fixture *f, dyn_error *err)
 {
     dyn_stage_assignment a;
     memset(&a, 0, sizeof(a));
-    int st = dyn_stage_assign_run(f->cm, 100, &a, err);
+    int st = dyn_stage_assign_run(f->cm, 100, NULL, &a, err);
     dyn_stage_assignment_free(&a);
     return st;
 }
@@ -879,6 +904,7 @@ static const api_case k_cases[] = {
     FAILS(dyn_pipeline_plan_replica),
     FAILS(dyn_replica_plan_from_costs),
     FAILS(dyn_pipeline_tune),
+    FAILS(dyn_pipeline_tune_split),
     FAILS(dyn_planner_create),
     FAILS(dyn_planner_create_custom),
     FAILS(dyn_planner_plan),
@@ -895,6 +921,8 @@ static const api_case k_cases[] = {
     FAILS(dyn_stage_split),
     FAILS(dyn_stage_assign),
     FAILS(dyn_stage_assign_run),
+    FAILS(dyn_stage_weights_of_shapes),
+    FAILS(dyn_stage_assign_weights),
     FAILS(dyn_stage_costs_build),
     FAILS(dyn_stage_costs_from_batch),
     FAILS(dyn_exec_plan_validate),

@@ -16,7 +16,8 @@
  * --steps 1 --save F` with 2 and 4 stages under every schedule, with
  * document-masked packing and padding, and with 2 data-parallel replicas;
  * GPT (whose tied embedding is used by the first and the last stage, so its
- * gradient is summed across them) and T5.
+ * gradient is summed across them) and T5, one T5 run with a stage split
+ * tuned for the data (not the max-length row's).
  *
  * Every mpirun runs under `timeout`. In the sanitizer build the ranks run
  * with leak detection off (ASAN_OPTIONS=detect_leaks=0; every other check
@@ -252,6 +253,20 @@ static void test_t5(void **state)
     run_same(ref, "--model t5 --model-config t5-tiny --layers 2 --dec-layers 2 --stages 2 --schedule cyclic");
     run_same(ref, "--model t5 --model-config t5-tiny --layers 2 --dec-layers 2 --stages 2 --method packing-docmask --schedule 1f1b");
     run_same(ref, "--model t5 --model-config t5-tiny --layers 2 --dec-layers 2 --stages 2 --dp 2 --schedule auto");
+    /* A stage split tuned for the data's micro-batches, not the max-length
+     * row's (on the analytic cpu machine, so the split does not depend on
+     * this host: [1+0, 1+0, 0+2] blocks against [2+0, 0+1, 0+1]): the
+     * planner's stages and the ranks' layers follow it alike. */
+    const char *tuned = "--model t5 --model-config t5-tiny --layers 2 --dec-layers 2 --stages 3 --machine cpu";
+    char args[512];
+    snprintf(args, sizeof args, "%s --print-options", tuned);
+    assert_int_equal(train(args), 0);
+    char *opts = slurp(out_path);
+    if (strstr(opts, "\"split_weight\":[") == NULL || strstr(opts, "\"split_weight\":[0,0,0,0,0]") != NULL)
+        fail_msg("the split was not tuned for the data: %s", opts);
+    free(opts);
+    snprintf(args, sizeof args, "%s --schedule 1f1b", tuned);
+    run_same(ref, args);
     dyn_model_free(ref);
 }
 

@@ -7,7 +7,12 @@
  * knob. And dynapipe's enable_packing (the default): the planner's
  * objective and the pipeline's simulated iteration are never worse than the
  * DP alone's or any document-masked packing's (1, 2, 4, 8 rows), each
- * planned on its own. */
+ * planned on its own. And the tuned layer split (dyn_pipeline_tune_split):
+ * its times are the independent route's (options with those weights,
+ * dyn_pipeline_plan on each batch, mean iteration), its first round's
+ * weights are those of the micro-batches planned with the default split,
+ * a kept split simulates faster than the default and a split not kept
+ * leaves the options' weights; the same inputs give the same result. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,7 +36,10 @@ typedef struct fixture {
     dyn_sampler *smp;
 } fixture;
 
-static void fixture_open(fixture *f, dyn_model_kind kind, int64_t batch_tokens)
+/* The tiny model of kind with the preset's layers, or layers and
+ * dec_layers when not 0. */
+static void fixture_open_layers(fixture *f, dyn_model_kind kind, int64_t batch_tokens, int32_t layers,
+                                int32_t dec_layers)
 {
     dyn_error err;
     dyn_model_config cfg;
@@ -39,6 +47,8 @@ static void fixture_open(fixture *f, dyn_model_kind kind, int64_t batch_tokens)
     assert_int_equal(dyn_model_config_preset(kind == DYN_MODEL_GPT ? "gpt-tiny" : "t5-tiny", &cfg, &err),
                      DYN_OK);
     cfg.max_seqlen = 512;
+    if (layers) cfg.n_layers = layers;
+    if (dec_layers) cfg.n_dec_layers = dec_layers;
     assert_int_equal(dyn_machine_resolve("cpu", &m, &err), DYN_OK);
     f->cm = dyn_cost_model_create_analytic(&cfg, &m, &err);
     assert_non_null(f->cm);
@@ -49,6 +59,11 @@ static void fixture_open(fixture *f, dyn_model_kind kind, int64_t batch_tokens)
         assert_int_equal(dyn_sampler_next(f->smp, &f->batches[b], &f->counts[b], &err), DYN_OK);
         assert_true(f->counts[b] > 0);
     }
+}
+
+static void fixture_open(fixture *f, dyn_model_kind kind, int64_t batch_tokens)
+{
+    fixture_open_layers(f, kind, batch_tokens, 0, 0);
 }
 
 static void fixture_close(fixture *f)
@@ -263,6 +278,150 @@ static void test_dp_packing_t5(void **state)
     check_packing_option(DYN_MODEL_T5);
 }
 
+/* Independent route: the batches planned with o (its split weights
+ * included), the mean of their iterations (ms; INFINITY if one does not
+ * fit), and into w (if not NULL) each layer kind's fwd + bwd over every
+ * planned micro-batch, under its replica's recompute mode. */
+static double iteration_mean(const fixture *f, const dyn_plan_options *o, double *w)
+{
+    dyn_error err;
+    dyn_planner *pl = dyn_planner_create(f->cm, o, &err);
+    assert_non_null(pl);
+    dyn_pipeline_options po;
+    dyn_pipeline_options_default(&po);
+    dyn_pipeline *pp = dyn_pipeline_create(pl, &po, &err);
+    assert_non_null(pp);
+    double sum = 0.0;
+    if (w) memset(w, 0, DYN_LAYER_KIND_COUNT * sizeof(double));
+    for (int b = 0; b < N_BATCHES; b++) {
+        dyn_pipeline_result r;
+        dyn_status st = dyn_pipeline_plan(pp, f->batches[b], f->counts[b], &r, &err);
+        if (st == DYN_ERR_INFEASIBLE) {
+            sum = INFINITY;
+            break;
+        }
+        assert_int_equal(st, DYN_OK);
+        sum += r.iteration_ms;
+        for (int32_t i = 0; w && i < r.batch.n_microbatches; i++)
+            for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
+                if (!dyn_cost_kind_present(dyn_cost_model_config(f->cm), (dyn_layer_kind)k)) continue;
+                dyn_layer_cost lc;
+                dyn_recompute rc = r.replicas[r.batch.mbs[i].replica].recompute;
+                assert_int_equal(dyn_cost_layer(f->cm, (dyn_layer_kind)k, &r.batch.mbs[i].shape, rc, &lc, &err),
+                                 DYN_OK);
+                w[k] += lc.fwd_ms + lc.bwd_ms;
+            }
+        dyn_pipeline_result_free(&r);
+    }
+    dyn_pipeline_free(pp);
+    dyn_planner_free(pl);
+    return sum / N_BATCHES;
+}
+
+static int close_to(double a, double b)
+{
+    return fabs(a - b) <= 1e-9 * fabs(b);
+}
+
+/* Tune the split for method (knob: its value; 0 for dynapipe) on S stages
+ * of the tiny model with `layers` (+ dec_layers; 0: the preset's) and
+ * check it as the file's comment says. *kept: whether it was kept;
+ * *rounds: tuned splits simulated. */
+static void check_split(dyn_model_kind kind, int32_t layers, int32_t dec_layers, dyn_batching method, int64_t knob,
+                        int32_t S, int *kept, int *rounds)
+{
+    fixture f;
+    fixture_open_layers(&f, kind, 4096, layers, dec_layers);
+    dyn_plan_options o;
+    options(&o, method, S, 1);
+    dyn_tune_knob_set(&o, knob);
+    dyn_pipeline_options po;
+    dyn_pipeline_options_default(&po);
+    dyn_split_tune_result r, again;
+    dyn_error err;
+    dyn_status st = dyn_pipeline_tune_split(f.cm, &o, &po, f.batches, f.counts, N_BATCHES, &r, &err);
+    if (st != DYN_OK) print_error("%s\n", err.msg);
+    assert_int_equal(st, DYN_OK);
+    assert_int_equal(dyn_pipeline_tune_split(f.cm, &o, &po, f.batches, f.counts, N_BATCHES, &again, &err), DYN_OK);
+    assert_memory_equal(&r, &again, sizeof r); /* deterministic, bit for bit */
+    double w_base[DYN_LAYER_KIND_COUNT];
+    double base = iteration_mean(&f, &o, w_base);
+    assert_true(close_to(r.base_ms, base));
+    assert_true(r.n_rounds >= 0 && r.n_rounds <= DYN_SPLIT_TUNE_ROUNDS);
+    *kept = r.kept;
+    *rounds = r.n_rounds;
+    if (r.kept) {
+        assert_true(r.n_rounds >= 1);
+        assert_true(r.tuned_ms < r.base_ms);
+        dyn_plan_options t = o;
+        memcpy(t.split_weight, r.weight, sizeof r.weight);
+        assert_true(close_to(iteration_mean(&f, &t, NULL), r.tuned_ms));
+        if (r.n_rounds == 1) /* round 1's weights: the default split's micro-batches' */
+            for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) assert_true(close_to(r.weight[k], w_base[k]));
+    } else {
+        double zero[DYN_LAYER_KIND_COUNT] = {0};
+        assert_memory_equal(r.weight, zero, sizeof zero);
+        assert_true(r.n_rounds == 0 || !(r.tuned_ms < r.base_ms));
+    }
+    if (r.n_rounds >= 1) { /* round 1 is the default split's micro-batches' split, whatever is kept */
+        dyn_plan_options t = o;
+        memcpy(t.split_weight, w_base, sizeof w_base);
+        assert_true(iteration_mean(&f, &t, NULL) >= r.tuned_ms * (1 - 1e-12));
+    }
+    fixture_close(&f);
+}
+
+static void test_split_t5(void **state)
+{
+    (void)state;
+    int kept, rounds;
+    /* t5-tiny's 2 + 2 blocks on 2 stages, FLAN-like short targets: the
+     * max-length row's split puts the decoder alone on stage 1, and the
+     * micro-batches' split moves an encoder block over (the analytic cpu
+     * machine; what is asserted is the model's own arithmetic) */
+    check_split(DYN_MODEL_T5, 0, 0, DYN_BATCH_DYNAPIPE, 0, 2, &kept, &rounds);
+    assert_true(kept);
+    check_split(DYN_MODEL_T5, 0, 0, DYN_BATCH_PADDING, 1, 2, &kept, &rounds);
+    assert_true(kept);
+    check_split(DYN_MODEL_T5, 0, 0, DYN_BATCH_TOKEN, 512, 3, &kept, &rounds);
+    /* the micro-batches' split is tried and simulates slower: not kept */
+    check_split(DYN_MODEL_T5, 2, 3, DYN_BATCH_PACKING_DOCMASK, 4, 2, &kept, &rounds);
+    assert_true(rounds >= 1);
+    assert_false(kept);
+    /* the same split as the max-length row's: nothing to simulate */
+    check_split(DYN_MODEL_T5, 0, 0, DYN_BATCH_PACKING_DOCMASK, 2, 2, &kept, &rounds);
+    assert_int_equal(rounds, 0);
+}
+
+static void test_split_gpt(void **state)
+{
+    (void)state;
+    int kept, rounds;
+    check_split(DYN_MODEL_GPT, 0, 0, DYN_BATCH_DYNAPIPE, 0, 2, &kept, &rounds);
+    check_split(DYN_MODEL_GPT, 5, 0, DYN_BATCH_PACKING_DOCMASK, 2, 4, &kept, &rounds);
+    check_split(DYN_MODEL_GPT, 8, 0, DYN_BATCH_TOKEN, 1024, 3, &kept, &rounds);
+}
+
+/* Bad input: no batches, and a bad weight in the options. */
+static void test_split_bad_input(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f, DYN_MODEL_T5, 4096);
+    dyn_plan_options o;
+    options(&o, DYN_BATCH_DYNAPIPE, 2, 1);
+    dyn_pipeline_options po;
+    dyn_pipeline_options_default(&po);
+    dyn_split_tune_result r;
+    dyn_error err;
+    assert_int_equal(dyn_pipeline_tune_split(f.cm, &o, &po, f.batches, f.counts, 0, &r, &err), DYN_ERR_INVALID_ARG);
+    o.split_weight[DYN_LAYER_DECODER] = -1;
+    assert_int_equal(dyn_pipeline_tune_split(f.cm, &o, &po, f.batches, f.counts, N_BATCHES, &r, &err),
+                     DYN_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "split_weight[2]"));
+    fixture_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -272,6 +431,9 @@ int main(void)
         cmocka_unit_test(test_tune_no_knob),
         cmocka_unit_test(test_dp_packing_gpt),
         cmocka_unit_test(test_dp_packing_t5),
+        cmocka_unit_test(test_split_t5),
+        cmocka_unit_test(test_split_gpt),
+        cmocka_unit_test(test_split_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

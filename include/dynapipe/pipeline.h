@@ -15,7 +15,8 @@
  * One call does, for one global batch: the planner's micro-batching (the DP
  * or a baseline, balanced over the d replicas), then for every replica: the
  * replica's stage costs (layers assigned to stages once per run, balanced
- * for one row of max_seqlen tokens: sched.h dyn_stage_assign), the schedule
+ * for the options' split_weight or one row of max_seqlen tokens: sched.h
+ * dyn_stage_assign_run), the schedule
  * (a named one, or DYN_SCHEDULE_AUTO: best schedule x micro-batch order x
  * recompute by simulation, sim.h dyn_schedule_auto), validation
  * (dyn_exec_plan_validate) and one simulation of the final plan (makespan,
@@ -46,16 +47,19 @@ extern "C" {
 /* ---- stage costs of a global batch (src/pipeline/batch_costs.c) -------------
  * The glue between the planner's dyn_batch_plan, the cost model and
  * src/sched's layer-to-stage assignment: the layers are assigned once per
- * chunk count (balanced for one row of max_seqlen tokens, no recompute) and
+ * chunk count (sched.h dyn_stage_assign_run: the run's split weights, or
+ * one row of max_seqlen tokens, no recompute) and
  * each batch's costs are built lazily per (chunks, recompute) and cached
  * until the next batch. */
 typedef struct dyn_batch_costs dyn_batch_costs;
 
 /* cm must outlive the handle. n_ranks S >= 1, chunks v >= 1 (v > 1 also
  * assigns S * v stages for the interleaved schedule, if the model has that
- * many layers). Errors from the assignment, e.g. more stages than layers. */
+ * many layers). split_weight: the run's dyn_plan_options.split_weight
+ * (sched.h dyn_stage_assign_run; NULL or all 0: balanced for one row of
+ * max_seqlen). Errors from the assignment, e.g. more stages than layers. */
 dyn_batch_costs *dyn_batch_costs_create(const dyn_cost_model *cm, int32_t n_ranks, int32_t chunks,
-                                        dyn_error *err);
+                                        const double *split_weight, dyn_error *err);
 void dyn_batch_costs_free(dyn_batch_costs *bc);
 /* Use replica `replica`'s micro-batches of bp (borrowed until the next call). */
 dyn_status dyn_batch_costs_set_batch(dyn_batch_costs *bc, const dyn_batch_plan *bp, int32_t replica,
@@ -267,6 +271,37 @@ dyn_status dyn_pipeline_tune(const dyn_cost_model *cm, const dyn_plan_options *o
                              const dyn_pipeline_options *pipe_opt, const dyn_sample *const *batches,
                              const int32_t *batch_n, int32_t n_batches, dyn_tune_result *out,
                              dyn_error *err);
+
+/* ---- the layer split, tuned (src/pipeline/tune.c) ----------------------------
+ * The layers-to-stages split balanced for the run's own lengths rather than
+ * one max_seqlen row: the given global batches are planned as
+ * dyn_pipeline_plan plans them with opt's split_weight (normally all 0: the
+ * max-row split), the weights of the micro-batches they were planned into
+ * are taken (sched.h dyn_stage_weights_of_shapes, each replica's under its
+ * chosen recompute mode), and the batches are planned and simulated again
+ * with the split those weights give; once more from that round's
+ * micro-batches if it changes the split. The weights are kept only if
+ * their mean simulated iteration time over the batches is lower than the
+ * starting split's (infeasible under the memory limit counts as slower).
+ * Deterministic: the same inputs give the same weights (no timing). */
+#define DYN_SPLIT_TUNE_ROUNDS 2
+
+typedef struct dyn_split_tune_result {
+    int32_t kept;        /* 1: weight is the split to use (faster); 0: keep opt's */
+    double weight[DYN_LAYER_KIND_COUNT]; /* kept ? the tuned weights : opt's split_weight */
+    double base_ms;      /* mean simulated iteration time with opt's split, ms */
+    double tuned_ms;     /* the best tuned round's mean (INFINITY: no round planned every batch) */
+    int32_t n_rounds;    /* tuned splits simulated, 0..DYN_SPLIT_TUNE_ROUNDS */
+} dyn_split_tune_result;
+
+/* Tune the split for opt (its knob as it will run: tune the knob first) on
+ * n_batches >= 1 global batches (batches[b], batch_n[b] samples each).
+ * Errors: the planner's and pipeline's for opt, and DYN_ERR_INFEASIBLE
+ * when opt's own split cannot plan a batch. */
+dyn_status dyn_pipeline_tune_split(const dyn_cost_model *cm, const dyn_plan_options *opt,
+                                   const dyn_pipeline_options *pipe_opt, const dyn_sample *const *batches,
+                                   const int32_t *batch_n, int32_t n_batches, dyn_split_tune_result *out,
+                                   dyn_error *err);
 
 #ifdef __cplusplus
 }

@@ -48,6 +48,10 @@ typedef struct dyn_plan_options {
                                 lower objective_ms, and dyn_pipeline_plan simulates the
                                 baselines' plans too (pipeline.h) and keeps the fastest;
                                 0 = the DP's plan only (the paper's method) */
+    double split_weight[DYN_LAYER_KIND_COUNT]; /* layers to stages (sched.h dyn_stage_assign_run):
+                                all 0 (default) = balanced for one row of max_seqlen tokens;
+                                else balanced for these per-layer-kind weights (ms, from
+                                dyn_pipeline_tune_split); finite and >= 0 */
 } dyn_plan_options;
 
 /* One micro-batch. Its samples are plan->sample_ids[first .. first+n_samples);

@@ -229,7 +229,7 @@ typedef struct dyn_stage_assignment {
     int32_t n_layers;     /* flattened layers */
     int32_t *layer_kind;  /* [n_layers] dyn_layer_kind */
     int32_t *stage_first; /* [n_stages + 1] */
-    double max_stage_ms;  /* the balanced objective: slowest stage, fwd + bwd, on ref */
+    double max_stage_ms;  /* the balanced objective: slowest stage's weight (fwd + bwd ms on ref) */
 } dyn_stage_assignment;
 
 /* Balanced contiguous split of n blocks with costs block_ms[n] (ms) into
@@ -242,16 +242,31 @@ dyn_status dyn_stage_split(const double *block_ms, int32_t n, int32_t n_stages, 
                            double last_extra_ms, int32_t *first, double *max_stage_ms,
                            dyn_error *err);
 
+/* Per-layer-kind weights for the split: weight[k] = the fwd + bwd ms of
+ * one layer of kind k (dyn_layer_kind) summed over the n >= 1 micro-batch
+ * shapes under recompute mode rc; 0 for a kind the model lacks. On error
+ * every weight is 0. */
+dyn_status dyn_stage_weights_of_shapes(const dyn_cost_model *cm, const dyn_mb_shape *shapes, int32_t n,
+                                       dyn_recompute rc, double weight[DYN_LAYER_KIND_COUNT], dyn_error *err);
+/* Assign cm's layers to n_stages stages minimising the slowest stage's
+ * summed weight (each layer weighs weight[its kind]; every weight finite
+ * and >= 0, else DYN_ERR_INVALID_ARG). max_stage_ms is that stage's sum. */
+dyn_status dyn_stage_assign_weights(const dyn_cost_model *cm, int32_t n_stages,
+                                    const double weight[DYN_LAYER_KIND_COUNT], dyn_stage_assignment *out,
+                                    dyn_error *err);
 /* Assign cm's layers to n_stages stages balancing fwd + bwd time of the
- * reference micro-batch shape ref under recompute mode rc. */
+ * reference micro-batch shape ref under recompute mode rc: the weights of
+ * that one shape (dyn_stage_weights_of_shapes with n = 1). */
 dyn_status dyn_stage_assign(const dyn_cost_model *cm, int32_t n_stages, const dyn_mb_shape *ref,
                             dyn_recompute rc, dyn_stage_assignment *out, dyn_error *err);
-/* The assignment a run uses, fixed for the run: dyn_stage_assign balanced
- * for one row of cm's max_seqlen tokens (T5: on both sides), no recompute.
+/* The assignment a run uses, fixed for the run: balanced for weight[]
+ * (dyn_plan_options.split_weight, e.g. from dyn_pipeline_tune_split) when
+ * weight is not NULL and some weight is not 0; else dyn_stage_assign for
+ * one row of cm's max_seqlen tokens (T5: on both sides), no recompute.
  * The planner's stage costs and the runtime's layers per rank both come
- * from here, so they agree. */
-dyn_status dyn_stage_assign_run(const dyn_cost_model *cm, int32_t n_stages, dyn_stage_assignment *out,
-                                dyn_error *err);
+ * from here with the run's options' weights, so they agree. */
+dyn_status dyn_stage_assign_run(const dyn_cost_model *cm, int32_t n_stages, const double *weight,
+                                dyn_stage_assignment *out, dyn_error *err);
 void dyn_stage_assignment_free(dyn_stage_assignment *a);
 
 /* Per-micro-batch, per-stage costs of the M shapes under assignment a: times

@@ -335,6 +335,11 @@ class Planner:
         candidates -- document-masked packings by DP objective, and with a
         schedule the baselines' plans by simulated time (BatchPlan.method
         and .knob say which won); False: the DP's plan alone.
+    split_weight: the layers-to-stages split, as 5 weights (ms) per layer
+        kind (embedding, encoder/GPT block, T5 decoder block, LM head, T5
+        bridge): `dynapipe plan --json` writes the split it tuned for the
+        run's micro-batches as "split_weight"; None or all 0 (default): the
+        split balanced for one row of max_seqlen tokens.
 
     Bad types raise TypeError and bad values ValueError before any C call;
     what the library refuses raises a dynapipe.Error subclass with its
@@ -345,7 +350,7 @@ class Planner:
 
     def __init__(self, *, model=None, max_seqlen, stages, machine="cpu", cost_model="analytic", dp=1,
                  chunks=1, memory_limit_mb=None, method="dynapipe", round_to=8, recompute="none",
-                 mb_samples=None, pack_rows=None, mb_tokens=None, dp_packing=True):
+                 mb_samples=None, pack_rows=None, mb_tokens=None, dp_packing=True, split_weight=None):
         self._cm = self._planner = None
         self._pipelines = {}
         lib = _lib.load()
@@ -368,6 +373,17 @@ class Planner:
         if not isinstance(dp_packing, bool):
             raise TypeError(f"dp_packing must be True or False, not {type(dp_packing).__name__}")
         opt.enable_packing = int(dp_packing)
+        if split_weight is not None:
+            if isinstance(split_weight, (str, bytes)) or not hasattr(split_weight, "__len__"):
+                raise TypeError(f"split_weight must be a sequence of 5 numbers, not {type(split_weight).__name__}")
+            if len(split_weight) != len(opt.split_weight):
+                raise ValueError(f"split_weight has {len(split_weight)} values, not {len(opt.split_weight)}")
+            for k, x in enumerate(split_weight):
+                if isinstance(x, bool) or not isinstance(x, (int, float)):
+                    raise TypeError(f"split_weight[{k}] must be a number, not {type(x).__name__}")
+                if not (math.isfinite(x) and x >= 0):
+                    raise ValueError(f"split_weight[{k}] = {x} must be finite and >= 0")
+                opt.split_weight[k] = float(x)
         if memory_limit_mb is not None:
             if isinstance(memory_limit_mb, bool) or not isinstance(memory_limit_mb, (int, float)):
                 raise TypeError(f"memory_limit_mb must be a number, not {type(memory_limit_mb).__name__}")
@@ -425,7 +441,8 @@ class Planner:
         self.options = {"method": method, "stages": opt.stages, "dp": opt.dp, "chunks": opt.chunks,
                         "max_seqlen": opt.max_seqlen, "round_to": opt.round_to, "recompute": recompute,
                         "memory_limit_mb": resolved.memory_limit_mb, "mb_samples": opt.mb_samples,
-                        "pack_rows": opt.pack_rows, "mb_tokens": opt.mb_tokens}
+                        "pack_rows": opt.pack_rows, "mb_tokens": opt.mb_tokens,
+                        "split_weight": list(opt.split_weight)}
 
     @staticmethod
     def _resolve_model(lib, model, max_seqlen):

@@ -3,7 +3,8 @@ replica plans, their micro-batch order, simulated figures and binary form
 are those of `dynapipe plan --schedule S --json --plan-out`; the execution
 order is traceable to sample ids (each plan micro-batch is a planner
 micro-batch of that replica, its instructions carry its shape); the
-sampler yields micro-batches in execution order."""
+sampler yields micro-batches in execution order; the layer split the CLI
+tuned (its JSON's "split_weight"), given to the Planner, plans the same."""
 import glob
 import os
 import random
@@ -70,6 +71,31 @@ class ExecPlanMatchesCli(unittest.TestCase):
         cli = cli_plan(["--model", "t5", "--max-seqlen", 1024, "--stages", 2, "--machine", "a100", "--schedule",
                         "auto"], inputs, targets)
         assert_batch_equal(self, plan, cli["global_batches"][0])
+
+    def test_t5_tuned_split(self):
+        # Short targets: `dynapipe plan` balances the layers for the run's
+        # micro-batches (not one max-length row) and writes the weights;
+        # the Planner given them plans and schedules the same.
+        r = random.Random(13)
+        inputs = [r.randint(200, 1000) for _ in range(60)]
+        targets = [r.randint(1, 24) for _ in range(60)]
+        args = ["--model", "t5", "--model-config", "t5-mini", "--max-seqlen", 1024, "--stages", 2, "--machine",
+                "cpu", "--schedule", "auto"]
+        cli = cli_plan(args, inputs, targets)
+        self.assertTrue(any(w > 0 for w in cli["split_weight"]), "the split was not tuned: the test checks nothing")
+        with dynapipe.Planner(model="t5-mini", max_seqlen=1024, stages=2, machine="cpu",
+                              split_weight=cli["split_weight"]) as p:
+            self.assertEqual(p.options["split_weight"], cli["split_weight"])
+            plan = p.plan(inputs, targets, schedule="auto")
+        assert_batch_equal(self, plan, cli["global_batches"][0])
+        maxrow = cli_plan(args + ["--stage-split", "maxrow"], inputs, targets)
+        self.assertEqual(maxrow["split_weight"], [0.0] * 5)
+        with dynapipe.Planner(model="t5-mini", max_seqlen=1024, stages=2, machine="cpu") as p:
+            assert_batch_equal(self, p.plan(inputs, targets, schedule="auto"), maxrow["global_batches"][0])
+        for bad, exc in (([1, 2], ValueError), ([0, -1, 0, 0, 0], ValueError), ("abcde", TypeError),
+                         ([0, float("nan"), 0, 0, 0], ValueError)):
+            with self.assertRaises(exc):
+                dynapipe.Planner(model="t5-mini", max_seqlen=1024, stages=2, split_weight=bad)
 
     def test_errors(self):
         with dynapipe.Planner(model="gpt", max_seqlen=1024, stages=2) as p:

@@ -401,6 +401,14 @@ static cJSON *json_root_new(const plan_cmd *pc, const plan_inputs *in, cJSON **b
         cJSON_Delete(root);
         return NULL;
     }
+    /* the layer split's weights (all 0: one max-length row's split), for
+     * planning the same way elsewhere (the Python Planner's split_weight) */
+    cJSON *w = cJSON_CreateDoubleArray(dyn_planner_options(in->planner)->split_weight, DYN_LAYER_KIND_COUNT);
+    if (w == NULL || !cJSON_AddItemToObject(root, "split_weight", w)) {
+        cJSON_Delete(w);
+        cJSON_Delete(root);
+        return NULL;
+    }
     return root;
 }
 
@@ -466,7 +474,7 @@ int cli_plan_main(int argc, char **argv)
     int p = parse_flags(&pc, argc, argv);
     if (p != 0) return p > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     const plan_args *a = &pc.a;
-    plan_open popen = {.tune = !a->untuned, .tune_report = stderr, .warn = 1};
+    plan_open popen = {.tune = !a->untuned, .tune_split = 1, .tune_report = stderr, .warn = 1};
     plan_inputs in;
     int rc = plan_inputs_open(CMD, a, &popen, &in);
     if (rc != 0) return rc;

@@ -667,7 +667,11 @@ static int run_planned(run_state *rs, plan_inputs *in)
     for (int32_t m = 0; m < a->n_methods; m++) {
         dyn_plan_options po = a->plan.opt;
         po.method = a->methods[m];
+        int knob_tuned = !a->plan.untuned && dyn_tune_knob_get(&po) == 0;
         if (!a->plan.untuned && plan_tune_method(CMD, in, &po, a->order_groups, stdout) != 0) goto done;
+        if (a->plan.stage_split == PLAN_SPLIT_TUNED &&
+            plan_tune_split(CMD, in, &po, a->order_groups, knob_tuned, stdout) != 0)
+            goto done;
         rs->knob[m] = dyn_tune_knob_get(&po);
         planners[m] = dyn_planner_create(in->cm, &po, &err);
         if (planners[m] == NULL) {

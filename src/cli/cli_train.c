@@ -406,25 +406,43 @@ static int build_options(const train_args *t, dyn_train_options *o, char *header
     }
     int rc = table_max_seqlen(t, &run);
     if (rc != 0) return rc;
-    /* A baseline's knob is tuned by every process alike (same inputs, same
-     * value); only the process that speaks for the job says what it chose,
-     * and what it warns of. */
+    /* A baseline's knob and the stage split are tuned by every process
+     * alike (same inputs, same values: simulation, no timing); only the
+     * process that speaks for the job warns, and what it chose joins the
+     * header, printed once the run is checked (a refused run prints only
+     * its error). */
     int speaks = dyn_rt_speaks_for_job();
-    plan_open po = {.tune = !run.untuned, .tune_report = speaks ? stderr : NULL,
-                    .order_groups = t->o.order_groups, .warn = speaks};
     /* The flags' own combinations are refused before the inputs are built,
      * which may measure this machine for seconds (--machine auto). */
     *o = t->o;
     o->data_spec = run.data_spec;
     o->plan = run.opt;
     if ((rc = check_combinations(t, o)) != 0) return rc;
+    char *tuned = NULL;
+    size_t tuned_len = 0;
+    FILE *tune_fp = speaks ? open_memstream(&tuned, &tuned_len) : NULL;
+    plan_open po = {.tune = !run.untuned, .tune_split = 1, .tune_report = tune_fp,
+                    .order_groups = t->o.order_groups, .warn = speaks};
     plan_inputs in;
-    if ((rc = plan_inputs_open(CMD, &run, &po, &in)) != 0) return rc;
+    rc = plan_inputs_open(CMD, &run, &po, &in);
+    if (tune_fp != NULL && fclose(tune_fp) != 0 && rc == 0) {
+        cli_errorf(CMD, "out of memory");
+        rc = CLI_EXIT_FAIL;
+        plan_inputs_close(&in);
+    }
+    if (rc != 0) {
+        free(tuned);
+        return rc;
+    }
     *o = t->o;
     o->model = in.model;
     o->machine = in.machine;
     o->plan = *dyn_planner_options(in.planner);
-    cli_train_header(header, header_cap, &run, &in, &t->defaulted);
+    size_t used = tuned ? strlen(tuned) : 0;
+    if (used >= header_cap) used = 0; /* cannot happen at these sizes; the header alone then */
+    if (used > 0) memcpy(header, tuned, used + 1);
+    cli_train_header(header + used, header_cap - used, &run, &in, &t->defaulted);
+    free(tuned);
     plan_inputs_close(&in);
     /* The ranks compute and send fp32: a machine of other elements would
      * plan messages of other sizes than the ranks exchange. */
@@ -467,6 +485,7 @@ static int print_options(const dyn_train_options *o, const char *hostfile)
     NUM(mj, "vocab", m->vocab), NUM(mj, "max_seqlen", m->max_seqlen);
     cJSON_AddStringToObject(j, "method", dyn_batching_name(o->plan.method));
     NUM(j, "stages", o->plan.stages), NUM(j, "dp", o->plan.dp), NUM(j, "chunks", o->plan.chunks);
+    cJSON_AddItemToObject(j, "split_weight", cJSON_CreateDoubleArray(o->plan.split_weight, DYN_LAYER_KIND_COUNT));
     STR("schedule", dyn_schedule_name(o->schedule));
     NUM(j, "order_groups", o->order_groups), NUM(j, "plan_ahead", o->plan_ahead);
     STR("cost_table", o->cost_table), STR("data", o->data_spec);

@@ -17,9 +17,11 @@
  *   batches      synthetic and --data builtin: 4 global batches; file: all
  *   baseline knobs  tuned (plan_tune_method) on the first TUNE_BATCHES global
  *                batches, unless given
+ *   stage split  tuned (plan_tune_split) on the same batches, after the knob
  */
 #include "cli/plan_args.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +29,7 @@
 #include "cli/cli.h"                /* defines: cli_errorf, cli_parse_*, CLI_EXIT_* */
 #include "cli/cli_machine.h"        /* defines: cli_machine_auto */
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_*, dyn_machine_resolve */
-#include "dynapipe/pipeline.h"     /* defines: dyn_pipeline_tune */
+#include "dynapipe/pipeline.h"     /* defines: dyn_pipeline_tune, dyn_pipeline_tune_split */
 
 #define DEFAULT_SYNTHETIC_BATCHES 4
 #define TUNE_BATCHES 4 /* global batches a baseline's knob is tuned on */
@@ -108,6 +110,7 @@ static int parse_method(const char *cmd, const cli_flag *f, const char *v, void 
 }
 
 static const char *const split_names[] = {"train", "heldout", NULL}; /* dyn_corpus_split order */
+static const char *const stage_split_names[] = {"tuned", "maxrow", NULL}; /* PLAN_SPLIT_* order */
 _Static_assert(DYN_SPLIT_TRAIN == 0 && DYN_SPLIT_HELDOUT == 1, "split_names follows dyn_corpus_split");
 
 #define PA plan_args
@@ -156,6 +159,10 @@ const cli_flag plan_args_flags[] = {
     {.name = "--memory-limit", .metavar = "MB", .type = CLI_FLAG_F64, .field = offsetof(PA, opt.memory_limit_mb),
      .fmin = 1e-6, .fmax = 1e12, .help = "per device", .def = "the machine's memory"},
     CLI_FN("--recompute", "none|selective|full", parse_recompute, "activation recomputation (default none)"),
+    CLI_ENUM("--stage-split", "tuned|maxrow", PA, stage_split, stage_split_names,
+             "layers per stage: tuned (default) balances them for the\n"
+             "micro-batches of the first global batches, kept if that\n"
+             "simulates faster; maxrow for one row of max-seqlen tokens"),
     CLI_SECTION("micro-batching:"),
     CLI_FN("--method", "NAME", parse_method,
            "dynapipe, padding, packing, packing-docmask or token (default dynapipe)"),
@@ -528,8 +535,11 @@ int plan_inputs_open(const char *cmd, const plan_args *a, const plan_open *po, p
     memset(in, 0, sizeof *in);
     int rc = open_costs(cmd, a, po, in);
     if (rc == 0) rc = open_samples(cmd, a, in);
-    dyn_plan_options opt = a->opt; /* the flags' options, with the tuned knob */
+    dyn_plan_options opt = a->opt; /* the flags' options, with the tuned knob and split */
+    int knob_tuned = po->tune && dyn_tune_knob_get(&opt) == 0;
     if (rc == 0 && po->tune) rc = plan_tune_method(cmd, in, &opt, po->order_groups, po->tune_report);
+    if (rc == 0 && po->tune_split && a->stage_split == PLAN_SPLIT_TUNED)
+        rc = plan_tune_split(cmd, in, &opt, po->order_groups, knob_tuned, po->tune_report);
     if (rc == 0) {
         dyn_error err;
         in->planner = dyn_planner_create(in->cm, &opt, &err);
@@ -543,29 +553,42 @@ int plan_inputs_open(const char *cmd, const plan_args *a, const plan_open *po, p
     return rc;
 }
 
-int plan_tune_method(const char *cmd, plan_inputs *in, dyn_plan_options *opt, int32_t order_groups,
-                     FILE *report)
+/* The first global batches of in's data (at most TUNE_BATCHES, and no more
+ * than the run plans), from a sampler of their own: *smp owns them (free
+ * it). 0, or CLI_EXIT_FAIL (printed). */
+static int tune_batches(const char *cmd, const plan_inputs *in, dyn_sampler **smp,
+                        const dyn_sample *batches[TUNE_BATCHES], int32_t counts[TUNE_BATCHES], int32_t *nb)
 {
-    if (dyn_tune_knob_name(opt->method) == NULL || dyn_tune_knob_get(opt) != 0) return 0;
     dyn_error err;
-    dyn_sampler *smp = dyn_sampler_create(&in->ds, in->global_batch_tokens, &err);
-    if (smp == NULL) {
+    *nb = 0;
+    if ((*smp = dyn_sampler_create(&in->ds, in->global_batch_tokens, &err)) == NULL) {
         cli_errorf(cmd, "%s", err.msg);
         return CLI_EXIT_FAIL;
     }
-    const dyn_sample *batches[TUNE_BATCHES];
-    int32_t counts[TUNE_BATCHES];
-    int32_t nb = 0, limit = in->batches_left > 0 && in->batches_left < TUNE_BATCHES ? in->batches_left
-                                                                                     : TUNE_BATCHES;
-    while (nb < limit) {
-        if (dyn_sampler_next(smp, &batches[nb], &counts[nb], &err) != DYN_OK) {
+    int32_t limit = in->batches_left > 0 && in->batches_left < TUNE_BATCHES ? in->batches_left : TUNE_BATCHES;
+    while (*nb < limit) {
+        if (dyn_sampler_next(*smp, &batches[*nb], &counts[*nb], &err) != DYN_OK) {
             cli_errorf(cmd, "%s", err.msg);
-            dyn_sampler_free(smp);
+            dyn_sampler_free(*smp);
+            *smp = NULL;
             return CLI_EXIT_FAIL;
         }
-        if (counts[nb] == 0) break;
-        nb++;
+        if (counts[*nb] == 0) break;
+        (*nb)++;
     }
+    return 0;
+}
+
+/* plan_tune_method; note follows the knob's value on the report line. */
+static int tune_knob(const char *cmd, plan_inputs *in, dyn_plan_options *opt, int32_t order_groups, FILE *report,
+                     const char *note)
+{
+    if (dyn_tune_knob_name(opt->method) == NULL || dyn_tune_knob_get(opt) != 0) return 0;
+    dyn_error err;
+    dyn_sampler *smp;
+    const dyn_sample *batches[TUNE_BATCHES];
+    int32_t counts[TUNE_BATCHES], nb;
+    if (tune_batches(cmd, in, &smp, batches, counts, &nb) != 0) return CLI_EXIT_FAIL;
     int rc = 0;
     if (nb > 0) {
         dyn_pipeline_options po;
@@ -578,9 +601,9 @@ int plan_tune_method(const char *cmd, plan_inputs *in, dyn_plan_options *opt, in
         } else {
             dyn_tune_knob_set(opt, t.value);
             if (report) {
-                fprintf(report, "%s: tuned --%s %lld (simulated iteration %.1f ms, schedule auto, %d global "
+                fprintf(report, "%s: tuned --%s %lld%s (simulated iteration %.1f ms, schedule auto, %d global "
                                 "batch%s; tried",
-                        dyn_batching_name(opt->method), dyn_tune_knob_name(opt->method), (long long)t.value,
+                        dyn_batching_name(opt->method), dyn_tune_knob_name(opt->method), (long long)t.value, note,
                         t.iter_ms, nb, nb == 1 ? "" : "es");
                 for (int32_t i = 0; i < t.n_tried; i++)
                     fprintf(report, "%s %lld: %.1f", i ? "," : "", (long long)t.tried[i], t.tried_ms[i]);
@@ -589,6 +612,95 @@ int plan_tune_method(const char *cmd, plan_inputs *in, dyn_plan_options *opt, in
         }
     }
     dyn_sampler_free(smp);
+    return rc;
+}
+
+int plan_tune_method(const char *cmd, plan_inputs *in, dyn_plan_options *opt, int32_t order_groups,
+                     FILE *report)
+{
+    return tune_knob(cmd, in, opt, order_groups, report, "");
+}
+
+/* "[4, 2+6]": the transformer blocks of each stage of the split weight
+ * gives (T5: encoder+decoder blocks), into buf (no '|': simulate's
+ * markdown table is parsed by scripts). */
+static dyn_status split_text(const dyn_cost_model *cm, int32_t stages, const double *weight, char *buf, size_t cap,
+                             dyn_error *err)
+{
+    dyn_stage_assignment a;
+    dyn_status st = dyn_stage_assign_run(cm, stages, weight, &a, err);
+    if (st != DYN_OK) return st;
+    int t5 = dyn_cost_model_config(cm)->kind == DYN_MODEL_T5;
+    int w0 = snprintf(buf, cap, "[");
+    size_t len = w0 > 0 ? (size_t)w0 : 0;
+    for (int32_t s = 0; s < a.n_stages && len < cap; s++) {
+        int enc = 0, dec = 0;
+        for (int32_t l = a.stage_first[s]; l < a.stage_first[s + 1]; l++) {
+            enc += a.layer_kind[l] == DYN_LAYER_ENCODER;
+            dec += a.layer_kind[l] == DYN_LAYER_DECODER;
+        }
+        int w = t5 ? snprintf(buf + len, cap - len, "%s%d+%d", s ? ", " : "", enc, dec)
+                   : snprintf(buf + len, cap - len, "%s%d", s ? ", " : "", enc);
+        if (w > 0) len += (size_t)w;
+    }
+    if (len < cap) snprintf(buf + len, cap - len, "]");
+    dyn_stage_assignment_free(&a);
+    return DYN_OK;
+}
+
+int plan_tune_split(const char *cmd, plan_inputs *in, dyn_plan_options *opt, int32_t order_groups, int retune_knob,
+                    FILE *report)
+{
+    dyn_error err;
+    dyn_sampler *smp;
+    const dyn_sample *batches[TUNE_BATCHES];
+    int32_t counts[TUNE_BATCHES], nb;
+    if (tune_batches(cmd, in, &smp, batches, counts, &nb) != 0) return CLI_EXIT_FAIL;
+    int rc = 0, retune = 0;
+    if (nb > 0) {
+        dyn_pipeline_options po;
+        dyn_pipeline_options_default(&po);
+        if (order_groups > 0) po.order_groups = order_groups;
+        dyn_split_tune_result t;
+        char base[256], tuned[256];
+        dyn_status st = dyn_pipeline_tune_split(in->cm, opt, &po, batches, counts, nb, &t, &err);
+        if (st == DYN_ERR_INFEASIBLE) { /* the run's own planning says which batch and why */
+            dyn_sampler_free(smp);
+            return 0;
+        }
+        if (st != DYN_OK || split_text(in->cm, opt->stages, opt->split_weight, base, sizeof base, &err) != DYN_OK ||
+            split_text(in->cm, opt->stages, t.weight, tuned, sizeof tuned, &err) != DYN_OK) {
+            cli_errorf(cmd, "%s", err.msg);
+            rc = err.code == DYN_ERR_INVALID_ARG ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+        } else {
+            const char *blocks = in->model.kind == DYN_MODEL_T5 ? " (encoder+decoder blocks)" : "";
+            if (t.kept) memcpy(opt->split_weight, t.weight, sizeof opt->split_weight);
+            /* The knob was tuned under the old split; the new one moves
+             * the stages' balance, so the best micro-batch size may move
+             * too (the old value is among the candidates again). */
+            if (t.kept && retune_knob && dyn_tune_knob_name(opt->method) != NULL) {
+                dyn_tune_knob_set(opt, 0);
+                retune = 1;
+            }
+            if (report && t.kept)
+                fprintf(report,
+                        "%s: stage split: balanced for the sample's micro-batches: layers per stage %s%s, "
+                        "simulated %.1f ms against %.1f ms for a max-length row's %s\n",
+                        dyn_batching_name(opt->method), tuned, blocks, t.tuned_ms, t.base_ms, base);
+            else if (report && t.n_rounds > 0) {
+                char other[64];
+                if (isfinite(t.tuned_ms)) snprintf(other, sizeof other, "%.1f ms", t.tuned_ms);
+                else snprintf(other, sizeof other, "over the memory limit");
+                fprintf(report,
+                        "%s: stage split: for a max-length row, layers per stage %s%s (simulated %.1f ms; "
+                        "balanced for the sample's micro-batches: %s)\n",
+                        dyn_batching_name(opt->method), base, blocks, t.base_ms, other);
+            }
+            /* else the micro-batches balance the same split: nothing to say */
+        }
+    }
+    dyn_sampler_free(smp);
+    if (rc == 0 && retune) rc = tune_knob(cmd, in, opt, order_groups, report, " for that split");
     return rc;
 }
 

@@ -8,7 +8,7 @@
  *   cli_flag_set sets[] = {{my_flags, &mine}, {plan_args_flags, &a}};
  *   if (cli_flags_parse(cmd, sets, 2, argc, argv) != 0) ...  // flags.h
  *   if (plan_args_finish(cmd, &a) != 0) return CLI_EXIT_USAGE;
- *   plan_open po = {.tune = !a.untuned, .tune_report = stderr, .warn = 1};
+ *   plan_open po = {.tune = !a.untuned, .tune_split = 1, .tune_report = stderr, .warn = 1};
  *   plan_inputs in;  int rc = plan_inputs_open(cmd, &a, &po, &in);  // 0 or exit code
  *   while ((rc = plan_inputs_next(cmd, &in, &batch, &n)) == 0 && n > 0) ...
  *   plan_inputs_close(&in);
@@ -60,7 +60,11 @@ typedef struct plan_args {
     int have_max_seqlen, have_stages; /* given, or defaulted by the command (train) */
     int have_method;            /* --method / --batching given */
     int untuned;    /* --untuned: a baseline's knob not given is the most that fit */
+    int stage_split; /* --stage-split: PLAN_SPLIT_TUNED (default) or PLAN_SPLIT_MAXROW */
 } plan_args;
+
+/* --stage-split values (the order of its names in plan_args.c). */
+enum { PLAN_SPLIT_TUNED = 0, PLAN_SPLIT_MAXROW = 1 };
 
 /* The planning flags, over plan_args (flags.h). */
 extern const cli_flag plan_args_flags[];
@@ -83,6 +87,7 @@ void plan_args_usage(FILE *out, const plan_args *a, const cli_flag *shadow);
 /* How plan_inputs_open runs: the caller's choices, not flags. */
 typedef struct plan_open {
     int tune;              /* tune a baseline's zero knob (plan_tune_method); 0: leave it */
+    int tune_split;        /* then the layer split, unless --stage-split maxrow (plan_tune_split) */
     FILE *tune_report;     /* the tuning line goes here; NULL: not said */
     int32_t order_groups;  /* auto's order search while tuning (0: its default) */
     int warn;              /* say once when --max-seqlen passes a cost table's grid */
@@ -118,5 +123,15 @@ void plan_inputs_close(plan_inputs *in);
  * for dynapipe or an explicit knob. 0, or CLI_EXIT_FAIL / _USAGE (printed). */
 int plan_tune_method(const char *cmd, plan_inputs *in, dyn_plan_options *opt, int32_t order_groups,
                      FILE *report);
+/* The layers-to-stages split for opt (its knob already tuned): balanced
+ * for the micro-batches of the same first global batches
+ * (dyn_pipeline_tune_split, schedule auto), set in opt->split_weight when
+ * that simulates faster than the max-length row's split; then, with
+ * retune_knob (the knob was tuned, not given), the knob is tuned again
+ * under the new split. report, if not NULL, gets one line saying the
+ * layers per stage and both simulated times when another split was tried
+ * (and the knob's line again when re-tuned). Any method. 0, or CLI_EXIT_FAIL / _USAGE (printed). */
+int plan_tune_split(const char *cmd, plan_inputs *in, dyn_plan_options *opt, int32_t order_groups, int retune_knob,
+                    FILE *report);
 
 #endif

@@ -6,9 +6,11 @@
  *
  * The layer-to-stage assignment is a property of the training run, not of a
  * batch, so it is computed once per chunk count (v = 1, and v = chunks for
- * the interleaved schedule), balanced for the longest sequence the model
- * takes (one row of max_seqlen tokens; T5: max_seqlen on both sides) without
- * recomputation, and reused for every batch and recompute mode. Costs of the
+ * the interleaved schedule), balanced for the run's split weights (the
+ * micro-batches of a sample of its batches, dyn_pipeline_tune_split) or by
+ * default for the longest sequence the model takes (one row of max_seqlen
+ * tokens; T5: max_seqlen on both sides) without recomputation, and reused
+ * for every batch and recompute mode. Costs of the
  * current batch are built lazily per (v, recompute) and cached until the
  * next batch.
  */
@@ -96,7 +98,7 @@ void dyn_batch_costs_free(dyn_batch_costs *bc)
 }
 
 dyn_batch_costs *dyn_batch_costs_create(const dyn_cost_model *cm, int32_t n_ranks, int32_t chunks,
-                                        dyn_error *err)
+                                        const double *split_weight, dyn_error *err)
 {
     if (cm == NULL || n_ranks < 1 || chunks < 1) {
         dyn_error_set(err, DYN_ERR_INVALID_ARG, "stage costs: %d stages x %d chunks", n_ranks, chunks);
@@ -107,7 +109,7 @@ dyn_batch_costs *dyn_batch_costs_create(const dyn_cost_model *cm, int32_t n_rank
     bc->cm = cm;
     bc->n_ranks = n_ranks;
     bc->chunks = chunks;
-    if (dyn_stage_assign_run(cm, n_ranks, &bc->assign[0], err) != DYN_OK) {
+    if (dyn_stage_assign_run(cm, n_ranks, split_weight, &bc->assign[0], err) != DYN_OK) {
         dyn_batch_costs_free(bc);
         return NULL;
     }
@@ -115,7 +117,7 @@ dyn_batch_costs *dyn_batch_costs_create(const dyn_cost_model *cm, int32_t n_rank
      * chunked schedules are unavailable, reported when asked for. */
     if (chunks > 1) {
         dyn_error e;
-        if (dyn_stage_assign_run(cm, n_ranks * chunks, &bc->assign[1], &e) == DYN_OK)
+        if (dyn_stage_assign_run(cm, n_ranks * chunks, split_weight, &bc->assign[1], &e) == DYN_OK)
             bc->have_chunked = 1;
         else
             snprintf(bc->chunked_error, sizeof bc->chunked_error, "%s", e.msg);

@@ -205,7 +205,7 @@ dyn_pipeline *dyn_pipeline_create(dyn_planner *planner, const dyn_pipeline_optio
     p->cm = cm;
     p->opt = *opt;
     const dyn_plan_options *po = dyn_planner_options(planner);
-    p->bc = dyn_batch_costs_create(cm, po->stages, po->chunks, err);
+    p->bc = dyn_batch_costs_create(cm, po->stages, po->chunks, po->split_weight, err);
     p->sim = p->bc ? dyn_sim_create(err) : NULL;
     if (p->sim == NULL) {
         dyn_pipeline_free(p);

@@ -99,6 +99,10 @@ static dyn_status options_check(const dyn_plan_options *o, dyn_error *err)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "unknown recompute mode %d", o->recompute);
     if (o->mb_samples < 0 || o->pack_rows < 0 || o->mb_tokens < 0 || !(o->memory_limit_mb == o->memory_limit_mb))
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "negative baseline knob or NaN memory limit");
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
+        if (!(o->split_weight[k] >= 0.0) || !isfinite(o->split_weight[k]))
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "split_weight[%d] is %g (must be finite and >= 0)", k,
+                                 o->split_weight[k]);
     return DYN_OK;
 }
 

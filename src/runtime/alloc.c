@@ -41,9 +41,11 @@ struct rt_alloc {
     int32_t n_ranks, dp;
     rank_pool *pools;        /* [dp * n_ranks] */
     assign_cache assign[2];  /* by n_stages: plain and chunked */
+    double split_weight[DYN_LAYER_KIND_COUNT]; /* the run's (dyn_stage_assign_run) */
 };
 
-rt_alloc *rt_alloc_create(const dyn_cost_model *cm, int32_t n_ranks, int32_t dp, dyn_error *err)
+rt_alloc *rt_alloc_create(const dyn_cost_model *cm, int32_t n_ranks, int32_t dp, const double *split_weight,
+                          dyn_error *err)
 {
     if (cm == NULL || n_ranks < 1 || dp < 1) {
         dyn_error_set(err, DYN_ERR_INVALID_ARG, "allocation model: %d ranks x %d replicas", n_ranks, dp);
@@ -54,6 +56,7 @@ rt_alloc *rt_alloc_create(const dyn_cost_model *cm, int32_t n_ranks, int32_t dp,
     a->cm = cm;
     a->n_ranks = n_ranks;
     a->dp = dp;
+    if (split_weight) memcpy(a->split_weight, split_weight, sizeof a->split_weight);
     a->pools = dyn_calloc((size_t)n_ranks * (size_t)dp, sizeof *a->pools, "allocation model", err);
     if (a->pools == NULL) {
         free(a);
@@ -77,7 +80,7 @@ void rt_alloc_free(rt_alloc *a)
 
 rt_alloc *rt_alloc_copy(const rt_alloc *a, dyn_error *err)
 {
-    rt_alloc *c = rt_alloc_create(a->cm, a->n_ranks, a->dp, err);
+    rt_alloc *c = rt_alloc_create(a->cm, a->n_ranks, a->dp, a->split_weight, err);
     if (c == NULL) return NULL;
     for (int32_t i = 0; i < a->n_ranks * a->dp; i++) {
         const rank_pool *p = &a->pools[i];
@@ -105,7 +108,7 @@ static const dyn_stage_assignment *assign_of(rt_alloc *a, int32_t n_stages, dyn_
     int i = a->assign[0].have ? 1 : 0;
     if (a->assign[i].have) dyn_stage_assignment_free(&a->assign[i].a);
     a->assign[i].have = 0;
-    if (dyn_stage_assign_run(a->cm, n_stages, &a->assign[i].a, err) != DYN_OK) return NULL;
+    if (dyn_stage_assign_run(a->cm, n_stages, a->split_weight, &a->assign[i].a, err) != DYN_OK) return NULL;
     a->assign[i].have = 1;
     return &a->assign[i].a;
 }

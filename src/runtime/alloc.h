@@ -25,8 +25,11 @@
 typedef struct rt_alloc rt_alloc;
 
 /* cm (borrowed, must outlive the handle): the planner's cost model;
- * n_ranks pipeline ranks, dp replicas. NULL on bad arguments (err set). */
-rt_alloc *rt_alloc_create(const dyn_cost_model *cm, int32_t n_ranks, int32_t dp, dyn_error *err);
+ * n_ranks pipeline ranks, dp replicas; split_weight: the run's
+ * dyn_plan_options.split_weight (copied; NULL: all 0), so the layers per
+ * stage are the planner's. NULL on bad arguments (err set). */
+rt_alloc *rt_alloc_create(const dyn_cost_model *cm, int32_t n_ranks, int32_t dp, const double *split_weight,
+                          dyn_error *err);
 void rt_alloc_free(rt_alloc *a);
 
 /* A copy of a's pools (the same cost model borrowed): the planner keeps

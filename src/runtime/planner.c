@@ -83,7 +83,7 @@ rt_planner *rt_planner_create(const dyn_train_options *o, const dyn_dataset *len
                           : dyn_cost_model_create_analytic(&o->model, &o->machine, err);
     if (p->cm != NULL) p->planner = dyn_planner_create(p->cm, &o->plan, err);
     if (p->planner != NULL &&
-        ((p->alloc = rt_alloc_create(p->cm, p->S, o->plan.dp > 0 ? o->plan.dp : 1, err)) == NULL ||
+        ((p->alloc = rt_alloc_create(p->cm, p->S, o->plan.dp > 0 ? o->plan.dp : 1, o->plan.split_weight, err)) == NULL ||
          (p->rank_alloc_mb = dyn_calloc((size_t)p->S, sizeof(double), "allocation model", err)) == NULL)) {
         rt_planner_free(p);
         return NULL;

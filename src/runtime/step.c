@@ -34,12 +34,13 @@ static dyn_status stage_layers(const dyn_train_options *o, int32_t **lay_first, 
     dyn_cost_model *cm = o->cost_table ? dyn_cost_model_load_table(o->cost_table, err)
                                        : dyn_cost_model_create_analytic(&o->model, &o->machine, err);
     if (cm == NULL) return err->code;
-    /* The planner's own assignment (dyn_stage_assign_run, which its stage
-     * costs use too), so plan stages and model layers agree on every rank. */
+    /* The planner's own assignment (dyn_stage_assign_run with the run's
+     * split weights, which its stage costs use too), so plan stages and
+     * model layers agree on every rank. */
     int32_t v = o->schedule == DYN_SCHEDULE_INTERLEAVED ? o->plan.chunks : 1;
     dyn_stage_assignment a;
     memset(&a, 0, sizeof a);
-    dyn_status st = dyn_stage_assign_run(cm, o->plan.stages * v, &a, err);
+    dyn_status st = dyn_stage_assign_run(cm, o->plan.stages * v, o->plan.split_weight, &a, err);
     dyn_cost_model_free(cm);
     if (st != DYN_OK) return st;
     *n_stages = a.n_stages;

@@ -8,12 +8,17 @@
  * (the encoder's final norm and the decoder embedding) on the stage of the
  * last encoder block, as the runtime's model ranges place it, and every
  * stage gets at least one transformer block. Balance: minimise the slowest
- * stage's fwd + bwd time on a reference micro-batch, exactly, by dynamic
- * programming over contiguous splits (S * n^2 for n blocks: a few thousand
- * steps for real models). For T5
+ * stage's weight, exactly, by dynamic programming over contiguous splits
+ * (S * n^2 for n blocks: a few thousand steps for real models). A layer's
+ * weight is that of its kind: the fwd + bwd ms of one layer of the kind
+ * summed over some micro-batch shapes -- one reference row of max_seqlen
+ * tokens by default (dyn_stage_assign_run), or the micro-batches a run's
+ * sample of global batches was planned into (dyn_pipeline_tune_split), so
+ * that the split balances the lengths the run really trains on. For T5
  * the encoder and decoder blocks have different costs, so the optimal split
  * places the encoder/decoder boundary wherever the times balance, not at the
- * middle stage. */
+ * middle stage; with short targets the decoder blocks weigh less and a
+ * stage takes more of them. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,9 +118,19 @@ dyn_status dyn_stage_split(const double *block_ms, int32_t n, int32_t n_stages, 
     return DYN_OK;
 }
 
-dyn_status dyn_stage_assign_run(const dyn_cost_model *cm, int32_t n_stages, dyn_stage_assignment *out,
-                                dyn_error *err)
+/* All zero (or NULL): no weights given, the run's default split. */
+static int weights_given(const double *weight)
 {
+    if (weight == NULL) return 0;
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
+        if (weight[k] != 0.0) return 1;
+    return 0;
+}
+
+dyn_status dyn_stage_assign_run(const dyn_cost_model *cm, int32_t n_stages, const double *weight,
+                                dyn_stage_assignment *out, dyn_error *err)
+{
+    if (weights_given(weight)) return dyn_stage_assign_weights(cm, n_stages, weight, out, err);
     const dyn_model_config *cfg = dyn_cost_model_config(cm);
     dyn_mb_shape ref;
     memset(&ref, 0, sizeof ref);
@@ -133,17 +148,40 @@ void dyn_stage_assignment_free(dyn_stage_assignment *a)
     memset(a, 0, sizeof *a);
 }
 
-static dyn_status layer_ms(const dyn_cost_model *cm, dyn_layer_kind kind, const dyn_mb_shape *ref,
-                           dyn_recompute rc, double *ms, dyn_error *err)
+dyn_status dyn_stage_weights_of_shapes(const dyn_cost_model *cm, const dyn_mb_shape *shapes, int32_t n,
+                                       dyn_recompute rc, double weight[DYN_LAYER_KIND_COUNT], dyn_error *err)
 {
-    dyn_layer_cost lc;
-    dyn_status st = dyn_cost_layer(cm, kind, ref, rc, &lc, err);
-    if (st == DYN_OK) *ms = lc.fwd_ms + lc.bwd_ms;
-    return st;
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) weight[k] = 0.0;
+    if (n < 1 || shapes == NULL)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "stage weights: %d micro-batch shapes", n);
+    const dyn_model_config *cfg = dyn_cost_model_config(cm);
+    for (int32_t m = 0; m < n; m++)
+        for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++) {
+            if (!dyn_cost_kind_present(cfg, (dyn_layer_kind)k)) continue;
+            dyn_layer_cost lc;
+            dyn_status st = dyn_cost_layer(cm, (dyn_layer_kind)k, &shapes[m], rc, &lc, err);
+            if (st != DYN_OK) {
+                for (int j = 0; j < DYN_LAYER_KIND_COUNT; j++) weight[j] = 0.0;
+                return st;
+            }
+            weight[k] += lc.fwd_ms + lc.bwd_ms;
+        }
+    return DYN_OK;
 }
 
 dyn_status dyn_stage_assign(const dyn_cost_model *cm, int32_t n_stages, const dyn_mb_shape *ref,
                             dyn_recompute rc, dyn_stage_assignment *out, dyn_error *err)
+{
+    memset(out, 0, sizeof *out);
+    double w[DYN_LAYER_KIND_COUNT];
+    dyn_status st = dyn_stage_weights_of_shapes(cm, ref, 1, rc, w, err);
+    if (st != DYN_OK) return st;
+    return dyn_stage_assign_weights(cm, n_stages, w, out, err);
+}
+
+dyn_status dyn_stage_assign_weights(const dyn_cost_model *cm, int32_t n_stages,
+                                    const double weight[DYN_LAYER_KIND_COUNT], dyn_stage_assignment *out,
+                                    dyn_error *err)
 {
     memset(out, 0, sizeof *out);
     const dyn_model_config *cfg = dyn_cost_model_config(cm);
@@ -154,13 +192,16 @@ dyn_status dyn_stage_assign(const dyn_cost_model *cm, int32_t n_stages, const dy
                              "stage assignment: %d stages but the model has %d transformer layers "
                              "(stages more than layers)",
                              n_stages, nb);
-    double enc_ms = 0, dec_ms = 0, embed_ms = 0, head_ms = 0, bridge_ms = 0;
-    dyn_status st = layer_ms(cm, DYN_LAYER_ENCODER, ref, rc, &enc_ms, err);
-    if (st == DYN_OK && t5) st = layer_ms(cm, DYN_LAYER_DECODER, ref, rc, &dec_ms, err);
-    if (st == DYN_OK && t5) st = layer_ms(cm, DYN_LAYER_BRIDGE, ref, rc, &bridge_ms, err);
-    if (st == DYN_OK) st = layer_ms(cm, DYN_LAYER_EMBED, ref, rc, &embed_ms, err);
-    if (st == DYN_OK) st = layer_ms(cm, DYN_LAYER_LM_HEAD, ref, rc, &head_ms, err);
-    if (st != DYN_OK) return st;
+    for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
+        if (!(weight[k] >= 0.0) || !isfinite(weight[k]))
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "stage assignment: the weight of layer kind %d is %g (must be finite and >= 0)", k,
+                                 weight[k]);
+    /* A kind the model lacks weighs nothing (GPT has no decoder or bridge). */
+    double enc_ms = weight[DYN_LAYER_ENCODER], dec_ms = t5 ? weight[DYN_LAYER_DECODER] : 0.0;
+    double bridge_ms = t5 ? weight[DYN_LAYER_BRIDGE] : 0.0;
+    double embed_ms = weight[DYN_LAYER_EMBED], head_ms = weight[DYN_LAYER_LM_HEAD];
+    dyn_status st = DYN_OK;
     double *block = dyn_calloc((size_t)nb, sizeof(double), "stage assignment", err);
     int32_t *bfirst = dyn_calloc((size_t)n_stages + 1, sizeof(int32_t), "stage assignment", err);
     int32_t nl = nb + 2 + t5; /* + the bridge */
