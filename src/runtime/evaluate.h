@@ -27,10 +27,11 @@ typedef struct rt_eval_result {
     double loss;          /* mean nats per target token over all samples */
 } rt_eval_result;
 
-/* Evaluate m on samples [0, n) of corpus c (n <= its count): each sample
+/* Evaluate m on samples [0, n) of corpus c (n <= its count), with c's
+ * special ids (m takes them: dyn_model_set_specials): each sample
  * alone in a padded micro-batch for the loss; with accuracy != 0 also the
- * greedy generation of target_len tokens (the target ends in eos, so the
- * first target_len tokens decide an exact match). */
+ * greedy generation of target_len tokens (a target that ends in eos stops
+ * it there; the first target_len tokens decide an exact match). */
 dyn_status rt_eval_run(dyn_model *m, dyn_corpus *c, int64_t n, int accuracy, rt_eval_result *r, dyn_error *err);
 
 #endif

@@ -41,6 +41,7 @@ struct rt_exec {
     size_t cap_tok;
     dyn_token_sample *ts;
     size_t cap_ts;
+    dyn_model_specials sp;      /* the data's pad and decoder start (rt_source_specials) */
     float dloss;                /* 1 / global target tokens */
     rt_exec_stats *st;
     double epoch_ms;
@@ -84,6 +85,7 @@ rt_exec *rt_exec_create(const rt_exec_env *env, dyn_error *err)
     rt_exec *x = dyn_calloc(1, sizeof *x, "interpreter", err);
     if (x == NULL) return NULL;
     x->env = *env;
+    x->sp = rt_source_specials(env->src);
     return x;
 }
 
@@ -261,8 +263,8 @@ static dyn_model_microbatch *mb_packed(rt_exec *x, int32_t j, int32_t k0, int32_
         }
         rows[r]++;
     }
-    dyn_model_microbatch *mb = dyn_model_microbatch_create_packed(x->env.kind, x->ts, n, rows, sh->rows, sh->enc_len,
-                                                                  sh->dec_len, docmask, err);
+    dyn_model_microbatch *mb = dyn_model_microbatch_create_ex(&x->sp, x->env.kind, x->ts, n, rows, sh->rows,
+                                                              sh->enc_len, sh->dec_len, docmask, err);
     free(rows);
     return mb;
 }
@@ -282,7 +284,7 @@ static dyn_model_microbatch *mb_padded(rt_exec *x, int32_t j, int32_t k0, int32_
         dyn_error_set(err, DYN_ERR_INTERNAL, "micro-batch %d: %d rows for %d samples", j, sh->rows, n);
         return NULL;
     }
-    return dyn_model_microbatch_create_padded_to(x->env.kind, x->ts, n, sh->enc_len, sh->dec_len, err);
+    return dyn_model_microbatch_create_ex(&x->sp, x->env.kind, x->ts, n, NULL, 0, sh->enc_len, sh->dec_len, 0, err);
 }
 
 static dyn_status mb_get(rt_exec *x, int32_t j, dyn_model_microbatch **out, dyn_error *err)
