@@ -147,6 +147,16 @@ static void meta_of_job(const rt_ckpt_job *j, rt_ckpt_meta *m)
     m->split = o->split;
     m->global_batch_tokens = o->global_batch_tokens;
     m->lr = o->lr;
+    if (j->data != NULL) {
+        m->data = *j->data;
+    } else { /* a job without data settings: the byte vocabulary's */
+        memset(&m->data, 0, sizeof m->data);
+        m->data.truncate = o->truncate != 0;
+        snprintf(m->data.tokenizer, sizeof m->data.tokenizer, "bytes");
+        m->data.vocab = DYN_VOCAB_BYTES;
+        m->data.sp = dyn_model_specials_bytes();
+    }
+    m->data.recorded = 1;
 }
 
 /* Rank 0: the size and hash of every file written so far into m->files:

@@ -10,6 +10,8 @@
  *                                   T5ForConditionalGeneration; byte
  *                                   vocabulary, pad 256, decoder start 257,
  *                                   eos 258, the model's shape)
+ *                                   (the data's own special ids are in
+ *                                   trainer_state.json's data_options)
  *     model.safetensors.index.json  the Hub's sharded-weights index:
  *                                   {"metadata": {"total_size": bytes},
  *                                    "weight_map": {name: shard file}}
@@ -19,8 +21,10 @@
  *                                   stage s-1 holds, and its step count
  *     trainer_state.json            step, sampler position, the run's shape
  *                                   (model, stages, layer cuts, data, batch
- *                                   tokens) and the size and FNV-1a 64 hash
- *                                   of every file above
+ *                                   tokens), the data settings (truncation,
+ *                                   tokenizer file and hash, template,
+ *                                   special ids) and the size and FNV-1a 64
+ *                                   hash of every file above
  * N = plan stages (stages x chunks). Training draws no random numbers after
  * initialisation (no dropout; the sampler walks the data in order and the
  * planner is deterministic), so the sampler position and the step are the
@@ -58,6 +62,35 @@ typedef struct rt_ckpt_file {
     uint64_t fnv;  /* FNV-1a 64 of the file's bytes */
 } rt_ckpt_file;
 
+/* The data settings a checkpoint records (trainer_state.json's object
+ * "data_options"; ckpt_data.c): how the run read its data, so that `eval`
+ * and `train --resume` read it the same way. A checkpoint written before
+ * they were recorded has recorded = 0 (bytes, no template, no truncation
+ * are then assumed, and nothing is compared). */
+typedef struct rt_ckpt_data {
+    int32_t recorded;        /* 1 when trainer_state.json has "data_options" */
+    int32_t truncate;        /* 1: samples over max_seqlen were clipped */
+    char tokenizer[1024];    /* "bytes", or the tokenizer file's absolute path */
+    uint64_t tokenizer_fnv;  /* FNV-1a 64 of that file's bytes (its identity); 0 for bytes */
+    int32_t vocab;           /* the tokenizer's ids */
+    char template_str[1024]; /* "" for none */
+    dyn_model_specials sp;   /* pad, bos, eos, decoder start */
+} rt_ckpt_data;
+
+/* The settings of a run reading its data with tokenizer (NULL or "bytes":
+ * bytes), template tmpl (NULL: none) and truncate, for a model of kind:
+ * the tokenizer is loaded (its file hashed, its special ids read). NULL +
+ * err on a tokenizer or template the data layer refuses, or a template or
+ * path longer than the fields hold. */
+dyn_status rt_ckpt_data_of(const char *tokenizer, const char *tmpl, int truncate, dyn_model_kind kind,
+                           rt_ckpt_data *d, dyn_error *err);
+
+/* Whether run's settings read data as the checkpoint's did: the first
+ * difference as one message naming the flag (--truncate, --template,
+ * --tokenizer: another file, another identity of the same file, other
+ * special ids). DYN_OK when ckpt->recorded is 0. */
+dyn_status rt_ckpt_data_check(const rt_ckpt_data *ckpt, const rt_ckpt_data *run, dyn_error *err);
+
 /* What trainer_state.json records. */
 typedef struct rt_ckpt_meta {
     int64_t step;          /* optimizer steps taken = the next iteration to train */
@@ -70,6 +103,7 @@ typedef struct rt_ckpt_meta {
     int32_t n_samples, split;
     int64_t global_batch_tokens;
     dyn_lr_schedule lr;    /* the saving run's schedule; total_steps 0 when not recorded */
+    rt_ckpt_data data;     /* how the run read its data */
     int32_t n_files;
     rt_ckpt_file files[RT_CKPT_MAX_FILES];
 } rt_ckpt_meta;
@@ -86,10 +120,14 @@ dyn_status rt_ckpt_resolve(const char *path, char *dir, size_t cap, dyn_error *e
  * meta's; a disagreement is DYN_ERR_CORRUPT naming both places. Reads
  * every file once and the optimizer shards twice. */
 dyn_status rt_ckpt_read(const char *dir, rt_ckpt_meta *meta, dyn_error *err);
+/* dir/trainer_state.json alone into *meta (no file checked): what a command
+ * line needs before it plans (train --resume adopts the data settings). */
+dyn_status rt_ckpt_read_state(const char *dir, rt_ckpt_meta *meta, dyn_error *err);
 
 /* Whether a run of options o can resume from *meta: one message naming
- * the first thing that differs (model shape, stages, chunks, data, global
- * batch tokens, or a checkpoint already at or past --steps). */
+ * the first thing that differs (model shape, stages, chunks, data, the data
+ * settings of rt_ckpt_data_check (loading o's tokenizer), global batch
+ * tokens, or a checkpoint already at or past --steps). */
 dyn_status rt_ckpt_check(const rt_ckpt_meta *meta, const dyn_train_options *o, dyn_error *err);
 
 /* Whether resuming *meta under options o moves the learning-rate schedule:
@@ -123,6 +161,7 @@ typedef struct rt_ckpt_job {
     int32_t n_stages;
     int64_t step;              /* steps taken */
     int64_t sampler_pos;       /* rank 0: the sampler position after the last trained batch */
+    const rt_ckpt_data *data;  /* rank 0: the run's data settings (rt_ckpt_data_of) */
 } rt_ckpt_job;
 
 /* Write checkpoint step-<j->step> under o->save_dir. Collective over the

@@ -141,7 +141,7 @@ static dyn_status check_optimizer_meta(const char *dir, const rt_ckpt_meta *meta
     return st;
 }
 
-dyn_status rt_ckpt_read(const char *dir, rt_ckpt_meta *meta, dyn_error *err)
+dyn_status rt_ckpt_read_state(const char *dir, rt_ckpt_meta *meta, dyn_error *err)
 {
     if (rt_ckpt_check_root(dir, err) != DYN_OK) return err->code;
     char p[RT_CKPT_PATH_CAP];
@@ -154,6 +154,14 @@ dyn_status rt_ckpt_read(const char *dir, rt_ckpt_meta *meta, dyn_error *err)
     if (r == NULL) return dyn_error_set(err, DYN_ERR_CORRUPT, "%s: not valid JSON", p);
     st = rt_ckpt_state_from_json(r, p, meta, err);
     cJSON_Delete(r);
+    return st;
+}
+
+dyn_status rt_ckpt_read(const char *dir, rt_ckpt_meta *meta, dyn_error *err)
+{
+    char p[RT_CKPT_PATH_CAP];
+    rt_ckpt_pathf(p, sizeof p, "%s/trainer_state.json", dir);
+    dyn_status st = rt_ckpt_read_state(dir, meta, err);
     if (st == DYN_OK) st = check_file_list(meta, p, err);
     for (int32_t i = 0; st == DYN_OK && i < meta->n_files; i++) {
         const rt_ckpt_file *f = &meta->files[i];
@@ -206,6 +214,12 @@ dyn_status rt_ckpt_check(const rt_ckpt_meta *m, const dyn_train_options *o, dyn_
     if (strcmp(m->data_spec, o->data_spec) != 0 || m->n_samples != o->n_samples || m->split != o->split)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "checkpoint trained on --data %s (%d samples), this run on %s (%d)",
                              m->data_spec, m->n_samples, o->data_spec, o->n_samples);
+    if (m->data.recorded) {
+        rt_ckpt_data run;
+        dyn_status st = rt_ckpt_data_of(o->tokenizer, o->template_str, o->truncate, o->model.kind, &run, err);
+        if (st == DYN_OK) st = rt_ckpt_data_check(&m->data, &run, err);
+        if (st != DYN_OK) return st;
+    }
     if (m->global_batch_tokens != o->global_batch_tokens)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "checkpoint has --global-batch-tokens %lld, this run %lld",
                              (long long)m->global_batch_tokens, (long long)o->global_batch_tokens);

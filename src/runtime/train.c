@@ -116,6 +116,7 @@ typedef struct rt_run {
     double epoch_ms;     /* rank 0's clock at start: the trace's zero */
     rt_metrics met;
     rt_position pos;
+    rt_ckpt_data data;   /* rank 0 with --save DIR: the data settings checkpoints record */
 } rt_run;
 
 static dyn_model *model_of(void *ctx, int32_t stage)
@@ -233,6 +234,8 @@ static dyn_status eval_step(rt_run *R, rt_iter *it, dyn_error *err)
     co.kind = R->o.model.kind;
     co.truncate = R->o.truncate;
     co.vocab = R->o.model.vocab;
+    co.tokenizer = R->o.tokenizer;
+    co.template_str = R->o.template_str;
     dyn_corpus *c = dyn_corpus_open(R->o.data_spec, &co, err);
     if (c == NULL) st = err->code;
     rt_eval_result *res = st == DYN_OK ? dyn_calloc(1, sizeof *res, "evaluation", err) : NULL;
@@ -269,7 +272,7 @@ static dyn_status ckpt_after_step(rt_run *R, int64_t k, int *stop, dyn_error *er
         }
         if (*stop || done == R->o.steps || (R->o.save_every > 0 && done % R->o.save_every == 0)) {
             rt_ckpt_job j = {&R->g, &R->o, R->s.models, R->s.n_local, R->s.lay_first, R->s.n_stages, done,
-                             R->mail.sampler_pos ? R->mail.sampler_pos[k] : 0};
+                             R->mail.sampler_pos ? R->mail.sampler_pos[k] : 0, &R->data};
             st = rt_ckpt_save(&j, err);
             if (st == DYN_OK && R->g.world_rank == 0 && R->o.progress >= 0)
                 fprintf(stderr, "%scheckpoint %s/step-%08lld%s\n", R->tty ? "\r\033[K" : "", R->o.save_dir,
@@ -405,6 +408,9 @@ static dyn_status setup(rt_run *R, dyn_error *err)
     if (o->resume_dir && (st = ckpt_resume(R, &resume_pos, err)) != DYN_OK) return st;
     if (o->init_dir && (st = init_weights(R, err)) != DYN_OK) return st;
     if (o->save_dir && (st = ckpt_install_signals(err)) != DYN_OK) return st;
+    if (o->save_dir && R->g.world_rank == 0 &&
+        (st = rt_ckpt_data_of(o->tokenizer, o->template_str, o->truncate, o->model.kind, &R->data, err)) != DYN_OK)
+        return st;
     if ((st = exec_create(R, err)) != DYN_OK) return st;
     if ((st = metrics_init(R, err)) != DYN_OK) return st;
     if ((st = rt_mail_init(&R->mail, &R->g, o->steps, o->timeout_s, err)) != DYN_OK) return st;
