@@ -175,9 +175,9 @@ static dyn_status record_parse(dyn_corpus *c, const char *line, size_t len, cons
             st = dyn_error_set(err, es, "%s: record %lld: %s", where, (long long)rec, e.msg);
             goto done;
         }
-        /* The byte rule adds nothing (bytes 0..255, as before); any other can
-         * add specials: every id is checked against the vocabulary. */
-        if (!dyn_codec_is_bytes(c->codec) || dyn_codec_has_template(c->codec)) {
+        /* Every rule adds special ids (bytes: sep 259, eos 258): every id is
+         * checked against the vocabulary. */
+        {
             const int32_t *side[2] = {ct.input, ct.target};
             int64_t len[2] = {ct.input_len, ct.target_len};
             for (int s2 = 0; s2 < 2; s2++)
