@@ -12,7 +12,8 @@
  *     data without an end of sequence, fails here);
  *   - the checkpoint records the data settings (trainer_state.json's
  *     data_options: tokenizer path and hash, template, truncation, special
- *     ids), and eval uses them without being told;
+ *     ids; config.json the tokenizer's special ids), and eval uses them
+ *     without being told;
  *   - a checkpoint trained with --truncate on data with an over-long record
  *     evaluates without failing on it (eval takes the recorded truncation),
  *     and eval --truncate is a flag without a value;
@@ -211,6 +212,15 @@ static void test_tokenizer_learn_and_stop(void **state)
     if (strstr(st, want) == NULL || strstr(st, "\"template\":\t\"{input} => {target}\"") == NULL ||
         strstr(st, eos) == NULL || strstr(st, "\"truncate\":\t0") == NULL)
         fail_msg("data settings missing from %s: %s", p, st);
+    free(st);
+    /* config.json carries the tokenizer's ids (pad: its eos, as it has no pad) */
+    snprintf(p, sizeof p, "%s/step-00000150/config.json", ck);
+    st = slurp(p);
+    char pad[64], bos[64];
+    snprintf(pad, sizeof pad, "\"pad_token_id\":\t%d", TOK_EOS);
+    snprintf(bos, sizeof bos, "\"bos_token_id\":\t%d", TOK_EOS);
+    if (strstr(st, eos) == NULL || strstr(st, pad) == NULL || strstr(st, bos) == NULL)
+        fail_msg("%s has not the tokenizer's special ids: %s", p, st);
     free(st);
     /* eval --tokenizer of another file (the same tokens, a space more) is
      * refused, naming it */

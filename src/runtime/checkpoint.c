@@ -121,7 +121,8 @@ static dyn_status write_index(const rt_ckpt_job *j, const char *tmp, char *names
 static dyn_status write_config(const rt_ckpt_job *j, const char *tmp, dyn_error *err)
 {
     char p[RT_CKPT_PATH_CAP];
-    char *cfg = rt_ckpt_hf_config(&j->o->model, err);
+    dyn_model_specials bytes = dyn_model_specials_bytes();
+    char *cfg = rt_ckpt_hf_config_ids(&j->o->model, j->data ? &j->data->sp : &bytes, err);
     if (cfg == NULL) return err->code;
     rt_ckpt_pathf(p, sizeof p, "%s/config.json", tmp);
     dyn_status st = dyn_file_write_atomic(p, cfg, strlen(cfg), err);

@@ -7,11 +7,10 @@
  *                                   checkpoint (replaced atomically)
  *   DIR/step-00000040/
  *     config.json                   Hugging Face config (GPT2LMHeadModel or
- *                                   T5ForConditionalGeneration; byte
- *                                   vocabulary, pad 256, decoder start 257,
- *                                   eos 258, the model's shape)
- *                                   (the data's own special ids are in
- *                                   trainer_state.json's data_options)
+ *                                   T5ForConditionalGeneration; the model's
+ *                                   shape and the data's special ids: byte
+ *                                   vocabulary pad 256, decoder start 257,
+ *                                   eos 258, or the tokenizer's)
  *     model.safetensors.index.json  the Hub's sharded-weights index:
  *                                   {"metadata": {"total_size": bytes},
  *                                    "weight_map": {name: shard file}}
@@ -170,7 +169,10 @@ typedef struct rt_ckpt_job {
  * committed. */
 dyn_status rt_ckpt_save(const rt_ckpt_job *j, dyn_error *err);
 
-/* The Hugging Face config.json text for cfg (malloc'ed). */
+/* The Hugging Face config.json text for cfg (malloc'ed), with the byte
+ * vocabulary's special ids; _ids: with sp's (pad_token_id, eos_token_id,
+ * GPT's bos_token_id (eos when sp has no bos), T5's decoder_start_token_id). */
 char *rt_ckpt_hf_config(const dyn_model_config *cfg, dyn_error *err);
+char *rt_ckpt_hf_config_ids(const dyn_model_config *cfg, const dyn_model_specials *sp, dyn_error *err);
 
 #endif
