@@ -49,7 +49,7 @@ dyn_status rt_ckpt_data_of(const char *tokenizer, const char *tmpl, int truncate
             st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: a path longer than a checkpoint records (%zu bytes)",
                                abs, sizeof d->tokenizer - 1);
         else if ((st = dyn_file_read_all(abs, &data, &len, err)) == DYN_OK) {
-            snprintf(d->tokenizer, sizeof d->tokenizer, "%s", abs);
+            memcpy(d->tokenizer, abs, strlen(abs) + 1); /* fits: checked above */
             d->tokenizer_fnv = rt_ckpt_fnv1a64((const unsigned char *)data, len);
         }
         free(data);
