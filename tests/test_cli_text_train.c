@@ -19,7 +19,9 @@
  *     and eval --truncate is a flag without a value;
  *   - --resume takes the checkpoint's data settings when the flags leave them
  *     out, and a flag that contradicts them is one line naming it;
- *   - eval --tokenizer that is not the checkpoint's file is one line. */
+ *   - eval --tokenizer that is not the checkpoint's file is one line;
+ *   - train --init DIR reads with DIR's tokenizer (a checkpoint's recorded
+ *     one, a model folder's tokenizer.json) unless --tokenizer is given. */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -238,6 +240,33 @@ static void test_tokenizer_learn_and_stop(void **state)
     free(more);
     snprintf(args, sizeof args, "--checkpoint '%s' --tokenizer '%s' --prompt red", ck, bad);
     cli_assert_one_line_error("eval", args, cli_run("eval", args), 1, "not the file the checkpoint was trained with");
+
+    /* --init DIR: DIR's tokenizer unless --tokenizer says (a checkpoint's
+     * recorded one; a model folder's tokenizer.json), and --template reaches
+     * the run's options */
+    snprintf(args, sizeof args, "--init '%s' --data '%s' --machine cpu --steps 2 --print-options", ck, g_data);
+    if (cli_run("train", args) != 0) fail_msg("train %s: %s", args, slurp(err_path));
+    char *opts = slurp(out_path);
+    char *abs2 = realpath(g_tok, NULL);
+    assert_non_null(abs2);
+    snprintf(want, sizeof want, "\"tokenizer\":\"%s/tokenizer.json\"", abs2);
+    free(abs2);
+    if (strstr(opts, want) == NULL) fail_msg("--init %s: not its tokenizer: %s", ck, opts);
+    free(opts);
+    char hf[800], cmd[4000];
+    snprintf(hf, sizeof hf, "%s/hf", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s/step-00000150/config.json' '%s/tokenizer.json' '%s/'", hf, ck,
+             g_tok, hf);
+    assert_int_equal(system(cmd), 0);
+    snprintf(args, sizeof args,
+             "--init '%s' --data '%s' --machine cpu --steps 2 --template '{input}={target}' --print-options", hf,
+             g_data);
+    if (cli_run("train", args) != 0) fail_msg("train %s: %s", args, slurp(err_path));
+    opts = slurp(out_path);
+    snprintf(want, sizeof want, "\"tokenizer\":\"%s\"", hf);
+    if (strstr(opts, want) == NULL || strstr(opts, "\"template\":\"{input}={target}\"") == NULL)
+        fail_msg("--init %s: not its tokenizer, or no template: %s", hf, opts);
+    free(opts);
 }
 
 /* --truncate is recorded: eval reads the over-long record clipped, as the
