@@ -70,3 +70,9 @@ dyn_model_specials rt_corpus_model_specials(const dyn_corpus *c)
 }
 
 dyn_model_specials rt_source_specials(const rt_source *s) { return rt_corpus_model_specials(s->corpus); }
+
+int rt_source_ships_tokens(const char *data_spec)
+{
+    size_t n = strlen(data_spec);
+    return n >= 6 && strcmp(data_spec + n - 6, ".jsonl") == 0; /* as dyn_corpus_open tells a JSONL file */
+}

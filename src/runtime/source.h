@@ -23,6 +23,12 @@ const dyn_dataset *rt_source_lengths(const rt_source *s);
 /* Tokens of sample id into input[input_len] and target[target_len] (the
  * lengths of rt_source_lengths). Not thread-safe (one handle per thread). */
 dyn_status rt_source_tokens(rt_source *s, int32_t id, int32_t *input, int32_t *target, dyn_error *err);
+/* 1 when reading a sample of data_spec costs parsing and encoding text (a
+ * JSONL file): then the planner thread reads the samples' tokens and sends
+ * them with the work (work.h), off the ranks' critical path; 0 for the
+ * built-in dataset (generated) and Megatron files (mapped), which the ranks
+ * read themselves. */
+int rt_source_ships_tokens(const char *data_spec);
 /* The special ids of the source's vocabulary (its tokenizer's, or the byte
  * vocabulary's) as the model uses them: micro-batch padding, T5's decoder
  * start, generation's stop. */
