@@ -21,13 +21,19 @@
  *     out, and a flag that contradicts them is one line naming it;
  *   - eval --tokenizer that is not the checkpoint's file is one line;
  *   - train --init DIR reads with DIR's tokenizer (a checkpoint's recorded
- *     one, a model folder's tokenizer.json) unless --tokenizer is given. */
+ *     one, a model folder's tokenizer.json) unless --tokenizer is given;
+ *   - the data settings and the evaluation set together: a run with
+ *     --eval-split records both "order" and "data_options", eval evaluates
+ *     the held-out part read as trained, and a validation set with an
+ *     over-long record reads truncated and tokenised alike in train
+ *     --eval-every and in eval (the same loss from the same weights). */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,12 +322,87 @@ static void test_truncate_and_resume(void **state)
     cli_assert_one_line_error("train", args, rc, 1, "--template: the checkpoint was trained with no template");
 }
 
+/* Both sides of issue 29 at once: the data settings (tokenizer,
+ * truncation) and the evaluation set (--eval-split, --eval-data). A run
+ * with --tokenizer --truncate --eval-split records "order" and
+ * "data_options" side by side; eval with no flags evaluates the held-out
+ * part, read with the recorded settings; eval --eval-data of a file with an
+ * over-long record reads it truncated and tokenised as training did, and
+ * its loss is the one train --eval-every printed on the same validation
+ * set from the same weights (so both read it with the same tokenizer). */
+static void test_eval_set_with_data_settings(void **state)
+{
+    (void)state;
+    char data[800], valid[800], ck[800], metrics[800], args[4096], text[4096];
+    size_t n = 0;
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < N_PAIRS; i++)
+            n += (size_t)snprintf(text + n, sizeof text - n, "{\"input\": \"%s\", \"target\": \"%s\"}\n", PAIRS[i][0],
+                                  PAIRS[i][1]);
+    n += (size_t)snprintf(text + n, sizeof text - n, "{\"input\": \"");
+    for (int i = 0; i < 100; i++) text[n++] = (char)('a' + i % 26);
+    n += (size_t)snprintf(text + n, sizeof text - n, "\", \"target\": \"long\"}\n");
+    write_file("both.jsonl", text, data, sizeof data); /* 19 records, one over max_seqlen */
+    n = 0;
+    n += (size_t)snprintf(text + n, sizeof text - n, "{\"input\": \"");
+    for (int i = 0; i < 90; i++) text[n++] = (char)('z' - i % 26);
+    n += (size_t)snprintf(text + n, sizeof text - n, "\", \"target\": \"snow\"}\n{\"input\": \"gold\", \"target\": \"sun\"}\n");
+    write_file("both-valid.jsonl", text, valid, sizeof valid);
+    snprintf(ck, sizeof ck, "%s/ck-both", dir);
+    snprintf(metrics, sizeof metrics, "%s/both-metrics.jsonl", dir);
+    /* the held-out part (--eval-split; --eval-data is the other run below) */
+    snprintf(args, sizeof args,
+             "--data '%s' --tokenizer '%s' --truncate --eval-split 0.25 --steps 4 --save '%s'", data, g_tok, ck);
+    train_ok(args);
+    char p[900];
+    snprintf(p, sizeof p, "%s/step-00000004/trainer_state.json", ck);
+    char *st = slurp(p);
+    if (strstr(st, "\"order\":") == NULL || strstr(st, "\"eval_split\":\t0.25") == NULL ||
+        strstr(st, "\"data_options\":") == NULL || strstr(st, "\"truncate\":\t1") == NULL ||
+        strstr(st, "tok/tokenizer.json") == NULL)
+        fail_msg("trainer_state.json lacks the order or the data settings: %s", st);
+    free(st);
+    /* eval, no flags: the held-out part of the data, read as trained */
+    snprintf(text, sizeof text, "--checkpoint '%s' --no-accuracy --samples 100", ck);
+    if (cli_run("eval", text) != 0) fail_msg("eval %s: %s", text, slurp(err_path));
+    char *out = slurp(out_path), want[64];
+    snprintf(want, sizeof want, ", never trained), %ld samples: held-out loss ", lround(0.25 * 19));
+    if (strstr(out, "held-out 0.25 of ") == NULL || strstr(out, want) == NULL) fail_msg("eval said: %s", out);
+    free(out);
+    /* a validation set with an over-long record, at train --eval-every and in eval */
+    snprintf(args, sizeof args,
+             "--data '%s' --tokenizer '%s' --truncate --steps 4 --save '%s/v' --eval-every 4 --eval-data '%s' "
+             "--eval-samples 100 --metrics '%s'",
+             data, g_tok, ck, valid, metrics);
+    train_ok(args);
+    /* read here, not by slurp: GCC 12 takes a pointer into slurp's text
+     * for a dangling one once it is inlined (cli_testlib.h) */
+    char *m = NULL;
+    assert_int_equal(dyn_file_read_all(metrics, &m, NULL, NULL), DYN_OK);
+    size_t lm = strstr(m, "\"eval_loss\":") ? (size_t)(strstr(m, "\"eval_loss\":") - m) : strlen(m);
+    if (m[lm] == '\0' || strstr(m + lm, "\"eval_on\":\"validation\"") == NULL) fail_msg("no validation loss: %s", m);
+    double train_loss = atof(m + lm + strlen("\"eval_loss\":"));
+    free(m);
+    snprintf(text, sizeof text, "--checkpoint '%s/v' --no-accuracy --eval-data '%s'", ck, valid);
+    if (cli_run("eval", text) != 0) fail_msg("eval %s: %s", text, slurp(err_path));
+    out = NULL;
+    assert_int_equal(dyn_file_read_all(out_path, &out, NULL, NULL), DYN_OK);
+    const char *said = "2 samples: validation loss ";
+    size_t le = strstr(out, said) ? (size_t)(strstr(out, said) - out) : strlen(out);
+    if (strstr(out, "validation set ") == NULL || out[le] == '\0') fail_msg("eval said: %s", out);
+    double eval_loss = atof(out + le + strlen(said));
+    if (fabs(eval_loss - train_loss) > 1e-3)
+        fail_msg("eval's validation loss %.6f, train --eval-every's %.6f: %s", eval_loss, train_loss, out);
+    free(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bytes_learn_and_stop),
         cmocka_unit_test(test_tokenizer_learn_and_stop),
         cmocka_unit_test(test_truncate_and_resume),
+        cmocka_unit_test(test_eval_set_with_data_settings),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

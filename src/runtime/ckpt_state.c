@@ -24,6 +24,7 @@ typedef enum field_type {
     F_I32,    /* int32_t in [lo, hi] */
     F_I64,    /* int64_t in [lo, hi] */
     F_F32,    /* float in [lo, hi] */
+    F_F64,    /* double in [lo, hi] */
     F_HEX64,  /* uint64_t as 16 hex digits */
     F_STR,    /* char[hi], NUL-terminated */
     F_KIND,   /* dyn_model_kind by name */
@@ -44,13 +45,14 @@ typedef struct field {
 #define AT(member) offsetof(rt_ckpt_meta, member)
 #define BIG ((double)(INT64_MAX / 2)) /* step counts: far beyond any run, exact as a double (2^62) */
 #define LR "lr_schedule"
+#define ORD "order" /* the training order's settings and position (optional: older checkpoints) */
 #define DO "data_options" /* rt_ckpt_data; absent from checkpoints written before it */
 #define CAP(member) sizeof(((rt_ckpt_meta *)0)->member)
 
 static const field FIELDS[] = {
     {NULL,    "format",              F_FORMAT, 0,                       0, 1000, 0, NULL},
     {NULL,    "step",                F_I64,    AT(step),                0, BIG, 0, NULL},
-    {NULL,    "sampler_position",    F_I64,    AT(sampler_pos),         0, INT32_MAX, 0, NULL},
+    {NULL,    "sampler_position",    F_I64,    AT(sampler_pos),         0, BIG, 0, NULL},
     {NULL,    "rng",                 F_CONST,  0,                       0, 0, 0, "none"},
     {"model", "kind",                F_KIND,   AT(model.kind),          0, 0, 0, NULL},
     {"model", "n_layers",            F_I32,    AT(model.n_layers),      1, 1 << 20, 0, NULL},
@@ -74,6 +76,13 @@ static const field FIELDS[] = {
     {LR,      "min_lr",              F_F32,    AT(lr.min_lr),           0, 10, 1, NULL},
     {LR,      "warmup",              F_I64,    AT(lr.warmup_steps),     0, BIG, 1, NULL},
     {LR,      "total_steps",         F_I64,    AT(lr.total_steps),      1, BIG, 1, NULL},
+    {ORD,     "shuffle",             F_I32,    AT(shuffle),             0, 1, 1, NULL},
+    {ORD,     "epochs",              F_I64,    AT(epochs),              0, BIG, 1, NULL},
+    {ORD,     "eval_split",          F_F64,    AT(eval_split),          0, 0.999999999, 1, NULL},
+    {ORD,     "samples_per_epoch",   F_I32,    AT(per_epoch),           0, INT32_MAX, 1, NULL},
+    {ORD,     "epoch",               F_I64,    AT(epoch),               0, BIG, 1, NULL},
+    {ORD,     "index",               F_I64,    AT(index),               0, INT32_MAX, 1, NULL},
+    {ORD,     "eval_data",           F_STR,    AT(eval_data),           0, CAP(eval_data), 1, NULL},
     {DO,      "truncate",            F_I32,    AT(data.truncate),       0, 1, 1, NULL},
     {DO,      "tokenizer",           F_STR,    AT(data.tokenizer),      0, CAP(data.tokenizer), 1, NULL},
     {DO,      "tokenizer_fnv1a64",   F_HEX64,  AT(data.tokenizer_fnv),  0, 0, 1, NULL},
@@ -120,6 +129,7 @@ static cJSON *field_to_json(const field *f, const rt_ckpt_meta *m)
     case F_I32: return cJSON_CreateNumber(*(const int32_t *)p);
     case F_I64: return cJSON_CreateNumber((double)*(const int64_t *)p);
     case F_F32: return cJSON_CreateNumber(*(const float *)p);
+    case F_F64: return cJSON_CreateNumber(*(const double *)p);
     case F_HEX64: return hex_item(*(const uint64_t *)p);
     case F_STR: return cJSON_CreateString(p);
     case F_KIND: return cJSON_CreateString(dyn_model_kind_name(*(const dyn_model_kind *)p));
@@ -265,6 +275,9 @@ static dyn_status field_from_json(const field *f, const cJSON *v, const char *pa
     case F_F32:
         if ((st = number_in(v, f->lo, f->hi, 0, path, what, &x, err)) == DYN_OK) *(float *)p = (float)x;
         return st;
+    case F_F64:
+        if ((st = number_in(v, f->lo, f->hi, 0, path, what, &x, err)) == DYN_OK) *(double *)p = x;
+        return st;
     case F_HEX64: return hex_from(v, path, what, (uint64_t *)p, err);
     case F_STR:
         if (!cJSON_IsString(v) || strlen(v->valuestring) >= (size_t)f->hi)
@@ -299,6 +312,11 @@ dyn_status rt_ckpt_state_from_json(const cJSON *r, const char *path, rt_ckpt_met
         dyn_status st = field_from_json(f, cJSON_GetObjectItemCaseSensitive(in, f->name), path, m, err);
         if (st != DYN_OK) return st;
     }
+    /* the position stated twice must be one */
+    if (m->per_epoch > 0 && (m->epoch != m->sampler_pos / m->per_epoch || m->index != m->sampler_pos % m->per_epoch))
+        return dyn_error_set(err, DYN_ERR_CORRUPT,
+                             "%s: \"order\" epoch %lld, index %lld of %d samples per epoch is not sampler_position %lld",
+                             path, (long long)m->epoch, (long long)m->index, m->per_epoch, (long long)m->sampler_pos);
     m->data.recorded = cJSON_GetObjectItemCaseSensitive(r, DO) != NULL;
     if (!m->data.recorded) { /* what such a run read: bytes, no template, no truncation */
         snprintf(m->data.tokenizer, sizeof m->data.tokenizer, "bytes");
