@@ -229,7 +229,7 @@ def first_loss(path):
 
 def round_trip(cli, tmp):
     data = os.path.join(tmp, "s.jsonl")
-    with open(data, "w") as f:  # 28 tokens: the whole first batch
+    with open(data, "w") as f:  # 32 tokens (sep, eos): the whole first batch
         f.write('{"input": "sort dcba", "target": "abcd"}\n{"input": "copy hello", "target": "hello"}\n')
     for kind, model in (("gpt", ["--model-config", "gpt-tiny", "--layers", "2"]),
                         ("t5", ["--model-config", "t5-tiny", "--layers", "2", "--dec-layers", "2"])):

@@ -39,6 +39,7 @@ except ImportError:
     sys.exit(77)
 
 SAMPLES = [("sort dcba", "abcd"), ("copy hello", "hello")]
+SEP, EOS = 259, 258  # the byte vocabulary's: a JSONL input ends with sep, a target with eos
 
 
 def read_safetensors(path):
@@ -268,7 +269,7 @@ def main():
             total, tokens = 0.0, 0
             with torch.no_grad():
                 for i, t in SAMPLES:
-                    l, n = loss_fn(cfg, w, list(i.encode()), list(t.encode()))
+                    l, n = loss_fn(cfg, w, list(i.encode()) + [SEP], list(t.encode()) + [EOS])
                     total += l
                     tokens += n
             mine = total / tokens
@@ -287,7 +288,7 @@ def main():
             total, tokens = 0.0, 0
             with torch.no_grad():
                 for i, t in SAMPLES:
-                    l, n = loss_fn(c, w2, list(i.encode()), list(t.encode()))
+                    l, n = loss_fn(c, w2, list(i.encode()) + [SEP], list(t.encode()) + [EOS])
                     total += l
                     tokens += n
             mine = total / tokens

@@ -47,7 +47,8 @@ static int exists(const char *name)
     return stat(p, &sb) == 0;
 }
 
-/* A JSONL of 100 pairs: input i+1 bytes, target (i % 7) + 1 bytes. */
+/* A JSONL of 100 pairs: input i+1 bytes, target (i % 7) + 1 bytes; as tokens
+ * (bytes, no template) one more each: sep after the input, eos after the target. */
 static void write_hundred(char *path, size_t cap)
 {
     static char text[40000];
@@ -73,7 +74,8 @@ static void stats_row(const char *out, const char *name, double *mean, int v[5])
     assert_int_equal(sscanf(p + strlen(key), "%lf %d %d %d %d %d", mean, &v[0], &v[1], &v[2], &v[3], &v[4]), 6);
 }
 
-/* Nearest-rank percentiles of 1..100 are p itself. */
+/* Nearest-rank percentiles of 1..100 are p itself (of the input lengths 2..101,
+ * p + 1). */
 static void test_stats_percentiles_and_tsv(void **state)
 {
     (void)state;
@@ -85,18 +87,18 @@ static void test_stats_percentiles_and_tsv(void **state)
     char *out = read_text(out_path);
     char want[128];
     int tgt_tokens = 0;
-    for (int i = 0; i < 100; i++) tgt_tokens += i % 7 + 1;
-    snprintf(want, sizeof want, "100 samples, 5050 input + %d target tokens", tgt_tokens);
+    for (int i = 0; i < 100; i++) tgt_tokens += i % 7 + 2;
+    snprintf(want, sizeof want, "100 samples, 5150 input + %d target tokens", tgt_tokens);
     assert_non_null(strstr(out, want));
     double mean;
     int v[5];
     stats_row(out, "input", &mean, v);
-    assert_true(mean > 50.49 && mean < 50.51);
-    assert_int_equal(v[0], 1);
-    assert_int_equal(v[1], 50);
-    assert_int_equal(v[2], 90);
-    assert_int_equal(v[3], 99);
-    assert_int_equal(v[4], 100);
+    assert_true(mean > 51.49 && mean < 51.51);
+    assert_int_equal(v[0], 2);
+    assert_int_equal(v[1], 51);
+    assert_int_equal(v[2], 91);
+    assert_int_equal(v[3], 100);
+    assert_int_equal(v[4], 101);
     free(out);
     /* the TSV reads back as the library's lengths of the same file */
     dyn_dataset a = {0}, b = {0};
@@ -110,8 +112,8 @@ static void test_stats_percentiles_and_tsv(void **state)
     for (int i = 0; i < 100; i++) {
         assert_int_equal(a.samples[i].input_len, b.samples[i].input_len);
         assert_int_equal(a.samples[i].target_len, b.samples[i].target_len);
-        assert_int_equal(a.samples[i].input_len, i + 1);
-        assert_int_equal(a.samples[i].target_len, i % 7 + 1);
+        assert_int_equal(a.samples[i].input_len, i + 2);
+        assert_int_equal(a.samples[i].target_len, i % 7 + 2);
     }
     dyn_dataset_free(&a);
     dyn_dataset_free(&b);
@@ -220,7 +222,7 @@ static void test_errors(void **state)
     write_hundred(jsonl, sizeof jsonl);
     snprintf(args, sizeof args, "stats '%s' --max-seqlen 60 --tsv '%s/x.tsv'", jsonl, dir);
     cli_assert_one_line_error("data stats", args, cli_run("data", args), 1,
-                              "hundred.jsonl:55: record 54: input + target = 61 tokens exceeds max_seqlen 60");
+                              "hundred.jsonl:54: record 53: input + target = 61 tokens exceeds max_seqlen 60");
     assert_false(exists("x.tsv"));
     snprintf(args, sizeof args,
              "--model gpt --data '%s' --lengths x.tsv --global-batch-tokens 100 --max-seqlen 60 --stages 1", jsonl);

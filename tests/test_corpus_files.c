@@ -131,6 +131,22 @@ static int32_t bytes_of(const char *s, int32_t *out)
     return n;
 }
 
+/* A JSONL input string as the byte rule reads it: its bytes, then sep. */
+static int32_t in_of(const char *s, int32_t *out)
+{
+    int32_t n = bytes_of(s, out);
+    out[n] = DYN_CORPUS_TOK_SEP;
+    return n + 1;
+}
+
+/* A target string (or decoder-only text): its bytes, then eos. */
+static int32_t tgt_of(const char *s, int32_t *out)
+{
+    int32_t n = bytes_of(s, out);
+    out[n] = DYN_CORPUS_TOK_EOS;
+    return n + 1;
+}
+
 /* ---- JSONL -------------------------------------------------------------------- */
 
 static const char PAIR_JSONL[] =
@@ -150,23 +166,23 @@ static void test_jsonl_text_pairs(void **state)
     assert_false(dyn_corpus_decoder_only(c));
     assert_int_equal(dyn_corpus_num_tasks(c), 0);
     int32_t in[64], tgt[64];
-    /* "é" is the two UTF-8 bytes 0xC3 0xA9 */
-    const int32_t cafe[] = {'c', 'a', 'f', 0xC3, 0xA9, ' ', 'o', 'k'};
-    expect_sample(c, 0, cafe, 8, tgt, bytes_of("yes", tgt));
-    int32_t n = bytes_of("a\tz", in);
-    expect_sample(c, 1, in, n, tgt, bytes_of("b", tgt));
+    /* "é" is the two UTF-8 bytes 0xC3 0xA9; inputs end with sep, targets with eos */
+    const int32_t cafe[] = {'c', 'a', 'f', 0xC3, 0xA9, ' ', 'o', 'k', DYN_CORPUS_TOK_SEP};
+    expect_sample(c, 0, cafe, 9, tgt, tgt_of("yes", tgt));
+    int32_t n = in_of("a\tz", in);
+    expect_sample(c, 1, in, n, tgt, tgt_of("b", tgt));
     /* random access: the last, then the first again */
-    n = bytes_of("long input here", in);
-    expect_sample(c, 2, in, n, tgt, bytes_of("t2", tgt));
-    expect_sample(c, 0, cafe, 8, tgt, bytes_of("yes", tgt));
+    n = in_of("long input here", in);
+    expect_sample(c, 2, in, n, tgt, tgt_of("t2", tgt));
+    expect_sample(c, 0, cafe, 9, tgt, tgt_of("yes", tgt));
     dyn_dataset ds = {0};
     dyn_error err;
     assert_int_equal(dyn_corpus_lengths(c, &ds, &err), DYN_OK);
     assert_int_equal(ds.n, 3);
     assert_int_equal(ds.samples[2].id, 2);
     assert_int_equal(ds.samples[2].task, -1);
-    assert_int_equal(ds.samples[2].input_len, 15);
-    assert_int_equal(ds.samples[2].target_len, 2);
+    assert_int_equal(ds.samples[2].input_len, 16);
+    assert_int_equal(ds.samples[2].target_len, 3);
     dyn_dataset_free(&ds);
     dyn_corpus_free(c);
 }
@@ -190,15 +206,15 @@ static void test_jsonl_ids_and_decoder_only(void **state)
     c = open_ok(p, &o);
     assert_true(dyn_corpus_decoder_only(c));
     int32_t t[8];
-    expect_sample(c, 0, (const int32_t[]){'h'}, 1, t, bytes_of("ello", t));
-    expect_sample(c, 1, (const int32_t[]){'a'}, 1, (const int32_t[]){'b'}, 1);
+    expect_sample(c, 0, (const int32_t[]){'h'}, 1, t, tgt_of("ello", t)); /* the text, then eos */
+    expect_sample(c, 1, (const int32_t[]){'a'}, 1, (const int32_t[]){'b', DYN_CORPUS_TOK_EOS}, 2);
     dyn_corpus_free(c);
     p = write_text("lm.jsonl", "{\"input_ids\": [9, 8, 7, 6]}\n");
     c = open_ok(p, &o);
     assert_true(dyn_corpus_decoder_only(c));
     expect_sample(c, 0, (const int32_t[]){9}, 1, (const int32_t[]){8, 7, 6}, 3);
     dyn_corpus_free(c);
-    p = write_text("short.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"x\"}\n");
+    p = write_text("short.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"\"}\n"); /* eos alone */
     open_fails(p, &o, DYN_ERR_INVALID_ARG, "short.jsonl:2: record 1", "at least 2 tokens, got 1");
 }
 
@@ -210,12 +226,12 @@ static void test_jsonl_limit_and_truncation(void **state)
     const char *p = write_text("long.jsonl", "{\"input\": \"abc\", \"target\": \"de\"}\n"
                                              "{\"input\": \"0123456789\", \"target\": \"wxyz\"}\n");
     dyn_corpus_options o = opts(8, DYN_MODEL_GPT, 0, DYN_CORPUS_VOCAB_BYTES);
-    open_fails(p, &o, DYN_ERR_INVALID_ARG, "long.jsonl:2: record 1: input + target = 14 tokens", "max_seqlen 8");
-    o.truncate = 1; /* GPT: target kept (4), input cut to 8 - 4 */
+    open_fails(p, &o, DYN_ERR_INVALID_ARG, "long.jsonl:2: record 1: input + target = 16 tokens", "max_seqlen 8");
+    o.truncate = 1; /* GPT: target kept (wxyz eos: 5), input cut to 8 - 5 */
     dyn_corpus *c = open_ok(p, &o);
     int32_t a[16], b[16];
-    expect_sample(c, 0, a, bytes_of("abc", a), b, bytes_of("de", b));
-    expect_sample(c, 1, a, bytes_of("0123", a), b, bytes_of("wxyz", b));
+    expect_sample(c, 0, a, in_of("abc", a), b, tgt_of("de", b));
+    expect_sample(c, 1, a, bytes_of("012", a), b, tgt_of("wxyz", b));
     expect_lengths_match_reads(c);
     dyn_corpus_sample s;
     assert_int_equal(dyn_corpus_read(c, 1, &s, NULL), DYN_OK);
@@ -223,11 +239,11 @@ static void test_jsonl_limit_and_truncation(void **state)
     assert_int_equal(dyn_corpus_read(c, 0, &s, NULL), DYN_OK);
     assert_false(s.truncated);
     dyn_corpus_free(c);
-    o = opts(3, DYN_MODEL_T5, 0, DYN_CORPUS_VOCAB_BYTES);
-    open_fails(p, &o, DYN_ERR_INVALID_ARG, "long.jsonl:2: record 1: input = 10 tokens", "T5");
-    o.truncate = 1; /* T5: each side to 3 */
+    o = opts(4, DYN_MODEL_T5, 0, DYN_CORPUS_VOCAB_BYTES);
+    open_fails(p, &o, DYN_ERR_INVALID_ARG, "long.jsonl:2: record 1: input = 11 tokens", "T5");
+    o.truncate = 1; /* T5: each side to 4 */
     c = open_ok(p, &o);
-    expect_sample(c, 1, a, bytes_of("012", a), b, bytes_of("wxy", b));
+    expect_sample(c, 1, a, bytes_of("0123", a), b, bytes_of("wxyz", b));
     expect_lengths_match_reads(c);
     dyn_corpus_free(c);
     /* decoder-only, GPT truncation keeps the first L tokens of the sequence */
@@ -256,8 +272,7 @@ static void test_jsonl_malformed(void **state)
         {"{\"input\": \"a\", \"target\": 3}", DYN_ERR_PARSE, "must both be strings"},
         {"{\"input\": \"a\", \"text\": \"b\"}", DYN_ERR_PARSE, "mixes"},
         {"{\"text\": \"abc\"}", DYN_ERR_PARSE, "but the first record has input/target strings"},
-        {"{\"input\": \"\", \"target\": \"b\"}", DYN_ERR_INVALID_ARG, "record 2: empty input"},
-        {"{\"input\": \"a\", \"target\": \"\"}", DYN_ERR_INVALID_ARG, "record 2: empty target"},
+        /* (an empty input or target string is a sep or an eos token alone) */
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         snprintf(text, sizeof text, "%s%s%s\n%s", good, good, cases[k].line3, good);
@@ -371,8 +386,9 @@ static void test_jsonl_strict_strings(void **state)
     const char *p = write_text("fine.jsonl", "{\"input\": \"\xc3\xa9\", \"target\": \"\\\\u0000\"}\n"
                                              "{\"input\": \"\\u00e9\\\"\", \"target\": \"b\"}\n");
     dyn_corpus *c = open_ok(p, &o);
-    expect_sample(c, 0, (const int32_t[]){0xc3, 0xa9}, 2, (const int32_t[]){'\\', 'u', '0', '0', '0', '0'}, 6);
-    expect_sample(c, 1, (const int32_t[]){0xc3, 0xa9, '"'}, 3, (const int32_t[]){'b'}, 1);
+    const int32_t S = DYN_CORPUS_TOK_SEP, E = DYN_CORPUS_TOK_EOS;
+    expect_sample(c, 0, (const int32_t[]){0xc3, 0xa9, S}, 3, (const int32_t[]){'\\', 'u', '0', '0', '0', '0', E}, 7);
+    expect_sample(c, 1, (const int32_t[]){0xc3, 0xa9, '"', S}, 4, (const int32_t[]){'b', E}, 2);
     dyn_corpus_free(c);
 }
 
@@ -585,17 +601,18 @@ static void test_convert_byte_exact(void **state)
     assert_int_equal(dyn_corpus_write_indexed(c, path_of("conv"), &err), DYN_OK);
     dyn_corpus_free(c);
     bytes want;
-    make_idx(&want, 1, 8, 2, 2, (const int32_t[]){2, 1});
+    const int32_t S = DYN_CORPUS_TOK_SEP, E = DYN_CORPUS_TOK_EOS;
+    make_idx(&want, 1, 8, 2, 2, (const int32_t[]){3, 2});
     expect_file("conv_input.idx", &want);
-    make_bin(&want, 2, (const int32_t[]){'a', 'b', 'd'}, 3);
+    make_bin(&want, 2, (const int32_t[]){'a', 'b', S, 'd', S}, 5);
     expect_file("conv_input.bin", &want);
-    make_idx(&want, 1, 8, 2, 2, (const int32_t[]){1, 3});
+    make_idx(&want, 1, 8, 2, 2, (const int32_t[]){2, 4});
     expect_file("conv_target.idx", &want);
-    make_bin(&want, 2, (const int32_t[]){'c', 'e', 'f', 'g'}, 4);
+    make_bin(&want, 2, (const int32_t[]){'c', E, 'e', 'f', 'g', E}, 6);
     expect_file("conv_target.bin", &want);
     c = open_ok(path_of("conv"), &o); /* finds the _input/_target pair */
     int32_t b[8];
-    expect_sample(c, 1, b, bytes_of("d", b), (const int32_t[]){'e', 'f', 'g'}, 3);
+    expect_sample(c, 1, b, in_of("d", b), (const int32_t[]){'e', 'f', 'g', E}, 4);
     dyn_corpus_free(c);
 
     p = write_text("convlm.jsonl", "{\"input_ids\": [70000, 1, 2]}\n");

@@ -191,13 +191,17 @@ static void test_template_and_prompt(void **state)
     expect_ids(s.input, s.input_len, (int32_t[]){'<', 'a', 'b', 'c', '>'}, 5);
     expect_ids(s.target, s.target_len, (int32_t[]){'x', 'a', 'b', DYN_CORPUS_TOK_EOS}, 4);
     dyn_corpus_free(c);
-    /* bytes without: the bytes alone (the byte format, unchanged) */
+    /* bytes without: the built-in tasks' format, sep after the input and
+     * eos after the target (so a model learns to stop) */
     o.template_str = NULL;
     c = dyn_corpus_open(p, &o, &err);
     assert_non_null(c);
     assert_int_equal(dyn_corpus_read(c, 0, &s, &err), DYN_OK);
-    expect_ids(s.input, s.input_len, (int32_t[]){'a', 'b', 'c'}, 3);
-    expect_ids(s.target, s.target_len, (int32_t[]){'x', 'a', 'b'}, 3);
+    expect_ids(s.input, s.input_len, (int32_t[]){'a', 'b', 'c', DYN_CORPUS_TOK_SEP}, 4);
+    expect_ids(s.target, s.target_len, (int32_t[]){'x', 'a', 'b', DYN_CORPUS_TOK_EOS}, 4);
+    /* and the prompt of generation is the input side, sep included */
+    assert_int_equal(dyn_codec_encode_pair(dyn_corpus_codec(c), "abc", 3, NULL, 0, &t, &err), DYN_OK);
+    expect_ids(t.input, (int32_t)t.input_len, (int32_t[]){'a', 'b', 'c', DYN_CORPUS_TOK_SEP}, 4);
     assert_int_equal(dyn_corpus_specials_of(c).eos, DYN_CORPUS_TOK_EOS);
     assert_int_equal(dyn_corpus_specials_of(c).pad, DYN_CORPUS_TOK_PAD);
     assert_int_equal(dyn_corpus_specials_of(c).decoder_start, DYN_CORPUS_TOK_BOS);

@@ -10,7 +10,9 @@
  *   1e300) and a wrong kind or format are refused with DYN_ERR_CORRUPT and
  *   one line naming the file and the field; never converted first.
  * - "lr_schedule" and "order" may be absent (older checkpoints), not
- *   incomplete; "order"'s epoch and index must be sampler_position's. */
+ *   incomplete; "order"'s epoch and index must be sampler_position's.
+ * - "data_options" may be absent (older checkpoints: bytes, no template, no
+ *   truncation), and its settings compare field by field. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -220,6 +222,100 @@ static void test_order_optional(void **state)
     free(m);
 }
 
+/* "data_options" (the run's data settings, rt_ckpt_data): absent from an
+ * older checkpoint, read as the byte vocabulary's and written back absent;
+ * present, read field by field and written back byte for byte; out of range,
+ * refused naming the field. */
+static const char DATA_OPTIONS[] =
+    "\t\"data_options\":\t{\n"
+    "\t\t\"truncate\":\t1,\n"
+    "\t\t\"tokenizer\":\t\"/m/tokenizer.json\",\n"
+    "\t\t\"tokenizer_fnv1a64\":\t\"00000000000000ff\",\n"
+    "\t\t\"vocab\":\t300,\n"
+    "\t\t\"template\":\t\"Q: {input} A: {target}\",\n"
+    "\t\t\"pad_token_id\":\t299,\n"
+    "\t\t\"bos_token_id\":\t-1,\n"
+    "\t\t\"eos_token_id\":\t299,\n"
+    "\t\t\"decoder_start_token_id\":\t299\n"
+    "\t},\n"
+    "\t\"files\":\t{\n";
+
+static void test_data_options(void **state)
+{
+    (void)state;
+    rt_ckpt_meta *m = calloc(1, sizeof *m);
+    assert_non_null(m);
+    dyn_error err;
+    if (read_text(STATE, m, &err) != DYN_OK) fail_msg("%s", err.msg);
+    assert_int_equal(m->data.recorded, 0);
+    assert_int_equal(m->data.truncate, 0);
+    assert_string_equal(m->data.tokenizer, "bytes");
+    assert_string_equal(m->data.template_str, "");
+    assert_int_equal(m->data.sp.pad, DYN_TOK_PAD);
+    assert_int_equal(m->data.sp.eos, DYN_TOK_EOS);
+    assert_int_equal(m->data.sp.decoder_start, DYN_TOK_BOS);
+    char *text = edit("\t\"files\":\t{\n", DATA_OPTIONS);
+    if (read_text(text, m, &err) != DYN_OK) fail_msg("%s", err.msg);
+    assert_int_equal(m->data.recorded, 1);
+    assert_int_equal(m->data.truncate, 1);
+    assert_string_equal(m->data.tokenizer, "/m/tokenizer.json");
+    assert_true(m->data.tokenizer_fnv == 0xff);
+    assert_int_equal(m->data.vocab, 300);
+    assert_string_equal(m->data.template_str, "Q: {input} A: {target}");
+    assert_int_equal(m->data.sp.pad, 299);
+    assert_int_equal(m->data.sp.bos, -1);
+    assert_int_equal(m->data.sp.eos, 299);
+    assert_int_equal(m->data.sp.decoder_start, 299);
+    cJSON *j = rt_ckpt_state_to_json(m);
+    assert_non_null(j);
+    char *back = cJSON_Print(j);
+    assert_non_null(back);
+    assert_int_equal(strlen(back) + 1, strlen(text));
+    assert_memory_equal(back, text, strlen(back));
+    free(back);
+    cJSON_Delete(j);
+    /* a checkpoint from the same run compares equal; each setting changed is named */
+    rt_ckpt_data run = m->data;
+    assert_int_equal(rt_ckpt_data_check(&m->data, &run, &err), DYN_OK);
+    run.truncate = 0;
+    assert_int_equal(rt_ckpt_data_check(&m->data, &run, &err), DYN_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "--truncate"));
+    run = m->data;
+    snprintf(run.template_str, sizeof run.template_str, "%s", "{input}{target}");
+    assert_int_equal(rt_ckpt_data_check(&m->data, &run, &err), DYN_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "--template"));
+    run = m->data;
+    run.tokenizer_fnv = 1;
+    assert_int_equal(rt_ckpt_data_check(&m->data, &run, &err), DYN_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "not the file the checkpoint was trained with"));
+    run = m->data;
+    run.sp.eos = 3;
+    assert_int_equal(rt_ckpt_data_check(&m->data, &run, &err), DYN_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "special ids"));
+    free(text);
+    /* out of range: named */
+    static const struct { const char *from, *to, *needle; } bad[] = {
+        {"\"truncate\":\t1", "\"truncate\":\t2", "\"data_options.truncate\""},
+        {"\"vocab\":\t300", "\"vocab\":\t1e300", "\"data_options.vocab\""},
+        {"\"eos_token_id\":\t299", "\"eos_token_id\":\t-2", "\"data_options.eos_token_id\""},
+        {"\"tokenizer\":\t\"/m/tokenizer.json\"", "\"tokenizer\":\t3", "\"data_options.tokenizer\""},
+    };
+    char *with = edit("\t\"files\":\t{\n", DATA_OPTIONS);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *at = strstr(with, bad[i].from);
+        assert_non_null(at);
+        size_t n = strlen(with) + strlen(bad[i].to) + 1;
+        char *t = malloc(n);
+        assert_non_null(t);
+        snprintf(t, n, "%.*s%s%s", (int)(at - with), with, bad[i].to, at + strlen(bad[i].from));
+        assert_int_equal(read_text(t, m, &err), DYN_ERR_CORRUPT);
+        if (strstr(err.msg, bad[i].needle) == NULL) fail_msg("'%s': %s", bad[i].to, err.msg);
+        free(t);
+    }
+    free(with);
+    free(m);
+}
+
 static void test_refuses_out_of_range(void **state)
 {
     (void)state;
@@ -285,6 +381,7 @@ int main(void)
         cmocka_unit_test(test_reads_what_was_written),
         cmocka_unit_test(test_lr_schedule_optional),
         cmocka_unit_test(test_order_optional),
+        cmocka_unit_test(test_data_options),
         cmocka_unit_test(test_refuses_out_of_range),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

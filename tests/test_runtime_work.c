@@ -8,7 +8,9 @@
  *   validated plans.
  * - pack -> unpack is lossless; a truncated message, a flipped byte in the
  *   plan, a bad magic, an out-of-range sample id or row are refused with a
- *   clear error (never a crash: this runs under the sanitizers). */
+ *   clear error (never a crash: this runs under the sanitizers).
+ * - A JSONL source's work carries the samples' tokens, read on the planner
+ *   thread, equal to the corpus's (test_work_tokens). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,7 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "dynapipe/corpus.h"
 #include "dynapipe/cost.h"
 #include "dynapipe/model_config.h"
 #include "dynapipe/pipeline.h"
@@ -334,6 +338,103 @@ static void test_work_corrupt(void **state)
     rt_source_free(src);
 }
 
+/* A JSONL source: the planner thread sends every sample's tokens with the
+ * work (the ranks do not parse or encode the file), and they are the
+ * corpus's tokens of that sample, read here through a handle of our own;
+ * the built-in dataset's work carries none. A token count past the bytes
+ * left is refused; pack -> unpack is lossless with tokens too. */
+static void test_work_tokens(void **state)
+{
+    (void)state;
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/dyn_test_work_%ld.jsonl", (long)getpid());
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    for (int i = 0; i < 300; i++) fprintf(fp, "{\"input\": \"question %d %.*s\", \"target\": \"a%d\"}\n", i, i % 40,
+                                         "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz", i % 13);
+    assert_int_equal(fclose(fp), 0);
+    dyn_train_options o = options(DYN_MODEL_GPT, DYN_BATCH_DYNAPIPE, DYN_SCHEDULE_1F1B, 2);
+    o.data_spec = path;
+    o.global_batch_tokens = 2048;
+    dyn_error err;
+    rt_source *src = rt_source_open(&o, &err);
+    if (src == NULL) fail_msg("%s", err.msg);
+    rt_planner *p = rt_planner_create(&o, rt_source_lengths(src), &err);
+    if (p == NULL) fail_msg("%s", err.msg);
+    dyn_corpus_options co;
+    dyn_corpus_options_default(&co);
+    co.max_seqlen = o.model.max_seqlen;
+    co.vocab = o.model.vocab;
+    dyn_corpus *c = dyn_corpus_open(path, &co, &err);
+    assert_non_null(c);
+    rt_planned *pl = NULL;
+    assert_int_equal(rt_planner_plan_one(p, 0, &pl, &err), DYN_OK);
+    int64_t checked = 0;
+    for (int32_t r = 0; r < pl->dp; r++) {
+        dyn_rt_work w;
+        assert_int_equal(dyn_rt_work_unpack(pl->msg[r], pl->len[r], 300, &w, &err), DYN_OK);
+        if (w.n_mb > 0) assert_non_null(w.tokens);
+        int64_t at = 0;
+        for (int32_t k = 0; k < w.n_samples; k++) {
+            dyn_corpus_sample cs;
+            assert_int_equal(dyn_corpus_read(c, w.samples[k].id, &cs, &err), DYN_OK);
+            assert_true(at + cs.input_len + cs.target_len <= w.n_tokens);
+            assert_memory_equal(w.tokens + at, cs.input, (size_t)cs.input_len * sizeof(int32_t));
+            assert_memory_equal(w.tokens + at + cs.input_len, cs.target, (size_t)cs.target_len * sizeof(int32_t));
+            at += cs.input_len + cs.target_len;
+        }
+        assert_int_equal(at, w.n_tokens);
+        checked += at;
+        if (r == 0) {
+            uint8_t *again = NULL;
+            size_t again_len = 0;
+            assert_int_equal(dyn_rt_work_pack(&w, &again, &again_len, &err), DYN_OK);
+            assert_int_equal(again_len, pl->len[0]);
+            assert_memory_equal(again, pl->msg[0], again_len);
+            free(again);
+        }
+        dyn_rt_work_free(&w);
+    }
+    assert_true(checked > 0);
+    /* the token count of replica 0 made larger than the message holds; its
+     * place by work.h's layout: 88 header bytes, the micro-batch counts, the
+     * sample table, the costs, the allocations and the useful fractions */
+    dyn_rt_work w;
+    assert_int_equal(dyn_rt_work_unpack(pl->msg[0], pl->len[0], 300, &w, &err), DYN_OK);
+    size_t at_n = 88 + 4 * (size_t)w.n_mb + 16 * (size_t)w.n_samples + 16 * (size_t)w.n_mb * (size_t)w.n_stages +
+                  8 * (size_t)w.n_ranks + 8 * (size_t)w.n_mb;
+    int64_t was;
+    memcpy(&was, pl->msg[0] + at_n, 8);
+    assert_int_equal(was, w.n_tokens);
+    dyn_rt_work_free(&w);
+    uint8_t *buf = malloc(pl->len[0]);
+    assert_non_null(buf);
+    memcpy(buf, pl->msg[0], pl->len[0]);
+    int64_t huge = (int64_t)pl->len[0];
+    memcpy(buf + at_n, &huge, 8);
+    assert_int_equal(dyn_rt_work_unpack(buf, pl->len[0], 300, &w, &err), DYN_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "tokens where"));
+    dyn_rt_work_free(&w);
+    free(buf);
+    rt_planned_free(pl);
+    rt_planner_free(p);
+    dyn_corpus_free(c);
+    rt_source_free(src);
+    remove(path);
+    /* the built-in dataset: the ranks read it, no tokens travel */
+    o = options(DYN_MODEL_GPT, DYN_BATCH_DYNAPIPE, DYN_SCHEDULE_1F1B, 1);
+    src = rt_source_open(&o, &err);
+    p = rt_planner_create(&o, rt_source_lengths(src), &err);
+    assert_int_equal(rt_planner_plan_one(p, 0, &pl, &err), DYN_OK);
+    assert_int_equal(dyn_rt_work_unpack(pl->msg[0], pl->len[0], 800, &w, &err), DYN_OK);
+    assert_int_equal(w.n_tokens, 0);
+    assert_null(w.tokens);
+    dyn_rt_work_free(&w);
+    rt_planned_free(pl);
+    rt_planner_free(p);
+    rt_source_free(src);
+}
+
 int main(void)
 {
     dyn_threads_init();
@@ -343,6 +444,7 @@ int main(void)
         cmocka_unit_test(test_planner_replans_queue),
         cmocka_unit_test(test_planner_replans_last),
         cmocka_unit_test(test_work_corrupt),
+        cmocka_unit_test(test_work_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -157,8 +157,9 @@ dyn_corpus_specials dyn_corpus_specials_of(const dyn_corpus *c);
 /* ---- a record's token sequence (codec.c) ------------------------------------
  * One function turns a record's text into its tokens, for training data and
  * for evaluation and generation alike. The rule:
- *   bytes without a template: the input's and target's bytes, nothing added
- *       (the byte vocabulary's format, unchanged);
+ *   bytes without a template: the input's bytes then sep (259), the
+ *       target's bytes then eos (258), as the built-in tasks' samples;
+ *       decoder-only text: its bytes then eos;
  *   otherwise: the input side is the (templated) input encoded with the
  *       tokenizer's own additions (its post-processor or add_bos/add_eos:
  *       GPT-2 nothing, Llama BOS, T5 EOS); the target side is the (templated)

@@ -7,7 +7,13 @@
  * the checkpoint's) is a "validation" set; --eval-split P (or the
  * checkpoint's) is the "held-out" part of the data that training never
  * sampled; the built-in dataset has a "held-out" stream; anything else is
- * the training file itself, and its loss a "train-data" loss. */
+ * the training file itself, and its loss a "train-data" loss.
+ *
+ * Whichever set it is, it is read as the checkpoint's run read its data
+ * (rt_ckpt_data: its truncation, tokenizer and template), and a prompt is
+ * encoded by the same rule as a training record's input side
+ * (dyn_codec_encode_pair), so what the model sees at evaluation is what it
+ * saw in training. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +22,7 @@
 #include "cli/flags.h"              /* defines: cli_flag, cli_flags_parse, cli_flags_usage */
 #include "dynapipe/corpus.h"        /* defines: dyn_corpus_* */
 #include "dynapipe/model_config.h"  /* defines: dyn_model_kind_name, dyn_model_config_params */
-#include "model/model.h"            /* defines: dyn_model_generate_greedy, DYN_TOK_* */
+#include "model/model.h"            /* defines: dyn_model_generate_greedy, dyn_model_specials */
 #include "model/threads.h"          /* defines: dyn_threads_init */
 #include "runtime/checkpoint.h"     /* defines: rt_ckpt_resolve, rt_ckpt_load_model */
 #include "runtime/evaluate.h"       /* defines: rt_eval_run */
@@ -26,9 +32,11 @@
 /* The flags (read-only once parsed). */
 typedef struct eval_args {
     const char *ckpt, *spec, *prompt, *eval_data;
+    const char *tokenizer, *template_str; /* NULL: the checkpoint's */
     double eval_split; /* 0: the checkpoint's (for its own data) */
     int64_t n, max_new, threads;
     int accuracy;
+    int truncate; /* --truncate: clip over-long samples even if the checkpoint's run did not */
     int split; /* 0 train, 1 heldout (split_names) */
     int have_split, have_n, have_max_new; /* given */
 } eval_args;
@@ -57,9 +65,17 @@ static const cli_flag eval_flags[] = {
     {.name = "--samples", .metavar = "N", .type = CLI_FLAG_I64, .field = offsetof(eval_args, n),
      .given = CLI_GIVEN(eval_args, have_n), .min = 1, .max = 100000000, .help = "samples evaluated"},
     CLI_BOOL("--no-accuracy", eval_args, accuracy, 0, "loss only (skips the greedy generation)"),
+    CLI_BOOL("--truncate", eval_args, truncate, 1,
+             "clip samples over max_seqlen (default: as the checkpoint's\nrun did)"),
+    {.name = "--tokenizer", .metavar = "DIR|FILE", .type = CLI_FLAG_PATH, .field = offsetof(eval_args, tokenizer),
+     .help = "the checkpoint's tokenizer at another path (checked to be\nthe same file)",
+     .def = "the one the checkpoint recorded"},
+    {.name = "--template", .metavar = "TEXT", .type = CLI_FLAG_STR, .field = offsetof(eval_args, template_str),
+     .help = "prompt template \"...{input}...{target}...\"", .def = "the checkpoint's"},
     CLI_STR("--prompt", "TEXT", eval_args, prompt,
-            "print the greedy continuation of TEXT's bytes followed by the\n"
-            "separator token (as the built-in tasks' inputs end), and stop"),
+            "print the greedy continuation of TEXT, encoded as a training\n"
+            "record's input (tokenizer, template; bytes: then the separator\n"
+            "token), decoded, up to the end-of-sequence token"),
     {.name = "--max-new", .metavar = "N", .type = CLI_FLAG_I64, .field = offsetof(eval_args, max_new),
      .given = CLI_GIVEN(eval_args, have_max_new), .min = 1, .max = 1 << 20, .help = "tokens generated for --prompt"},
     CLI_I64("--threads", "T", eval_args, threads, 1, 1024, "kernel threads"),
@@ -86,40 +102,86 @@ static void usage(FILE *out)
     cli_flags_usage(out, &set, 1, NULL);
 }
 
-/* Tokens as text: bytes as they are, the special tokens by name. */
-static void print_tokens(const int32_t *t, int32_t n)
+/* The data settings eval reads with: the checkpoint's (rt_ckpt_data), a
+ * --tokenizer at another path checked to be the same tokenizer, a
+ * --template or --truncate in place of the checkpoint's. */
+typedef struct data_settings {
+    const char *tokenizer;    /* NULL: bytes */
+    const char *template_str; /* NULL: none */
+    int truncate;
+} data_settings;
+
+static int data_settings_of(const eval_args *ea, const rt_ckpt_meta *meta, data_settings *d)
 {
-    for (int32_t i = 0; i < n; i++) {
-        if (t[i] == DYN_TOK_EOS) break;
-        if (t[i] >= 0 && t[i] < 256) putchar(t[i]);
-        else printf("<%d>", t[i]);
+    const rt_ckpt_data *c = &meta->data;
+    d->tokenizer = ea->tokenizer ? ea->tokenizer : strcmp(c->tokenizer, "bytes") != 0 ? c->tokenizer : NULL;
+    d->template_str = ea->template_str ? ea->template_str : c->template_str[0] ? c->template_str : NULL;
+    d->truncate = ea->truncate || c->truncate;
+    if (!c->recorded || (d->tokenizer == NULL && !ea->tokenizer)) return 0;
+    /* the tokenizer the checkpoint recorded, still the same file? */
+    rt_ckpt_data now;
+    dyn_error err;
+    rt_ckpt_data want = *c;
+    dyn_status st = rt_ckpt_data_of(d->tokenizer, NULL, 0, meta->model.kind, &now, &err);
+    snprintf(want.template_str, sizeof want.template_str, "%s", now.template_str); /* compared: the tokenizer only */
+    want.truncate = now.truncate;
+    if (st == DYN_OK) st = rt_ckpt_data_check(&want, &now, &err);
+    if (st != DYN_OK) {
+        cli_errorf(CMD, "%s%s", err.msg,
+                   ea->tokenizer ? "" : " (give the checkpoint's tokenizer with --tokenizer)");
+        return -1;
     }
-    putchar('\n');
+    return 0;
 }
 
-static int run_prompt(dyn_model *m, const char *text, int32_t max_new)
+static int run_prompt(dyn_model *m, const rt_ckpt_meta *meta, const data_settings *d, const char *text, int32_t max_new)
 {
     dyn_error err;
-    int32_t n = (int32_t)strlen(text);
-    int32_t *in = calloc((size_t)n + 1, sizeof(int32_t));
-    int32_t *out = calloc((size_t)max_new + 1, sizeof(int32_t));
-    dyn_model_acts *a = dyn_model_acts_create(&err);
-    if (in == NULL || out == NULL || a == NULL) {
-        cli_errorf(CMD, "out of memory");
-        free(in);
-        free(out);
-        dyn_model_acts_free(a);
+    dyn_codec *k = dyn_codec_create(d->tokenizer, d->template_str, meta->model.kind, &err);
+    if (k == NULL) {
+        cli_errorf(CMD, "--prompt: %s", err.msg);
         return CLI_EXIT_FAIL;
     }
-    for (int32_t i = 0; i < n; i++) in[i] = (unsigned char)text[i];
-    in[n] = DYN_TOK_SEP;
-    int32_t ng = 0;
-    dyn_status st = dyn_model_generate_greedy(m, a, in, n + 1, max_new, out, &ng, &err);
-    if (st == DYN_OK) print_tokens(out, ng);
-    else cli_errorf(CMD, "--prompt: %s", err.msg);
+    dyn_codec_tokens tok;
+    int32_t *in = NULL, *out = NULL;
+    dyn_model_acts *a = NULL;
+    dyn_status st = dyn_codec_encode_pair(k, text, strlen(text), NULL, 0, &tok, &err);
+    if (st == DYN_OK && tok.input_len > INT32_MAX - 1)
+        st = dyn_error_set(&err, DYN_ERR_INVALID_ARG, "%lld tokens", (long long)tok.input_len);
+    dyn_corpus_specials cs = dyn_codec_specials(k);
+    if (st == DYN_OK) {
+        in = calloc((size_t)tok.input_len + 1, sizeof(int32_t));
+        out = calloc((size_t)max_new + 1, sizeof(int32_t));
+        a = dyn_model_acts_create(&err);
+        if (in == NULL || out == NULL || a == NULL) st = dyn_error_set(&err, DYN_ERR_NOMEM, "out of memory");
+    }
+    int32_t n = 0, ng = 0;
+    if (st == DYN_OK) {
+        memcpy(in, tok.input, (size_t)tok.input_len * sizeof(int32_t));
+        n = (int32_t)tok.input_len;
+        dyn_model_specials sp = {.pad = cs.pad, .bos = cs.bos, .eos = cs.eos, .decoder_start = cs.decoder_start};
+        dyn_model_set_specials(m, &sp);
+        st = dyn_model_generate_greedy(m, a, in, n, max_new, out, &ng, &err);
+    }
+    int ended = st == DYN_OK && ng > 0 && cs.eos >= 0 && out[ng - 1] == cs.eos;
+    const char *txt = NULL;
+    size_t len = 0;
+    if (st == DYN_OK) st = dyn_codec_decode(k, out, (size_t)(ended ? ng - 1 : ng), 0, &txt, &len, &err);
+    if (st == DYN_OK) {
+        fwrite(txt, 1, len, stdout);
+        putchar('\n');
+        /* how it ended, apart from the text: stdout stays the answer alone */
+        fprintf(stderr, "dynapipe eval: %d prompt tokens, %d generated, %s\n", n, ng,
+                ended ? "ended by the end-of-sequence token"
+                      : ng == max_new ? "stopped at --max-new (no end-of-sequence token)"
+                                      : "stopped at max_seqlen (no end-of-sequence token)");
+    } else {
+        cli_errorf(CMD, "--prompt: %s", err.msg);
+    }
     free(in);
     free(out);
     dyn_model_acts_free(a);
+    dyn_codec_free(k);
     return st == DYN_OK ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 }
 
@@ -181,7 +243,8 @@ static void eval_set_of(const eval_args *ea, const rt_ckpt_meta *meta, eval_set 
     }
 }
 
-static int run_eval(dyn_model *m, const rt_ckpt_meta *meta, const eval_set *es, int64_t n, int accuracy)
+static int run_eval(dyn_model *m, const rt_ckpt_meta *meta, const data_settings *d, const eval_set *es, int64_t n,
+                    int accuracy)
 {
     dyn_error err;
     dyn_corpus_options co;
@@ -191,6 +254,9 @@ static int run_eval(dyn_model *m, const rt_ckpt_meta *meta, const eval_set *es, 
     co.max_seqlen = meta->model.max_seqlen;
     co.kind = meta->model.kind;
     co.vocab = meta->model.vocab;
+    co.truncate = d->truncate; /* the checkpoint's data settings, whichever set */
+    co.tokenizer = d->tokenizer;
+    co.template_str = d->template_str;
     const char *flag = es->kind[0] == 'v' ? "--eval-data" : "--data";
     dyn_corpus *c = dyn_corpus_open(es->spec, &co, &err);
     if (c == NULL) {
@@ -265,6 +331,7 @@ int cli_eval_main(int argc, char **argv)
                         : ea.have_split   ? "--split"
                         : ea.have_n       ? "--samples"
                         : !ea.accuracy    ? "--no-accuracy"
+                        : ea.truncate     ? "--truncate"
                                           : NULL;
     if (other != NULL) {
         cli_errorf(CMD, ea.prompt ? "%s applies to the evaluation, not to --prompt" : "%s applies to --prompt only",
@@ -288,14 +355,17 @@ int cli_eval_main(int argc, char **argv)
     }
     dyn_model_set_threads(m, (int)ea.threads);
     int rc;
-    if (ea.prompt) {
-        rc = run_prompt(m, ea.prompt, (int32_t)ea.max_new);
+    data_settings d;
+    if (data_settings_of(&ea, meta, &d) != 0) {
+        rc = CLI_EXIT_FAIL;
+    } else if (ea.prompt) {
+        rc = run_prompt(m, meta, &d, ea.prompt, (int32_t)ea.max_new);
     } else {
         printf("checkpoint %s: step %lld, %s %.2fM parameters\n", dir, (long long)meta->step,
                dyn_model_kind_name(meta->model.kind), dyn_model_config_params(&meta->model) / 1e6);
         eval_set es;
         eval_set_of(&ea, meta, &es);
-        rc = run_eval(m, meta, &es, ea.n, ea.accuracy);
+        rc = run_eval(m, meta, &d, &es, ea.n, ea.accuracy);
     }
     dyn_model_free(m);
     free(meta);

@@ -277,6 +277,46 @@ static int flag_given(int argc, char **argv, const char *flag)
     return 0;
 }
 
+/* --init DIR without --tokenizer: DIR's own tokenizer when it has one (a
+ * Hugging Face folder's tokenizer.json, tokenizer.model or spiece.model;
+ * a dynapipe checkpoint's recorded tokenizer), else NULL (bytes). */
+static const char *init_tokenizer(const char *dir)
+{
+    static const char *const files[] = {"tokenizer.json", "tokenizer.model", "spiece.model"};
+    static rt_ckpt_meta meta;
+    char p[4200];
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        if (access(p, R_OK) == 0) return dir;
+    }
+    dyn_error e;
+    snprintf(p, sizeof p, "%s/trainer_state.json", dir);
+    if (access(p, R_OK) == 0 && rt_ckpt_read_state(dir, &meta, &e) == DYN_OK && meta.data.recorded &&
+        strcmp(meta.data.tokenizer, "bytes") != 0)
+        return meta.data.tokenizer;
+    return NULL;
+}
+
+/* --resume: the data settings the checkpoint recorded (truncation,
+ * tokenizer, template) are this run's where its flags leave them out, so
+ * that the run reads its data as the checkpoint's run did; flags that give
+ * them are compared with the checkpoint's later (rt_ckpt_check, one line).
+ * A checkpoint that cannot be read is reported by check_resume. 0 or an
+ * exit code. */
+static int resume_data(train_args *t)
+{
+    static rt_ckpt_meta meta; /* its strings become the run's options */
+    static char dir[4096];
+    dyn_error e;
+    if (rt_ckpt_resolve(t->o.resume_dir, dir, sizeof dir, &e) != DYN_OK ||
+        rt_ckpt_read_state(dir, &meta, &e) != DYN_OK || !meta.data.recorded)
+        return 0;
+    if (meta.data.truncate) t->plan.clip = 1;
+    if (t->plan.tokenizer == NULL && strcmp(meta.data.tokenizer, "bytes") != 0) t->plan.tokenizer = meta.data.tokenizer;
+    if (t->plan.template_str == NULL && meta.data.template_str[0] != '\0') t->plan.template_str = meta.data.template_str;
+    return 0;
+}
+
 /* Parse argv into t: 0, -1 for --help (usage printed), or an exit code
  * (message printed). */
 static int parse(int argc, char **argv, train_args *t)
@@ -297,6 +337,8 @@ static int parse(int argc, char **argv, train_args *t)
     t->plan.have_max_seqlen = 1;
     if (r != 0) return CLI_EXIT_USAGE;
     if (t->o.init_dir && (r = train_init_apply(CMD, &t->o.init_dir, argc, argv, &t->plan)) != 0) return r;
+    if (t->o.init_dir && t->plan.tokenizer == NULL) t->plan.tokenizer = init_tokenizer(t->o.init_dir);
+    if (t->o.resume_dir && (r = resume_data(t)) != 0) return r;
     if (plan_args_finish(CMD, &t->plan) != 0 || plan_args_check_methods(CMD, &t->plan, &t->plan.opt.method, 1) != 0)
         return CLI_EXIT_USAGE;
     if (t->profile_auto && strcmp(t->plan.cost_model, "analytic") != 0) {
@@ -457,6 +499,8 @@ static int build_options(const train_args *t, dyn_train_options *o, char *header
     o->data_spec = run.data_spec;
     o->split = run.split;
     o->truncate = run.clip;
+    o->tokenizer = run.tokenizer;
+    o->template_str = run.template_str;
     o->global_batch_tokens = run.global_batch_tokens;
     int builtin = strncmp(o->data_spec, "builtin", 7) == 0 && (o->data_spec[7] == '\0' || o->data_spec[7] == ':');
     o->shuffle = t->shuffle >= 0 ? t->shuffle : !builtin;
@@ -489,6 +533,7 @@ static int print_options(const dyn_train_options *o, const char *hostfile)
     STR("schedule", dyn_schedule_name(o->schedule));
     NUM(j, "order_groups", o->order_groups), NUM(j, "plan_ahead", o->plan_ahead);
     STR("cost_table", o->cost_table), STR("data", o->data_spec);
+    STR("tokenizer", o->tokenizer), STR("template", o->template_str), NUM(j, "truncate", o->truncate);
     NUM(j, "samples", o->n_samples), NUM(j, "global_batch_tokens", o->global_batch_tokens);
     NUM(j, "steps", o->steps), NUM(j, "seed", o->seed);
     NUM(j, "epochs", o->epochs), NUM(j, "shuffle", o->shuffle), NUM(j, "eval_split", o->eval_split);
@@ -540,6 +585,8 @@ static int check_eval_data(const dyn_train_options *o)
     co.kind = o->model.kind;
     co.truncate = o->truncate;
     co.vocab = o->model.vocab;
+    co.tokenizer = o->tokenizer;
+    co.template_str = o->template_str;
     dyn_error e;
     dyn_corpus *c = dyn_corpus_open(o->eval_data, &co, &e);
     if (c == NULL) {

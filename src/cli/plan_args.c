@@ -136,6 +136,7 @@ const cli_flag plan_args_flags[] = {
             "Megatron PREFIX or IN_PREFIX,TGT_PREFIX (docs/data.md)"),
     CLI_ENUM("--split", "train|heldout", PA, split, split_names, "--data builtin: which stream"),
     CLI_STR("--tokenizer", "DIR|FILE", PA, tokenizer, "tokenizer.json, SentencePiece model or model folder\nfor --data text (default: bytes)"),
+    CLI_STR("--template", "TEXT", PA, template_str, "prompt template of --data input/target text,\n\"...{input}...{target}...\""),
     {.name = "--global-batch-tokens", .metavar = "N", .type = CLI_FLAG_I64, .field = offsetof(PA, global_batch_tokens),
      .min = 1, .max = PLAN_MAX_BATCH_TOKENS, .help = "tokens (input + target) per global batch", .def = "required"},
     {.name = "--max-seqlen", .metavar = "L", .type = CLI_FLAG_I32, .field = offsetof(PA, opt.max_seqlen),
@@ -394,6 +395,7 @@ static int make_corpus(const char *cmd, const plan_args *a, int32_t batches, pla
     opt.truncate = a->clip;
     opt.vocab = in->model.vocab;
     opt.tokenizer = a->tokenizer;
+    opt.template_str = a->template_str;
     int builtin = is_builtin(a->data_spec);
     if (builtin && opt.vocab < DYN_CORPUS_VOCAB_BYTES) opt.vocab = DYN_CORPUS_VOCAB_BYTES; /* lengths only */
     int64_t n = (int64_t)batches * (a->global_batch_tokens / 256 + 1) + 64;

@@ -46,6 +46,7 @@ typedef struct plan_args {
     const char *data_spec;      /* --data SPEC: a token source (include/dynapipe/corpus.h) */
     dyn_corpus_split split;     /* --split train|heldout (built-in --data) */
     const char *tokenizer;      /* --tokenizer DIR|FILE: encodes --data text (NULL: bytes) */
+    const char *template_str;   /* --template "...{input}...{target}...": --data text pairs (NULL: none) */
     int clip;                   /* --clip / --truncate: clip over-long samples instead of failing */
     int64_t global_batch_tokens; /* --global-batch-tokens, tokens (input + target) per global batch */
     int32_t batches;            /* --batches: global batches to plan; 0 = default */

@@ -4,9 +4,11 @@
  * (jsonl.c) and evaluation/generation encode a record the same way.
  *
  * Conventions (the "record rule"):
- *   raw      the byte tokenizer without a template: the input's and the
- *            target's bytes as they are, nothing added (dynapipe's byte
- *            vocabulary from before tokenizers; kept byte for byte).
+ *   raw      the byte tokenizer without a template: the input's bytes then
+ *            SEP (259), the target's bytes then EOS (258): the built-in
+ *            tasks' format, so that a model learns where its answer ends
+ *            and a prompt (the input side) ends as its training inputs did.
+ *            Decoder-only text: its bytes then EOS.
  *   tokenizer otherwise: the input side is the (templated) input encoded with
  *            the tokenizer's own additions (add_special: GPT-2 none, Llama
  *            BOS, T5 EOS); the target side is the (templated) target encoded
@@ -27,7 +29,7 @@
 struct dyn_codec {
     dyn_tokenizer *tok;
     dyn_model_kind kind;
-    int raw;                 /* bytes without a template: nothing added */
+    int raw;                 /* bytes without a template: SEP after the input */
     char *tmpl;              /* the template, NULL when none */
     size_t in_at, tgt_at;    /* offsets of {input} and {target} in tmpl */
     dyn_corpus_specials sp;
@@ -104,14 +106,16 @@ int dyn_codec_is_bytes(const dyn_codec *k) { return dyn_tokenizer_kind_of(k->tok
 
 int dyn_codec_has_template(const dyn_codec *k) { return k->tmpl != NULL; }
 
-/* Append eos to b unless there is none. */
-static dyn_status add_eos(dyn_codec *k, dyn_token_buf *b, dyn_error *err)
+/* Append id to b unless it is -1 (none). */
+static dyn_status add_id(dyn_token_buf *b, int32_t id, dyn_error *err)
 {
-    if (k->sp.eos < 0) return DYN_OK;
+    if (id < 0) return DYN_OK;
     dyn_status st = dyn_token_buf_reserve(b, 1, err);
-    if (st == DYN_OK) b->ids[b->n++] = k->sp.eos;
+    if (st == DYN_OK) b->ids[b->n++] = id;
     return st;
 }
+
+static dyn_status add_eos(dyn_codec *k, dyn_token_buf *b, dyn_error *err) { return add_id(b, k->sp.eos, err); }
 
 /* Encode text (len bytes) into b (emptied first): with the tokenizer's own
  * additions when add_special. */
@@ -143,6 +147,7 @@ dyn_status dyn_codec_encode_pair(dyn_codec *k, const char *input, size_t in_len,
                                       k->tgt_at - k->in_at - strlen(IN_MARK), err)) == DYN_OK)
             st = encode_into(k, k->text.data, k->text.n, add, &k->in, err);
     }
+    if (st == DYN_OK && k->raw) st = add_id(&k->in, k->sp.sep, err);
     if (st != DYN_OK) return st;
     if (target != NULL) {
         if (k->tmpl == NULL) {
@@ -154,7 +159,7 @@ dyn_status dyn_codec_encode_pair(dyn_codec *k, const char *input, size_t in_len,
                 (st = dyn_byte_buf_append(&k->text, tail, strlen(tail), err)) == DYN_OK)
                 st = encode_into(k, k->text.data, k->text.n, 0, &k->tgt, err);
         }
-        if (st == DYN_OK && !k->raw) st = add_eos(k, &k->tgt, err);
+        if (st == DYN_OK) st = add_eos(k, &k->tgt, err);
         if (st != DYN_OK) return st;
     }
     tokens_out(k, target != NULL, out);
@@ -168,7 +173,7 @@ dyn_status dyn_codec_encode_text(dyn_codec *k, const char *text, size_t len, dyn
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                              "a template applies to input/target records, not to decoder-only text");
     dyn_status st = encode_into(k, text, len, !k->raw, &k->in, err);
-    if (st == DYN_OK && !k->raw && (k->in.n == 0 || k->in.ids[k->in.n - 1] != k->sp.eos))
+    if (st == DYN_OK && (k->in.n == 0 || k->in.ids[k->in.n - 1] != k->sp.eos))
         st = add_eos(k, &k->in, err);
     if (st != DYN_OK) return st;
     tokens_out(k, 0, out);

@@ -172,9 +172,8 @@ static dyn_status record_encode(dyn_corpus *c, const cJSON *a, const cJSON *b, c
         : dyn_codec_encode_pair(c->codec, a->valuestring, strlen(a->valuestring), b->valuestring,
                                 strlen(b->valuestring), ct, &e);
     if (es != DYN_OK) return dyn_error_set(err, es, "%s: record %lld: %s", where, (long long)rec, e.msg);
-    /* The byte rule adds nothing (bytes 0..255, as before); any other can
-     * add specials: every id is checked against the vocabulary. */
-    if (dyn_codec_is_bytes(c->codec) && !dyn_codec_has_template(c->codec)) return DYN_OK;
+    /* Every rule adds special ids (bytes: sep 259, eos 258): every id is
+     * checked against the vocabulary. */
     const int32_t *side[2] = {ct->input, ct->target};
     int64_t len[2] = {ct->input_len, ct->target_len};
     for (int s2 = 0; s2 < 2; s2++)

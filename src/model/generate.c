@@ -9,13 +9,14 @@
  * the placeholder:
  *   GPT, Llama: sequence input ++ target; position in_len + t - 1 of
  *        hidden (N,C);
- *   T5:  decoder tokens [bos] ++ target[:-1]; decoder position t of the
+ *   T5:  decoder tokens [decoder start] ++ target[:-1]; decoder position t of the
  *        boundary [encoder output (N,C) | decoder hidden (Nd,C)].
  * The head is applied to that one row exactly as the model's head does it
  * (GPT: ln_f LayerNorm then the tied wte; T5: the decoder's final RMSNorm
  * then lm_head; Llama: model.norm then lm_head or the tied embed_tokens),
  * with the same kernels, and the arg-max over the vocabulary
- * (lowest id on ties) is the next token. */
+ * (lowest id on ties) is the next token. Padding, the decoder start and the
+ * stop are the model's special ids (dyn_model_specials_of). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,6 +70,7 @@ dyn_status dyn_model_generate_greedy(dyn_model *m, dyn_model_acts *a, const int3
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "generation needs a whole model, not layers [%d, %d)", first,
                              last);
     const dyn_model_config *c = dyn_model_cfg(m);
+    const dyn_model_specials *sp = dyn_model_specials_of(m);
     int L = last, C = c->hidden;
     int gpt = c->kind != DYN_MODEL_T5; /* decoder-only: GPT and Llama */
     if (in_len < 1 || in_len > c->max_seqlen)
@@ -91,7 +93,7 @@ dyn_status dyn_model_generate_greedy(dyn_model *m, dyn_model_acts *a, const int3
     for (int32_t t = 0; st == DYN_OK && t < max_new; t++) {
         tgt[t] = 0; /* the placeholder whose prediction we read */
         dyn_token_sample s = {input, in_len, tgt, t + 1};
-        dyn_model_microbatch *mb = dyn_model_microbatch_create_padded(c->kind, &s, 1, err);
+        dyn_model_microbatch *mb = dyn_model_microbatch_create_ex(sp, c->kind, &s, 1, NULL, 0, 0, 0, 0, err);
         if (mb == NULL) {
             st = err ? err->code : DYN_ERR_NOMEM;
             break;
@@ -114,7 +116,7 @@ dyn_status dyn_model_generate_greedy(dyn_model *m, dyn_model_acts *a, const int3
         out[t] = next;
         tgt[t] = next;
         *n_out = t + 1;
-        if (next == DYN_TOK_EOS) break;
+        if (next == sp->eos) break;
     }
     free(hid);
     free(tmp);

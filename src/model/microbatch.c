@@ -1,6 +1,7 @@
 /* microbatch.c — turn token samples into model inputs placed in a layout
  * (padded rows, packed rows with or without document masks): token ids,
- * next-token targets, loss weights and the sample each target belongs to.
+ * next-token targets, loss weights and the sample each target belongs to,
+ * with the vocabulary's pad and decoder-start ids (dyn_model_specials).
  * See dyn_model_microbatch in model.h for what each model kind sees. */
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +33,15 @@ static dyn_status check_samples(const dyn_token_sample *s, int32_t n, dyn_error 
     return DYN_OK;
 }
 
-/* Fill tokens/targets/weights once the layouts exist. */
-static dyn_status fill(dyn_model_microbatch *mb, const dyn_token_sample *s, dyn_error *err)
+dyn_model_specials dyn_model_specials_bytes(void)
+{
+    return (dyn_model_specials){.pad = DYN_TOK_PAD, .bos = -1, .eos = DYN_TOK_EOS, .decoder_start = DYN_TOK_BOS};
+}
+
+/* Fill tokens/targets/weights once the layouts exist, with sp's pad and
+ * decoder start. */
+static dyn_status fill(dyn_model_microbatch *mb, const dyn_model_specials *sp, const dyn_token_sample *s,
+                       dyn_error *err)
 {
     const dyn_layout *lay = mb->lay;
     size_t N = (size_t)lay->B * (size_t)lay->T;
@@ -46,10 +54,10 @@ static dyn_status fill(dyn_model_microbatch *mb, const dyn_token_sample *s, dyn_
     if (mb->kind == DYN_MODEL_T5) mb->dec_tokens = dyn_calloc(No, sizeof(int32_t), "decoder tokens", err);
     if (!mb->tokens || !mb->targets || !mb->weights || !mb->sample_of || (mb->kind == DYN_MODEL_T5 && !mb->dec_tokens))
         return DYN_ERR_NOMEM;
-    for (size_t i = 0; i < N; i++) mb->tokens[i] = DYN_TOK_PAD;
+    for (size_t i = 0; i < N; i++) mb->tokens[i] = sp->pad;
     for (size_t i = 0; i < No; i++) mb->sample_of[i] = -1;
     if (mb->dec_tokens)
-        for (size_t i = 0; i < No; i++) mb->dec_tokens[i] = DYN_TOK_PAD;
+        for (size_t i = 0; i < No; i++) mb->dec_tokens[i] = sp->pad;
     for (int32_t j = 0; j < mb->n_samples; j++) {
         const dyn_segment *g = &lay->samples[j];
         size_t base = (size_t)g->row * (size_t)lay->T + (size_t)g->start;
@@ -67,7 +75,7 @@ static dyn_status fill(dyn_model_microbatch *mb, const dyn_token_sample *s, dyn_
             const dyn_segment *d = &mb->dec_lay->samples[j];
             size_t db = (size_t)d->row * (size_t)mb->dec_lay->T + (size_t)d->start;
             for (int32_t p = 0; p < tg; p++) {
-                mb->dec_tokens[db + p] = p == 0 ? DYN_TOK_BOS : s[j].target[p - 1];
+                mb->dec_tokens[db + p] = p == 0 ? sp->decoder_start : s[j].target[p - 1];
                 mb->targets[db + p] = s[j].target[p];
                 mb->weights[db + p] = 1.0f;
                 mb->sample_of[db + p] = j;
@@ -102,26 +110,20 @@ static dyn_model_microbatch *begin(dyn_model_kind kind, const dyn_token_sample *
     return mb;
 }
 
-static dyn_model_microbatch *finish(dyn_model_microbatch *mb, const dyn_token_sample *s, int32_t *lens, int32_t *dlens,
-                              dyn_error *err)
+static dyn_model_microbatch *finish(dyn_model_microbatch *mb, const dyn_model_specials *sp, const dyn_token_sample *s,
+                                    int32_t *lens, int32_t *dlens, dyn_error *err)
 {
     free(lens);
     free(dlens);
-    if (mb->lay == NULL || (mb->kind == DYN_MODEL_T5 && mb->dec_lay == NULL) || fill(mb, s, err) != DYN_OK) {
+    if (mb->lay == NULL || (mb->kind == DYN_MODEL_T5 && mb->dec_lay == NULL) || fill(mb, sp, s, err) != DYN_OK) {
         dyn_model_microbatch_free(mb);
         return NULL;
     }
     return mb;
 }
 
-dyn_model_microbatch *dyn_model_microbatch_create_padded(dyn_model_kind kind, const dyn_token_sample *s, int32_t n,
-                                             dyn_error *err)
-{
-    return dyn_model_microbatch_create_padded_to(kind, s, n, 0, 0, err);
-}
-
-dyn_model_microbatch *dyn_model_microbatch_create_padded_to(dyn_model_kind kind, const dyn_token_sample *s,
-                                                            int32_t n, int32_t T, int32_t Td, dyn_error *err)
+static dyn_model_microbatch *create_padded(const dyn_model_specials *sp, dyn_model_kind kind,
+                                           const dyn_token_sample *s, int32_t n, int32_t T, int32_t Td, dyn_error *err)
 {
     if (check_samples(s, n, err) != DYN_OK) return NULL;
     int32_t *lens, *dlens;
@@ -144,12 +146,12 @@ dyn_model_microbatch *dyn_model_microbatch_create_padded_to(dyn_model_kind kind,
     }
     mb->lay = dyn_layout_create_padded(lens, n, T, err);
     if (mb->lay && kind == DYN_MODEL_T5) mb->dec_lay = dyn_layout_create_padded(dlens, n, Td, err);
-    return finish(mb, s, lens, dlens, err);
+    return finish(mb, sp, s, lens, dlens, err);
 }
 
-dyn_model_microbatch *dyn_model_microbatch_create_packed(dyn_model_kind kind, const dyn_token_sample *s, int32_t n,
-                                             const int32_t *row_counts, int32_t B, int32_t T, int32_t Td,
-                                             int docmask, dyn_error *err)
+static dyn_model_microbatch *create_packed(const dyn_model_specials *sp, dyn_model_kind kind,
+                                           const dyn_token_sample *s, int32_t n, const int32_t *row_counts, int32_t B,
+                                           int32_t T, int32_t Td, int docmask, dyn_error *err)
 {
     if (check_samples(s, n, err) != DYN_OK) return NULL;
     if (row_counts == NULL || B < 1) {
@@ -186,5 +188,35 @@ dyn_model_microbatch *dyn_model_microbatch_create_packed(dyn_model_kind kind, co
     if (Td <= 0) Td = autoTd;
     mb->lay = dyn_layout_create_packed(lens, row_counts, B, T, docmask, err);
     if (mb->lay && kind == DYN_MODEL_T5) mb->dec_lay = dyn_layout_create_packed(dlens, row_counts, B, Td, docmask, err);
-    return finish(mb, s, lens, dlens, err);
+    return finish(mb, sp, s, lens, dlens, err);
+}
+
+dyn_model_microbatch *dyn_model_microbatch_create_ex(const dyn_model_specials *sp, dyn_model_kind kind,
+                                                     const dyn_token_sample *s, int32_t n, const int32_t *row_counts,
+                                                     int32_t B, int32_t T, int32_t Td, int docmask, dyn_error *err)
+{
+    dyn_model_specials bytes = dyn_model_specials_bytes();
+    if (sp == NULL) sp = &bytes;
+    if (row_counts == NULL) return create_padded(sp, kind, s, n, T, Td, err);
+    return create_packed(sp, kind, s, n, row_counts, B, T, Td, docmask, err);
+}
+
+dyn_model_microbatch *dyn_model_microbatch_create_padded(dyn_model_kind kind, const dyn_token_sample *s, int32_t n,
+                                                         dyn_error *err)
+{
+    return dyn_model_microbatch_create_ex(NULL, kind, s, n, NULL, 0, 0, 0, 0, err);
+}
+
+dyn_model_microbatch *dyn_model_microbatch_create_padded_to(dyn_model_kind kind, const dyn_token_sample *s,
+                                                            int32_t n, int32_t T, int32_t Td, dyn_error *err)
+{
+    return dyn_model_microbatch_create_ex(NULL, kind, s, n, NULL, 0, T, Td, 0, err);
+}
+
+dyn_model_microbatch *dyn_model_microbatch_create_packed(dyn_model_kind kind, const dyn_token_sample *s, int32_t n,
+                                                         const int32_t *row_counts, int32_t B, int32_t T, int32_t Td,
+                                                         int docmask, dyn_error *err)
+{
+    dyn_model_specials bytes = dyn_model_specials_bytes();
+    return create_packed(&bytes, kind, s, n, row_counts, B, T, Td, docmask, err); /* NULL row_counts: refused */
 }

@@ -193,6 +193,7 @@ dyn_model *model_table_create(const dyn_model_config *cfg, dyn_error *err)
     dyn_model *m = dyn_calloc(1, sizeof *m, "model", err);
     if (m == NULL) return NULL;
     m->cfg = *cfg;
+    m->sp = dyn_model_specials_bytes();
     m->dims.C = cfg->hidden;
     m->dims.NH = cfg->heads;
     m->dims.HD = cfg->head_dim;
@@ -233,6 +234,10 @@ dyn_model *dyn_model_create(const dyn_model_config *cfg, uint64_t seed, dyn_erro
 }
 
 const dyn_model_config *dyn_model_cfg(const dyn_model *m) { return &m->cfg; }
+
+const dyn_model_specials *dyn_model_specials_of(const dyn_model *m) { return &m->sp; }
+
+void dyn_model_set_specials(dyn_model *m, const dyn_model_specials *sp) { m->sp = *sp; }
 
 void dyn_model_set_progress(dyn_model *m, void (*fn)(void *ctx), void *ctx)
 {

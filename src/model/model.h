@@ -2,8 +2,9 @@
  * blocks.h: parameters, micro-batches, forward/backward by pipeline-stage
  * layer ranges, the AdamW step and checkpoints.
  *
- * Vocabulary: bytes 0..255 plus four special tokens (DYN_TOK_*), so no
- * tokenizer is needed; cfg.vocab may be larger (unused ids).
+ * Vocabulary: any (cfg.vocab ids); its special ids are a dyn_model_specials
+ * the model carries (below). Without a tokenizer: bytes 0..255 plus four
+ * special tokens (DYN_TOK_*); cfg.vocab may be larger (unused ids).
  *
  * Dimensions as in layers.h: B rows, T positions per row (GPT: whole
  * sequences; T5: encoder side), Td decoder positions (T5), N = B*T,
@@ -68,11 +69,28 @@
 #include "util/rng.h"     /* defines: dyn_rng */
 
 /* ---- vocabulary --------------------------------------------------------- */
+/* The byte vocabulary's special ids (a model without a tokenizer). */
 #define DYN_TOK_PAD 256 /* fills pad positions (never predicted) */
 #define DYN_TOK_BOS 257 /* T5 decoder start token */
 #define DYN_TOK_EOS 258 /* ends a target */
 #define DYN_TOK_SEP 259 /* separates fields inside an input */
 #define DYN_VOCAB_BYTES 260
+
+/* The special ids a model's micro-batches and generation use: the one place
+ * the vocabulary's conventions enter src/model. A model starts with the byte
+ * vocabulary's (dyn_model_specials_bytes); a run with a tokenizer sets the
+ * tokenizer's (the runtime converts the data layer's dyn_corpus_specials).
+ * Every id is in [0, vocab) except eos, which may be -1 (none: generation
+ * runs to its length cap). bos is informational (the data carries it). */
+typedef struct dyn_model_specials {
+    int32_t pad;           /* fills pad positions (weight 0, any id the embedding has) */
+    int32_t bos;           /* -1 when none */
+    int32_t eos;           /* generation stops after it; -1 when none */
+    int32_t decoder_start; /* T5: the first decoder input */
+} dyn_model_specials;
+
+/* {pad 256, bos -1, eos 258, decoder_start 257}: today's byte vocabulary. */
+dyn_model_specials dyn_model_specials_bytes(void);
 
 /* A small model for tests and the toy task: kind GPT, T5 or Llama, n_layers
  * blocks (T5: n_layers encoder and n_layers decoder blocks), hidden C, heads
@@ -102,9 +120,9 @@ typedef struct dyn_token_sample {
  *        sequence token p predicts token p+1, and only predictions of target
  *        tokens count (in-1 .. len-2): weight 1, target id = the next token.
  *   T5:  the encoder layout holds inputs, the decoder layout (same sample
- *        order) targets; decoder tokens are [bos] + target[:-1]; every
- *        decoder position predicts its target token.
- * Pad positions hold DYN_TOK_PAD, weight 0, sample_of -1. */
+ *        order) targets; decoder tokens are [decoder start] + target[:-1];
+ *        every decoder position predicts its target token.
+ * Pad positions hold the pad id (dyn_model_specials), weight 0, sample_of -1. */
 typedef struct dyn_model_microbatch {
     dyn_model_kind kind;
     dyn_layout *lay;       /* GPT sequences, or T5 encoder inputs: B rows × T */
@@ -136,6 +154,14 @@ dyn_model_microbatch *dyn_model_microbatch_create_padded_to(dyn_model_kind kind,
 dyn_model_microbatch *dyn_model_microbatch_create_packed(dyn_model_kind kind, const dyn_token_sample *s,
                                              int32_t n, const int32_t *row_counts, int32_t B,
                                              int32_t T, int32_t Td, int docmask, dyn_error *err);
+/* Any of the forms above with the vocabulary's special ids sp (NULL: the
+ * byte vocabulary's, which the forms above use): row_counts NULL gives
+ * padded rows (T, Td as dyn_model_microbatch_create_padded_to), else packed
+ * rows (as dyn_model_microbatch_create_packed). Pad positions hold sp->pad;
+ * T5's decoder input starts with sp->decoder_start. */
+dyn_model_microbatch *dyn_model_microbatch_create_ex(const dyn_model_specials *sp, dyn_model_kind kind,
+                                                     const dyn_token_sample *s, int32_t n, const int32_t *row_counts,
+                                                     int32_t B, int32_t T, int32_t Td, int docmask, dyn_error *err);
 void dyn_model_microbatch_free(dyn_model_microbatch *mb);
 
 /* ---- the model ---------------------------------------------------------- */
@@ -227,6 +253,11 @@ dyn_shared_tensor *dyn_model_shared_tensors(const dyn_model_config *cfg, const i
 void dyn_model_shared_tensors_free(dyn_shared_tensor *s, int n);
 
 const dyn_model_config *dyn_model_cfg(const dyn_model *m);
+/* The special ids m's generation uses (byte vocabulary's until set). set
+ * refuses nothing: the caller checks ids against the vocabulary (the data
+ * layer does, for a tokenizer). */
+const dyn_model_specials *dyn_model_specials_of(const dyn_model *m);
+void dyn_model_set_specials(dyn_model *m, const dyn_model_specials *sp);
 /* Threads for the kernels: sets the blocks' thread count and, through
  * dyn_threads_set (threads.h), the process-wide OpenMP and OpenBLAS counts.
  * Results are bit-identical for a fixed count (and, as built, across counts:
@@ -351,8 +382,9 @@ dyn_status dyn_model_backward(dyn_model *m, dyn_model_acts *a, const dyn_model_m
 
 /* Greedy decoding (generate.c): the whole model m (not a stage) continues
  * prompt input[in_len] (GPT: the sequence so far; T5: the encoder input)
- * one arg-max token at a time into out[max_new], stopping after
- * DYN_TOK_EOS (kept in out), after max_new tokens, or at max_seqlen.
+ * one arg-max token at a time into out[max_new], stopping after m's eos
+ * (dyn_model_specials_of; kept in out), after max_new tokens, or at
+ * max_seqlen.
  * *n_out: tokens written (at least 1). a: any acts (grown as needed).
  * DYN_ERR_INVALID_ARG for max_new < 1 and for a GPT prompt that leaves no
  * room (in_len == max_seqlen), rather than an empty answer. */

@@ -31,6 +31,7 @@ struct dyn_model {
     float *init_std; /* per tensor: > 0 normal std, 0 zeros, -1 ones (creation only) */
     int n_tensors, cap_tensors;
     int64_t step;
+    dyn_model_specials sp; /* the vocabulary's special ids (dyn_model_set_specials) */
     void (*progress)(void *ctx); /* dyn_model_set_progress: called between layers */
     void *progress_ctx;
     /* Layers held: [0, L) for a full model, the stage's range for a stage

@@ -47,6 +47,7 @@ dyn_model *dyn_model_create_stage(const dyn_model_config *cfg, uint64_t seed, in
     dyn_status st = m ? DYN_OK : DYN_ERR_NOMEM;
     if (st == DYN_OK) {
         m->cfg = tmpl->cfg;
+        m->sp = tmpl->sp;
         m->dims = tmpl->dims;
         m->L = tmpl->L;
         m->first = first;

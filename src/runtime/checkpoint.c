@@ -121,7 +121,8 @@ static dyn_status write_index(const rt_ckpt_job *j, const char *tmp, char *names
 static dyn_status write_config(const rt_ckpt_job *j, const char *tmp, dyn_error *err)
 {
     char p[RT_CKPT_PATH_CAP];
-    char *cfg = rt_ckpt_hf_config(&j->o->model, err);
+    dyn_model_specials bytes = dyn_model_specials_bytes();
+    char *cfg = rt_ckpt_hf_config_ids(&j->o->model, j->data ? &j->data->sp : &bytes, err);
     if (cfg == NULL) return err->code;
     rt_ckpt_pathf(p, sizeof p, "%s/config.json", tmp);
     dyn_status st = dyn_file_write_atomic(p, cfg, strlen(cfg), err);
@@ -154,6 +155,16 @@ static void meta_of_job(const rt_ckpt_job *j, rt_ckpt_meta *m)
     m->index = j->per_epoch > 0 ? j->sampler_pos % j->per_epoch : j->sampler_pos;
     snprintf(m->eval_data, sizeof m->eval_data, "%s", o->eval_data ? o->eval_data : "");
     m->lr = o->lr;
+    if (j->data != NULL) {
+        m->data = *j->data;
+    } else { /* a job without data settings: the byte vocabulary's */
+        memset(&m->data, 0, sizeof m->data);
+        m->data.truncate = o->truncate != 0;
+        snprintf(m->data.tokenizer, sizeof m->data.tokenizer, "bytes");
+        m->data.vocab = DYN_VOCAB_BYTES;
+        m->data.sp = dyn_model_specials_bytes();
+    }
+    m->data.recorded = 1;
 }
 
 /* Rank 0: the size and hash of every file written so far into m->files:

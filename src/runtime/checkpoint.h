@@ -7,9 +7,10 @@
  *                                   checkpoint (replaced atomically)
  *   DIR/step-00000040/
  *     config.json                   Hugging Face config (GPT2LMHeadModel or
- *                                   T5ForConditionalGeneration; byte
- *                                   vocabulary, pad 256, decoder start 257,
- *                                   eos 258, the model's shape)
+ *                                   T5ForConditionalGeneration; the model's
+ *                                   shape and the data's special ids: byte
+ *                                   vocabulary pad 256, decoder start 257,
+ *                                   eos 258, or the tokenizer's)
  *     model.safetensors.index.json  the Hub's sharded-weights index:
  *                                   {"metadata": {"total_size": bytes},
  *                                    "weight_map": {name: shard file}}
@@ -19,8 +20,10 @@
  *                                   stage s-1 holds, and its step count
  *     trainer_state.json            step, sampler position, the run's shape
  *                                   (model, stages, layer cuts, data, batch
- *                                   tokens) and the size and FNV-1a 64 hash
- *                                   of every file above
+ *                                   tokens), the data settings (truncation,
+ *                                   tokenizer file and hash, template,
+ *                                   special ids) and the size and FNV-1a 64
+ *                                   hash of every file above
  * N = plan stages (stages x chunks). Training draws no random numbers after
  * initialisation (no dropout; the sampler's order is a pure function of its
  * position, the seed and the data, data.h dyn_sampler_create_ex, and the
@@ -61,6 +64,35 @@ typedef struct rt_ckpt_file {
     uint64_t fnv;  /* FNV-1a 64 of the file's bytes */
 } rt_ckpt_file;
 
+/* The data settings a checkpoint records (trainer_state.json's object
+ * "data_options"; ckpt_data.c): how the run read its data, so that `eval`
+ * and `train --resume` read it the same way. A checkpoint written before
+ * they were recorded has recorded = 0 (bytes, no template, no truncation
+ * are then assumed, and nothing is compared). */
+typedef struct rt_ckpt_data {
+    int32_t recorded;        /* 1 when trainer_state.json has "data_options" */
+    int32_t truncate;        /* 1: samples over max_seqlen were clipped */
+    char tokenizer[1024];    /* "bytes", or the tokenizer file's absolute path */
+    uint64_t tokenizer_fnv;  /* FNV-1a 64 of that file's bytes (its identity); 0 for bytes */
+    int32_t vocab;           /* the tokenizer's ids */
+    char template_str[1024]; /* "" for none */
+    dyn_model_specials sp;   /* pad, bos, eos, decoder start */
+} rt_ckpt_data;
+
+/* The settings of a run reading its data with tokenizer (NULL or "bytes":
+ * bytes), template tmpl (NULL: none) and truncate, for a model of kind:
+ * the tokenizer is loaded (its file hashed, its special ids read). NULL +
+ * err on a tokenizer or template the data layer refuses, or a template or
+ * path longer than the fields hold. */
+dyn_status rt_ckpt_data_of(const char *tokenizer, const char *tmpl, int truncate, dyn_model_kind kind,
+                           rt_ckpt_data *d, dyn_error *err);
+
+/* Whether run's settings read data as the checkpoint's did: the first
+ * difference as one message naming the flag (--truncate, --template,
+ * --tokenizer: another file, another identity of the same file, other
+ * special ids). DYN_OK when ckpt->recorded is 0. */
+dyn_status rt_ckpt_data_check(const rt_ckpt_data *ckpt, const rt_ckpt_data *run, dyn_error *err);
+
 /* What trainer_state.json records. */
 typedef struct rt_ckpt_meta {
     int64_t step;          /* optimizer steps taken = the next iteration to train */
@@ -82,6 +114,7 @@ typedef struct rt_ckpt_meta {
     int64_t epoch, index;  /* sampler_pos as (epoch, index within it): = epoch * per_epoch + index */
     char eval_data[512];   /* --eval-data, "" for none */
     dyn_lr_schedule lr;    /* the saving run's schedule; total_steps 0 when not recorded */
+    rt_ckpt_data data;     /* how the run read its data */
     int32_t n_files;
     rt_ckpt_file files[RT_CKPT_MAX_FILES];
 } rt_ckpt_meta;
@@ -98,11 +131,15 @@ dyn_status rt_ckpt_resolve(const char *path, char *dir, size_t cap, dyn_error *e
  * meta's; a disagreement is DYN_ERR_CORRUPT naming both places. Reads
  * every file once and the optimizer shards twice. */
 dyn_status rt_ckpt_read(const char *dir, rt_ckpt_meta *meta, dyn_error *err);
+/* dir/trainer_state.json alone into *meta (no file checked): what a command
+ * line needs before it plans (train --resume adopts the data settings). */
+dyn_status rt_ckpt_read_state(const char *dir, rt_ckpt_meta *meta, dyn_error *err);
 
 /* Whether a run of options o can resume from *meta: one message naming
- * the first thing that differs (model shape, stages, chunks, data, the
- * training order: shuffle, its seed, the held-out fraction; global batch
- * tokens, or a checkpoint already at or past --steps or --epochs). */
+ * the first thing that differs (model shape, stages, chunks, data, the data
+ * settings of rt_ckpt_data_check (loading o's tokenizer), the training
+ * order: shuffle, its seed, the held-out fraction; global batch tokens, or a
+ * checkpoint already at or past --steps or --epochs). */
 dyn_status rt_ckpt_check(const rt_ckpt_meta *meta, const dyn_train_options *o, dyn_error *err);
 
 /* Whether resuming *meta under options o moves the learning-rate schedule:
@@ -137,6 +174,7 @@ typedef struct rt_ckpt_job {
     int64_t step;              /* steps taken */
     int64_t sampler_pos;       /* rank 0: the sampler position after the last trained batch */
     int32_t per_epoch;         /* rank 0: samples per epoch of the training order */
+    const rt_ckpt_data *data;  /* rank 0: the run's data settings (rt_ckpt_data_of) */
 } rt_ckpt_job;
 
 /* Write checkpoint step-<j->step> under o->save_dir. Collective over the
@@ -145,7 +183,10 @@ typedef struct rt_ckpt_job {
  * committed. */
 dyn_status rt_ckpt_save(const rt_ckpt_job *j, dyn_error *err);
 
-/* The Hugging Face config.json text for cfg (malloc'ed). */
+/* The Hugging Face config.json text for cfg (malloc'ed), with the byte
+ * vocabulary's special ids; _ids: with sp's (pad_token_id, eos_token_id,
+ * GPT's bos_token_id (eos when sp has no bos), T5's decoder_start_token_id). */
 char *rt_ckpt_hf_config(const dyn_model_config *cfg, dyn_error *err);
+char *rt_ckpt_hf_config_ids(const dyn_model_config *cfg, const dyn_model_specials *sp, dyn_error *err);
 
 #endif

@@ -1,15 +1,22 @@
 /* ckpt_config.c — config.json of a checkpoint (checkpoint.h): the Hugging
  * Face config of the trained shape (GPT2LMHeadModel or
- * T5ForConditionalGeneration with the byte vocabulary's special tokens),
+ * T5ForConditionalGeneration with the data's special ids: the byte
+ * vocabulary's, or the tokenizer's),
  * so that the checkpoint loads in transformers. Written, never read: the
  * shape dynapipe resumes from is trainer_state.json's. */
 #include <cjson/cJSON.h>
 
 #include "dynapipe/model_config.h" /* defines: dyn_model_config */
 #include "model/layers.h"          /* defines: DYN_LN_EPS, DYN_RMS_EPS, DYN_T5_* */
-#include "runtime/checkpoint.h"    /* declares: rt_ckpt_hf_config; DYN_TOK_* through model/model.h */
+#include "runtime/checkpoint.h"    /* declares: rt_ckpt_hf_config*; dyn_model_specials through model/model.h */
 
 char *rt_ckpt_hf_config(const dyn_model_config *c, dyn_error *err)
+{
+    dyn_model_specials bytes = dyn_model_specials_bytes();
+    return rt_ckpt_hf_config_ids(c, &bytes, err);
+}
+
+char *rt_ckpt_hf_config_ids(const dyn_model_config *c, const dyn_model_specials *sp, dyn_error *err)
 {
     cJSON *r = cJSON_CreateObject();
     if (r == NULL) {
@@ -49,11 +56,15 @@ char *rt_ckpt_hf_config(const dyn_model_config *c, dyn_error *err)
         cJSON_AddStringToObject(r, "feed_forward_proj", "gated-gelu");
         cJSON_AddBoolToObject(r, "is_encoder_decoder", 1);
         cJSON_AddBoolToObject(r, "tie_word_embeddings", 0);
-        cJSON_AddNumberToObject(r, "decoder_start_token_id", DYN_TOK_BOS);
+        cJSON_AddNumberToObject(r, "decoder_start_token_id", sp->decoder_start);
     }
-    cJSON_AddNumberToObject(r, "pad_token_id", DYN_TOK_PAD);
-    cJSON_AddNumberToObject(r, "eos_token_id", DYN_TOK_EOS);
-    if (gpt) cJSON_AddNumberToObject(r, "bos_token_id", DYN_TOK_EOS); /* GPT-2's convention: bos = eos */
+    cJSON_AddNumberToObject(r, "pad_token_id", sp->pad);
+    if (sp->eos >= 0) cJSON_AddNumberToObject(r, "eos_token_id", sp->eos);
+    else cJSON_AddNullToObject(r, "eos_token_id");
+    /* GPT-2's convention: bos = eos when the vocabulary has no bos of its own */
+    int32_t bos = sp->bos >= 0 ? sp->bos : sp->eos;
+    if (gpt && bos >= 0) cJSON_AddNumberToObject(r, "bos_token_id", bos);
+    else if (gpt) cJSON_AddNullToObject(r, "bos_token_id");
     cJSON_AddStringToObject(r, "torch_dtype", "float32");
     char *text = cJSON_Print(r);
     cJSON_Delete(r);

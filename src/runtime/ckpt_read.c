@@ -82,7 +82,7 @@ static dyn_status check_config(const char *dir, const rt_ckpt_meta *meta, dyn_er
 {
     char p[RT_CKPT_PATH_CAP];
     rt_ckpt_pathf(p, sizeof p, "%s/config.json", dir);
-    char *want_text = rt_ckpt_hf_config(&meta->model, err), *text = NULL;
+    char *want_text = rt_ckpt_hf_config_ids(&meta->model, &meta->data.sp, err), *text = NULL;
     if (want_text == NULL) return err->code;
     dyn_status st = dyn_file_read_all(p, &text, NULL, err);
     cJSON *want = cJSON_Parse(want_text), *have = st == DYN_OK ? cJSON_Parse(text) : NULL;
@@ -141,7 +141,7 @@ static dyn_status check_optimizer_meta(const char *dir, const rt_ckpt_meta *meta
     return st;
 }
 
-dyn_status rt_ckpt_read(const char *dir, rt_ckpt_meta *meta, dyn_error *err)
+dyn_status rt_ckpt_read_state(const char *dir, rt_ckpt_meta *meta, dyn_error *err)
 {
     if (rt_ckpt_check_root(dir, err) != DYN_OK) return err->code;
     char p[RT_CKPT_PATH_CAP];
@@ -154,6 +154,14 @@ dyn_status rt_ckpt_read(const char *dir, rt_ckpt_meta *meta, dyn_error *err)
     if (r == NULL) return dyn_error_set(err, DYN_ERR_CORRUPT, "%s: not valid JSON", p);
     st = rt_ckpt_state_from_json(r, p, meta, err);
     cJSON_Delete(r);
+    return st;
+}
+
+dyn_status rt_ckpt_read(const char *dir, rt_ckpt_meta *meta, dyn_error *err)
+{
+    char p[RT_CKPT_PATH_CAP];
+    rt_ckpt_pathf(p, sizeof p, "%s/trainer_state.json", dir);
+    dyn_status st = rt_ckpt_read_state(dir, meta, err);
     if (st == DYN_OK) st = check_file_list(meta, p, err);
     for (int32_t i = 0; st == DYN_OK && i < meta->n_files; i++) {
         const rt_ckpt_file *f = &meta->files[i];
@@ -220,6 +228,12 @@ dyn_status rt_ckpt_check(const rt_ckpt_meta *m, const dyn_train_options *o, dyn_
     if (o->epochs > 0 && m->per_epoch > 0 && m->sampler_pos >= o->epochs * (int64_t)m->per_epoch)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "checkpoint is at epoch %lld, sample %lld; --epochs %lld leaves "
                              "nothing to train", (long long)m->epoch, (long long)m->index, (long long)o->epochs);
+    if (m->data.recorded) {
+        rt_ckpt_data run;
+        dyn_status st = rt_ckpt_data_of(o->tokenizer, o->template_str, o->truncate, o->model.kind, &run, err);
+        if (st == DYN_OK) st = rt_ckpt_data_check(&m->data, &run, err);
+        if (st != DYN_OK) return st;
+    }
     if (m->global_batch_tokens != o->global_batch_tokens)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "checkpoint has --global-batch-tokens %lld, this run %lld",
                              (long long)m->global_batch_tokens, (long long)o->global_batch_tokens);

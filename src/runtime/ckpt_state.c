@@ -46,6 +46,8 @@ typedef struct field {
 #define BIG ((double)(INT64_MAX / 2)) /* step counts: far beyond any run, exact as a double (2^62) */
 #define LR "lr_schedule"
 #define ORD "order" /* the training order's settings and position (optional: older checkpoints) */
+#define DO "data_options" /* rt_ckpt_data; absent from checkpoints written before it */
+#define CAP(member) sizeof(((rt_ckpt_meta *)0)->member)
 
 static const field FIELDS[] = {
     {NULL,    "format",              F_FORMAT, 0,                       0, 1000, 0, NULL},
@@ -80,7 +82,16 @@ static const field FIELDS[] = {
     {ORD,     "samples_per_epoch",   F_I32,    AT(per_epoch),           0, INT32_MAX, 1, NULL},
     {ORD,     "epoch",               F_I64,    AT(epoch),               0, BIG, 1, NULL},
     {ORD,     "index",               F_I64,    AT(index),               0, INT32_MAX, 1, NULL},
-    {ORD,     "eval_data",           F_STR,    AT(eval_data),           0, sizeof(((rt_ckpt_meta *)0)->eval_data), 1, NULL},
+    {ORD,     "eval_data",           F_STR,    AT(eval_data),           0, CAP(eval_data), 1, NULL},
+    {DO,      "truncate",            F_I32,    AT(data.truncate),       0, 1, 1, NULL},
+    {DO,      "tokenizer",           F_STR,    AT(data.tokenizer),      0, CAP(data.tokenizer), 1, NULL},
+    {DO,      "tokenizer_fnv1a64",   F_HEX64,  AT(data.tokenizer_fnv),  0, 0, 1, NULL},
+    {DO,      "vocab",               F_I32,    AT(data.vocab),          1, 1 << 24, 1, NULL},
+    {DO,      "template",            F_STR,    AT(data.template_str),   0, CAP(data.template_str), 1, NULL},
+    {DO,      "pad_token_id",        F_I32,    AT(data.sp.pad),         0, 1 << 24, 1, NULL},
+    {DO,      "bos_token_id",        F_I32,    AT(data.sp.bos),         -1, 1 << 24, 1, NULL},
+    {DO,      "eos_token_id",        F_I32,    AT(data.sp.eos),         -1, 1 << 24, 1, NULL},
+    {DO,      "decoder_start_token_id", F_I32, AT(data.sp.decoder_start), 0, 1 << 24, 1, NULL},
     {NULL,    "files",               F_FILES,  AT(files),               0, BIG, 0, NULL},
 };
 #define N_FIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
@@ -136,11 +147,19 @@ static cJSON *field_to_json(const field *f, const rt_ckpt_meta *m)
     return NULL;
 }
 
+/* Whether field f is written: "data_options" only when m records it (a
+ * checkpoint read without it is written back without it). */
+static int written(const field *f, const rt_ckpt_meta *m)
+{
+    return f->object == NULL || strcmp(f->object, DO) != 0 || m->data.recorded;
+}
+
 cJSON *rt_ckpt_state_to_json(const rt_ckpt_meta *m)
 {
     cJSON *r = cJSON_CreateObject(), *obj = NULL;
     for (int i = 0; r && i < N_FIELDS; i++) {
         const field *f = &FIELDS[i];
+        if (!written(f, m)) continue;
         cJSON *to = r;
         if (f->object) {
             if (i == 0 || FIELDS[i - 1].object == NULL || strcmp(FIELDS[i - 1].object, f->object) != 0)
@@ -298,5 +317,11 @@ dyn_status rt_ckpt_state_from_json(const cJSON *r, const char *path, rt_ckpt_met
         return dyn_error_set(err, DYN_ERR_CORRUPT,
                              "%s: \"order\" epoch %lld, index %lld of %d samples per epoch is not sampler_position %lld",
                              path, (long long)m->epoch, (long long)m->index, m->per_epoch, (long long)m->sampler_pos);
+    m->data.recorded = cJSON_GetObjectItemCaseSensitive(r, DO) != NULL;
+    if (!m->data.recorded) { /* what such a run read: bytes, no template, no truncation */
+        snprintf(m->data.tokenizer, sizeof m->data.tokenizer, "bytes");
+        m->data.vocab = DYN_VOCAB_BYTES;
+        m->data.sp = dyn_model_specials_bytes();
+    }
     return DYN_OK;
 }

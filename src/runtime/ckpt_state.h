@@ -20,7 +20,9 @@ cJSON *rt_ckpt_state_to_json(const rt_ckpt_meta *m);
  * within its range (numbers before any conversion); the first that is not
  * is DYN_ERR_CORRUPT naming the file and the field. "lr_schedule" may be
  * absent (checkpoints written before it was recorded; then
- * m->lr.total_steps stays 0 = unknown), but when present it is complete. */
+ * m->lr.total_steps stays 0 = unknown), but when present it is complete;
+ * so may "data_options" (then m->data.recorded = 0 and m->data holds the
+ * byte vocabulary's settings). */
 dyn_status rt_ckpt_state_from_json(const cJSON *r, const char *path, rt_ckpt_meta *m, dyn_error *err);
 
 #endif

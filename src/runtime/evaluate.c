@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util/util.h" /* defines: dyn_calloc */
+#include "runtime/source.h" /* defines: rt_corpus_model_specials */
+#include "util/util.h"     /* defines: dyn_calloc */
 
 static rt_eval_task *task_of(rt_eval_result *r, const dyn_corpus *c, int32_t task)
 {
@@ -28,12 +29,15 @@ dyn_status rt_eval_run(dyn_model *m, dyn_corpus *c, const int64_t *ids, int64_t 
     int32_t cap = dyn_model_cfg(m)->max_seqlen + 1;
     int32_t *gen = dyn_calloc((size_t)cap, sizeof(int32_t), "generation", err);
     dyn_status st = gen ? DYN_OK : DYN_ERR_NOMEM;
+    dyn_model_specials sp = rt_corpus_model_specials(c);
+    dyn_model_set_specials(m, &sp); /* generation stops at the data's eos */
     double loss_all = 0;
     for (int64_t i = 0; st == DYN_OK && i < n; i++) {
         dyn_corpus_sample s;
         if ((st = dyn_corpus_read(c, ids ? ids[i] : i, &s, err)) != DYN_OK) break;
         dyn_token_sample ts = {s.input, s.input_len, s.target, s.target_len};
-        dyn_model_microbatch *mb = dyn_model_microbatch_create_padded(dyn_model_cfg(m)->kind, &ts, 1, err);
+        dyn_model_microbatch *mb = dyn_model_microbatch_create_ex(&sp, dyn_model_cfg(m)->kind, &ts, 1, NULL, 0, 0, 0, 0,
+                                                                  err);
         if (mb == NULL) {
             st = err ? err->code : DYN_ERR_NOMEM;
             break;

@@ -28,10 +28,11 @@ typedef struct rt_eval_result {
 } rt_eval_result;
 
 /* Evaluate m on n samples of corpus c: ids[0..n) (corpus indices), or with
- * ids NULL samples [0, n) (n is cut to the corpus's count): each sample
- * alone in a padded micro-batch for the loss; with accuracy != 0 also the
- * greedy generation of target_len tokens (the target ends in eos, so the
- * first target_len tokens decide an exact match). */
+ * ids NULL samples [0, n) (n is cut to the corpus's count), with c's special
+ * ids (m takes them: dyn_model_set_specials): each sample alone in a padded
+ * micro-batch for the loss; with accuracy != 0 also the greedy generation of
+ * target_len tokens (a target that ends in eos stops it there; the first
+ * target_len tokens decide an exact match). */
 dyn_status rt_eval_run(dyn_model *m, dyn_corpus *c, const int64_t *ids, int64_t n, int accuracy, rt_eval_result *r,
                        dyn_error *err);
 

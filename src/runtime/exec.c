@@ -41,6 +41,9 @@ struct rt_exec {
     size_t cap_tok;
     dyn_token_sample *ts;
     size_t cap_ts;
+    int64_t *tok_at;            /* [n_samples + 1]: sample k's tokens in w->tokens start at tok_at[k] */
+    size_t cap_tok_at;
+    dyn_model_specials sp;      /* the data's pad and decoder start (rt_source_specials) */
     float dloss;                /* 1 / global target tokens */
     rt_exec_stats *st;
     double epoch_ms;
@@ -84,6 +87,7 @@ rt_exec *rt_exec_create(const rt_exec_env *env, dyn_error *err)
     rt_exec *x = dyn_calloc(1, sizeof *x, "interpreter", err);
     if (x == NULL) return NULL;
     x->env = *env;
+    x->sp = rt_source_specials(env->src);
     return x;
 }
 
@@ -109,6 +113,7 @@ void rt_exec_free(rt_exec *x)
     free(x->mbs);
     free(x->tok);
     free(x->ts);
+    free(x->tok_at);
     free(x->ev);
     free(x->last_w);
     free(x);
@@ -236,7 +241,12 @@ static dyn_status mb_tokens(rt_exec *x, int32_t k0, int32_t n, dyn_error *err)
     for (int32_t k = 0; k < n; k++) {
         const dyn_sample *s = &ds->samples[w->samples[k0 + k].id];
         int32_t *in = x->tok + at, *tg = in + s->input_len;
-        dyn_status st = rt_source_tokens(x->env.src, s->id, in, tg, err);
+        size_t len = (size_t)s->input_len + (size_t)s->target_len;
+        dyn_status st = DYN_OK;
+        if (w->n_tokens > 0) /* the planner thread read them */
+            memcpy(in, w->tokens + x->tok_at[k0 + k], len * sizeof(int32_t));
+        else
+            st = rt_source_tokens(x->env.src, s->id, in, tg, err);
         if (st != DYN_OK) return st;
         x->ts[k] = (dyn_token_sample){in, s->input_len, tg, s->target_len};
         at += (size_t)s->input_len + (size_t)s->target_len;
@@ -261,8 +271,8 @@ static dyn_model_microbatch *mb_packed(rt_exec *x, int32_t j, int32_t k0, int32_
         }
         rows[r]++;
     }
-    dyn_model_microbatch *mb = dyn_model_microbatch_create_packed(x->env.kind, x->ts, n, rows, sh->rows, sh->enc_len,
-                                                                  sh->dec_len, docmask, err);
+    dyn_model_microbatch *mb = dyn_model_microbatch_create_ex(&x->sp, x->env.kind, x->ts, n, rows, sh->rows,
+                                                              sh->enc_len, sh->dec_len, docmask, err);
     free(rows);
     return mb;
 }
@@ -282,7 +292,7 @@ static dyn_model_microbatch *mb_padded(rt_exec *x, int32_t j, int32_t k0, int32_
         dyn_error_set(err, DYN_ERR_INTERNAL, "micro-batch %d: %d rows for %d samples", j, sh->rows, n);
         return NULL;
     }
-    return dyn_model_microbatch_create_padded_to(x->env.kind, x->ts, n, sh->enc_len, sh->dec_len, err);
+    return dyn_model_microbatch_create_ex(&x->sp, x->env.kind, x->ts, n, NULL, 0, sh->enc_len, sh->dec_len, 0, err);
 }
 
 static dyn_status mb_get(rt_exec *x, int32_t j, dyn_model_microbatch **out, dyn_error *err)
@@ -573,6 +583,19 @@ static dyn_status prepare(rt_exec *x, const dyn_rt_work *w, dyn_error *err)
     }
     for (int32_t k = 0; k < x->n_slots; k++) x->slots[k].live = 0;
     for (int32_t k = 0; k < x->n_acts; k++) x->acts[k].used = 0;
+    if (w->n_tokens > 0) { /* where each sample's tokens start, checked against the lengths */
+        if (DYN_RESERVE(x->tok_at, x->cap_tok_at, (size_t)w->n_samples + 1) != 0)
+            return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the token table");
+        const dyn_dataset *ds = rt_source_lengths(x->env.src);
+        x->tok_at[0] = 0;
+        for (int32_t k = 0; k < w->n_samples; k++) {
+            const dyn_sample *s = &ds->samples[w->samples[k].id];
+            x->tok_at[k + 1] = x->tok_at[k] + s->input_len + s->target_len;
+        }
+        if (x->tok_at[w->n_samples] != w->n_tokens)
+            return dyn_error_set(err, DYN_ERR_INTERNAL, "work message: %lld tokens for samples of %lld",
+                                 (long long)w->n_tokens, (long long)x->tok_at[w->n_samples]);
+    }
     /* where each stage's weight gradients are complete (the stage_done hook) */
     int32_t ns = w->plan.n_stages;
     if (ns > x->cap_last_w) {

@@ -10,7 +10,7 @@
 #include "dynapipe/cost.h"
 #include "dynapipe/pipeline.h"
 #include "runtime/alloc.h"
-#include "runtime/source.h" /* defines: rt_sampler_options */
+#include "runtime/source.h" /* defines: rt_sampler_options, rt_source_* (the samples' tokens for the work) */
 #include "runtime/work.h"
 #include "util/util.h"
 
@@ -45,6 +45,8 @@ struct rt_planner {
     double *hist;           /* [HIST][S * (RT_CALIB_DIRS + 1)]: factors, then optimizer ms per rank */
     double *rank_params;    /* [S] scratch: parameters per rank */
     rt_alloc *alloc;        /* the ranks' allocation, predicted (alloc.h) */
+    rt_source *tokens_src;  /* text data: this thread's own handle, whose tokens go with the work
+                             * (rt_source_ships_tokens); NULL: the ranks read their source */
     double *rank_alloc_mb;  /* [S] scratch */
 };
 
@@ -96,7 +98,8 @@ rt_planner *rt_planner_create(const dyn_train_options *o, const dyn_dataset *len
     po.schedule = o->schedule;
     po.order_groups = o->order_groups;
     if (p->sampler != NULL) p->pipeline = dyn_pipeline_create(p->planner, &po, err);
-    if (p->pipeline == NULL) {
+    if (p->pipeline != NULL && rt_source_ships_tokens(o->data_spec)) p->tokens_src = rt_source_open(o, err);
+    if (p->pipeline == NULL || (rt_source_ships_tokens(o->data_spec) && p->tokens_src == NULL)) {
         rt_planner_free(p);
         return NULL;
     }
@@ -125,6 +128,28 @@ static dyn_status useful_fractions(const dyn_cost_model *cm, const dyn_dataset *
     }
     free(xs);
     return st;
+}
+
+/* w->tokens: every sample's input then target tokens, read (parsed and
+ * encoded) here on the planner thread from its own handle. */
+static dyn_status work_tokens(rt_source *src, const dyn_dataset *ds, dyn_rt_work *w, dyn_error *err)
+{
+    int64_t n = 0;
+    for (int32_t k = 0; k < w->n_samples; k++) {
+        const dyn_sample *s = &ds->samples[w->samples[k].id];
+        n += (int64_t)s->input_len + s->target_len;
+    }
+    if (n == 0) return DYN_OK;
+    if ((w->tokens = dyn_calloc((size_t)n, sizeof(int32_t), "work tokens", err)) == NULL) return DYN_ERR_NOMEM;
+    w->n_tokens = n;
+    int32_t *at = w->tokens;
+    for (int32_t k = 0; k < w->n_samples; k++) {
+        const dyn_sample *s = &ds->samples[w->samples[k].id];
+        dyn_status st = rt_source_tokens(src, s->id, at, at + s->input_len, err);
+        if (st != DYN_OK) return st;
+        at += s->input_len + s->target_len;
+    }
+    return DYN_OK;
 }
 
 static dyn_status replica_work(const dyn_cost_model *cm, const dyn_dataset *ds, const dyn_batch_plan *bp,
@@ -360,6 +385,7 @@ static dyn_status pack_replicas(rt_planner *p, int64_t k, dyn_pipeline_result *r
         st = rt_alloc_iteration(p->alloc, r, &res->replicas[r], p->rank_alloc_mb, err);
         if (st == DYN_OK) st = replica_work(p->cm, p->lengths, &res->batch, &res->replicas[r], step_ms, p->rank_alloc_mb, &w,
                                               err);
+        if (st == DYN_OK && p->tokens_src != NULL) st = work_tokens(p->tokens_src, p->lengths, &w, err);
         if (st == DYN_OK) st = dyn_rt_work_pack(&w, &pl->msg[r], &pl->len[r], err);
         memset(&w.plan, 0, sizeof w.plan); /* the result owns it */
         dyn_rt_work_free(&w);
@@ -581,6 +607,7 @@ void rt_planner_free(rt_planner *p)
     free(p->hist);
     free(p->rank_params);
     rt_alloc_free(p->alloc);
+    rt_source_free(p->tokens_src);
     free(p->rank_alloc_mb);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);

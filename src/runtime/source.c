@@ -24,6 +24,8 @@ rt_source *rt_source_open(const dyn_train_options *o, dyn_error *err)
     co.kind = o->model.kind;
     co.truncate = o->truncate;
     co.vocab = o->model.vocab;
+    co.tokenizer = o->tokenizer;
+    co.template_str = o->template_str;
     s->corpus = dyn_corpus_open(o->data_spec, &co, err);
     if (s->corpus == NULL || dyn_corpus_lengths(s->corpus, &s->ds, err) != DYN_OK) {
         rt_source_free(s);
@@ -60,6 +62,20 @@ dyn_status rt_source_tokens(rt_source *s, int32_t id, int32_t *input, int32_t *t
     memcpy(input, cs.input, (size_t)cs.input_len * sizeof(int32_t));
     memcpy(target, cs.target, (size_t)cs.target_len * sizeof(int32_t));
     return DYN_OK;
+}
+
+dyn_model_specials rt_corpus_model_specials(const dyn_corpus *c)
+{
+    dyn_corpus_specials cs = dyn_corpus_specials_of(c);
+    return (dyn_model_specials){.pad = cs.pad, .bos = cs.bos, .eos = cs.eos, .decoder_start = cs.decoder_start};
+}
+
+dyn_model_specials rt_source_specials(const rt_source *s) { return rt_corpus_model_specials(s->corpus); }
+
+int rt_source_ships_tokens(const char *data_spec)
+{
+    size_t n = strlen(data_spec);
+    return n >= 6 && strcmp(data_spec + n - 6, ".jsonl") == 0; /* as dyn_corpus_open tells a JSONL file */
 }
 
 void rt_sampler_options(const dyn_train_options *o, dyn_sampler_options *so)

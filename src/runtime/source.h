@@ -9,11 +9,13 @@
 
 #include "dynapipe/corpus.h"
 #include "dynapipe/data.h"
+#include "model/model.h" /* defines: dyn_model_specials */
 #include "runtime/train.h"
 
 typedef struct rt_source rt_source;
 
-/* The corpus o->data_spec (split, limits and vocabulary from o). */
+/* The corpus o->data_spec (split, limits, vocabulary, tokenizer and
+ * template from o). */
 rt_source *rt_source_open(const dyn_train_options *o, dyn_error *err);
 void rt_source_free(rt_source *s);
 /* Lengths of every sample (borrowed; samples[i].id == i). */
@@ -21,6 +23,18 @@ const dyn_dataset *rt_source_lengths(const rt_source *s);
 /* Tokens of sample id into input[input_len] and target[target_len] (the
  * lengths of rt_source_lengths). Not thread-safe (one handle per thread). */
 dyn_status rt_source_tokens(rt_source *s, int32_t id, int32_t *input, int32_t *target, dyn_error *err);
+/* 1 when reading a sample of data_spec costs parsing and encoding text (a
+ * JSONL file): then the planner thread reads the samples' tokens and sends
+ * them with the work (work.h), off the ranks' critical path; 0 for the
+ * built-in dataset (generated) and Megatron files (mapped), which the ranks
+ * read themselves. */
+int rt_source_ships_tokens(const char *data_spec);
+/* The special ids of the source's vocabulary (its tokenizer's, or the byte
+ * vocabulary's) as the model uses them: micro-batch padding, T5's decoder
+ * start, generation's stop. */
+dyn_model_specials rt_source_specials(const rt_source *s);
+/* The same conversion for any corpus. */
+dyn_model_specials rt_corpus_model_specials(const dyn_corpus *c);
 
 /* The run's training order (data.h dyn_sampler_options) from o: its seed,
  * shuffle, epochs and held-out fraction. The planner, the step count of

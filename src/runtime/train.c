@@ -118,6 +118,7 @@ typedef struct rt_run {
     double epoch_ms;     /* rank 0's clock at start: the trace's zero */
     rt_metrics met;
     rt_position pos;
+    rt_ckpt_data data;   /* rank 0 with --save DIR: the data settings checkpoints record */
 } rt_run;
 
 static dyn_model *model_of(void *ctx, int32_t stage)
@@ -252,6 +253,8 @@ static dyn_status eval_set(const rt_run *R, dyn_corpus **c, int64_t **ids, int64
     co.kind = o->model.kind;
     co.truncate = o->truncate;
     co.vocab = o->model.vocab;
+    co.tokenizer = o->tokenizer; /* --eval-data is read as the training data is */
+    co.template_str = o->template_str;
     if (o->eval_split > 0) {
         int32_t total = rt_source_lengths(R->src)->n, held = 0;
         uint8_t *out = dyn_calloc((size_t)total + 1, 1, "evaluation", err);
@@ -317,7 +320,7 @@ static dyn_status ckpt_after_step(rt_run *R, int64_t k, int *stop, dyn_error *er
         }
         if (*stop || done == R->o.steps || (R->o.save_every > 0 && done % R->o.save_every == 0)) {
             rt_ckpt_job j = {&R->g, &R->o, R->s.models, R->s.n_local, R->s.lay_first, R->s.n_stages, done,
-                             R->mail.sampler_pos ? R->mail.sampler_pos[k] : 0, R->per_epoch};
+                             R->mail.sampler_pos ? R->mail.sampler_pos[k] : 0, R->per_epoch, &R->data};
             st = rt_ckpt_save(&j, err);
             if (st == DYN_OK && R->g.world_rank == 0 && R->o.progress >= 0)
                 fprintf(stderr, "%scheckpoint %s/step-%08lld%s\n", R->tty ? "\r\033[K" : "", R->o.save_dir,
@@ -460,6 +463,9 @@ static dyn_status setup(rt_run *R, dyn_error *err)
     if (o->resume_dir && (st = ckpt_resume(R, &resume_pos, err)) != DYN_OK) return st;
     if (o->init_dir && (st = init_weights(R, err)) != DYN_OK) return st;
     if (o->save_dir && (st = ckpt_install_signals(err)) != DYN_OK) return st;
+    if (o->save_dir && R->g.world_rank == 0 &&
+        (st = rt_ckpt_data_of(o->tokenizer, o->template_str, o->truncate, o->model.kind, &R->data, err)) != DYN_OK)
+        return st;
     if ((st = exec_create(R, err)) != DYN_OK) return st;
     if ((st = metrics_init(R, err)) != DYN_OK) return st;
     if ((st = rt_mail_init(&R->mail, &R->g, o->steps, o->timeout_s, err)) != DYN_OK) return st;

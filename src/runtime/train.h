@@ -35,6 +35,8 @@ typedef struct dyn_train_options {
     int32_t n_samples;       /* samples of the built-in dataset */
     int32_t split;           /* dyn_corpus_split of the built-in dataset */
     int32_t truncate;        /* clip samples over max_seqlen instead of failing */
+    const char *tokenizer;   /* text data: tokenizer.json, SentencePiece model or model folder; NULL: bytes */
+    const char *template_str; /* text pairs: "...{input}...{target}..." (corpus.h, dyn_codec); NULL: none */
     int64_t global_batch_tokens; /* input + target tokens per global batch */
     /* the training order (data.h dyn_sampler_create_ex): a permutation per
      * epoch drawn from (seed, epoch), the held-out fraction never trained */

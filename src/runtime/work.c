@@ -7,7 +7,8 @@
 #include "util/util.h"
 
 #define WORK_MAGIC 0x574E5944u /* "DYNW" little-endian */
-#define WORK_VERSION 2u /* 2: ideal_ms, ideal_compute_ms after predicted_ms; useful[n_mb] after peak_mb */
+#define WORK_VERSION 3u /* 2: ideal_ms, ideal_compute_ms after predicted_ms; useful[n_mb] after peak_mb;
+                        * 3: the samples' tokens after useful */
 
 void dyn_rt_work_free(dyn_rt_work *w)
 {
@@ -18,6 +19,7 @@ void dyn_rt_work_free(dyn_rt_work *w)
     free(w->bwd_ms);
     free(w->peak_mb);
     free(w->useful);
+    free(w->tokens);
     dyn_exec_plan_free(&w->plan);
     memset(w, 0, sizeof *w);
 }
@@ -86,6 +88,8 @@ dyn_status dyn_rt_work_pack(const dyn_rt_work *w, uint8_t **buf, size_t *len, dy
     }
     for (int32_t r = 0; r < R; r++) put_f64(&b, w->peak_mb[r]);
     for (int32_t j = 0; j < w->n_mb; j++) put_f64(&b, w->useful ? w->useful[j] : 1.0);
+    put_i64(&b, w->n_tokens);
+    put(&b, w->tokens, (size_t)w->n_tokens * sizeof(int32_t));
     put_i64(&b, (int64_t)plan_len);
     put(&b, plan, plan_len);
     free(plan);
@@ -198,6 +202,23 @@ static dyn_status read_costs(rbuf *r, dyn_rt_work *out, dyn_error *err)
     return DYN_OK;
 }
 
+/* The samples' tokens, when the planner sent them: at most what the bytes
+ * left hold (their agreement with the samples' lengths is the
+ * interpreter's check, which knows the lengths). */
+static dyn_status read_tokens(rbuf *r, dyn_rt_work *out, dyn_error *err)
+{
+    if (get(r, &out->n_tokens, 8)) return truncated(r, err);
+    if (out->n_tokens < 0 || (uint64_t)out->n_tokens > (r->len - r->at) / sizeof(int32_t) ||
+        (out->n_mb == 0 && out->n_tokens != 0))
+        return dyn_error_set(err, DYN_ERR_CORRUPT, "work message: %lld tokens where %zu bytes remain",
+                             (long long)out->n_tokens, r->len - r->at);
+    if (out->n_tokens == 0) return DYN_OK;
+    out->tokens = dyn_calloc((size_t)out->n_tokens, sizeof(int32_t), "work message tokens", err);
+    if (out->tokens == NULL) return DYN_ERR_NOMEM;
+    get(r, out->tokens, (size_t)out->n_tokens * sizeof(int32_t));
+    return DYN_OK;
+}
+
 /* The plan, its validation, and its agreement with the header and samples. */
 static dyn_status read_plan(rbuf *r, dyn_rt_work *out, dyn_error *err)
 {
@@ -236,6 +257,7 @@ dyn_status dyn_rt_work_unpack(const uint8_t *buf, size_t len, int64_t n_dataset,
     dyn_status st = read_header(&r, out, err);
     if (st == DYN_OK) st = read_samples(&r, n_dataset, out, err);
     if (st == DYN_OK) st = read_costs(&r, out, err);
+    if (st == DYN_OK) st = read_tokens(&r, out, err);
     if (st == DYN_OK) st = read_plan(&r, out, err);
     return st;
 }

@@ -14,6 +14,8 @@
  *   n_mb * n_stages x (f64 fwd_ms, f64 bwd_ms): the predicted stage costs,
  *   n_ranks x f64 predicted allocation per pipeline rank (MB, alloc.h),
  *   n_mb x f64 useful fraction per micro-batch (version 2 on),
+ *   i64 n_tokens, n_tokens x i32: the samples' tokens (version 3 on; 0 when
+ *       the ranks read them from their source),
  *   u64 plan_len, plan_len bytes of dyn_exec_plan_serialize.
  * A replica with no micro-batches this iteration (n_mb = 0) has no plan
  * (plan_len 0, n_stages 0 costs); its ranks only join the step.
@@ -57,6 +59,10 @@ typedef struct dyn_rt_work {
     double *peak_mb;              /* [n_ranks]: predicted allocation per pipeline rank (alloc.h), MB */
     double *useful;               /* [n_mb]: share of each micro-batch's compute that is its samples'
                                    * own (pipeline.h dyn_mb_useful_fraction), in [0, 1] */
+    int64_t n_tokens;             /* 0, or the tokens of every sample: */
+    int32_t *tokens;              /* [n_tokens]: sample by sample (in samples' order), its input then
+                                   * its target; tokenised by the planner thread (text JSONL), so
+                                   * the ranks do not read or encode the file; NULL when 0 */
     dyn_exec_plan plan;           /* the replica's validated plan */
 } dyn_rt_work;
 
