@@ -263,7 +263,9 @@ static int parse(int argc, char **argv, train_args *t)
     t->have_max_seqlen = t->plan.have_max_seqlen;
     t->plan.have_max_seqlen = 1;
     if (r != 0) return CLI_EXIT_USAGE;
-    if (t->o.init_dir && (r = train_init_apply(CMD, &t->o.init_dir, argc, argv, &t->plan)) != 0) return r;
+    if (t->o.init_dir && (r = train_init_apply(CMD, &t->o.init_dir, argc, argv, &t->plan, &t->o.tokens)) != 0)
+        return r;
+    t->o.have_tokens = t->o.init_dir != NULL;
     if (plan_args_finish(CMD, &t->plan) != 0 || plan_args_check_methods(CMD, &t->plan, &t->plan.opt.method, 1) != 0)
         return CLI_EXIT_USAGE;
     if (t->profile_auto && strcmp(t->plan.cost_model, "analytic") != 0) {

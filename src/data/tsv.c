@@ -91,7 +91,7 @@ static int parse_line(char *line, const char *path, long long lineno, dyn_model_
             return -1;
         }
         /* A GPT sample may have no target: the whole sequence is the sample. */
-        long min = k == 1 && kind == DYN_MODEL_GPT ? 0 : 1;
+        long min = k == 1 && kind != DYN_MODEL_T5 ? 0 : 1;
         if (vals[k] < min) {
             dyn_error_set(err, DYN_ERR_PARSE, "%s:%lld: %s %ld must be %s", path, lineno, names[k], vals[k],
                           min ? "positive" : ">= 0");
@@ -153,7 +153,7 @@ dyn_status dyn_dataset_read_tsv(const char *path, int32_t max_seqlen, dyn_model_
         int32_t i32 = (int32_t)in, t32 = (int32_t)tgt;
         if (!dyn_lengths_fit(kind, max_seqlen, i32, t32)) {
             if (!clip) {
-                if (kind == DYN_MODEL_GPT)
+                if (kind != DYN_MODEL_T5)
                     dyn_error_set(err, DYN_ERR_PARSE,
                                   "%s:%lld: sample %d: input_len + target_len = %ld tokens exceeds "
                                   "max_seqlen %d (GPT: the limit is on input+target; give --clip to cut it)",

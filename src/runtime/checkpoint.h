@@ -6,10 +6,13 @@
  *   DIR/latest                      "step-00000040\n": the newest complete
  *                                   checkpoint (replaced atomically)
  *   DIR/step-00000040/
- *     config.json                   Hugging Face config (GPT2LMHeadModel or
- *                                   T5ForConditionalGeneration; byte
- *                                   vocabulary, pad 256, decoder start 257,
- *                                   eos 258, the model's shape)
+ *     config.json                   Hugging Face config (GPT2LMHeadModel,
+ *                                   T5ForConditionalGeneration,
+ *                                   LlamaForCausalLM or Qwen2ForCausalLM;
+ *                                   the model's shape; token ids: the
+ *                                   --init folder's, else the byte
+ *                                   vocabulary's pad 256, bos / decoder
+ *                                   start 257, eos 258)
  *     model.safetensors.index.json  the Hub's sharded-weights index:
  *                                   {"metadata": {"total_size": bytes},
  *                                    "weight_map": {name: shard file}}
@@ -45,6 +48,7 @@
 #include <stdint.h>
 
 #include "dynapipe/common.h"
+#include "model/hf_config.h" /* defines: dyn_hf_tokens */
 #include "model/model.h"
 #include "runtime/group.h"
 #include "runtime/train.h"
@@ -65,6 +69,7 @@ typedef struct rt_ckpt_meta {
     int32_t stages, dp, chunks, n_stages; /* ranks per replica, replicas, chunks per rank, plan stages */
     int32_t lay_first[RT_CKPT_MAX_STAGES + 1]; /* plan stage s = model layers [lay_first[s], lay_first[s+1]) */
     dyn_model_config model;
+    dyn_hf_tokens tokens;  /* config.json's bos / eos / pad ids (-1: null) */
     uint64_t seed;
     char data_spec[512];
     int32_t n_samples, split;
@@ -131,7 +136,14 @@ typedef struct rt_ckpt_job {
  * committed. */
 dyn_status rt_ckpt_save(const rt_ckpt_job *j, dyn_error *err);
 
-/* The Hugging Face config.json text for cfg (malloc'ed). */
-char *rt_ckpt_hf_config(const dyn_model_config *cfg, dyn_error *err);
+/* The token ids of dynapipe's byte vocabulary as config.json names them
+ * for a model of kind k: pad 256, eos 258, and bos 258 for GPT-2 (its
+ * convention: bos = eos), the decoder start 257 for T5, bos 257 for Llama. */
+dyn_hf_tokens rt_ckpt_byte_tokens(dyn_model_kind k);
+
+/* The Hugging Face config.json text for cfg (malloc'ed) with the token ids
+ * tok (NULL: rt_ckpt_byte_tokens). T5 writes tok's bos as
+ * decoder_start_token_id. */
+char *rt_ckpt_hf_config(const dyn_model_config *cfg, const dyn_hf_tokens *tok, dyn_error *err);
 
 #endif

@@ -1,16 +1,35 @@
 /* ckpt_config.c — config.json of a checkpoint (checkpoint.h): the Hugging
- * Face config of the trained shape (GPT2LMHeadModel or
- * T5ForConditionalGeneration with the byte vocabulary's special tokens),
- * so that the checkpoint loads in transformers. Written, never read: the
- * shape dynapipe resumes from is trainer_state.json's. */
+ * Face config of the trained shape (GPT2LMHeadModel,
+ * T5ForConditionalGeneration, or the Llama family through
+ * model/hf_config.h), with the token ids of the model (an --init folder's,
+ * else the byte vocabulary's), so that the checkpoint loads in
+ * transformers. Written here, and read back only to compare it with
+ * trainer_state.json: the shape dynapipe resumes from is trainer_state's. */
 #include <cjson/cJSON.h>
 
 #include "dynapipe/model_config.h" /* defines: dyn_model_config */
+#include "model/hf_config.h"       /* defines: dyn_hf_config_llama_json */
 #include "model/layers.h"          /* defines: DYN_LN_EPS, DYN_RMS_EPS, DYN_T5_* */
 #include "runtime/checkpoint.h"    /* declares: rt_ckpt_hf_config; DYN_TOK_* through model/model.h */
 
-char *rt_ckpt_hf_config(const dyn_model_config *c, dyn_error *err)
+dyn_hf_tokens rt_ckpt_byte_tokens(dyn_model_kind k)
 {
+    dyn_hf_tokens t = {k == DYN_MODEL_GPT ? DYN_TOK_EOS : DYN_TOK_BOS, DYN_TOK_EOS, DYN_TOK_PAD};
+    return t;
+}
+
+/* key: id, or null for -1. */
+static void add_id(cJSON *r, const char *key, int32_t id)
+{
+    if (id >= 0) cJSON_AddNumberToObject(r, key, id);
+    else cJSON_AddNullToObject(r, key);
+}
+
+char *rt_ckpt_hf_config(const dyn_model_config *c, const dyn_hf_tokens *tok, dyn_error *err)
+{
+    dyn_hf_tokens bytes = rt_ckpt_byte_tokens(c->kind);
+    if (tok == NULL) tok = &bytes;
+    if (c->kind == DYN_MODEL_LLAMA) return dyn_hf_config_llama_json(c, tok, err);
     cJSON *r = cJSON_CreateObject();
     if (r == NULL) {
         dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for config.json");
@@ -49,11 +68,11 @@ char *rt_ckpt_hf_config(const dyn_model_config *c, dyn_error *err)
         cJSON_AddStringToObject(r, "feed_forward_proj", "gated-gelu");
         cJSON_AddBoolToObject(r, "is_encoder_decoder", 1);
         cJSON_AddBoolToObject(r, "tie_word_embeddings", 0);
-        cJSON_AddNumberToObject(r, "decoder_start_token_id", DYN_TOK_BOS);
+        add_id(r, "decoder_start_token_id", tok->bos_id);
     }
-    cJSON_AddNumberToObject(r, "pad_token_id", DYN_TOK_PAD);
-    cJSON_AddNumberToObject(r, "eos_token_id", DYN_TOK_EOS);
-    if (gpt) cJSON_AddNumberToObject(r, "bos_token_id", DYN_TOK_EOS); /* GPT-2's convention: bos = eos */
+    add_id(r, "pad_token_id", tok->pad_id);
+    add_id(r, "eos_token_id", tok->eos_id);
+    if (gpt) add_id(r, "bos_token_id", tok->bos_id);
     cJSON_AddStringToObject(r, "torch_dtype", "float32");
     char *text = cJSON_Print(r);
     cJSON_Delete(r);

@@ -82,7 +82,7 @@ static dyn_status check_config(const char *dir, const rt_ckpt_meta *meta, dyn_er
 {
     char p[RT_CKPT_PATH_CAP];
     rt_ckpt_pathf(p, sizeof p, "%s/config.json", dir);
-    char *want_text = rt_ckpt_hf_config(&meta->model, err), *text = NULL;
+    char *want_text = rt_ckpt_hf_config(&meta->model, &meta->tokens, err), *text = NULL;
     if (want_text == NULL) return err->code;
     dyn_status st = dyn_file_read_all(p, &text, NULL, err);
     cJSON *want = cJSON_Parse(want_text), *have = st == DYN_OK ? cJSON_Parse(text) : NULL;
