@@ -32,6 +32,12 @@ if [ "${DYN_NO_FUZZ_DEPS:-0}" != 1 ]; then
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
 fi
+# Optional too: python3-torch (Debian's PyTorch, about 270 s to install),
+# the independent reference of test_hf_torch (Hugging Face folders written
+# and read by PyTorch implementations of the HF classes) and of the PyTorch
+# benchmarks in bench/. Without it those are skipped, saying so.
+optional+=(python3-torch)
+dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep -q "install ok installed" || missing+=(python3-torch)
 [ ${#missing[@]} -eq 0 ] && exit 0
 echo "install-deps: installing ${missing[*]}" >&2
 SUDO=""
@@ -41,7 +47,7 @@ if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-re
   # Retry without the optional ones: they must not stop a build.
   required=()
   for p in "${missing[@]}"; do [[ " ${optional[*]} " == *" $p "* ]] || required+=("$p"); done
-  echo "install-deps: installing without the optional fuzzing packages" >&2
+  echo "install-deps: installing without the optional packages (fuzzing, npm, PyTorch)" >&2
   [ ${#required[@]} -eq 0 ] ||
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${required[@]}" >/dev/null
 fi

@@ -253,11 +253,14 @@ static void test_json_structure(void **state)
 {
     (void)state;
     char args[2000];
-    for (int t5 = 0; t5 < 2; t5++) {
+    /* GPT, T5 and Llama (decoder-only: one length per micro-batch, as GPT) */
+    const char *kinds[3] = {"gpt", "t5", "llama"}, *configs[3] = {"gpt-tiny", "t5-tiny", "llama-tiny"};
+    for (int k = 0; k < 3; k++) {
+        int t5 = k == 1;
         snprintf(args, sizeof args,
                  "--model %s --model-config %s --synthetic flan:3 --global-batch-tokens 8192 "
                  "--max-seqlen 256 --stages 2 --dp 2 --batches 3 --json '%s'",
-                 t5 ? "t5" : "gpt", t5 ? "t5-tiny" : "gpt-tiny", json_path);
+                 kinds[k], configs[k], json_path);
         assert_int_equal(run_plan(args), 0);
         char *out = slurp(out_path);
         assert_non_null(strstr(out, "global batch 2:"));
@@ -382,6 +385,70 @@ static void test_cost_table_and_model_files(void **state)
     char *out = slurp(out_path);
     assert_non_null(strstr(out, "(4 layers"));
     free(out);
+}
+
+/* --model llama: a real shape on the a100 (128,256-token vocabulary), a
+ * model JSON of kind llama, a Llama cost table (its model line carries
+ * kv_heads etc.: a table of another kv_heads is another shape), and the
+ * kind mismatches, each one line. */
+static void test_llama(void **state)
+{
+    (void)state;
+    char cmd[2000], path[700], table[700];
+    assert_int_equal(run_plan("--model llama --model-config llama3-8b --machine a100 --synthetic flan "
+                              "--global-batch-tokens 65536 --max-seqlen 4096 --stages 8 --batches 1 --quiet"),
+                     0);
+    char *out = slurp(out_path);
+    assert_non_null(strstr(out, "llama model (32 layers, hidden 4096)"));
+    free(out);
+    write_file("llama.json", "{\"preset\": \"llama-tiny\", \"n_layers\": 4, \"kv_heads\": 4, \"tie_embeddings\": true}",
+               path, sizeof path);
+    snprintf(cmd, sizeof cmd,
+             "--model llama --model-config '%s' --machine cpu --synthetic flan --global-batch-tokens 4096 "
+             "--max-seqlen 256 --stages 4 --quiet",
+             path);
+    assert_int_equal(run_plan(cmd), 0);
+    out = slurp(out_path);
+    assert_non_null(strstr(out, "llama model (4 layers"));
+    free(out);
+    snprintf(cmd, sizeof cmd,
+             "--model gpt --model-config '%s' --machine cpu --synthetic flan --global-batch-tokens 4096 "
+             "--max-seqlen 256 --stages 2",
+             path);
+    expect_error(cmd, 2, "does not match");
+    expect_error("--model llama --model-config gpt-tiny --machine cpu --synthetic flan --global-batch-tokens 4096 "
+                 "--max-seqlen 256 --stages 2",
+                 2, "does not match");
+    expect_error("--model llama --model-config llama-tiny --machine cpu --synthetic flan --global-batch-tokens 4096 "
+                 "--max-seqlen 256 --stages 2 --heads 1",
+                 2, "kv_heads = 2 must divide heads = 1");
+
+    /* a Llama cost table */
+    dyn_error err;
+    dyn_model_config cfg;
+    assert_int_equal(dyn_model_config_preset("llama-tiny", &cfg, &err), DYN_OK);
+    dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, dyn_machine_builtin("cpu"), &err);
+    assert_non_null(cm);
+    int32_t rows[] = {1, 4, 16, 64}, enc[] = {8, 32, 128, 256}, dec[] = {0};
+    dyn_cost_grid g = {4, 4, 1, rows, enc, dec};
+    snprintf(table, sizeof table, "%s/llama.table", dir);
+    assert_int_equal(dyn_cost_table_write_from_model(table, cm, &g, &err), DYN_OK);
+    dyn_cost_model_free(cm);
+    snprintf(cmd, sizeof cmd,
+             "--model llama --cost-model '%s' --synthetic flan --global-batch-tokens 4096 --max-seqlen 256 "
+             "--stages 2 --model-config llama-tiny --quiet",
+             table);
+    assert_int_equal(run_plan(cmd), 0);
+    snprintf(cmd, sizeof cmd,
+             "--model gpt --cost-model '%s' --synthetic flan --global-batch-tokens 4096 --max-seqlen 256 --stages 2",
+             table);
+    expect_error(cmd, 2, "does not match");
+    write_file("llama-kv.json", "{\"preset\": \"llama-tiny\", \"kv_heads\": 4}", path, sizeof path);
+    snprintf(cmd, sizeof cmd,
+             "--model llama --cost-model '%s' --model-config '%s' --synthetic flan --global-batch-tokens 4096 "
+             "--max-seqlen 256 --stages 2",
+             table, path);
+    expect_error(cmd, 2, "kv_heads=2 tie_embeddings=0 qkv_bias=0, the run wants kv_heads=4");
 }
 
 /* Count lines of text that start with prefix. */
@@ -542,6 +609,7 @@ int main(void)
         cmocka_unit_test(test_json_replica_plans),
         cmocka_unit_test(test_every_method_runs),
         cmocka_unit_test(test_cost_table_and_model_files),
+        cmocka_unit_test(test_llama),
         cmocka_unit_test(test_show_and_write_execution_plans),
         cmocka_unit_test(test_outputs_all_or_nothing),
     };

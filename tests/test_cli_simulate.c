@@ -157,6 +157,39 @@ static void test_planned_run_json(void **state)
     free(text);
 }
 
+/* --model llama simulates as GPT does: every schedule, a 1 GB tied-head
+ * Llama on the a100 with its real vocabulary. */
+static void test_llama_planned_run(void **state)
+{
+    (void)state;
+    char args[4096];
+    snprintf(args, sizeof args,
+             "--model llama --model-config llama3.2-1b --machine a100 --synthetic flan:3 --global-batch-tokens 32768 "
+             "--max-seqlen 2048 --stages 4 --batches 1 --schedule all --chunks 2 --json '%s'",
+             json_path);
+    int rc = run_sim(args);
+    if (rc != 0) {
+        char *err = slurp(err_path);
+        fprintf(stderr, "%s", err);
+        free(err);
+    }
+    assert_int_equal(rc, 0);
+    char *text = slurp(json_path);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    assert_non_null(root);
+    cJSON *b = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "global_batches"), 0), *r;
+    assert_non_null(b);
+    int n = 0;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(b, "results")) {
+        assert_true(cJSON_GetObjectItemCaseSensitive(r, "makespan_ms")->valuedouble > 0);
+        assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "peak_memory_mb")), 4);
+        n++;
+    }
+    assert_true(n >= 5); /* 1f1b, cyclic, wait-free-cyclic, interleaved, zb */
+    cJSON_Delete(root);
+}
+
 /* Same inputs, same bytes: the JSON holds no wall-clock times. */
 static void test_json_is_deterministic(void **state)
 {
@@ -349,6 +382,7 @@ int main(void)
         cmocka_unit_test(test_whatif_hand_computed),
         cmocka_unit_test(test_whatif_limit_links_and_contradictions),
         cmocka_unit_test(test_planned_run_json),
+        cmocka_unit_test(test_llama_planned_run),
         cmocka_unit_test(test_json_is_deterministic),
         cmocka_unit_test(test_data_parallel_replicas),
         cmocka_unit_test(test_bad_input),

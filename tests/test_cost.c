@@ -1,4 +1,4 @@
-/* test_cost.c — the analytic cost model against FLOP counts worked by hand,
+/* test_cost.c — the analytic cost model (GPT, T5, Llama) against FLOP counts worked by hand,
  * its monotonicity and recompute trade-offs, document-masked attention, the
  * table model against a known multilinear function (inside and outside the
  * grid, clamping), table round trips and malformed tables, machine and model
@@ -267,6 +267,109 @@ static void test_t5_decoder_memory_hand_worked(void **state)
     dyn_cost_model_free(cm);
 }
 
+/* llama-tiny: h = 64, 4 query heads of 16 (a = 64), 2 key/value heads (g =
+ * 32), ffn 176, vocab 512, untied. Micro-batch 2 x 32 = 64 tokens. Counted
+ * here from the Llama block's definition, not from analytic.c. */
+static void test_llama_block_flops_hand_worked(void **state)
+{
+    (void)state;
+    dyn_model_config cfg;
+    assert_int_equal(dyn_model_config_preset("llama-tiny", &cfg, NULL), DYN_OK);
+    assert_int_equal(cfg.kv_heads, 2);
+    dyn_mb_shape mb = {.rows = 2, .enc_len = 32};
+    /* matrix products over 64 tokens:
+     *   Q 2*64*64*64 = 524288, K and V 2*64*64*32 = 262144 each,
+     *   O 2*64*64*64 = 524288, gate and up 2*64*64*176 = 1441792 each,
+     *   down 2*64*176*64 = 1441792 */
+    double mm = 524288.0 + 2 * 262144.0 + 524288.0 + 3 * 1441792.0; /* 5898240 */
+    /* attention: every one of the 4 query heads scores its row (a shared
+     * k/v head costs no less): QK^T 2*32*32*16 = 32768 per row and head, x
+     * 4 x 2 = 262144; PV the same; causal halves the total */
+    double attn = (262144.0 + 262144.0) * 0.5;
+    /* elementwise bytes (fp32): two RMS norms read and write h (2 * 128),
+     * two residual adds read 2h and write h (2 * 192), the rotation reads
+     * and writes q and k (2 * (64 + 32)), SwiGLU reads gate and up and
+     * writes their product (3 * 176): 1360 floats a token; softmax reads
+     * and writes the causal half of 4 x 2 x 32 x 32 scores */
+    double ew = 4.0 * 64 * 1360, softmax = 4.0 * 2 * (4 * 2 * 32 * 32) * 0.5;
+    dyn_machine m0 = probe_machine(0), m1 = probe_machine(1), m2 = probe_machine(2);
+    dyn_cost_model *c0 = dyn_cost_model_create_analytic(&cfg, &m0, NULL);
+    dyn_cost_model *c1 = dyn_cost_model_create_analytic(&cfg, &m1, NULL);
+    dyn_cost_model *c2 = dyn_cost_model_create_analytic(&cfg, &m2, NULL);
+    assert_non_null(c0);
+    assert_non_null(c1);
+    assert_non_null(c2);
+    dyn_layer_cost a = layer(c0, DYN_LAYER_ENCODER, mb, DYN_RECOMPUTE_NONE);
+    assert_close(a.fwd_ms, mm / 1e6, 1e-9);
+    assert_close(a.bwd_input_ms, mm / 1e6, 1e-9);
+    assert_close(a.bwd_weight_ms, mm / 1e6, 1e-9);
+    dyn_layer_cost b = layer(c1, DYN_LAYER_ENCODER, mb, DYN_RECOMPUTE_NONE);
+    assert_close(b.fwd_ms, attn / 1e6, 1e-6);
+    assert_close(b.bwd_input_ms, 2 * attn / 1e6, 1e-6);
+    assert_close(layer(c2, DYN_LAYER_ENCODER, mb, DYN_RECOMPUTE_NONE).fwd_ms, (ew + softmax) / 1e6, 1e-6);
+    /* LM head over all 64 positions with the real vocabulary: 2*64*64*512 */
+    assert_close(layer(c0, DYN_LAYER_LM_HEAD, mb, DYN_RECOMPUTE_NONE).fwd_ms, 4194304.0 / 1e6, 1e-9);
+    /* embedding: a gather (read and write h a token), no learned positions */
+    assert_close(layer(c2, DYN_LAYER_EMBED, mb, DYN_RECOMPUTE_NONE).fwd_ms, 4.0 * 64 * 2 * 64 / 1e6, 1e-6);
+    /* Grouped-query attention saves K and V projection work only: with 4
+     * key/value heads the products grow by K and V's 2 * 2*64*64*32 and
+     * attention stays the same. */
+    dyn_model_config mha = cfg;
+    mha.kv_heads = 4;
+    dyn_cost_model *d0 = dyn_cost_model_create_analytic(&mha, &m0, NULL);
+    dyn_cost_model *d1 = dyn_cost_model_create_analytic(&mha, &m1, NULL);
+    assert_non_null(d0);
+    assert_non_null(d1);
+    assert_close(layer(d0, DYN_LAYER_ENCODER, mb, DYN_RECOMPUTE_NONE).fwd_ms, (mm + 2 * 262144.0) / 1e6, 1e-9);
+    assert_close(layer(d1, DYN_LAYER_ENCODER, mb, DYN_RECOMPUTE_NONE).fwd_ms, attn / 1e6, 1e-6);
+    dyn_cost_model_free(d0);
+    dyn_cost_model_free(d1);
+    dyn_cost_model_free(c0);
+    dyn_cost_model_free(c1);
+    dyn_cost_model_free(c2);
+}
+
+/* Stored activations and states of a llama-tiny block (fp32, 2 x 32
+ * tokens): per token norm1 in and out, Q (64), K and V (32 each), context
+ * (64), norm2 in and out, gate, up and product (176 each) = 4*64 + 2*64 +
+ * 2*32 + 3*176 = 976 floats; one RMS statistic per norm and token; the
+ * probabilities 4 heads x 2 rows x 32 x 32. */
+static void test_llama_block_memory_hand_worked(void **state)
+{
+    (void)state;
+    dyn_model_config cfg;
+    assert_int_equal(dyn_model_config_preset("llama-tiny", &cfg, NULL), DYN_OK);
+    dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, dyn_machine_builtin("cpu"), NULL);
+    assert_non_null(cm);
+    dyn_mb_shape mb = {.rows = 2, .enc_len = 32};
+    double MB = 1024.0 * 1024.0;
+    double probs = 4.0 * 4 * 2 * 32 * 32;
+    double none = 4.0 * 64 * 976 + 4.0 * 64 * 2 + probs;
+    assert_close(layer(cm, DYN_LAYER_ENCODER, mb, DYN_RECOMPUTE_NONE).stored_mb, none / MB, 1e-12);
+    assert_close(layer(cm, DYN_LAYER_ENCODER, mb, DYN_RECOMPUTE_SELECTIVE).stored_mb, (none - probs) / MB, 1e-12);
+    assert_close(layer(cm, DYN_LAYER_ENCODER, mb, DYN_RECOMPUTE_FULL).stored_mb, 4.0 * 64 * 64 / MB, 1e-12);
+    assert_close(layer(cm, DYN_LAYER_ENCODER, mb, DYN_RECOMPUTE_NONE).output_mb, 4.0 * 64 * 64 / MB, 1e-12);
+    /* LM head: norm in and out, the b x s x V probabilities, one statistic */
+    assert_close(layer(cm, DYN_LAYER_LM_HEAD, mb, DYN_RECOMPUTE_NONE).stored_mb,
+                 (4.0 * 64 * (2 * 64 + 512) + 4.0 * 64) / MB, 1e-12);
+    /* states, 16 bytes a parameter: block h + ha + 2hg + ah + h + 3hf =
+     * 64 + 4096 + 4096 + 4096 + 64 + 33792 = 46208; embedding V h = 32768
+     * (no positions); head norm + table h + V h = 32832 */
+    assert_close(dyn_cost_layer_states_mb(cm, DYN_LAYER_ENCODER), 46208.0 * 16 / MB, 1e-12);
+    assert_close(dyn_cost_layer_states_mb(cm, DYN_LAYER_EMBED), 32768.0 * 16 / MB, 1e-12);
+    assert_close(dyn_cost_layer_states_mb(cm, DYN_LAYER_LM_HEAD), 32832.0 * 16 / MB, 1e-12);
+    assert_true(dyn_cost_layer_states_mb(cm, DYN_LAYER_DECODER) == 0.0);
+    assert_true(dyn_cost_layer_states_mb(cm, DYN_LAYER_BRIDGE) == 0.0);
+    /* whole model, untied: 32768 + 2 * 46208 + 32832; tied: the table once;
+     * Qwen2's q/k/v biases: a + 2g = 128 more a layer */
+    assert_int_equal(dyn_model_config_params(&cfg), 158016);
+    cfg.tie_embeddings = 1;
+    assert_int_equal(dyn_model_config_params(&cfg), 158016 - 32768);
+    cfg.qkv_bias = 1;
+    assert_int_equal(dyn_model_config_params(&cfg), 158016 - 32768 + 2 * 128);
+    dyn_cost_model_free(cm);
+}
+
 static void test_param_counts_match_published(void **state)
 {
     (void)state;
@@ -285,6 +388,17 @@ static void test_param_counts_match_published(void **state)
      * FFN matrix per layer (gated GELU, 48 x h x f), + an untied head (V x h). */
     int64_t want = 11307321344LL + 48LL * 1024 * 65536 + 32128LL * 1024;
     assert_int_equal(dyn_model_config_params(&cfg), want);
+    /* Llama 3 8B: 8,030,261,248 parameters (untied head); Llama 3.2 1B:
+     * 1,235,814,400 (tied), as their model cards and safetensors say. */
+    assert_int_equal(dyn_model_config_preset("llama3-8b", &cfg, NULL), DYN_OK);
+    assert_int_equal(dyn_model_config_params(&cfg), 8030261248LL);
+    assert_int_equal(dyn_model_config_preset("llama3.2-1b", &cfg, NULL), DYN_OK);
+    assert_int_equal(dyn_model_config_params(&cfg), 1235814400LL);
+    /* SmolLM2-135M from its config.json by hand: embedding 49152 x 576 =
+     * 28,311,552 (tied), 30 layers of 2 x 576 + 2 x 576^2 (Q, O) + 2 x 576 x
+     * 192 (K, V) + 3 x 576 x 1536 = 3,540,096, final norm 576 */
+    assert_int_equal(dyn_model_config_preset("smollm2-135m", &cfg, NULL), DYN_OK);
+    assert_int_equal(dyn_model_config_params(&cfg), 28311552LL + 30LL * 3540096 + 576);
     for (int32_t i = 0; dyn_model_config_preset_name(i); i++) {
         assert_int_equal(dyn_model_config_preset(dyn_model_config_preset_name(i), &cfg, NULL), DYN_OK);
         assert_int_equal(dyn_model_config_validate(&cfg, NULL), DYN_OK);
@@ -298,9 +412,9 @@ static void test_param_counts_match_published(void **state)
 static void test_analytic_monotone_in_each_dimension(void **state)
 {
     (void)state;
-    const char *models[2] = {"gpt2-124m", "t5-base"};
+    const char *models[3] = {"gpt2-124m", "t5-base", "llama3-8b"};
     const char *machines[2] = {"cpu", "a100"};
-    for (int mi = 0; mi < 2; mi++)
+    for (int mi = 0; mi < 3; mi++)
         for (int ma = 0; ma < 2; ma++) {
             dyn_model_config cfg;
             assert_int_equal(dyn_model_config_preset(models[mi], &cfg, NULL), DYN_OK);
@@ -343,8 +457,8 @@ static void test_analytic_monotone_in_each_dimension(void **state)
 static void test_recompute_trades_time_for_memory(void **state)
 {
     (void)state;
-    const char *models[2] = {"gpt-6.7b", "t5-11b"};
-    for (int mi = 0; mi < 2; mi++) {
+    const char *models[3] = {"gpt-6.7b", "t5-11b", "llama3-8b"};
+    for (int mi = 0; mi < 3; mi++) {
         dyn_model_config cfg;
         assert_int_equal(dyn_model_config_preset(models[mi], &cfg, NULL), DYN_OK);
         dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, dyn_machine_builtin("a100"), NULL);
@@ -544,8 +658,9 @@ static void test_table_extrapolation_rule(void **state)
 static void test_table_round_trip_from_analytic(void **state)
 {
     (void)state;
-    const char *models[2] = {"gpt-tiny", "t5-tiny"};
-    for (int mi = 0; mi < 2; mi++) {
+    /* llama3.2-1b: a Llama model line with every field, rotary scaling too */
+    const char *models[4] = {"gpt-tiny", "t5-tiny", "llama-tiny", "llama3.2-1b"};
+    for (int mi = 0; mi < 4; mi++) {
         dyn_model_config cfg;
         assert_int_equal(dyn_model_config_preset(models[mi], &cfg, NULL), DYN_OK);
         dyn_cost_model *an = dyn_cost_model_create_analytic(&cfg, dyn_machine_builtin("cpu"), NULL);
@@ -1003,7 +1118,7 @@ static void test_model_json(void **state)
     assert_int_equal(c.head_dim, 32); /* re-derived */
 
     expect_model_error("e1.json", "{\"kind\": \"gpt\", \"n_layers\": 2}", "missing field \"hidden\"");
-    expect_model_error("e2.json", "{\"kind\": \"bert\"}", "\"kind\" must be \"gpt\" or \"t5\"");
+    expect_model_error("e2.json", "{\"kind\": \"bert\"}", "\"kind\" must be \"gpt\", \"t5\" or \"llama\"");
     expect_model_error("e3.json", "{\"kind\": \"gpt\", \"n_layers\": 2, \"hidden\": 100, \"heads\": 3, \"ffn\": 4,"
                                   " \"vocab\": 5, \"max_seqlen\": 8}", "heads 3 does not divide hidden 100");
     expect_model_error("e4.json", "{\"kind\": \"t5\", \"n_layers\": 2, \"hidden\": 64, \"heads\": 4, \"ffn\": 4,"
@@ -1013,6 +1128,36 @@ static void test_model_json(void **state)
     expect_model_error("e7.json", "{\"preset\": \"gpt-tiny\", \"n_dec_layers\": 2}", "n_dec_layers = 2 must be 0");
     expect_model_error("e8.json", "{\"preset\": \"gpt-tiny\", \"vocab\": 0}", "vocab = 0 must be positive");
     expect_model_error("e9.json", "nope", "not valid JSON");
+
+    /* Llama: the preset's shape from JSON, defaults as Hugging Face's
+     * LlamaConfig where a field is left out, fields refused elsewhere. */
+    p = write_file("llama.json", "{\"kind\": \"llama\", \"n_layers\": 32, \"hidden\": 4096, \"heads\": 32,"
+                                 " \"kv_heads\": 8, \"ffn\": 14336, \"vocab\": 128256, \"max_seqlen\": 8192,"
+                                 " \"tie_embeddings\": false, \"rope_theta\": 500000, \"rms_eps\": 1e-5}");
+    if (dyn_model_config_load(p, &c, &err) != DYN_OK) fail_msg("%s", err.msg);
+    assert_int_equal(dyn_model_config_preset("llama3-8b", &want, NULL), DYN_OK);
+    assert_memory_equal(&c, &want, sizeof c);
+    p = write_file("llama2.json", "{\"kind\": \"llama\", \"n_layers\": 2, \"hidden\": 64, \"heads\": 4,"
+                                  " \"ffn\": 176, \"vocab\": 300, \"max_seqlen\": 64, \"qkv_bias\": 1,"
+                                  " \"tie_embeddings\": true}");
+    if (dyn_model_config_load(p, &c, &err) != DYN_OK) fail_msg("%s", err.msg);
+    assert_int_equal(c.kind, DYN_MODEL_LLAMA);
+    assert_int_equal(c.kv_heads, 4); /* default: as many as query heads */
+    assert_int_equal(c.head_dim, 16);
+    assert_int_equal(c.qkv_bias, 1);
+    assert_int_equal(c.tie_embeddings, 1);
+    assert_true(c.rope_theta == 10000.0 && c.rms_eps == 1e-6);
+    p = write_file("llama3.json", "{\"preset\": \"llama-mini\", \"kv_heads\": 1, \"tie_embeddings\": 1}");
+    assert_int_equal(dyn_model_config_load(p, &c, &err), DYN_OK);
+    assert_int_equal(c.kv_heads, 1);
+    assert_int_equal(c.tie_embeddings, 1);
+    assert_true(c.rms_eps == 1e-5); /* the preset's */
+    expect_model_error("l1.json", "{\"preset\": \"llama-mini\", \"kv_heads\": 3}", "kv_heads = 3 must divide heads = 4");
+    expect_model_error("l2.json", "{\"preset\": \"gpt-tiny\", \"kv_heads\": 2}", "\"kv_heads\" applies to kind llama only");
+    expect_model_error("l3.json", "{\"preset\": \"llama-mini\", \"rope_theta\": -1}", "\"rope_theta\" must be a number > 0");
+    expect_model_error("l4.json", "{\"preset\": \"llama-mini\", \"qkv_bias\": 2}", "\"qkv_bias\" must be true, false, 0 or 1");
+    expect_model_error("l5.json", "{\"preset\": \"llama-mini\", \"head_dim\": 63}", "head_dim = 63 must be even");
+    expect_model_error("l6.json", "{\"preset\": \"llama-mini\", \"n_dec_layers\": 1}", "n_dec_layers = 1 must be 0");
     assert_int_equal(dyn_model_config_load("/nonexistent/m.json", &c, &err), DYN_ERR_IO);
 }
 
@@ -1032,8 +1177,14 @@ static void test_names_round_trip(void **state)
     dyn_recompute rc;
     assert_int_equal(dyn_recompute_parse("partial", &rc, NULL), DYN_ERR_INVALID_ARG);
     dyn_model_kind mk;
-    assert_int_equal(dyn_model_kind_parse("t5", &mk, NULL), DYN_OK);
-    assert_int_equal(mk, DYN_MODEL_T5);
+    for (int k = DYN_MODEL_GPT; k <= DYN_MODEL_LLAMA; k++) {
+        assert_int_equal(dyn_model_kind_parse(dyn_model_kind_name((dyn_model_kind)k), &mk, NULL), DYN_OK);
+        assert_int_equal(mk, k);
+    }
+    assert_string_equal(dyn_model_kind_name(DYN_MODEL_LLAMA), "llama");
+    dyn_error err;
+    assert_int_equal(dyn_model_kind_parse("mistral", &mk, &err), DYN_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "gpt, t5 or llama"));
 }
 
 int main(void)
@@ -1044,6 +1195,8 @@ int main(void)
         cmocka_unit_test(test_small_size_terms_hand_worked),
         cmocka_unit_test(test_gpt_block_memory_hand_worked),
         cmocka_unit_test(test_t5_decoder_memory_hand_worked),
+        cmocka_unit_test(test_llama_block_flops_hand_worked),
+        cmocka_unit_test(test_llama_block_memory_hand_worked),
         cmocka_unit_test(test_param_counts_match_published),
         cmocka_unit_test(test_analytic_monotone_in_each_dimension),
         cmocka_unit_test(test_recompute_trades_time_for_memory),

@@ -3,7 +3,8 @@
  * share micro-batches on the built-in machines (without the terms every
  * sample was its own micro-batch), and the DP still equals a brute force over
  * all consecutive partitions, with each micro-batch's stage time recomputed
- * here from the per-layer costs. */
+ * here from the per-layer costs -- for GPT-2 and for a Llama (decoder-only:
+ * one sequence of input + target, its own block, a 128,256-token head). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,10 +18,11 @@
 #include "dynapipe/plan.h"         /* defines: dyn_plan_*, dyn_planner_* */
 #include "util/rng.h"              /* defines: dyn_rng_* */
 
-static dyn_batch_plan plan_gpt(const dyn_machine *m, const dyn_sample *s, int32_t n, int32_t stages)
+static dyn_batch_plan plan_model(const char *preset, const dyn_machine *m, const dyn_sample *s, int32_t n,
+                                 int32_t stages)
 {
     dyn_model_config cfg;
-    assert_int_equal(dyn_model_config_preset("gpt2-124m", &cfg, NULL), DYN_OK);
+    assert_int_equal(dyn_model_config_preset(preset, &cfg, NULL), DYN_OK);
     dyn_error err;
     dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, m, &err);
     if (cm == NULL) fail_msg("%s", err.msg);
@@ -28,7 +30,9 @@ static dyn_batch_plan plan_gpt(const dyn_machine *m, const dyn_sample *s, int32_
     dyn_plan_options_default(&o);
     o.enable_packing = 0; /* the DP alone */
     o.stages = stages;
-    o.max_seqlen = cfg.max_seqlen;
+    o.max_seqlen = cfg.max_seqlen < 4096 ? cfg.max_seqlen : 4096;
+    /* memory does not bind here; llama3.2-1b's 16 GB of states would on cpu */
+    if (cfg.kind == DYN_MODEL_LLAMA) o.memory_limit_mb = 1e9;
     dyn_batch_plan plan;
     if (dyn_plan_batch_once(cm, &o, s, n, &plan, &err) != DYN_OK) fail_msg("%s", err.msg);
     dyn_cost_model_free(cm);
@@ -50,7 +54,7 @@ static void test_short_samples_share_microbatches(void **state)
     for (int k = 0; k < 2; k++) {
         const dyn_machine *m = dyn_machine_builtin(names[k]);
         assert_true(m->gemm_n_half > 0);
-        dyn_batch_plan plan = plan_gpt(m, s, N, 4);
+        dyn_batch_plan plan = plan_model("gpt2-124m", m, s, N, 4);
         /* cpu: ~3 samples each (n_half = 14 rows against 32-token samples;
          * no fixed overhead); a100: launch-bound, far fewer */
         if (plan.n_microbatches > (k == 0 ? N / 2 : N / 8))
@@ -63,7 +67,7 @@ static void test_short_samples_share_microbatches(void **state)
         dyn_machine plain = *m;
         plain.gemm_n_half = 0;
         plain.layer_overhead_ms = 0;
-        plan = plan_gpt(&plain, s, N, 4);
+        plan = plan_model("gpt2-124m", &plain, s, N, 4);
         assert_int_equal(plan.n_microbatches, N);
         dyn_batch_plan_free(&plan);
     }
@@ -71,7 +75,7 @@ static void test_short_samples_share_microbatches(void **state)
 
 /* ---- brute force ------------------------------------------------------ */
 
-/* Stage time of a GPT micro-batch (rows x len) recomputed from the layer
+/* Stage time of a decoder-only micro-batch (rows x len) recomputed from the layer
  * costs: blocks split evenly over S stages (the first L mod S take one
  * more), embedding on the first stage, LM head on the last; the slowest
  * stage. */
@@ -116,17 +120,16 @@ static int cmp_i32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Random batches of up to 10 GPT samples of 2..300 tokens, S = 1..4, on both
- * built-in machines (memory does not bind at these sizes): the planner's
- * objective equals the brute force, and each micro-batch's time is the
- * recomputed stage time of its padded shape. */
-static void test_dp_equals_brute_force_with_overheads(void **state)
+/* Random batches of up to 10 samples of 2..300 tokens, S = 1..4, on both
+ * built-in machines (memory does not bind): the planner's objective equals
+ * the brute force, and each micro-batch's time is the recomputed stage time
+ * of its padded shape. */
+static void dp_vs_brute_force(const char *preset, uint64_t seed)
 {
-    (void)state;
     dyn_model_config cfg;
-    assert_int_equal(dyn_model_config_preset("gpt2-124m", &cfg, NULL), DYN_OK);
+    assert_int_equal(dyn_model_config_preset(preset, &cfg, NULL), DYN_OK);
     dyn_rng rng;
-    dyn_rng_seed(&rng, 42);
+    dyn_rng_seed(&rng, seed);
     const char *names[2] = {"cpu", "a100"};
     int multi = 0, trials = 0;
     for (int k = 0; k < 2; k++) {
@@ -147,12 +150,12 @@ static void test_dp_equals_brute_force_with_overheads(void **state)
             }
             qsort(lens, (size_t)n, sizeof lens[0], cmp_i32);
             int32_t S = 1 + (int32_t)dyn_rng_below(&rng, 4);
-            dyn_batch_plan plan = plan_gpt(dyn_machine_builtin(names[k]), s, n, S);
+            dyn_batch_plan plan = plan_model(preset, dyn_machine_builtin(names[k]), s, n, S);
             double best = INFINITY;
             brute(cm, S, lens, n, 0, 0, 0, &best);
             double tol = 1e-9 * best;
             if (fabs(plan.objective_ms - best) > tol)
-                fail_msg("%s n=%d S=%d: planner %.17g, brute force %.17g", names[k], n, S,
+                fail_msg("%s on %s n=%d S=%d: planner %.17g, brute force %.17g", preset, names[k], n, S,
                          plan.objective_ms, best);
             for (int32_t j = 0; j < plan.n_microbatches; j++) {
                 const dyn_plan_microbatch *mb = &plan.mbs[j];
@@ -168,11 +171,24 @@ static void test_dp_equals_brute_force_with_overheads(void **state)
     assert_true(multi > trials / 10);
 }
 
+static void test_dp_equals_brute_force_with_overheads(void **state)
+{
+    (void)state;
+    dp_vs_brute_force("gpt2-124m", 42);
+}
+
+static void test_llama_dp_equals_brute_force(void **state)
+{
+    (void)state;
+    dp_vs_brute_force("llama3.2-1b", 43);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_short_samples_share_microbatches),
         cmocka_unit_test(test_dp_equals_brute_force_with_overheads),
+        cmocka_unit_test(test_llama_dp_equals_brute_force),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

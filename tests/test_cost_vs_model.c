@@ -37,12 +37,35 @@ static void test_t5_counts_match_built_model(void **state)
     check_counts_match(&cfg);
 }
 
+/* Llama: grouped-query heads, head_dim other than hidden / heads (Llama
+ * allows it), each of tied/untied head and with/without Qwen2's q/k/v
+ * biases. */
+static void test_llama_counts_match_built_model(void **state)
+{
+    (void)state;
+    for (int tied = 0; tied < 2; tied++)
+        for (int bias = 0; bias < 2; bias++) {
+            dyn_model_config cfg = dyn_model_config_tiny(DYN_MODEL_LLAMA, 3, 32, 4, 64);
+            cfg.head_dim = 10;
+            cfg.ffn = 88;
+            cfg.vocab = 300;
+            cfg.tie_embeddings = tied;
+            cfg.qkv_bias = bias;
+            assert_int_equal(dyn_model_config_validate(&cfg, NULL), DYN_OK);
+            check_counts_match(&cfg);
+        }
+    dyn_model_config mini;
+    assert_int_equal(dyn_model_config_preset("llama-mini", &mini, NULL), DYN_OK);
+    check_counts_match(&mini);
+}
+
 int main(void)
 {
     dyn_threads_init(); /* the selected BLAS kernel, checked (threads.h); may re-execute */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt_counts_match_built_model),
         cmocka_unit_test(test_t5_counts_match_built_model),
+        cmocka_unit_test(test_llama_counts_match_built_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

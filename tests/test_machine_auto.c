@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "dynapipe/cost.h"
 #include "dynapipe/model_config.h" /* defines: dyn_model_config_preset, dyn_machine_core_share */
@@ -141,23 +142,28 @@ static void test_fit_nonnegative(void **state)
     assert_int_equal(dyn_machine_fit(&cfg, &truth, o, 0, 0, 0, &fit, NULL, &err), DYN_ERR_INVALID_ARG);
 }
 
-/* The key names the CPU, the kernel, the threads and the model; another
- * thread count or shape is another file. */
+/* The key names the CPU, the kernel, the threads, the ranks at once and
+ * the model; another thread count, rank count or shape is another file. */
 static void test_key_and_path(void **state)
 {
     (void)state;
     dyn_model_config a = preset("gpt-mini", 512), b = a;
     b.hidden = 512;
-    char k1[512], k2[512], k3[512], k4[512], cpu[64], blas[32];
-    dyn_machine_auto_key(&a, 1, DYN_MACHINE_MEASURE_FULL, k1, sizeof k1, cpu, blas);
-    dyn_machine_auto_key(&a, 2, DYN_MACHINE_MEASURE_FULL, k2, sizeof k2, NULL, NULL);
-    dyn_machine_auto_key(&b, 1, DYN_MACHINE_MEASURE_FULL, k3, sizeof k3, NULL, NULL);
-    dyn_machine_auto_key(&a, 1, DYN_MACHINE_MEASURE_TINY, k4, sizeof k4, NULL, NULL);
+    char k1[512], k2[512], k3[512], k4[512], k5[512], k0[512], cpu[64], blas[32];
+    dyn_machine_auto_key(&a, 1, 1, DYN_MACHINE_MEASURE_FULL, k1, sizeof k1, cpu, blas);
+    dyn_machine_auto_key(&a, 2, 1, DYN_MACHINE_MEASURE_FULL, k2, sizeof k2, NULL, NULL);
+    dyn_machine_auto_key(&b, 1, 1, DYN_MACHINE_MEASURE_FULL, k3, sizeof k3, NULL, NULL);
+    dyn_machine_auto_key(&a, 1, 1, DYN_MACHINE_MEASURE_TINY, k4, sizeof k4, NULL, NULL);
+    dyn_machine_auto_key(&a, 1, 2, DYN_MACHINE_MEASURE_FULL, k5, sizeof k5, NULL, NULL);
+    dyn_machine_auto_key(&a, 1, 0, DYN_MACHINE_MEASURE_FULL, k0, sizeof k0, NULL, NULL);
     assert_non_null(strstr(k1, cpu));
     assert_non_null(strstr(k1, blas));
     assert_non_null(strstr(k1, "threads=1"));
     assert_non_null(strstr(k2, "threads=2"));
-    assert_true(strcmp(k1, k2) != 0 && strcmp(k1, k3) != 0 && strcmp(k1, k4) != 0);
+    assert_non_null(strstr(k1, "ranks=1"));
+    assert_non_null(strstr(k5, "ranks=2"));
+    assert_string_equal(k0, k1); /* below 1 counts as 1 */
+    assert_true(strcmp(k1, k2) != 0 && strcmp(k1, k3) != 0 && strcmp(k1, k4) != 0 && strcmp(k1, k5) != 0);
     char p1[600], p2[600], p1b[600];
     assert_int_equal(dyn_machine_auto_path("/c", k1, p1, sizeof p1, NULL), DYN_OK);
     assert_int_equal(dyn_machine_auto_path("/c", k1, p1b, sizeof p1b, NULL), DYN_OK);
@@ -235,17 +241,17 @@ static void test_get_measures_caches_and_remeasures(void **state)
     dyn_machine m1, m2;
     dyn_machine_auto_info i1, i2;
     dyn_error err;
-    assert_int_equal(dyn_machine_auto_get(cache, &cfg, 1, DYN_MACHINE_MEASURE_TINY, 0, NULL, &m1, &i1, path,
+    assert_int_equal(dyn_machine_auto_get(cache, &cfg, 1, 1, DYN_MACHINE_MEASURE_TINY, 0, NULL, &m1, &i1, path,
                                           sizeof path, &err),
                      DYN_ERR_IO);
     FILE *log = tmpfile();
     assert_non_null(log);
-    assert_int_equal(dyn_machine_auto_get(cache, &cfg, 1, DYN_MACHINE_MEASURE_TINY, 1, log, &m1, &i1, path,
+    assert_int_equal(dyn_machine_auto_get(cache, &cfg, 1, 1, DYN_MACHINE_MEASURE_TINY, 1, log, &m1, &i1, path,
                                           sizeof path, &err),
                      DYN_OK);
     assert_int_equal(i1.cached, 0);
     assert_int_equal(dyn_machine_validate(&m1, NULL), DYN_OK);
-    assert_int_equal(dyn_machine_auto_get(cache, &cfg, 1, DYN_MACHINE_MEASURE_TINY, 0, log, &m2, &i2, path2,
+    assert_int_equal(dyn_machine_auto_get(cache, &cfg, 1, 1, DYN_MACHINE_MEASURE_TINY, 0, log, &m2, &i2, path2,
                                           sizeof path2, &err),
                      DYN_OK);
     assert_string_equal(path, path2);
@@ -254,7 +260,7 @@ static void test_get_measures_caches_and_remeasures(void **state)
     /* corrupt: refused with a line on the log, measured again, rewritten */
     assert_int_equal(dyn_file_write_atomic(path, "{\"format\": 3", 12, NULL), DYN_OK);
     rewind(log);
-    assert_int_equal(dyn_machine_auto_get(cache, &cfg, 1, DYN_MACHINE_MEASURE_TINY, 1, log, &m2, &i2, path2,
+    assert_int_equal(dyn_machine_auto_get(cache, &cfg, 1, 1, DYN_MACHINE_MEASURE_TINY, 1, log, &m2, &i2, path2,
                                           sizeof path2, &err),
                      DYN_OK);
     assert_int_equal(i2.cached, 0);
@@ -336,6 +342,13 @@ static void test_cli_default_is_auto(void **state)
     assert_non_null(strstr(out, "machine auto"));
     assert_non_null(strstr(err, "measuring this machine"));
     assert_non_null(strstr(err, "machine auto: this machine, measured now"));
+    /* 2 stages: measured beside the other rank's load when the cores hold
+     * both at once (cli_machine.c), whatever this host's core count */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN), threads = cores > 2 ? cores / 2 : 1;
+    if (cores / threads >= 2)
+        assert_non_null(strstr(err, " beside 1 other rank:"));
+    else
+        assert_null(strstr(err, "beside"));
     char path[900];
     cache_path_of(err, path, sizeof path);
     assert_true(strncmp(path, cache, strlen(cache)) == 0); /* inside the given cache folder */
@@ -394,8 +407,22 @@ static void test_train_header(void **state)
      * off in the sanitizer build, as for every MPI run of the suite (Open
      * MPI's allocations at exit) */
     setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
-    int rc = cli_run("train", TRAIN_ARGS "--max-seqlen 64");
+    /* flags refused on their own are refused before any measuring: one
+     * line, and nothing measured into the (empty) cache */
+    int rc = cli_run("train", TRAIN_ARGS "--max-seqlen 64 --save /nonexistent/dir/m.safetensors");
     char *err = slurp(err_path);
+    assert_null(strstr(err, "measur"));
+    free(err);
+    cli_assert_one_line_error("train", "--save /nonexistent/dir", rc, 2, "--save");
+    rc = cli_run("train", TRAIN_ARGS "--max-seqlen 64 --schedule zb --chunks 2");
+    err = slurp(err_path);
+    assert_null(strstr(err, "measur"));
+    free(err);
+    cli_assert_one_line_error("train", "--chunks 2", rc, 2, "--chunks 2 applies to --schedule interleaved only");
+    struct stat st;
+    assert_int_not_equal(stat(cache, &st), 0); /* nothing measured, nothing cached */
+    rc = cli_run("train", TRAIN_ARGS "--max-seqlen 64");
+    err = slurp(err_path);
     if (rc != 0) fail_msg("train failed: %s", err);
     assert_non_null(strstr(err, "dynapipe train: cost model: analytic, machine auto: this machine"));
     assert_non_null(strstr(err, "model gpt-tiny (gpt"));     /* given: no "(default)" */

@@ -1,7 +1,7 @@
 /* test_plan_dp.c — the micro-batching DP is exact: the fast branch-and-bound
  * solver, the naive one-pass-per-candidate reference and a brute force over
  * every partition into consecutive runs agree on random instances, both on
- * raw DP problems and through the planner (GPT and T5, with memory limits
+ * raw DP problems and through the planner (GPT, Llama and T5, with memory limits
  * that bind, several S, v, d). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -200,7 +200,7 @@ static double bf_run(const bf_ctx *c, int32_t a, int32_t b)
     sh.rows = b - a;
     for (int32_t i = a; i < b; i++) {
         const dyn_sample *x = &c->s[c->order[i]];
-        int32_t e = c->kind == DYN_MODEL_GPT ? x->input_len + x->target_len : x->input_len;
+        int32_t e = dyn_model_kind_decoder_only(c->kind) ? x->input_len + x->target_len : x->input_len;
         if (e > sh.enc_len) sh.enc_len = e;
         if (c->kind == DYN_MODEL_T5 && x->target_len > sh.dec_len) sh.dec_len = x->target_len;
     }
@@ -246,7 +246,7 @@ static void random_samples(dyn_rng *rng, dyn_sample *s, int32_t n, int32_t maxle
         }
         s[i].id = i;
         s[i].task = -1;
-        if (kind == DYN_MODEL_GPT) {
+        if (dyn_model_kind_decoder_only(kind)) {
             s[i].input_len = 1 + (int32_t)dyn_rng_below(rng, (uint64_t)maxlen - 1);
             s[i].target_len = 1 + (int32_t)dyn_rng_below(rng, (uint64_t)(maxlen - s[i].input_len));
         } else {
@@ -282,7 +282,7 @@ static void run_planner_vs_brute(dyn_model_kind kind, uint64_t seed, int trials)
         int32_t longest_tokens = 0;
         for (int32_t i = 0; i < n; i++) {
             int32_t t = s[i].input_len + s[i].target_len;
-            if (kind == DYN_MODEL_GPT) t = (t + 7) / 8 * 8;
+            if (dyn_model_kind_decoder_only(kind)) t = (t + 7) / 8 * 8;
             else t = 2 * 64;
             if (t > longest_tokens) longest_tokens = t;
         }
@@ -303,7 +303,7 @@ static void run_planner_vs_brute(dyn_model_kind kind, uint64_t seed, int trials)
         double A = o.memory_limit_mb - states;
         c.stored_lim = A / o.stages;
         c.peak_lim = A - (o.stages - 1) * c.stored_lim;
-        if (kind == DYN_MODEL_GPT) {
+        if (dyn_model_kind_decoder_only(kind)) {
             for (int32_t i = 0; i < n; i++) order[i] = i;
             for (int32_t i = 1; i < n; i++) { /* insertion sort by (length, id) */
                 int32_t x = order[i], j = i - 1;
@@ -343,6 +343,14 @@ static void test_planner_gpt_equals_brute_force(void **state)
 {
     (void)state;
     run_planner_vs_brute(DYN_MODEL_GPT, 5, 600);
+}
+
+/* Llama is decoder-only: its samples are one sequence (input + target),
+ * ordered by that length, with no decoder side -- the same DP as GPT's. */
+static void test_planner_llama_equals_brute_force(void **state)
+{
+    (void)state;
+    run_planner_vs_brute(DYN_MODEL_LLAMA, 7, 300);
 }
 
 static void test_planner_t5_equals_brute_force(void **state)
@@ -474,6 +482,7 @@ int main(void)
         cmocka_unit_test(test_dp_shared_rows_affine_and_not),
         cmocka_unit_test(test_planner_gpt_equals_brute_force),
         cmocka_unit_test(test_planner_t5_equals_brute_force),
+        cmocka_unit_test(test_planner_llama_equals_brute_force),
         cmocka_unit_test(test_planner_repeated_shapes_equal_brute_force),
         cmocka_unit_test(test_planner_t5_fast_equals_naive),
     };

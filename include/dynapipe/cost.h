@@ -24,7 +24,7 @@ extern "C" {
 
 typedef enum dyn_layer_kind {
     DYN_LAYER_EMBED = 0,   /* token (+ position) embedding; T5: the encoder's input tokens */
-    DYN_LAYER_ENCODER = 1, /* GPT block, or T5 encoder block */
+    DYN_LAYER_ENCODER = 1, /* GPT or Llama block, or T5 encoder block */
     DYN_LAYER_DECODER = 2, /* T5 decoder block (self + cross attention) */
     DYN_LAYER_LM_HEAD = 3, /* final norm, vocabulary projection and loss */
     DYN_LAYER_BRIDGE = 4   /* T5 only: the encoder's final norm and the decoder embedding,
@@ -74,12 +74,12 @@ const dyn_model_config *dyn_cost_model_config(const dyn_cost_model *cm);
 
 /* Cost of one layer of kind `kind` on micro-batch shape `mb` under recompute
  * mode rc. DYN_ERR_INVALID_ARG for a kind the model does not have (DECODER or
- * BRIDGE on GPT) or a shape with rows or lengths <= 0. */
+ * BRIDGE on GPT or Llama) or a shape with rows or lengths <= 0. */
 dyn_status dyn_cost_layer(const dyn_cost_model *cm, dyn_layer_kind kind, const dyn_mb_shape *mb,
                           dyn_recompute rc, dyn_layer_cost *out, dyn_error *err);
 
 /* 1 when a model of cfg's kind has layers of `kind`: every kind for T5;
- * GPT has no DECODER and no BRIDGE. */
+ * GPT and Llama (decoder-only) have no DECODER and no BRIDGE. */
 int dyn_cost_kind_present(const dyn_model_config *cfg, dyn_layer_kind kind);
 
 /* Model states of one layer of `kind` held for training, MB: parameters,
@@ -103,7 +103,7 @@ dyn_status dyn_layer_kind_parse(const char *name, dyn_layer_kind *out, dyn_error
 dyn_status dyn_recompute_parse(const char *name, dyn_recompute *out, dyn_error *err);
 
 /* Grid of a cost table: measured micro-batch sizes (rows), input lengths
- * (enc_len, tokens) and target lengths (dec_len, tokens; GPT: the single value
+ * (enc_len, tokens) and target lengths (dec_len, tokens; GPT, Llama: the single value
  * 0). Each axis strictly increasing, rows and enc_len >= 1, dec_len >= 1 for
  * T5. */
 typedef struct dyn_cost_grid {
@@ -118,7 +118,7 @@ int64_t dyn_cost_grid_size(const dyn_cost_grid *g);
 /* Index of a point in a table's points array:
  *   ((((kind * DYN_RECOMPUTE_COUNT + rc) * n_rows + i_rows) * n_enc + i_enc) * n_dec + i_dec)
  * The array has DYN_LAYER_KIND_COUNT * DYN_RECOMPUTE_COUNT * grid-size entries;
- * for GPT the DECODER and BRIDGE slices are ignored. */
+ * for GPT and Llama the DECODER and BRIDGE slices are ignored. */
 int64_t dyn_cost_grid_index(const dyn_cost_grid *g, dyn_layer_kind kind, dyn_recompute rc,
                             int32_t i_rows, int32_t i_enc, int32_t i_dec);
 

@@ -24,9 +24,10 @@ METHODS = ("dynapipe", "padding", "packing", "packing-docmask", "token")
 # "auto": the best schedule x micro-batch order x recompute by simulation.
 SCHEDULES = ("1f1b", "cyclic", "wait-free-cyclic", "interleaved", "zb", "auto")
 RECOMPUTE = ("none", "selective", "full")
-MODEL_PRESETS = ("gpt-tiny", "gpt-mini", "gpt2-124m", "gpt-6.7b", "t5-tiny", "t5-mini", "t5-base", "t5-11b")
-# `--model gpt|t5` alone means these presets in the command line; so here.
-_KIND_DEFAULT_PRESET = {"gpt": "gpt2-124m", "t5": "t5-base"}
+MODEL_PRESETS = ("gpt-tiny", "gpt-mini", "gpt2-124m", "gpt-6.7b", "t5-tiny", "t5-mini", "t5-base", "t5-11b",
+                 "llama-tiny", "llama-mini", "smollm2-135m", "llama3.2-1b", "llama3-8b")
+# `--model gpt|t5|llama` alone means these presets in the command line; so here.
+_KIND_DEFAULT_PRESET = {"gpt": "gpt2-124m", "t5": "t5-base", "llama": "smollm2-135m"}
 _INT32_MAX = 2**31 - 1
 
 
@@ -317,11 +318,11 @@ class Planner:
     """A cost model and a planner for a stream of global batches (the C
     dyn_planner caches micro-batch costs across calls).
 
-    model: a preset name (see MODEL_PRESETS), "gpt" / "t5" (their default
+    model: a preset name (see MODEL_PRESETS), "gpt" / "t5" / "llama" (their default
         presets, as `dynapipe plan --model` alone), a model JSON file, or a
         dict in the model JSON format ({"preset": "gpt2-124m", "n_layers": 6}
         or every field); None with a cost table (the table's model).
-    max_seqlen: longest sequence, tokens (GPT: input + target; T5: each side).
+    max_seqlen: longest sequence, tokens (GPT, Llama: input + target; T5: each side).
     stages: pipeline stages S; dp: data-parallel replicas; chunks: model
         chunks per device v.
     machine: "cpu", "a100", a machine JSON file, or a dict in that format.
@@ -447,7 +448,7 @@ class Planner:
                 _lib.check(lib.dyn_model_config_parse(text.encode(), name.encode(), ctypes.byref(cfg),
                                                       ctypes.byref(err)), err)
             else:
-                raise ValueError(f"model = {model!r} is neither gpt, t5, a preset "
+                raise ValueError(f"model = {model!r} is neither gpt, t5, llama, a preset "
                                  f"({', '.join(MODEL_PRESETS)}) nor a file")
         cfg.max_seqlen = max_seqlen
         _lib.check(lib.dyn_model_config_validate(ctypes.byref(cfg), ctypes.byref(err)), err)
@@ -485,7 +486,7 @@ class Planner:
         limit = self.options["max_seqlen"]
         arr = (_lib.DynSample * len(inputs))()
         for k, (i, t, sid) in enumerate(zip(inputs, targets, ids)):
-            if self.kind == "gpt" and i + t > limit:
+            if self.kind != "t5" and i + t > limit:
                 raise ValueError(f"sample {sid}: input {i} + target {t} = {i + t} tokens exceeds "
                                  f"max_seqlen {limit}")
             if self.kind == "t5" and max(i, t) > limit:

@@ -4,14 +4,22 @@
  * src/model/machine_auto.c. */
 #include "cli/cli_machine.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "cli/cli.h"               /* defines: cli_errorf, CLI_EXIT_* */
 #include "dynapipe/model_config.h" /* defines: dyn_machine_*, dyn_model_config_* */
 #include "model/machine_auto.h"    /* defines: dyn_machine_auto_* */
 #include "model/threads.h"         /* defines: dyn_threads_init */
+#include "util/util.h"             /* defines: dyn_time_ms */
 
 /* The last machine measured or read from the cache by this process, for the
  * header (the CLI resolves one cost model per run). */
@@ -43,12 +51,80 @@ int cli_run_threads(const plan_args *a)
     return cores > ranks ? (int)(cores / ranks) : 1;
 }
 
+/* Ranks that run at once on this machine: all of them, or as many as the
+ * cores hold at `threads` each when the run is oversubscribed (then they
+ * also take turns: dyn_machine_core_share). */
+static int ranks_at_once(const plan_args *a, int threads)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN), ranks = run_ranks(a);
+    long fit = cores > threads ? cores / threads : 1;
+    return (int)(ranks < fit ? ranks : fit);
+}
+
+/* The other ranks of a measurement (machine_auto.h, "Ranks beside"): child
+ * processes running the same measurement over and over, for its load, until
+ * killed. A child outlives neither its parent nor CORUN_MAX_S. */
+#define CORUN_MAX 64
+#define CORUN_MAX_S 120.0
+typedef struct corun {
+    pid_t pid[CORUN_MAX];
+    int n;
+} corun;
+
+static void corun_child(const dyn_model_config *cfg, int threads, int ranks, dyn_machine_measure_level level,
+                        pid_t parent)
+{
+#ifdef __linux__
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(0);
+#else
+    (void)parent;
+#endif
+    double t0 = dyn_time_ms();
+    while (dyn_time_ms() - t0 < CORUN_MAX_S * 1000.0) {
+        dyn_machine m;
+        dyn_machine_auto_info info;
+        dyn_error err;
+        if (dyn_machine_measure(cfg, threads, ranks, level, NULL, &m, &info, &err) != DYN_OK) break;
+    }
+    _exit(0);
+}
+
+/* Start up to n children; c->n says how many started (a failed fork is
+ * said on stderr and the measurement goes on beside fewer). */
+static void corun_start(corun *c, int n, const char *cmd, const dyn_model_config *cfg, int threads, int ranks,
+                        dyn_machine_measure_level level)
+{
+    c->n = 0;
+    pid_t parent = getpid();
+    fflush(NULL);
+    for (int i = 0; i < n && i < CORUN_MAX; i++) {
+        pid_t pid = fork();
+        if (pid == 0) corun_child(cfg, threads, ranks, level, parent);
+        if (pid < 0) {
+            fprintf(stderr, "dynapipe %s: --machine auto: cannot start the other ranks' load (fork: %s); "
+                            "measuring beside %d\n", cmd, strerror(errno), c->n);
+            break;
+        }
+        c->pid[c->n++] = pid;
+    }
+}
+
+static void corun_stop(corun *c)
+{
+    for (int i = 0; i < c->n; i++) {
+        if (kill(c->pid[i], SIGKILL) != 0 && errno != ESRCH) continue; /* not ours to wait for */
+        while (waitpid(c->pid[i], NULL, 0) < 0 && errno == EINTR) {
+        }
+    }
+    c->n = 0;
+}
+
 int cli_machine_auto(const char *cmd, const plan_args *a, const dyn_model_config *cfg, dyn_machine *out)
 {
     /* the kernel is part of the key: select it before looking (done
      * already by cli_machine_auto_prepare; a second call does nothing) */
     dyn_threads_init();
-    int threads = cli_run_threads(a);
+    int threads = cli_run_threads(a), ranks = ranks_at_once(a, threads);
     const char *lv = getenv("DYN_MACHINE_MEASURE");
     dyn_machine_measure_level level =
         lv != NULL && strcmp(lv, "tiny") == 0 ? DYN_MACHINE_MEASURE_TINY : DYN_MACHINE_MEASURE_FULL;
@@ -59,7 +135,15 @@ int cli_machine_auto(const char *cmd, const plan_args *a, const dyn_model_config
     dyn_machine_auto_info info;
     char path[1024];
     fflush(stderr);
-    if (dyn_machine_auto_get(dir, cfg, threads, level, 1, stderr, &m, &info, path, sizeof path, &err) != DYN_OK) {
+    dyn_status st = dyn_machine_auto_get(dir, cfg, threads, ranks, level, 0, NULL, &m, &info, path, sizeof path, &err);
+    if (st == DYN_ERR_IO) { /* not cached (or not readable): measure, beside the other ranks' load */
+        corun c;
+        corun_start(&c, ranks - 1, cmd, cfg, threads, ranks, level);
+        st = dyn_machine_auto_get(dir, cfg, threads, c.n + 1, level, 1, stderr, &m, &info, path, sizeof path,
+                                  &err);
+        corun_stop(&c);
+    }
+    if (st != DYN_OK) {
         cli_errorf(cmd, "--machine auto: %s", err.msg);
         return CLI_EXIT_FAIL;
     }

@@ -2,7 +2,7 @@
  * print what the planner chose, per global batch and in total; optionally
  * write the plans as JSON (atomically, so a failed run leaves no file).
  *
- * JSON: {"model": "gpt"|"t5", "method": ..., "stages": S, "dp": D,
+ * JSON: {"model": "gpt"|"t5"|"llama", "method": ..., "stages": S, "dp": D,
  *        "chunks": V, "memory_limit_mb": ..., "global_batches": [
  *          {"index": i, "n_samples": n, "objective_ms": ..., "balanced_ms": ...,
  *           "plan_time_ms": ..., "peak_mb": ..., "real_tokens": ...,
@@ -354,7 +354,7 @@ static const cli_flag plan_flags[] = {
 
 static void usage(FILE *out, const plan_cmd *defaults)
 {
-    fprintf(out, "usage: dynapipe plan --model gpt|t5 (--lengths FILE.tsv | --synthetic flan[:SEED])\n"
+    fprintf(out, "usage: dynapipe plan --model gpt|t5|llama (--lengths FILE.tsv | --synthetic flan[:SEED])\n"
                  "         --global-batch-tokens N --max-seqlen L --stages S [options]\n\n"
                  "Cut each global batch into micro-batches that minimise the predicted pipeline\n"
                  "iteration time under the memory limit, and print the plan.\n\n");

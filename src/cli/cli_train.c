@@ -51,6 +51,7 @@ static void train_args_init(train_args *t)
     t->plan.data_spec = t->o.data_spec;
     t->plan.default_config[DYN_MODEL_GPT] = "gpt-mini";
     t->plan.default_config[DYN_MODEL_T5] = "t5-mini";
+    t->plan.default_config[DYN_MODEL_LLAMA] = "llama-mini";
     t->plan.global_batch_tokens = t->o.global_batch_tokens;
     t->plan.opt.max_seqlen = DEFAULT_MAX_SEQLEN; /* or a cost table's (build_options) */
     t->plan.have_max_seqlen = 1;
@@ -203,7 +204,7 @@ static void usage(FILE *out)
     train_args d;
     train_args_init(&d);
     fprintf(out,
-            "usage: dynapipe train --model gpt|t5 [flags]\n"
+            "usage: dynapipe train --model gpt|t5|llama [flags]\n"
             "       dynapipe train --init DIR [flags]   (shape and weights from a model folder)\n\n"
             "Train a model with dynamic micro-batches on a pipeline of MPI ranks (one per\n"
             "stage per data-parallel replica; started with mpirun automatically).\n\n");
@@ -357,6 +358,12 @@ static int build_options(const train_args *t, dyn_train_options *o, char *header
     int speaks = dyn_rt_speaks_for_job();
     plan_open po = {.tune = !run.untuned, .tune_report = speaks ? stderr : NULL,
                     .order_groups = t->o.order_groups, .warn = speaks};
+    /* The flags' own combinations are refused before the inputs are built,
+     * which may measure this machine for seconds (--machine auto). */
+    *o = t->o;
+    o->data_spec = run.data_spec;
+    o->plan = run.opt;
+    if ((rc = check_combinations(t, o)) != 0) return rc;
     plan_inputs in;
     if ((rc = plan_inputs_open(CMD, &run, &po, &in)) != 0) return rc;
     *o = t->o;
@@ -383,7 +390,7 @@ static int build_options(const train_args *t, dyn_train_options *o, char *header
      * (to a quarter of a short run), then the cosine ends at the last step. */
     if (!t->have_warmup && o->lr.warmup_steps >= o->steps) o->lr.warmup_steps = o->steps / 4;
     o->lr.total_steps = o->steps;
-    return check_combinations(t, o);
+    return 0;
 }
 
 /* The resolved options as one JSON object on stdout (--print-options): what
@@ -476,17 +483,19 @@ int cli_train_main(int argc, char **argv)
     train_args t;
     int rc = parse(argc, argv, &t);
     if (rc != 0) return rc < 0 ? CLI_EXIT_OK : rc;
+    /* Refusals that need no model or machine come first: building the
+     * options may measure this machine for seconds (--machine auto). */
+    if (t.o.init_dir && t.o.resume_dir) {
+        cli_errorf(CMD, "--init starts a new run, --resume continues one: give one");
+        return CLI_EXIT_USAGE;
+    }
+    if (!mpi && !t.print_options && check_outputs(&t.o) != 0) return CLI_EXIT_USAGE;
     dyn_train_options o;
     /* The setup header, printed by the launcher once the run is checked,
      * so that a run refused prints only its error. */
     static char header[4096];
     if ((rc = build_options(&t, &o, header, sizeof header)) != 0) return rc;
     if (!mpi && t.print_options) return print_options(&o, t.hostfile);
-    if (!mpi && check_outputs(&o) != 0) return CLI_EXIT_USAGE;
-    if (o.init_dir && o.resume_dir) {
-        cli_errorf(CMD, "--init starts a new run, --resume continues one: give one");
-        return CLI_EXIT_USAGE;
-    }
     if (!mpi && o.resume_dir && check_resume(&o) != 0) return CLI_EXIT_FAIL;
     if (!mpi && o.init_dir && train_init_check(CMD, o.init_dir, &o.model) != 0) return CLI_EXIT_FAIL;
     if (mpi) return dyn_train_rank_main(&o, &argc, &argv);

@@ -6,7 +6,8 @@
  * Defaults (plan_args_init; train sets its own before parsing), chosen so
  * that the README's one-line invocation works:
  *   model shape  with --cost-model FILE: the table's; else gpt -> preset
- *                gpt2-124m, t5 -> preset t5-base (train: gpt-mini, t5-mini);
+ *                gpt2-124m, t5 -> t5-base, llama -> smollm2-135m (train:
+ *                gpt-mini, t5-mini, llama-mini);
  *                shape flags override single fields; max_seqlen is set from
  *                --max-seqlen
  *   machine      "auto": this machine measured and cached (cli_machine.h);
@@ -47,6 +48,7 @@ void plan_args_init(plan_args *a)
     a->machine = "auto";
     a->default_config[DYN_MODEL_GPT] = "gpt2-124m";
     a->default_config[DYN_MODEL_T5] = "t5-base";
+    a->default_config[DYN_MODEL_LLAMA] = "smollm2-135m"; /* a Llama of gpt2-124m's size */
     dyn_plan_options_default(&a->opt);
 }
 
@@ -111,10 +113,11 @@ _Static_assert(DYN_SPLIT_TRAIN == 0 && DYN_SPLIT_HELDOUT == 1, "split_names foll
 #define PA plan_args
 const cli_flag plan_args_flags[] = {
     CLI_SECTION("model:"),
-    CLI_FN("--model", "gpt|t5", parse_model, "model kind (required)"),
+    CLI_FN("--model", "gpt|t5|llama", parse_model, "model kind (required)"),
     CLI_PATH("--model-config", "NAME|FILE", PA, model_config,
             "preset (gpt-tiny, gpt-mini, gpt2-124m, gpt-6.7b, t5-tiny, t5-mini,\n"
-            "t5-base, t5-11b) or model JSON"),
+            "t5-base, t5-11b, llama-tiny, llama-mini, smollm2-135m,\n"
+            "llama3.2-1b, llama3-8b) or model JSON"),
     CLI_I32("--layers", "N", PA, layers, 1, 100000, "override the shape's layers (T5: encoder layers)"),
     CLI_I32("--dec-layers", "N", PA, dec_layers, 1, 100000, "override T5's decoder layers"),
     CLI_I32("--hidden", "N", PA, hidden, 1, 1 << 20, "override the hidden size"),
@@ -181,8 +184,8 @@ const cli_flag plan_args_flags[] = {
 void plan_args_usage(FILE *out, const plan_args *a, const cli_flag *shadow)
 {
     char model_default[128];
-    snprintf(model_default, sizeof model_default, "%s / %s, or the --cost-model table's shape",
-             a->default_config[DYN_MODEL_GPT], a->default_config[DYN_MODEL_T5]);
+    snprintf(model_default, sizeof model_default, "%s / %s / %s, or the --cost-model table's shape",
+             a->default_config[DYN_MODEL_GPT], a->default_config[DYN_MODEL_T5], a->default_config[DYN_MODEL_LLAMA]);
     const cli_flag_default defaults[] = {{"--model-config", model_default}, {NULL, NULL}};
     static const cli_flag none[] = {CLI_END};
     cli_flag_set sets[] = {{shadow ? shadow : none, NULL}, {plan_args_flags, (void *)a}};
@@ -192,7 +195,7 @@ void plan_args_usage(FILE *out, const plan_args *a, const cli_flag *shadow)
 int plan_args_finish(const char *cmd, plan_args *a)
 {
     if (!a->have_kind) {
-        cli_errorf(cmd, "--model gpt|t5 is required");
+        cli_errorf(cmd, "--model gpt|t5|llama is required");
         return -1;
     }
     if ((a->lengths_path != NULL) + (a->synthetic != 0) + (a->data_spec != NULL) != 1) {
@@ -217,7 +220,7 @@ int plan_args_finish(const char *cmd, plan_args *a)
                    a->data_spec ? a->data_spec : "");
         return -1;
     }
-    if (a->kind == DYN_MODEL_GPT && a->dec_layers > 0) {
+    if (a->kind != DYN_MODEL_T5 && a->dec_layers > 0) {
         cli_errorf(cmd, "--dec-layers applies to t5 only");
         return -1;
     }
@@ -292,7 +295,7 @@ static int apply_shape_flags(const char *cmd, const plan_args *a, dyn_model_conf
     if (a->vocab) cfg->vocab = a->vocab;
     if (a->head_dim) {
         cfg->head_dim = a->head_dim;
-    } else if ((a->hidden || a->heads) && cfg->kind == DYN_MODEL_GPT) {
+    } else if ((a->hidden || a->heads) && dyn_model_kind_decoder_only(cfg->kind)) {
         if (cfg->hidden % cfg->heads != 0) {
             cli_errorf(cmd, "model shape: --hidden %d is not a multiple of %s %d; give --heads (or --head-dim)",
                        cfg->hidden, a->heads ? "--heads" : "the model's heads", cfg->heads);
@@ -341,6 +344,13 @@ int plan_model_resolve(const char *cmd, const plan_args *a, dyn_model_config *cf
     return apply_shape_flags(cmd, a, cfg);
 }
 
+/* The data layer (src/data) knows two sequence layouts: decoder-only
+ * (input ++ target, GPT's) and encoder-decoder (T5's). Llama's is GPT's. */
+static dyn_model_kind data_kind(dyn_model_kind kind)
+{
+    return dyn_model_kind_decoder_only(kind) ? DYN_MODEL_GPT : DYN_MODEL_T5;
+}
+
 /* Synthetic samples: enough for the requested number of full batches. The
  * generator is prefix-stable (sample i does not depend on how many are
  * drawn), so doubling until there is one batch more than needed changes
@@ -355,7 +365,7 @@ static int make_synthetic(const char *cmd, const plan_args *a, int32_t batches, 
             return CLI_EXIT_FAIL;
         }
         dyn_dataset_free(&in->ds);
-        if (dyn_dataset_synthetic_flan(a->seed, (int32_t)n, a->opt.max_seqlen, a->kind, &in->ds, &err) !=
+        if (dyn_dataset_synthetic_flan(a->seed, (int32_t)n, a->opt.max_seqlen, data_kind(a->kind), &in->ds, &err) !=
             DYN_OK) {
             cli_errorf(cmd, "%s", err.msg);
             return CLI_EXIT_FAIL;
@@ -377,7 +387,7 @@ static int make_corpus(const char *cmd, const plan_args *a, int32_t batches, pla
     dyn_corpus_options_default(&opt);
     opt.split = a->split;
     opt.max_seqlen = a->opt.max_seqlen;
-    opt.kind = a->kind;
+    opt.kind = data_kind(a->kind);
     opt.truncate = a->clip;
     opt.vocab = in->model.vocab;
     opt.tokenizer = a->tokenizer;
@@ -491,7 +501,7 @@ static int open_samples(const char *cmd, const plan_args *a, plan_inputs *in)
             cli_errorf(cmd, "--data %s: no samples", a->data_spec);
             rc = CLI_EXIT_FAIL;
         }
-    } else if (dyn_dataset_read_tsv(a->lengths_path, a->opt.max_seqlen, a->kind, a->clip, &in->ds, &err) !=
+    } else if (dyn_dataset_read_tsv(a->lengths_path, a->opt.max_seqlen, data_kind(a->kind), a->clip, &in->ds, &err) !=
                DYN_OK) {
         cli_errorf(cmd, "%s", err.msg);
         rc = CLI_EXIT_FAIL;

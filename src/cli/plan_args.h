@@ -36,7 +36,7 @@ typedef struct plan_args {
     int have_kind;              /* --model given */
     dyn_model_kind kind;
     const char *model_config;   /* --model-config: preset name or JSON file; NULL: the default below */
-    const char *default_config[2]; /* per dyn_model_kind: the command's default preset; with a cost
+    const char *default_config[3]; /* per dyn_model_kind: the command's default preset; with a cost
                                  * table and no --model-config, the table's shape is the default */
     int32_t layers, dec_layers, hidden, heads, head_dim, ffn, vocab; /* overrides; 0 = keep */
     int have_init_model;        /* 1: the shape is init_model (train --init's config.json), not a preset */

@@ -13,8 +13,15 @@
  * Notation (llm.c style, stated once):
  *   b rows, s input/encoder length, t target/decoder length (T5),
  *   h hidden, H heads, d head_dim, a = H*d attention inner size, f ffn,
- *   V vocab, B bytes per element. A matrix product of (m,k) x (k,n) costs
- *   2mkn FLOPs.
+ *   V vocab, B bytes per element; Llama: g = kv_heads*d, the key/value
+ *   width of grouped-query attention. A matrix product of (m,k) x (k,n)
+ *   costs 2mkn FLOPs.
+ *
+ * Llama is decoder-only like GPT (embedding, blocks of kind "encoder", LM
+ * head) with its own block (count_llama_block): q and o projections h x a,
+ * k and v h x g, three SwiGLU matrices, RMS norms, rotary embedding on q
+ * and k; no learned positions; the LM head's table is counted once in the
+ * whole model when tied, but a last stage keeps its own copy as GPT's does.
  *
  * Conventions, chosen to be simple and stated:
  *   - causal self-attention (GPT, T5 decoder) computes half of the (q, k)
@@ -61,18 +68,22 @@ static double pairs_or(int64_t given, double dense)
 int64_t cost_layer_params(const dyn_model_config *c, dyn_layer_kind kind)
 {
     int64_t h = c->hidden, a = (int64_t)c->heads * c->head_dim, f = c->ffn, V = c->vocab;
-    int gpt = c->kind == DYN_MODEL_GPT;
+    int64_t g = (int64_t)c->kv_heads * c->head_dim; /* Llama's key/value width */
+    int gpt = c->kind == DYN_MODEL_GPT, llama = c->kind == DYN_MODEL_LLAMA;
     switch (kind) {
     case DYN_LAYER_EMBED:
-        /* token table (+ learned positions for GPT; T5 uses relative bias) */
+        /* token table (+ learned positions for GPT; T5 uses relative bias,
+         * Llama rotary embedding) */
         return V * h + (gpt ? (int64_t)c->max_seqlen * h : 0);
     case DYN_LAYER_ENCODER:
         if (gpt) /* LN1, QKV + bias, out + bias, LN2, fc1 + bias, fc2 + bias */
             return 2 * h + (3 * h * a + 3 * a) + (a * h + h) + 2 * h + (h * f + f) + (f * h + h);
+        if (llama) /* RMS norm, Q, K, V (+ Qwen2's biases), O, RMS norm, gate, up, down */
+            return h + h * a + 2 * h * g + (c->qkv_bias ? a + 2 * g : 0) + a * h + h + 3 * h * f;
         /* RMS norm, QKV, out (no biases), RMS norm, wi_0, wi_1, wo */
         return h + 4 * h * a + h + 3 * h * f;
     case DYN_LAYER_DECODER:
-        if (gpt) return 0;
+        if (c->kind != DYN_MODEL_T5) return 0;
         /* three RMS norms, self QKV + out, cross Q K V + out, gated FFN */
         return 3 * h + 4 * h * a + 4 * h * a + 3 * h * f;
     case DYN_LAYER_LM_HEAD:
@@ -82,7 +93,7 @@ int64_t cost_layer_params(const dyn_model_config *c, dyn_layer_kind kind)
     case DYN_LAYER_BRIDGE:
         /* T5: the encoder's final RMS norm (the decoder embedding reads
          * the shared table, counted with the embedding) */
-        return gpt ? 0 : h;
+        return c->kind == DYN_MODEL_T5 ? h : 0;
     }
     return 0;
 }
@@ -128,6 +139,44 @@ static void count_self_block(const dyn_model_config *c, double B, const dyn_mb_s
     k->output_bytes = B * n * h;
 }
 
+/* Llama block over n = b*s tokens: RMS norm, Q K V (K and V of width g),
+ * rotary embedding on Q and K, causal attention with H query heads (grouped
+ * key/value heads save projection work and memory, not score work: every
+ * query head still scores every key), O, residual, RMS norm, SwiGLU
+ * (gate, up, down), residual. Qwen2's q/k/v biases are added in the
+ * product's epilogue, as GPT's are: no separate traffic. */
+static void count_llama_block(const dyn_model_config *c, double B, const dyn_mb_shape *mb, layer_counts *k)
+{
+    double b = mb->rows, s = mb->enc_len, n = b * s;
+    double h = c->hidden, H = c->heads, a = (double)c->heads * c->head_dim, f = c->ffn;
+    double g = (double)c->kv_heads * c->head_dim;
+    double pairs = pairs_or(mb->enc_attn, b * s * s);
+    /* Q, K, V, O and the three FFN matrices: sum of K x N per token */
+    double kn = h * a + 2.0 * h * g + a * h + 3.0 * h * f;
+
+    k->mm_flops = 2.0 * n * kn;
+    k->mm_wgrad_flops = k->mm_flops;
+    k->mm_kn_flops = 2.0 * kn;
+    k->attn_flops = 4.0 * a * pairs * CAUSAL;
+    /* two RMS norms (read h, write h), two residual adds (read 2h, write
+     * h), the rotation of Q and K in place (read and write a + g), SwiGLU
+     * fused (read gate and up, write the product: 3f) */
+    k->ew_bytes = B * n * (2 * 2 * h + 2 * 3 * h + 2 * (a + g) + 3 * f);
+    k->softmax_bytes = B * 2.0 * H * pairs * CAUSAL;
+    /* Stored per token: norm1 in, norm1 out, Q, K, V, attention context,
+     * norm2 in, norm2 out, gate out, up out, product; RMS statistics (one
+     * per norm) and the probabilities H x pairs, as for GPT. */
+    double per_tok = 4 * h + 2 * a + 2 * g + 3 * f;
+    k->probs = B * H * pairs;
+    k->stored_none = B * n * per_tok + 4.0 * n * 2 + k->probs;
+    k->input_bytes = B * n * h;
+    k->scores = B * H * pairs;
+    /* dP and dS, both FFN branches' gradient, and the gradients entering
+     * and leaving the layer. */
+    k->grad_work = 2.0 * B * H * pairs + B * n * 2 * f + 2.0 * B * n * h;
+    k->output_bytes = B * n * h;
+}
+
 /* T5 decoder block: self attention over t, cross attention to s, gated FFN. */
 static void count_dec_block(const dyn_model_config *c, double B, const dyn_mb_shape *mb,
                             layer_counts *k)
@@ -164,7 +213,7 @@ static void count_dec_block(const dyn_model_config *c, double B, const dyn_mb_sh
 }
 
 /* Token (+ position) embedding; T5: the encoder's input tokens (the
- * decoder's are embedded by the bridge). */
+ * decoder's are embedded by the bridge). Only GPT has learned positions. */
 static void count_embed(const dyn_model_config *c, double B, const dyn_mb_shape *mb, layer_counts *k)
 {
     int gpt = c->kind == DYN_MODEL_GPT;
@@ -199,11 +248,13 @@ static void count_bridge(const dyn_model_config *c, double B, const dyn_mb_shape
 }
 
 /* Final norm, vocabulary projection and cross-entropy over the tokens that
- * produce logits: GPT all b*s positions, T5 the b*t decoder positions. */
+ * produce logits: decoder-only (GPT, Llama) all b*s positions, T5 the b*t
+ * decoder positions. GPT's norm is a LayerNorm (two statistics), the
+ * others' an RMS norm (one). */
 static void count_lm_head(const dyn_model_config *c, double B, const dyn_mb_shape *mb, layer_counts *k)
 {
     int gpt = c->kind == DYN_MODEL_GPT;
-    double n = (double)mb->rows * (gpt ? mb->enc_len : mb->dec_len);
+    double n = (double)mb->rows * (dyn_model_kind_decoder_only(c->kind) ? mb->enc_len : mb->dec_len);
     double h = c->hidden, V = c->vocab;
     k->mm_flops = 2.0 * n * h * V;
     k->mm_wgrad_flops = k->mm_flops;
@@ -235,7 +286,10 @@ void cost_analytic_layer(const struct dyn_cost_model *cm, dyn_layer_kind kind, c
     layer_counts k = {0};
     switch (kind) {
     case DYN_LAYER_EMBED: count_embed(c, B, mb, &k); break;
-    case DYN_LAYER_ENCODER: count_self_block(c, B, mb, &k); break;
+    case DYN_LAYER_ENCODER:
+        if (c->kind == DYN_MODEL_LLAMA) count_llama_block(c, B, mb, &k);
+        else count_self_block(c, B, mb, &k);
+        break;
     case DYN_LAYER_DECODER: count_dec_block(c, B, mb, &k); break;
     case DYN_LAYER_LM_HEAD: count_lm_head(c, B, mb, &k); break;
     case DYN_LAYER_BRIDGE: count_bridge(c, B, mb, &k); break;

@@ -66,7 +66,8 @@ dyn_status dyn_cost_layer(const dyn_cost_model *cm, dyn_layer_kind kind, const d
     if ((unsigned)kind >= DYN_LAYER_KIND_COUNT)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "cost: unknown layer kind %d", (int)kind);
     if (!dyn_cost_kind_present(&cm->cfg, kind))
-        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "cost: a gpt model has no %s layer", dyn_layer_kind_name(kind));
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "cost: a %s model has no %s layer",
+                             dyn_model_kind_name(cm->cfg.kind), dyn_layer_kind_name(kind));
     if ((unsigned)rc >= DYN_RECOMPUTE_COUNT)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "cost: unknown recompute mode %d", (int)rc);
     if (mb->rows <= 0 || mb->enc_len <= 0)

@@ -1,7 +1,8 @@
-/* model_config.c — model shapes: the built-in presets (the paper's GPT and T5
- * and small ones for tests), JSON model files, validation and parameter
- * counts. The counts here are the ones the analytic cost model charges as
- * model states, so there is one place that knows what a layer holds. */
+/* model_config.c — model shapes: the built-in presets (the paper's GPT and T5,
+ * real Llama shapes and small ones for tests), JSON model files, validation
+ * and parameter counts. The counts here are the ones the analytic cost model
+ * charges as model states, so there is one place that knows what a layer
+ * holds. */
 #include "dynapipe/model_config.h"
 
 #include <math.h>
@@ -21,8 +22,9 @@ typedef struct preset {
     dyn_model_config cfg;
 } preset;
 
-/* kind, n_layers, n_dec_layers, hidden, heads, head_dim, ffn, vocab, max_seqlen;
- * the Llama-family fields after them are 0 here (GPT and T5 ignore them). */
+/* GPT and T5: kind, n_layers, n_dec_layers, hidden, heads, head_dim, ffn,
+ * vocab, max_seqlen; the Llama-family fields after them are 0 (GPT and T5
+ * ignore them). Llama presets name their fields. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 static const preset PRESETS[] = {
@@ -43,6 +45,30 @@ static const preset PRESETS[] = {
     /* The paper's T5 (T5 v1.1 11B): 24 + 24 layers, d_model 1024, d_ff 65536,
      * 128 heads of d_kv 128 (attention inner size 16384 > d_model). */
     {"t5-11b", {DYN_MODEL_T5, 24, 24, 1024, 128, 128, 65536, 32128, 4096}},
+    /* Llama family. The small ones mirror gpt-tiny and gpt-mini (layers,
+     * hidden, heads, vocabulary, max_seqlen) with half as many key/value
+     * heads and ffn = 8h/3 rounded up to a multiple of 16 (Llama's rule:
+     * the three SwiGLU matrices then hold GPT's 8h^2 parameters), untied
+     * head, no q/k/v biases, rope_theta 10000, rms_eps 1e-5. */
+    {"llama-tiny", {.kind = DYN_MODEL_LLAMA, .n_layers = 2, .hidden = 64, .heads = 4, .head_dim = 16, .ffn = 176,
+                    .vocab = 512, .max_seqlen = 256, .kv_heads = 2, .rope_theta = 10000.0, .rms_eps = 1e-5}},
+    {"llama-mini", {.kind = DYN_MODEL_LLAMA, .n_layers = 4, .hidden = 256, .heads = 4, .head_dim = 64, .ffn = 688,
+                    .vocab = 260, .max_seqlen = 2048, .kv_heads = 2, .rope_theta = 10000.0, .rms_eps = 1e-5}},
+    /* SmolLM2-135M (Hugging Face config.json), a Llama of GPT-2 small's
+     * size: 30 layers of 576, 9 query and 3 key/value heads, tied head. */
+    {"smollm2-135m", {.kind = DYN_MODEL_LLAMA, .n_layers = 30, .hidden = 576, .heads = 9, .head_dim = 64,
+                      .ffn = 1536, .vocab = 49152, .max_seqlen = 8192, .kv_heads = 3, .tie_embeddings = 1,
+                      .rope_theta = 100000.0, .rms_eps = 1e-5}},
+    /* Llama 3.2 1B (Hugging Face config.json): tied head, llama3 rotary
+     * scaling (factor 32 over 8192 positions). */
+    {"llama3.2-1b", {.kind = DYN_MODEL_LLAMA, .n_layers = 16, .hidden = 2048, .heads = 32, .head_dim = 64,
+                     .ffn = 8192, .vocab = 128256, .max_seqlen = 131072, .kv_heads = 8, .tie_embeddings = 1,
+                     .rope_scaling = DYN_ROPE_LLAMA3, .rope_theta = 500000.0, .rms_eps = 1e-5, .rope_factor = 32.0,
+                     .rope_low_freq = 1.0, .rope_high_freq = 4.0, .rope_orig_ctx = 8192}},
+    /* Llama 3 8B: 32 layers, 32 query and 8 key/value heads, untied head. */
+    {"llama3-8b", {.kind = DYN_MODEL_LLAMA, .n_layers = 32, .hidden = 4096, .heads = 32, .head_dim = 128,
+                   .ffn = 14336, .vocab = 128256, .max_seqlen = 8192, .kv_heads = 8, .rope_theta = 500000.0,
+                   .rms_eps = 1e-5}},
 };
 #pragma GCC diagnostic pop
 #define N_PRESETS ((int32_t)(sizeof PRESETS / sizeof PRESETS[0]))
@@ -60,7 +86,7 @@ dyn_status dyn_model_config_preset(const char *name, dyn_model_config *out, dyn_
             return DYN_OK;
         }
     }
-    char known[256] = "";
+    char known[384] = "";
     for (int32_t i = 0; i < N_PRESETS; i++) { /* the table's names, so the message never lags it */
         size_t at = strlen(known);
         snprintf(known + at, sizeof known - at, "%s%s", i ? ", " : "", PRESETS[i].name);
@@ -71,23 +97,67 @@ dyn_status dyn_model_config_preset(const char *name, dyn_model_config *out, dyn_
 
 const char *dyn_model_kind_name(dyn_model_kind kind)
 {
-    return kind == DYN_MODEL_GPT ? "gpt" : kind == DYN_MODEL_T5 ? "t5" : "?";
+    switch (kind) {
+    case DYN_MODEL_GPT: return "gpt";
+    case DYN_MODEL_T5: return "t5";
+    case DYN_MODEL_LLAMA: return "llama";
+    }
+    return "?";
 }
 
 dyn_status dyn_model_kind_parse(const char *name, dyn_model_kind *out, dyn_error *err)
 {
     if (name && strcmp(name, "gpt") == 0) *out = DYN_MODEL_GPT;
     else if (name && strcmp(name, "t5") == 0) *out = DYN_MODEL_T5;
+    else if (name && strcmp(name, "llama") == 0) *out = DYN_MODEL_LLAMA;
     else
-        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "unknown model kind '%s' (gpt or t5)",
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "unknown model kind '%s' (gpt, t5 or llama)",
                              name ? name : "(null)");
+    return DYN_OK;
+}
+
+/* The Llama fields: grouped-query heads that divide the query heads, an
+ * even head_dim (rotary pairs), 0/1 flags, positive theta and epsilon, and
+ * a rotary scaling src/model computes (none, or llama3 with sane factors).
+ * The same rules as src/model's own check, so a shape the planner accepts
+ * is one the runtime builds. */
+static dyn_status validate_llama(const dyn_model_config *c, dyn_error *err)
+{
+    if (c->n_dec_layers != 0)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "model: llama has no decoder stack, n_dec_layers = %d must be 0", c->n_dec_layers);
+    if (c->kv_heads < 1 || c->kv_heads > c->heads || c->heads % c->kv_heads != 0)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "model: llama kv_heads = %d must divide heads = %d",
+                             c->kv_heads, c->heads);
+    if (c->head_dim % 2 != 0)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "model: llama head_dim = %d must be even (rotary pairs)",
+                             c->head_dim);
+    if ((c->tie_embeddings != 0 && c->tie_embeddings != 1) || (c->qkv_bias != 0 && c->qkv_bias != 1))
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "model: llama tie_embeddings = %d and qkv_bias = %d must be 0 or 1", c->tie_embeddings,
+                             c->qkv_bias);
+    if (!(c->rope_theta > 0) || !isfinite(c->rope_theta) || !(c->rms_eps > 0) || !isfinite(c->rms_eps))
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "model: llama rope_theta = %g and rms_eps = %g must be finite and > 0", c->rope_theta,
+                             c->rms_eps);
+    if (c->rope_scaling == DYN_ROPE_LLAMA3) {
+        if (!(c->rope_factor > 0) || !(c->rope_low_freq > 0) || !(c->rope_high_freq > c->rope_low_freq) ||
+            !isfinite(c->rope_factor) || !isfinite(c->rope_high_freq) || c->rope_orig_ctx < 1)
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                                 "model: llama3 rope scaling needs factor > 0, 0 < low_freq < high_freq and "
+                                 "original context >= 1 (got %g, %g, %g, %d)",
+                                 c->rope_factor, c->rope_low_freq, c->rope_high_freq, c->rope_orig_ctx);
+    } else if (c->rope_scaling != DYN_ROPE_NONE) {
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "model: llama rope_scaling %d is neither none (0) nor llama3 (1)", c->rope_scaling);
+    }
     return DYN_OK;
 }
 
 dyn_status dyn_model_config_validate(const dyn_model_config *c, dyn_error *err)
 {
-    if (c->kind != DYN_MODEL_GPT && c->kind != DYN_MODEL_T5)
-        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "model: kind %d is neither gpt nor t5", (int)c->kind);
+    if (c->kind != DYN_MODEL_GPT && c->kind != DYN_MODEL_T5 && c->kind != DYN_MODEL_LLAMA)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "model: kind %d is none of gpt, t5 and llama", (int)c->kind);
     struct { const char *name; int32_t v; } pos[] = {
         {"n_layers", c->n_layers}, {"hidden", c->hidden}, {"heads", c->heads},
         {"head_dim", c->head_dim}, {"ffn", c->ffn},       {"vocab", c->vocab},
@@ -115,6 +185,7 @@ dyn_status dyn_model_config_validate(const dyn_model_config *c, dyn_error *err)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                              "model: heads * head_dim = %lld is above the limit %d (attention width)",
                              (long long)c->heads * c->head_dim, DYN_MODEL_MAX_HIDDEN);
+    if (c->kind == DYN_MODEL_LLAMA) return validate_llama(c, err);
     if (c->kind == DYN_MODEL_GPT) {
         if (c->n_dec_layers != 0)
             return dyn_error_set(err, DYN_ERR_INVALID_ARG,
@@ -138,8 +209,11 @@ int64_t dyn_model_config_params(const dyn_model_config *c)
                         cost_layer_params(c, DYN_LAYER_BRIDGE) +
                         (int64_t)c->n_dec_layers * cost_layer_params(c, DYN_LAYER_DECODER) +
                         cost_layer_params(c, DYN_LAYER_LM_HEAD);
-    if (c->kind == DYN_MODEL_GPT) /* the LM head is tied to the token table: count it once */
+    /* GPT's LM head is tied to the token table, a Llama's when it says so:
+     * count the table once. */
+    if (c->kind == DYN_MODEL_GPT || (c->kind == DYN_MODEL_LLAMA && c->tie_embeddings))
         return per_layer - (int64_t)c->vocab * c->hidden;
+    if (c->kind == DYN_MODEL_LLAMA) return per_layer;
     /* T5: one relative-bias table (heads x 32 buckets) per stack, owned
      * by each stack's first block. The per-layer counts leave them out
      * because they are negligible for memory planning; a whole-model
@@ -160,6 +234,50 @@ static dyn_status json_int(const cJSON *obj, const char *key, const char *where,
     return DYN_OK;
 }
 
+/* A positive finite number field (absent: left as it is). */
+static dyn_status json_pos_double(const cJSON *obj, const char *key, const char *where, double *out,
+                                  dyn_error *err)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (it == NULL) return DYN_OK;
+    if (!cJSON_IsNumber(it) || !(it->valuedouble > 0) || !isfinite(it->valuedouble))
+        return dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"%s\" must be a number > 0", where, key);
+    *out = it->valuedouble;
+    return DYN_OK;
+}
+
+/* A flag field: true/false or 0/1 (absent: left as it is). */
+static dyn_status json_flag(const cJSON *obj, const char *key, const char *where, int32_t *out, dyn_error *err)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (it == NULL) return DYN_OK;
+    if (cJSON_IsBool(it)) *out = cJSON_IsTrue(it) ? 1 : 0;
+    else if (cJSON_IsNumber(it) && (it->valuedouble == 0 || it->valuedouble == 1)) *out = (int32_t)it->valuedouble;
+    else return dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"%s\" must be true, false, 0 or 1", where, key);
+    return DYN_OK;
+}
+
+/* The Llama fields of a model JSON over c (kind llama): defaults as Hugging
+ * Face's LlamaConfig where neither a preset nor the file gives them
+ * (kv_heads = heads, rope_theta 10000, rms_eps 1e-6, untied, no biases). */
+static dyn_status parse_llama_fields(const cJSON *root, const char *where, dyn_model_config *c, dyn_error *err)
+{
+    dyn_status st;
+    if (cJSON_GetObjectItemCaseSensitive(root, "kv_heads") != NULL) {
+        if ((st = json_int(root, "kv_heads", where, &c->kv_heads, err)) != DYN_OK) return st;
+    } else if (c->kv_heads == 0) {
+        c->kv_heads = c->heads;
+    }
+    if (c->rope_theta == 0) c->rope_theta = 10000.0;
+    if (c->rms_eps == 0) c->rms_eps = 1e-6;
+    if ((st = json_flag(root, "tie_embeddings", where, &c->tie_embeddings, err)) != DYN_OK) return st;
+    if ((st = json_flag(root, "qkv_bias", where, &c->qkv_bias, err)) != DYN_OK) return st;
+    if ((st = json_pos_double(root, "rope_theta", where, &c->rope_theta, err)) != DYN_OK) return st;
+    return json_pos_double(root, "rms_eps", where, &c->rms_eps, err);
+}
+
+static const char *const LLAMA_KEYS[] = {"kv_heads", "tie_embeddings", "qkv_bias", "rope_theta", "rms_eps", NULL};
+
 static int known_key(const char *k, const char *const *keys)
 {
     for (; *keys; keys++)
@@ -171,7 +289,8 @@ dyn_status dyn_model_config_parse(const char *text, const char *where, dyn_model
                                   dyn_error *err)
 {
     static const char *const KEYS[] = {"preset", "kind", "n_layers", "n_dec_layers", "hidden", "heads",
-                                       "head_dim", "ffn", "vocab", "max_seqlen", NULL};
+                                       "head_dim", "ffn", "vocab", "max_seqlen", "kv_heads", "tie_embeddings",
+                                       "qkv_bias", "rope_theta", "rms_eps", NULL};
     cJSON *root = NULL;
     dyn_status st = dyn_json_parse(text, strlen(text), where, &root, err);
     if (st != DYN_OK) return st;
@@ -203,13 +322,14 @@ dyn_status dyn_model_config_parse(const char *text, const char *where, dyn_model
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(root, "kind");
     if (k != NULL) {
         if (!cJSON_IsString(k)) {
-            st = dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"kind\" must be \"gpt\" or \"t5\"", where);
+            st = dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"kind\" must be \"gpt\", \"t5\" or \"llama\"", where);
             goto done;
         }
         dyn_model_kind kind;
         if (dyn_model_kind_parse(k->valuestring, &kind, NULL) != DYN_OK) {
-            st = dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"kind\" must be \"gpt\" or \"t5\", not \"%s\"",
-                               where, k->valuestring);
+            st = dyn_error_set(err, DYN_ERR_PARSE,
+                               "%s: field \"kind\" must be \"gpt\", \"t5\" or \"llama\", not \"%s\"", where,
+                               k->valuestring);
             goto done;
         }
         c.kind = kind;
@@ -240,6 +360,16 @@ dyn_status dyn_model_config_parse(const char *text, const char *where, dyn_model
             goto done;
         }
         c.head_dim = c.hidden / c.heads;
+    }
+    if (c.kind == DYN_MODEL_LLAMA) {
+        if ((st = parse_llama_fields(root, where, &c, err)) != DYN_OK) goto done;
+    } else {
+        for (const char *const *key = LLAMA_KEYS; *key; key++)
+            if (cJSON_GetObjectItemCaseSensitive(root, *key) != NULL) {
+                st = dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"%s\" applies to kind llama only, not %s", where,
+                                   *key, dyn_model_kind_name(c.kind));
+                goto done;
+            }
     }
     if ((st = dyn_model_config_validate(&c, err)) != DYN_OK) {
         /* Prefix the source so the user knows which file is wrong. */

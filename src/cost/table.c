@@ -156,14 +156,16 @@ static dyn_status check_axis(const char *what, const int32_t *ax, int32_t n, int
 }
 
 /* Axis a of the grid (0 rows, 1 enc_len, 2 dec_len): rows and enc_len
- * values >= 1; GPT: dec_len exactly {0}; T5: values >= 1. */
+ * values >= 1; decoder-only (GPT, Llama): dec_len exactly {0}; T5: values
+ * >= 1. */
 static dyn_status check_grid_axis(const dyn_model_config *cfg, const dyn_cost_grid *g, int a, dyn_error *err)
 {
     if (a == 0) return check_axis("rows", g->rows, g->n_rows, 1, err);
     if (a == 1) return check_axis("enc_len", g->enc_len, g->n_enc, 1, err);
-    if (cfg->kind == DYN_MODEL_GPT) {
+    if (dyn_model_kind_decoder_only(cfg->kind)) {
         if (g->n_dec != 1 || g->dec_len[0] != 0)
-            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "dec_len axis of a gpt table must be the single value 0");
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "dec_len axis of a %s table must be the single value 0",
+                                 dyn_model_kind_name(cfg->kind));
         return DYN_OK;
     }
     return check_axis("dec_len", g->dec_len, g->n_dec, 1, err);
@@ -311,9 +313,17 @@ dyn_status dyn_cost_table_write_profile(const char *path, const dyn_model_config
     FILE *fp = af.fp;
     fprintf(fp, "%s %d\n", TABLE_MAGIC, TABLE_VERSION);
     fprintf(fp, "# written by dynapipe; format: docs/cost-model.md\n");
-    fprintf(fp, "model kind=%s n_layers=%d n_dec_layers=%d hidden=%d heads=%d head_dim=%d ffn=%d vocab=%d max_seqlen=%d\n",
+    fprintf(fp, "model kind=%s n_layers=%d n_dec_layers=%d hidden=%d heads=%d head_dim=%d ffn=%d vocab=%d max_seqlen=%d",
             dyn_model_kind_name(cfg->kind), cfg->n_layers, cfg->n_dec_layers, cfg->hidden, cfg->heads,
             cfg->head_dim, cfg->ffn, cfg->vocab, cfg->max_seqlen);
+    if (cfg->kind == DYN_MODEL_LLAMA) { /* the rest of a Llama shape */
+        fprintf(fp, " kv_heads=%d tie_embeddings=%d qkv_bias=%d rope_theta=%.17g rms_eps=%.17g rope_scaling=%d",
+                cfg->kv_heads, cfg->tie_embeddings, cfg->qkv_bias, cfg->rope_theta, cfg->rms_eps, cfg->rope_scaling);
+        if (cfg->rope_scaling != DYN_ROPE_NONE)
+            fprintf(fp, " rope_factor=%.17g rope_low_freq=%.17g rope_high_freq=%.17g rope_orig_ctx=%d",
+                    cfg->rope_factor, cfg->rope_low_freq, cfg->rope_high_freq, cfg->rope_orig_ctx);
+    }
+    fprintf(fp, "\n");
     fprintf(fp, "machine name=%s matmul_gflops=%.17g attn_gflops=%.17g mem_gbps=%.17g bytes_per_elem=%d "
                 "device_memory_mb=%.17g link_latency_ms=%.17g link_gbps=%.17g dp_link_gbps=%.17g "
                 "gemm_n_half=%.17g layer_overhead_ms=%.17g\n",
@@ -443,13 +453,14 @@ static int tokenize(char *line, char **tok, int max)
 typedef struct kv_field {
     const char *key;
     char type; /* 'i' int32, 'd' double, 's' name (string into char[64]), 'k' model kind,
-                * 'o' optional double (left as it is when absent) */
+                * 'o' optional double, 'j' optional int32 (left as they are when absent) */
     void *dst;
 } kv_field;
 
 static dyn_status parse_kv(reader *r, char **tok, int ntok, kv_field *f, int nf, const char *line_name)
 {
-    int seen[16] = {0};
+    int seen[32] = {0};
+    if (nf > 32) return rd_fail(r, "internal: too many keys", line_name);
     for (int i = 0; i < ntok; i++) {
         char *eq = strchr(tok[i], '=');
         if (eq == NULL) return rd_fail(r, "expected key=value", tok[i]);
@@ -461,7 +472,8 @@ static dyn_status parse_kv(reader *r, char **tok, int ntok, kv_field *f, int nf,
         if (seen[j]++) return rd_fail(r, "duplicate key", tok[i]);
         int bad = 0;
         switch (f[j].type) {
-        case 'i': bad = parse_int(val, f[j].dst) != 0; break;
+        case 'i':
+        case 'j': bad = parse_int(val, f[j].dst) != 0; break;
         case 'd':
         case 'o': bad = dyn_parse_finite(val, f[j].dst) != 0; break;
         case 's':
@@ -473,7 +485,7 @@ static dyn_status parse_kv(reader *r, char **tok, int ntok, kv_field *f, int nf,
         if (bad) return rd_fail(r, "bad value for key", f[j].key);
     }
     for (int j = 0; j < nf; j++)
-        if (!seen[j] && f[j].type != 'o') {
+        if (!seen[j] && f[j].type != 'o' && f[j].type != 'j') {
             char msg[128];
             snprintf(msg, sizeof msg, "%s line is missing key", line_name);
             return rd_fail(r, msg, f[j].key);
@@ -507,7 +519,8 @@ static int32_t axis_find(const int32_t *ax, int32_t n, int32_t v)
     return -1;
 }
 
-/* Fields of any line but an axis line (a point has 13, the machine line 12). */
+/* Fields of any line but an axis line (a point has 13, the machine line 12, a
+ * Llama model line up to 20). */
 #define MAX_TOKENS 24
 
 /* The reader's state across the lines of one table. */
@@ -542,9 +555,21 @@ static dyn_status parse_model_line(table_parse *tp, char **tok, int ntok)
                     {"n_dec_layers", 'i', &cfg->n_dec_layers}, {"hidden", 'i', &cfg->hidden},
                     {"heads", 'i', &cfg->heads},       {"head_dim", 'i', &cfg->head_dim},
                     {"ffn", 'i', &cfg->ffn},           {"vocab", 'i', &cfg->vocab},
-                    {"max_seqlen", 'i', &cfg->max_seqlen}};
-    dyn_status st = parse_kv(tp->r, tok + 1, ntok - 1, f, 9, "model");
+                    {"max_seqlen", 'i', &cfg->max_seqlen},
+                    /* Llama only (written for Llama tables alone) */
+                    {"kv_heads", 'j', &cfg->kv_heads}, {"tie_embeddings", 'j', &cfg->tie_embeddings},
+                    {"qkv_bias", 'j', &cfg->qkv_bias}, {"rope_theta", 'o', &cfg->rope_theta},
+                    {"rms_eps", 'o', &cfg->rms_eps},   {"rope_scaling", 'j', &cfg->rope_scaling},
+                    {"rope_factor", 'o', &cfg->rope_factor}, {"rope_low_freq", 'o', &cfg->rope_low_freq},
+                    {"rope_high_freq", 'o', &cfg->rope_high_freq}, {"rope_orig_ctx", 'j', &cfg->rope_orig_ctx}};
+    dyn_status st = parse_kv(tp->r, tok + 1, ntok - 1, f, (int)(sizeof f / sizeof f[0]), "model");
     if (st != DYN_OK) return st;
+    if (cfg->kind != DYN_MODEL_LLAMA &&
+        (cfg->kv_heads || cfg->tie_embeddings || cfg->qkv_bias || cfg->rope_theta != 0 || cfg->rms_eps != 0 ||
+         cfg->rope_scaling || cfg->rope_factor != 0 || cfg->rope_low_freq != 0 || cfg->rope_high_freq != 0 ||
+         cfg->rope_orig_ctx))
+        return rd_fail(tp->r, "Llama fields (kv_heads, rope_theta, ...) on a model line of another kind",
+                       dyn_model_kind_name(cfg->kind));
     dyn_error e2;
     if (dyn_model_config_validate(cfg, &e2) != DYN_OK) return rd_fail(tp->r, e2.msg, NULL);
     return DYN_OK;
@@ -813,8 +838,19 @@ dyn_status dyn_cost_model_check_shape(const dyn_cost_model *cm, const dyn_model_
     const dyn_model_config *h = &cm->cfg;
     if (h->kind == want->kind && h->n_layers == want->n_layers && h->n_dec_layers == want->n_dec_layers &&
         h->hidden == want->hidden && h->heads == want->heads && h->head_dim == want->head_dim &&
-        h->ffn == want->ffn && h->vocab == want->vocab)
+        h->ffn == want->ffn && h->vocab == want->vocab &&
+        (h->kind != DYN_MODEL_LLAMA || (h->kv_heads == want->kv_heads && h->tie_embeddings == want->tie_embeddings &&
+                                       h->qkv_bias == want->qkv_bias)))
         return DYN_OK;
+    if (h->kind == DYN_MODEL_LLAMA && want->kind == DYN_MODEL_LLAMA && h->n_layers == want->n_layers &&
+        h->hidden == want->hidden && h->heads == want->heads && h->head_dim == want->head_dim &&
+        h->ffn == want->ffn && h->vocab == want->vocab)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "the cost model is for another shape: it has llama kv_heads=%d tie_embeddings=%d "
+                             "qkv_bias=%d, the run wants kv_heads=%d tie_embeddings=%d qkv_bias=%d (profile this "
+                             "shape with dynapipe profile)",
+                             h->kv_heads, h->tie_embeddings, h->qkv_bias, want->kv_heads, want->tie_embeddings,
+                             want->qkv_bias);
     return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                          "the cost model is for another shape: it has %s n_layers=%d n_dec_layers=%d hidden=%d "
                          "heads=%d head_dim=%d ffn=%d vocab=%d, the run wants %s n_layers=%d n_dec_layers=%d "

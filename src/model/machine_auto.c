@@ -308,15 +308,15 @@ static int shapes_make(const dyn_model_config *cfg, dyn_machine_measure_level le
     return n;
 }
 
-void dyn_machine_auto_key(const dyn_model_config *cfg, int threads, dyn_machine_measure_level level, char *key,
-                          size_t cap, char cpu[64], char blas[32])
+void dyn_machine_auto_key(const dyn_model_config *cfg, int threads, int ranks, dyn_machine_measure_level level,
+                          char *key, size_t cap, char cpu[64], char blas[32])
 {
     dyn_profile_meta meta;
     dyn_profile_meta_fill(&meta, threads, 1);
     const char *kernel = dyn_blas_kernel();
     if (kernel == NULL || kernel[0] == '\0') kernel = "unknown";
-    snprintf(key, cap, "v%d|cpu=%s|blas=%s|threads=%d|%s=%d.%d.%d.%d.%d.%d.%d|seqlen=%d|measure=%s", CACHE_VERSION,
-             meta.cpu, kernel, threads, dyn_model_kind_name(cfg->kind), cfg->hidden, cfg->heads, cfg->head_dim,
+    snprintf(key, cap, "v%d|cpu=%s|blas=%s|threads=%d|ranks=%d|%s=%d.%d.%d.%d.%d.%d.%d|seqlen=%d|measure=%s",
+             CACHE_VERSION, meta.cpu, kernel, threads, ranks < 1 ? 1 : ranks, dyn_model_kind_name(cfg->kind), cfg->hidden, cfg->heads, cfg->head_dim,
              cfg->ffn, cfg->vocab, cfg->n_layers, cfg->n_dec_layers, cfg->max_seqlen,
              level == DYN_MACHINE_MEASURE_TINY ? "tiny" : "full");
     if (cpu != NULL) snprintf(cpu, 64, "%s", meta.cpu);
@@ -429,13 +429,14 @@ dyn_status dyn_machine_auto_read(const char *path, const char *key, dyn_machine 
 
 #define MAX_SHAPES 32
 #define REMEASURE_UNTIL_MS 20000.0 /* no second measurements after this long */
-dyn_status dyn_machine_measure(const dyn_model_config *cfg, int threads, dyn_machine_measure_level level,
+dyn_status dyn_machine_measure(const dyn_model_config *cfg, int threads, int ranks, dyn_machine_measure_level level,
                                FILE *log, dyn_machine *m, dyn_machine_auto_info *info, dyn_error *err)
 {
     double t0 = dyn_time_ms();
     memset(info, 0, sizeof *info);
-    dyn_machine_auto_key(cfg, threads, level, info->key, sizeof info->key, info->cpu, info->blas);
+    dyn_machine_auto_key(cfg, threads, ranks, level, info->key, sizeof info->key, info->cpu, info->blas);
     info->threads = threads;
+    info->ranks = ranks < 1 ? 1 : ranks;
     dyn_machine_obs obs[MAX_SHAPES];
     int n = shapes_make(cfg, level, obs, MAX_SHAPES);
     if (log != NULL) {
@@ -507,12 +508,12 @@ static int mkdirs(const char *dir)
     return 0;
 }
 
-dyn_status dyn_machine_auto_get(const char *dir, const dyn_model_config *cfg, int threads,
+dyn_status dyn_machine_auto_get(const char *dir, const dyn_model_config *cfg, int threads, int ranks,
                                 dyn_machine_measure_level level, int make, FILE *log, dyn_machine *m,
                                 dyn_machine_auto_info *info, char *path, size_t cap, dyn_error *err)
 {
     char key[512], cpu[64], blas[32];
-    dyn_machine_auto_key(cfg, threads, level, key, sizeof key, cpu, blas);
+    dyn_machine_auto_key(cfg, threads, ranks, level, key, sizeof key, cpu, blas);
     dyn_status st = dyn_machine_auto_path(dir, key, path, cap, err);
     if (st != DYN_OK) return st;
     dyn_error rerr;
@@ -521,6 +522,7 @@ dyn_status dyn_machine_auto_get(const char *dir, const dyn_model_config *cfg, in
         snprintf(info->cpu, sizeof info->cpu, "%s", cpu);
         snprintf(info->blas, sizeof info->blas, "%s", blas);
         info->threads = threads;
+        info->ranks = ranks < 1 ? 1 : ranks;
         return DYN_OK;
     }
     if (st == DYN_ERR_PARSE && log != NULL) fprintf(log, "%s; measuring again\n", rerr.msg);
@@ -529,18 +531,21 @@ dyn_status dyn_machine_auto_get(const char *dir, const dyn_model_config *cfg, in
                              dir);
     if (mkdirs(dir) != 0)
         return dyn_error_set(err, DYN_ERR_IO, "machine cache: cannot create %s: %s", dir, strerror(errno));
-    if ((st = dyn_machine_measure(cfg, threads, level, log, m, info, err)) != DYN_OK) return st;
+    if ((st = dyn_machine_measure(cfg, threads, ranks, level, log, m, info, err)) != DYN_OK) return st;
     return dyn_machine_auto_write(path, m, info, err);
 }
 
 void dyn_machine_auto_describe(const dyn_machine *m, const dyn_machine_auto_info *info, char *buf, size_t cap)
 {
+    char beside[64] = "";
+    if (info->ranks > 1)
+        snprintf(beside, sizeof beside, " beside %d other rank%s", info->ranks - 1, info->ranks == 2 ? "" : "s");
     snprintf(buf, cap,
-             "%s on %s, OpenBLAS %s, %d thread%s: matmul %.1f GFLOP/s (n_half %.1f rows), attention %.1f GFLOP/s, "
+             "%s on %s, OpenBLAS %s, %d thread%s%s: matmul %.1f GFLOP/s (n_half %.1f rows), attention %.1f GFLOP/s, "
              "memory %.1f GB/s, layer overhead %.4f ms, optimizer %.2f ms per million parameters; fit within "
              "%.1f %% median, %.1f %% worst on %d times",
              info->cached ? "measured earlier (cached)" : "measured now", info->cpu, info->blas, info->threads,
-             info->threads == 1 ? "" : "s", m->matmul_gflops, m->gemm_n_half, m->attn_gflops, m->mem_gbps,
+             info->threads == 1 ? "" : "s", beside, m->matmul_gflops, m->gemm_n_half, m->attn_gflops, m->mem_gbps,
              m->layer_overhead_ms, info->optimizer_ms_per_mparam, 100 * info->fit.median_err,
              100 * info->fit.worst_err, info->fit.n);
     if (!info->cached) {

@@ -21,8 +21,15 @@
  * (dyn_machine_fit). Links, memory size and
  * element size come from the built-in "cpu" machine.
  *
+ * Ranks beside: a run's ranks share the machine's caches, memory bandwidth
+ * and clock (2 ranks on 2 cores each ran 10-25 % slower than one rank alone
+ * on the Xeon this was found on). So the caller runs ranks - 1 copies of
+ * the same measurement beside the one it keeps (src/cli/cli_machine.c, in
+ * processes of their own), and ranks is part of the key.
+ *
  * Cache: one JSON file per key (CPU model, BLAS kernel, threads per rank,
- * model shape and longest length: the shapes are the model's), written
+ * ranks at once, model shape and longest length: the shapes are the
+ * model's), written
  * atomically; a file that does not parse, has another key or an invalid
  * machine is refused with one line and measured again. */
 #ifndef DYN_MODEL_MACHINE_AUTO_H
@@ -75,6 +82,7 @@ typedef struct dyn_machine_auto_info {
     char cpu[64];     /* CPU model name */
     char blas[32];    /* OpenBLAS kernel */
     int32_t threads;  /* threads per rank it was measured with */
+    int32_t ranks;    /* ranks running at once while it was measured (>= 1) */
     double measure_s; /* seconds the measurement took */
     double optimizer_ms_per_mparam; /* optimizer step measured, ms per million parameters */
     dyn_machine_fit_stats fit;
@@ -82,11 +90,12 @@ typedef struct dyn_machine_auto_info {
     int cached; /* 1: read from the cache, 0: measured by this call */
 } dyn_machine_auto_info;
 
-/* The cache key of cfg measured with `threads` threads at `level` on this
- * CPU and BLAS kernel, into key[cap] (fields '|'-separated; no newline);
- * cpu and blas (may be NULL) receive the CPU model and kernel. */
-void dyn_machine_auto_key(const dyn_model_config *cfg, int threads, dyn_machine_measure_level level, char *key,
-                          size_t cap, char cpu[64], char blas[32]);
+/* The cache key of cfg measured with `threads` threads per rank and `ranks`
+ * ranks at once (values below 1 count as 1) at `level` on this CPU and BLAS
+ * kernel, into key[cap] (fields '|'-separated; no newline); cpu and blas
+ * (may be NULL) receive the CPU model and kernel. */
+void dyn_machine_auto_key(const dyn_model_config *cfg, int threads, int ranks, dyn_machine_measure_level level,
+                          char *key, size_t cap, char cpu[64], char blas[32]);
 
 /* The cache file for key in dir: dir/machine-<16 hex digits of a hash of the
  * key>.json. DYN_ERR_INVALID_ARG if it does not fit in cap. */
@@ -105,15 +114,17 @@ dyn_status dyn_machine_auto_read(const char *path, const char *key, dyn_machine 
 
 /* Measure this machine for cfg with `threads` threads (sets the process's
  * thread count) and fit it (dyn_machine_fit, base the built-in "cpu").
+ * ranks: how many ranks the caller runs at once, this one included (the
+ * caller starts the others; "Ranks beside" above); recorded, not started.
  * log, when not NULL, gets one line when it starts. info->cached = 0. */
-dyn_status dyn_machine_measure(const dyn_model_config *cfg, int threads, dyn_machine_measure_level level,
+dyn_status dyn_machine_measure(const dyn_model_config *cfg, int threads, int ranks, dyn_machine_measure_level level,
                                FILE *log, dyn_machine *m, dyn_machine_auto_info *info, dyn_error *err);
 
-/* The cached machine for (cfg, threads, level) in dir, else (make != 0)
+/* The cached machine for (cfg, threads, ranks, level) in dir, else (make != 0)
  * measured and cached there; a corrupt cache file is reported on log and
  * measured again. With make == 0 and no usable file: DYN_ERR_IO. dir is
  * created if missing. path (cap bytes) receives the cache file's path. */
-dyn_status dyn_machine_auto_get(const char *dir, const dyn_model_config *cfg, int threads,
+dyn_status dyn_machine_auto_get(const char *dir, const dyn_model_config *cfg, int threads, int ranks,
                                 dyn_machine_measure_level level, int make, FILE *log, dyn_machine *m,
                                 dyn_machine_auto_info *info, char *path, size_t cap, dyn_error *err);
 

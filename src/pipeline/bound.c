@@ -55,7 +55,7 @@ dyn_status pipe_model_ms(const dyn_cost_model *cm, dyn_mb_shape sh, int32_t rows
  * cost of a row of exactly its shape. */
 static dyn_status sample_ms(const dyn_cost_model *cm, const dyn_sample *x, double *ms, dyn_error *err)
 {
-    int gpt = dyn_cost_model_config(cm)->kind == DYN_MODEL_GPT;
+    int gpt = dyn_model_kind_decoder_only(dyn_cost_model_config(cm)->kind); /* GPT or Llama */
     dyn_mb_shape sh = {0};
     sh.enc_len = gpt ? x->input_len + x->target_len : x->input_len;
     sh.dec_len = gpt ? 0 : x->target_len;

@@ -104,12 +104,13 @@ static dyn_status plan_token(dyn_planner *p, const dyn_sample *s, int32_t n, int
         if ((st = auto_rows(p, n, &c, err)) != DYN_OK) return st;
         budget = (int64_t)c * plan_round_up(p->opt.max_seqlen, r) * (p->kind == DYN_MODEL_T5 ? 2 : 1);
     }
-    st = p->kind == DYN_MODEL_GPT ? plan_order_gpt(s, n, perm, err) : plan_order_t5_lex(s, n, perm, err);
+    st = dyn_model_kind_decoder_only(p->kind) ? plan_order_gpt(s, n, perm, err) : plan_order_t5_lex(s, n, perm, err);
     if (st != DYN_OK) return st;
     int32_t m = 0, cnt = 0, max_a = 0, max_b = 0;
     for (int32_t i = 0; i < n; i++) {
         const dyn_sample *x = &s[perm[i]];
-        int32_t a = plan_round_up(p->kind == DYN_MODEL_GPT ? x->input_len + x->target_len : x->input_len, r);
+        int32_t a = plan_round_up(dyn_model_kind_decoder_only(p->kind) ? x->input_len + x->target_len : x->input_len,
+                                  r);
         int32_t b = p->kind == DYN_MODEL_T5 ? plan_round_up(x->target_len, r) : 0;
         int32_t na = a > max_a ? a : max_a, nb = b > max_b ? b : max_b;
         if (cnt > 0 && (int64_t)(cnt + 1) * (na + nb) > budget) {
@@ -145,7 +146,7 @@ static int cmp_desc_size(const void *a, const void *b)
 static dyn_status plan_packing(dyn_planner *p, const dyn_sample *s, int32_t n, int32_t *perm,
                                int32_t *groups, dyn_batch_plan *out, dyn_error *err)
 {
-    const int gpt = p->kind == DYN_MODEL_GPT;
+    const int gpt = dyn_model_kind_decoder_only(p->kind);
     const int32_t L = plan_round_up(p->opt.max_seqlen, p->opt.round_to);
     int64_t *key = dyn_calloc((size_t)n, sizeof(int64_t), "packing keys", err);
     pack_row *rowv = dyn_calloc((size_t)n, sizeof(pack_row), "packing rows", err);

@@ -106,7 +106,8 @@ dyn_planner *dyn_planner_create_custom(dyn_model_kind kind, dyn_mb_cost_fn fn, v
                                        double states_mb, const dyn_plan_options *opt,
                                        dyn_error *err)
 {
-    if (fn == NULL || opt == NULL || (kind != DYN_MODEL_GPT && kind != DYN_MODEL_T5)) {
+    if (fn == NULL || opt == NULL ||
+        (kind != DYN_MODEL_GPT && kind != DYN_MODEL_T5 && kind != DYN_MODEL_LLAMA)) {
         dyn_error_set(err, DYN_ERR_INVALID_ARG, "planner: missing cost function or options");
         return NULL;
     }
@@ -287,7 +288,7 @@ static dyn_status infeasible_sample(const dyn_planner *p, const dyn_sample *s, d
 {
     dyn_mb_shape sh = {0};
     sh.rows = 1;
-    if (p->kind == DYN_MODEL_GPT) {
+    if (dyn_model_kind_decoder_only(p->kind)) {
         sh.enc_len = plan_round_up(s->input_len + s->target_len, p->opt.round_to);
     } else {
         sh.enc_len = plan_round_up(s->input_len, p->opt.round_to);
@@ -617,7 +618,7 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
 static dyn_status solve_order(dyn_planner *p, const dyn_sample *s, int32_t n, const int32_t *perm,
                               double known_ms, plan_dp_result *res, dyn_error *err)
 {
-    dyn_status st = p->kind == DYN_MODEL_GPT ? build_gpt(p, s, n, perm, err)
+    dyn_status st = dyn_model_kind_decoder_only(p->kind) ? build_gpt(p, s, n, perm, err)
                                              : build_t5(p, s, n, perm, known_ms, err);
     if (st != DYN_OK) return st;
     plan_dp_problem pb = {n, p->width, p->time, p->opt.stages, p->opt.chunks, p->opt.dp, 1, known_ms,
@@ -649,7 +650,7 @@ static dyn_status plan_dynapipe(dyn_planner *p, const dyn_sample *s, int32_t n, 
     dyn_status st = scratch_ensure(p, n, err);
     if (st != DYN_OK) return st;
     plan_dp_result res = {.run_len = p->run_len};
-    if (p->kind == DYN_MODEL_GPT) {
+    if (dyn_model_kind_decoder_only(p->kind)) {
         if ((st = plan_order_gpt(s, n, p->perm, err)) != DYN_OK) return st;
         if ((st = solve_order(p, s, n, p->perm, INFINITY, &res, err)) != DYN_OK) return st;
     } else {
@@ -711,21 +712,21 @@ static dyn_status plan_dynapipe(dyn_planner *p, const dyn_sample *s, int32_t n, 
 
 static dyn_status check_samples(const dyn_planner *p, const dyn_sample *s, int32_t n, dyn_error *err)
 {
+    const int dec_only = dyn_model_kind_decoder_only(p->kind);
     for (int32_t i = 0; i < n; i++) {
-        /* GPT data may have no target (the whole sequence is the sample). */
-        if (s[i].input_len <= 0 || s[i].target_len < (p->kind == DYN_MODEL_GPT ? 0 : 1))
+        /* Decoder-only (GPT, Llama) data may have no target (the whole
+         * sequence is the sample). */
+        if (s[i].input_len <= 0 || s[i].target_len < (dec_only ? 0 : 1))
             return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                  "sample %d: lengths must be > 0%s (input %d, target %d)", s[i].id,
-                                 p->kind == DYN_MODEL_GPT ? " (a GPT target >= 0)" : "", s[i].input_len,
-                                 s[i].target_len);
-        int64_t longest = p->kind == DYN_MODEL_GPT ? (int64_t)s[i].input_len + s[i].target_len
+                                 dec_only ? " (a decoder-only target >= 0)" : "", s[i].input_len, s[i].target_len);
+        int64_t longest = dec_only ? (int64_t)s[i].input_len + s[i].target_len
                           : s[i].input_len > s[i].target_len ? s[i].input_len
                                                              : s[i].target_len;
         if (longest > p->opt.max_seqlen)
             return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                  "sample %d: %s %lld tokens exceeds max_seqlen %d", s[i].id,
-                                 p->kind == DYN_MODEL_GPT ? "sequence" : "side", (long long)longest,
-                                 p->opt.max_seqlen);
+                                 dec_only ? "sequence" : "side", (long long)longest, p->opt.max_seqlen);
     }
     return DYN_OK;
 }
@@ -860,7 +861,7 @@ static dyn_mb_shape group_shape(const dyn_planner *p, const dyn_sample *s, const
     sh.rows = len;
     for (int32_t i = pos; i < pos + len; i++) {
         const dyn_sample *x = &s[perm[i]];
-        int32_t a = p->kind == DYN_MODEL_GPT ? x->input_len + x->target_len : x->input_len;
+        int32_t a = dyn_model_kind_decoder_only(p->kind) ? x->input_len + x->target_len : x->input_len;
         if (a > sh.enc_len) sh.enc_len = a;
         if (p->kind == DYN_MODEL_T5 && x->target_len > sh.dec_len) sh.dec_len = x->target_len;
     }
