@@ -27,7 +27,9 @@ run): folders written here from an implementation of those classes written
 in this file (float64), loaded by hf_grads (tests/hf_grads.c: --init's
 loader, one forward and backward); the loss and every parameter's gradient
 on a padded and on a document-masked packed micro-batch agree to 1e-5
-relative (per tensor, in norm).
+relative (per tensor, in norm). Through the command: a `train --save`
+Llama checkpoint loads into those classes at `dynapipe eval`'s loss, and a
+folder written here starts `train --init` at the classes' loss.
 
 Usage: hf_torch_check.py DYNAPIPE_BINARY [HF_GRADS_BINARY]. Exit 77 (ctest: skipped) when
 torch is not installed.
@@ -485,6 +487,46 @@ def planted_bugs_fail(cfg, w, samples, loss):
     return bad
 
 
+
+def llama_cli(cli, tmp, data):
+    """Through the command: a Llama checkpoint of `train --save` loads into
+    the classes above at `dynapipe eval`'s loss (its config.json is
+    LlamaForCausalLM), and a folder written here starts `train --init` at
+    the classes' loss on the two samples (the whole first batch)."""
+    bad = 0
+    byte_samples = [(list(i.encode()), list(t.encode())) for i, t in SAMPLES]
+    ck = os.path.join(tmp, "llama-ck")
+    run([cli, "train", "--model", "llama", "--model-config", "llama-tiny", "--stages", "2", "--steps", "2",
+         "--threads", "1", "--samples", "500", "--global-batch-tokens", "2048", "--max-seqlen", "128", "--quiet",
+         "--save", ck])
+    out = run([cli, "eval", "--checkpoint", ck, "--data", data, "--split", "train", "--samples", "2", "--no-accuracy"])
+    printed = float(out.split("loss ")[1].split()[0])
+    with open(os.path.join(ck, "latest")) as f:
+        cfg, w = load_checkpoint(os.path.join(ck, f.read().strip()))
+    ok_cfg = cfg["architectures"] == ["LlamaForCausalLM"] and cfg["model_type"] == "llama"
+    with torch.no_grad():
+        mine = llama_loss(cfg, {n: t.double() for n, t in w.items()}, byte_samples).item()
+    rel = abs(mine - printed) / abs(printed)
+    print("llama: dynapipe eval loss %.4f, PyTorch classes on the saved checkpoint %.6f (relative difference %.1e); "
+          "config.json %s" % (printed, mine, rel, cfg["architectures"][0]))
+    bad += rel > 1e-4 or not ok_cfg
+    d = os.path.join(tmp, "llama-init")
+    cfg2 = llama_config("LlamaForCausalLM")
+    w2 = write_llama_folder(d, cfg2, seed=3, n_shards=2)
+    m = os.path.join(tmp, "llama-metrics.jsonl")
+    run([cli, "train", "--init", d, "--data", data, "--stages", "2", "--steps", "1", "--threads", "1",
+         "--global-batch-tokens", "2048", "--max-seqlen", "128", "--quiet", "--metrics", m])
+    with open(m) as f:
+        rec = json.loads(f.readline())
+    with torch.no_grad():
+        mine = llama_loss(cfg2, w2, byte_samples).item()
+    rel = abs(mine - rec["loss"]) / abs(mine)
+    print("llama: PyTorch-written folder: --init step %d loss %.6f, PyTorch %.6f (relative difference %.1e)"
+          % (rec["step"], rec["loss"], mine, rel))
+    bad += rel > 1e-5 or rec["step"] != 0
+    return bad
+
+
 def main():
     cli = sys.argv[1]
     grads_tool = sys.argv[2] if len(sys.argv) > 2 else None
@@ -539,6 +581,7 @@ def main():
             bad += rel > 1e-5 or rec["step"] != 0
         if grads_tool:
             bad += llama_family(grads_tool, tmp)
+        bad += llama_cli(cli, tmp, data)
     sys.exit(1 if bad else 0)
 
 
