@@ -50,6 +50,9 @@
 #define SEQ 256     /* max sequence length */
 #define LR 1e-3f
 
+/* 1: the Llama runs use LLAMA_TIED_JSON (tied head, Qwen2's q/k/v biases). */
+static int llama_tied;
+
 /* The training options the CLI builds for `--model KIND --layers N` and the
  * flags below (mirrored here, not shared, so the test checks the CLI). */
 static dyn_train_options options(dyn_model_kind kind, int layers)
@@ -61,6 +64,7 @@ static dyn_train_options options(dyn_model_kind kind, int layers)
     assert_int_equal(dyn_model_config_preset(preset, &o.model, &err), DYN_OK);
     o.model.n_layers = layers;
     if (kind == DYN_MODEL_T5) o.model.n_dec_layers = layers;
+    if (kind == DYN_MODEL_LLAMA && llama_tied) o.model.tie_embeddings = o.model.qkv_bias = 1;
     o.model.max_seqlen = SEQ;
     o.n_samples = 2000;
     o.data_spec = "builtin:3";
@@ -279,6 +283,27 @@ static void test_llama(void **state)
     dyn_model_free(ref);
 }
 
+/* A tied head (embed_tokens used by the first and the last stage, its
+ * gradient summed across them, as GPT's wte) with q/k/v biases, through a
+ * model JSON file: 2 and 4 stages and 2 replicas. */
+static void test_llama_tied(void **state)
+{
+    (void)state;
+    char cfg[700], run[1200];
+    write_file("llama-tied.json", "{\"preset\": \"llama-tiny\", \"tie_embeddings\": true, \"qkv_bias\": true}", cfg,
+               sizeof cfg);
+    llama_tied = 1;
+    dyn_model *ref = reference(DYN_MODEL_LLAMA, 4);
+    llama_tied = 0;
+    static const char *const runs[] = {"--stages 2 --schedule 1f1b", "--stages 4 --schedule zb",
+                                       "--stages 2 --dp 2 --schedule zb"};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        snprintf(run, sizeof run, "--model llama --model-config '%s' --layers 4 %s", cfg, runs[i]);
+        run_same(ref, run); /* 1e-5: the k biases start at 0 and move by rounding-sized steps (2e-6 seen) */
+    }
+    dyn_model_free(ref);
+}
+
 /* Six steps with a two-step warm-up and the cosine to --min-lr: the lr of
  * every iteration in the metrics is the schedule's formula (lr_expected,
  * written here from its definition), and the parameters after the six
@@ -477,6 +502,7 @@ int main(void)
         cmocka_unit_test(test_gpt_methods_and_dp),
         cmocka_unit_test(test_t5),
         cmocka_unit_test(test_llama),
+        cmocka_unit_test(test_llama_tied),
         cmocka_unit_test(test_gpt_six_steps_lr_schedule),
         cmocka_unit_test(test_metrics_compute),
         cmocka_unit_test(test_calibration_next_plan),
