@@ -44,6 +44,11 @@ static void test_bench_layer_gpt_runs(void **state)
                  out, sizeof(out));
     assert_int_equal(rc, 0);
     assert_non_null(strstr(out, "enc-seq 12"));
+    /* a Llama block (GQA, SwiGLU, rotary embedding) */
+    rc = run_cli("bench layer --model llama --hidden 64 --heads 4 --batch 2 --seq 16 --repeat 1", out, sizeof(out));
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "model llama hidden 64 heads 4"));
+    assert_non_null(strstr(out, "forward+backward"));
 }
 
 /* With no wait policy in the environment, `bench` re-executes itself once
@@ -76,6 +81,14 @@ static void test_bench_layer_bad_flags(void **state)
     assert_int_equal(run_cli("bench layer --model gpt --hidden 30 --heads 4 --batch 1 --seq 8", out, sizeof(out)), 2);
     assert_non_null(strstr(out, "not divisible"));
     assert_int_equal(run_cli("bench layer --model bert --hidden 32 --heads 4 --batch 1 --seq 8", out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "gpt, t5 or llama"));
+    /* rotary pairs need an even head dim; no encoder for a Llama */
+    assert_int_equal(run_cli("bench layer --model llama --hidden 36 --heads 4 --batch 1 --seq 8", out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "even head dim"));
+    assert_int_equal(run_cli("bench layer --model llama --hidden 32 --heads 4 --batch 1 --seq 8 --enc-seq 4", out,
+                             sizeof(out)),
+                     2);
+    assert_non_null(strstr(out, "t5 only"));
     assert_int_equal(run_cli("bench layer --model gpt --hidden 32 --heads 4 --batch 0 --seq 8", out, sizeof(out)), 2);
     assert_int_equal(run_cli("bench layer --model gpt --hidden 32", out, sizeof(out)), 2);
     assert_non_null(strstr(out, "required"));

@@ -50,13 +50,14 @@ static const char *const train_only[] = {
     "--steps", "--schedule", "--threads", "--lr", "--min-lr", "--warmup", "--clip", "--adam-eps",
     "--weight-decay", "--seed", "--samples", "--timeout", "--plan-ahead", "--profile", "--calibrate",
     "--calibrate-window", "--order-groups", "--metrics", "--trace", "--save", "--save-every", "--resume",
-    "--eval-every", "--eval-samples", "--hostfile", "--quiet", "--verbose", "--debug-kill", "--debug-hang", NULL};
+    "--eval-every", "--eval-samples", "--hostfile", "--quiet", "--verbose", "--debug-kill", "--debug-hang",
+    "--epochs", "--shuffle", "--no-shuffle", "--eval-data", "--eval-split", "--dump-order", NULL};
 
 static const char *const profile_all[] = {
     "--model", "--model-config", "--max-seqlen", "--max-rows", "--threads", "--repeats", "--sweeps", "--quick",
     "--out", "--check", "--shapes", "--verbose", "--seed", "--max-tokens", "--quiet", "--link", NULL};
 static const char *const eval_all[] = {"--checkpoint", "--data", "--split", "--samples", "--no-accuracy",
-                                       "--prompt", "--max-new", "--threads", NULL};
+                                       "--prompt", "--max-new", "--threads", "--eval-data", "--eval-split", NULL};
 
 /* The help line of flag in text: a line "  <flag>" followed by a space or
  * the line's end; NULL if none. */

@@ -1152,6 +1152,10 @@ static void test_model_json(void **state)
     assert_int_equal(c.kv_heads, 1);
     assert_int_equal(c.tie_embeddings, 1);
     assert_true(c.rms_eps == 1e-5); /* the preset's */
+    p = write_file("llama4.json", "{\"preset\": \"llama-mini\", \"kind\": \"gpt\", \"ffn\": 1024}");
+    assert_int_equal(dyn_model_config_load(p, &c, &err), DYN_OK);
+    assert_int_equal(c.kind, DYN_MODEL_GPT);
+    assert_true(c.kv_heads == 0 && c.rope_theta == 0 && c.rms_eps == 0); /* a GPT has no Llama fields */
     expect_model_error("l1.json", "{\"preset\": \"llama-mini\", \"kv_heads\": 3}", "kv_heads = 3 must divide heads = 4");
     expect_model_error("l2.json", "{\"preset\": \"gpt-tiny\", \"kv_heads\": 2}", "\"kv_heads\" applies to kind llama only");
     expect_model_error("l3.json", "{\"preset\": \"llama-mini\", \"rope_theta\": -1}", "\"rope_theta\" must be a number > 0");

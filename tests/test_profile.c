@@ -29,7 +29,8 @@
 
 static void small_cfg(dyn_model_kind kind, dyn_model_config *cfg)
 {
-    assert_int_equal(dyn_model_config_preset(kind == DYN_MODEL_GPT ? "gpt-tiny" : "t5-tiny", cfg, NULL), DYN_OK);
+    const char *name = kind == DYN_MODEL_GPT ? "gpt-tiny" : kind == DYN_MODEL_T5 ? "t5-tiny" : "llama-tiny";
+    assert_int_equal(dyn_model_config_preset(name, cfg, NULL), DYN_OK);
     cfg->max_seqlen = 64;
 }
 
@@ -440,6 +441,12 @@ static void test_profile_t5_small_grid(void **state)
     profile_small(DYN_MODEL_T5);
 }
 
+static void test_profile_llama_small_grid(void **state)
+{
+    (void)state;
+    profile_small(DYN_MODEL_LLAMA);
+}
+
 /* Stored bytes of a stage as the planner counts them from a profile (the
  * layers measured alone, less each layer's input after the stage's first:
  * dyn_stage_costs_build) against a stage model running those layers, for
@@ -516,7 +523,8 @@ static void stage_stored_check(dyn_model_kind kind)
         if (t5 && first > 5) first += 1;
         if (t5 && last > 5) last += 1;
         double model = stage_model_stored_mb(&cfg, mb, first, last);
-        print_message("  %s stage %d (model layers [%d, %d)): planner %.6f MB, stage model %.6f MB\n", t5 ? "t5" : "gpt",
+        print_message("  %s stage %d (model layers [%d, %d)): planner %.6f MB, stage model %.6f MB\n",
+                      dyn_model_kind_name(kind),
                       s, first, last, sc.stored_mb[s], model);
         assert_true(fabs(sc.stored_mb[s] - model) <= 2e-3 * model);
     }
@@ -537,6 +545,14 @@ static void test_stage_stored_t5(void **state)
 {
     (void)state;
     stage_stored_check(DYN_MODEL_T5);
+}
+
+/* Llama: GPT's layer layout (planner layer c is model layer c) with its
+ * own block, rotary tables and untied head. */
+static void test_stage_stored_llama(void **state)
+{
+    (void)state;
+    stage_stored_check(DYN_MODEL_LLAMA);
 }
 
 /* The default grid: increasing axes, dense (every 8) at short lengths,
@@ -766,6 +782,48 @@ static void test_cli_profile_flags(void **state)
     cli_assert_one_line_error("profile", args, rc, 1, "not a cost table");
 }
 
+/* `dynapipe profile --model llama` writes a table whose model line is the
+ * Llama shape (kv_heads and all), and `plan --cost-model` plans with it;
+ * --check compares it with the analytic Llama model. */
+static void test_cli_profile_llama(void **state)
+{
+    (void)state;
+    char table[700], args[1200];
+    snprintf(table, sizeof table, "%s/llama.table", dir);
+    snprintf(args, sizeof args, "--model llama --max-seqlen 32 --max-rows 2 --quick --quiet --out %s", table);
+    assert_int_equal(cli_run("profile", args), 0);
+    char *text = slurp(table);
+    assert_non_null(strstr(text, "model kind=llama n_layers=2 n_dec_layers=0 hidden=64 heads=4 head_dim=16 ffn=176 "
+                                 "vocab=512 max_seqlen=32 kv_heads=2 tie_embeddings=0 qkv_bias=0"));
+    assert_null(strstr(text, "point decoder"));
+    free(text);
+    dyn_error err;
+    dyn_cost_model *cm = dyn_cost_model_load_table(table, &err);
+    if (cm == NULL) fail_msg("%s", err.msg);
+    dyn_model_config want;
+    small_cfg(DYN_MODEL_LLAMA, &want);
+    want.max_seqlen = 32;
+    assert_memory_equal(dyn_cost_model_config(cm), &want, sizeof want);
+    dyn_cost_model_free(cm);
+    snprintf(args, sizeof args,
+             "--model llama --cost-model %s --synthetic flan:1 --global-batch-tokens 1024 --max-seqlen 32 --stages 2 "
+             "--batches 1",
+             table);
+    assert_int_equal(cli_run("plan", args), 0);
+    text = slurp(out_path);
+    assert_non_null(strstr(text, "llama model (2 layers, hidden 64)"));
+    free(text);
+    snprintf(args, sizeof args, "--model gpt --cost-model %s --synthetic flan:1 --global-batch-tokens 1024 "
+                                "--max-seqlen 32 --stages 2", table);
+    cli_assert_one_line_error("plan", args, cli_run("plan", args), 2, "does not match");
+    assert_int_equal(cli_run("profile", "--model llama --check analytic --max-seqlen 32 --max-rows 2 --shapes 2 "
+                                        "--sweeps 1 --repeats 1 --quiet"),
+                     0);
+    text = slurp(out_path);
+    assert_non_null(strstr(text, "encoder"));
+    free(text);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -789,15 +847,18 @@ int main(void)
         cmocka_unit_test(test_profile_sum_planes_run),
         cmocka_unit_test(test_profile_gpt_small_grid),
         cmocka_unit_test(test_profile_t5_small_grid),
+        cmocka_unit_test(test_profile_llama_small_grid),
         cmocka_unit_test(test_default_grid),
         cmocka_unit_test(test_stage_stored_gpt),
         cmocka_unit_test(test_stage_stored_t5),
+        cmocka_unit_test(test_stage_stored_llama),
         cmocka_unit_test(test_calibration_median_and_threshold),
         cmocka_unit_test(test_calibration_converges),
         cmocka_unit_test(test_calibration_level_shift),
         cmocka_unit_test(test_cost_time_scale),
         cmocka_unit_test(test_cli_refuses_other_shape),
         cmocka_unit_test(test_cli_profile_flags),
+        cmocka_unit_test(test_cli_profile_llama),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -9,7 +9,8 @@
  *   an integer, a layer cut or a file size of 1e300, a learning rate of
  *   1e300) and a wrong kind or format are refused with DYN_ERR_CORRUPT and
  *   one line naming the file and the field; never converted first.
- * - "lr_schedule" may be absent (older checkpoints), not incomplete;
+ * - "lr_schedule" and "order" may be absent (older checkpoints), not
+ *   incomplete; "order"'s epoch and index must be sampler_position's;
  *   "tokens" may be absent (then the byte vocabulary's ids); a Llama's
  *   "llama" fields are required for it and round-trip every digit. */
 #include <setjmp.h>
@@ -63,6 +64,15 @@ static const char STATE[] =
     "\t\t\"min_lr\":\t9.99999974737875e-05,\n"
     "\t\t\"warmup\":\t0,\n"
     "\t\t\"total_steps\":\t6\n"
+    "\t},\n"
+    "\t\"order\":\t{\n"
+    "\t\t\"shuffle\":\t1,\n"
+    "\t\t\"epochs\":\t4,\n"
+    "\t\t\"eval_split\":\t0.1,\n"
+    "\t\t\"samples_per_epoch\":\t20,\n"
+    "\t\t\"epoch\":\t2,\n"
+    "\t\t\"index\":\t14,\n"
+    "\t\t\"eval_data\":\t\"v.jsonl\"\n"
     "\t},\n"
     "\t\"files\":\t{\n"
     "\t\t\"a.txt\":\t{\n"
@@ -152,6 +162,13 @@ static void test_reads_what_was_written(void **state)
     assert_true(m->lr.min_lr == 1e-4f);
     assert_int_equal(m->lr.warmup_steps, 0);
     assert_int_equal(m->lr.total_steps, 6);
+    assert_int_equal(m->shuffle, 1);
+    assert_int_equal(m->epochs, 4);
+    assert_true(m->eval_split == 0.1);
+    assert_int_equal(m->per_epoch, 20);
+    assert_int_equal(m->epoch, 2);
+    assert_int_equal(m->index, 14);
+    assert_string_equal(m->eval_data, "v.jsonl");
     assert_int_equal(m->n_files, 1);
     assert_string_equal(m->files[0].name, "a.txt");
     assert_int_equal(m->files[0].bytes, 1);
@@ -264,6 +281,27 @@ static void test_lr_schedule_optional(void **state)
     free(m);
 }
 
+/* Older checkpoints lack "order": they trained in dataset order, nothing
+ * held out (all 0). */
+static void test_order_optional(void **state)
+{
+    (void)state;
+    rt_ckpt_meta *m = calloc(1, sizeof *m);
+    assert_non_null(m);
+    const char *from = "\t\"order\":\t{\n\t\t\"shuffle\":\t1,\n\t\t\"epochs\":\t4,\n\t\t\"eval_split\":\t0.1,\n"
+                       "\t\t\"samples_per_epoch\":\t20,\n\t\t\"epoch\":\t2,\n\t\t\"index\":\t14,\n"
+                       "\t\t\"eval_data\":\t\"v.jsonl\"\n\t},\n";
+    char *text = edit(from, "");
+    dyn_error err;
+    if (read_text(text, m, &err) != DYN_OK) fail_msg("%s", err.msg);
+    assert_int_equal(m->shuffle, 0);
+    assert_int_equal(m->per_epoch, 0);
+    assert_true(m->eval_split == 0);
+    assert_int_equal(m->sampler_pos, 54);
+    free(text);
+    free(m);
+}
+
 static void test_refuses_out_of_range(void **state)
 {
     (void)state;
@@ -297,6 +335,15 @@ static void test_refuses_out_of_range(void **state)
         {"\"total_steps\":\t6", "\"total_steps\":\t1e300", "\"lr_schedule.total_steps\""},
         {"\"bytes\":\t1,", "\"bytes\":\t1e300,", "\"files.a.txt.bytes\""},
         {"\"bytes\":\t1,", "\"bytes\":\t-1,", "\"files.a.txt.bytes\""},
+        {"\"shuffle\":\t1", "\"shuffle\":\t2", "\"order.shuffle\""},
+        {"\"epochs\":\t4", "\"epochs\":\t-1", "\"order.epochs\""},
+        {"\"eval_split\":\t0.1", "\"eval_split\":\t1", "\"order.eval_split\""},
+        {"\"eval_split\":\t0.1", "\"eval_split\":\t1e300", "\"order.eval_split\""},
+        {"\"samples_per_epoch\":\t20", "\"samples_per_epoch\":\t1e300", "\"order.samples_per_epoch\""},
+        {"\t\t\"index\":\t14,\n", "", "\"order.index\""},
+        {"\"index\":\t14", "\"index\":\t15", "is not sampler_position 54"},
+        {"\"epoch\":\t2", "\"epoch\":\t1", "is not sampler_position 54"},
+        {"\"samples_per_epoch\":\t20", "\"samples_per_epoch\":\t21", "is not sampler_position 54"},
     };
     rt_ckpt_meta *m = calloc(1, sizeof *m);
     assert_non_null(m);
@@ -321,6 +368,7 @@ int main(void)
         cmocka_unit_test(test_lr_schedule_optional),
         cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_llama_fields),
+        cmocka_unit_test(test_order_optional),
         cmocka_unit_test(test_refuses_out_of_range),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -425,6 +425,10 @@ static void test_sampler_vs_cursor(void **state)
     snprintf(from, sizeof from, "\"sampler_position\":\t%lld", pos);
     snprintf(to, sizeof to, "\"sampler_position\":\t%lld", pos + 1);
     edit_file(p, from, to);
+    /* and the same position as "order" states it (epoch 0 of 2000 samples) */
+    snprintf(from, sizeof from, "\"index\":\t%lld", pos);
+    snprintf(to, sizeof to, "\"index\":\t%lld", pos + 1);
+    edit_file(p, from, to);
     snprintf(want, sizeof want, "data cursor %lld", pos);
     char want2[96];
     snprintf(want2, sizeof want2, "trainer_state.json's sampler_position is %lld", pos + 1);

@@ -1,6 +1,6 @@
 """Planner: results identical to `dynapipe plan --json` on the same inputs
 and options, for each method, both model kinds, dp, memory limits,
-recompute, rounding, model and machine given as dicts or files; C errors
+recompute, rounding, model and machine given as dicts or files, and Llama; C errors
 arrive as exceptions with the C message; bad arguments raise TypeError /
 ValueError before C."""
 import ctypes
@@ -46,6 +46,22 @@ class PlannerMatchesCli(unittest.TestCase):
                                   ["--model", "t5", "--max-seqlen", 512, "--stages", 2, "--machine", "a100",
                                    "--method", method, "--untuned"], inputs, targets)
                 self.assertTrue(all(mb.target_len > 0 for mb in plan.microbatches))
+
+    def test_llama_methods(self):
+        # Llama is decoder-only: one length per micro-batch (target_len 0),
+        # its default preset as the CLI's, and a model dict with Llama fields.
+        inputs, targets = lengths(5, 60, 700, 120)
+        for method in ("dynapipe", "padding", "token"):
+            with self.subTest(method=method):
+                plan = self.check(dict(model="llama", max_seqlen=1024, stages=4, machine="a100", method=method),
+                                  ["--model", "llama", "--max-seqlen", 1024, "--stages", 4, "--machine", "a100",
+                                   "--method", method, "--untuned"], inputs, targets)
+                self.assertTrue(all(mb.target_len == 0 for mb in plan.microbatches))
+        with dynapipe.Planner(model={"preset": "llama3-8b", "kv_heads": 4}, max_seqlen=2048, stages=8,
+                              machine="a100") as p:
+            self.assertEqual(p.kind, "llama")
+            self.assertEqual(p.model["kv_heads"], 4)
+            self.assertEqual(p.model["vocab"], 128256)
 
     def test_dp_memory_recompute_rounding(self):
         inputs, targets = lengths(3, 80, 900, 100)

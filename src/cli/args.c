@@ -86,6 +86,18 @@ int cli_parse_f64(const char *cmd, const char *flag, const char *text, double mi
     return 0;
 }
 
+int cli_parse_fraction(const char *cmd, const char *flag, const char *text, double *out)
+{
+    double v;
+    if (cli_parse_f64(cmd, flag, text, -1e308, 1e308, &v) != 0) return -1;
+    if (!(v > 0 && v < 1)) {
+        cli_errorf(cmd, "%s: %g is not a fraction in (0, 1) (the share of the data held out of training)", flag, v);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 int cli_output_check(const char *cmd, const char *flag, const char *path, int is_dir)
 {
     struct stat st;

@@ -33,6 +33,8 @@ int cli_parse_i32(const char *cmd, const char *flag, const char *text, int32_t m
                   int32_t *out);
 int cli_parse_f64(const char *cmd, const char *flag, const char *text, double min, double max,
                   double *out);
+/* A fraction held out of the data (--eval-split P): a number in (0, 1). */
+int cli_parse_fraction(const char *cmd, const char *flag, const char *text, double *out);
 
 /* An output the run will write at its end, checked before any work starts
  * so that no hours of work are lost to a late error: `path` (a file, or a

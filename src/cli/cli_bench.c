@@ -1,5 +1,6 @@
 /* cli_bench.c — `dynapipe bench layer`: time forward + backward of one GPT-2
- * block or one T5 decoder block on this CPU and print milliseconds, GFLOP/s,
+ * block, one T5 decoder block or one Llama block on this CPU and print
+ * milliseconds, GFLOP/s,
  * the sgemm rate measured in the same run (src/model/layer_bench.c), the
  * measured FMA peak of one core and the BLAS kernel in use (model/blas.h). */
 #include <stdio.h>
@@ -8,6 +9,7 @@
 
 #include "cli/cli.h"           /* defines: cli_errorf, CLI_EXIT_* */
 #include "cli/flags.h"         /* defines: cli_flag, cli_flags_parse, cli_flags_usage */
+#include "dynapipe/model_config.h" /* defines: dyn_model_kind_parse, dyn_model_kind_name */
 #include "model/blas.h"        /* defines: dyn_blas_describe, dyn_cpu_fma_peak_gflops */
 #include "model/layer_bench.h" /* defines: dyn_layer_bench_run */
 #include "model/threads.h"     /* defines: dyn_threads_init, dyn_threads_blas_kind */
@@ -21,18 +23,18 @@ typedef struct bench_args {
 static int parse_kind(const char *cmd, const cli_flag *f, const char *v, void *args)
 {
     bench_args *a = args;
-    if (strcmp(v, "gpt") != 0 && strcmp(v, "t5") != 0) {
-        cli_errorf(cmd, "%s needs gpt or t5", f->name);
+    if (dyn_model_kind_parse(v, &a->cfg.model, NULL) != DYN_OK) {
+        cli_errorf(cmd, "%s needs gpt, t5 or llama, not '%s'", f->name, v);
         return -1;
     }
-    a->cfg.model = strcmp(v, "gpt") == 0 ? DYN_MODEL_GPT : DYN_MODEL_T5;
     a->have_model = 1;
     return 0;
 }
 
 #define BA bench_args
 static const cli_flag bench_flags[] = {
-    CLI_FN("--model", "gpt|t5", parse_kind, "the block: a GPT-2 block or a T5 v1.1 decoder block (required)"),
+    CLI_FN("--model", "gpt|t5|llama", parse_kind,
+           "the block: a GPT-2 block, a T5 v1.1 decoder block or a\nLlama block (required)"),
     {.name = "--hidden", .metavar = "H", .type = CLI_FLAG_I32, .field = offsetof(BA, cfg.hidden), .min = 1,
      .max = 65536, .help = "hidden size", .def = "required"},
     {.name = "--heads", .metavar = "N", .type = CLI_FLAG_I32, .field = offsetof(BA, cfg.heads), .min = 1,
@@ -61,15 +63,19 @@ static void bench_usage(FILE *out)
     bench_args d;
     bench_args_init(&d);
     fprintf(out,
-            "usage: dynapipe bench layer --model gpt|t5 --hidden H --heads N --batch B --seq S\n"
+            "usage: dynapipe bench layer --model gpt|t5|llama --hidden H --heads N --batch B --seq S\n"
             "                            [--enc-seq E] [--threads T] [--repeat R] [--verbose]\n\n"
             "Forward + backward of one transformer block in fp32 on random weights:\n"
             "  gpt  a GPT-2 block (pre-LayerNorm, causal attention, GELU MLP 4H)\n"
             "  t5   a T5 v1.1 decoder block (self + cross attention, gated-GELU FFN 4H,\n"
             "       d_kv = H / N) over an encoder output of E positions\n"
+            "  llama  a Llama block (RMSNorm, rotary embedding, grouped-query causal\n"
+            "       attention with N/4 key/value heads when 4 divides N, SwiGLU FFN of\n"
+            "       8H/3 rounded up to 64)\n"
             "Every row is full (no padding). Prints the median milliseconds over R\n"
             "repeats (after one warm-up), the GFLOP credited (GPT:\n"
-            "3 x (24 B S H^2 + 4 B S^2 H); T5: see docs/architecture.md), GFLOP/s and\n"
+            "3 x (24 B S H^2 + 4 B S^2 H); T5: see docs/architecture.md; Llama: 3 x its\n"
+            "forward products and full S x S attention), GFLOP/s and\n"
             "the sgemm GFLOP/s measured between the repeats. --threads\n"
             "sets OpenMP and OpenBLAS threads (one shared pool; idle workers sleep:\n"
             "OMP_WAIT_POLICY=PASSIVE unless you set it).\n"
@@ -103,7 +109,12 @@ static int bench_layer_main(int argc, char **argv)
         cli_errorf(cmd, "--hidden %d is not divisible by --heads %d", cfg.hidden, cfg.heads);
         return CLI_EXIT_USAGE;
     }
-    if (cfg.model == DYN_MODEL_GPT && cfg.enc_seq) {
+    if (cfg.model == DYN_MODEL_LLAMA && (cfg.hidden / cfg.heads) % 2 != 0) {
+        cli_errorf(cmd, "--model llama needs an even head dim (rotary pairs): --hidden %d / --heads %d = %d",
+                   cfg.hidden, cfg.heads, cfg.hidden / cfg.heads);
+        return CLI_EXIT_USAGE;
+    }
+    if (cfg.model != DYN_MODEL_T5 && cfg.enc_seq) {
         cli_errorf(cmd, "--enc-seq applies to --model t5 only");
         return CLI_EXIT_USAGE;
     }
@@ -115,8 +126,8 @@ static int bench_layer_main(int argc, char **argv)
         cli_errorf(cmd, "%s", err.msg);
         return CLI_EXIT_FAIL;
     }
-    printf("model %s hidden %d heads %d batch %d seq %d", cfg.model == DYN_MODEL_GPT ? "gpt" : "t5",
-           cfg.hidden, cfg.heads, cfg.batch, cfg.seq);
+    printf("model %s hidden %d heads %d batch %d seq %d", dyn_model_kind_name(cfg.model), cfg.hidden, cfg.heads,
+           cfg.batch, cfg.seq);
     if (cfg.model == DYN_MODEL_T5) printf(" enc-seq %d", cfg.enc_seq);
     printf(" threads %d repeat %d\n", cfg.threads, cfg.repeat);
     const char *wait = getenv("OMP_WAIT_POLICY");
@@ -150,7 +161,7 @@ int cli_bench_main(int argc, char **argv)
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fprintf(argc < 2 ? stderr : stdout,
                 "usage: dynapipe bench <what> [options]\n\n"
-                "  layer   forward + backward of one transformer block (GPT-2 or T5 decoder)\n\n"
+                "  layer   forward + backward of one transformer block (GPT-2, T5 decoder or Llama)\n\n"
                 "'dynapipe bench layer --help' lists its options.\n");
         return argc < 2 ? CLI_EXIT_USAGE : CLI_EXIT_OK;
     }

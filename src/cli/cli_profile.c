@@ -459,7 +459,7 @@ static int parse_kind(const char *cmd, const cli_flag *f, const char *v, void *a
     profile_args *a = args;
     dyn_error e;
     if (dyn_model_kind_parse(v, &a->kind, &e) != DYN_OK) {
-        cli_errorf(cmd, "%s: expected gpt or t5, got '%s'", f->name, v);
+        cli_errorf(cmd, "%s: expected gpt, t5 or llama, got '%s'", f->name, v);
         return -1;
     }
     a->have_kind = 1;
@@ -468,9 +468,9 @@ static int parse_kind(const char *cmd, const cli_flag *f, const char *v, void *a
 
 #define PF profile_args
 static const cli_flag profile_flags[] = {
-    CLI_FN("--model", "gpt|t5", parse_kind, "model kind (required)"),
+    CLI_FN("--model", "gpt|t5|llama", parse_kind, "model kind (required)"),
     {.name = "--model-config", .metavar = "NAME|FILE", .type = CLI_FLAG_PATH, .field = offsetof(PF, model_config),
-     .help = "preset or model JSON", .def = "gpt-tiny / t5-tiny"},
+     .help = "preset or model JSON", .def = "gpt-tiny / t5-tiny / llama-tiny"},
     CLI_I32("--max-seqlen", "L", PF, max_seqlen, 8, 1 << 20, "longest length on the grid"),
     CLI_I32("--max-rows", "R", PF, max_rows, 1, 1 << 16, "most micro-batch rows on the grid"),
     {.name = "--threads", .metavar = "T", .type = CLI_FLAG_I32, .field = offsetof(PF, threads),
@@ -526,10 +526,10 @@ static void usage(FILE *out)
     profile_args d;
     profile_args_init(&d);
     fprintf(out,
-            "usage: dynapipe profile --model gpt|t5 [flags] --out FILE\n"
-            "       dynapipe profile --model gpt|t5 [flags] --check analytic|FILE\n\n"
+            "usage: dynapipe profile --model gpt|t5|llama [flags] --out FILE\n"
+            "       dynapipe profile --model gpt|t5|llama [flags] --check analytic|FILE\n\n"
             "Measure forward, backward and split backward of each layer kind (embedding,\n"
-            "GPT/T5-encoder block, T5 bridge, T5 decoder block, LM head), per recompute\n"
+            "GPT/Llama/T5-encoder block, T5 bridge, T5 decoder block, LM head), per recompute\n"
             "mode, with their activation memory, over a grid of micro-batch rows and\n"
             "lengths, and write the cost table the planner reads (--cost-model FILE).\n"
             "T5's bridge (the encoder's final norm and the decoder embedding) and head\n"
@@ -551,7 +551,7 @@ static int parse(int argc, char **argv, profile_args *a)
     if (r != 0) return CLI_EXIT_USAGE;
     if (a->link) return 0;
     if (!a->have_kind) {
-        cli_errorf(CMD, "--model gpt|t5 is required");
+        cli_errorf(CMD, "--model gpt|t5|llama is required");
         return CLI_EXIT_USAGE;
     }
     if ((a->out == NULL) == (a->check == NULL)) {
@@ -571,7 +571,9 @@ static int parse(int argc, char **argv, profile_args *a)
 static int resolve(const profile_args *a, dyn_model_config *cfg)
 {
     dyn_error err;
-    const char *src = a->model_config ? a->model_config : a->kind == DYN_MODEL_GPT ? "gpt-tiny" : "t5-tiny";
+    static const char *const default_config[] = {[DYN_MODEL_GPT] = "gpt-tiny", [DYN_MODEL_T5] = "t5-tiny",
+                                                 [DYN_MODEL_LLAMA] = "llama-tiny"};
+    const char *src = a->model_config ? a->model_config : default_config[a->kind];
     if (dyn_model_config_preset(src, cfg, &err) != DYN_OK && dyn_model_config_load(src, cfg, &err) != DYN_OK) {
         cli_errorf(CMD, "--model-config: '%s' is neither a preset nor a readable model file (%s)", src, err.msg);
         return CLI_EXIT_USAGE;

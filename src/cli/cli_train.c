@@ -20,6 +20,7 @@
 #include "model/threads.h"
 #include "runtime/checkpoint.h" /* defines: rt_ckpt_resolve, rt_ckpt_read, rt_ckpt_check */
 #include "runtime/group.h"
+#include "runtime/source.h" /* defines: rt_source_open, rt_source_epoch_steps */
 #include "runtime/train.h"
 
 #define CMD "train"
@@ -38,6 +39,8 @@ typedef struct train_args {
     int have_samples;    /* --samples given */
     int have_max_seqlen; /* --max-seqlen given (else 512, or a cost table's max length) */
     int have_order_groups, have_calibrate_window, have_eval_samples; /* given */
+    int have_steps, have_epochs; /* given */
+    int shuffle;         /* --shuffle 1, --no-shuffle 0; -1: files shuffled, the built-in data not */
     int print_options;   /* --print-options */
 } train_args;
 
@@ -45,6 +48,7 @@ static void train_args_init(train_args *t)
 {
     memset(t, 0, sizeof *t);
     dyn_train_options_default(&t->o);
+    t->shuffle = -1;
     t->o.calibrate = 1; /* the command's default (docs/cost-model.md); --no-calibrate */
     plan_args_init(&t->plan);
     /* training's defaults for the planning flags */
@@ -112,6 +116,12 @@ static int parse_fault(const char *cmd, const cli_flag *f, const char *v, void *
     return 0;
 }
 
+/* --eval-split P: a fraction in (0, 1). */
+static int parse_eval_split(const char *cmd, const cli_flag *f, const char *v, void *args)
+{
+    return cli_parse_fraction(cmd, f->name, v, &((train_args *)args)->o.eval_split);
+}
+
 /* --lengths / --synthetic: planning flags that give no tokens. */
 static int refuse_lengths(const char *cmd, const cli_flag *f, const char *v, void *args)
 {
@@ -123,7 +133,17 @@ static int refuse_lengths(const char *cmd, const cli_flag *f, const char *v, voi
 #define TA train_args
 static const cli_flag train_flags[] = {
     CLI_SECTION("training flags:"),
-    CLI_I64("--steps", "N", TA, o.steps, 1, 100000000, "iterations (global batches)"),
+    {.name = "--steps", .metavar = "N", .type = CLI_FLAG_I64, .field = offsetof(TA, o.steps),
+     .given = CLI_GIVEN(TA, have_steps), .min = 1, .max = 100000000,
+     .help = "iterations (global batches); with --epochs, the run ends\n"
+             "at whichever comes first (--epochs alone: the epochs')"},
+    {.name = "--epochs", .metavar = "N", .type = CLI_FLAG_I64, .field = offsetof(TA, o.epochs),
+     .given = CLI_GIVEN(TA, have_epochs), .min = 1, .max = 1000000,
+     .help = "passes over the data (a line says when each ends);\nwithout it the data repeats until --steps"},
+    CLI_BOOL("--shuffle", TA, shuffle, 1,
+             "a new order of the samples every epoch, drawn from --seed\n"
+             "(default for a file; the built-in data is random already)"),
+    CLI_BOOL("--no-shuffle", TA, shuffle, 0, "train in the data's own order, every epoch"),
     CLI_FN("--schedule", "NAME|auto", parse_schedule,
            "1f1b, cyclic, wait-free-cyclic, interleaved (needs --chunks),\n"
            "zb, or auto: best schedule per batch by simulation (default auto)"),
@@ -137,7 +157,7 @@ static const cli_flag train_flags[] = {
     CLI_F64("--clip", "X", TA, o.clip_norm, 0, 1e30, "global gradient-norm clip (0: none)"),
     CLI_F32("--adam-eps", "X", TA, o.adamw.eps, 0, 1e6, "AdamW epsilon"),
     CLI_F32("--weight-decay", "X", TA, o.adamw.weight_decay, 0, 1e6, "AdamW decoupled weight decay"),
-    CLI_I64("--seed", "N", TA, o.seed, 0, INT64_MAX, "model initialisation seed"),
+    CLI_I64("--seed", "N", TA, o.seed, 0, INT64_MAX, "model initialisation and shuffle seed"),
     {.name = "--samples", .metavar = "N", .type = CLI_FLAG_I32, .field = offsetof(TA, o.n_samples),
      .given = CLI_GIVEN(TA, have_samples), .min = 1, .max = 100000000, .help = "samples of the built-in --data"},
     CLI_F64("--timeout", "S", TA, o.timeout_s, 0.1, 1e6, "deadline of every wait for a peer, seconds"),
@@ -168,7 +188,8 @@ static const cli_flag train_flags[] = {
     CLI_I64("--save-every", "N", TA, o.save_every, 1, 100000000, "checkpoint interval in steps (with --save DIR)"),
     CLI_PATH("--resume", "DIR", TA, o.resume_dir,
             "continue from a checkpoint (DIR's latest, or a step folder);\n"
-            "--steps is the total, same model, stages, data and batch;\n"
+            "--steps is the total, same model, stages, data, order\n"
+            "(shuffle, seed, --eval-split) and batch;\n"
             "another --steps, --lr, --min-lr or --warmup than the\n"
             "checkpoint's moves the lr schedule (a note says so)"),
     CLI_PATH("--init", "DIR", TA, o.init_dir,
@@ -177,9 +198,20 @@ static const cli_flag train_flags[] = {
             "T5ForConditionalGeneration v1.1), or a --save DIR checkpoint\n"
             "(its latest, or a step folder): its weights and shape, step 0,\n"
             "fresh optimizer (--resume continues a run instead)"),
-    CLI_I64("--eval-every", "N", TA, o.eval_every, 1, 100000000, "held-out loss every N steps into the metrics (eval_loss)"),
+    CLI_I64("--eval-every", "N", TA, o.eval_every, 1, 100000000,
+            "eval loss every N steps into the metrics (eval_loss): on\n"
+            "--eval-data, --eval-split's held-out part, the built-in\n"
+            "held-out split, or else the training file itself\n"
+            "(\"train-data loss\")"),
     {.name = "--eval-samples", .metavar = "N", .type = CLI_FLAG_I32, .field = offsetof(TA, o.eval_samples),
-     .given = CLI_GIVEN(TA, have_eval_samples), .min = 1, .max = 1000000, .help = "held-out samples per evaluation"},
+     .given = CLI_GIVEN(TA, have_eval_samples), .min = 1, .max = 1000000, .help = "samples per evaluation"},
+    CLI_PATH("--eval-data", "FILE", TA, o.eval_data, "a validation set for --eval-every (any --data SPEC)"),
+    CLI_FN("--eval-split", "P", parse_eval_split,
+           "hold a fraction P in (0, 1) of --data out of training, the\n"
+           "same samples whatever the seed, for --eval-every and eval"),
+    CLI_PATH("--dump-order", "FILE.jsonl", TA, o.dump_order,
+             "the samples of every step in training order, one line each:\n"
+             "{\"step\", \"epoch\", \"samples\": [dataset indices]}"),
     {.name = "--hostfile", .metavar = "FILE", .type = CLI_FLAG_PATH, .field = offsetof(TA, hostfile),
      .help = "hosts for mpirun, filled slot by slot so a replica's\nstages share a host",
      .def = "this machine"},
@@ -304,6 +336,10 @@ static int check_combinations(const train_args *t, const dyn_train_options *o)
         bad = "--calibrate-window applies to --calibrate only";
     else if (t->have_eval_samples && o->eval_every == 0)
         bad = "--eval-samples applies to --eval-every N only";
+    else if (o->eval_data && o->eval_split > 0)
+        bad = "--eval-data and --eval-split both give the validation set: give one";
+    else if (o->eval_data && o->eval_every == 0)
+        bad = "--eval-data applies to --eval-every N only";
     else if (o->save_every > 0 && o->save_dir == NULL)
         bad = "--save-every needs --save DIR (a checkpoint folder, not a .safetensors file)";
     if (bad == NULL) return 0;
@@ -332,6 +368,26 @@ static int table_max_seqlen(const train_args *t, plan_args *run)
         return CLI_EXIT_USAGE;
     }
     run->opt.max_seqlen = table;
+    return 0;
+}
+
+/* --epochs: the run ends at the first end of --steps and the epochs (or at
+ * the epochs' alone without --steps). The step count of the epochs is a
+ * pure function of the data's lengths and the order (runtime/source.h), so
+ * it is counted here, on the samples every rank will open, and the lr
+ * schedule spans it. 0 or an exit code (printed). */
+static int epoch_steps(const train_args *t, dyn_train_options *o)
+{
+    dyn_error e;
+    rt_source *src = rt_source_open(o, &e);
+    int64_t n = 0;
+    dyn_status st = src ? rt_source_epoch_steps(rt_source_lengths(src), o, &n, &e) : e.code;
+    rt_source_free(src);
+    if (st != DYN_OK) {
+        cli_errorf(CMD, "--epochs %lld: %s", (long long)o->epochs, e.msg);
+        return CLI_EXIT_FAIL;
+    }
+    if (!t->have_steps || n < o->steps) o->steps = n;
     return 0;
 }
 
@@ -386,6 +442,9 @@ static int build_options(const train_args *t, dyn_train_options *o, char *header
     o->split = run.split;
     o->truncate = run.clip;
     o->global_batch_tokens = run.global_batch_tokens;
+    int builtin = strncmp(o->data_spec, "builtin", 7) == 0 && (o->data_spec[7] == '\0' || o->data_spec[7] == ':');
+    o->shuffle = t->shuffle >= 0 ? t->shuffle : !builtin;
+    if (o->epochs > 0 && (rc = epoch_steps(t, o)) != 0) return rc;
     /* The schedule spans the run: the default warm-up is shortened first
      * (to a quarter of a short run), then the cosine ends at the last step. */
     if (!t->have_warmup && o->lr.warmup_steps >= o->steps) o->lr.warmup_steps = o->steps / 4;
@@ -415,6 +474,8 @@ static int print_options(const dyn_train_options *o, const char *hostfile)
     STR("cost_table", o->cost_table), STR("data", o->data_spec);
     NUM(j, "samples", o->n_samples), NUM(j, "global_batch_tokens", o->global_batch_tokens);
     NUM(j, "steps", o->steps), NUM(j, "seed", o->seed);
+    NUM(j, "epochs", o->epochs), NUM(j, "shuffle", o->shuffle), NUM(j, "eval_split", o->eval_split);
+    STR("eval_data", o->eval_data), STR("dump_order", o->dump_order);
     F32("lr", o->lr.max_lr), F32("min_lr", o->lr.min_lr);
     NUM(j, "warmup_steps", o->lr.warmup_steps), NUM(j, "total_steps", o->lr.total_steps);
     F32("beta1", o->adamw.beta1), F32("beta2", o->adamw.beta2), F32("adam_eps", o->adamw.eps);
@@ -445,6 +506,35 @@ static int check_outputs(const dyn_train_options *o)
     if (o->save_dir && cli_output_check(CMD, "--save", o->save_dir, 1) != 0) return -1;
     if (o->metrics_path && cli_output_check(CMD, "--metrics", o->metrics_path, 0) != 0) return -1;
     if (o->trace_path && cli_output_check(CMD, "--trace", o->trace_path, 0) != 0) return -1;
+    if (o->dump_order && cli_output_check(CMD, "--dump-order", o->dump_order, 0) != 0) return -1;
+    return 0;
+}
+
+/* --eval-data, opened once before any rank starts as the evaluation will
+ * open it: a missing or malformed file is one line now, not a failure at
+ * the first evaluation. 0 or -1 (printed). */
+static int check_eval_data(const dyn_train_options *o)
+{
+    dyn_corpus_options co;
+    dyn_corpus_options_default(&co);
+    co.split = DYN_SPLIT_HELDOUT;
+    co.builtin_samples = o->eval_samples;
+    co.max_seqlen = o->model.max_seqlen;
+    co.kind = o->model.kind;
+    co.truncate = o->truncate;
+    co.vocab = o->model.vocab;
+    dyn_error e;
+    dyn_corpus *c = dyn_corpus_open(o->eval_data, &co, &e);
+    if (c == NULL) {
+        cli_errorf(CMD, "--eval-data %s: %s", o->eval_data, e.msg);
+        return -1;
+    }
+    int64_t n = dyn_corpus_count(c);
+    dyn_corpus_free(c);
+    if (n == 0) {
+        cli_errorf(CMD, "--eval-data %s: no samples", o->eval_data);
+        return -1;
+    }
     return 0;
 }
 
@@ -497,6 +587,7 @@ int cli_train_main(int argc, char **argv)
     if ((rc = build_options(&t, &o, header, sizeof header)) != 0) return rc;
     if (!mpi && t.print_options) return print_options(&o, t.hostfile);
     if (!mpi && o.resume_dir && check_resume(&o) != 0) return CLI_EXIT_FAIL;
+    if (!mpi && o.eval_data && check_eval_data(&o) != 0) return CLI_EXIT_FAIL;
     if (!mpi && o.init_dir && train_init_check(CMD, o.init_dir, &o.model) != 0) return CLI_EXIT_FAIL;
     if (mpi) return dyn_train_rank_main(&o, &argc, &argv);
     /* a machine measured here travels to the ranks as JSON: they plan with

@@ -364,6 +364,12 @@ dyn_status dyn_model_config_parse(const char *text, const char *where, dyn_model
     if (c.kind == DYN_MODEL_LLAMA) {
         if ((st = parse_llama_fields(root, where, &c, err)) != DYN_OK) goto done;
     } else {
+        /* a Llama preset turned into another kind keeps none of its Llama fields */
+        dyn_model_config base = c;
+        memset(&c, 0, sizeof c);
+        c.kind = base.kind, c.n_layers = base.n_layers, c.n_dec_layers = base.n_dec_layers, c.hidden = base.hidden;
+        c.heads = base.heads, c.head_dim = base.head_dim, c.ffn = base.ffn, c.vocab = base.vocab;
+        c.max_seqlen = base.max_seqlen;
         for (const char *const *key = LLAMA_KEYS; *key; key++)
             if (cJSON_GetObjectItemCaseSensitive(root, *key) != NULL) {
                 st = dyn_error_set(err, DYN_ERR_PARSE, "%s: field \"%s\" applies to kind llama only, not %s", where,

@@ -319,6 +319,9 @@ void dyn_machine_auto_key(const dyn_model_config *cfg, int threads, int ranks, d
              CACHE_VERSION, meta.cpu, kernel, threads, ranks < 1 ? 1 : ranks, dyn_model_kind_name(cfg->kind), cfg->hidden, cfg->heads, cfg->head_dim,
              cfg->ffn, cfg->vocab, cfg->n_layers, cfg->n_dec_layers, cfg->max_seqlen,
              level == DYN_MACHINE_MEASURE_TINY ? "tiny" : "full");
+    size_t at = strlen(key);
+    if (cfg->kind == DYN_MODEL_LLAMA && at < cap) /* what else changes a Llama's layer costs */
+        snprintf(key + at, cap - at, "|kv=%d.%d.%d", cfg->kv_heads, cfg->tie_embeddings, cfg->qkv_bias);
     if (cpu != NULL) snprintf(cpu, 64, "%s", meta.cpu);
     if (blas != NULL) snprintf(blas, 32, "%s", kernel);
 }

@@ -148,6 +148,13 @@ static void meta_of_job(const rt_ckpt_job *j, rt_ckpt_meta *m)
     m->n_samples = o->n_samples;
     m->split = o->split;
     m->global_batch_tokens = o->global_batch_tokens;
+    m->shuffle = o->shuffle != 0;
+    m->epochs = o->epochs;
+    m->eval_split = o->eval_split;
+    m->per_epoch = j->per_epoch;
+    m->epoch = j->per_epoch > 0 ? j->sampler_pos / j->per_epoch : 0;
+    m->index = j->per_epoch > 0 ? j->sampler_pos % j->per_epoch : j->sampler_pos;
+    snprintf(m->eval_data, sizeof m->eval_data, "%s", o->eval_data ? o->eval_data : "");
     m->lr = o->lr;
 }
 

@@ -25,9 +25,12 @@
  *                                   tokens) and the size and FNV-1a 64 hash
  *                                   of every file above
  * N = plan stages (stages x chunks). Training draws no random numbers after
- * initialisation (no dropout; the sampler walks the data in order and the
+ * initialisation (no dropout; the sampler's order is a pure function of its
+ * position, the seed and the data, data.h dyn_sampler_create_ex, and the
  * planner is deterministic), so the sampler position and the step are the
- * whole training position; trainer_state.json says so ("rng": "none").
+ * whole training position; trainer_state.json says so ("rng": "none") and
+ * records the order's settings ("order": shuffle, epochs, held-out
+ * fraction, samples per epoch, the position as epoch and index).
  *
  * Atomicity: everything is written into DIR/step-K.tmp (each file written to
  * a temporary name, fsync'ed, renamed), the folder is fsync'ed and renamed to
@@ -74,6 +77,15 @@ typedef struct rt_ckpt_meta {
     char data_spec[512];
     int32_t n_samples, split;
     int64_t global_batch_tokens;
+    /* the training order ("order"; all 0 in a checkpoint from before it was
+     * recorded: dataset order, nothing held out): with seed and the data it
+     * decides which sample trains at each position */
+    int32_t shuffle;       /* 1: a permutation per epoch drawn from (seed, epoch) */
+    int64_t epochs;        /* --epochs; 0: no limit */
+    double eval_split;     /* fraction held out of training (dyn_eval_split) */
+    int32_t per_epoch;     /* samples per epoch: the data less the held-out ones */
+    int64_t epoch, index;  /* sampler_pos as (epoch, index within it): = epoch * per_epoch + index */
+    char eval_data[512];   /* --eval-data, "" for none */
     dyn_lr_schedule lr;    /* the saving run's schedule; total_steps 0 when not recorded */
     int32_t n_files;
     rt_ckpt_file files[RT_CKPT_MAX_FILES];
@@ -93,8 +105,9 @@ dyn_status rt_ckpt_resolve(const char *path, char *dir, size_t cap, dyn_error *e
 dyn_status rt_ckpt_read(const char *dir, rt_ckpt_meta *meta, dyn_error *err);
 
 /* Whether a run of options o can resume from *meta: one message naming
- * the first thing that differs (model shape, stages, chunks, data, global
- * batch tokens, or a checkpoint already at or past --steps). */
+ * the first thing that differs (model shape, stages, chunks, data, the
+ * training order: shuffle, its seed, the held-out fraction; global batch
+ * tokens, or a checkpoint already at or past --steps or --epochs). */
 dyn_status rt_ckpt_check(const rt_ckpt_meta *meta, const dyn_train_options *o, dyn_error *err);
 
 /* Whether resuming *meta under options o moves the learning-rate schedule:
@@ -128,6 +141,7 @@ typedef struct rt_ckpt_job {
     int32_t n_stages;
     int64_t step;              /* steps taken */
     int64_t sampler_pos;       /* rank 0: the sampler position after the last trained batch */
+    int32_t per_epoch;         /* rank 0: samples per epoch of the training order */
 } rt_ckpt_job;
 
 /* Write checkpoint step-<j->step> under o->save_dir. Collective over the

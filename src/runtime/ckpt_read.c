@@ -206,6 +206,20 @@ dyn_status rt_ckpt_check(const rt_ckpt_meta *m, const dyn_train_options *o, dyn_
     if (strcmp(m->data_spec, o->data_spec) != 0 || m->n_samples != o->n_samples || m->split != o->split)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "checkpoint trained on --data %s (%d samples), this run on %s (%d)",
                              m->data_spec, m->n_samples, o->data_spec, o->n_samples);
+    /* the training order: another one would train other samples from here */
+    if (m->shuffle != (o->shuffle != 0))
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "checkpoint trained in %s order, this run in %s order (%s): "
+                             "the order would differ", m->shuffle ? "shuffled" : "dataset",
+                             o->shuffle ? "shuffled" : "dataset", m->shuffle ? "--shuffle" : "--no-shuffle");
+    if (m->shuffle && m->seed != o->seed)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "checkpoint shuffled with --seed %llu, this run has --seed %llu: "
+                             "the order would differ", (unsigned long long)m->seed, (unsigned long long)o->seed);
+    if (m->eval_split != o->eval_split)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "checkpoint held out --eval-split %g of the data, this run %g",
+                             m->eval_split, o->eval_split);
+    if (o->epochs > 0 && m->per_epoch > 0 && m->sampler_pos >= o->epochs * (int64_t)m->per_epoch)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "checkpoint is at epoch %lld, sample %lld; --epochs %lld leaves "
+                             "nothing to train", (long long)m->epoch, (long long)m->index, (long long)o->epochs);
     if (m->global_batch_tokens != o->global_batch_tokens)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "checkpoint has --global-batch-tokens %lld, this run %lld",
                              (long long)m->global_batch_tokens, (long long)o->global_batch_tokens);

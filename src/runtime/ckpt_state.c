@@ -46,11 +46,12 @@ typedef struct field {
 #define AT(member) offsetof(rt_ckpt_meta, member)
 #define BIG ((double)(INT64_MAX / 2)) /* step counts: far beyond any run, exact as a double (2^62) */
 #define LR "lr_schedule"
+#define ORD "order" /* the training order's settings and position (optional: older checkpoints) */
 
 static const field FIELDS[] = {
     {NULL,    "format",              F_FORMAT, 0,                       0, 1000, 0, NULL},
     {NULL,    "step",                F_I64,    AT(step),                0, BIG, 0, NULL},
-    {NULL,    "sampler_position",    F_I64,    AT(sampler_pos),         0, INT32_MAX, 0, NULL},
+    {NULL,    "sampler_position",    F_I64,    AT(sampler_pos),         0, BIG, 0, NULL},
     {NULL,    "rng",                 F_CONST,  0,                       0, 0, 0, "none"},
     {"model", "kind",                F_KIND,   AT(model.kind),          0, 0, 0, NULL},
     {"model", "n_layers",            F_I32,    AT(model.n_layers),      1, 1 << 20, 0, NULL},
@@ -89,6 +90,13 @@ static const field FIELDS[] = {
     {LR,      "min_lr",              F_F32,    AT(lr.min_lr),           0, 10, 1, NULL},
     {LR,      "warmup",              F_I64,    AT(lr.warmup_steps),     0, BIG, 1, NULL},
     {LR,      "total_steps",         F_I64,    AT(lr.total_steps),      1, BIG, 1, NULL},
+    {ORD,     "shuffle",             F_I32,    AT(shuffle),             0, 1, 1, NULL},
+    {ORD,     "epochs",              F_I64,    AT(epochs),              0, BIG, 1, NULL},
+    {ORD,     "eval_split",          F_F64,    AT(eval_split),          0, 0.999999999, 1, NULL},
+    {ORD,     "samples_per_epoch",   F_I32,    AT(per_epoch),           0, INT32_MAX, 1, NULL},
+    {ORD,     "epoch",               F_I64,    AT(epoch),               0, BIG, 1, NULL},
+    {ORD,     "index",               F_I64,    AT(index),               0, INT32_MAX, 1, NULL},
+    {ORD,     "eval_data",           F_STR,    AT(eval_data),           0, sizeof(((rt_ckpt_meta *)0)->eval_data), 1, NULL},
     {NULL,    "files",               F_FILES,  AT(files),               0, BIG, 0, NULL},
 };
 #define N_FIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
@@ -308,5 +316,10 @@ dyn_status rt_ckpt_state_from_json(const cJSON *r, const char *path, rt_ckpt_met
     /* Checkpoints from before token ids were recorded wrote the byte
      * vocabulary's. */
     if (cJSON_GetObjectItemCaseSensitive(r, "tokens") == NULL) m->tokens = rt_ckpt_byte_tokens(m->model.kind);
+    /* the position stated twice must be one */
+    if (m->per_epoch > 0 && (m->epoch != m->sampler_pos / m->per_epoch || m->index != m->sampler_pos % m->per_epoch))
+        return dyn_error_set(err, DYN_ERR_CORRUPT,
+                             "%s: \"order\" epoch %lld, index %lld of %d samples per epoch is not sampler_position %lld",
+                             path, (long long)m->epoch, (long long)m->index, m->per_epoch, (long long)m->sampler_pos);
     return DYN_OK;
 }

@@ -1,4 +1,4 @@
-/* evaluate.c — held-out loss and exact-match accuracy (see evaluate.h). */
+/* evaluate.c — the loss and exact-match accuracy of a model on samples of a corpus (see evaluate.h). */
 #include "runtime/evaluate.h"
 
 #include <stdio.h>
@@ -18,10 +18,11 @@ static rt_eval_task *task_of(rt_eval_result *r, const dyn_corpus *c, int32_t tas
     return &r->task[t];
 }
 
-dyn_status rt_eval_run(dyn_model *m, dyn_corpus *c, int64_t n, int accuracy, rt_eval_result *r, dyn_error *err)
+dyn_status rt_eval_run(dyn_model *m, dyn_corpus *c, const int64_t *ids, int64_t n, int accuracy, rt_eval_result *r,
+                       dyn_error *err)
 {
     memset(r, 0, sizeof *r);
-    if (n > dyn_corpus_count(c)) n = dyn_corpus_count(c);
+    if (ids == NULL && n > dyn_corpus_count(c)) n = dyn_corpus_count(c);
     dyn_model_acts *a = dyn_model_acts_create(err);
     if (a == NULL) return err ? err->code : DYN_ERR_NOMEM;
     int32_t cap = dyn_model_cfg(m)->max_seqlen + 1;
@@ -30,7 +31,7 @@ dyn_status rt_eval_run(dyn_model *m, dyn_corpus *c, int64_t n, int accuracy, rt_
     double loss_all = 0;
     for (int64_t i = 0; st == DYN_OK && i < n; i++) {
         dyn_corpus_sample s;
-        if ((st = dyn_corpus_read(c, i, &s, err)) != DYN_OK) break;
+        if ((st = dyn_corpus_read(c, ids ? ids[i] : i, &s, err)) != DYN_OK) break;
         dyn_token_sample ts = {s.input, s.input_len, s.target, s.target_len};
         dyn_model_microbatch *mb = dyn_model_microbatch_create_padded(dyn_model_cfg(m)->kind, &ts, 1, err);
         if (mb == NULL) {

@@ -1,4 +1,4 @@
-/* evaluate.h — held-out loss and per-task exact-match accuracy of a whole
+/* evaluate.h — the loss and per-task exact-match accuracy of a whole
  * model (`dynapipe eval`, and `dynapipe train --eval-every` on rank 0).
  * No MPI: one process, the whole model (checkpoint.h assembles it from a
  * checkpoint's shards). */
@@ -27,10 +27,12 @@ typedef struct rt_eval_result {
     double loss;          /* mean nats per target token over all samples */
 } rt_eval_result;
 
-/* Evaluate m on samples [0, n) of corpus c (n <= its count): each sample
+/* Evaluate m on n samples of corpus c: ids[0..n) (corpus indices), or with
+ * ids NULL samples [0, n) (n is cut to the corpus's count): each sample
  * alone in a padded micro-batch for the loss; with accuracy != 0 also the
  * greedy generation of target_len tokens (the target ends in eos, so the
  * first target_len tokens decide an exact match). */
-dyn_status rt_eval_run(dyn_model *m, dyn_corpus *c, int64_t n, int accuracy, rt_eval_result *r, dyn_error *err);
+dyn_status rt_eval_run(dyn_model *m, dyn_corpus *c, const int64_t *ids, int64_t n, int accuracy, rt_eval_result *r,
+                       dyn_error *err);
 
 #endif

@@ -29,6 +29,14 @@ dyn_status rt_mail_init(rt_mail *m, const dyn_rt_group *g, int64_t steps, double
     return m->sampler_pos == NULL ? DYN_ERR_NOMEM : DYN_OK;
 }
 
+dyn_status rt_mail_keep_order(rt_mail *m, dyn_error *err)
+{
+    if (m->g->world_rank != 0) return DYN_OK;
+    m->order = dyn_calloc((size_t)m->steps, sizeof(int32_t *), "sample order", err);
+    m->order_n = m->order ? dyn_calloc((size_t)m->steps, sizeof(int32_t), "sample order", err) : NULL;
+    return m->order_n == NULL ? DYN_ERR_NOMEM : DYN_OK;
+}
+
 void rt_mail_start_sending(rt_mail *m, rt_planner *planner, int64_t first)
 {
     m->next_send = first;
@@ -62,6 +70,12 @@ static void mail_send(rt_mail *m, rt_planned *pl)
     }
     o->pl = pl;
     if (m->sampler_pos) m->sampler_pos[pl->iteration] = pl->sampler_pos;
+    if (m->order) { /* the sent plan is final: its samples are what trains */
+        free(m->order[pl->iteration]);
+        m->order[pl->iteration] = pl->ids;
+        m->order_n[pl->iteration] = pl->n_ids;
+        pl->ids = NULL;
+    }
     for (int w = 0; w < g->world_size; w++) {
         int r = w / g->stages;
         o->len[w] = pl->len[r];
@@ -211,4 +225,7 @@ void rt_mail_free(rt_mail *m)
         free(m->out[i].len);
     }
     free(m->sampler_pos);
+    for (int64_t k = 0; m->order && k < m->steps; k++) free(m->order[k]);
+    free(m->order);
+    free(m->order_n);
 }

@@ -48,6 +48,9 @@ typedef struct rt_mail {
     rt_outgoing out[RT_MAIL_OUT_CAP];
     double plan_ms_sent;
     int64_t *sampler_pos; /* rank 0, [steps]: the sampler position after each sent iteration */
+    int32_t **order;      /* rank 0 with rt_mail_keep_order, [steps]: each sent iteration's
+                           * samples (rt_planned.ids), else NULL */
+    int32_t *order_n;     /* [steps] their counts */
 } rt_mail;
 
 /* Every rank: the state for a run of `steps` iterations whose waits end
@@ -55,6 +58,10 @@ typedef struct rt_mail {
  * positions (sampler_pos[k]: the sampler after iteration k was planned,
  * for checkpoints). Free with rt_mail_free, also after a failed init. */
 dyn_status rt_mail_init(rt_mail *m, const dyn_rt_group *g, int64_t steps, double timeout_s, dyn_error *err);
+
+/* Rank 0: keep every sent iteration's sample ids (order, order_n) for
+ * --dump-order. Other ranks: nothing. */
+dyn_status rt_mail_keep_order(rt_mail *m, dyn_error *err);
 
 /* Rank 0, once its planner thread runs: send from iteration `first` on. */
 void rt_mail_start_sending(rt_mail *m, rt_planner *planner, int64_t first);

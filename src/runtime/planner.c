@@ -10,6 +10,7 @@
 #include "dynapipe/cost.h"
 #include "dynapipe/pipeline.h"
 #include "runtime/alloc.h"
+#include "runtime/source.h" /* defines: rt_sampler_options */
 #include "runtime/work.h"
 #include "util/util.h"
 
@@ -54,6 +55,7 @@ void rt_planned_free(rt_planned *p)
     for (int32_t r = 0; r < p->dp; r++) free(p->msg ? p->msg[r] : NULL);
     free(p->msg);
     free(p->len);
+    free(p->ids);
     free(p);
 }
 
@@ -86,7 +88,9 @@ rt_planner *rt_planner_create(const dyn_train_options *o, const dyn_dataset *len
         rt_planner_free(p);
         return NULL;
     }
-    if (p->planner != NULL) p->sampler = dyn_sampler_create(lengths, o->global_batch_tokens, err);
+    dyn_sampler_options so;
+    rt_sampler_options(o, &so);
+    if (p->planner != NULL) p->sampler = dyn_sampler_create_ex(lengths, o->global_batch_tokens, &so, err);
     dyn_pipeline_options po;
     dyn_pipeline_options_default(&po);
     po.schedule = o->schedule;
@@ -296,18 +300,22 @@ static dyn_status scale_apply(rt_planner *p, int64_t k, dyn_error *err)
     return DYN_OK;
 }
 
-/* The sampler's next global batch, wrapping to the next epoch at the end
- * of the data. */
-static dyn_status next_batch(rt_planner *p, const dyn_sample **batch, int32_t *n, dyn_error *err)
+/* The sampler's next global batch of iteration k. Without an epoch limit
+ * the order goes on epoch after epoch (a new permutation each); with one,
+ * the command ended the run at the last batch (rt_source_epoch_steps), so
+ * running out is a bug, said as such. */
+static dyn_status next_batch(rt_planner *p, int64_t k, const dyn_sample **batch, int32_t *n, dyn_error *err)
 {
     dyn_status st = dyn_sampler_next(p->sampler, batch, n, err);
-    if (st == DYN_OK && *n == 0) { /* end of the data: the next epoch */
-        dyn_sampler_reset(p->sampler);
-        st = dyn_sampler_next(p->sampler, batch, n, err);
-    }
-    if (st == DYN_OK && *n == 0) st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "planner: the dataset has no samples");
+    if (st == DYN_OK && *n == 0 && dyn_sampler_train_count(p->sampler) == 0)
+        st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "planner: the dataset has no samples");
+    else if (st == DYN_OK && *n == 0)
+        st = dyn_error_set(err, DYN_ERR_INTERNAL, "planner: the data ended after %lld epochs, before iteration %lld",
+                           (long long)p->o.epochs, (long long)k);
     return st;
 }
+
+int32_t rt_planner_train_count(const rt_planner *p) { return dyn_sampler_train_count(p->sampler); }
 
 /* An empty planned iteration for dp replicas; NULL when out of memory. */
 static rt_planned *planned_create(int32_t dp, dyn_error *err)
@@ -372,7 +380,7 @@ dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_e
     const dyn_sample *batch = NULL;
     int32_t n = 0;
     dyn_pipeline_result res;
-    if ((st = next_batch(p, &batch, &n, err)) != DYN_OK ||
+    if ((st = next_batch(p, k, &batch, &n, err)) != DYN_OK ||
         (st = dyn_pipeline_plan(p->pipeline, batch, n, &res, err)) != DYN_OK) {
         rt_alloc_free(alloc_before);
         return st;
@@ -396,7 +404,11 @@ dyn_status rt_planner_plan_one(rt_planner *p, int64_t k, rt_planned **out, dyn_e
     pl->schedule = res.replicas[0].n_microbatches > 0 ? (int32_t)res.replicas[0].schedule : -1;
     pl->plan_ms = plan_ms;
     pl->sampler_pos = dyn_sampler_position(p->sampler);
-    st = pack_replicas(p, k, &res, tgt, real, pl, err);
+    /* the batch's samples in training order (--dump-order) */
+    st = (pl->ids = dyn_calloc((size_t)n, sizeof(int32_t), "planned iteration", err)) ? DYN_OK : DYN_ERR_NOMEM;
+    for (int32_t i = 0; st == DYN_OK && i < n; i++) pl->ids[i] = batch[i].id;
+    pl->n_ids = n;
+    if (st == DYN_OK) st = pack_replicas(p, k, &res, tgt, real, pl, err);
     dyn_pipeline_result_free(&res);
     if (st != DYN_OK) {
         rt_planned_free(pl);

@@ -23,6 +23,8 @@ typedef struct rt_planned {
     int32_t n_mb;     /* micro-batches over all replicas */
     int64_t sampler_pos; /* the sampler's position after this batch (what a checkpoint
                           * saved after this iteration records) */
+    int32_t *ids;        /* [n_ids] the batch's dataset indices, in training order */
+    int32_t n_ids;
     /* the planner's own: its state before this batch, to plan it again */
     int64_t sampler_before;
     struct rt_alloc *alloc_before; /* with --calibrate only, else NULL */
@@ -48,6 +50,8 @@ dyn_status rt_planner_start(rt_planner *p, dyn_error *err);
  * planner reported it. */
 dyn_status rt_planner_take(rt_planner *p, int64_t k, int block, double timeout_s, rt_planned **out,
                            dyn_error *err);
+/* Samples per epoch: the dataset less the held-out split (o->eval_split). */
+int32_t rt_planner_train_count(const rt_planner *p);
 /* Batches planned again after a correction so far (calibration only), and
  * batches planned and waiting to be taken now. */
 int64_t rt_planner_replanned(rt_planner *p);

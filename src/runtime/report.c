@@ -32,6 +32,7 @@ void rt_report_progress(const rt_iter *it, int64_t steps, int tty)
 
 void rt_report_summary(const rt_iter *iters, int64_t first, int64_t end)
 {
+    int64_t all_from = first;
     if (end - first > 1) first++; /* the first iteration allocates */
     int64_t n = end - first;
     if (n < 1) return;
@@ -50,11 +51,17 @@ void rt_report_summary(const rt_iter *iters, int64_t first, int64_t end)
         rated += it->ideal_rated_ms;
         iter += it->iteration_ms;
     }
+    /* the last evaluation, named for what it is on (held-out, validation, train-data) */
+    char eval[96] = "";
+    for (int64_t k = end - 1; k >= all_from && eval[0] == '\0'; k--)
+        if (iters[k].eval_loss >= 0)
+            snprintf(eval, sizeof eval, "; %s loss %.4f at step %lld", iters[k].eval_on ? iters[k].eval_on : "eval",
+                     iters[k].eval_loss, (long long)k + 1);
     fprintf(stderr,
             "dynapipe train: %lld iterations: median %.0f tokens/s, %.1f ms/iter; efficiency %.1f%% of the ideal "
-            "bound (%.1f of %.1f ms), %.1f%% at the measured rates\n",
+            "bound (%.1f of %.1f ms), %.1f%% at the measured rates%s\n",
             (long long)n, dyn_median(tps, (int)n), dyn_median(ms, (int)n), iter > 0 ? 100.0 * ideal / iter : 0.0, ideal,
-            iter, iter > 0 ? 100.0 * rated / iter : 0.0);
+            iter, iter > 0 ? 100.0 * rated / iter : 0.0, eval);
     free(tps);
     free(ms);
 }
@@ -128,8 +135,30 @@ dyn_status rt_report_metrics(const char *path, const rt_iter *iters, int64_t fir
             }
             fprintf(af.fp, "]");
         }
-        if (it->eval_loss >= 0) fprintf(af.fp, ",\"eval_loss\":%.6f", it->eval_loss);
+        if (it->epoch >= 0) fprintf(af.fp, ",\"epoch\":%.6f", it->epoch);
+        if (it->eval_loss >= 0)
+            fprintf(af.fp, ",\"eval_loss\":%.6f,\"eval_on\":\"%s\"", it->eval_loss, it->eval_on ? it->eval_on : "");
         fprintf(af.fp, "}\n");
+    }
+    if (ferror(af.fp)) {
+        dyn_atomic_abort(&af);
+        return dyn_error_set(err, DYN_ERR_IO, "%s: write failed", path);
+    }
+    return dyn_atomic_commit(&af, err);
+}
+
+dyn_status rt_report_order(const char *path, int32_t *const *order, const int32_t *order_n, const int64_t *pos_after,
+                           int32_t per_epoch, int64_t first, int64_t end, dyn_error *err)
+{
+    dyn_atomic_file af;
+    dyn_status st = dyn_atomic_open(&af, path, err);
+    if (st != DYN_OK) return st;
+    for (int64_t k = first; k < end; k++) {
+        int64_t before = pos_after[k] - order_n[k];
+        fprintf(af.fp, "{\"step\":%lld,\"epoch\":%lld,\"samples\":[", (long long)k,
+                (long long)(per_epoch > 0 ? before / per_epoch : 0));
+        for (int32_t i = 0; i < order_n[k]; i++) fprintf(af.fp, "%s%d", i ? "," : "", order[k][i]);
+        fprintf(af.fp, "]}\n");
     }
     if (ferror(af.fp)) {
         dyn_atomic_abort(&af);

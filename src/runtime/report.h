@@ -27,7 +27,9 @@ typedef struct rt_iter {
     double efficiency_rated; /* ideal_rated_ms / iteration_ms: the pipeline's own losses alone */
     int64_t tokens, target_tokens;
     int32_t schedule, n_mb;
-    double eval_loss;     /* held-out loss after this step (--eval-every); < 0: not evaluated */
+    double eval_loss;     /* eval loss after this step (--eval-every); < 0: not evaluated */
+    const char *eval_on;  /* what eval_loss is on: "held-out", "validation" or "train-data" */
+    double epoch;         /* epochs done after this step: samples trained / samples per epoch */
     double *peak_mb;      /* [world] allocated per rank */
     double *pred_peak_mb; /* [world] */
     double *compute_ms;   /* [world][2]: Forward + Backward* time per rank, measured and predicted */
@@ -42,13 +44,22 @@ void rt_report_progress(const rt_iter *it, int64_t steps, int tty);
 /* The end-of-run line on stderr (rank 0): over iterations [first, end),
  * skipping the first when there are more (it allocates), the median
  * tokens/s and iteration time, and the efficiency as the sum of the ideal
- * bounds over the sum of the measured iteration times. Nothing when the
- * range is empty. */
+ * bounds over the sum of the measured iteration times, and the last eval
+ * loss, named for what it is on. Nothing when the range is empty. */
 void rt_report_summary(const rt_iter *iters, int64_t first, int64_t end);
 
 /* Iterations [first, end) of iters into path (rank 0). */
 dyn_status rt_report_metrics(const char *path, const rt_iter *iters, int64_t first, int64_t end,
                              const dyn_rt_group *g, dyn_error *err);
+
+/* --dump-order: iterations [first, end) as JSONL into path (rank 0), one
+ * line per step {"step": k, "epoch": e, "samples": [dataset indices in
+ * training order]}; order[k] (order_n[k] ids) the samples of step k,
+ * pos_after[k] the sampler position after it, per_epoch the samples of an
+ * epoch (e = (pos_after[k] - order_n[k]) / per_epoch). Atomic, as the
+ * metrics. */
+dyn_status rt_report_order(const char *path, int32_t *const *order, const int32_t *order_n, const int64_t *pos_after,
+                           int32_t per_epoch, int64_t first, int64_t end, dyn_error *err);
 
 /* Every rank's recorded instructions (rt_exec_events) gathered on world
  * rank 0 and written to path there; every rank calls it (waits end after

@@ -1,4 +1,5 @@
-/* source.c — training samples from a token corpus (see source.h). */
+/* source.c — training samples from a token corpus, and the run's order
+ * over them (see source.h). */
 #include "runtime/source.h"
 
 #include <stdlib.h>
@@ -58,5 +59,45 @@ dyn_status rt_source_tokens(rt_source *s, int32_t id, int32_t *input, int32_t *t
                              cs.input_len, cs.target_len, l->input_len, l->target_len);
     memcpy(input, cs.input, (size_t)cs.input_len * sizeof(int32_t));
     memcpy(target, cs.target, (size_t)cs.target_len * sizeof(int32_t));
+    return DYN_OK;
+}
+
+void rt_sampler_options(const dyn_train_options *o, dyn_sampler_options *so)
+{
+    dyn_sampler_options_default(so);
+    so->seed = o->seed;
+    so->shuffle = o->shuffle != 0;
+    so->epochs = o->epochs;
+    so->eval_split = o->eval_split;
+}
+
+dyn_status rt_source_epoch_steps(const dyn_dataset *ds, const dyn_train_options *o, int64_t *steps, dyn_error *err)
+{
+    *steps = 0;
+    if (o->epochs <= 0) return dyn_error_set(err, DYN_ERR_INVALID_ARG, "epoch steps: no epoch limit");
+    dyn_sampler_options so;
+    rt_sampler_options(o, &so);
+    dyn_sampler *s = dyn_sampler_create_ex(ds, o->global_batch_tokens, &so, err);
+    if (s == NULL) return err->code;
+    dyn_status st = DYN_OK;
+    for (;;) {
+        const dyn_sample *batch;
+        int32_t n = 0;
+        if ((st = dyn_sampler_next(s, &batch, &n, err)) != DYN_OK || n == 0) break;
+        ++*steps;
+    }
+    dyn_sampler_free(s);
+    return st;
+}
+
+dyn_status rt_source_per_epoch(const dyn_dataset *ds, const dyn_train_options *o, int32_t *n, dyn_error *err)
+{
+    *n = 0;
+    dyn_sampler_options so;
+    rt_sampler_options(o, &so);
+    dyn_sampler *s = dyn_sampler_create_ex(ds, o->global_batch_tokens, &so, err);
+    if (s == NULL) return err->code;
+    *n = dyn_sampler_train_count(s);
+    dyn_sampler_free(s);
     return DYN_OK;
 }

@@ -60,6 +60,7 @@ void dyn_train_options_default(dyn_train_options *o)
     o->calibrate_window = 8;
     o->kill_rank = o->hang_rank = -1;
     o->eval_samples = 64;
+    o->shuffle = 0; /* dataset order; the command shuffles files (cli_train.c) */
 }
 
 /* ---- the run's state --------------------------------------------------------- */
@@ -113,6 +114,7 @@ typedef struct rt_run {
     rt_exec *x;
     rt_mail mail;
     rt_planner *planner; /* rank 0 */
+    int32_t per_epoch;   /* rank 0: samples per epoch (the data less the held-out split) */
     double epoch_ms;     /* rank 0's clock at start: the trace's zero */
     rt_metrics met;
     rt_position pos;
@@ -190,6 +192,11 @@ static dyn_status ckpt_resume(rt_run *R, int64_t *pos, dyn_error *err)
     if (st == DYN_OK && meta->n_stages != R->s.n_stages)
         st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: %d plan stages, this run %d", R->pos.resume_dir, meta->n_stages,
                            R->s.n_stages);
+    int32_t per_epoch = 0;
+    if (st == DYN_OK) st = rt_source_per_epoch(rt_source_lengths(R->src), &R->o, &per_epoch, err);
+    if (st == DYN_OK && meta->per_epoch > 0 && meta->per_epoch != per_epoch)
+        st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "%s: its order has %d samples per epoch, this run's data %d: the "
+                           "data changed", R->pos.resume_dir, meta->per_epoch, per_epoch);
     for (int32_t c = 0; st == DYN_OK && c < R->s.n_local; c++)
         st = rt_ckpt_load_stage(R->pos.resume_dir, meta, c * R->g.stages + R->g.stage_rank, R->s.models[c], err);
     if (st == DYN_OK) {
@@ -219,32 +226,73 @@ static dyn_status init_weights(rt_run *R, dyn_error *err)
     return st;
 }
 
-/* --eval-every: the whole model gathered on rank 0, its loss on the
- * held-out split (the same --data opened with the held-out split; a file
- * has no split, so it is the file itself). */
+/* What --eval-every's loss is on, in the words the output uses:
+ * "validation" (--eval-data), "held-out" (--eval-split's part of the data,
+ * or the built-in dataset's held-out stream), or "train-data" (a file with
+ * neither: its own training samples). */
+static const char *eval_on(const dyn_train_options *o)
+{
+    const char *d = o->data_spec;
+    int builtin = strncmp(d, "builtin", 7) == 0 && (d[7] == '\0' || d[7] == ':');
+    if (o->eval_data) return "validation";
+    return o->eval_split > 0 || builtin ? "held-out" : "train-data";
+}
+
+/* The samples --eval-every evaluates: the first eval_samples of --eval-data,
+ * of --eval-split's held-out part of --data (*ids, ascending; never
+ * trained), of the built-in held-out stream, or of the training file.
+ * *c to free; *ids (NULL: the first *n of *c) to free. */
+static dyn_status eval_set(const rt_run *R, dyn_corpus **c, int64_t **ids, int64_t *n, dyn_error *err)
+{
+    const dyn_train_options *o = &R->o;
+    *c = NULL, *ids = NULL, *n = o->eval_samples;
+    dyn_corpus_options co;
+    dyn_corpus_options_default(&co);
+    co.split = o->eval_split > 0 ? (dyn_corpus_split)o->split : DYN_SPLIT_HELDOUT; /* built-in only */
+    co.builtin_samples = o->eval_split > 0 ? o->n_samples : o->eval_samples;
+    co.max_seqlen = o->model.max_seqlen;
+    co.kind = o->model.kind;
+    co.truncate = o->truncate;
+    co.vocab = o->model.vocab;
+    if (o->eval_split > 0) {
+        int32_t total = rt_source_lengths(R->src)->n, held = 0;
+        uint8_t *out = dyn_calloc((size_t)total + 1, 1, "evaluation", err);
+        if (out == NULL) return DYN_ERR_NOMEM;
+        dyn_status st = dyn_eval_split(total, o->eval_split, out, &held, err);
+        if (st == DYN_OK && (*ids = dyn_calloc((size_t)held + 1, sizeof(int64_t), "evaluation", err)) == NULL)
+            st = DYN_ERR_NOMEM;
+        int64_t k = 0;
+        for (int32_t i = 0; st == DYN_OK && i < total && k < o->eval_samples; i++)
+            if (out[i]) (*ids)[k++] = i;
+        free(out);
+        if (st != DYN_OK) return st;
+        *n = k;
+    }
+    *c = dyn_corpus_open(o->eval_data ? o->eval_data : o->data_spec, &co, err);
+    return *c ? DYN_OK : err->code;
+}
+
+/* --eval-every: the whole model gathered on rank 0, its loss on eval_set. */
 static dyn_status eval_step(rt_run *R, rt_iter *it, dyn_error *err)
 {
     dyn_model *full = NULL;
     dyn_status st = rt_stages_gather_full(&R->s, &full, err);
     if (st != DYN_OK || full == NULL) return st;
-    dyn_corpus_options co;
-    dyn_corpus_options_default(&co);
-    co.split = DYN_SPLIT_HELDOUT;
-    co.builtin_samples = R->o.eval_samples;
-    co.max_seqlen = R->o.model.max_seqlen;
-    co.kind = R->o.model.kind;
-    co.truncate = R->o.truncate;
-    co.vocab = R->o.model.vocab;
-    dyn_corpus *c = dyn_corpus_open(R->o.data_spec, &co, err);
-    if (c == NULL) st = err->code;
+    dyn_corpus *c = NULL;
+    int64_t *ids = NULL, n = 0;
+    st = eval_set(R, &c, &ids, &n, err);
     rt_eval_result *res = st == DYN_OK ? dyn_calloc(1, sizeof *res, "evaluation", err) : NULL;
     if (st == DYN_OK && res == NULL) st = DYN_ERR_NOMEM;
     if (st == DYN_OK) {
         dyn_model_set_threads(full, R->threads);
-        st = rt_eval_run(full, c, R->o.eval_samples, 0, res, err);
+        st = rt_eval_run(full, c, ids, n, 0, res, err);
     }
-    if (st == DYN_OK) it->eval_loss = res->loss;
+    if (st == DYN_OK) {
+        it->eval_loss = res->loss;
+        it->eval_on = eval_on(&R->o);
+    }
     free(res);
+    free(ids);
     dyn_corpus_free(c);
     dyn_model_free(full);
     return st;
@@ -271,7 +319,7 @@ static dyn_status ckpt_after_step(rt_run *R, int64_t k, int *stop, dyn_error *er
         }
         if (*stop || done == R->o.steps || (R->o.save_every > 0 && done % R->o.save_every == 0)) {
             rt_ckpt_job j = {&R->g, &R->o, R->s.models, R->s.n_local, R->s.lay_first, R->s.n_stages, done,
-                             R->mail.sampler_pos ? R->mail.sampler_pos[k] : 0};
+                             R->mail.sampler_pos ? R->mail.sampler_pos[k] : 0, R->per_epoch};
             st = rt_ckpt_save(&j, err);
             if (st == DYN_OK && R->g.world_rank == 0 && R->o.progress >= 0)
                 fprintf(stderr, "%scheckpoint %s/step-%08lld%s\n", R->tty ? "\r\033[K" : "", R->o.save_dir,
@@ -281,8 +329,8 @@ static dyn_status ckpt_after_step(rt_run *R, int64_t k, int *stop, dyn_error *er
     if (st == DYN_OK && R->o.eval_every > 0 && (done % R->o.eval_every == 0 || done == R->o.steps))
         st = eval_step(R, &R->met.iters[k], err);
     if (st == DYN_OK && R->g.world_rank == 0 && R->met.iters[k].eval_loss >= 0 && R->o.progress >= 0)
-        fprintf(stderr, "%sstep %lld: held-out loss %.4f\n", R->tty ? "\r\033[K" : "", (long long)done,
-                R->met.iters[k].eval_loss);
+        fprintf(stderr, "%sstep %lld: %s loss %.4f\n", R->tty ? "\r\033[K" : "", (long long)done,
+                R->met.iters[k].eval_on, R->met.iters[k].eval_loss);
     return st;
 }
 
@@ -374,6 +422,11 @@ static void banner(const rt_run *R)
                     "parameters (%.1f MB of states on rank 0); %s\n",
             R->g.world_size, R->g.stages, R->g.dp, hosts, R->threads, dyn_model_kind_name(o->model.kind),
             dyn_model_config_params(&o->model) / 1e6, R->s.states_mb, dyn_blas_describe());
+    if (o->eval_every > 0 && strcmp(eval_on(o), "train-data") == 0)
+        fprintf(stderr, "dynapipe train: note: --eval-every evaluates on the training data (%s), so its loss is a "
+                        "train-data loss, not a held-out one; --eval-data FILE or --eval-split P gives a held-out "
+                        "set\n",
+                o->data_spec);
     int split = dyn_rt_group_split_replica(&R->g);
     if (split >= 0)
         fprintf(stderr, "dynapipe train: note: replica %d's stages are on more than one host, so its "
@@ -388,6 +441,8 @@ static dyn_status planner_start(rt_run *R, int64_t resume_pos, dyn_error *err)
     const dyn_train_options *o = &R->o;
     dyn_status st;
     if ((R->planner = rt_planner_create(o, rt_source_lengths(R->src), err)) == NULL) return err->code;
+    R->per_epoch = rt_planner_train_count(R->planner);
+    if (o->dump_order && (st = rt_mail_keep_order(&R->mail, err)) != DYN_OK) return st;
     if (R->pos.first_step > 0 && (st = rt_planner_seek(R->planner, R->pos.first_step, resume_pos, err)) != DYN_OK)
         return st;
     if ((st = rt_planner_start(R->planner, err)) != DYN_OK) return st;
@@ -561,6 +616,22 @@ static void calibrate_hook(rt_run *R, rt_iter *it, int64_t k, const rt_rank_rec 
     }
 }
 
+/* Rank 0: the epochs done after iteration k into its record, and one line
+ * when k's batch ended an epoch (a batch never crosses an epoch's end, so
+ * the sampler's position after it is then a multiple of the epoch). */
+static void epoch_hook(rt_run *R, rt_iter *it, int64_t k)
+{
+    it->epoch = -1;
+    if (R->per_epoch <= 0 || R->mail.sampler_pos == NULL) return;
+    int64_t pos = R->mail.sampler_pos[k];
+    it->epoch = (double)pos / (double)R->per_epoch;
+    if (pos % R->per_epoch != 0 || R->o.progress < 0) return;
+    char of[48] = "";
+    if (R->o.epochs > 0) snprintf(of, sizeof of, " of %lld", (long long)R->o.epochs);
+    fprintf(stderr, "%sdynapipe train: epoch %lld%s done at step %lld (%d samples each)\n", R->tty ? "\r\033[K" : "",
+            (long long)(pos / R->per_epoch), of, (long long)k + 1, R->per_epoch);
+}
+
 /* Stage 4, metrics: every rank's record gathered on rank 0, which makes
  * iteration k's metrics record, feeds the calibration and prints the
  * progress line. */
@@ -577,6 +648,7 @@ static dyn_status metrics(rt_run *R, int64_t k, const rt_rank_rec *mine, const d
     aggregate(R, k, w, so, it);
     calibrate_hook(R, it, k, R->met.all);
     if (R->o.progress >= 0) rt_report_progress(it, R->o.steps, R->tty);
+    epoch_hook(R, it, k);
     return DYN_OK;
 }
 
@@ -671,6 +743,9 @@ int dyn_train_rank_main(const dyn_train_options *o, int *argc, char ***argv)
     if (st == DYN_OK && o->trace_path) st = rt_report_trace(o->trace_path, R.x, &R.g, o->timeout_s, &err);
     if (st == DYN_OK && R.g.world_rank == 0 && o->metrics_path)
         st = rt_report_metrics(o->metrics_path, R.met.iters, R.pos.first_step, R.pos.end_step, &R.g, &err);
+    if (st == DYN_OK && R.g.world_rank == 0 && o->dump_order)
+        st = rt_report_order(o->dump_order, R.mail.order, R.mail.order_n, R.mail.sampler_pos, R.per_epoch,
+                             R.pos.first_step, R.pos.end_step, &err);
     if (st == DYN_OK && o->save_path && !R.pos.stop_signal) st = save_full(&R, &err);
     /* A run that went non-finite stopped its ranks at the same step with
      * nothing saved after it: the metrics of the steps before it still

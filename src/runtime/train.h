@@ -33,13 +33,22 @@ typedef struct dyn_train_options {
     int32_t plan_ahead;      /* global batches planned ahead of training, >= 1 */
     /* data */
     const char *data_spec;   /* a token corpus (corpus.h): builtin[:SEED], FILE.jsonl, Megatron PREFIX */
-    int32_t n_samples;       /* samples of the built-in dataset; the sampler wraps around at the end */
+    int32_t n_samples;       /* samples of the built-in dataset */
     int32_t split;           /* dyn_corpus_split of the built-in dataset */
     int32_t truncate;        /* clip samples over max_seqlen instead of failing */
     int64_t global_batch_tokens; /* input + target tokens per global batch */
+    /* the training order (data.h dyn_sampler_create_ex): a permutation per
+     * epoch drawn from (seed, epoch), the held-out fraction never trained */
+    int32_t shuffle;         /* 1: shuffle every epoch with `seed`; 0: dataset order */
+    int64_t epochs;          /* passes over the data; 0: no limit (steps decide). The
+                              * command sets steps to the first end of the two */
+    double eval_split;       /* fraction in [0, 1) of the data held out of training
+                              * (dyn_eval_split: the same samples whatever the seed) */
+    const char *eval_data;   /* --eval-every's validation corpus; NULL: the held-out split */
+    const char *dump_order;  /* JSONL: the samples of every step, in training order (rank 0) */
     /* training */
     int64_t steps;
-    uint64_t seed;           /* model initialisation */
+    uint64_t seed;           /* model initialisation and the shuffle */
     dyn_lr_schedule lr;
     dyn_adamw_config adamw;
     double clip_norm;        /* global gradient-norm clip; <= 0: none */
@@ -61,8 +70,11 @@ typedef struct dyn_train_options {
     int32_t have_tokens;      /* 1: tokens are the --init folder's config.json ids (a resumed
                                * run takes its checkpoint's); 0: the byte vocabulary's */
     dyn_hf_tokens tokens;     /* bos / eos / pad ids a checkpoint's config.json names (-1: null) */
-    int64_t eval_every;       /* held-out loss every N steps into the metrics; 0: never */
-    int32_t eval_samples;     /* held-out samples per evaluation */
+    int64_t eval_every;       /* eval loss every N steps into the metrics; 0: never. On
+                               * eval_data, else the eval_split held out, else the
+                               * built-in held-out stream, else the training file
+                               * itself (then said: "train-data loss") */
+    int32_t eval_samples;     /* samples per evaluation (the first of the eval set) */
     int32_t progress;         /* 1 live line, 0 plain lines, -1 quiet; set from isatty */
     int32_t oversubscribe_ok; /* launch.c: more ranks than LAUNCH_RANKS_PER_SLOT x slots (or cores) */
     int32_t verbose;
