@@ -1,12 +1,13 @@
 #!/usr/bin/python3
-"""torch_compare.py -- dynapipe's GPT-2 block against PyTorch's, side by side.
+"""torch_compare.py -- dynapipe's GPT-2 or Llama block against PyTorch's, side by side.
 
 For each thread count and each shape (batch, seq) of hidden 512 / 8 heads,
-every round runs `dynapipe bench layer --model gpt` and then
-bench/torch_gpt_block.py at the same shape and thread count, so both see the
-same machine load; it prints the medians over rounds of each one's median
-milliseconds, the median of the per-round ratios torch ms / dynapipe ms, and
-dynapipe's block / sgemm rate.
+every round runs `dynapipe bench layer --model gpt|llama` and then
+bench/torch_gpt_block.py (or torch_llama_block.py: the same Llama block, 2
+key/value heads, SwiGLU 1408) at the same shape and thread count, so both
+see the same machine load; it prints the medians over rounds of each one's
+median milliseconds, the median, min and max of the per-round ratios torch
+ms / dynapipe ms, and dynapipe's block / sgemm rate.
 
 PyTorch gets its best setting: Debian's python3-torch multiplies through the
 system OpenBLAS, whose generic fall-back kernel would handicap it, so the
@@ -17,7 +18,7 @@ sleeping (OMP_WAIT_POLICY=PASSIVE, --torch-wait to change torch's): dynapipe
 sets it for itself, and torch's libgomp, left spinning, ran 2 threads 3-5x
 slower than 1 on this shared machine.
 
-usage: bench/torch_compare.py [--cli build/dynapipe] [--rounds 3] [--repeat 5]
+usage: bench/torch_compare.py [--model gpt|llama] [--cli build/dynapipe] [--rounds 3] [--repeat 5]
                               [--threads 1,2] [--shapes 16x128,4x512,1x2048,8x256]
                               [--torch-coretype NAME] [--torch-wait POLICY]
 Skips (exit 0, with a message) when PyTorch is not installed.
@@ -37,11 +38,11 @@ def run(cmd, env):
     return p.returncode, p.stdout
 
 
-def ours(cli, b, s, t, repeat):
+def ours(cli, model, b, s, t, repeat):
     env = dict(os.environ)
     for k in ("OPENBLAS_CORETYPE", "DYN_BLAS_SELECTED", "DYN_BLAS_REJECT"):
         env.pop(k, None)
-    rc, out = run([cli, "bench", "layer", "--model", "gpt", "--hidden", "512", "--heads", "8",
+    rc, out = run([cli, "bench", "layer", "--model", model, "--hidden", "512", "--heads", "8",
                    "--batch", str(b), "--seq", str(s), "--threads", str(t), "--repeat", str(repeat)],
                   env)
     if rc != 0:
@@ -52,22 +53,24 @@ def ours(cli, b, s, t, repeat):
     return ms, ratio, kernel
 
 
-def theirs(b, s, t, repeat, coretype, wait):
+def theirs(model, b, s, t, repeat, coretype, wait):
     env = dict(os.environ, OPENBLAS_CORETYPE=coretype, OMP_WAIT_POLICY=wait)
     env.pop("DYN_BLAS_SELECTED", None)
-    rc, out = run(["/usr/bin/python3", os.path.join(HERE, "torch_gpt_block.py"), "--batch", str(b),
+    script = "torch_llama_block.py" if model == "llama" else "torch_gpt_block.py"
+    rc, out = run(["/usr/bin/python3", os.path.join(HERE, script), "--batch", str(b),
                    "--seq", str(s), "--threads", str(t), "--repeat", str(repeat)], env)
     if rc == 3:
         print(out.strip())
         sys.exit(0)
     if rc != 0:
-        sys.exit("torch_compare: torch_gpt_block.py failed:\n" + out)
+        sys.exit("torch_compare: %s failed:\n%s" % (script, out))
     m = re.search(r"torch (\S+) ms ([\d.]+)", out)
     return float(m.group(2)), m.group(1)
 
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="gpt", choices=("gpt", "llama"))
     ap.add_argument("--cli", default="build/dynapipe")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=5)
@@ -83,28 +86,30 @@ def main():
         return 0
     shapes = [tuple(int(x) for x in sh.split("x")) for sh in a.shapes.split(",")]
     threads = [int(t) for t in a.threads.split(",")]
-    print("torch_compare: GPT-2 block hidden 512 heads 8, fp32 forward+backward; medians of "
-          "%d rounds, each %d repeats, dynapipe and torch alternating" % (a.rounds, a.repeat))
+    what = "Llama block hidden 512 heads 8 (2 kv heads, SwiGLU 1408)" if a.model == "llama" else \
+        "GPT-2 block hidden 512 heads 8"
+    print("torch_compare: %s, fp32 forward+backward; medians of "
+          "%d rounds, each %d repeats, dynapipe and torch alternating" % (what, a.rounds, a.repeat))
     with open("/proc/loadavg") as f:
         print("load before: " + f.read().strip())
-    print("%3s %5s %5s %10s %10s %11s %9s  %s" % ("T", "batch", "seq", "dyn ms", "torch ms",
-                                                 "torch/dyn", "dyn/sgemm", "kernels"))
+    print("%3s %5s %5s %10s %10s %11s %13s %9s  %s" % ("T", "batch", "seq", "dyn ms", "torch ms",
+                                                      "torch/dyn", "(min-max)", "dyn/sgemm", "kernels"))
     for t in threads:
         for b, s in shapes:
             d_ms, t_ms, ratios, sg = [], [], [], []
             for _ in range(a.rounds):
-                ms, r, kernel = ours(a.cli, b, s, t, a.repeat)
+                ms, r, kernel = ours(a.cli, a.model, b, s, t, a.repeat)
                 core = a.torch_coretype or kernel
-                tms, ver = theirs(b, s, t, a.repeat, core, a.torch_wait)
+                tms, ver = theirs(a.model, b, s, t, a.repeat, core, a.torch_wait)
                 d_ms.append(ms)
                 t_ms.append(tms)
                 ratios.append(tms / ms)
                 sg.append(r)
-            print("%3d %5d %5d %10.1f %10.1f %11.2f %9.2f  dynapipe %s, torch %s with "
+            print("%3d %5d %5d %10.1f %10.1f %11.2f %13s %9.2f  dynapipe %s, torch %s with "
                   "OPENBLAS_CORETYPE=%s OMP_WAIT_POLICY=%s" % (
                       t, b, s, statistics.median(d_ms), statistics.median(t_ms),
-                      statistics.median(ratios), statistics.median(sg), kernel, ver, core,
-                      a.torch_wait))
+                      statistics.median(ratios), "(%.2f-%.2f)" % (min(ratios), max(ratios)),
+                      statistics.median(sg), kernel, ver, core, a.torch_wait))
             sys.stdout.flush()
     with open("/proc/loadavg") as f:
         print("load after: " + f.read().strip())

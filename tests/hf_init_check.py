@@ -16,7 +16,12 @@ only: json and struct write safetensors).
    `dynapipe eval --checkpoint CK` on the same file, and differs from a
    run from random weights.
 3. A large vocabulary: GPT-2's 50,257 tokens on token-id JSONL data.
-4. Bad folders. Each refused with one stderr line naming the file (and the
+4. The Llama family (LlamaForCausalLM sharded with llama3 scaling and 2
+   key/value heads for 4, Qwen2ForCausalLM with q/k/v biases and a tied
+   head, MistralForCausalLM): exact values over 2 stages, and the
+   checkpoint's config.json names the architecture and the folder's token
+   ids. Bad Llama folders as in 5.
+5. Bad folders. Each refused with one stderr line naming the file (and the
    tensor), non-zero exit, no metrics file (nothing trained; the launcher's
    check, before mpirun).
 
@@ -397,6 +402,154 @@ def bad_folders(cli, tmp):
             print("%s: %s" % (name, lines[0]))
 
 
+
+# ---- the Llama family: LlamaForCausalLM (GQA 4 over 2, llama3 scaling, 2
+# shards), Qwen2ForCausalLM (q/k/v biases, tied head), MistralForCausalLM
+
+LV, LC, LH, LKV, LHD, LF, LL = 300, 32, 4, 2, 8, 48, 2
+
+
+def llama_config(arch="LlamaForCausalLM", **over):
+    cfg = {"architectures": [arch], "model_type": arch[:-len("ForCausalLM")].lower(), "vocab_size": LV,
+           "hidden_size": LC, "intermediate_size": LF, "num_hidden_layers": LL, "num_attention_heads": LH,
+           "num_key_value_heads": LKV, "head_dim": LHD, "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
+           "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": arch == "Qwen2ForCausalLM",
+           "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": None}
+    if arch == "LlamaForCausalLM":
+        cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                               "original_max_position_embeddings": 64}
+    if arch == "MistralForCausalLM":
+        cfg["sliding_window"] = 4096
+    cfg.update(over)
+    return cfg
+
+
+def llama_tensors(rng, dtypes, cfg):
+    spec = [("model.embed_tokens.weight", (LV, LC), 0.0), ("model.norm.weight", (LC,), 1.0)]
+    for i in range(LL):
+        p = "model.layers.%d." % i
+        spec += [(p + "input_layernorm.weight", (LC,), 1.0), (p + "post_attention_layernorm.weight", (LC,), 1.0),
+                 (p + "self_attn.q_proj.weight", (LH * LHD, LC), 0.0),
+                 (p + "self_attn.k_proj.weight", (LKV * LHD, LC), 0.0),
+                 (p + "self_attn.v_proj.weight", (LKV * LHD, LC), 0.0),
+                 (p + "self_attn.o_proj.weight", (LC, LH * LHD), 0.0),
+                 (p + "mlp.gate_proj.weight", (LF, LC), 0.0), (p + "mlp.up_proj.weight", (LF, LC), 0.0),
+                 (p + "mlp.down_proj.weight", (LC, LF), 0.0)]
+        if cfg["architectures"] == ["Qwen2ForCausalLM"]:
+            spec += [(p + "self_attn.%s_proj.bias" % k, ((LH if k == "q" else LKV) * LHD,), 0.0) for k in "qkv"]
+    if not cfg["tie_word_embeddings"]:
+        spec += [("lm_head.weight", (LV, LC), 0.0)]
+    return {n: tensor(dtypes[i % len(dtypes)], s, rng, c) for i, (n, s, c) in enumerate(spec)}
+
+
+def write_llama_folder(d, tensors, cfg):
+    """Two shards and an index (Llama), or one model.safetensors."""
+    os.makedirs(d, exist_ok=True)
+    write_config(d, cfg)
+    if cfg["architectures"] != ["LlamaForCausalLM"]:
+        write_safetensors(os.path.join(d, "model.safetensors"), tensors)
+        return
+    names = sorted(tensors)
+    wm = {}
+    for k in range(2):
+        fn = "model-%05d-of-00002.safetensors" % (k + 1)
+        part = {n: tensors[n] for n in names[k::2]}
+        write_safetensors(os.path.join(d, fn), part)
+        wm.update({n: fn for n in part})
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": wm}, f)
+
+
+def llama_exact_values(cli, tmp):
+    """Each architecture over 2 stages: the weights arrive as the exact fp32
+    of what was written, and the checkpoint's config.json is the same
+    architecture with the folder's token ids (not the byte vocabulary's)."""
+    rng = random.Random(17)
+    for arch in ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"):
+        cfg = llama_config(arch)
+        tensors = llama_tensors(rng, ["BF16", "F16", "F32"], cfg)
+        d = os.path.join(tmp, arch)
+        write_llama_folder(d, tensors, cfg)
+        ck = os.path.join(tmp, arch + "-ck")
+        rc, _, err = run(cli, ["train", "--init", d, "--steps", "1", "--lr", "0", "--min-lr", "0", "--weight-decay",
+                               "0", "--data", "builtin", "--samples", "200", "--max-seqlen", "128", "--save", ck]
+                         + TRAIN)
+        check(rc == 0, "%s: --init exits %d: %s" % (arch, rc, err.strip()))
+        if rc != 0:
+            continue
+        step = os.path.join(ck, "step-00000001")
+        got = {}
+        for fn in os.listdir(step):
+            if fn.startswith("model-") and fn.endswith(".safetensors"):
+                got.update(read_f32_safetensors(os.path.join(step, fn)))
+        bad = [n for n, t in tensors.items() if [f32_bits(x) for x in got.get(n, [])] != [f32_bits(x) for x in t["vals"]]]
+        check(not bad and set(got) == set(tensors), "%s: tensors not loaded exactly: %s" % (arch, bad[:4]))
+        with open(os.path.join(step, "config.json")) as f:
+            saved = json.load(f)
+        want_arch = "Qwen2ForCausalLM" if arch == "Qwen2ForCausalLM" else "LlamaForCausalLM"  # Mistral is Llama's computation
+        same = all(saved.get(k) == cfg[k] for k in ("vocab_size", "hidden_size", "intermediate_size",
+                                                    "num_hidden_layers", "num_attention_heads",
+                                                    "num_key_value_heads", "tie_word_embeddings"))
+        check(saved["architectures"] == [want_arch] and same and saved.get("rope_scaling") == cfg.get("rope_scaling")
+              and saved["bos_token_id"] == 1 and saved["eos_token_id"] == 2 and saved["pad_token_id"] is None,
+              "%s: saved config.json %s" % (arch, saved))
+        print("%s: %d tensors arrive as their exact fp32 values; saved as %s with bos 1, eos 2"
+              % (arch, len(tensors) - len(bad), saved["architectures"][0]))
+
+
+def llama_bad_folders(cli, tmp):
+    rng = random.Random(4)
+    good_cfg = llama_config()
+    good = llama_tensors(rng, ["F32", "BF16"], good_cfg)
+    shard2 = "model-00002-of-00002.safetensors"
+
+    def rewrite(edit):
+        def mutate(d):
+            t = dict(good)
+            edit(t)
+            for f in os.listdir(d):
+                if f != "config.json":
+                    os.remove(os.path.join(d, f))
+            write_llama_folder(d, t, good_cfg)
+        return mutate
+
+    def truncate(d):
+        p = os.path.join(d, shard2)
+        with open(p, "r+b") as f:
+            f.truncate(os.path.getsize(p) - 10)
+    cases = [
+        ("Mistral window shorter than the run",
+         lambda d: write_config(d, llama_config("MistralForCausalLM", sliding_window=64)),
+         ["config.json", "sliding_window = 64", "128"]),
+        ("rope_scaling yarn", lambda d: write_config(d, llama_config(rope_scaling={"rope_type": "yarn", "factor": 4.0})),
+         ["config.json", "rope_scaling", "yarn"]),
+        ("unknown architecture", lambda d: write_config(d, llama_config("GemmaForCausalLM")),
+         ["config.json", "GemmaForCausalLM", "LlamaForCausalLM"]),
+        ("config of another shape", lambda d: write_config(d, llama_config(num_key_value_heads=4)),
+         ["self_attn.k_proj.weight", "shape"]),
+        ("truncated shard", truncate, [shard2, "truncated"]),
+        ("missing tensor", rewrite(lambda t: t.pop("model.layers.1.mlp.up_proj.weight")),
+         ["model.safetensors.index.json", "model.layers.1.mlp.up_proj.weight", "missing"]),
+        ("extra tensor", rewrite(lambda t: t.update({"model.layers.0.self_attn.q_norm.weight": tensor("F32", (LHD,), rng)})),
+         ["model-0000", "model.layers.0.self_attn.q_norm.weight"]),
+        ("unhandled dtype", rewrite(lambda t: t.update({"model.norm.weight": tensor("F64", (LC,), rng, 1.0)})),
+         ["model-0000", "model.norm.weight", "F64"]),
+    ]
+    for name, mutate, expect in cases:
+        d = os.path.join(tmp, "llama-bad-" + name.replace(" ", "-"))
+        write_llama_folder(d, good, good_cfg)
+        mutate(d)
+        m = os.path.join(tmp, "bad-metrics.jsonl")
+        rc, _, err = run(cli, ["train", "--init", d, "--steps", "1", "--data", "builtin", "--samples", "100",
+                               "--max-seqlen", "128", "--metrics", m] + TRAIN)
+        lines = err.strip().splitlines()
+        ok = (rc != 0 and len(lines) == 1 and lines[0].startswith("dynapipe train: ")
+              and all(e in lines[0] for e in expect) and not os.path.exists(m))
+        check(ok, "llama %s: exit %d, stderr %r, expected one line naming %s, no metrics" % (name, rc, err, expect))
+        if ok:
+            print("llama %s: %s" % (name, lines[0]))
+
+
 def main():
     cli = sys.argv[1]
     tmp = tempfile.mkdtemp(prefix="dyn_hf_init_")
@@ -405,6 +558,8 @@ def main():
         round_trip(cli, tmp)
         large_vocab(cli, tmp)
         bad_folders(cli, tmp)
+        llama_exact_values(cli, tmp)
+        llama_bad_folders(cli, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("%d failure(s)" % len(FAILS))

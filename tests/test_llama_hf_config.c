@@ -202,7 +202,7 @@ static void test_write_read_back(void **state)
             c.qkv_bias = 1; /* written as Qwen2 */
             c.tie_embeddings = 1;
         }
-        char *text = dyn_hf_config_llama_json(&c, &err);
+        char *text = dyn_hf_config_llama_json(&c, NULL, &err);
         assert_non_null(text);
         assert_non_null(strstr(text, k == 0 ? "\"LlamaForCausalLM\"" : "\"Qwen2ForCausalLM\""));
         dyn_model_config back = parse_ok(text, 0);
@@ -210,7 +210,7 @@ static void test_write_read_back(void **state)
         free(text);
     }
     c = dyn_model_config_tiny(DYN_MODEL_GPT, 2, 32, 4, 64);
-    assert_null(dyn_hf_config_llama_json(&c, &err));
+    assert_null(dyn_hf_config_llama_json(&c, NULL, &err));
 }
 
 int main(void)

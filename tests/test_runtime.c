@@ -16,8 +16,8 @@
  * --steps 1 --save F` with 2 and 4 stages under every schedule, with
  * document-masked packing and padding, and with 2 data-parallel replicas;
  * GPT (whose tied embedding is used by the first and the last stage, so its
- * gradient is summed across them) and T5, one T5 run with a stage split
- * tuned for the data (not the max-length row's).
+ * gradient is summed across them), T5 (one run with a stage split tuned
+ * for the data, not the max-length row's) and Llama.
  *
  * Every mpirun runs under `timeout`. In the sanitizer build the ranks run
  * with leak detection off (ASAN_OPTIONS=detect_leaks=0; every other check
@@ -51,6 +51,9 @@
 #define SEQ 256     /* max sequence length */
 #define LR 1e-3f
 
+/* 1: the Llama runs use LLAMA_TIED_JSON (tied head, Qwen2's q/k/v biases). */
+static int llama_tied;
+
 /* The training options the CLI builds for `--model KIND --layers N` and the
  * flags below (mirrored here, not shared, so the test checks the CLI). */
 static dyn_train_options options(dyn_model_kind kind, int layers)
@@ -58,9 +61,11 @@ static dyn_train_options options(dyn_model_kind kind, int layers)
     dyn_train_options o;
     dyn_train_options_default(&o);
     dyn_error err;
-    assert_int_equal(dyn_model_config_preset(kind == DYN_MODEL_GPT ? "gpt-tiny" : "t5-tiny", &o.model, &err), DYN_OK);
+    const char *preset = kind == DYN_MODEL_GPT ? "gpt-tiny" : kind == DYN_MODEL_T5 ? "t5-tiny" : "llama-tiny";
+    assert_int_equal(dyn_model_config_preset(preset, &o.model, &err), DYN_OK);
     o.model.n_layers = layers;
     if (kind == DYN_MODEL_T5) o.model.n_dec_layers = layers;
+    if (kind == DYN_MODEL_LLAMA && llama_tied) o.model.tie_embeddings = o.model.qkv_bias = 1;
     o.model.max_seqlen = SEQ;
     o.n_samples = 2000;
     o.data_spec = "builtin:3";
@@ -185,12 +190,7 @@ static void expect_close(const dyn_model *ref, const char *what, double tol)
     dyn_model_free(m);
 }
 
-static void expect_same(const dyn_model *ref, const char *what)
-{
-    expect_close(ref, what, 1e-5);
-}
-
-static void run_same(const dyn_model *ref, const char *args)
+static void run_close(const dyn_model *ref, const char *args, double tol)
 {
     char full[2048];
     snprintf(full, sizeof full, "%s --save '%s/w.safetensors'", args, dir);
@@ -199,8 +199,10 @@ static void run_same(const dyn_model *ref, const char *args)
         char *e = slurp(err_path);
         fail_msg("dynapipe train %s: exit %d: %s", args, rc, e);
     }
-    expect_same(ref, args);
+    expect_close(ref, args, tol);
 }
+
+static void run_same(const dyn_model *ref, const char *args) { run_close(ref, args, 1e-5); }
 
 static void test_gpt_schedules(void **state)
 {
@@ -267,6 +269,56 @@ static void test_t5(void **state)
     free(opts);
     snprintf(args, sizeof args, "%s --schedule 1f1b", tuned);
     run_same(ref, args);
+    dyn_model_free(ref);
+}
+
+/* The Llama block (grouped-query attention, rotary positions restarting per
+ * document, SwiGLU, untied head) through every schedule on 2 and 4 stages
+ * (interleaving on 2 ranks x 2 chunks: 4 ranks x 2 chunks would need 8
+ * plan stages of the 6 layers), document-masked packing, and 2
+ * data-parallel replicas. */
+static void test_llama(void **state)
+{
+    (void)state;
+    dyn_model *ref = reference(DYN_MODEL_LLAMA, 4);
+    static const char *const runs[] = {
+        "--model llama --model-config llama-tiny --layers 4 --stages 2 --schedule 1f1b",
+        "--model llama --model-config llama-tiny --layers 4 --stages 2 --schedule cyclic",
+        "--model llama --model-config llama-tiny --layers 4 --stages 2 --schedule wait-free-cyclic",
+        "--model llama --model-config llama-tiny --layers 4 --stages 2 --schedule interleaved --chunks 2",
+        "--model llama --model-config llama-tiny --layers 4 --stages 2 --schedule zb",
+        "--model llama --model-config llama-tiny --layers 4 --stages 2 --schedule auto",
+        "--model llama --model-config llama-tiny --layers 4 --stages 4 --schedule 1f1b",
+        "--model llama --model-config llama-tiny --layers 4 --stages 4 --schedule zb",
+        "--model llama --model-config llama-tiny --layers 4 --stages 4 --schedule cyclic",
+        "--model llama --model-config llama-tiny --layers 4 --stages 4 --schedule wait-free-cyclic",
+        "--model llama --model-config llama-tiny --layers 4 --stages 2 --method packing-docmask --schedule 1f1b",
+        "--model llama --model-config llama-tiny --layers 4 --stages 2 --dp 2 --schedule zb",
+    };
+    /* 1e-6: the runs agree to ~1e-8; packed rows without their document
+     * masks differ by 1e-5 (seen), which 1e-5 would let pass. */
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) run_close(ref, runs[i], 1e-6);
+    dyn_model_free(ref);
+}
+
+/* A tied head (embed_tokens used by the first and the last stage, its
+ * gradient summed across them, as GPT's wte) with q/k/v biases, through a
+ * model JSON file: 2 and 4 stages and 2 replicas. */
+static void test_llama_tied(void **state)
+{
+    (void)state;
+    char cfg[700], run[1200];
+    write_file("llama-tied.json", "{\"preset\": \"llama-tiny\", \"tie_embeddings\": true, \"qkv_bias\": true}", cfg,
+               sizeof cfg);
+    llama_tied = 1;
+    dyn_model *ref = reference(DYN_MODEL_LLAMA, 4);
+    llama_tied = 0;
+    static const char *const runs[] = {"--stages 2 --schedule 1f1b", "--stages 4 --schedule zb",
+                                       "--stages 2 --dp 2 --schedule zb"};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        snprintf(run, sizeof run, "--model llama --model-config '%s' --layers 4 %s", cfg, runs[i]);
+        run_same(ref, run); /* 1e-5: the k biases start at 0 and move by rounding-sized steps (2e-6 seen) */
+    }
     dyn_model_free(ref);
 }
 
@@ -467,6 +519,8 @@ int main(void)
         cmocka_unit_test(test_gpt_interleaved_4),
         cmocka_unit_test(test_gpt_methods_and_dp),
         cmocka_unit_test(test_t5),
+        cmocka_unit_test(test_llama),
+        cmocka_unit_test(test_llama_tied),
         cmocka_unit_test(test_gpt_six_steps_lr_schedule),
         cmocka_unit_test(test_metrics_compute),
         cmocka_unit_test(test_calibration_next_plan),

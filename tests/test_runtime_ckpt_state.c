@@ -10,7 +10,9 @@
  *   1e300) and a wrong kind or format are refused with DYN_ERR_CORRUPT and
  *   one line naming the file and the field; never converted first.
  * - "lr_schedule" and "order" may be absent (older checkpoints), not
- *   incomplete; "order"'s epoch and index must be sampler_position's.
+ *   incomplete; "order"'s epoch and index must be sampler_position's;
+ *   "tokens" may be absent (then the byte vocabulary's ids); a Llama's
+ *   "llama" fields are required for it and round-trip every digit.
  * - "data_options" may be absent (older checkpoints: bytes, no template, no
  *   truncation), and its settings compare field by field. */
 #include <setjmp.h>
@@ -44,6 +46,11 @@ static const char STATE[] =
     "\t\t\"ffn\":\t256,\n"
     "\t\t\"vocab\":\t512,\n"
     "\t\t\"max_seqlen\":\t128\n"
+    "\t},\n"
+    "\t\"tokens\":\t{\n"
+    "\t\t\"bos_token_id\":\t258,\n"
+    "\t\t\"eos_token_id\":\t258,\n"
+    "\t\t\"pad_token_id\":\t256\n"
     "\t},\n"
     "\t\"seed\":\t\"00000000000000a1\",\n"
     "\t\"stages\":\t2,\n"
@@ -181,6 +188,81 @@ static void test_reads_what_was_written(void **state)
     assert_memory_equal(text, STATE, n);
     free(text);
     cJSON_Delete(j);
+    free(m);
+}
+
+/* Older checkpoints lack "tokens": the byte vocabulary's ids of the kind
+ * (what their config.json says); -1 is a null id; ids out of range are
+ * refused. */
+static void test_tokens(void **state)
+{
+    (void)state;
+    rt_ckpt_meta *m = calloc(1, sizeof *m);
+    assert_non_null(m);
+    dyn_error err;
+    const char *from = "\t\"tokens\":\t{\n\t\t\"bos_token_id\":\t258,\n\t\t\"eos_token_id\":\t258,\n"
+                       "\t\t\"pad_token_id\":\t256\n\t},\n";
+    char *text = edit(from, "");
+    if (read_text(text, m, &err) != DYN_OK) fail_msg("%s", err.msg);
+    assert_int_equal(m->tokens.bos_id, DYN_TOK_EOS); /* GPT-2's bos = eos */
+    assert_int_equal(m->tokens.eos_id, DYN_TOK_EOS);
+    assert_int_equal(m->tokens.pad_id, DYN_TOK_PAD);
+    free(text);
+    text = edit("\"pad_token_id\":\t256", "\"pad_token_id\":\t-1");
+    if (read_text(text, m, &err) != DYN_OK) fail_msg("%s", err.msg);
+    assert_int_equal(m->tokens.pad_id, -1);
+    free(text);
+    text = edit("\"eos_token_id\":\t258", "\"eos_token_id\":\t1e300");
+    assert_int_equal(read_text(text, m, &err), DYN_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "tokens.eos_token_id"));
+    free(text);
+    free(m);
+}
+
+/* A Llama-family model's fields travel in "llama" (written for that kind
+ * only, every digit of the doubles kept) and are required for it. */
+static void test_llama_fields(void **state)
+{
+    (void)state;
+    rt_ckpt_meta *m = calloc(1, sizeof *m);
+    assert_non_null(m);
+    dyn_error err;
+    char *text = edit("\"kind\":\t\"gpt\"", "\"kind\":\t\"llama\"");
+    assert_int_equal(read_text(text, m, &err), DYN_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "\"llama\" missing"));
+    free(text);
+    /* A GPT checkpoint's state made a Llama's: written and read back. */
+    if (read_text(STATE, m, &err) != DYN_OK) fail_msg("%s", err.msg);
+    m->model.kind = DYN_MODEL_LLAMA;
+    m->model.kv_heads = 2;
+    m->model.tie_embeddings = 1;
+    m->model.qkv_bias = 1;
+    m->model.rms_eps = 1e-5;
+    m->model.rope_theta = 500000.0;
+    m->model.rope_scaling = DYN_ROPE_LLAMA3;
+    m->model.rope_factor = 8.0;
+    m->model.rope_low_freq = 1.0;
+    m->model.rope_high_freq = 4.0;
+    m->model.rope_orig_ctx = 8192;
+    cJSON *j = rt_ckpt_state_to_json(m);
+    assert_non_null(j);
+    rt_ckpt_meta *back = calloc(1, sizeof *back);
+    assert_non_null(back);
+    char p[512];
+    snprintf(p, sizeof p, "%s/trainer_state.json", dir);
+    if (rt_ckpt_state_from_json(j, p, back, &err) != DYN_OK) fail_msg("%s", err.msg);
+    assert_int_equal(back->model.kind, DYN_MODEL_LLAMA);
+    assert_int_equal(back->model.kv_heads, 2);
+    assert_int_equal(back->model.tie_embeddings, 1);
+    assert_int_equal(back->model.qkv_bias, 1);
+    assert_true(back->model.rms_eps == 1e-5);
+    assert_true(back->model.rope_theta == 500000.0);
+    assert_int_equal(back->model.rope_scaling, DYN_ROPE_LLAMA3);
+    assert_true(back->model.rope_factor == 8.0 && back->model.rope_low_freq == 1.0 &&
+                back->model.rope_high_freq == 4.0);
+    assert_int_equal(back->model.rope_orig_ctx, 8192);
+    cJSON_Delete(j);
+    free(back);
     free(m);
 }
 
@@ -380,6 +462,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reads_what_was_written),
         cmocka_unit_test(test_lr_schedule_optional),
+        cmocka_unit_test(test_tokens),
+        cmocka_unit_test(test_llama_fields),
         cmocka_unit_test(test_order_optional),
         cmocka_unit_test(test_data_options),
         cmocka_unit_test(test_refuses_out_of_range),

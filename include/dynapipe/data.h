@@ -8,13 +8,13 @@
  * (id, task, input_len, target_len). Lengths are in tokens.
  *
  * Length limit (max_seqlen), the one rule used everywhere in this header:
- *   GPT (decoder-only): the sequence is input followed by target, so the
+ *   GPT and Llama (decoder-only): the sequence is input followed by target, so the
  *       limit applies to input_len + target_len.
  *   T5 (encoder-decoder): input and target are separate sequences, so the
  *       limit applies to input_len and to target_len separately.
  * Clipping (synthetic data always; TSV only with clip != 0):
  *   T5: each side is cut to max_seqlen.
- *   GPT: the input is shortened first, because target tokens carry the loss:
+ *   GPT and Llama: the input is shortened first, because target tokens carry the loss:
  *       target = min(target, max_seqlen - 1), then
  *       input  = min(input,  max_seqlen - target)   (so input >= 1).
  */

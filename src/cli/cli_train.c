@@ -336,7 +336,9 @@ static int parse(int argc, char **argv, train_args *t)
     t->have_max_seqlen = t->plan.have_max_seqlen;
     t->plan.have_max_seqlen = 1;
     if (r != 0) return CLI_EXIT_USAGE;
-    if (t->o.init_dir && (r = train_init_apply(CMD, &t->o.init_dir, argc, argv, &t->plan)) != 0) return r;
+    if (t->o.init_dir && (r = train_init_apply(CMD, &t->o.init_dir, argc, argv, &t->plan, &t->o.tokens)) != 0)
+        return r;
+    t->o.have_tokens = t->o.init_dir != NULL;
     if (t->o.init_dir && t->plan.tokenizer == NULL) t->plan.tokenizer = init_tokenizer(t->o.init_dir);
     if (t->o.resume_dir && (r = resume_data(t)) != 0) return r;
     if (plan_args_finish(CMD, &t->plan) != 0 || plan_args_check_methods(CMD, &t->plan, &t->plan.opt.method, 1) != 0)
@@ -644,6 +646,10 @@ int cli_train_main(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     if (!mpi && !t.print_options && check_outputs(&t.o) != 0) return CLI_EXIT_USAGE;
+    /* --init's folder against its own config.json's shape (the tensors do
+     * not depend on the run's length): a bad folder is refused before the
+     * options are built, which may measure this machine for seconds. */
+    if (!mpi && t.o.init_dir && train_init_check(CMD, t.o.init_dir, &t.plan.init_model) != 0) return CLI_EXIT_FAIL;
     dyn_train_options o;
     /* The setup header, printed by the launcher once the run is checked,
      * so that a run refused prints only its error. */
@@ -652,7 +658,6 @@ int cli_train_main(int argc, char **argv)
     if (!mpi && t.print_options) return print_options(&o, t.hostfile);
     if (!mpi && o.resume_dir && check_resume(&o) != 0) return CLI_EXIT_FAIL;
     if (!mpi && o.eval_data && check_eval_data(&o) != 0) return CLI_EXIT_FAIL;
-    if (!mpi && o.init_dir && train_init_check(CMD, o.init_dir, &o.model) != 0) return CLI_EXIT_FAIL;
     if (mpi) return dyn_train_rank_main(&o, &argc, &argv);
     /* a machine measured here travels to the ranks as JSON: they plan with
      * exactly the launcher's, on any host */

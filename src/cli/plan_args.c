@@ -322,6 +322,10 @@ static int apply_shape_flags(const char *cmd, const plan_args *a, dyn_model_conf
 int plan_model_resolve(const char *cmd, const plan_args *a, dyn_model_config *cfg)
 {
     dyn_error err;
+    if (a->have_init_model) { /* train --init: the folder's whole shape, restated flags and the run's length */
+        *cfg = a->init_model;
+        return apply_shape_flags(cmd, a, cfg);
+    }
     const char *src = a->model_config ? a->model_config : a->default_config[a->kind];
     dyn_status st = dyn_model_config_preset(src, cfg, &err);
     if (st != DYN_OK) {

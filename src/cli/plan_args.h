@@ -39,6 +39,8 @@ typedef struct plan_args {
     const char *default_config[3]; /* per dyn_model_kind: the command's default preset; with a cost
                                  * table and no --model-config, the table's shape is the default */
     int32_t layers, dec_layers, hidden, heads, head_dim, ffn, vocab; /* overrides; 0 = keep */
+    int have_init_model;        /* 1: the shape is init_model (train --init's config.json), not a preset */
+    dyn_model_config init_model; /* every field of the folder's shape (a Llama's rotary and GQA fields too) */
     /* data */
     const char *lengths_path;   /* --lengths FILE.tsv */
     int synthetic;              /* --synthetic flan[:SEED] */

@@ -38,12 +38,14 @@ static const char *resolve(const char *dir)
     return dir; /* dyn_hf_config_read says what is missing */
 }
 
-int train_init_apply(const char *cmd, const char **dirp, int argc, char **argv, plan_args *a)
+int train_init_apply(const char *cmd, const char **dirp, int argc, char **argv, plan_args *a, dyn_hf_tokens *tokens)
 {
     dyn_hf_config hf;
     dyn_error e;
     const char *dir = *dirp = resolve(*dirp);
-    if (dyn_hf_config_read(dir, &hf, &e) != DYN_OK) {
+    /* The run's length (--max-seqlen or training's default): a Llama's
+     * rotary tables and a sliding window are judged against it. */
+    if (dyn_hf_config_read(dir, a->opt.max_seqlen, &hf, &e) != DYN_OK) {
         cli_errorf(cmd, "--init: %s", e.msg);
         return CLI_EXIT_FAIL;
     }
@@ -83,13 +85,16 @@ int train_init_apply(const char *cmd, const char **dirp, int argc, char **argv, 
     a->kind = c->kind;
     for (int i = 0; i < 7; i++) *f[i].given = f[i].file;
     if (hf.fixed_seqlen) a->opt.max_seqlen = c->max_seqlen;
+    a->have_init_model = 1;
+    a->init_model = *c;
+    *tokens = (dyn_hf_tokens){hf.bos_id, hf.eos_id, hf.pad_id};
     return 0;
 }
 
 int train_init_check(const char *cmd, const char *dir, const dyn_model_config *model)
 {
     dyn_error e;
-    dyn_hf_folder *f = dyn_hf_open(dir, &e);
+    dyn_hf_folder *f = dyn_hf_open(dir, model->max_seqlen, &e);
     dyn_status st = f ? dyn_hf_check(f, model, &e) : e.code;
     dyn_hf_close(f);
     if (st != DYN_OK) {

@@ -42,10 +42,10 @@ dyn_status corpus_fit_lengths(const dyn_corpus_options *opt, const char *where, 
     if (*in <= INT32_MAX && *tgt <= INT32_MAX && dyn_lengths_fit(opt->kind, opt->max_seqlen, i32, t32))
         return DYN_OK;
     if (!opt->truncate) {
-        if (opt->kind == DYN_MODEL_GPT)
+        if (opt->kind != DYN_MODEL_T5)
             return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                  "%s: record %lld: input + target = %lld tokens exceeds max_seqlen %d "
-                                 "(GPT: the limit is on input+target; --truncate cuts it)",
+                                 "(decoder-only: the limit is on input+target; --truncate cuts it)",
                                  where, (long long)record, (long long)(*in + *tgt), opt->max_seqlen);
         int in_side = *in > opt->max_seqlen;
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
@@ -222,7 +222,7 @@ dyn_corpus *dyn_corpus_open(const char *spec, const dyn_corpus_options *opt, dyn
     dyn_status st;
     if (c->opt.max_seqlen < 2)
         st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': max_seqlen %d < 2", spec, c->opt.max_seqlen);
-    else if (c->opt.kind != DYN_MODEL_GPT && c->opt.kind != DYN_MODEL_T5)
+    else if (c->opt.kind != DYN_MODEL_GPT && c->opt.kind != DYN_MODEL_T5 && c->opt.kind != DYN_MODEL_LLAMA)
         st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': unknown model kind %d", spec, (int)c->opt.kind);
     else if (c->opt.vocab < 0)
         st = dyn_error_set(err, DYN_ERR_INVALID_ARG, "corpus '%s': vocab %d < 0", spec, c->opt.vocab);

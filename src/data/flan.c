@@ -60,7 +60,7 @@ dyn_status dyn_dataset_synthetic_flan(uint64_t seed, int32_t n_samples, int32_t 
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "synthetic flan: n_samples %d < 0", n_samples);
     if (max_seqlen < 2)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "synthetic flan: max_seqlen %d < 2", max_seqlen);
-    if (kind != DYN_MODEL_GPT && kind != DYN_MODEL_T5)
+    if (kind != DYN_MODEL_GPT && kind != DYN_MODEL_T5 && kind != DYN_MODEL_LLAMA)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "synthetic flan: unknown model kind %d", (int)kind);
     dyn_sample *s = dyn_calloc((size_t)n_samples, sizeof *s, "synthetic samples", err);
     if (s == NULL) return DYN_ERR_NOMEM;

@@ -15,8 +15,8 @@ void dyn_dataset_free(dyn_dataset *ds)
 
 int dyn_lengths_fit(dyn_model_kind kind, int32_t max_seqlen, int32_t input_len, int32_t target_len)
 {
-    if (input_len <= 0 || target_len < (kind == DYN_MODEL_GPT ? 0 : 1)) return 0;
-    if (kind == DYN_MODEL_GPT) return (int64_t)input_len + target_len <= max_seqlen;
+    if (input_len <= 0 || target_len < (kind != DYN_MODEL_T5 ? 0 : 1)) return 0;
+    if (kind != DYN_MODEL_T5) return (int64_t)input_len + target_len <= max_seqlen;
     return input_len <= max_seqlen && target_len <= max_seqlen;
 }
 

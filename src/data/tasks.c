@@ -399,7 +399,7 @@ void builtin_generate(uint64_t seed, dyn_corpus_split split, int64_t index, int3
     gen g = {.in = out->in, .tgt = out->tgt, .rng = &rng, .grow = 1.0};
     if (max_seqlen > GROW_BASE)
         g.grow = max_seqlen >= GROW_BASE * GROW_MAX ? (double)GROW_MAX : (double)max_seqlen / GROW_BASE;
-    if (kind == DYN_MODEL_GPT) { /* (in + 1) + (tgt + 1) <= L */
+    if (kind != DYN_MODEL_T5) { /* decoder-only: (in + 1) + (tgt + 1) <= L */
         g.cap_in = g.cap_tgt = g.cap_total = (int64_t)max_seqlen - 2;
     } else { /* each side + 1 <= L */
         g.cap_in = g.cap_tgt = (int64_t)max_seqlen - 1;

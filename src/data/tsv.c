@@ -91,7 +91,7 @@ static int parse_line(char *line, const char *path, long long lineno, dyn_model_
             return -1;
         }
         /* A GPT sample may have no target: the whole sequence is the sample. */
-        long min = k == 1 && kind == DYN_MODEL_GPT ? 0 : 1;
+        long min = k == 1 && kind != DYN_MODEL_T5 ? 0 : 1;
         if (vals[k] < min) {
             dyn_error_set(err, DYN_ERR_PARSE, "%s:%lld: %s %ld must be %s", path, lineno, names[k], vals[k],
                           min ? "positive" : ">= 0");
@@ -131,7 +131,7 @@ static int tsv_fit(const char *path, long long lineno, int32_t n, dyn_model_kind
         dyn_lengths_clip(kind, max_seqlen, i32, t32);
         return 0;
     }
-    if (kind == DYN_MODEL_GPT)
+    if (kind != DYN_MODEL_T5)
         dyn_error_set(err, DYN_ERR_PARSE,
                       "%s:%lld: sample %d: input_len + target_len = %ld tokens exceeds "
                       "max_seqlen %d (GPT: the limit is on input+target; give --clip to cut it)",

@@ -290,11 +290,11 @@ static dyn_status open_index(dyn_hf_folder *f, const char *dir, dyn_error *err)
     return s;
 }
 
-dyn_hf_folder *dyn_hf_open(const char *dir, dyn_error *err)
+dyn_hf_folder *dyn_hf_open(const char *dir, int32_t max_len, dyn_error *err)
 {
     dyn_hf_folder *f = dyn_calloc(1, sizeof *f, "model folder", err);
     if (f == NULL) return NULL;
-    dyn_status s = dyn_hf_config_read(dir, &f->cfg, err);
+    dyn_status s = dyn_hf_config_read(dir, max_len, &f->cfg, err);
     if (s == DYN_OK) f->arch = dyn_hf_arch_find(f->cfg.arch);
     if (s == DYN_OK) {
         struct stat sb;

@@ -121,8 +121,8 @@ static dyn_status write_index(const rt_ckpt_job *j, const char *tmp, char *names
 static dyn_status write_config(const rt_ckpt_job *j, const char *tmp, dyn_error *err)
 {
     char p[RT_CKPT_PATH_CAP];
-    dyn_model_specials bytes = dyn_model_specials_bytes();
-    char *cfg = rt_ckpt_hf_config_ids(&j->o->model, j->data ? &j->data->sp : &bytes, err);
+    dyn_hf_tokens tok = rt_ckpt_tokens(&j->o->model, j->data, j->o->have_tokens ? &j->o->tokens : NULL);
+    char *cfg = rt_ckpt_hf_config(&j->o->model, &tok, err);
     if (cfg == NULL) return err->code;
     rt_ckpt_pathf(p, sizeof p, "%s/config.json", tmp);
     dyn_status st = dyn_file_write_atomic(p, cfg, strlen(cfg), err);
@@ -142,6 +142,7 @@ static void meta_of_job(const rt_ckpt_job *j, rt_ckpt_meta *m)
     m->n_stages = j->n_stages;
     memcpy(m->lay_first, j->lay_first, ((size_t)j->n_stages + 1) * sizeof(int32_t));
     m->model = o->model;
+    m->tokens = o->have_tokens ? o->tokens : rt_ckpt_byte_tokens(o->model.kind);
     m->seed = o->seed;
     snprintf(m->data_spec, sizeof m->data_spec, "%s", o->data_spec);
     m->n_samples = o->n_samples;

@@ -6,11 +6,14 @@
  *   DIR/latest                      "step-00000040\n": the newest complete
  *                                   checkpoint (replaced atomically)
  *   DIR/step-00000040/
- *     config.json                   Hugging Face config (GPT2LMHeadModel or
- *                                   T5ForConditionalGeneration; the model's
- *                                   shape and the data's special ids: byte
- *                                   vocabulary pad 256, decoder start 257,
- *                                   eos 258, or the tokenizer's)
+ *     config.json                   Hugging Face config (GPT2LMHeadModel,
+ *                                   T5ForConditionalGeneration,
+ *                                   LlamaForCausalLM or Qwen2ForCausalLM;
+ *                                   the model's shape; token ids: the
+ *                                   tokenizer's the data was read with, else
+ *                                   the --init folder's, else the byte
+ *                                   vocabulary's pad 256, bos / decoder
+ *                                   start 257, eos 258: rt_ckpt_tokens)
  *     model.safetensors.index.json  the Hub's sharded-weights index:
  *                                   {"metadata": {"total_size": bytes},
  *                                    "weight_map": {name: shard file}}
@@ -51,6 +54,7 @@
 #include <stdint.h>
 
 #include "dynapipe/common.h"
+#include "model/hf_config.h" /* defines: dyn_hf_tokens */
 #include "model/model.h"
 #include "runtime/group.h"
 #include "runtime/train.h"
@@ -100,6 +104,7 @@ typedef struct rt_ckpt_meta {
     int32_t stages, dp, chunks, n_stages; /* ranks per replica, replicas, chunks per rank, plan stages */
     int32_t lay_first[RT_CKPT_MAX_STAGES + 1]; /* plan stage s = model layers [lay_first[s], lay_first[s+1]) */
     dyn_model_config model;
+    dyn_hf_tokens tokens;  /* config.json's bos / eos / pad ids (-1: null) */
     uint64_t seed;
     char data_spec[512];
     int32_t n_samples, split;
@@ -183,10 +188,20 @@ typedef struct rt_ckpt_job {
  * committed. */
 dyn_status rt_ckpt_save(const rt_ckpt_job *j, dyn_error *err);
 
-/* The Hugging Face config.json text for cfg (malloc'ed), with the byte
- * vocabulary's special ids; _ids: with sp's (pad_token_id, eos_token_id,
- * GPT's bos_token_id (eos when sp has no bos), T5's decoder_start_token_id). */
-char *rt_ckpt_hf_config(const dyn_model_config *cfg, dyn_error *err);
-char *rt_ckpt_hf_config_ids(const dyn_model_config *cfg, const dyn_model_specials *sp, dyn_error *err);
+/* The token ids of dynapipe's byte vocabulary as config.json names them
+ * for a model of kind k: pad 256, eos 258, and bos 258 for GPT-2 (its
+ * convention: bos = eos), the decoder start 257 for T5, bos 257 for Llama. */
+dyn_hf_tokens rt_ckpt_byte_tokens(dyn_model_kind k);
+
+/* The token ids config.json names for a checkpoint of cfg: the special ids
+ * of the tokenizer its data was read with (data recorded and not bytes),
+ * else init (an --init folder's, when not NULL), else the byte
+ * vocabulary's. */
+dyn_hf_tokens rt_ckpt_tokens(const dyn_model_config *cfg, const rt_ckpt_data *data, const dyn_hf_tokens *init);
+
+/* The Hugging Face config.json text for cfg (malloc'ed) with the token ids
+ * tok (NULL: rt_ckpt_byte_tokens). T5 writes tok's bos as
+ * decoder_start_token_id. */
+char *rt_ckpt_hf_config(const dyn_model_config *cfg, const dyn_hf_tokens *tok, dyn_error *err);
 
 #endif

@@ -82,7 +82,8 @@ static dyn_status check_config(const char *dir, const rt_ckpt_meta *meta, dyn_er
 {
     char p[RT_CKPT_PATH_CAP];
     rt_ckpt_pathf(p, sizeof p, "%s/config.json", dir);
-    char *want_text = rt_ckpt_hf_config_ids(&meta->model, &meta->data.sp, err), *text = NULL;
+    dyn_hf_tokens tok = rt_ckpt_tokens(&meta->model, &meta->data, &meta->tokens);
+    char *want_text = rt_ckpt_hf_config(&meta->model, &tok, err), *text = NULL;
     if (want_text == NULL) return err->code;
     dyn_status st = dyn_file_read_all(p, &text, NULL, err);
     cJSON *want = cJSON_Parse(want_text), *have = st == DYN_OK ? cJSON_Parse(text) : NULL;

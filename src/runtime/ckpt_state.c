@@ -24,7 +24,7 @@ typedef enum field_type {
     F_I32,    /* int32_t in [lo, hi] */
     F_I64,    /* int64_t in [lo, hi] */
     F_F32,    /* float in [lo, hi] */
-    F_F64,    /* double in [lo, hi] */
+    F_F64,    /* double in [lo, hi] (written with every digit it needs) */
     F_HEX64,  /* uint64_t as 16 hex digits */
     F_STR,    /* char[hi], NUL-terminated */
     F_KIND,   /* dyn_model_kind by name */
@@ -38,7 +38,8 @@ typedef struct field {
     field_type type;
     size_t offset;      /* in rt_ckpt_meta */
     double lo, hi;      /* numbers: the range read; F_STR: hi = capacity */
-    int optional;       /* the object may be absent (then the field stays 0) */
+    int optional;       /* 1: the object may be absent (then the field stays as preset);
+                         * 2: the same, and it is written for Llama-family models only */
     const char *text;   /* F_CONST */
 } field;
 
@@ -63,6 +64,21 @@ static const field FIELDS[] = {
     {"model", "ffn",                 F_I32,    AT(model.ffn),           1, 1 << 24, 0, NULL},
     {"model", "vocab",               F_I32,    AT(model.vocab),         1, 1 << 24, 0, NULL},
     {"model", "max_seqlen",          F_I32,    AT(model.max_seqlen),    1, 1 << 24, 0, NULL},
+    /* the Llama family's fields (dyn_model_config); absent for GPT and T5 */
+    {"llama", "kv_heads",            F_I32,    AT(model.kv_heads),      1, 1 << 20, 2, NULL},
+    {"llama", "tie_embeddings",      F_I32,    AT(model.tie_embeddings), 0, 1, 2, NULL},
+    {"llama", "qkv_bias",            F_I32,    AT(model.qkv_bias),      0, 1, 2, NULL},
+    {"llama", "rms_eps",             F_F64,    AT(model.rms_eps),       0, 1, 2, NULL},
+    {"llama", "rope_theta",          F_F64,    AT(model.rope_theta),    0, 1e12, 2, NULL},
+    {"llama", "rope_scaling",        F_I32,    AT(model.rope_scaling),  0, 1, 2, NULL},
+    {"llama", "rope_factor",         F_F64,    AT(model.rope_factor),   0, 1e6, 2, NULL},
+    {"llama", "rope_low_freq",       F_F64,    AT(model.rope_low_freq), 0, 1e6, 2, NULL},
+    {"llama", "rope_high_freq",      F_F64,    AT(model.rope_high_freq), 0, 1e6, 2, NULL},
+    {"llama", "rope_orig_ctx",       F_I32,    AT(model.rope_orig_ctx), 0, 1 << 24, 2, NULL},
+    /* config.json's token ids (-1: null); absent in older checkpoints: the byte vocabulary's */
+    {"tokens", "bos_token_id",       F_I32,    AT(tokens.bos_id),       -1, 1 << 24, 1, NULL},
+    {"tokens", "eos_token_id",       F_I32,    AT(tokens.eos_id),       -1, 1 << 24, 1, NULL},
+    {"tokens", "pad_token_id",       F_I32,    AT(tokens.pad_id),       -1, 1 << 24, 1, NULL},
     {NULL,    "seed",                F_HEX64,  AT(seed),                0, 0, 0, NULL},
     {NULL,    "stages",              F_I32,    AT(stages),              1, RT_CKPT_MAX_STAGES, 0, NULL},
     {NULL,    "dp",                  F_I32,    AT(dp),                  1, 1 << 20, 0, NULL},
@@ -151,6 +167,7 @@ static cJSON *field_to_json(const field *f, const rt_ckpt_meta *m)
  * checkpoint read without it is written back without it). */
 static int written(const field *f, const rt_ckpt_meta *m)
 {
+    if (f->optional == 2 && m->model.kind != DYN_MODEL_LLAMA) return 0; /* a Llama's own fields */
     return f->object == NULL || strcmp(f->object, DO) != 0 || m->data.recorded;
 }
 
@@ -162,8 +179,8 @@ cJSON *rt_ckpt_state_to_json(const rt_ckpt_meta *m)
         if (!written(f, m)) continue;
         cJSON *to = r;
         if (f->object) {
-            if (i == 0 || FIELDS[i - 1].object == NULL || strcmp(FIELDS[i - 1].object, f->object) != 0)
-                obj = cJSON_AddObjectToObject(r, f->object);
+            obj = cJSON_GetObjectItemCaseSensitive(r, f->object);
+            if (obj == NULL) obj = cJSON_AddObjectToObject(r, f->object);
             to = obj;
         }
         cJSON *item = field_to_json(f, m);
@@ -305,6 +322,9 @@ dyn_status rt_ckpt_state_from_json(const cJSON *r, const char *path, rt_ckpt_met
         const cJSON *in = r;
         if (f->object) {
             in = cJSON_GetObjectItemCaseSensitive(r, f->object);
+            if (in == NULL && f->optional == 2 && m->model.kind == DYN_MODEL_LLAMA)
+                return dyn_error_set(err, DYN_ERR_CORRUPT, "%s: \"%s\" missing (a Llama-family model's fields)", path,
+                                     f->object);
             if (in == NULL && f->optional) continue;
             if (!cJSON_IsObject(in))
                 return dyn_error_set(err, DYN_ERR_CORRUPT, "%s: \"%s\" missing or not an object", path, f->object);
@@ -312,6 +332,9 @@ dyn_status rt_ckpt_state_from_json(const cJSON *r, const char *path, rt_ckpt_met
         dyn_status st = field_from_json(f, cJSON_GetObjectItemCaseSensitive(in, f->name), path, m, err);
         if (st != DYN_OK) return st;
     }
+    /* Checkpoints from before token ids were recorded wrote the byte
+     * vocabulary's. */
+    if (cJSON_GetObjectItemCaseSensitive(r, "tokens") == NULL) m->tokens = rt_ckpt_byte_tokens(m->model.kind);
     /* the position stated twice must be one */
     if (m->per_epoch > 0 && (m->epoch != m->sampler_pos / m->per_epoch || m->index != m->sampler_pos % m->per_epoch))
         return dyn_error_set(err, DYN_ERR_CORRUPT,

@@ -18,13 +18,13 @@
 /* ---- layers per stage -------------------------------------------------------- */
 
 /* The model layer where cost layer c begins (c = the cost model's flattened
- * layer list of sched.h: GPT [embed, blocks, head], T5 [embed, encoder
- * blocks, bridge, decoder blocks, head]; c = its length maps to L). The
- * bridge is two model layers, the encoder's final norm and the decoder
+ * layer list of sched.h: GPT and Llama [embed, blocks, head], T5 [embed,
+ * encoder blocks, bridge, decoder blocks, head]; c = its length maps to L).
+ * The bridge is two model layers, the encoder's final norm and the decoder
  * embedding (model.h), so the layers after it are one further on. */
 static int32_t model_layer_of(const dyn_model_config *cfg, int32_t c)
 {
-    if (cfg->kind == DYN_MODEL_GPT) return c;
+    if (cfg->kind != DYN_MODEL_T5) return c;
     int32_t ne = cfg->n_layers;
     return c <= ne + 1 ? c : c + 1;
 }

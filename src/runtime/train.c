@@ -203,6 +203,8 @@ static dyn_status ckpt_resume(rt_run *R, int64_t *pos, dyn_error *err)
     if (st == DYN_OK) {
         R->pos.first_step = meta->step;
         *pos = meta->sampler_pos;
+        R->o.tokens = meta->tokens; /* the next checkpoint names the same token ids */
+        R->o.have_tokens = 1;
         /* Not an error: extending a run (a larger --steps) is a legitimate
          * use, but the rates change under it, so say so once. */
         char note[512];
@@ -218,7 +220,7 @@ static dyn_status ckpt_resume(rt_run *R, int64_t *pos, dyn_error *err)
  * and the step count stay those of a fresh run. */
 static dyn_status init_weights(rt_run *R, dyn_error *err)
 {
-    dyn_hf_folder *f = dyn_hf_open(R->o.init_dir, err);
+    dyn_hf_folder *f = dyn_hf_open(R->o.init_dir, R->o.model.max_seqlen, err);
     dyn_status st = f ? dyn_hf_check(f, &R->o.model, err) : err->code;
     for (int32_t c = 0; st == DYN_OK && c < R->s.n_local; c++) st = dyn_hf_load(f, R->s.models[c], err);
     dyn_hf_close(f);

@@ -17,6 +17,7 @@
 #include "dynapipe/common.h"
 #include "dynapipe/pipeline.h" /* defines: DYN_SCHEDULE_AUTO */
 #include "dynapipe/plan.h"
+#include "model/hf_config.h" /* defines: dyn_hf_tokens */
 #include "model/optim.h" /* defines: dyn_adamw_config, dyn_lr_schedule */
 
 
@@ -68,6 +69,9 @@ typedef struct dyn_train_options {
     const char *resume_dir;   /* continue from this checkpoint (root or step folder) */
     const char *init_dir;     /* start from this Hugging Face model folder's weights
                                * (model/hf_load.h): step 0, fresh optimizer */
+    int32_t have_tokens;      /* 1: tokens are the --init folder's config.json ids (a resumed
+                               * run takes its checkpoint's); 0: the byte vocabulary's */
+    dyn_hf_tokens tokens;     /* bos / eos / pad ids a checkpoint's config.json names (-1: null) */
     int64_t eval_every;       /* eval loss every N steps into the metrics; 0: never. On
                                * eval_data, else the eval_split held out, else the
                                * built-in held-out stream, else the training file
