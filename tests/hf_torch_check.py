@@ -495,7 +495,7 @@ def llama_cli(cli, tmp, data):
     LlamaForCausalLM), and a folder written here starts `train --init` at
     the classes' loss on the two samples (the whole first batch)."""
     bad = 0
-    byte_samples = [(list(i.encode()), list(t.encode())) for i, t in SAMPLES]
+    byte_samples = [(list(i.encode()) + [SEP], list(t.encode()) + [EOS]) for i, t in SAMPLES]
     ck = os.path.join(tmp, "llama-ck")
     run([cli, "train", "--model", "llama", "--model-config", "llama-tiny", "--stages", "2", "--steps", "2",
          "--threads", "1", "--samples", "500", "--global-batch-tokens", "2048", "--max-seqlen", "128", "--quiet",

@@ -261,8 +261,9 @@ static void test_tokenizer_learn_and_stop(void **state)
     free(opts);
     char hf[800], cmd[4000];
     snprintf(hf, sizeof hf, "%s/hf", dir);
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s/step-00000150/config.json' '%s/tokenizer.json' '%s/'", hf, ck,
-             g_tok, hf);
+    /* a model folder: the checkpoint's config and weights, the tokenizer */
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s/step-00000150/config.json' '%s'/step-00000150/*.safetensors* "
+             "'%s/tokenizer.json' '%s/'", hf, ck, ck, g_tok, hf);
     assert_int_equal(system(cmd), 0);
     snprintf(args, sizeof args,
              "--init '%s' --data '%s' --machine cpu --steps 2 --template '{input}={target}' --print-options", hf,
