@@ -404,13 +404,13 @@ static void test_metrics_compute(void **state)
     free(text);
 }
 
-/* --calibrate: the first warm iteration's correction (from index 1's
- * records) reaches the very next plan, index 2, whose work is held back
- * until then (rt_mail_hold); indices 0 and 1 carry no correction. The
- * machine file predicts 100 times faster than this machine runs, so the
- * correction is far from 1 and must move. The factors index 2 carried
- * (metrics "time_scale") are the ones the calibration printed after index
- * 1 (the log counts from 1: "after iteration 2"). */
+/* --calibrate: the first warm iteration's correction (from index 2's
+ * records; indices 0 and 1 are cold) reaches the very next plan, index 3,
+ * whose work is held back until then (rt_mail_hold); indices 0 to 2 carry
+ * no correction. The machine file predicts 100 times faster than this
+ * machine runs, so the correction is far from 1 and must move. The factors
+ * index 3 carried (metrics "time_scale") are the ones the calibration
+ * printed after index 2 (the log counts from 1: "after iteration 3"). */
 static void test_calibration_next_plan(void **state)
 {
     (void)state;
@@ -419,7 +419,7 @@ static void test_calibration_next_plan(void **state)
                machine, sizeof machine);
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
     snprintf(args, sizeof args,
-             "--model gpt --model-config gpt-tiny --layers 4 --stages 2 --schedule 1f1b --steps 4 --machine '%s' "
+             "--model gpt --model-config gpt-tiny --layers 4 --stages 2 --schedule 1f1b --steps 5 --machine '%s' "
              "--calibrate --verbose --metrics '%s'",
              machine, metrics);
     int rc = train(args);
@@ -431,14 +431,14 @@ static void test_calibration_next_plan(void **state)
     int n = 0;
     double printed[2][3];
     while (n == 0 && fgets(line, sizeof line, fp))
-        n = sscanf(line, "dynapipe train: calibration after iteration 2: rank 0 forward x%lf backward x%lf step "
+        n = sscanf(line, "dynapipe train: calibration after iteration 3: rank 0 forward x%lf backward x%lf step "
                          "x%lf; rank 1 forward x%lf backward x%lf step x%lf",
                    &printed[0][0], &printed[0][1], &printed[0][2], &printed[1][0], &printed[1][1], &printed[1][2]);
     fclose(fp);
-    if (n != 6) fail_msg("no correction after iteration 2 in: %s", slurp(err_path));
+    if (n != 6) fail_msg("no correction after iteration 3 in: %s", slurp(err_path));
     char *text = slurp(metrics);
     char *at = text;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         cJSON *j = cJSON_ParseWithOpts(at, (const char **)&at, 0);
         if (j == NULL) fail_msg("metrics line %d does not parse", k);
         const cJSON *ts = cJSON_GetObjectItemCaseSensitive(j, "time_scale");
@@ -446,12 +446,12 @@ static void test_calibration_next_plan(void **state)
         for (int r = 0; r < 2; r++)
             for (int d = 0; d < 3; d++) {
                 double f = cJSON_GetArrayItem(cJSON_GetArrayItem(ts, r), d)->valuedouble;
-                if (k < 2 && f != 1.0) fail_msg("iteration %d rank %d carries %g before any record", k, r, f);
-                if (k == 2 && fabs(f - printed[r][d]) > 1e-3)
-                    fail_msg("iteration 2 rank %d direction %d carries %g, the calibration posted %g", r, d, f,
+                if (k < 3 && f != 1.0) fail_msg("iteration %d rank %d carries %g before any record", k, r, f);
+                if (k == 3 && fabs(f - printed[r][d]) > 1e-3)
+                    fail_msg("iteration 3 rank %d direction %d carries %g, the calibration posted %g", r, d, f,
                              printed[r][d]);
             }
-        if (k == 2) assert_true(printed[0][0] > 2 && printed[1][1] > 2); /* the correction was big */
+        if (k == 3) assert_true(printed[0][0] > 2 && printed[1][1] > 2); /* the correction was big */
         cJSON_Delete(j);
     }
     free(text);

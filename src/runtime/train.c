@@ -40,6 +40,10 @@
 #include "runtime/work.h"          /* defines: dyn_rt_work */
 #include "util/util.h"
 
+/* Iterations of a process that online calibration leaves out (cold;
+ * calibrate_hook). */
+#define CALIB_COLD 2
+
 void dyn_train_options_default(dyn_train_options *o)
 {
     memset(o, 0, sizeof *o);
@@ -450,7 +454,7 @@ static dyn_status planner_start(rt_run *R, int64_t resume_pos, dyn_error *err)
         return st;
     if ((st = rt_planner_start(R->planner, err)) != DYN_OK) return st;
     rt_mail_start_sending(&R->mail, R->planner, R->pos.first_step);
-    if (o->calibrate) rt_mail_hold(&R->mail, R->pos.first_step + 2); /* the first warm record's next plan */
+    if (o->calibrate) rt_mail_hold(&R->mail, R->pos.first_step + CALIB_COLD + 1); /* the first warm record's next plan */
     return DYN_OK;
 }
 
@@ -585,9 +589,11 @@ static void aggregate(rt_run *R, int64_t k, const dyn_rt_work *w, const rt_step_
 
 /* Online calibration (calibrate.h), rank 0: iteration k's per-rank
  * measured and predicted compute and optimizer step (all: [world]) join
- * the windows from this process's second iteration on (the first is
- * cold: arenas and caches growing, also after a resume), with the factors
- * k's plan carried; moved factors are posted to the planner thread, which
+ * the windows from this process's third iteration on (the first two are
+ * cold: arenas and caches growing, also after a resume, and the planner
+ * thread filling its plan-ahead queue on the cores the ranks train on --
+ * on 2 cores the second iteration still ran 1.2-1.7x its later ratio of
+ * measured to predicted), with the factors k's plan carried; moved factors are posted to the planner thread, which
  * plans again what it has queued. The first warm iteration's correction
  * reaches the next iteration (rt_mail_hold), the others the one after
  * (the next was sent while k trained). The factors k's plan carried also
@@ -602,7 +608,7 @@ static void calibrate_hook(rt_run *R, rt_iter *it, int64_t k, const rt_rank_rec 
         return;
     }
     memcpy(it->time_scale, carried, (size_t)S * RT_CALIB_DIRS * sizeof(double));
-    if (k <= R->pos.first_step) return;
+    if (k < R->pos.first_step + CALIB_COLD) return;
     for (int r = 0; r < R->g.world_size; r++) {
         const rt_rank_rec *q = &all[r];
         int s = r % S;
