@@ -3,7 +3,10 @@
 # change of the runtime must leave byte for byte: GPT and T5 with --save DIR,
 # --save FILE, --eval-every, a resume of each, dp 2 with --calibrate,
 # interleaved with 2 chunks, packing and padding, and `dynapipe eval`.
-# Every checkpoint file is kept; of the metrics, the deterministic fields
+# Every run plans for the built-in `cpu` machine without calibration (the
+# defaults, --machine auto and calibration, follow measured times), except
+# the dp run's explicit --calibrate. Every checkpoint file is kept; of the
+# metrics, the deterministic fields
 # (loss, tokens, lr, grad norm, schedule, micro-batches, eval loss, keys,
 # and the predicted times and memory of the runs without --calibrate) go to
 # FILE.det files. Timings differ run to run and are not compared.
@@ -26,7 +29,7 @@ fi
 B=$(cd "$1" && pwd) O=$2
 rm -rf "$O" && mkdir -p "$O"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-C="--threads 1 --samples 2000 --data builtin:3 --global-batch-tokens 2048 --max-seqlen 128 --quiet --seed 1"
+C="--threads 1 --samples 2000 --data builtin:3 --global-batch-tokens 2048 --max-seqlen 128 --quiet --seed 1 --machine cpu --no-calibrate"
 G="--model gpt --model-config gpt-tiny --layers 4 --stages 2 --schedule auto"
 T="--model t5 --model-config t5-tiny --layers 2 --dec-layers 2 --stages 2 --schedule 1f1b"
 run() { "$B/dynapipe" train $C "$@" 2> >(grep -v '^dynapipe train: note: the checkpoint was trained on' >&2); }
