@@ -51,21 +51,24 @@ int cli_run_threads(const plan_args *a)
     return cores > ranks ? (int)(cores / ranks) : 1;
 }
 
-/* Ranks that run at once on this machine: all of them, or as many as the
- * cores hold at `threads` each when the run is oversubscribed (then they
- * also take turns: dyn_machine_core_share). */
-static int ranks_at_once(const plan_args *a, int threads)
-{
-    long cores = sysconf(_SC_NPROCESSORS_ONLN), ranks = run_ranks(a);
-    long fit = cores > threads ? cores / threads : 1;
-    return (int)(ranks < fit ? ranks : fit);
-}
-
 /* The other ranks of a measurement (machine_auto.h, "Ranks beside"): child
  * processes running the same measurement over and over, for its load, until
  * killed. A child outlives neither its parent nor CORUN_MAX_S. */
 #define CORUN_MAX 64
 #define CORUN_MAX_S 120.0
+
+/* Ranks that run at once on this machine: all of them, or as many as the
+ * cores hold at `threads` each when the run is oversubscribed (then they
+ * also take turns: dyn_machine_core_share); at most CORUN_MAX + 1, the
+ * most a measurement runs beside, so that the key looked up is the key
+ * written. */
+static int ranks_at_once(const plan_args *a, int threads)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN), ranks = run_ranks(a);
+    long fit = cores > threads ? cores / threads : 1;
+    if (fit > CORUN_MAX + 1) fit = CORUN_MAX + 1;
+    return (int)(ranks < fit ? ranks : fit);
+}
 typedef struct corun {
     pid_t pid[CORUN_MAX];
     int n;
