@@ -45,7 +45,7 @@ for model in $MODELS; do
       for cal in $CALIBRATE; do
         c=()
         [ "$cal" = off ] && c=(--no-calibrate)
-        "$BIN" train --model "$model" "${args[@]}" --data builtin --stages 2 --steps "$STEPS" --warmup 1 \
+        timeout 900 "$BIN" train --model "$model" "${args[@]}" --data builtin --stages 2 --steps "$STEPS" --warmup 1 \
           --schedule auto "${margs[@]}" "${c[@]}" --metrics "$tmp/m.jsonl" > "$tmp/log" 2>&1 ||
           { cat "$tmp/log" >&2; exit 1; }
         if [ -n "${KEEP:-}" ]; then

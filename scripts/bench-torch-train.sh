@@ -44,6 +44,7 @@
 #        decay, lr x 0.01 x w per step, is below what 4 steps can show).
 # Exits 77 with a message when PyTorch does not import.
 set -euo pipefail
+RUN_TIMEOUT=${RUN_TIMEOUT:-900} # seconds a dynapipe train (mpirun) may run: a hung rank ends the run
 cd "$(dirname "$0")/.."
 OUT=${1:-out/bench-torch-train}
 if [ "${SMOKE:-0}" = 1 ]; then
@@ -76,7 +77,7 @@ data=(--data "$DATA" --samples "$SAMPLES" --max-seqlen "$MAXLEN" --global-batch-
 common=(--model gpt $MODEL_FLAGS "${data[@]}" --steps "$STEPS" --stages "$STAGES")
 
 echo "bench-torch-train: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
-"$DYN_CLI" train "${common[@]}" ${TRAIN_FLAGS:-} --print-options >"$OUT/options.json"
+timeout "$RUN_TIMEOUT" "$DYN_CLI" train "${common[@]}" ${TRAIN_FLAGS:-} --print-options >"$OUT/options.json"
 "$DYN_CLI" data batches "$DATA" --model gpt --samples "$SAMPLES" --max-seqlen "$MAXLEN" \
     --global-batch-tokens "$GBT" --count "$STEPS" --out "$OUT/batches.jsonl" >/dev/null
 
@@ -91,7 +92,7 @@ torch_args=(bench/torch_train_gpt.py --options "$OUT/options.json" --batches "$O
 [ -n "${TORCH_THREADS:-}" ] && torch_args+=(--threads "$TORCH_THREADS")
 
 run_dyn() { # rep
-    env -u OPENBLAS_CORETYPE "$DYN_CLI" train "${common[@]}" --method dynapipe --schedule auto ${TRAIN_FLAGS:-} \
+    env -u OPENBLAS_CORETYPE timeout "$RUN_TIMEOUT" "$DYN_CLI" train "${common[@]}" --method dynapipe --schedule auto ${TRAIN_FLAGS:-} \
         --metrics "$OUT/dynapipe-r$1.jsonl" >"$OUT/dynapipe-r$1.log" 2>&1 ||
         { echo "bench-torch-train: dynapipe train failed (see $OUT/dynapipe-r$1.log)" >&2; exit 1; }
 }
@@ -105,7 +106,7 @@ if [ "${CHECK:-${SMOKE:-0}}" = 1 ]; then
     # its own CHECK_STEPS: the lr schedule's length is the run's --steps
     cs=${CHECK_STEPS:-4}
     # shellcheck disable=SC2086
-    "$DYN_CLI" train --model gpt $MODEL_FLAGS "${data[@]}" --steps "$cs" --stages "$STAGES" ${TRAIN_FLAGS:-} \
+    timeout "$RUN_TIMEOUT" "$DYN_CLI" train --model gpt $MODEL_FLAGS "${data[@]}" --steps "$cs" --stages "$STAGES" ${TRAIN_FLAGS:-} \
         --print-options >"$OUT/check-options.json"
     "$DYN_CLI" data batches "$DATA" --model gpt --samples "$SAMPLES" --max-seqlen "$MAXLEN" \
         --global-batch-tokens "$GBT" --count "$cs" --out "$OUT/check-batches.jsonl" >/dev/null
@@ -113,7 +114,7 @@ if [ "${CHECK:-${SMOKE:-0}}" = 1 ]; then
         --batches "$OUT/check-batches.jsonl" --strategy padded:1 --metrics "$OUT/check-torch.jsonl" \
         --save-init "$OUT/check-init" >"$OUT/check-torch.log" 2>&1 ||
         { cat "$OUT/check-torch.log" >&2; echo "bench-torch-train: check: torch_train_gpt.py failed" >&2; exit 1; }
-    env -u OPENBLAS_CORETYPE "$DYN_CLI" train --init "$OUT/check-init" "${data[@]}" --steps "$cs" \
+    env -u OPENBLAS_CORETYPE timeout "$RUN_TIMEOUT" "$DYN_CLI" train --init "$OUT/check-init" "${data[@]}" --steps "$cs" \
         --stages "$STAGES" ${TRAIN_FLAGS:-} --metrics "$OUT/check-dynapipe.jsonl" >"$OUT/check-dynapipe.log" 2>&1 ||
         { echo "bench-torch-train: check: dynapipe train --init failed (see $OUT/check-dynapipe.log)" >&2; exit 1; }
     "$PY" - "$OUT/check-dynapipe.jsonl" "$OUT/check-torch.jsonl" <<'EOF'
