@@ -9,7 +9,9 @@ per rank, the efficiency against the ideal bound (sum of the batches'
 ideal_ms over the sum of their iteration_ms; "rated": the bound at the run's
 measured rates, ideal_rated_ms; "-" for metrics written before the bound
 was recorded), and the speed-up over tuned packing and tuned
-document-masked packing. With --svg FILE it draws the loss of every method against step and
+document-masked packing, then dynapipe's speed-up per repeat (each repeat's
+methods ran one after another, so the ratio is taken within a repeat):
+median, min and max, and "tie" when the spread contains 1. With --svg FILE it draws the loss of every method against step and
 against wall-clock time (repeat 1), one row of two panels per model.
 
     python3 bench/train_report.py out/bench-train [--svg docs/img/train-loss.svg]
@@ -97,6 +99,23 @@ def table(model, methods):
         print(f"| {method} | {r['knob']} | {r['tps']:.0f} | {r['iter_ms']:.0f} | {r['pred_ms']:.0f} | "
               f"{r['n_mb']:.0f} | {r['bubble']:.3f} | {' / '.join(f'{p:.0f}' for p in r['peaks'])} | "
               f"{pct(r['eff'])} ({pct(r['rated'])}) | {vs[0]} | {vs[1]} |")
+    paired(methods)
+
+
+def paired(methods):
+    """dynapipe over each baseline, repeat by repeat."""
+    if "dynapipe" not in methods:
+        return
+    dyn = {rep: summary(recs)["tps"] for rep, recs, _ in methods["dynapipe"]}
+    print()
+    for base in [m for m in ORDER if m in methods and m != "dynapipe"]:
+        ratios = [dyn[rep] / summary(recs)["tps"] for rep, recs, _ in methods[base] if rep in dyn]
+        if not ratios:
+            continue
+        lo, hi = min(ratios), max(ratios)
+        call = "tie" if lo <= 1.0 <= hi else ("ahead" if lo > 1.0 else "behind")
+        print(f"dynapipe / {base}, per repeat ({len(ratios)}): median {statistics.median(ratios):.2f}x, "
+              f"min {lo:.2f}x, max {hi:.2f}x ({call})")
 
 
 def panel(x0, y0, w, h, series, xlabel, title):
