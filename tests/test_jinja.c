@@ -295,7 +295,7 @@ static void test_errors_name_construct_and_place(void **state)
                  "raise_exception: roles must alternate");
     expect_error("{{ strftime_now('%Y') }}", "line 1:16", "strftime_now is not supported");
     expect_error("{{ foo(1) }}", "line 1:7", "'foo' is not a function");
-    expect_error("{% set x = 1 %}{% set x.y = 2 %}", "line 1:20", "only a namespace() can be assigned");
+    expect_error("{% set x = 1 %}{% set x.y = 2 %}", "line 1:19", "only a namespace() can be assigned");
     expect_error("{{ 9223372036854775807 + 1 }}", "integer overflow", NULL);
     expect_error("{{ [1, 2][0:1:0] }}", "slice step cannot be zero", NULL);
     expect_error("{% raw %}x{% endraw %}", "'raw' tag is not supported", NULL);

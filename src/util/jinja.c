@@ -1037,8 +1037,8 @@ static int parse_body(parser *P, const char *const *stops, const tok *opened, nl
             P->p++;
         } else if (t->k == T_VBEGIN) {
             P->p++;
-            if ((n = new_node(P, S_OUT, t)) != NULL && (n->a = parse_expr(P, 1)) != NULL && cur(P)->k != T_VEND)
-                n = expect_fail(P, "'}}'");
+            if ((n = new_node(P, S_OUT, t)) != NULL && (n->a = parse_expr(P, 1)) == NULL) n = NULL;
+            if (n != NULL && cur(P)->k != T_VEND) n = expect_fail(P, "'}}'");
             P->p++;
         } else if (t->k == T_BBEGIN) {
             n = parse_tag(P);

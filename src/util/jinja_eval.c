@@ -122,8 +122,8 @@ static int jstr_is(jstr s, const char *z) { return s.n == strlen(z) && memcmp(s.
 
 static const char *kind_name(jkind k)
 {
-    static const char *const names[] = {"undefined", "none", "boolean", "integer", "float", "string",
-                                        "list", "dict", "namespace", "loop", "function"};
+    static const char *const names[] = {"an undefined value", "none", "a boolean", "an integer", "a float",
+                                        "a string", "a list", "a dict", "a namespace", "a loop", "a function"};
     return names[k];
 }
 
@@ -403,7 +403,7 @@ static int json_into(rctx *R, const node *at, sbuf *b, jv v, const json_opt *o, 
         return sb_z(R, at, b, num);
     case JV_STR: return json_str(R, at, b, v.u.s);
     case JV_LIST: case JV_DICT: return json_seq(R, at, b, v, o, level);
-    default: return rfail(R, at, "tojson: a value of type %s is not JSON serializable", kind_name(v.k));
+    default: return rfail(R, at, "tojson: %s is not JSON serializable", kind_name(v.k));
     }
 }
 
@@ -476,14 +476,14 @@ static int jv_less(rctx *R, const node *at, jv a, jv b, int *out, int depth)
         *out = a.u.l->n < b.u.l->n;
         return 0;
     }
-    return rfail(R, at, "cannot order a %s and a %s", kind_name(a.k), kind_name(b.k));
+    return rfail(R, at, "cannot order %s and %s", kind_name(a.k), kind_name(b.k));
 }
 
 /* needle in hay (Python's `in`). */
 static int jv_in(rctx *R, const node *at, jv needle, jv hay, int *out)
 {
     if (hay.k == JV_STR) {
-        if (needle.k != JV_STR) return rfail(R, at, "'in <string>' needs a string on the left, not a %s",
+        if (needle.k != JV_STR) return rfail(R, at, "'in <string>' needs a string on the left, not %s",
                                              kind_name(needle.k));
         jstr h = hay.u.s, n = needle.u.s;
         *out = n.n == 0;
@@ -500,7 +500,7 @@ static int jv_in(rctx *R, const node *at, jv needle, jv hay, int *out)
         return 0;
     }
     if (hay.k == JV_UNDEF) return rfail(R, at, "'in' an undefined value");
-    return rfail(R, at, "'in' a %s (not iterable)", kind_name(hay.k));
+    return rfail(R, at, "'in' %s (not iterable)", kind_name(hay.k));
 }
 
 static int compare(rctx *R, const node *at, int op, jv a, jv b, int *out)
@@ -730,7 +730,7 @@ static int slice_bounds(rctx *R, const node *at, jv vs[3], int64_t n, int64_t *s
 
 static int get_slice(rctx *R, const node *at, jv obj, jv vs[3], jv *out)
 {
-    if (obj.k != JV_LIST && obj.k != JV_STR) return rfail(R, at, "cannot slice a %s", kind_name(obj.k));
+    if (obj.k != JV_LIST && obj.k != JV_STR) return rfail(R, at, "cannot slice %s", kind_name(obj.k));
     int64_t n = obj.k == JV_LIST ? (int64_t)obj.u.l->n : cp_count(obj.u.s), a = 0, b = 0, st = 1;
     if (slice_bounds(R, at, vs, n, &a, &b, &st) != 0) return -1;
     int64_t cnt = 0;
@@ -777,7 +777,7 @@ static int iterate(rctx *R, const node *at, jv v, jlist **out)
         *out = l;
         return 0;
     }
-    return rfail(R, at, "a %s is not iterable", kind_name(v.k));
+    return rfail(R, at, "%s is not iterable", kind_name(v.k));
 }
 
 /* ---- calls: arguments ----------------------------------------------------- */
@@ -830,7 +830,7 @@ static int check_args(rctx *R, const node *at, const args *a, const char *what, 
 
 static int need_str(rctx *R, const node *at, jv v, const char *what, jstr *out)
 {
-    if (v.k != JV_STR) return rfail(R, at, "%s needs a string, not a %s", what, kind_name(v.k));
+    if (v.k != JV_STR) return rfail(R, at, "%s needs a string, not %s", what, kind_name(v.k));
     *out = v.u.s;
     return 0;
 }
@@ -1068,7 +1068,7 @@ static int filter_length(rctx *R, const node *at, jv v, jv *out)
     case JV_STR: *out = mkint(cp_count(v.u.s)); return 0;
     case JV_LIST: *out = mkint((int64_t)v.u.l->n); return 0;
     case JV_DICT: *out = mkint((int64_t)v.u.d->n); return 0;
-    default: return rfail(R, at, "length of a %s", kind_name(v.k));
+    default: return rfail(R, at, "length of %s", kind_name(v.k));
     }
 }
 
@@ -1091,7 +1091,7 @@ static int filter_seq(rctx *R, const node *at, jstr f, jv v, jv *out)
 {
     if (jstr_is(f, "items")) {
         if (v.k == JV_UNDEF) v = (jv){.k = JV_LIST, .u.l = list_new(R, at, 0)};
-        else if (v.k != JV_DICT) return rfail(R, at, "items of a %s", kind_name(v.k));
+        else if (v.k != JV_DICT) return rfail(R, at, "items of %s", kind_name(v.k));
         if (v.k == JV_DICT) {
             jlist *l = list_new(R, at, v.u.d->n);
             if (l == NULL) return -1;
@@ -1227,7 +1227,7 @@ static int str_method(rctx *R, const node *at, jstr s, jstr m, const args *a, jv
     jv x = arg(a, 0, NULL, (jv){.k = JV_NONE});
     jstr xs = {0};
     if (x.k != JV_NONE && x.k != JV_STR && !jstr_is(m, "split") && !jstr_is(m, "join") && !jstr_is(m, "replace"))
-        return rfail(R, at, "str.%.*s needs a string argument, not a %s", (int)m.n, m.s, kind_name(x.k));
+        return rfail(R, at, "str.%.*s needs a string argument, not %s", (int)m.n, m.s, kind_name(x.k));
     if (x.k == JV_STR) xs = x.u.s;
     if (jstr_is(m, "strip") || jstr_is(m, "lstrip") || jstr_is(m, "rstrip")) {
         int which = jstr_is(m, "strip") ? 3 : jstr_is(m, "lstrip") ? 1 : 2;
@@ -1251,7 +1251,7 @@ static int str_method(rctx *R, const node *at, jstr s, jstr m, const args *a, jv
         jlist *items;
         if (iterate(R, at, x, &items) != 0) return -1;
         for (size_t i = 0; i < items->n; i++)
-            if (items->v[i].k != JV_STR) return rfail(R, at, "str.join: item %zu is a %s", i, kind_name(items->v[i].k));
+            if (items->v[i].k != JV_STR) return rfail(R, at, "str.join: item %zu is %s", i, kind_name(items->v[i].k));
         return join_items(R, at, items, s, (jstr){0}, out);
     } else {
         return rfail(R, at, "unknown or unsupported string method '%.*s'", (int)(m.n > 40 ? 40 : m.n), m.s);
@@ -1303,7 +1303,7 @@ static int call_global(rctx *R, const node *at, int fn, const args *a, jv *out)
     int64_t v[3] = {0, 0, 1};
     if (a->npos < 1 || a->npos > 3 || a->nkw) return rfail(R, at, "range takes 1 to 3 integers");
     for (int k = 0; k < a->npos; k++) {
-        if (a->pos[k].k != JV_INT) return rfail(R, at, "range takes integers, not a %s", kind_name(a->pos[k].k));
+        if (a->pos[k].k != JV_INT) return rfail(R, at, "range takes integers, not %s", kind_name(a->pos[k].k));
         v[a->npos == 1 ? 1 : k] = a->pos[k].u.i;
     }
     if (v[2] == 0) return rfail(R, at, "range() step must not be zero");
@@ -1329,7 +1329,7 @@ static int eval_call(rctx *R, const node *n, jv *out)
         if (obj.k == JV_DICT) return dict_method(R, n, obj, callee->name, &a, out);
         if (obj.k == JV_UNDEF)
             return rfail(R, n, "'%.*s' of an undefined value", (int)callee->name.n, callee->name.s);
-        return rfail(R, n, "a %s has no supported method '%.*s'", kind_name(obj.k), (int)callee->name.n,
+        return rfail(R, n, "%s has no supported method '%.*s'", kind_name(obj.k), (int)callee->name.n,
                      callee->name.s);
     }
     jv f;
@@ -1338,7 +1338,7 @@ static int eval_call(rctx *R, const node *n, jv *out)
         if (callee->kind == N_NAME)
             return rfail(R, n, "'%.*s' is not a function this interpreter knows (macros are not supported)",
                          (int)callee->name.n, callee->name.s);
-        return rfail(R, n, "a %s is not callable", kind_name(f.k));
+        return rfail(R, n, "%s is not callable", kind_name(f.k));
     }
     if (eval_args(R, n, &a) != 0) return -1;
     return call_global(R, n, f.u.fn, &a, out);
@@ -1378,7 +1378,7 @@ static int eval_seq(rctx *R, const node *n, jv *out)
     for (int k = 0; k < n->kids.n; k++) {
         jv key, val;
         if (eval(R, n->kids.v[k], &key) != 0 || eval(R, n->kids2.v[k], &val) != 0) return -1;
-        if (key.k != JV_STR) return rfail(R, n->kids.v[k], "dict keys must be strings here, not a %s", kind_name(key.k));
+        if (key.k != JV_STR) return rfail(R, n->kids.v[k], "dict keys must be strings here, not %s", kind_name(key.k));
         if (dict_set(R, n, d, key.u.s, val) != 0) return -1;
     }
     *out = (jv){.k = JV_DICT, .u.d = d};
@@ -1426,7 +1426,7 @@ static int eval_more(rctx *R, const node *n, jv *out)
         return 0;
     case N_NEG: case N_POS:
         if (eval(R, n->a, &a) != 0) return -1;
-        if (!is_num(a)) return rfail(R, n, "unary %c of a %s", n->kind == N_NEG ? '-' : '+', kind_name(a.k));
+        if (!is_num(a)) return rfail(R, n, "unary %c of %s", n->kind == N_NEG ? '-' : '+', kind_name(a.k));
         if (n->kind == N_POS) *out = a.k == JV_BOOL ? mkint(a.u.b) : a;
         else if (a.k == JV_FLOAT) *out = (jv){.k = JV_FLOAT, .u.f = -a.u.f};
         else return int_arith(R, n, OP_SUB, 0, num_i(a), out);
@@ -1489,7 +1489,7 @@ static int bind_targets(rctx *R, const node *n, frame *f, jv x)
 {
     if (n->n_targets == 1) return dict_set(R, n, &f->vars, n->knames[0], x);
     jlist *parts;
-    if (x.k != JV_LIST && x.k != JV_STR) return rfail(R, n, "cannot unpack a %s into %d names", kind_name(x.k),
+    if (x.k != JV_LIST && x.k != JV_STR) return rfail(R, n, "cannot unpack %s into %d names", kind_name(x.k),
                                                    n->n_targets);
     if (iterate(R, n, x, &parts) != 0) return -1;
     if ((int)parts->n != n->n_targets)
@@ -1571,7 +1571,7 @@ static int exec_set(rctx *R, const node *n)
     jv ns;
     if (lookup(R, n->name, &ns) != 0) return -1;
     if (ns.k != JV_NS)
-        return rfail(R, n, "cannot set an attribute of '%.*s' (a %s; only a namespace() can be assigned to)",
+        return rfail(R, n, "cannot set an attribute of '%.*s' (%s; only a namespace() can be assigned to)",
                      (int)n->name.n, n->name.s, kind_name(ns.k));
     return dict_set(R, n, ns.u.d, n->attr2, v);
 }
