@@ -65,4 +65,5 @@ def main():
         json.dump(out, f, ensure_ascii=False)
 
 
-main()
+if __name__ == "__main__":
+    main()
