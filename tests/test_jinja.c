@@ -293,6 +293,8 @@ static void test_errors_name_construct_and_place(void **state)
     expect_error("{% set a, b = 1, 2 %}", "line 1:9", "not supported");
     expect_error("\n\n   {{ raise_exception('roles must alternate') }}", "line 3:",
                  "raise_exception: roles must alternate");
+    expect_error("{{ raise_exception('two\nlines\x01') }}", "raise_exception: two lines ", NULL);
+    expect_error("{{ 1 \x01 }}", "unexpected character 0x01", NULL);
     expect_error("{{ strftime_now('%Y') }}", "line 1:16", "strftime_now is not supported");
     expect_error("{{ foo(1) }}", "line 1:7", "'foo' is not a function");
     expect_error("{% set x = 1 %}{% set x.y = 2 %}", "line 1:19", "only a namespace() can be assigned");

@@ -68,6 +68,12 @@ void jarena_free(jarena *a)
     a->used_total = 0;
 }
 
+void dyn_jinja_one_line(char *msg)
+{
+    for (char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f) *p = ' ';
+}
+
 /* ---- tokens ------------------------------------------------------------- */
 typedef enum tkind { T_EOF, T_DATA, T_VBEGIN, T_VEND, T_BBEGIN, T_BEND, T_NAME, T_STR, T_INT, T_FLOAT, T_OP } tkind;
 
@@ -115,6 +121,7 @@ static int lex_fail(lexer *L, size_t off, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    dyn_jinja_one_line(msg);
     dyn_error_set(L->err, DYN_ERR_PARSE, "line %d:%d: %s", line, col, msg);
     L->failed = 1;
     return -1;
@@ -311,7 +318,7 @@ static int lex_op(lexer *L, int *depth)
     for (size_t k = 0; k < sizeof OPS2 / sizeof *OPS2 && len == 0; k++)
         if (L->n - L->p >= 2 && s[0] == OPS2[k][0] && s[1] == OPS2[k][1]) len = 2;
     if (len == 0 && strchr("()[]{},.:|=~+-*/%<>", s[0]) != NULL && s[0] != '\0') len = 1;
-    if (len == 0) return lex_fail(L, start, "unexpected character '%c'", s[0]);
+    if (len == 0) return lex_fail(L, start, "unexpected character 0x%02x", (unsigned char)s[0]);
     if (len == 1 && strchr("([{", s[0])) (*depth)++;
     if (len == 1 && strchr(")]}", s[0])) {
         if (*depth == 0) return lex_fail(L, start, "unexpected '%c'", s[0]);
@@ -442,6 +449,7 @@ static node *pfail(parser *P, const tok *t, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
+        dyn_jinja_one_line(msg);
         dyn_error_set(P->err, DYN_ERR_PARSE, "line %d:%d: %s", t->line, t->col, msg);
         P->failed = 1;
     }

@@ -65,7 +65,8 @@ static int rfail(rctx *R, const node *at, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    dyn_error_set(R->err, DYN_ERR_INVALID_ARG, "line %d:%d: %s", at->line, at->col, msg);
+    dyn_jinja_one_line(msg);
+    dyn_error_set(R->err, DYN_ERR_INVALID_ARG, "line %d:%d: %s", at ? at->line : 0, at ? at->col : 0, msg);
     R->failed = 1;
     return -1;
 }

@@ -122,6 +122,10 @@ struct node {
     jv value;
 };
 
+/* Control characters in msg (from the template or the variables) become
+ * spaces, so that an error stays one printable line. */
+void dyn_jinja_one_line(char *msg);
+
 struct dyn_jinja {
     jarena ar;  /* the tree and its strings */
     node *root; /* S_BODY */
