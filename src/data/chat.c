@@ -171,7 +171,9 @@ static dyn_status check_messages(const cJSON *messages, dyn_error *err)
 static dyn_status render_one(dyn_chat *c, cJSON *messages, int gen, char **out, size_t *len, dyn_error *err)
 {
     cJSON *vars = cJSON_Duplicate(c->tokens, 1);
+    /* as transformers renders: tools and documents None when not given */
     if (vars == NULL || !cJSON_AddItemReferenceToObject(vars, "messages", messages) ||
+        cJSON_AddNullToObject(vars, "tools") == NULL || cJSON_AddNullToObject(vars, "documents") == NULL ||
         cJSON_AddBoolToObject(vars, "add_generation_prompt", gen) == NULL) {
         cJSON_Delete(vars);
         return dyn_error_set(err, DYN_ERR_NOMEM, "chat template: out of memory");

@@ -6,7 +6,8 @@
  * reads a folder: DIR/chat_template.jinja; else "chat_template" of
  * DIR/tokenizer_config.json, a string or a list of {"name", "template"}
  * objects of which "default" is taken. The variables it sees: messages,
- * add_generation_prompt, and bos_token / eos_token / unk_token / pad_token
+ * add_generation_prompt, tools and documents (None, as transformers passes
+ * them without tools), and bos_token / eos_token / unk_token / pad_token
  * as strings (tokenizer_config.json's, a string or {"content": ...}; else
  * special_tokens_map.json's; absent when neither gives one).
  *

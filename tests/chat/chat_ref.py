@@ -5,6 +5,7 @@ transformers' apply_chat_template renders (jinja_ref.py's environment):
 
   prompt = render(messages[:-1], add_generation_prompt=True, **VARS)
   full   = render(messages,      add_generation_prompt=False, **VARS)
+  (with tools=None and documents=None, as apply_chat_template without tools)
   target = full[len(prompt):]    (full must start with prompt)
 
 OUT.json: per record {"prompt": str, "target": str}; with SPECIALS.json
@@ -51,8 +52,8 @@ def main():
         if not line.strip():
             continue
         msgs = json.loads(line)["messages"]
-        prompt = tmpl.render(messages=msgs[:-1], add_generation_prompt=True, **extra)
-        full = tmpl.render(messages=msgs, add_generation_prompt=False, **extra)
+        prompt = tmpl.render(messages=msgs[:-1], tools=None, documents=None, add_generation_prompt=True, **extra)
+        full = tmpl.render(messages=msgs, tools=None, documents=None, add_generation_prompt=False, **extra)
         assert full.startswith(prompt), "the full rendering does not start with the prompt"
         rec = {"prompt": prompt, "target": full[len(prompt):]}
         if specials is not None:
