@@ -396,6 +396,19 @@ static void test_bad_input_is_one_line(void **state)
     /* messages mixed with another format, and not a list */
     expect_show_error("{\"messages\": [], \"text\": \"x\"}\n", g_toy[0], "", "mixes", "bad.jsonl:1");
     expect_show_error("{\"messages\": \"hi\"}\n", g_toy[0], "", "messages must be a list", "bad.jsonl:1");
+    /* a SentencePiece model (spm_train, when installed) with a chat template */
+    char spm[800], cmd[3000];
+    snprintf(spm, sizeof spm, "%s/spm", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cd '%s' && for i in $(seq 200); do echo \"the quick brown fox $i "
+             "jumps over a lazy dog\"; done >corpus.txt && spm_train --input=corpus.txt --model_prefix=tokenizer "
+             "--model_type=bpe --vocab_size=60 --minloglevel=2 --num_threads=1 >/dev/null 2>&1 && printf "
+             "'{\"chat_template\": \"{{ messages[0].content }}\"}' >tokenizer_config.json", spm, spm);
+    if (sh("command -v spm_train >/dev/null") == 0) {
+        assert_int_equal(sh(cmd), 0);
+        expect_show_error(good, spm, "", "is a SentencePiece model", "bad.jsonl:1");
+    } else {
+        fprintf(stderr, "test_chat: the SentencePiece case skipped: spm_train is not installed\n");
+    }
     /* a template whose full rendering does not start with the prompt's */
     expect_show_error(good, toy_with("nosplit", "{{ messages | length }}{% if add_generation_prompt %}>{% endif %}"),
                       "", "does not start with the rendering of its prompt", "bad.jsonl:1");

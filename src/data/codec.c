@@ -229,6 +229,13 @@ dyn_status dyn_codec_encode_chat(dyn_codec *k, const cJSON *messages, dyn_codec_
     if (k->tmpl != NULL)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "--template applies to input/target records; a \"messages\" "
                              "record is rendered by the tokenizer's chat template");
+    /* libsentencepiece encodes "<s>" or "[INST]" written by a template as
+     * text, where Hugging Face's tokenizers give the special ids: refused
+     * rather than encoded otherwise. */
+    if (dyn_tokenizer_kind_of(k->tok) == DYN_TOKENIZER_SPM)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "chat \"messages\" need a tokenizer.json tokenizer: %s is a "
+                             "SentencePiece model, which would encode the special tokens a chat template writes as "
+                             "plain text", dyn_tokenizer_source(k->tok));
     const char *prompt, *target;
     size_t plen, tlen;
     dyn_status st = dyn_chat_render(k->chat, messages, &prompt, &plen, &target, &tlen, err);
