@@ -993,8 +993,7 @@ static node *parse_set(parser *P, tok *at)
 static node *parse_tag(parser *P)
 {
     static const char *const gen_end[] = {"endgeneration", NULL};
-    tok *open = cur(P);
-    P->p++;
+    P->p++; /* the '{%' */
     tok *t = cur(P);
     if (t->k != T_NAME) return expect_fail(P, "a tag name after '{%'");
     P->p++;
@@ -1015,7 +1014,6 @@ static node *parse_tag(parser *P)
                                         "raw", "with", "do", "autoescape", NULL};
     for (int k = 0; known[k]; k++)
         if (is_name(t, known[k])) return pfail(P, t, "the '%s' tag is not supported", known[k]);
-    (void)open;
     if (P->open != NULL)
         return pfail(P, t, "unknown or unexpected tag '%.*s' (the innermost open block is the '%.*s' at line %d:%d)",
                      (int)(t->s.n > 40 ? 40 : t->s.n), t->s.s, (int)P->open->s.n, P->open->s.s, P->open->line,

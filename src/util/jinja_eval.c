@@ -15,14 +15,14 @@
  *     is float), 64-bit integers (overflow is an error);
  *   - strings are UTF-8; length, indexing and slicing count code points.
  * Filters: trim, length/count, upper, lower, capitalize, title, default/d,
- * tojson, join, first, last, replace, string, int, float, list, selectattr,
- * rejectattr, map(attribute=), items, safe, abs, reverse, unique (no),
- * wordcount (no). Tests: defined, undefined, none, string, number, integer,
- * float, boolean, mapping, iterable, sequence, true, false, even, odd,
- * divisibleby, eq/equalto/==, ne/!=, in. Methods: str.strip, lstrip,
- * rstrip, startswith, endswith, split, upper, lower, replace, title,
- * capitalize, join, format (no); dict.items, get, keys, values. Globals:
- * raise_exception, namespace, range; strftime_now is refused. */
+ * tojson, join, first, last, replace, string, int, list, reverse, items,
+ * selectattr, rejectattr, map(attribute=), abs, safe. Tests: defined,
+ * undefined, none, string, number, integer, float, boolean, true, false,
+ * mapping, iterable, sequence, callable, eq/equalto/==, ne/!=, in, even,
+ * odd, divisibleby. Methods: str.strip, lstrip, rstrip, startswith,
+ * endswith, split, upper, lower, replace, title, capitalize, join;
+ * dict.items, get, keys, values. Globals: raise_exception, namespace,
+ * range; strftime_now is refused. Anything else is an error naming it. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1195,7 +1195,7 @@ static int test_apply(rctx *R, const node *at, jstr t, jv v, const args *a, int 
     else if (jstr_is(t, "undefined")) *out = v.k == JV_UNDEF;
     else if (jstr_is(t, "none")) *out = v.k == JV_NONE;
     else if (jstr_is(t, "string")) *out = v.k == JV_STR;
-    else if (jstr_is(t, "number")) *out = is_num(v) && v.k != JV_BOOL ? 1 : v.k == JV_BOOL;
+    else if (jstr_is(t, "number")) *out = is_num(v); /* Python: a bool is a number */
     else if (jstr_is(t, "integer")) *out = v.k == JV_INT;
     else if (jstr_is(t, "float")) *out = v.k == JV_FLOAT;
     else if (jstr_is(t, "boolean")) *out = v.k == JV_BOOL;
@@ -1405,7 +1405,7 @@ static int eval_cmp(rctx *R, const node *n, jv *out)
 
 static int eval_more(rctx *R, const node *n, jv *out)
 {
-    jv a, b, vs[3];
+    jv a, vs[3];
     args ar;
     int r;
     switch (n->kind) {
@@ -1442,7 +1442,6 @@ static int eval_more(rctx *R, const node *n, jv *out)
         if (n->c == NULL) { *out = UNDEF; return 0; }
         return eval(R, n->c, out);
     default:
-        (void)b;
         return rfail(R, n, "internal: not an expression (%d)", (int)n->kind);
     }
 }
