@@ -161,8 +161,6 @@ static size_t uspace_len(const unsigned char *s, size_t n)
     return 0;
 }
 
-/* Length of s[0..n) without its trailing Unicode white space. */
-size_t dyn_jinja_rstrip_len(const char *s, size_t n);
 size_t dyn_jinja_rstrip_len(const char *s, size_t n)
 {
     for (;;) {

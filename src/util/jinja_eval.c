@@ -31,8 +31,6 @@
 
 #include "util/jinja_impl.h" /* defines: jarena, jv, node, dyn_jinja */
 
-size_t dyn_jinja_rstrip_len(const char *s, size_t n); /* jinja.c */
-
 typedef struct sbuf {
     char *d;
     size_t n, cap;

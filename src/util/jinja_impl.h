@@ -122,6 +122,10 @@ struct node {
     jv value;
 };
 
+/* Length of s[0..n) without its trailing Unicode white space (Python's
+ * str.isspace), jinja.c. */
+size_t dyn_jinja_rstrip_len(const char *s, size_t n);
+
 /* Control characters in msg (from the template or the variables) become
  * spaces, so that an error stays one printable line. */
 void dyn_jinja_one_line(char *msg);
