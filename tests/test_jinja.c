@@ -100,6 +100,13 @@ static const jcase SMALL[] = {
     {"line\r\nnext\r\n{% if 1 %}\r\nin\r\n{% endif %}\r\n", NULL},
     {"{{ {'a': {'b': 1}} }}{{ {'a': 1}['a'] }}", NULL},
     {"{% generation %}gen {{ 1 }}{% endgeneration %}", NULL},
+    /* constructs of tool-calling and reasoning templates */
+    {"{%- for key, val in tool.items() if key != 'return' %}{{ key | tojson }}: {{ val | tojson }}{{ ', ' if not loop.last }}{% endfor %}", "{\"tool\": {\"name\": \"f\", \"return\": 1, \"args\": {\"x\": [1, 2]}}}"},
+    {"{% set c = m.content %}{% if '</think>' in c %}{% set c = c.split('</think>')[-1].lstrip('\\n') %}{% endif %}[{{ c }}]", "{\"m\": {\"content\": \"<think>hmm</think>\\n\\nanswer\"}}"},
+    {"{% for tc in calls %}{% if tc.function is defined %}{% set tc = tc.function %}{% endif %}{{ tc.name }}({{ tc.arguments | tojson }});{% endfor %}", "{\"calls\": [{\"function\": {\"name\": \"a\", \"arguments\": {\"k\": \"v\"}}}, {\"name\": \"b\", \"arguments\": {}}]}"},
+    {"{{ (ms | selectattr('role', 'equalto', 'user') | list | last).content }} {{ ms | map(attribute='role') | list | length }}", "{\"ms\": [{\"role\": \"user\", \"content\": \"1\"}, {\"role\": \"bot\", \"content\": \"2\"}, {\"role\": \"user\", \"content\": \"3\"}]}"},
+    {"{% set ns = namespace(seen=false, n=0) %}{% for m in ms %}{% for p in m.parts %}{% if p == 'x' %}{% set ns.seen = true %}{% set ns.n = ns.n + 1 %}{% endif %}{% endfor %}{% endfor %}{{ ns.seen }} {{ ns.n }}{% if not ns.seen %}never{% endif %}", "{\"ms\": [{\"parts\": [\"a\", \"x\"]}, {\"parts\": [\"x\"]}]}"},
+    {"{%- for m in ms %}\n    {%- if m.content is string %}\n        {{- m.content }}\n    {%- else %}\n        {%- for part in m.content %}{{ part.text if part.type == 'text' else '<img>' }}{% endfor %}\n    {%- endif %}\n{%- endfor %}", "{\"ms\": [{\"content\": \"plain \"}, {\"content\": [{\"type\": \"text\", \"text\": \"t\"}, {\"type\": \"image\"}]}]}"},
     /* errors jinja2 also raises */
     {"{{ raise_exception('bad ' ~ 1) }}", NULL},
     {"{{ u.attr }}", NULL},
