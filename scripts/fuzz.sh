@@ -2,7 +2,7 @@
 # Build the libFuzzer harnesses (tests/fuzz/fuzz_*.c) with clang, AddressSanitizer
 # and UndefinedBehaviorSanitizer, and run each for SECONDS seconds:
 #   scripts/fuzz.sh SECONDS [NAME...]     (NAME: plan, tsv, cost_table, safetensors, config,
-#                                          tokenizer)
+#                                          tokenizer, jinja)
 # Each run starts from a small seed corpus written here (valid inputs the
 # project's own writers produce or the docs show) and keeps what it finds in
 # build-fuzz/corpus/NAME; a crash leaves build-fuzz/crash-* and fails the run.
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 secs=${1:?usage: scripts/fuzz.sh SECONDS [NAME...]}
 shift
 names=("$@")
-[ ${#names[@]} -eq 0 ] && names=(plan tsv cost_table safetensors config tokenizer)
+[ ${#names[@]} -eq 0 ] && names=(plan tsv cost_table safetensors config tokenizer jinja)
 CC=${FUZZ_CC:-}
 if [ -z "$CC" ]; then
   for c in clang clang-14 clang-15 clang-16; do command -v "$c" >/dev/null && { CC=$c; break; }; done
@@ -56,6 +56,7 @@ seed_corpus() {
             cp docs/examples/a100-80gb.json "$dir/" ;;
     safetensors) printf '\x40\x00\x00\x00\x00\x00\x00\x00{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}            \x00\x00\x80\x3f\x00\x00\x00\x40' >"$dir/seed.safetensors" ;;
     plan) printf 'DYNPLAN\0' >"$dir/magic" ;;
+    jinja) cp tests/chat/*.jinja "$dir/" ;;
     tokenizer) python3 - "$dir/tokenizer.json" <<'PY' ;;
 import json, sys
 bs = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255]

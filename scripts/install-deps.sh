@@ -38,6 +38,10 @@ fi
 # benchmarks in bench/. Without it those are skipped, saying so.
 optional+=(python3-torch)
 dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep -q "install ok installed" || missing+=(python3-torch)
+# Optional too: python3-jinja2, the independent reference of test_jinja and
+# test_chat (chat templates rendered by Python's jinja2); skipped without it.
+optional+=(python3-jinja2)
+dpkg-query -W -f='${Status}' python3-jinja2 2>/dev/null | grep -q "install ok installed" || missing+=(python3-jinja2)
 [ ${#missing[@]} -eq 0 ] && exit 0
 echo "install-deps: installing ${missing[*]}" >&2
 SUDO=""
@@ -47,7 +51,7 @@ if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-re
   # Retry without the optional ones: they must not stop a build.
   required=()
   for p in "${missing[@]}"; do [[ " ${optional[*]} " == *" $p "* ]] || required+=("$p"); done
-  echo "install-deps: installing without the optional packages (fuzzing, npm, PyTorch)" >&2
+  echo "install-deps: installing without the optional packages (fuzzing, npm, PyTorch, jinja2)" >&2
   [ ${#required[@]} -eq 0 ] ||
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${required[@]}" >/dev/null
 fi

@@ -315,6 +315,7 @@ static const char DATA_OPTIONS[] =
     "\t\t\"tokenizer_fnv1a64\":\t\"00000000000000ff\",\n"
     "\t\t\"vocab\":\t300,\n"
     "\t\t\"template\":\t\"Q: {input} A: {target}\",\n"
+    "\t\t\"chat_template_fnv1a64\":\t\"0000000000000abc\",\n"
     "\t\t\"pad_token_id\":\t299,\n"
     "\t\t\"bos_token_id\":\t-1,\n"
     "\t\t\"eos_token_id\":\t299,\n"
@@ -344,6 +345,7 @@ static void test_data_options(void **state)
     assert_true(m->data.tokenizer_fnv == 0xff);
     assert_int_equal(m->data.vocab, 300);
     assert_string_equal(m->data.template_str, "Q: {input} A: {target}");
+    assert_true(m->data.chat_fnv == 0xabc);
     assert_int_equal(m->data.sp.pad, 299);
     assert_int_equal(m->data.sp.bos, -1);
     assert_int_equal(m->data.sp.eos, 299);
@@ -371,10 +373,22 @@ static void test_data_options(void **state)
     assert_int_equal(rt_ckpt_data_check(&m->data, &run, &err), DYN_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "not the file the checkpoint was trained with"));
     run = m->data;
+    run.chat_fnv = 0;
+    assert_int_equal(rt_ckpt_data_check(&m->data, &run, &err), DYN_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "its folder has no chat template"));
+    run = m->data;
     run.sp.eos = 3;
     assert_int_equal(rt_ckpt_data_check(&m->data, &run, &err), DYN_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "special ids"));
     free(text);
+    /* a checkpoint from before chat templates were recorded: none */
+    char *old = edit("\t\"files\":\t{\n", DATA_OPTIONS);
+    char *field = strstr(old, "\t\t\"chat_template_fnv1a64\"");
+    assert_non_null(field);
+    memmove(field, strchr(field, '\n') + 1, strlen(strchr(field, '\n') + 1) + 1);
+    if (read_text(old, m, &err) != DYN_OK) fail_msg("%s", err.msg);
+    assert_true(m->data.recorded == 1 && m->data.chat_fnv == 0);
+    free(old);
     /* out of range: named */
     static const struct { const char *from, *to, *needle; } bad[] = {
         {"\"truncate\":\t1", "\"truncate\":\t2", "\"data_options.truncate\""},

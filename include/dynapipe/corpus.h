@@ -171,8 +171,12 @@ dyn_corpus_specials dyn_corpus_specials_of(const dyn_corpus *c);
  *       the text before it with {input} replaced by the record's input, the
  *       target side the record's target followed by the text after {target}.
  *       A prompt for generation is the input side alone.
- * Chat-style records ("messages") are not supported: a tokenizer_config.json
- * chat template is a Jinja program and dynapipe has no Jinja engine. */
+ *   chat records ("messages"): the tokenizer folder's chat template renders
+ *       the input (every message but the last, add_generation_prompt true)
+ *       and the target (the rest of the whole conversation's rendering; the
+ *       last message must be the assistant's); both are encoded without the
+ *       tokenizer's additions and without an EOS, as Hugging Face's
+ *       apply_chat_template(tokenize=True) encodes (docs/guide-chat.md). */
 typedef struct dyn_codec dyn_codec;
 
 /* tokenizer: NULL or "bytes" for bytes, else what dyn_tokenizer_load takes (a
@@ -184,6 +188,8 @@ dyn_corpus_specials dyn_codec_specials(const dyn_codec *k);
 const char *dyn_codec_tokenizer(const dyn_codec *k); /* "bytes" or the tokenizer's file */
 int dyn_codec_is_bytes(const dyn_codec *k);
 int dyn_codec_has_template(const dyn_codec *k);
+/* The tokenizer folder's chat template (Jinja text), or NULL when none. */
+const char *dyn_codec_chat_template(const dyn_codec *k);
 
 /* Tokens returned by the encoders: owned by the codec, valid until its next
  * encode or decode. */

@@ -17,10 +17,21 @@
  *            it already ends with it.
  * A template "...{input}...{target}..." splits at {target}: the input side is
  * the text before {target} with {input} replaced by the record's input, the
- * target side the record's target followed by the text after {target}. */
+ * target side the record's target followed by the text after {target}.
+ *
+ * Chat records ("messages", dyn_codec_encode_chat): the tokenizer folder's
+ * chat template (chat.h) renders the input text (every message but the
+ * last, add_generation_prompt true) and the target text (the rest of the
+ * whole conversation's rendering). Both are encoded as Hugging Face's
+ * apply_chat_template(tokenize=True) encodes its text: without the
+ * tokenizer's additions (the template writes BOS and end-of-turn tokens
+ * itself; nothing else is added, no EOS either), special tokens written in
+ * the text becoming their ids (the tokenizer matches added tokens first). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/chat.h"       /* defines: dyn_chat_load, dyn_chat_render */
+#include "data/corpus_impl.h" /* defines: dyn_codec_encode_chat */
 #include "data/tokenizer.h"  /* defines: dyn_tokenizer_*, dyn_token_buf, dyn_byte_buf */
 #include "data/tokenizer_impl.h" /* defines: dyn_token_buf_reserve, dyn_byte_buf_append */
 #include "dynapipe/corpus.h" /* defines: dyn_codec, dyn_corpus_specials, DYN_CORPUS_TOK_* */
@@ -33,6 +44,7 @@ struct dyn_codec {
     char *tmpl;              /* the template, NULL when none */
     size_t in_at, tgt_at;    /* offsets of {input} and {target} in tmpl */
     dyn_corpus_specials sp;
+    dyn_chat *chat;          /* the tokenizer folder's chat template, NULL when none */
     dyn_token_buf in, tgt;   /* what the last encode returned */
     dyn_byte_buf text;       /* scratch: the templated text; the last decode */
 };
@@ -73,6 +85,13 @@ dyn_codec *dyn_codec_create(const char *tokenizer, const char *tmpl, dyn_model_k
     }
     int bytes = dyn_tokenizer_kind_of(k->tok) == DYN_TOKENIZER_BYTES;
     k->raw = bytes && tmpl == NULL;
+    if (!bytes) {
+        char *dir = dyn_tok_dirname(dyn_tokenizer_source(k->tok));
+        dyn_status st = dir == NULL ? dyn_error_set(err, DYN_ERR_NOMEM, "tokenizer: out of memory")
+                                    : dyn_chat_load(dir, &k->chat, err);
+        free(dir);
+        if (st != DYN_OK) goto fail;
+    }
     dyn_tokenizer_specials ts = dyn_tokenizer_specials_of(k->tok);
     k->sp = (dyn_corpus_specials){.pad = ts.pad, .bos = ts.bos, .eos = ts.eos, .decoder_start = ts.decoder_start,
                                   .sep = bytes ? DYN_CORPUS_TOK_SEP : -1,
@@ -91,6 +110,7 @@ void dyn_codec_free(dyn_codec *k)
 {
     if (k == NULL) return;
     dyn_tokenizer_free(k->tok);
+    dyn_chat_free(k->chat);
     free(k->tmpl);
     dyn_token_buf_free(&k->in);
     dyn_token_buf_free(&k->tgt);
@@ -105,6 +125,8 @@ const char *dyn_codec_tokenizer(const dyn_codec *k) { return dyn_tokenizer_sourc
 int dyn_codec_is_bytes(const dyn_codec *k) { return dyn_tokenizer_kind_of(k->tok) == DYN_TOKENIZER_BYTES; }
 
 int dyn_codec_has_template(const dyn_codec *k) { return k->tmpl != NULL; }
+
+const char *dyn_codec_chat_template(const dyn_codec *k) { return k->chat ? dyn_chat_text(k->chat) : NULL; }
 
 /* Append id to b unless it is -1 (none). */
 static dyn_status add_id(dyn_token_buf *b, int32_t id, dyn_error *err)
@@ -189,5 +211,37 @@ dyn_status dyn_codec_decode(dyn_codec *k, const int32_t *ids, size_t n, int skip
     if (st != DYN_OK) return st;
     *text = k->text.data;
     *len = k->text.n;
+    return DYN_OK;
+}
+
+dyn_status dyn_codec_encode_chat(dyn_codec *k, const cJSON *messages, dyn_codec_tokens *out, dyn_error *err)
+{
+    if (k->chat == NULL) {
+        if (dyn_codec_is_bytes(k))
+            return dyn_error_set(err, DYN_ERR_INVALID_ARG, "chat \"messages\" need a tokenizer with a chat template "
+                                 "(--tokenizer DIR of a model folder whose tokenizer_config.json has one); the byte "
+                                 "tokenizer has none");
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "chat \"messages\" need a chat template, and the folder of %s "
+                             "has none (no chat_template.jinja, no \"chat_template\" in tokenizer_config.json): write "
+                             "input/target records, with --template for the prompt format",
+                             dyn_tokenizer_source(k->tok));
+    }
+    if (k->tmpl != NULL)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "--template applies to input/target records; a \"messages\" "
+                             "record is rendered by the tokenizer's chat template");
+    /* libsentencepiece encodes "<s>" or "[INST]" written by a template as
+     * text, where Hugging Face's tokenizers give the special ids: refused
+     * rather than encoded otherwise. */
+    if (dyn_tokenizer_kind_of(k->tok) == DYN_TOKENIZER_SPM)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "chat \"messages\" need a tokenizer.json tokenizer: %s is a "
+                             "SentencePiece model, which would encode the special tokens a chat template writes as "
+                             "plain text", dyn_tokenizer_source(k->tok));
+    const char *prompt, *target;
+    size_t plen, tlen;
+    dyn_status st = dyn_chat_render(k->chat, messages, &prompt, &plen, &target, &tlen, err);
+    if (st == DYN_OK) st = encode_into(k, prompt, plen, 0, &k->in, err);
+    if (st == DYN_OK) st = encode_into(k, target, tlen, 0, &k->tgt, err);
+    if (st != DYN_OK) return st;
+    tokens_out(k, 1, out);
     return DYN_OK;
 }

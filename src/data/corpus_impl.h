@@ -7,7 +7,15 @@
 
 #include <stdio.h>
 
+#include <cjson/cJSON.h>
+
 #include "dynapipe/corpus.h"
+
+/* A chat record's tokens (codec.c; the rule in codec.c's header): messages
+ * is the record's "messages" array. One line on error (no chat template, a
+ * template error, the last message not the assistant's, a rendering that
+ * does not start with its prompt's). */
+dyn_status dyn_codec_encode_chat(dyn_codec *k, const cJSON *messages, dyn_codec_tokens *out, dyn_error *err);
 
 /* ---- built-in tasks (tasks.c) ---------------------------------------------
  * One sample as text: input bytes (the SEP token is added by the caller) and

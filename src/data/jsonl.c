@@ -1,13 +1,16 @@
-/* jsonl.c — JSONL training data: one JSON object per line, in one of four
+/* jsonl.c — JSONL training data: one JSON object per line, in one of five
  * formats (one format per file):
  *   {"input": "...", "target": "..."}          text pair -> tokens (the codec's rule)
  *   {"input_ids": [..], "target_ids": [..]}    pre-tokenised pair
  *   {"text": "..."}                             decoder-only text
  *   {"input_ids": [..]}                         decoder-only ids
+ *   {"messages": [{"role", "content"}, ..]}    chat -> an input/target pair
  * Text is encoded by the corpus's codec (codec.c: tokenizer, template, EOS),
- * at open (for the lengths) and again at each read. Chat-style "messages"
- * records are refused with one line (no chat templates). Other keys are
- * ignored. Opening reads the file once, line by line (one
+ * at open (for the lengths) and again at each read. A chat record is
+ * rendered by the tokenizer folder's chat template (data/chat.h): the input
+ * is every message but the last with add_generation_prompt, the target the
+ * rest of the whole conversation's rendering, whose last message must be
+ * the assistant's (docs/guide-chat.md). Other keys are ignored. Opening reads the file once, line by line (one
  * line in memory at a time), parses and checks every record and keeps a
  * byte-offset index (offset, length and line number per record) and the
  * lengths; dyn_corpus_read seeks to the record and parses that one line
@@ -33,7 +36,8 @@ enum {
     FMT_TEXT_PAIR = 1,
     FMT_IDS_PAIR = 2,
     FMT_TEXT = 3,
-    FMT_IDS = 4
+    FMT_IDS = 4,
+    FMT_CHAT = 5
 };
 
 static const char *format_name(int f)
@@ -43,6 +47,7 @@ static const char *format_name(int f)
     case FMT_IDS_PAIR: return "input_ids/target_ids arrays";
     case FMT_TEXT: return "a text string";
     case FMT_IDS: return "an input_ids array alone";
+    case FMT_CHAT: return "a messages list";
     default: return "nothing";
     }
 }
@@ -55,15 +60,15 @@ static int record_format(const cJSON *obj, const char **why)
     const cJSON *in_ids = cJSON_GetObjectItemCaseSensitive(obj, "input_ids");
     const cJSON *tgt_ids = cJSON_GetObjectItemCaseSensitive(obj, "target_ids");
     const cJSON *text = cJSON_GetObjectItemCaseSensitive(obj, "text");
-    if (cJSON_GetObjectItemCaseSensitive(obj, "messages") != NULL && !in && !tgt && !in_ids && !text) {
-        *why = "chat-style \"messages\" records are not supported (a tokenizer's chat template needs a Jinja "
-               "engine): write them as input/target strings, with --template for the prompt format";
-        return FMT_NONE;
-    }
-    int kinds = (in || tgt) + (in_ids || tgt_ids) + (text != NULL);
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(obj, "messages");
+    int kinds = (in || tgt) + (in_ids || tgt_ids) + (text != NULL) + (msgs != NULL);
     *why = NULL;
-    if (kinds == 0) *why = "the record has none of input/target, input_ids/target_ids, text";
-    else if (kinds > 1) *why = "the record mixes input/target, input_ids/target_ids and text: use one";
+    if (kinds == 0) *why = "the record has none of input/target, input_ids/target_ids, text, messages";
+    else if (kinds > 1) *why = "the record mixes input/target, input_ids/target_ids, text and messages: use one";
+    else if (msgs) {
+        if (!cJSON_IsArray(msgs)) *why = "messages must be a list of {\"role\", \"content\"} objects";
+        else return FMT_CHAT;
+    }
     else if (in || tgt) {
         if (!cJSON_IsString(in) || !cJSON_IsString(tgt)) *why = "input and target must both be strings";
         else return FMT_TEXT_PAIR;
@@ -154,6 +159,8 @@ static dyn_status record_sources(dyn_corpus *c, const cJSON *obj, const char *wh
     } else if (fmt == FMT_IDS_PAIR) {
         *a = cJSON_GetObjectItemCaseSensitive(obj, "input_ids");
         *b = cJSON_GetObjectItemCaseSensitive(obj, "target_ids");
+    } else if (fmt == FMT_CHAT) {
+        *a = *b = cJSON_GetObjectItemCaseSensitive(obj, "messages"); /* b != NULL: a pair */
     } else {
         *a = cJSON_GetObjectItemCaseSensitive(obj, fmt == FMT_TEXT ? "text" : "input_ids");
     }
@@ -161,13 +168,15 @@ static dyn_status record_sources(dyn_corpus *c, const cJSON *obj, const char *wh
     return DYN_OK;
 }
 
-/* Encode text source a (and b, when not NULL) by the codec's rule into
- * *ct (the codec's buffers), every id checked against the vocabulary. */
-static dyn_status record_encode(dyn_corpus *c, const cJSON *a, const cJSON *b, const char *where, int64_t rec,
-                                dyn_codec_tokens *ct, dyn_error *err)
+/* Encode text source a (and b, when not NULL; chat: a is the messages)
+ * by the codec's rule into *ct (the codec's buffers), every id checked
+ * against the vocabulary. */
+static dyn_status record_encode(dyn_corpus *c, int fmt, const cJSON *a, const cJSON *b, const char *where,
+                                int64_t rec, dyn_codec_tokens *ct, dyn_error *err)
 {
     dyn_error e;
-    dyn_status es = b == NULL
+    dyn_status es = fmt == FMT_CHAT ? dyn_codec_encode_chat(c->codec, a, ct, &e)
+        : b == NULL
         ? dyn_codec_encode_text(c->codec, a->valuestring, strlen(a->valuestring), ct, &e)
         : dyn_codec_encode_pair(c->codec, a->valuestring, strlen(a->valuestring), b->valuestring,
                                 strlen(b->valuestring), ct, &e);
@@ -251,9 +260,9 @@ static dyn_status record_fill(dyn_corpus *c, const cJSON *obj, const char *where
     const cJSON *a = NULL, *b = NULL; /* the two sources: strings or arrays */
     dyn_status st = record_sources(c, obj, where, &fmt, &a, &b, err);
     if (st != DYN_OK) return st;
-    int is_text = fmt == FMT_TEXT_PAIR || fmt == FMT_TEXT;
+    int is_text = fmt == FMT_TEXT_PAIR || fmt == FMT_TEXT || fmt == FMT_CHAT;
     dyn_codec_tokens ct = {0}; /* text: the record's tokens by the codec's rule */
-    if (is_text && (st = record_encode(c, a, b, where, rec, &ct, err)) != DYN_OK) return st;
+    if (is_text && (st = record_encode(c, fmt, a, b, where, rec, &ct, err)) != DYN_OK) return st;
     int64_t na = is_text ? ct.input_len : array_len(a);
     int64_t nb = b == NULL ? 0 : is_text ? ct.target_len : array_len(b);
     int64_t in, tgt;

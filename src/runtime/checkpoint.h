@@ -80,6 +80,7 @@ typedef struct rt_ckpt_data {
     uint64_t tokenizer_fnv;  /* FNV-1a 64 of that file's bytes (its identity); 0 for bytes */
     int32_t vocab;           /* the tokenizer's ids */
     char template_str[1024]; /* "" for none */
+    uint64_t chat_fnv;       /* FNV-1a 64 of the tokenizer folder's chat template; 0 when none */
     dyn_model_specials sp;   /* pad, bos, eos, decoder start */
 } rt_ckpt_data;
 

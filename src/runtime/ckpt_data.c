@@ -1,6 +1,7 @@
 /* ckpt_data.c — the data settings a checkpoint records (checkpoint.h,
  * rt_ckpt_data): truncation, the prompt template and the tokenizer's
- * identity (its file, a hash of the file, its size and special ids). Taken
+ * identity (its file, a hash of the file, its size and special ids, a hash
+ * of its folder's chat template). Taken
  * from a run's options when it saves, compared when a run resumes, and read
  * back by `dynapipe eval`, so that a checkpoint is evaluated and continued
  * on the token sequences it was trained on.
@@ -35,6 +36,8 @@ dyn_status rt_ckpt_data_of(const char *tokenizer, const char *tmpl, int truncate
     dyn_corpus_specials cs = dyn_codec_specials(k);
     d->vocab = cs.vocab;
     d->sp = (dyn_model_specials){.pad = cs.pad, .bos = cs.bos, .eos = cs.eos, .decoder_start = cs.decoder_start};
+    const char *chat = dyn_codec_chat_template(k);
+    d->chat_fnv = chat ? rt_ckpt_fnv1a64((const unsigned char *)chat, strlen(chat)) : 0;
     dyn_status st = DYN_OK;
     if (dyn_codec_is_bytes(k)) {
         snprintf(d->tokenizer, sizeof d->tokenizer, "bytes");
@@ -90,6 +93,11 @@ dyn_status rt_ckpt_data_check(const rt_ckpt_data *ckpt, const rt_ckpt_data *run,
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,
                              "--tokenizer: %s is not the file the checkpoint was trained with (%s; the contents "
                              "differ)", run->tokenizer, ckpt->tokenizer);
+    if (ckpt->chat_fnv != run->chat_fnv)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "--tokenizer %s: %s chat template; the checkpoint was trained with %s", run->tokenizer,
+                             run->chat_fnv ? "its folder has another" : "its folder has no",
+                             ckpt->chat_fnv ? "one that renders messages records otherwise" : "none");
     const dyn_model_specials *p = &ckpt->sp, *q = &run->sp;
     if (p->pad != q->pad || p->bos != q->bos || p->eos != q->eos || p->decoder_start != q->decoder_start)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG,

@@ -39,7 +39,8 @@ typedef struct field {
     size_t offset;      /* in rt_ckpt_meta */
     double lo, hi;      /* numbers: the range read; F_STR: hi = capacity */
     int optional;       /* 1: the object may be absent (then the field stays as preset);
-                         * 2: the same, and it is written for Llama-family models only */
+                         * 2: the same, and it is written for Llama-family models only;
+                         * 3: the field alone may be absent (older checkpoints; it stays 0) */
     const char *text;   /* F_CONST */
 } field;
 
@@ -104,6 +105,7 @@ static const field FIELDS[] = {
     {DO,      "tokenizer_fnv1a64",   F_HEX64,  AT(data.tokenizer_fnv),  0, 0, 1, NULL},
     {DO,      "vocab",               F_I32,    AT(data.vocab),          1, 1 << 24, 1, NULL},
     {DO,      "template",            F_STR,    AT(data.template_str),   0, CAP(data.template_str), 1, NULL},
+    {DO,      "chat_template_fnv1a64", F_HEX64, AT(data.chat_fnv),      0, 0, 3, NULL},
     {DO,      "pad_token_id",        F_I32,    AT(data.sp.pad),         0, 1 << 24, 1, NULL},
     {DO,      "bos_token_id",        F_I32,    AT(data.sp.bos),         -1, 1 << 24, 1, NULL},
     {DO,      "eos_token_id",        F_I32,    AT(data.sp.eos),         -1, 1 << 24, 1, NULL},
@@ -329,7 +331,9 @@ dyn_status rt_ckpt_state_from_json(const cJSON *r, const char *path, rt_ckpt_met
             if (!cJSON_IsObject(in))
                 return dyn_error_set(err, DYN_ERR_CORRUPT, "%s: \"%s\" missing or not an object", path, f->object);
         }
-        dyn_status st = field_from_json(f, cJSON_GetObjectItemCaseSensitive(in, f->name), path, m, err);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(in, f->name);
+        if (v == NULL && f->optional == 3) continue;
+        dyn_status st = field_from_json(f, v, path, m, err);
         if (st != DYN_OK) return st;
     }
     /* Checkpoints from before token ids were recorded wrote the byte
