@@ -12,9 +12,10 @@ only: json and struct write safetensors).
    (bf16: the bits shifted 16 left; fp16: struct's 'e' format).
 2. Round trip. `train --save CK`, then `train --init CK` (GPT: the root,
    which follows `latest`) or `CK/step-K` (T5) on a JSONL
-   of two samples that make the whole first batch: its step-0 loss equals
-   `dynapipe eval --checkpoint CK` on the same file, and differs from a
-   run from random weights.
+   of two samples that make the whole first batch: its step-0 loss, and
+   --eval-every's evaluation of the same file before the first step
+   (eval_loss_before), equal `dynapipe eval --checkpoint CK` on the same
+   file, and differ from a run from random weights.
 3. A large vocabulary: GPT-2's 50,257 tokens on token-id JSONL data.
 4. The Llama family (LlamaForCausalLM sharded with llama3 scaling and 2
    key/value heads for 4, Qwen2ForCausalLM with q/k/v biases and a tied
@@ -227,9 +228,10 @@ def exact_values(cli, tmp):
 
 
 def first_loss(path):
+    """(step, training loss, eval_loss_before) of a metrics file's first record."""
     with open(path) as f:
         rec = json.loads(f.readline())
-    return rec["step"], rec["loss"]
+    return rec["step"], rec["loss"], rec.get("eval_loss_before")
 
 
 def round_trip(cli, tmp):
@@ -255,18 +257,25 @@ def round_trip(cli, tmp):
                            ("random", ["--model", kind] + model)):
             m = os.path.join(tmp, "m-%s-%s.jsonl" % (kind, how))
             rc, _, err = run(cli, ["train"] + extra + ["--data", data, "--steps", "1", "--metrics", m,
-                                                       "--max-seqlen", "128"] + TRAIN)
+                                                       "--max-seqlen", "128", "--eval-every", "1", "--eval-data",
+                                                       data, "--eval-samples", "2"] + TRAIN)
             check(rc == 0, "%s: train %s: %s" % (kind, how, err.strip()))
             if rc == 0:
                 losses[how] = first_loss(m)
         if len(losses) < 2:
             continue
-        step, got = losses["init"]
-        print("%s: saved model's eval loss %.4f; --init's first step: step %d, loss %.6f; from random weights %.6f"
-              % (kind, want, step, got, losses["random"][1]))
+        step, got, before = losses["init"]
+        print("%s: saved model's eval loss %.4f; --init's first step: step %d, loss %.6f, eval before it %s; "
+              "from random weights %.6f" % (kind, want, step, got, before, losses["random"][1]))
         check(step == 0, "%s: --init starts at step %d, not 0" % (kind, step))
         check(abs(got - want) <= 1e-4 + 1e-5 * abs(want), "%s: --init loss %.6f != eval %.4f" % (kind, got, want))
         check(abs(losses["random"][1] - want) > 1e-3, "%s: random weights give the saved loss too" % kind)
+        # --eval-every's evaluation before the first step: the loaded weights' (eval's) loss, not random's
+        check(before is not None and abs(before - want) <= 1e-4 + 1e-5 * abs(want),
+              "%s: --init's eval_loss_before %s != eval %.4f" % (kind, before, want))
+        rb = losses["random"][2]
+        check(rb is not None and abs(rb - losses["random"][1]) <= 1e-4 * abs(rb) and abs(rb - want) > 1e-3,
+              "%s: random weights' eval_loss_before %s is not their first loss %.6f" % (kind, rb, losses["random"][1]))
         if kind == "gpt":
             fresh_optimizer(cli, tmp, os.path.join(ck, "step-00000003"), data)
 
@@ -334,7 +343,7 @@ def large_vocab(cli, tmp):
     rc, _, err = run(cli, ["train", "--init", d, "--data", data, "--steps", "1", "--metrics", m] + TRAIN)
     check(rc == 0, "vocab %d: exit %d: %s" % (BV, rc, err.strip()))
     if rc == 0:
-        step, loss = first_loss(m)
+        step, loss, _ = first_loss(m)
         print("vocab %d over 2 stages: step %d loss %.4f (ln V = %.4f)" % (BV, step, loss, math.log(BV)))
         check(abs(loss - math.log(BV)) < 0.1, "vocab %d: first loss %.4f, not near ln V" % (BV, loss))
 

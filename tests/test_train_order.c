@@ -14,7 +14,8 @@
  *     `dynapipe eval` call that loss "held-out", on those records alone.
  *   - without --eval-data or --eval-split the loss on a file is said to be
  *     a "train-data loss" (train and eval), with --eval-data a "validation"
- *     loss.
+ *     loss; a new run evaluates before its first step too ("step 0", the
+ *     first record's eval_loss_before), a resumed one does not.
  *   - a run killed (--debug-kill) in its second epoch after a checkpoint and
  *     resumed trains the same samples at every step as an uninterrupted one, and its final
  *     checkpoint equals the uninterrupted one byte for byte.
@@ -280,7 +281,26 @@ static void test_train_data_loss_said(void **state)
     free(err);
     char *m = slurp(metrics);
     if (strstr(m, "\"eval_on\":\"train-data\"") == NULL) fail_msg("metrics: %s", m);
+    /* a new run evaluates its starting weights too: on the first record only */
+    const char *key = "\"eval_loss_before\":";
+    size_t first_line = strcspn(m, "\n");
+    if (m[first_line] == '\0') fail_msg("metrics: one record: %s", m);
+    m[first_line] = '\0';
+    if (strstr(m, key) == NULL || strstr(m + first_line + 1, key) != NULL)
+        fail_msg("metrics: no eval_loss_before on the first record alone: %s\n%s", m, m + first_line + 1);
     free(m);
+    err = slurp(err_path);
+    if (strstr(err, "step 0: train-data loss ") == NULL) fail_msg("train said: %s", err);
+    free(err);
+    /* a resume continues a curve: no evaluation before its first step */
+    snprintf(args, sizeof args, "--steps 3 --eval-every 2 --eval-samples 4 --resume '%s' --metrics '%s'", ck, metrics);
+    train_ok(args);
+    m = slurp(metrics);
+    err = slurp(err_path);
+    if (strstr(m, "eval_loss_before") != NULL || strstr(err, "step 0:") != NULL || strstr(err, "step 3: ") == NULL)
+        fail_msg("resumed: metrics %s; train said: %s", m, err);
+    free(m);
+    free(err);
     snprintf(args, sizeof args, "--checkpoint '%s' --no-accuracy --samples 5", ck);
     assert_int_equal(cli_run("eval", args), 0);
     char *out = slurp(out_path);

@@ -199,10 +199,11 @@ static const cli_flag train_flags[] = {
             "(its latest, or a step folder): its weights and shape, step 0,\n"
             "fresh optimizer (--resume continues a run instead)"),
     CLI_I64("--eval-every", "N", TA, o.eval_every, 1, 100000000,
-            "eval loss every N steps into the metrics (eval_loss): on\n"
-            "--eval-data, --eval-split's held-out part, the built-in\n"
-            "held-out split, or else the training file itself\n"
-            "(\"train-data loss\")"),
+            "eval loss every N steps into the metrics (eval_loss), and\n"
+            "a new run's (also --init's) before its first step\n"
+            "(eval_loss_before): on --eval-data, --eval-split's held-out\n"
+            "part, the built-in held-out split, or else the training\n"
+            "file itself (\"train-data loss\")"),
     {.name = "--eval-samples", .metavar = "N", .type = CLI_FLAG_I32, .field = offsetof(TA, o.eval_samples),
      .given = CLI_GIVEN(TA, have_eval_samples), .min = 1, .max = 1000000, .help = "samples per evaluation"},
     CLI_PATH("--eval-data", "FILE", TA, o.eval_data, "a validation set for --eval-every (any --data SPEC)"),

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dynapipe/sched.h" /* defines: dyn_schedule_name */
 #include "dynapipe/sim.h"   /* defines: dyn_sim_op_label, dyn_sim_op_category */
@@ -57,6 +58,10 @@ void rt_report_summary(const rt_iter *iters, int64_t first, int64_t end)
         if (iters[k].eval_loss >= 0)
             snprintf(eval, sizeof eval, "; %s loss %.4f at step %lld", iters[k].eval_on ? iters[k].eval_on : "eval",
                      iters[k].eval_loss, (long long)k + 1);
+    if (eval[0] != '\0' && iters[all_from].eval_before >= 0) {
+        size_t at = strlen(eval);
+        snprintf(eval + at, sizeof eval - at, " (%.4f at step 0)", iters[all_from].eval_before);
+    }
     fprintf(stderr,
             "dynapipe train: %lld iterations: median %.0f tokens/s, %.1f ms/iter; efficiency %.1f%% of the ideal "
             "bound (%.1f of %.1f ms), %.1f%% at the measured rates%s\n",
@@ -75,7 +80,7 @@ static const char *nonfinite_field(const rt_iter *it, const dyn_rt_group *g)
         {"bubble_fraction", it->bubble}, {"plan_ms", it->plan_ms},       {"plan_wait_ms", it->plan_wait_ms},
         {"comm_wait_ms", it->comm_wait_ms}, {"comm_mb", it->comm_mb},   {"lr", it->lr},
         {"grad_norm", it->grad_norm}, {"makespan_ms", it->makespan_ms}, {"exec_ms", it->exec_ms},
-        {"step_ms", it->step_ms},     {"eval_loss", it->eval_loss},
+        {"step_ms", it->step_ms},     {"eval_loss", it->eval_loss},       {"eval_loss_before", it->eval_before},
         {"ideal_ms", it->ideal_ms},   {"ideal_rated_ms", it->ideal_rated_ms},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
@@ -136,6 +141,7 @@ dyn_status rt_report_metrics(const char *path, const rt_iter *iters, int64_t fir
             fprintf(af.fp, "]");
         }
         if (it->epoch >= 0) fprintf(af.fp, ",\"epoch\":%.6f", it->epoch);
+        if (it->eval_before >= 0) fprintf(af.fp, ",\"eval_loss_before\":%.6f", it->eval_before);
         if (it->eval_loss >= 0)
             fprintf(af.fp, ",\"eval_loss\":%.6f,\"eval_on\":\"%s\"", it->eval_loss, it->eval_on ? it->eval_on : "");
         fprintf(af.fp, "}\n");

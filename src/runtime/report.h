@@ -28,6 +28,9 @@ typedef struct rt_iter {
     int64_t tokens, target_tokens;
     int32_t schedule, n_mb;
     double eval_loss;     /* eval loss after this step (--eval-every); < 0: not evaluated */
+    double eval_before;   /* the first step of a new run (not a resume) with --eval-every: the eval
+                           * loss of the weights it started from (random or --init's), on the same
+                           * set, before the step; < 0: none */
     const char *eval_on;  /* what eval_loss is on: "held-out", "validation" or "train-data" */
     double epoch;         /* epochs done after this step: samples trained / samples per epoch */
     double *peak_mb;      /* [world] allocated per rank */
@@ -45,7 +48,8 @@ void rt_report_progress(const rt_iter *it, int64_t steps, int tty);
  * skipping the first when there are more (it allocates), the median
  * tokens/s and iteration time, and the efficiency as the sum of the ideal
  * bounds over the sum of the measured iteration times, and the last eval
- * loss, named for what it is on. Nothing when the range is empty. */
+ * loss, named for what it is on (and the one before the first step, when
+ * there is one). Nothing when the range is empty. */
 void rt_report_summary(const rt_iter *iters, int64_t first, int64_t end);
 
 /* Iterations [first, end) of iters into path (rank 0). */

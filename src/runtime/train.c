@@ -341,6 +341,22 @@ static dyn_status ckpt_after_step(rt_run *R, int64_t k, int *stop, dyn_error *er
     return st;
 }
 
+/* --eval-every on a new run (step 0; a resume continues a curve that has
+ * its points): the eval loss of the weights it starts from, random or
+ * --init's, before the first step, into the first record's eval_before.
+ * A fine-tune's curve then starts where its pretrained model stood. */
+static dyn_status eval_before_first(rt_run *R, dyn_error *err)
+{
+    if (R->o.eval_every <= 0 || R->pos.first_step != 0 || R->o.steps < 1) return DYN_OK;
+    rt_iter it = {.eval_loss = -1};
+    dyn_status st = eval_step(R, &it, err);
+    if (st != DYN_OK || R->g.world_rank != 0) return st;
+    R->met.iters[0].eval_before = it.eval_loss;
+    if (R->o.progress >= 0)
+        fprintf(stderr, "%sstep 0: %s loss %.4f\n", R->tty ? "\r\033[K" : "", it.eval_on, it.eval_loss);
+    return DYN_OK;
+}
+
 /* ---- start-up ---------------------------------------------------------------- */
 
 /* Kernel threads per rank: --threads, else this host's cores shared by
@@ -363,6 +379,7 @@ static dyn_status metrics_init(rt_run *R, dyn_error *err)
     int W = R->g.world_size, S = R->g.stages;
     int64_t steps = R->o.steps;
     if ((m->iters = dyn_calloc((size_t)steps, sizeof(rt_iter), "metrics", err)) == NULL) return DYN_ERR_NOMEM;
+    for (int64_t k = 0; k < steps; k++) m->iters[k].eval_loss = m->iters[k].eval_before = -1;
     if (R->g.world_rank != 0) return DYN_OK;
     /* per iteration: peak_mb [W], pred_peak_mb [W], compute_ms [2W], time_scale [S x dirs] */
     size_t per = 4 * (size_t)W + (R->o.calibrate ? (size_t)S * RT_CALIB_DIRS : 0);
@@ -743,6 +760,7 @@ int dyn_train_rank_main(const dyn_train_options *o, int *argc, char ***argv)
         if (st == DYN_OK) st = rt_wait(&req, o->timeout_s, NULL, NULL, "the start-up broadcast", &err);
     }
     R.pos.end_step = R.pos.first_step;
+    if (st == DYN_OK) st = eval_before_first(&R, &err);
     for (int64_t k = R.pos.first_step, stop = 0; st == DYN_OK && !stop && k < o->steps; k++) {
         st = iteration(&R, k, &err);
         int halt = 0;
