@@ -18,48 +18,31 @@ usage: torch_gpt_block.py --batch B --seq S [--hidden 512] [--heads 8]
                           [--threads 1] [--repeat 5]
 Exits 3 with a message when torch is not installed.
 """
-import argparse
-import statistics
+import os
 import sys
-import time
 
-try:
-    import torch
-except ImportError:
-    print("torch_gpt_block: PyTorch is not installed (apt-get install python3-torch); skipped")
-    sys.exit(3)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_block_timing as timing  # the shared harness (bench/torch_block_timing.py)
+
+torch = timing.import_torch("torch_gpt_block")
 from torch_gpt import Block, causal_mask  # the shared PyTorch GPT-2 (bench/torch_gpt.py)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--batch", type=int, required=True)
-    ap.add_argument("--seq", type=int, required=True)
-    ap.add_argument("--hidden", type=int, default=512)
-    ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--repeat", type=int, default=5)
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
+    a = timing.parse_args(__doc__)
     torch.manual_seed(0)
     B, T, C = a.batch, a.seq, a.hidden
     blk = Block(C, a.heads)
     x = torch.randn(B, T, C, requires_grad=True)
     dout = torch.randn(B, T, C)
     mask = causal_mask(T)
-    times = []
-    for r in range(a.repeat + 1):  # one untimed warm-up
+
+    def zero_grad():
         blk.zero_grad(set_to_none=False)
         x.grad = None
-        t0 = time.perf_counter()
-        blk(x, mask=mask).backward(dout)
-        dt = (time.perf_counter() - t0) * 1e3
-        if r > 0:
-            times.append(dt)
+
     gflop = 3.0 * (24.0 * B * T * C * C + 4.0 * B * T * T * C) / 1e9
-    med = statistics.median(times)
-    print("torch %s ms %.3f min %.3f gflops %.1f" % (torch.__version__, med, min(times),
-                                                     gflop / (med * 1e-3)))
+    timing.run(torch, a, zero_grad, lambda: blk(x, mask=mask).backward(dout), gflop)
 
 
 if __name__ == "__main__":

@@ -18,17 +18,14 @@ usage: torch_llama_block.py --batch B --seq S [--hidden 512] [--heads 8]
                             [--threads 1] [--repeat 5]
 Exits 3 with a message when torch is not installed.
 """
-import argparse
-import statistics
+import os
 import sys
-import time
 
-try:
-    import torch
-    import torch.nn.functional as F
-except ImportError:
-    print("torch_llama_block: PyTorch is not installed (apt-get install python3-torch); skipped")
-    sys.exit(3)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_block_timing as timing  # the shared harness (bench/torch_block_timing.py)
+
+torch = timing.import_torch("torch_llama_block")
+import torch.nn.functional as F  # noqa: E402 (after the guarded import)
 
 
 class RMSNorm(torch.nn.Module):
@@ -79,15 +76,7 @@ class Block(torch.nn.Module):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--batch", type=int, required=True)
-    ap.add_argument("--seq", type=int, required=True)
-    ap.add_argument("--hidden", type=int, default=512)
-    ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--repeat", type=int, default=5)
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
+    a = timing.parse_args(__doc__)
     torch.manual_seed(0)
     B, T, C, NH = a.batch, a.seq, a.hidden, a.heads
     KVH = NH // 4 if NH % 4 == 0 else NH  # as dyn_layer_bench_llama_dims
@@ -101,21 +90,15 @@ def main():
     x = torch.randn(B, T, C, requires_grad=True)
     dout = torch.randn(B, T, C)
     mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
-    times = []
-    for r in range(a.repeat + 1):  # one untimed warm-up
+
+    def zero_grad():
         blk.zero_grad(set_to_none=False)
         x.grad = None
-        t0 = time.perf_counter()
-        blk(x, cos, sin, mask).backward(dout)
-        dt = (time.perf_counter() - t0) * 1e3
-        if r > 0:
-            times.append(dt)
+
     I, QKV = NH * HD, (NH + 2 * KVH) * HD
     N = B * T
     gflop = 3.0 * (2.0 * N * C * QKV + 2.0 * N * I * C + 6.0 * N * C * FF + 4.0 * B * T * T * I) / 1e9
-    med = statistics.median(times)
-    print("torch %s ms %.3f min %.3f gflops %.1f" % (torch.__version__, med, min(times),
-                                                     gflop / (med * 1e-3)))
+    timing.run(torch, a, zero_grad, lambda: blk(x, cos, sin, mask).backward(dout), gflop)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 /* test_util.c — error records, the RNG's determinism and distribution,
- * array growth (dyn_reserve) and atomic file writes. */
+ * array growth (dyn_reserve), huge-page allocation (dyn_calloc_huge) and
+ * atomic file writes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,7 +17,7 @@
 
 #include "util/json.h" /* defines: dyn_json_parse */
 #include "util/rng.h"  /* defines: dyn_rng_* */
-#include "util/util.h" /* defines: dyn_file_*, dyn_atomic_*, DYN_RESERVE */
+#include "util/util.h" /* defines: dyn_file_*, dyn_atomic_*, DYN_RESERVE, dyn_calloc_huge */
 
 static void test_error_set_formats_and_returns_code(void **state)
 {
@@ -236,6 +237,36 @@ static void test_reserve_grows_doubling_and_keeps_contents(void **state)
     free(v);
 }
 
+/* dyn_calloc_huge: from 2 MB up the block starts on a 2 MB boundary (so a
+ * huge page can back it: calloc's large blocks start 16 bytes into a 4 KB
+ * page) and reads zero whether or not the memory was used before; smaller
+ * requests are zeroed too; an overflowing count is refused naming what.
+ * Whether the kernel did back it with huge pages is the host's choice, so
+ * it is not asserted. */
+static void test_calloc_huge_aligned_and_zeroed(void **state)
+{
+    (void)state;
+    const size_t sizes[3] = {(size_t)3 << 20, ((size_t)2 << 20) + 4, 1000};
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 3; i++) {
+            size_t n = sizes[i] / sizeof(float);
+            float *p = dyn_calloc_huge(n, sizeof(float), "test floats", NULL);
+            assert_non_null(p);
+            if (sizes[i] >= ((size_t)2 << 20)) assert_int_equal((uintptr_t)p % ((uintptr_t)2 << 20), 0);
+            size_t nonzero = 0;
+            for (size_t k = 0; k < n; k++) nonzero += p[k] != 0.0f;
+            assert_int_equal(nonzero, 0);
+            for (size_t k = 0; k < n; k++) p[k] = 1.0f; /* dirty it for the second round */
+            free(p);
+        }
+    }
+    dyn_error err;
+    memset(&err, 0, sizeof err);
+    assert_null(dyn_calloc_huge(SIZE_MAX / 2, 4, "too many floats", &err));
+    assert_int_equal(err.code, DYN_ERR_NOMEM);
+    assert_non_null(strstr(err.msg, "too many floats"));
+}
+
 static void test_json_strict_text(void **state)
 {
     (void)state;
@@ -277,6 +308,7 @@ int main(void)
         cmocka_unit_test(test_error_set_formats_and_returns_code),
         cmocka_unit_test(test_json_strict_text),
         cmocka_unit_test(test_reserve_grows_doubling_and_keeps_contents),
+        cmocka_unit_test(test_calloc_huge_aligned_and_zeroed),
         cmocka_unit_test(test_rng_same_seed_same_stream),
         cmocka_unit_test(test_rng_uniform_and_below_are_unbiased),
         cmocka_unit_test(test_rng_skip_normals_matches_drawing),

@@ -13,7 +13,7 @@
 #include "model/layer_bench.h" /* defines: dyn_layer_bench_* */
 #include "model/threads.h"     /* defines: dyn_threads_set */
 #include "util/rng.h"          /* defines: dyn_rng_* */
-#include "util/util.h"         /* defines: dyn_calloc, dyn_time_ms, dyn_median */
+#include "util/util.h"         /* defines: dyn_calloc, dyn_calloc_huge, dyn_time_ms, dyn_median */
 
 static void fill(float *x, size_t n, float scale, dyn_rng *rng)
 {
@@ -133,26 +133,28 @@ static void bench_size(bench_ctx *x, int max_t)
             : llama ? dyn_llama_block_work_floats(ld, B, T) : dyn_t5_dec_work_floats(d, B, T, Te);
 }
 
-/* Allocate the buffers and fill them from a fixed seed. */
+/* Allocate the buffers (on huge pages where offered, as the model's
+ * parameters and arenas: util.h dyn_calloc_huge) and fill them from a fixed
+ * seed. */
 static dyn_status bench_bufs_init(bench_ctx *x, dyn_error *err)
 {
     bench_bufs *b = &x->b;
     size_t N = x->N, Ne = x->Ne, C = (size_t)x->C, NH = (size_t)x->NH;
-    b->params = dyn_calloc(x->np, 4, "bench params", err);
-    b->grads = dyn_calloc(x->np, 4, "bench grads", err);
-    b->acts = dyn_calloc(x->na, 4, "bench activations", err);
-    b->work = dyn_calloc(x->nw, 4, "bench work", err);
-    b->inp = dyn_calloc(N * C, 4, "bench input", err);
-    b->out = dyn_calloc(N * C, 4, "bench output", err);
-    b->dout = dyn_calloc(N * C, 4, "bench dout", err);
-    b->dinp = dyn_calloc(N * C, 4, "bench dinp", err);
-    b->enc = dyn_calloc(Ne + 1, C * 4, "bench enc", err);
-    b->denc = dyn_calloc(Ne + 1, C * 4, "bench denc", err);
-    b->rel = dyn_calloc(NH * DYN_T5_NUM_BUCKETS, 4, "bench rel", err);
-    b->drel = dyn_calloc(NH * DYN_T5_NUM_BUCKETS, 4, "bench drel", err);
-    b->ga = dyn_calloc(N * C, 4, "bench sgemm a", err);
-    b->gb = dyn_calloc(4 * C * C, 4, "bench sgemm b", err);
-    b->gc = dyn_calloc(N * 4 * C, 4, "bench sgemm c", err);
+    b->params = dyn_calloc_huge(x->np, 4, "bench params", err);
+    b->grads = dyn_calloc_huge(x->np, 4, "bench grads", err);
+    b->acts = dyn_calloc_huge(x->na, 4, "bench activations", err);
+    b->work = dyn_calloc_huge(x->nw, 4, "bench work", err);
+    b->inp = dyn_calloc_huge(N * C, 4, "bench input", err);
+    b->out = dyn_calloc_huge(N * C, 4, "bench output", err);
+    b->dout = dyn_calloc_huge(N * C, 4, "bench dout", err);
+    b->dinp = dyn_calloc_huge(N * C, 4, "bench dinp", err);
+    b->enc = dyn_calloc_huge(Ne + 1, C * 4, "bench enc", err);
+    b->denc = dyn_calloc_huge(Ne + 1, C * 4, "bench denc", err);
+    b->rel = dyn_calloc_huge(NH * DYN_T5_NUM_BUCKETS, 4, "bench rel", err);
+    b->drel = dyn_calloc_huge(NH * DYN_T5_NUM_BUCKETS, 4, "bench drel", err);
+    b->ga = dyn_calloc_huge(N * C, 4, "bench sgemm a", err);
+    b->gb = dyn_calloc_huge(4 * C * C, 4, "bench sgemm b", err);
+    b->gc = dyn_calloc_huge(N * 4 * C, 4, "bench sgemm c", err);
     if (!b->params || !b->grads || !b->acts || !b->work || !b->inp || !b->out || !b->dout || !b->dinp ||
         !b->enc || !b->denc || !b->rel || !b->drel || !b->ga || !b->gb || !b->gc)
         return DYN_ERR_NOMEM;

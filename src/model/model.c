@@ -11,7 +11,7 @@
 
 #include "model/model_impl.h"
 #include "model/threads.h" /* defines: dyn_threads_set */
-#include "util/util.h" /* defines: dyn_calloc, DYN_RESERVE */
+#include "util/util.h" /* defines: dyn_calloc, dyn_calloc_huge, DYN_RESERVE */
 
 dyn_model_config dyn_model_config_tiny(dyn_model_kind kind, int32_t n_layers, int32_t hidden, int32_t heads,
                                        int32_t max_seqlen)
@@ -213,10 +213,10 @@ dyn_model *model_table_create(const dyn_model_config *cfg, dyn_error *err)
 dyn_status model_alloc_bind(dyn_model *m, dyn_error *err)
 {
     size_t n = m->n_params ? m->n_params : 1; /* a stage may hold no parameters */
-    m->params = dyn_calloc(n, sizeof(float), "parameters", err);
-    m->grads = m->params ? dyn_calloc(n, sizeof(float), "gradients", err) : NULL;
-    m->m1 = m->grads ? dyn_calloc(n, sizeof(float), "AdamW first moments", err) : NULL;
-    m->m2 = m->m1 ? dyn_calloc(n, sizeof(float), "AdamW second moments", err) : NULL;
+    m->params = dyn_calloc_huge(n, sizeof(float), "parameters", err);
+    m->grads = m->params ? dyn_calloc_huge(n, sizeof(float), "gradients", err) : NULL;
+    m->m1 = m->grads ? dyn_calloc_huge(n, sizeof(float), "AdamW first moments", err) : NULL;
+    m->m2 = m->m1 ? dyn_calloc_huge(n, sizeof(float), "AdamW second moments", err) : NULL;
     if (m->m2 == NULL) return DYN_ERR_NOMEM;
     return model_arch_of(m->cfg.kind)->bind(m, err);
 }
@@ -348,7 +348,7 @@ static dyn_status acts_prepare(const dyn_model *m, dyn_model_acts *a, const dyn_
     if (need > a->cap) {
         free(a->arena);
         a->cap = 0;
-        a->arena = dyn_calloc(need, sizeof(float), "activation arena", err);
+        a->arena = dyn_calloc_huge(need, sizeof(float), "activation arena", err);
         if (a->arena == NULL) return DYN_ERR_NOMEM;
         a->cap = need;
     }

@@ -23,6 +23,13 @@
  * failure; n * size is checked for overflow. */
 void *dyn_calloc(size_t n, size_t size, const char *what, dyn_error *err);
 
+/* dyn_calloc for large arrays that hot loops stream through (parameters,
+ * gradients, activation arenas): from 2 MB up the memory is 2 MB-aligned,
+ * zeroed now (every page touched) and asked to live on transparent huge
+ * pages (alloc_huge.c says why); smaller requests are dyn_calloc. Release
+ * with free(). */
+void *dyn_calloc_huge(size_t n, size_t size, const char *what, dyn_error *err);
+
 /* Growth of an array, the one way the project grows one. *p points to room
  * for *cap elements of elem bytes (NULL and 0 at first). When need > *cap,
  * *p is reallocated to max(need, 2 * *cap) elements (contents kept, the new
