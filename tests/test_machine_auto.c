@@ -292,10 +292,20 @@ static void test_cache_roundtrip_and_refusals(void **state)
     assert_int_equal(dyn_machine_auto_read(path, key, &got, &gi, &err), DYN_ERR_PARSE);
     assert_non_null(strstr(err.msg, path));
 
-    m.matmul_gflops = -1; /* written by hand: the machine inside must be valid */
+    /* a machine fitted the version-1 way (products and memory fitted
+     * jointly) is not reused, however valid */
     char bad[2048];
     snprintf(bad, sizeof bad,
              "{\"format\": \"dynapipe-machine-auto\", \"version\": 1, \"key\": \"%s\", \"machine\": "
+             "{\"base\": \"cpu\"}}",
+             key);
+    assert_int_equal(dyn_file_write_atomic(path, bad, strlen(bad), NULL), DYN_OK);
+    assert_int_equal(dyn_machine_auto_read(path, key, &got, &gi, &err), DYN_ERR_PARSE);
+    assert_non_null(strstr(err.msg, "not a version 2 cache file"));
+
+    m.matmul_gflops = -1; /* written by hand: the machine inside must be valid */
+    snprintf(bad, sizeof bad,
+             "{\"format\": \"dynapipe-machine-auto\", \"version\": 2, \"key\": \"%s\", \"machine\": "
              "{\"base\": \"cpu\", \"matmul_gflops\": -1}}",
              key);
     assert_int_equal(dyn_file_write_atomic(path, bad, strlen(bad), NULL), DYN_OK);
