@@ -421,7 +421,7 @@ static int shapes_make(const dyn_model_config *cfg, dyn_machine_measure_level le
  * the rate at hidden 128 and 16 rows is a fraction of that at 4096. Each
  * token count runs the forward, input-gradient and weight-gradient product
  * of every (K, N), GEMM_LOOP_MS at least per timed sample, GEMM_SAMPLES
- * samples (1 for TINY), the fastest kept. */
+ * samples (1 for TINY) taken round the token counts, their median kept. */
 #define GEMM_PRODUCTS 4
 #define GEMM_MS 10.0
 #define GEMM_LOOP_MS 2.0
@@ -479,20 +479,24 @@ static int gemm_measure(const dyn_model_config *cfg, dyn_machine_measure_level l
     for (size_t i = 0; n >= 0 && i < big; i++) x[i] = (float)((int)(i % 5) - 2) * 0.01f;
     /* a warm-up set per token count sizes its loops; then the samples go
      * round the token counts, so that other work slowing the machine for
-     * a while slows one sample of each, and the fastest is kept (others
-     * only ever slow a kernel down; profile.h, "reference kernel") */
+     * a while slows one sample of each, and the median of each is kept:
+     * as the layers' times are (a median of repeats), so that the products
+     * and the layers they are taken from were measured alike */
     int loops[GEMM_N_TOKENS], nt = 0, ns = tiny ? 1 : GEMM_SAMPLES;
+    double samples[GEMM_N_TOKENS][GEMM_SAMPLES];
     for (int i = 0; n >= 0 && i < GEMM_N_TOKENS && GEMM_TOKENS[i] <= tmax; i++, nt++) {
         double one = gemm_set(kn, GEMM_TOKENS[i], x, w, y, dx, dw);
         loops[i] = one > 0 && one < GEMM_LOOP_MS ? (int)ceil(GEMM_LOOP_MS / one) : 1;
-        g[i] = (dyn_machine_gemm_obs){GEMM_TOKENS[i], row_flops * GEMM_TOKENS[i], row_flops, INFINITY};
     }
     for (int r = 0; n >= 0 && r < ns; r++)
         for (int i = 0; i < nt; i++) {
             double sum = 0;
             for (int l = 0; l < loops[i]; l++) sum += gemm_set(kn, GEMM_TOKENS[i], x, w, y, dx, dw);
-            g[i].ms = fmin(g[i].ms, sum / loops[i]);
+            samples[i][r] = sum / loops[i];
         }
+    for (int i = 0; n >= 0 && i < nt; i++)
+        g[i] = (dyn_machine_gemm_obs){GEMM_TOKENS[i], row_flops * GEMM_TOKENS[i], row_flops,
+                                      dyn_median(samples[i], ns)};
     if (n >= 0) n = nt;
     free(x);
     free(y);
