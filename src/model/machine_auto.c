@@ -1,6 +1,6 @@
 /* machine_auto.c — `--machine auto` (contract in machine_auto.h): the
- * measured shapes, the non-negative least-squares fit of the analytic
- * model's five machine terms, and the cache file. */
+ * measured shapes and products, the non-negative least-squares fit of the
+ * analytic model's five machine terms, and the cache file. */
 #include "model/machine_auto.h"
 
 #include <errno.h>
