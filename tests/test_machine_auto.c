@@ -242,6 +242,13 @@ static void test_key_and_path(void **state)
     assert_non_null(strstr(k5, "ranks=2"));
     assert_string_equal(k0, k1); /* below 1 counts as 1 */
     assert_true(strcmp(k1, k2) != 0 && strcmp(k1, k3) != 0 && strcmp(k1, k4) != 0 && strcmp(k1, k5) != 0);
+    /* the joint fit (DYN_MACHINE_FIT=joint) is another machine */
+    char kj[512];
+    setenv("DYN_MACHINE_FIT", "joint", 1);
+    dyn_machine_auto_key(&a, 1, 1, DYN_MACHINE_MEASURE_FULL, kj, sizeof kj, NULL, NULL);
+    unsetenv("DYN_MACHINE_FIT");
+    assert_non_null(strstr(kj, "|fit=joint"));
+    assert_true(strcmp(k1, kj) != 0);
     char p1[600], p2[600], p1b[600];
     assert_int_equal(dyn_machine_auto_path("/c", k1, p1, sizeof p1, NULL), DYN_OK);
     assert_int_equal(dyn_machine_auto_path("/c", k1, p1b, sizeof p1b, NULL), DYN_OK);

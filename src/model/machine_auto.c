@@ -506,6 +506,15 @@ static int gemm_measure(const dyn_model_config *cfg, dyn_machine_measure_level l
     return n;
 }
 
+/* DYN_MACHINE_FIT=joint: the five terms fitted together from the layers,
+ * no products measured (the fit before version 2), to compare the two on
+ * one build; part of the key. */
+static int fit_joint(void)
+{
+    const char *v = getenv("DYN_MACHINE_FIT");
+    return v != NULL && strcmp(v, "joint") == 0;
+}
+
 void dyn_machine_auto_key(const dyn_model_config *cfg, int threads, int ranks, dyn_machine_measure_level level,
                           char *key, size_t cap, char cpu[64], char blas[32])
 {
@@ -520,6 +529,8 @@ void dyn_machine_auto_key(const dyn_model_config *cfg, int threads, int ranks, d
     size_t at = strlen(key);
     if (cfg->kind == DYN_MODEL_LLAMA && at < cap) /* what else changes a Llama's layer costs */
         snprintf(key + at, cap - at, "|kv=%d.%d.%d", cfg->kv_heads, cfg->tie_embeddings, cfg->qkv_bias);
+    at = strlen(key);
+    if (fit_joint() && at < cap) snprintf(key + at, cap - at, "|fit=joint");
     if (cpu != NULL) snprintf(cpu, 64, "%s", meta.cpu);
     if (blas != NULL) snprintf(blas, 32, "%s", kernel);
 }
@@ -705,7 +716,7 @@ dyn_status dyn_machine_measure(const dyn_model_config *cfg, int threads, int ran
     }
     if (st == DYN_OK && !tiny) st = remeasure_slowed(p, obs, n, probe, t0, info, err);
     dyn_machine_gemm_obs gemm[GEMM_N_TOKENS];
-    int n_gemm = st == DYN_OK ? gemm_measure(cfg, level, gemm, err) : 0;
+    int n_gemm = st == DYN_OK && !fit_joint() ? gemm_measure(cfg, level, gemm, err) : 0;
     if (n_gemm < 0) st = err ? err->code : DYN_ERR_NOMEM;
     double opt = 0;
     if (st == DYN_OK) st = dyn_profiler_measure_optimizer(p, &opt, err);
