@@ -93,7 +93,7 @@ static void test_fit_recovers_machine(void **state)
         dyn_machine fit;
         dyn_machine_fit_stats st;
         double params = 3e6, opt_ms = params * DYN_OPTIMIZER_BYTES_PER_PARAM / (truth.mem_gbps * 1e6);
-        assert_int_equal(dyn_machine_fit(&cfg, dyn_machine_builtin("cpu"), o, n, params, opt_ms, &fit, &st, NULL),
+        assert_int_equal(dyn_machine_fit(&cfg, dyn_machine_builtin("cpu"), o, n, NULL, 0, params, opt_ms, &fit, &st, NULL),
                          DYN_OK);
         assert_string_equal(fit.name, "auto");
         assert_rel(fit.matmul_gflops, truth.matmul_gflops, 1e-6);
@@ -107,7 +107,7 @@ static void test_fit_recovers_machine(void **state)
         for (int i = 0; i < n; i++) o[i].fwd_ms *= 1.0 + 0.02 * ((i * 7) % 5 - 2) / 2.0;
         o[1].bwd_ms *= 5;
         dyn_machine rob;
-        assert_int_equal(dyn_machine_fit(&cfg, dyn_machine_builtin("cpu"), o, n, params, opt_ms, &rob, &st, NULL),
+        assert_int_equal(dyn_machine_fit(&cfg, dyn_machine_builtin("cpu"), o, n, NULL, 0, params, opt_ms, &rob, &st, NULL),
                          DYN_OK);
         assert_rel(rob.matmul_gflops, truth.matmul_gflops, 0.05);
         assert_rel(rob.attn_gflops, truth.attn_gflops, 0.15);
@@ -115,6 +115,84 @@ static void test_fit_recovers_machine(void **state)
         assert_true(fit.device_memory_mb == truth.device_memory_mb && fit.link_gbps == truth.link_gbps &&
                     fit.bytes_per_elem == 4);
     }
+}
+
+/* Products measured alone, as machine m would time them: the GPT-block
+ * products of cfg (QKV, out, FFN in and out; forward, input and weight
+ * gradient) at each token count, t (n + n_half) 2 K N / rate. */
+static int synthesize_gemm(const dyn_model_config *cfg, const dyn_machine *m, dyn_machine_gemm_obs *g)
+{
+    double h = cfg->hidden, a = (double)cfg->heads * cfg->head_dim, f = cfg->ffn;
+    double row = 3.0 * 2.0 * (h * 3 * a + a * h + h * f + f * h);
+    int32_t tokens[4] = {16, 64, 256, 1024};
+    for (int i = 0; i < 4; i++)
+        g[i] = (dyn_machine_gemm_obs){tokens[i], row * tokens[i], row,
+                                      row * (tokens[i] + m->gemm_n_half) / (m->matmul_gflops * 1e6)};
+    return 4;
+}
+
+/* GPT blocks at four lengths, one row and many, the embedding and the head:
+ * the shapes of a measurement (src/model/machine_auto.c) into o. */
+static int gpt_shapes(dyn_machine_obs *o)
+{
+    int n = 0;
+    int32_t lens[4] = {64, 256, 1024, 2048}, rows[4] = {64, 16, 4, 2};
+    for (int i = 0; i < 4; i++) {
+        o[n++] = (dyn_machine_obs){DYN_LAYER_ENCODER, {.rows = 1, .enc_len = lens[i]}, 0, 0};
+        o[n++] = (dyn_machine_obs){DYN_LAYER_ENCODER, {.rows = rows[i], .enc_len = lens[i]}, 0, 0};
+    }
+    o[n++] = (dyn_machine_obs){DYN_LAYER_EMBED, {.rows = 1, .enc_len = 256}, 0, 0};
+    o[n++] = (dyn_machine_obs){DYN_LAYER_EMBED, {.rows = 16, .enc_len = 256}, 0, 0};
+    o[n++] = (dyn_machine_obs){DYN_LAYER_LM_HEAD, {.rows = 1, .enc_len = 256}, 0, 0};
+    o[n++] = (dyn_machine_obs){DYN_LAYER_LM_HEAD, {.rows = 16, .enc_len = 256}, 0, 0};
+    return n;
+}
+
+/* Inside a block the products' FLOPs and the elementwise bytes grow with
+ * the tokens in one ratio, and n_half and the per-layer overhead are both a
+ * cost per pass, so layer times alone barely tell a machine of slow
+ * products and fast memory from one of fast products and slow memory. Two
+ * such machines (the demo GPT, hidden 128), their layer times off by up to
+ * 3 % either way as measurements are: with the products measured alone the
+ * fit finds each machine's product rate and n_half within 1 %, and the two
+ * fits apart as the machines are. Exact times give back all five terms. */
+static void test_fit_products_separate_machines(void **state)
+{
+    (void)state;
+    dyn_model_config cfg = preset("gpt-tiny", 2048);
+    cfg.n_layers = 4, cfg.hidden = 128, cfg.heads = 4, cfg.head_dim = 32, cfg.ffn = 512;
+    dyn_machine ma = *dyn_machine_builtin("cpu"), mb = ma;
+    ma.matmul_gflops = 78.0, ma.gemm_n_half = 12.0, ma.attn_gflops = 35.0, ma.mem_gbps = 60.0;
+    ma.layer_overhead_ms = 0.004;
+    mb.matmul_gflops = 99.0, mb.gemm_n_half = 4.0, mb.attn_gflops = 35.0, mb.mem_gbps = 14.0;
+    mb.layer_overhead_ms = 0.012;
+    const dyn_machine *truth[2] = {&ma, &mb};
+    double fitted[2];
+    for (int k = 0; k < 2; k++) {
+        dyn_machine_obs o[16];
+        dyn_machine_gemm_obs g[4];
+        int n = gpt_shapes(o), ng = synthesize_gemm(&cfg, truth[k], g);
+        synthesize(&cfg, truth[k], o, n);
+        double params = 1e6, opt_ms = params * DYN_OPTIMIZER_BYTES_PER_PARAM / (truth[k]->mem_gbps * 1e6);
+        dyn_machine fit;
+        dyn_machine_fit_stats st;
+        assert_int_equal(dyn_machine_fit(&cfg, &ma, o, n, g, ng, params, opt_ms, &fit, &st, NULL), DYN_OK);
+        assert_rel(fit.matmul_gflops, truth[k]->matmul_gflops, 1e-6);
+        assert_rel(fit.gemm_n_half, truth[k]->gemm_n_half, 1e-6);
+        assert_rel(fit.attn_gflops, truth[k]->attn_gflops, 1e-6);
+        assert_rel(fit.mem_gbps, truth[k]->mem_gbps, 1e-6);
+        assert_rel(fit.layer_overhead_ms, truth[k]->layer_overhead_ms, 1e-6);
+        assert_true(st.n == ng + 2 * n + 1 && st.worst_err < 1e-6);
+        for (int i = 0; i < n; i++) {
+            o[i].fwd_ms *= 1.0 + 0.03 * ((i * 7 + k) % 5 - 2) / 2.0;
+            o[i].bwd_ms *= 1.0 - 0.03 * ((i * 3 + k) % 5 - 2) / 2.0;
+        }
+        assert_int_equal(dyn_machine_fit(&cfg, &ma, o, n, g, ng, params, opt_ms * 1.03, &fit, &st, NULL), DYN_OK);
+        assert_rel(fit.matmul_gflops, truth[k]->matmul_gflops, 0.01);
+        assert_rel(fit.gemm_n_half, truth[k]->gemm_n_half, 0.01);
+        fitted[k] = fit.matmul_gflops;
+    }
+    assert_rel(fitted[1] / fitted[0], mb.matmul_gflops / ma.matmul_gflops, 0.02);
 }
 
 /* A term the measurements do not need stays at zero cost (its rate capped),
@@ -135,11 +213,11 @@ static void test_fit_nonnegative(void **state)
     synthesize(&cfg, &truth, o, 4);
     for (int i = 0; i < 4; i++) o[i].fwd_ms *= 0.9; /* faster than any overhead allows */
     dyn_machine fit;
-    assert_int_equal(dyn_machine_fit(&cfg, &truth, o, 4, 0, 0, &fit, NULL, NULL), DYN_OK);
+    assert_int_equal(dyn_machine_fit(&cfg, &truth, o, 4, NULL, 0, 0, 0, &fit, NULL, NULL), DYN_OK);
     assert_true(fit.gemm_n_half >= 0 && fit.layer_overhead_ms >= 0 && fit.attn_gflops > 0 && fit.mem_gbps > 0);
     assert_int_equal(dyn_machine_validate(&fit, NULL), DYN_OK);
     dyn_error err;
-    assert_int_equal(dyn_machine_fit(&cfg, &truth, o, 0, 0, 0, &fit, NULL, &err), DYN_ERR_INVALID_ARG);
+    assert_int_equal(dyn_machine_fit(&cfg, &truth, o, 0, NULL, 0, 0, 0, &fit, NULL, &err), DYN_ERR_INVALID_ARG);
 }
 
 /* The key names the CPU, the kernel, the threads, the ranks at once and
@@ -164,6 +242,13 @@ static void test_key_and_path(void **state)
     assert_non_null(strstr(k5, "ranks=2"));
     assert_string_equal(k0, k1); /* below 1 counts as 1 */
     assert_true(strcmp(k1, k2) != 0 && strcmp(k1, k3) != 0 && strcmp(k1, k4) != 0 && strcmp(k1, k5) != 0);
+    /* the joint fit (DYN_MACHINE_FIT=joint) is another machine */
+    char kj[512];
+    setenv("DYN_MACHINE_FIT", "joint", 1);
+    dyn_machine_auto_key(&a, 1, 1, DYN_MACHINE_MEASURE_FULL, kj, sizeof kj, NULL, NULL);
+    unsetenv("DYN_MACHINE_FIT");
+    assert_non_null(strstr(kj, "|fit=joint"));
+    assert_true(strcmp(k1, kj) != 0);
     char p1[600], p2[600], p1b[600];
     assert_int_equal(dyn_machine_auto_path("/c", k1, p1, sizeof p1, NULL), DYN_OK);
     assert_int_equal(dyn_machine_auto_path("/c", k1, p1b, sizeof p1b, NULL), DYN_OK);
@@ -214,10 +299,20 @@ static void test_cache_roundtrip_and_refusals(void **state)
     assert_int_equal(dyn_machine_auto_read(path, key, &got, &gi, &err), DYN_ERR_PARSE);
     assert_non_null(strstr(err.msg, path));
 
-    m.matmul_gflops = -1; /* written by hand: the machine inside must be valid */
+    /* a machine fitted the version-1 way (products and memory fitted
+     * jointly) is not reused, however valid */
     char bad[2048];
     snprintf(bad, sizeof bad,
              "{\"format\": \"dynapipe-machine-auto\", \"version\": 1, \"key\": \"%s\", \"machine\": "
+             "{\"base\": \"cpu\"}}",
+             key);
+    assert_int_equal(dyn_file_write_atomic(path, bad, strlen(bad), NULL), DYN_OK);
+    assert_int_equal(dyn_machine_auto_read(path, key, &got, &gi, &err), DYN_ERR_PARSE);
+    assert_non_null(strstr(err.msg, "not a version 2 cache file"));
+
+    m.matmul_gflops = -1; /* written by hand: the machine inside must be valid */
+    snprintf(bad, sizeof bad,
+             "{\"format\": \"dynapipe-machine-auto\", \"version\": 2, \"key\": \"%s\", \"machine\": "
              "{\"base\": \"cpu\", \"matmul_gflops\": -1}}",
              key);
     assert_int_equal(dyn_file_write_atomic(path, bad, strlen(bad), NULL), DYN_OK);
@@ -448,6 +543,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fit_recovers_machine),
+        cmocka_unit_test(test_fit_products_separate_machines),
         cmocka_unit_test(test_fit_nonnegative),
         cmocka_unit_test(test_key_and_path),
         cmocka_unit_test(test_cache_roundtrip_and_refusals),

@@ -1,6 +1,6 @@
 /* machine_auto.c — `--machine auto` (contract in machine_auto.h): the
- * measured shapes, the non-negative least-squares fit of the analytic
- * model's five machine terms, and the cache file. */
+ * measured shapes and products, the non-negative least-squares fit of the
+ * analytic model's five machine terms, and the cache file. */
 #include "model/machine_auto.h"
 
 #include <errno.h>
@@ -14,12 +14,13 @@
 #include "dynapipe/model_config.h" /* defines: dyn_machine_parse, dyn_model_config_params */
 #include "model/blas.h"            /* defines: dyn_blas_kernel */
 #include "model/profile.h"         /* defines: dyn_profiler_*, dyn_profile_meta_fill */
+#include "model/threads.h"         /* defines: dyn_sgemm */
 #include "util/json.h"             /* defines: dyn_json_parse */
 #include "util/util.h"             /* defines: dyn_file_*, dyn_time_ms, dyn_median */
 
 #define N_TERMS 5 /* 1/mm, n_half/mm, 1/attn, 1/bw, overhead */
 #define CACHE_FORMAT "dynapipe-machine-auto"
-#define CACHE_VERSION 1
+#define CACHE_VERSION 2 /* 2: matmul rate and n_half from the products measured alone */
 #define OFF_RATE 1e12
 #define ROBUST_ITERATIONS 3 /* refits with far-off times weighted down */ /* a rate that makes its term vanish while the coefficients are taken */
 
@@ -85,25 +86,29 @@ static int solve(double a[N_TERMS][N_TERMS], double b[N_TERMS], int n, double x[
     return 0;
 }
 
-/* Non-negative least squares of rows A (m x N_TERMS, already divided by the
- * measured time and weighted) against b (the rows' weights): every subset of the terms that contains term 0
+/* Non-negative least squares of rows A (m x N_TERMS, already divided by
+ * the measured time and weighted) against b, over the terms in `terms` (a
+ * bit mask of the terms fitted; p's other entries are left as they are):
+ * every subset of the fitted terms that holds term 0 when term 0 is fitted
  * is solved by the normal equations (columns scaled to unit norm), and the
- * feasible solution (all >= 0, term 0 > 0) with the smallest residual wins.
- * 16 subsets of at most 5 unknowns: exact, and cheap. -1 when none. */
-static int nnls(const double *A, const double *b, int m, double p[N_TERMS])
+ * feasible solution (all >= 0, term 0 > 0 when fitted) with the smallest
+ * residual wins. At most 32 subsets of at most 5 unknowns: exact, and
+ * cheap. -1 when none. */
+static int nnls(const double *A, const double *b, int m, unsigned terms, double p[N_TERMS])
 {
     double norm[N_TERMS] = {0};
     for (int j = 0; j < N_TERMS; j++) {
         for (int i = 0; i < m; i++) norm[j] += A[i * N_TERMS + j] * A[i * N_TERMS + j];
         norm[j] = sqrt(norm[j]);
     }
-    if (!(norm[0] > 0)) return -1;
+    int need0 = terms & 1u;
+    if (need0 && !(norm[0] > 0)) return -1;
     double best = INFINITY;
-    for (int mask = 0; mask < 16; mask++) {
+    for (unsigned mask = 0; mask < (1u << N_TERMS); mask++) {
+        if ((mask & ~terms) != 0 || (need0 && !(mask & 1u))) continue;
         int idx[N_TERMS], n = 0;
-        idx[n++] = 0;
-        for (int j = 1; j < N_TERMS; j++)
-            if (mask & (1 << (j - 1))) {
+        for (int j = 0; j < N_TERMS; j++)
+            if (mask & (1u << j)) {
                 if (!(norm[j] > 0)) goto next;
                 idx[n++] = j;
             }
@@ -116,11 +121,11 @@ static int nnls(const double *A, const double *b, int m, double p[N_TERMS])
                 for (int c = 0; c < n; c++) ata[r][c] += ar * row[idx[c]] / norm[idx[c]];
             }
         }
-        if (solve(ata, atb, n, x) != 0) continue;
+        if (n > 0 && solve(ata, atb, n, x) != 0) continue;
         double q[N_TERMS] = {0};
         for (int r = 0; r < n; r++) q[idx[r]] = x[r] / norm[idx[r]];
-        if (!(q[0] > 0)) continue;
-        for (int j = 1; j < N_TERMS; j++)
+        if (need0 && !(q[0] > 0)) continue;
+        for (int j = 0; j < N_TERMS; j++)
             if (q[j] < 0) goto next;
         double res = 0;
         for (int i = 0; i < m; i++) {
@@ -130,7 +135,8 @@ static int nnls(const double *A, const double *b, int m, double p[N_TERMS])
         }
         if (res < best) {
             best = res;
-            memcpy(p, q, sizeof q);
+            for (int j = 0; j < N_TERMS; j++)
+                if (terms & (1u << j)) p[j] = q[j];
         }
     next:;
     }
@@ -188,46 +194,63 @@ static void fit_errors(fit_rows *f, const double p[N_TERMS])
     }
 }
 
-/* Robust refits of p: a time far off the others' fit (a measurement that
- * other work slowed, on a shared machine) is weighted down in proportion
- * to how far beyond twice the median error it lies (Huber-like); exact
- * times (every error 0) are left as they are. b and W are rows and
- * rows x N_TERMS scratch. */
-static void fit_robust(fit_rows *f, double *b, double *W, double p[N_TERMS])
+/* 1 - the fixed terms' (those not in `terms`) share of each row, times w[i]
+ * (w NULL: 1), into b; the rows times w into W. */
+static void fit_target(const fit_rows *f, const double *w, unsigned terms, const double p[N_TERMS], double *b,
+                       double *W)
+{
+    for (int i = 0; i < f->rows; i++) {
+        double wi = w != NULL ? w[i] : 1.0, fixed = 0;
+        for (int j = 0; j < N_TERMS; j++) {
+            double a = f->A[(size_t)i * N_TERMS + j];
+            if (!(terms & (1u << j))) fixed += a * p[j];
+            W[(size_t)i * N_TERMS + j] = a * wi;
+        }
+        b[i] = wi * (1.0 - fixed);
+    }
+}
+
+/* Robust refits of p's terms in `terms`: a time far off the others' fit (a
+ * measurement that other work slowed, on a shared machine) is weighted
+ * down in proportion to how far beyond twice the median error it lies
+ * (Huber-like); exact times (every error 0) are left as they are. b, w
+ * and W are rows, rows and rows x N_TERMS scratch. */
+static void fit_robust(fit_rows *f, unsigned terms, double *b, double *w, double *W, double p[N_TERMS])
 {
     int rows = f->rows;
     for (int it = 0; it < ROBUST_ITERATIONS; it++) {
         fit_errors(f, p);
-        memcpy(W, f->errs, (size_t)rows * sizeof *f->errs);
-        double med = dyn_median(W, rows);
+        memcpy(w, f->errs, (size_t)rows * sizeof *f->errs);
+        double med = dyn_median(w, rows);
         if (!(med > 1e-9)) break;
-        for (int i = 0; i < rows; i++) {
-            double w = f->errs[i] > 2 * med ? 2 * med / f->errs[i] : 1.0;
-            b[i] = w;
-            for (int j = 0; j < N_TERMS; j++) W[(size_t)i * N_TERMS + j] = f->A[(size_t)i * N_TERMS + j] * w;
-        }
+        for (int i = 0; i < rows; i++) w[i] = f->errs[i] > 2 * med ? 2 * med / f->errs[i] : 1.0;
+        fit_target(f, w, terms, p, b, W);
         double q[N_TERMS];
-        if (nnls(W, b, rows, q) != 0) break;
+        memcpy(q, p, sizeof q);
+        if (nnls(W, b, rows, terms, q) != 0) break;
         memcpy(p, q, sizeof q);
     }
 }
 
-/* Fit p to f's rows: non-negative least squares, then the robust refits. */
-static dyn_status fit_solve(fit_rows *f, double p[N_TERMS], dyn_error *err)
+/* Fit p's terms in `terms` (the others held) to f's rows: non-negative least
+ * squares, then the robust refits. */
+static dyn_status fit_solve(fit_rows *f, unsigned terms, double p[N_TERMS], dyn_error *err)
 {
     int rows = f->rows;
     dyn_status st = DYN_OK;
-    double *b = calloc((size_t)(rows > 0 ? rows : 1), sizeof *b);
-    double *W = calloc((size_t)(rows > 0 ? rows : 1) * N_TERMS, sizeof *W);
-    if (b == NULL || W == NULL) st = dyn_error_set(err, DYN_ERR_NOMEM, "machine fit: out of memory");
+    size_t cap = (size_t)(rows > 0 ? rows : 1);
+    double *b = calloc(cap, sizeof *b), *w = calloc(cap, sizeof *w);
+    double *W = calloc(cap * N_TERMS, sizeof *W);
+    if (b == NULL || w == NULL || W == NULL) st = dyn_error_set(err, DYN_ERR_NOMEM, "machine fit: out of memory");
     if (st == DYN_OK) {
-        for (int i = 0; i < rows; i++) b[i] = 1.0;
-        if (rows == 0 || nnls(f->A, b, rows, p) != 0)
+        fit_target(f, NULL, terms, p, b, W);
+        if (rows == 0 || nnls(W, b, rows, terms, p) != 0)
             st = dyn_error_set(err, DYN_ERR_INVALID_ARG,
                                "machine fit: the measurements have no matrix products a positive rate explains");
     }
-    if (st == DYN_OK) fit_robust(f, b, W, p);
+    if (st == DYN_OK) fit_robust(f, terms, b, w, W, p);
     free(b);
+    free(w);
     free(W);
     return st;
 }
@@ -257,14 +280,43 @@ static void fit_stats(fit_rows *f, const double p[N_TERMS], dyn_machine_fit_stat
     stats->median_err = dyn_median(f->errs, f->rows);
 }
 
-dyn_status dyn_machine_fit(const dyn_model_config *cfg, const dyn_machine *base, const dyn_machine_obs *obs,
-                           int n_obs, double opt_params, double opt_ms, dyn_machine *out,
-                           dyn_machine_fit_stats *stats, dyn_error *err)
+/* Add the rows of the products measured alone: [flops, row_flops, 0, 0,
+ * 0] at 1 GFLOP/s, over the measured time. */
+static void fit_add_gemm(fit_rows *f, const dyn_machine_gemm_obs *g, int n)
 {
-    if (cfg == NULL || base == NULL || out == NULL || (obs == NULL && n_obs > 0) || n_obs < 0)
+    for (int i = 0; i < n; i++) {
+        if (!(g[i].ms > 0) || !isfinite(g[i].ms) || !(g[i].flops > 0)) continue;
+        double *row = f->A + (size_t)f->rows * N_TERMS;
+        row[0] = g[i].flops / 1e6 / g[i].ms;
+        row[1] = (g[i].row_flops > 0 ? g[i].row_flops : 0) / 1e6 / g[i].ms;
+        f->rows++;
+    }
+}
+
+/* The fit's terms: with products measured alone, the first two from
+ * them (f's first n_gemm rows), then the other three from the rest;
+ * otherwise all five from every row. */
+#define TERMS_ALL ((1u << N_TERMS) - 1)
+#define TERMS_GEMM 3u /* 1/mm, n_half/mm */
+static dyn_status fit_steps(fit_rows *f, int n_gemm, double p[N_TERMS], dyn_error *err)
+{
+    if (n_gemm == 0) return fit_solve(f, TERMS_ALL, p, err);
+    fit_rows g = {f->A, f->errs, n_gemm};
+    fit_rows l = {f->A + (size_t)n_gemm * N_TERMS, f->errs + n_gemm, f->rows - n_gemm};
+    dyn_status st = fit_solve(&g, TERMS_GEMM, p, err);
+    if (st == DYN_OK && l.rows > 0) st = fit_solve(&l, TERMS_ALL & ~TERMS_GEMM, p, err);
+    return st;
+}
+
+dyn_status dyn_machine_fit(const dyn_model_config *cfg, const dyn_machine *base, const dyn_machine_obs *obs,
+                           int n_obs, const dyn_machine_gemm_obs *gemm, int n_gemm, double opt_params,
+                           double opt_ms, dyn_machine *out, dyn_machine_fit_stats *stats, dyn_error *err)
+{
+    if (cfg == NULL || base == NULL || out == NULL || (obs == NULL && n_obs > 0) || n_obs < 0 ||
+        (gemm == NULL && n_gemm > 0) || n_gemm < 0)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "machine fit: no model, machine or measurements given");
     int with_opt = opt_params > 0 && opt_ms > 0 && isfinite(opt_ms);
-    int m_rows = 2 * n_obs + with_opt;
+    int m_rows = n_gemm + 2 * n_obs + with_opt;
     fit_rows f = {calloc((size_t)(m_rows > 0 ? m_rows : 1) * N_TERMS, sizeof(double)),
                   calloc((size_t)(m_rows > 0 ? m_rows : 1), sizeof(double)), 0};
     if (f.A == NULL || f.errs == NULL) {
@@ -272,6 +324,8 @@ dyn_status dyn_machine_fit(const dyn_model_config *cfg, const dyn_machine *base,
         free(f.errs);
         return dyn_error_set(err, DYN_ERR_NOMEM, "machine fit: out of memory");
     }
+    fit_add_gemm(&f, gemm, n_gemm);
+    int g_rows = f.rows;
     dyn_status st = DYN_OK;
     for (int i = 0; i < n_obs && st == DYN_OK; i++) st = fit_add_obs(&f, cfg, base, &obs[i], err);
     if (st == DYN_OK && with_opt) {
@@ -281,7 +335,7 @@ dyn_status dyn_machine_fit(const dyn_model_config *cfg, const dyn_machine *base,
         f.rows++;
     }
     double p[N_TERMS] = {0};
-    if (st == DYN_OK) st = fit_solve(&f, p, err);
+    if (st == DYN_OK) st = fit_steps(&f, g_rows, p, err);
     if (st == DYN_OK) {
         dyn_machine m = fit_machine(base, p);
         st = dyn_machine_validate(&m, err);
@@ -359,6 +413,108 @@ static int shapes_make(const dyn_model_config *cfg, dyn_machine_measure_level le
     return n;
 }
 
+/* The block's matrix products measured alone: (K, N) of the four a GPT
+ * block has (QKV, attention out, FFN in, FFN out), the same for every
+ * model kind (a rate as a function of size, not a model of each kind's
+ * products), at GEMM_TOKENS token rows each, those whose forward set takes
+ * at most GEMM_MS on the built-in cpu machine (the two smallest always):
+ * the rate at hidden 128 and 16 rows is a fraction of that at 4096. Each
+ * token count runs the forward, input-gradient and weight-gradient product
+ * of every (K, N), GEMM_LOOP_MS at least per timed sample, GEMM_SAMPLES
+ * samples (1 for TINY) taken round the token counts, their median kept. */
+#define GEMM_PRODUCTS 4
+#define GEMM_MS 10.0
+#define GEMM_LOOP_MS 2.0
+#define GEMM_SAMPLES 5
+static const int32_t GEMM_TOKENS[] = {16, 64, 256, 1024, 4096};
+#define GEMM_N_TOKENS ((int)(sizeof GEMM_TOKENS / sizeof GEMM_TOKENS[0]))
+
+static void gemm_products(const dyn_model_config *cfg, int32_t kn[GEMM_PRODUCTS][2])
+{
+    int32_t h = cfg->hidden, a = cfg->heads * cfg->head_dim, f = cfg->ffn;
+    int32_t v[GEMM_PRODUCTS][2] = {{h, 3 * a}, {a, h}, {h, f}, {f, h}};
+    memcpy(kn, v, sizeof v);
+}
+
+/* One set at t rows: every product's three passes (ms). */
+static double gemm_set(const int32_t kn[GEMM_PRODUCTS][2], int32_t t, const float *x, const float *w, float *y,
+                       float *dx, float *dw)
+{
+    double t0 = dyn_time_ms();
+    for (int i = 0; i < GEMM_PRODUCTS; i++) {
+        int K = kn[i][0], N = kn[i][1];
+        dyn_sgemm(0, 0, t, N, K, 1.0f, x, K, w, N, 0.0f, y, N);    /* Y = X W */
+        dyn_sgemm(0, 1, t, K, N, 1.0f, y, N, w, N, 0.0f, dx, K);   /* dX = dY W^T */
+        dyn_sgemm(1, 0, K, N, t, 1.0f, x, K, y, N, 1.0f, dw, N);   /* dW += X^T dY */
+    }
+    return dyn_time_ms() - t0;
+}
+
+/* Measure the products at each token count kept into g (at most
+ * GEMM_N_TOKENS); returns how many, or -1 (err set) when out of memory. */
+static int gemm_measure(const dyn_model_config *cfg, dyn_machine_measure_level level, dyn_machine_gemm_obs *g,
+                        dyn_error *err)
+{
+    int32_t kn[GEMM_PRODUCTS][2];
+    gemm_products(cfg, kn);
+    double row_flops = 0;
+    int32_t kmax = 1;
+    for (int i = 0; i < GEMM_PRODUCTS; i++) {
+        row_flops += 3.0 * 2.0 * kn[i][0] * kn[i][1];
+        for (int j = 0; j < 2; j++) kmax = kn[i][j] > kmax ? kn[i][j] : kmax;
+    }
+    double cpu_per_ms = dyn_machine_builtin("cpu")->matmul_gflops * 1e6;
+    int n = 0, tiny = level == DYN_MACHINE_MEASURE_TINY;
+    int32_t tmax = 0;
+    for (int i = 0; i < (tiny ? 2 : GEMM_N_TOKENS); i++)
+        if (i < 2 || row_flops / 3.0 * GEMM_TOKENS[i] / cpu_per_ms <= GEMM_MS) tmax = GEMM_TOKENS[i];
+    size_t big = (size_t)tmax * (size_t)kmax;
+    float *x = calloc(big, sizeof *x), *y = calloc(big, sizeof *y), *dx = calloc(big, sizeof *dx);
+    float *w = calloc((size_t)kmax * kmax, sizeof *w), *dw = calloc((size_t)kmax * kmax, sizeof *dw);
+    if (x == NULL || y == NULL || dx == NULL || w == NULL || dw == NULL) {
+        n = -1;
+        dyn_error_set(err, DYN_ERR_NOMEM, "machine measurement: out of memory for the products");
+    }
+    for (size_t i = 0; n >= 0 && i < (size_t)kmax * kmax; i++) w[i] = (float)((int)(i % 7) - 3) * 0.01f;
+    for (size_t i = 0; n >= 0 && i < big; i++) x[i] = (float)((int)(i % 5) - 2) * 0.01f;
+    /* a warm-up set per token count sizes its loops; then the samples go
+     * round the token counts, so that other work slowing the machine for
+     * a while slows one sample of each, and the median of each is kept:
+     * as the layers' times are (a median of repeats), so that the products
+     * and the layers they are taken from were measured alike */
+    int loops[GEMM_N_TOKENS], nt = 0, ns = tiny ? 1 : GEMM_SAMPLES;
+    double samples[GEMM_N_TOKENS][GEMM_SAMPLES];
+    for (int i = 0; n >= 0 && i < GEMM_N_TOKENS && GEMM_TOKENS[i] <= tmax; i++, nt++) {
+        double one = gemm_set(kn, GEMM_TOKENS[i], x, w, y, dx, dw);
+        loops[i] = one > 0 && one < GEMM_LOOP_MS ? (int)ceil(GEMM_LOOP_MS / one) : 1;
+    }
+    for (int r = 0; n >= 0 && r < ns; r++)
+        for (int i = 0; i < nt; i++) {
+            double sum = 0;
+            for (int l = 0; l < loops[i]; l++) sum += gemm_set(kn, GEMM_TOKENS[i], x, w, y, dx, dw);
+            samples[i][r] = sum / loops[i];
+        }
+    for (int i = 0; n >= 0 && i < nt; i++)
+        g[i] = (dyn_machine_gemm_obs){GEMM_TOKENS[i], row_flops * GEMM_TOKENS[i], row_flops,
+                                      dyn_median(samples[i], ns)};
+    if (n >= 0) n = nt;
+    free(x);
+    free(y);
+    free(dx);
+    free(w);
+    free(dw);
+    return n;
+}
+
+/* DYN_MACHINE_FIT=joint: the five terms fitted together from the layers,
+ * no products measured (the fit before version 2), to compare the two on
+ * one build; part of the key. */
+static int fit_joint(void)
+{
+    const char *v = getenv("DYN_MACHINE_FIT");
+    return v != NULL && strcmp(v, "joint") == 0;
+}
+
 void dyn_machine_auto_key(const dyn_model_config *cfg, int threads, int ranks, dyn_machine_measure_level level,
                           char *key, size_t cap, char cpu[64], char blas[32])
 {
@@ -373,6 +529,8 @@ void dyn_machine_auto_key(const dyn_model_config *cfg, int threads, int ranks, d
     size_t at = strlen(key);
     if (cfg->kind == DYN_MODEL_LLAMA && at < cap) /* what else changes a Llama's layer costs */
         snprintf(key + at, cap - at, "|kv=%d.%d.%d", cfg->kv_heads, cfg->tie_embeddings, cfg->qkv_bias);
+    at = strlen(key);
+    if (fit_joint() && at < cap) snprintf(key + at, cap - at, "|fit=joint");
     if (cpu != NULL) snprintf(cpu, 64, "%s", meta.cpu);
     if (blas != NULL) snprintf(blas, 32, "%s", kernel);
 }
@@ -513,9 +671,12 @@ static dyn_status remeasure_slowed(dyn_profiler *p, dyn_machine_obs *obs, int n,
 
 /* DYN_MACHINE_MEASURE_SHOW: each measured shape against the fitted
  * machine's prediction, to log. */
-static void show_fit(const dyn_model_config *cfg, const dyn_machine *m, const dyn_machine_obs *obs, int n, FILE *log,
-                     dyn_error *err)
+static void show_fit(const dyn_model_config *cfg, const dyn_machine *m, const dyn_machine_obs *obs, int n,
+                     const dyn_machine_gemm_obs *g, int n_gemm, FILE *log, dyn_error *err)
 {
+    for (int i = 0; i < n_gemm; i++)
+        fprintf(log, "  products %4d rows  %9.3f ms (fit %9.3f): %.1f GFLOP/s\n", g[i].tokens, g[i].ms,
+                (g[i].flops + g[i].row_flops * m->gemm_n_half) / (m->matmul_gflops * 1e6), g[i].flops / g[i].ms / 1e6);
     for (int i = 0; i < n; i++) {
         double t[2] = {0, 0};
         if (obs_time(cfg, m, &obs[i], t, err) != DYN_OK) break;
@@ -554,15 +715,19 @@ dyn_status dyn_machine_measure(const dyn_model_config *cfg, int threads, int ran
         probe[i] = dyn_profiler_probe_last_ms(p);
     }
     if (st == DYN_OK && !tiny) st = remeasure_slowed(p, obs, n, probe, t0, info, err);
+    dyn_machine_gemm_obs gemm[GEMM_N_TOKENS];
+    int n_gemm = st == DYN_OK && !fit_joint() ? gemm_measure(cfg, level, gemm, err) : 0;
+    if (n_gemm < 0) st = err ? err->code : DYN_ERR_NOMEM;
     double opt = 0;
     if (st == DYN_OK) st = dyn_profiler_measure_optimizer(p, &opt, err);
     dyn_profiler_free(p);
     if (st != DYN_OK) return st;
     info->optimizer_ms_per_mparam = opt;
     /* one million parameters at the measured rate per million */
-    st = dyn_machine_fit(cfg, dyn_machine_builtin("cpu"), obs, n, 1e6, opt, m, &info->fit, err);
+    st = dyn_machine_fit(cfg, dyn_machine_builtin("cpu"), obs, n, gemm, n_gemm, 1e6, opt, m, &info->fit, err);
     info->measure_s = (dyn_time_ms() - t0) / 1000.0;
-    if (st == DYN_OK && log != NULL && getenv("DYN_MACHINE_MEASURE_SHOW") != NULL) show_fit(cfg, m, obs, n, log, err);
+    if (st == DYN_OK && log != NULL && getenv("DYN_MACHINE_MEASURE_SHOW") != NULL)
+        show_fit(cfg, m, obs, n, gemm, n_gemm, log, err);
     return st;
 }
 

@@ -12,13 +12,15 @@
  * embedding, blocks, T5 bridge, LM head) forward and backward at a handful of
  * micro-batch shapes chosen so that the analytic model's terms separate
  * (same tokens at short and long lengths for attention, one row and many
- * rows for the small-size term), and the optimizer step; a shape whose
+ * rows for the small-size term), the model's block products alone at
+ * several token counts (the product rate as a function of size), and the
+ * optimizer step; a shape whose
  * measurement the profiler's reference kernel shows slowed by other work is
  * measured once more (the faster kept) while the first 20 s last. The analytic model
  * is linear in (1/matmul_gflops, gemm_n_half/matmul_gflops, 1/attn_gflops,
  * 1/mem_gbps, layer_overhead_ms), so those five are fitted by non-negative
- * least squares on relative error, times far off the fit weighted down
- * (dyn_machine_fit). Links, memory size and
+ * least squares on relative error, times far off the fit weighted down,
+ * the first two from the products alone (dyn_machine_fit). Links, memory size and
  * element size come from the built-in "cpu" machine.
  *
  * Ranks beside: a run's ranks share the machine's caches, memory bandwidth
@@ -49,6 +51,17 @@ typedef struct dyn_machine_obs {
     double fwd_ms, bwd_ms;
 } dyn_machine_obs;
 
+/* One measured set of matrix products alone (no layer around them): the
+ * model's block products at `tokens` token rows, forward, input gradient
+ * and weight gradient, in `ms`. flops = 2 t sum(K N) over the products and
+ * passes; row_flops = 2 sum(K N), what one more token row costs (the
+ * analytic model's gemm_n_half counts in these rows). */
+typedef struct dyn_machine_gemm_obs {
+    int32_t tokens;
+    double flops, row_flops;
+    double ms;
+} dyn_machine_gemm_obs;
+
 /* How well a fit reproduces its own measurements: relative error of each
  * forward and backward time (and the optimizer step), median and worst. */
 typedef struct dyn_machine_fit_stats {
@@ -57,19 +70,31 @@ typedef struct dyn_machine_fit_stats {
 } dyn_machine_fit_stats;
 
 /* Fit matmul_gflops, gemm_n_half, attn_gflops, mem_gbps and
- * layer_overhead_ms of the analytic model of cfg to n_obs measured layers
- * (relative error; then refitted three times with each time beyond twice
- * the median error weighted down by how far beyond it lies)
- * and (when opt_params > 0 and opt_ms > 0) one optimizer step over
- * opt_params parameters taking opt_ms. Every other field comes from base;
- * the name is "auto". A term the fit leaves at zero gets a rate of
- * DYN_MACHINE_AUTO_RATE_CAP (it costs nothing on these shapes). stats may be
- * NULL. DYN_ERR_INVALID_ARG when nothing can be fitted (no matrix products
+ * layer_overhead_ms of the analytic model of cfg, by non-negative least
+ * squares on relative error (then refitted three times with each time
+ * beyond twice the median error weighted down by how far beyond it lies).
+ *
+ * With n_gemm > 0 products measured alone, in two steps: matmul_gflops and
+ * gemm_n_half from the products alone, then the other three from the n_obs
+ * layer times less the products' share and (when opt_params > 0 and
+ * opt_ms > 0) one optimizer step over opt_params parameters taking opt_ms.
+ * Why two steps: inside a block the products' FLOPs and the elementwise
+ * bytes both grow with the tokens, in a fixed ratio, and gemm_n_half and the
+ * per-layer overhead are both a fixed cost per pass; only the embedding,
+ * the head and the optimizer step, kernels of their own, tell them apart,
+ * so a joint fit trades the product rate against the memory rate (78 and
+ * 99 GFLOP/s from two measurements of one machine). The products alone
+ * pin the first two. With n_gemm == 0 all five are fitted jointly.
+ *
+ * Every other field comes from base; the name is "auto". A term the fit
+ * leaves at zero gets a rate of DYN_MACHINE_AUTO_RATE_CAP (it costs nothing
+ * on these shapes). stats (may be NULL) is over every time fitted.
+ * DYN_ERR_INVALID_ARG when nothing can be fitted (no matrix products
  * measured, or no positive matrix rate explains them). Pure. */
 #define DYN_MACHINE_AUTO_RATE_CAP 1e6
 dyn_status dyn_machine_fit(const dyn_model_config *cfg, const dyn_machine *base, const dyn_machine_obs *obs,
-                           int n_obs, double opt_params, double opt_ms, dyn_machine *out,
-                           dyn_machine_fit_stats *stats, dyn_error *err);
+                           int n_obs, const dyn_machine_gemm_obs *gemm, int n_gemm, double opt_params,
+                           double opt_ms, dyn_machine *out, dyn_machine_fit_stats *stats, dyn_error *err);
 
 /* How much to measure: FULL is the default (a few seconds to ~30 s on one
  * core for the mini presets); TINY two shapes per kind and one repeat, for
