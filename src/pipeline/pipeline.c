@@ -176,6 +176,21 @@ dyn_status dyn_replica_plan_from_costs(dyn_sim *sim, const dyn_replica_request *
 
 /* ---- the handle ------------------------------------------------------------ */
 
+/* A stage-aware objective (plan.h DYN_STAGE_OBJ_*) plans dynapipe over the
+ * layers each rank really holds: the run's split, as the runtime's (v = 1).
+ * The baselines keep the paper's objective (theirs only ranks knob values). */
+static dyn_status give_layout(dyn_planner *planner, const dyn_cost_model *cm, const dyn_plan_options *po,
+                              dyn_error *err)
+{
+    if (po->stage_objective == DYN_STAGE_OBJ_EVEN || po->method != DYN_BATCH_DYNAPIPE) return DYN_OK;
+    dyn_stage_assignment a;
+    dyn_status st = dyn_stage_assign_run(cm, po->stages, po->split_weight, &a, err);
+    if (st != DYN_OK) return st;
+    st = dyn_planner_set_stage_layout(planner, a.n_stages, a.n_layers, a.layer_kind, a.stage_first, err);
+    dyn_stage_assignment_free(&a);
+    return st;
+}
+
 dyn_pipeline *dyn_pipeline_create(dyn_planner *planner, const dyn_pipeline_options *opt, dyn_error *err)
 {
     if (planner == NULL || opt == NULL) {
@@ -206,6 +221,10 @@ dyn_pipeline *dyn_pipeline_create(dyn_planner *planner, const dyn_pipeline_optio
     p->opt = *opt;
     const dyn_plan_options *po = dyn_planner_options(planner);
     p->bc = dyn_batch_costs_create(cm, po->stages, po->chunks, po->split_weight, err);
+    if (p->bc && give_layout(planner, cm, po, err) != DYN_OK) {
+        dyn_pipeline_free(p);
+        return NULL;
+    }
     p->sim = p->bc ? dyn_sim_create(err) : NULL;
     if (p->sim == NULL) {
         dyn_pipeline_free(p);
