@@ -63,7 +63,8 @@ static void test_dp_cost_rows_brute_force(void **state)
         int32_t n = 1 + (int32_t)dyn_rng_below(&rng, NMAX);
         int shared = trial % 3 == 0; /* runs of positions sharing one affine row pair */
         for (int32_t j = 0; j < n; j++) {
-            width[j] = 1 + (int32_t)dyn_rng_below(&rng, (uint64_t)j + 1);
+            /* as the planner's: a run ending at j + 1 holds one ending at j */
+            width[j] = 1 + (int32_t)dyn_rng_below(&rng, (uint64_t)(j == 0 ? 1 : width[j - 1] + 1));
             if (shared && j > 0 && dyn_rng_below(&rng, 3) != 0) {
                 time[j] = time[j - 1];
                 cost[j] = cost[j - 1];
