@@ -278,6 +278,58 @@ static void test_planner_even_objective_is_not(void **state)
     assert_true(worse > 0);
 }
 
+/* The planner's fast paths (time caps, T5 bands and affine segments, GPT
+ * rows shared by equal lengths) with sum-term rows: the same optimum as the
+ * naive DP over whole bands, on batches whose padded shapes repeat. */
+static void test_planner_fast_equals_naive(void **state)
+{
+    (void)state;
+    const char *presets[] = {"t5-tiny", "gpt-mini"};
+    for (int m = 0; m < 2; m++) {
+        dyn_model_config cfg;
+        dyn_error err;
+        assert_int_equal(dyn_model_config_preset(presets[m], &cfg, NULL), DYN_OK);
+        dyn_cost_model *cm = dyn_cost_model_create_analytic(&cfg, dyn_machine_builtin("cpu"), &err);
+        assert_non_null(cm);
+        stage_eval e;
+        layout_make(&e, cm);
+        dyn_rng rng;
+        dyn_rng_seed(&rng, 9 + m);
+        for (int trial = 0; trial < 6; trial++) {
+            enum { N = 120 };
+            dyn_sample s[N];
+            memset(s, 0, sizeof s);
+            for (int32_t i = 0; i < N; i++) { /* few distinct lengths: shapes repeat */
+                s[i].id = i;
+                s[i].input_len = 8 * (1 + (int32_t)dyn_rng_below(&rng, e.t5 ? 6 : 40));
+                s[i].target_len = 8 * (1 + (int32_t)dyn_rng_below(&rng, e.t5 ? 4 : 2));
+            }
+            double obj[2];
+            for (int naive = 0; naive < 2; naive++) {
+                dyn_plan_options o;
+                dyn_plan_options_default(&o);
+                o.stages = 2 + trial % 2;
+                o.dp = 1 + trial / 4;
+                o.max_seqlen = cfg.max_seqlen;
+                o.memory_limit_mb = 1e9;
+                o.stage_objective = DYN_STAGE_OBJ_BOTTLENECK;
+                dyn_planner *p = dyn_planner_create(cm, &o, &err);
+                assert_non_null(p);
+                if (o.stages == 2)
+                    assert_int_equal(dyn_planner_set_stage_layout(p, 2, e.n_layers, e.kind, e.first, &err), DYN_OK);
+                p->use_naive_dp = naive;
+                dyn_batch_plan bp;
+                assert_int_equal(dyn_planner_plan_as(p, DYN_BATCH_DYNAPIPE, 0, s, N, &bp, &err), DYN_OK);
+                obj[naive] = bp.objective_ms;
+                dyn_batch_plan_free(&bp);
+                dyn_planner_free(p);
+            }
+            assert_true(close_enough(obj[0], obj[1]));
+        }
+        dyn_cost_model_free(cm);
+    }
+}
+
 /* Layouts that are not a split of the model are refused; a custom planner
  * has no layout to set. */
 static void test_set_layout_errors(void **state)
@@ -318,6 +370,7 @@ int main(void)
         cmocka_unit_test(test_dp_cost_rows_brute_force),
         cmocka_unit_test(test_planner_bottleneck_is_best),
         cmocka_unit_test(test_planner_even_objective_is_not),
+        cmocka_unit_test(test_planner_fast_equals_naive),
         cmocka_unit_test(test_set_layout_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
