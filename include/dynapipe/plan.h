@@ -67,7 +67,9 @@ typedef struct dyn_plan_options {
 #define DYN_STAGE_OBJ_EVEN 0
 #define DYN_STAGE_OBJ_MAX 1
 #define DYN_STAGE_OBJ_BOTTLENECK 2
-#define DYN_STAGE_OBJ_COUNT 3
+#define DYN_STAGE_OBJ_BOTH 3 /* EVEN, and a pipeline also simulates the DP's plan under MAX
+                                (a second planner) and keeps the faster (pipeline.h) */
+#define DYN_STAGE_OBJ_COUNT 4
 
 /* One micro-batch. Its samples are plan->sample_ids[first .. first+n_samples);
  * sample k of the plan sits in row plan->sample_row[k] at token offset

@@ -244,7 +244,7 @@ dyn_status dyn_planner_set_stage_layout(dyn_planner *p, int32_t n_stages, int32_
 {
     if (p == NULL || p->cm == NULL || layer_kind == NULL || stage_first == NULL)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "stage layout: no planner with a cost model, or no layout");
-    if (p->opt.stage_objective == DYN_STAGE_OBJ_EVEN) return DYN_OK;
+    if (p->opt.stage_objective == DYN_STAGE_OBJ_EVEN || p->opt.stage_objective == DYN_STAGE_OBJ_BOTH) return DYN_OK;
     stage_ctx *c = p->owned_ctx;
     if (n_stages != c->S || n_layers < n_stages)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "stage layout: %d stages of %d layers for a planner of %d stages",
