@@ -197,6 +197,11 @@ static dyn_status give_layout(dyn_pipeline *p, const dyn_cost_model *cm, const d
     if (st != DYN_OK) return st;
     st = dyn_planner_set_stage_layout(planner, a.n_stages, a.n_layers, a.layer_kind, a.stage_first, err);
     dyn_stage_assignment_free(&a);
+    if (st == DYN_ERR_INFEASIBLE && p->alt) { /* the real split's fullest stage leaves no memory: even only */
+        dyn_planner_free(p->alt);
+        p->alt = NULL;
+        st = DYN_OK;
+    }
     return st;
 }
 

@@ -34,6 +34,11 @@
  * the DP needs one bound on every run (t(m), for the cut at tau) and a sum
  * of one number per run (t_b), which plan_dp_problem.cost allows; the true
  * max over stages of the stage sums would need a multi-criteria DP.
+ * Measured in the simulator (the report of branch stageobj): MAX is faster
+ * than EVEN on T5 and slower on one GPT row; BOTTLENECK is slower than MAX
+ * where the stage a micro-batch leans on is not b (its other stages' sums
+ * are left out, and grow). BOTH (src/pipeline: EVEN here, and the DP under
+ * MAX as one more simulated candidate) is never behind EVEN.
  *
  * This file also holds dyn_plan_batch_once, so that the parts of the planner that
  * take a custom cost function do not depend on the cost model's code.
