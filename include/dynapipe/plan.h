@@ -56,11 +56,11 @@ typedef struct dyn_plan_options {
                                 objective (default 0, the paper's, EVEN) */
 } dyn_plan_options;
 
-/* dyn_plan_options.stage_objective. EVEN (the paper's): layers split evenly
- * over the stages, t(mb) = its slowest stage, objective (S-1) max t / v +
- * sum t / d. MAX: the same objective over the run's real layer split, once a
- * pipeline has given the planner its stage assignment
- * (dyn_planner_set_stage_layout). BOTTLENECK (experimental, see
+/* dyn_plan_options.stage_objective (default EVEN). EVEN (the paper's):
+ * layers split evenly over the stages, t(mb) = its slowest stage, objective
+ * (S-1) max t / v + sum t / d. MAX: the same objective over the run's real
+ * layer split, once a pipeline has given the planner its stage assignment
+ * (dyn_planner_set_stage_layout). BOTTLENECK (an experiment that loses, see
  * src/plan/stage_cost.c): that split, and the sum term takes each
  * micro-batch's time on the split's bottleneck stage, (S-1) max t / v +
  * sum t_b / d. */
@@ -68,7 +68,7 @@ typedef struct dyn_plan_options {
 #define DYN_STAGE_OBJ_MAX 1
 #define DYN_STAGE_OBJ_BOTTLENECK 2
 #define DYN_STAGE_OBJ_BOTH 3 /* EVEN, and a pipeline also simulates the DP's plan under MAX
-                                (a second planner) and keeps the faster (pipeline.h) */
+                                (a second planner) and keeps the faster (src/pipeline/pipeline.c) */
 #define DYN_STAGE_OBJ_COUNT 4
 
 /* One micro-batch. Its samples are plan->sample_ids[first .. first+n_samples);
@@ -108,8 +108,9 @@ typedef struct dyn_batch_plan {
 
 /* Defaults: method dynapipe, S = v = d = 1, memory limit 0 (the machine's),
  * round_to 8, max_seqlen 2048, no recompute, baseline knobs 0 (the most that
- * fit), enable_packing 1. Set stages and max_seqlen for the run; the planner checks ranges
- * (DYN_ERR_INVALID_ARG naming the field) when it is created. */
+ * fit), enable_packing 1, stage_objective EVEN. Set stages and max_seqlen
+ * for the run; the planner checks ranges (DYN_ERR_INVALID_ARG naming the field)
+ * when it is created. */
 void dyn_plan_options_default(dyn_plan_options *opt);
 
 /* ---- Planner handle --------------------------------------------------------
