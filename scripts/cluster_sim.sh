@@ -20,6 +20,7 @@
 #   CLUSTER_MODELS="gpt:gpt-6.7b t5:t5-11b"  CLUSTER_LENGTHS="512 2048 8192"
 #   CLUSTER_SIZES="8:16384 8:65536 16:65536 32:131072" (GPUs:global batch tokens)
 #   CLUSTER_BATCHES=3
+#   CLUSTER_DYN_FLAGS="--stage-objective bottleneck" (more flags for dynapipe's row)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cli=${1:-build}/dynapipe
@@ -71,7 +72,7 @@ for mk in $models; do
     for gd in $sizes; do
       gpus=${gd%%:*}; gbt=${gd#*:}; D=$((gpus / 8))
       args=(--model "$kind" --model-config "$preset" --max-seqlen "$L" --global-batch-tokens "$gbt" --dp "$D")
-      dyn=$(best_of dynapipe "${args[@]}")
+      dyn=$(best_of dynapipe "${args[@]}" ${CLUSTER_DYN_FLAGS:-})
       pad=$(sweep padding --mb-samples 1 2 4 8 16 32)
       pk=$(sweep packing --pack-rows 1 2 4 8)
       pkd=$(sweep packing-docmask --pack-rows 1 2 4 8)

@@ -4,7 +4,8 @@
 # batches), for GPT and T5, max length 2048 and 4096, S = 4 and 8, on the
 # "cpu" machine and on the A100 description (docs/performance.md, section
 # "Simulated throughput"), and a summary table of dynapipe's speed-ups. Prints
-# markdown. Usage: scripts/sim_perf.sh [BUILD_DIR]
+# markdown. Usage: scripts/sim_perf.sh [BUILD_DIR]; SIM_FLAGS: more simulate flags
+# (e.g. "--stage-objective bottleneck").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cli=${1:-build}/dynapipe
@@ -13,7 +14,7 @@ cli=${1:-build}/dynapipe
 # command now does by default.
 untuned="--untuned"
 [ "${TUNED:-0}" = 1 ] && untuned=""
-common="--synthetic flan:1 --global-batch-tokens 65536 --batches 4 --chunks 2 --schedule all,auto --skip-infeasible --markdown $untuned"
+common="--synthetic flan:1 --global-batch-tokens 65536 --batches 4 --chunks 2 --schedule all,auto --skip-infeasible --markdown $untuned ${SIM_FLAGS:-}"
 run() { # title, flags... : the first recompute mode (none, selective, full)
          # under which every method can plan every global batch, or else the
          # first under which at least dynapipe can

@@ -598,6 +598,12 @@ static int case_dyn_planner_fit_rows(fixture *f, dyn_error *err)
     dyn_planner_free(p);
     return st;
 }
+static int case_dyn_planner_set_stage_layout(fixture *f, dyn_error *err)
+{
+    (void)f;
+    int32_t kind[1] = {0}, first[2] = {0, 1};
+    return dyn_planner_set_stage_layout(NULL, 1, 1, kind, first, err); /* no planner */
+}
 static int case_dyn_plan_batch_once(fixture *f, dyn_error *err)
 {
     dyn_plan_options o = f->opt;
@@ -912,6 +918,7 @@ static const api_case k_cases[] = {
     FAILS(dyn_ideal_bound_of),
     FAILS(dyn_mb_useful_fraction),
     FAILS(dyn_planner_fit_rows),
+    FAILS(dyn_planner_set_stage_layout),
     FAILS(dyn_plan_batch_once),
     FAILS(dyn_batching_parse),
     FAILS(dyn_schedule_build),

@@ -451,7 +451,7 @@ static void test_t5_order_no_worse_than_lexicographic(void **state)
         width[j] = k - 1;
         time[j] = band[j];
     }
-    plan_dp_problem pb = {N, width, time, 4, 1, 1, 1, INFINITY, NULL, NULL, NULL, NULL};
+    plan_dp_problem pb = {N, width, time, 4, 1, 1, 1, INFINITY, NULL, NULL, NULL, NULL, NULL};
     plan_dp_result r = {.run_len = run};
     assert_int_equal(plan_dp_solve_naive(&pb, &r, NULL), DYN_OK);
     assert_true(pl.objective_ms <= r.objective_ms * (1 + 1e-12));

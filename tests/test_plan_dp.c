@@ -110,7 +110,7 @@ static void test_dp_fast_equals_naive_and_brute_force(void **state)
                     if (rows[j][k - 2] > rows[j][k - 1]) rows[j][k - 1] = rows[j][k - 2];
         plan_dp_problem pb = {n, width, time, 1 + (int32_t)dyn_rng_below(&rng, 8),
                              1 + (int32_t)dyn_rng_below(&rng, 3), 1 + (int32_t)dyn_rng_below(&rng, 4),
-                             singles, INFINITY, NULL, NULL, NULL, NULL};
+                             singles, INFINITY, NULL, NULL, NULL, NULL, NULL};
         plan_dp_result fast = {.run_len = run_a}, naive = {.run_len = run_b};
         dyn_error err;
         assert_int_equal(plan_dp_solve(&pb, &fast, &err), DYN_OK);
@@ -167,7 +167,7 @@ static void test_dp_shared_rows_affine_and_not(void **state)
         }
         plan_dp_problem pb = {n, width, time, 1 + (int32_t)dyn_rng_below(&rng, 8),
                              1 + (int32_t)dyn_rng_below(&rng, 3), 1 + (int32_t)dyn_rng_below(&rng, 4),
-                             trial % 2, INFINITY, NULL, NULL, NULL, NULL};
+                             trial % 2, INFINITY, NULL, NULL, NULL, NULL, NULL};
         plan_dp_result fast = {.run_len = run_a}, naive = {.run_len = run_b};
         assert_int_equal(plan_dp_solve(&pb, &fast, NULL), DYN_OK);
         assert_int_equal(plan_dp_solve_naive(&pb, &naive, NULL), DYN_OK);
@@ -428,7 +428,7 @@ static void test_dp_keeps_close_candidates(void **state)
     double r0[] = {10.0}, r1[] = {10.0, 12.0}, r2[] = {10.000001, 12.0, 30.0};
     const double *time[] = {r0, r1, r2};
     int32_t width[] = {1, 2, 3}, run[3];
-    plan_dp_problem pb = {3, width, time, 11, 1, 1, 1, INFINITY, NULL, NULL, NULL, NULL};
+    plan_dp_problem pb = {3, width, time, 11, 1, 1, 1, INFINITY, NULL, NULL, NULL, NULL, NULL};
     plan_dp_result r = {.run_len = run};
     assert_int_equal(plan_dp_solve(&pb, &r, NULL), DYN_OK);
     assert_int_equal(r.n_runs, 3);
@@ -459,7 +459,7 @@ static void test_dp_hand_worked_chunks_and_dp(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         plan_dp_problem pb = {4, width, time, cases[i].S, cases[i].v, cases[i].d, 1, INFINITY,
-                              NULL, NULL, NULL, NULL};
+                              NULL, NULL, NULL, NULL, NULL};
         plan_dp_result r = {.run_len = run};
         assert_int_equal(plan_dp_solve(&pb, &r, NULL), DYN_OK);
         if (r.n_runs != cases[i].n_runs || !close_enough(r.objective_ms, cases[i].want))

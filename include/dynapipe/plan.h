@@ -52,7 +52,24 @@ typedef struct dyn_plan_options {
                                 all 0 (default) = balanced for one row of max_seqlen tokens;
                                 else balanced for these per-layer-kind weights (ms, from
                                 dyn_pipeline_tune_split); finite and >= 0 */
+    int32_t stage_objective; /* DYN_STAGE_OBJ_*: what a micro-batch's time is in the DP
+                                objective (default 0, the paper's, EVEN) */
 } dyn_plan_options;
+
+/* dyn_plan_options.stage_objective (default EVEN). EVEN (the paper's):
+ * layers split evenly over the stages, t(mb) = its slowest stage, objective
+ * (S-1) max t / v + sum t / d. MAX: the same objective over the run's real
+ * layer split, once a pipeline has given the planner its stage assignment
+ * (dyn_planner_set_stage_layout). BOTTLENECK (an experiment that loses, see
+ * src/plan/stage_cost.c): that split, and the sum term takes each
+ * micro-batch's time on the split's bottleneck stage, (S-1) max t / v +
+ * sum t_b / d. */
+#define DYN_STAGE_OBJ_EVEN 0
+#define DYN_STAGE_OBJ_MAX 1
+#define DYN_STAGE_OBJ_BOTTLENECK 2
+#define DYN_STAGE_OBJ_BOTH 3 /* EVEN, and a pipeline also simulates the DP's plan under MAX
+                                (a second planner) and keeps the faster (src/pipeline/pipeline.c) */
+#define DYN_STAGE_OBJ_COUNT 4
 
 /* One micro-batch. Its samples are plan->sample_ids[first .. first+n_samples);
  * sample k of the plan sits in row plan->sample_row[k] at token offset
@@ -91,8 +108,9 @@ typedef struct dyn_batch_plan {
 
 /* Defaults: method dynapipe, S = v = d = 1, memory limit 0 (the machine's),
  * round_to 8, max_seqlen 2048, no recompute, baseline knobs 0 (the most that
- * fit), enable_packing 1. Set stages and max_seqlen for the run; the planner checks ranges
- * (DYN_ERR_INVALID_ARG naming the field) when it is created. */
+ * fit), enable_packing 1, stage_objective EVEN. Set stages and max_seqlen
+ * for the run; the planner checks ranges (DYN_ERR_INVALID_ARG naming the field)
+ * when it is created. */
 void dyn_plan_options_default(dyn_plan_options *opt);
 
 /* ---- Planner handle --------------------------------------------------------
@@ -106,6 +124,8 @@ typedef struct dyn_mb_cost {
     double time_ms;   /* fwd + bwd of the slowest stage */
     double stored_mb; /* activations that stage stores until backward */
     double peak_mb;   /* stored + transient working memory while it runs */
+    double sum_ms;    /* what it adds to the objective's sum term (ms): its time on the
+                         bottleneck stage; 0 = time_ms (a cost function may leave it 0) */
 } dyn_mb_cost;
 
 /* A micro-batch cost function: fills out for shape mb (rows, lengths in
@@ -142,6 +162,15 @@ dyn_status dyn_planner_plan(dyn_planner *p, const dyn_sample *samples, int32_t n
  * (dyn_pipeline_plan) are planned this way. */
 dyn_status dyn_planner_plan_as(dyn_planner *p, dyn_batching method, int64_t knob, const dyn_sample *samples,
                                int32_t n, dyn_batch_plan *out, dyn_error *err);
+/* Give a dyn_planner_create planner the layers each of its opt->stages
+ * stages really holds (the runtime's split, src/sched dyn_stage_assign_run,
+ * flattened as dyn_stage_assignment: layer_kind[n_layers], stage_first[S +
+ * 1]). Used when opt->stage_objective is MAX or BOTTLENECK (else a no-op):
+ * the cost cache is emptied, model states and memory limits follow the
+ * fullest stage. DYN_ERR_INVALID_ARG on a custom planner or a bad layout. */
+dyn_status dyn_planner_set_stage_layout(dyn_planner *p, int32_t n_stages, int32_t n_layers,
+                                        const int32_t *layer_kind, const int32_t *stage_first,
+                                        dyn_error *err);
 void dyn_planner_free(dyn_planner *p); /* NULL is a no-op; the cost model is not freed */
 /* The options the planner runs with (memory_limit_mb resolved: the
  * machine's memory when the caller gave <= 0; +inf for a custom planner

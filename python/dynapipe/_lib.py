@@ -110,7 +110,8 @@ class DynPlanOptions(ctypes.Structure):
                 ("memory_limit_mb", f64), ("round_to", i32), ("max_seqlen", i32),
                 ("recompute", ctypes.c_int), ("mb_samples", i32), ("pack_rows", i32),
                 ("mb_tokens", i64), ("enable_packing", i32),
-                ("split_weight", f64 * 5)]  # DYN_LAYER_KIND_COUNT
+                ("split_weight", f64 * 5),  # DYN_LAYER_KIND_COUNT
+                ("stage_objective", i32)]
 
 
 class DynPlanMicrobatch(ctypes.Structure):

@@ -111,6 +111,8 @@ static int parse_method(const char *cmd, const cli_flag *f, const char *v, void 
 
 static const char *const split_names[] = {"train", "heldout", NULL}; /* dyn_corpus_split order */
 static const char *const stage_split_names[] = {"tuned", "maxrow", NULL}; /* PLAN_SPLIT_* order */
+static const char *const stage_obj_names[] = {"even", "max", "bottleneck", "both", NULL}; /* DYN_STAGE_OBJ_* */
+_Static_assert(DYN_STAGE_OBJ_BOTTLENECK == 2 && DYN_STAGE_OBJ_BOTH == 3, "stage_obj_names follows DYN_STAGE_OBJ_*");
 _Static_assert(DYN_SPLIT_TRAIN == 0 && DYN_SPLIT_HELDOUT == 1, "split_names follows dyn_corpus_split");
 
 #define PA plan_args
@@ -164,6 +166,11 @@ const cli_flag plan_args_flags[] = {
              "layers per stage: tuned (default) balances them for the\n"
              "micro-batches of the first global batches, kept if that\n"
              "simulates faster; maxrow for one row of max-seqlen tokens"),
+    CLI_ENUM("--stage-objective", "even|max|bottleneck|both", PA, opt.stage_objective, stage_obj_names,
+             "dynapipe's DP objective: even (default, the paper's: layers\n"
+             "split evenly), max (the run's real split), bottleneck (sum of\n"
+             "the bottleneck stage's times), both (even and max, the faster\n"
+             "simulated plan kept); src/plan/stage_cost.c"),
     CLI_SECTION("micro-batching:"),
     CLI_FN("--method", "NAME", parse_method,
            "dynapipe, padding, packing, packing-docmask or token (default dynapipe)"),

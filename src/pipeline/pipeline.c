@@ -33,6 +33,7 @@ struct dyn_pipeline {
     int candidates;
     int rank_scaled;  /* per-rank factors are set: the candidates' lower bound does not hold */
     int32_t fit_rows; /* rows of max_seqlen one micro-batch fits: the knob sequences' old default */
+    dyn_planner *alt; /* DYN_STAGE_OBJ_BOTH: the DP under MAX over the run's split (owned); else NULL */
 };
 
 void dyn_pipeline_options_default(dyn_pipeline_options *opt)
@@ -176,6 +177,34 @@ dyn_status dyn_replica_plan_from_costs(dyn_sim *sim, const dyn_replica_request *
 
 /* ---- the handle ------------------------------------------------------------ */
 
+/* A stage-aware objective (plan.h DYN_STAGE_OBJ_*) plans dynapipe over the
+ * layers each rank really holds: the run's split, as the runtime's (v = 1).
+ * The baselines keep the paper's objective (theirs only ranks knob values). */
+static dyn_status give_layout(dyn_pipeline *p, const dyn_cost_model *cm, const dyn_plan_options *po,
+                              dyn_error *err)
+{
+    if (po->stage_objective == DYN_STAGE_OBJ_EVEN || po->method != DYN_BATCH_DYNAPIPE) return DYN_OK;
+    dyn_error local; /* err may be NULL (common.h); the code is read back */
+    if (err == NULL) err = &local;
+    dyn_planner *planner = p->planner;
+    if (po->stage_objective == DYN_STAGE_OBJ_BOTH) { /* BOTH: a second planner under MAX */
+        dyn_plan_options o = *po;
+        o.stage_objective = DYN_STAGE_OBJ_MAX;
+        if ((p->alt = planner = dyn_planner_create(cm, &o, err)) == NULL) return err->code;
+    }
+    dyn_stage_assignment a;
+    dyn_status st = dyn_stage_assign_run(cm, po->stages, po->split_weight, &a, err);
+    if (st != DYN_OK) return st;
+    st = dyn_planner_set_stage_layout(planner, a.n_stages, a.n_layers, a.layer_kind, a.stage_first, err);
+    dyn_stage_assignment_free(&a);
+    if (st == DYN_ERR_INFEASIBLE && p->alt) { /* the real split's fullest stage leaves no memory: even only */
+        dyn_planner_free(p->alt);
+        p->alt = NULL;
+        st = DYN_OK;
+    }
+    return st;
+}
+
 dyn_pipeline *dyn_pipeline_create(dyn_planner *planner, const dyn_pipeline_options *opt, dyn_error *err)
 {
     if (planner == NULL || opt == NULL) {
@@ -206,6 +235,10 @@ dyn_pipeline *dyn_pipeline_create(dyn_planner *planner, const dyn_pipeline_optio
     p->opt = *opt;
     const dyn_plan_options *po = dyn_planner_options(planner);
     p->bc = dyn_batch_costs_create(cm, po->stages, po->chunks, po->split_weight, err);
+    if (p->bc && give_layout(p, cm, po, err) != DYN_OK) {
+        dyn_pipeline_free(p);
+        return NULL;
+    }
     p->sim = p->bc ? dyn_sim_create(err) : NULL;
     if (p->sim == NULL) {
         dyn_pipeline_free(p);
@@ -233,6 +266,7 @@ void dyn_pipeline_free(dyn_pipeline *p)
     if (p == NULL) return;
     dyn_sim_free(p->sim);
     dyn_batch_costs_free(p->bc);
+    dyn_planner_free(p->alt);
     free(p->replica_mbs);
     free(p);
 }
@@ -390,8 +424,9 @@ static dyn_status work_bound_ms(const dyn_pipeline *p, const dyn_batch_plan *bp,
     return st;
 }
 
-/* Plan the batch as one candidate and keep it if its iteration is shorter
- * than the best so far (ties: the earlier candidate). *single: it is one
+/* Plan the batch as one candidate (method -1: the planner's own plan, -2:
+ * p->alt's DP, else plan_as that method and knob) and keep it if its
+ * iteration is shorter than the best so far (ties: the earlier candidate). *single: it is one
  * micro-batch. A candidate whose work alone cannot beat the best is not
  * scheduled (work_bound_ms). DYN_ERR_INFEASIBLE: this candidate does not
  * fit (recorded); other errors are the caller's. */
@@ -401,8 +436,10 @@ static dyn_status try_candidate(dyn_pipeline *p, cand_search *cs, int method, in
     dyn_pipeline_result alt;
     dyn_error e2;
     memset(&alt, 0, sizeof alt);
-    dyn_status st = method < 0 ? dyn_planner_plan(p->planner, samples, n, &alt.batch, &e2)
-                               : dyn_planner_plan_as(p->planner, (dyn_batching)method, knob, samples, n, &alt.batch, &e2);
+    dyn_status st = method == -1 ? dyn_planner_plan(p->planner, samples, n, &alt.batch, &e2)
+                    : method == -2
+                        ? dyn_planner_plan_as(p->alt, DYN_BATCH_DYNAPIPE, 0, samples, n, &alt.batch, &e2)
+                        : dyn_planner_plan_as(p->planner, (dyn_batching)method, knob, samples, n, &alt.batch, &e2);
     if (st == DYN_OK && cs->best->n_replicas > 0) {
         double lb;
         if ((st = work_bound_ms(p, &alt.batch, &lb, &e2)) == DYN_OK && lb >= cs->best_ms) {
@@ -468,6 +505,8 @@ dyn_status dyn_pipeline_plan(dyn_pipeline *p, const dyn_sample *samples, int32_t
     int single = 0;
     dyn_status st = try_candidate(p, &cs, -1, 0, samples, n, &single, err);
     if (st == DYN_OK || st == DYN_ERR_INFEASIBLE) st = try_candidate(p, &cs, DYN_BATCH_DYNAPIPE, 0, samples, n, &single, err);
+    if (p->alt && (st == DYN_OK || st == DYN_ERR_INFEASIBLE)) /* BOTH: the DP over the run's split */
+        st = try_candidate(p, &cs, -2, 0, samples, n, &single, err);
     const dyn_plan_options *po = dyn_planner_options(p->planner);
     for (size_t b = 0; b < sizeof CANDIDATE_BASELINES / sizeof CANDIDATE_BASELINES[0]; b++) {
         if (st != DYN_OK && st != DYN_ERR_INFEASIBLE) break;

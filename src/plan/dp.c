@@ -1,16 +1,19 @@
 /* dp.c — the micro-batching DP: split an ordered list of samples into
  * consecutive runs (micro-batches) minimising
  *
- *     value(P) = (S - 1) * max_{mb in P} t(mb) / v  +  sum_{mb in P} t(mb) / d
+ *     value(P) = (S - 1) * max_{mb in P} t(mb) / v  +  sum_{mb in P} c(mb) / d
  *
  * subject to the memory limit (encoded in width[]: only runs of at most
- * width[j] samples may end at position j).
+ * width[j] samples may end at position j). c = t (the paper's objective)
+ * unless the problem gives separate sum-term rows (pb->cost: a stage-aware
+ * objective, stage_cost.c); everything below holds for any c >= 0: tau
+ * bounds t, the shortest path sums c.
  *
  * For a fixed bound tau on t_max the problem is a shortest path:
- *     F_tau(0) = 0,  F_tau(j+1) = min_{k <= width[j], t(j,k) <= tau} F_tau(j+1-k) + t(j,k)
+ *     F_tau(0) = 0,  F_tau(j+1) = min_{k <= width[j], t(j,k) <= tau} F_tau(j+1-k) + c(j,k)
  * and  OPT = min over candidates tau in T of  (S-1) tau / v + F_tau(n) / d,
  * where T is every achievable run time. (For the optimal partition P*, tau =
- * max t(P*) is in T and F_tau(n) <= sum t(P*); conversely the partition found
+ * max t(P*) is in T and F_tau(n) <= sum c(P*); conversely the partition found
  * for any tau has t_max <= tau, so its value is at most the formula's.)
  *
  * The naive method runs one O(n w) pass for each of the |T| = O(n w)
@@ -55,6 +58,12 @@
 
 #include "util/util.h" /* defines: dyn_calloc */
 
+/* Position j's sum-term row: pb->cost[j], or its time row. */
+static inline const double *cost_row(const plan_dp_problem *pb, int32_t j)
+{
+    return pb->cost ? pb->cost[j] : pb->time[j];
+}
+
 double plan_dp_objective(const plan_dp_problem *pb, double t_max, double t_sum)
 {
     return plan_objective_ms(pb->stages, pb->chunks, pb->dp, t_max, t_sum);
@@ -84,14 +93,13 @@ static double dp_pass(const plan_dp_problem *pb, double tau, dp_work *w)
 {
     w->F[0] = 0.0;
     for (int32_t j = 0; j < pb->n; j++) {
-        const double *row = pb->time[j];
+        const double *row = pb->time[j], *crow = cost_row(pb, j);
         int32_t wj = pb->width[j] < j + 1 ? pb->width[j] : j + 1;
         double best = INFINITY;
         int32_t arg = 0;
         for (int32_t k = 1; k <= wj; k++) {
-            double t = row[k - 1];
-            if (t > tau) continue;
-            double v = w->F[j + 1 - k] + t;
+            if (row[k - 1] > tau) continue;
+            double v = w->F[j + 1 - k] + crow[k - 1];
             if (v < best) {
                 best = v;
                 arg = k;
@@ -266,7 +274,7 @@ static int32_t seg_best_start(dp_work *w, int32_t key, double beta, int32_t L, i
  * Short or non-affine segments are scanned. Ties keep the shortest run. */
 static void pass_seg_pos(const plan_dp_problem *pb, dp_work *w, int32_t j, int32_t K)
 {
-    const double *row = pb->time[j];
+    const double *row = cost_row(pb, j);
     const double *F = w->F;
     int64_t s0 = pb->seg_start[j], s1 = pb->seg_start[j + 1];
     double best = INFINITY;
@@ -313,7 +321,7 @@ static void pass_plain(const plan_dp_problem *pb, double tau, dp_work *w, int32_
             continue;
         }
         double best;
-        w->choice[j + 1] = best_run(w->F + j + 1, row, K, &best);
+        w->choice[j + 1] = best_run(w->F + j + 1, cost_row(pb, j), K, &best);
         w->F[j + 1] = best;
     }
 }
@@ -329,7 +337,7 @@ static void pass_plain(const plan_dp_problem *pb, double tau, dp_work *w, int32_
 static void pass_affine(const plan_dp_problem *pb, double tau, dp_work *w, int32_t j0, int32_t j1,
                         double beta, double *nxt, k_cache *kc)
 {
-    const double *row = pb->time[j0];
+    const double *row = pb->time[j0], *crow = cost_row(pb, j0);
     int32_t head = 0, tail = 0;
     int32_t push = j0 + 1 - runs_within(pb, j0, tau, kc); /* next start to enter */
     if (push < 0) push = 0;
@@ -351,7 +359,7 @@ static void pass_affine(const plan_dp_problem *pb, double tau, dp_work *w, int32
         }
         while (head < tail && w->dq[head] < L) head++;
         int32_t i = w->dq[head];
-        w->F[j + 1] = w->F[i] + row[j - i];
+        w->F[j + 1] = w->F[i] + crow[j - i];
         w->choice[j + 1] = j + 1 - i;
     }
 }
@@ -373,7 +381,7 @@ static double dp_pass_fast(const plan_dp_problem *pb, double tau, dp_work *w, do
         int affine = 0;
         if (j1 - j0 >= 2) { /* a single position has nothing to share */
             k_cache last = {NULL, -1, 0};
-            affine = row_affine(pb->time[j0], runs_within(pb, j1 - 1, tau, &last), &beta);
+            affine = row_affine(cost_row(pb, j0), runs_within(pb, j1 - 1, tau, &last), &beta);
         }
         if (affine)
             pass_affine(pb, tau, w, j0, j1, beta, &nxt, &kc);

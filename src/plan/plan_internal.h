@@ -25,7 +25,9 @@
  * must be non-decreasing in k (it is, when the cost function honours the
  * dyn_mb_cost_fn contract: a longer run has more rows and no shorter
  * lengths). Objective of a partition into runs:
- *     (stages - 1) * max t / chunks + sum t / dp. */
+ *     (stages - 1) * max t / chunks + sum c / dp,
+ * c = cost[j][k-1] (the stage-aware sum term, also non-decreasing in k),
+ * or c = t when cost is NULL. */
 typedef struct plan_dp_problem {
     int32_t n;
     const int32_t *width;
@@ -54,10 +56,15 @@ typedef struct plan_dp_problem {
     const int32_t *seg_k;
     const int32_t *seg_key;
     const double *seg_beta;
+    /* Optional (NULL: the time rows): each position's sum-term row, parallel
+     * to time (same widths; positions that share a time row share a cost
+     * row); seg_beta are then its slopes. */
+    const double *const *cost;
 } plan_dp_problem;
 
 /* Result: run_len[0..n_runs) (caller allocates n entries) are the run sizes
- * in order; objective/t_max/t_sum in ms; n_evals counts DP passes. */
+ * in order; objective/t_max/t_sum (the sum of c) in ms; n_evals counts DP
+ * passes. */
 typedef struct plan_dp_result {
     int32_t n_runs;
     int32_t *run_len;
@@ -128,7 +135,8 @@ typedef struct plan_cost_row {
     int32_t cap;   /* largest feasible row count, once known; -1 not yet */
     int32_t alloc;
     double *time;  /* ms */
-    double *amin;  /* amin[k-1] = min over i <= k of time[i-1] / i: cheapest ms per sample */
+    double *cost;  /* the sum term (dyn_mb_cost.sum_ms), ms; == time unless stage-aware */
+    double *amin;  /* amin[k-1] = min over i <= k of cost[i-1] / i: cheapest ms per sample */
     int32_t aff_n; /* T5 segments: entries 1..aff_n are affine, t(1) + (t(2) - t(1)) (k - 1) */
     int32_t aff_bad; /* 1: entry aff_n + 1 is not, so no longer prefix is */
 } plan_cost_row;
@@ -160,7 +168,8 @@ struct dyn_planner {
     uint32_t *shape_seen;  /* T5: per padded (input, target) pair, the batch that last had it */
     uint32_t batch_stamp;  /* T5: planned batches, for shape_seen */
     const double **time;
-    double *band;
+    const double **cost; /* [scratch_n] the positions' sum-term rows */
+    double *band, *cband; /* T5: run times and their sum terms */
     int64_t band_alloc;
     /* T5: affine segments of the band rows (see plan_dp_problem) */
     int64_t *seg_start;  /* [scratch_n + 1] */
@@ -169,7 +178,8 @@ struct dyn_planner {
 };
 
 /* Cost of a micro-batch shape through the planner's function, with the
- * memory check: *fits = 0 when stored or peak exceed the limits. */
+ * memory check: *fits = 0 when stored or peak exceed the limits; out->sum_ms
+ * is resolved (0 from the function: time_ms). */
 dyn_status plan_mb_cost(const dyn_planner *p, const dyn_mb_shape *shape, dyn_mb_cost *out,
                                int *fits, dyn_error *err);
 /* Fill plan from micro-batch groups: ids in final order (perm over samples),
@@ -180,6 +190,9 @@ dyn_status plan_assemble(const dyn_planner *p, const dyn_sample *s, int32_t n,
                              const dyn_mb_shape *shapes, const int32_t *rows,
                              const int32_t *enc_off, const int32_t *dec_off, dyn_batch_plan *out,
                              dyn_error *err);
+/* New model states per device (MB): the cost cache is emptied and the
+ * memory limits follow (stage_cost.c, when the stage layout changes). */
+dyn_status plan_reset_costs(dyn_planner *p, double states_mb, dyn_error *err);
 /* Baselines (baselines.c): fill out for method p->opt.method. */
 dyn_status plan_baseline(dyn_planner *p, const dyn_sample *s, int32_t n, dyn_batch_plan *out,
                              dyn_error *err);

@@ -99,6 +99,9 @@ static dyn_status options_check(const dyn_plan_options *o, dyn_error *err)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "unknown recompute mode %d", o->recompute);
     if (o->mb_samples < 0 || o->pack_rows < 0 || o->mb_tokens < 0 || !(o->memory_limit_mb == o->memory_limit_mb))
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "negative baseline knob or NaN memory limit");
+    if (o->stage_objective < 0 || o->stage_objective >= DYN_STAGE_OBJ_COUNT)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "stage_objective %d out of range [0, %d]", o->stage_objective,
+                             DYN_STAGE_OBJ_COUNT - 1);
     for (int k = 0; k < DYN_LAYER_KIND_COUNT; k++)
         if (!(o->split_weight[k] >= 0.0) || !isfinite(o->split_weight[k]))
             return dyn_error_set(err, DYN_ERR_INVALID_ARG, "split_weight[%d] is %g (must be finite and >= 0)", k,
@@ -152,11 +155,14 @@ void dyn_planner_free(dyn_planner *p)
     for (size_t i = 0; i < n_rows; i++) {
         if (p->rows[i]) {
             free(p->rows[i]->time);
+            free(p->rows[i]->cost);
             free(p->rows[i]->amin);
         }
         free(p->rows[i]);
     }
     free(p->rows);
+    free(p->cost);
+    free(p->cband);
     free(p->perm);
     free(p->width);
     free(p->run_len);
@@ -201,13 +207,39 @@ double dyn_planner_peak_limit_mb(const dyn_planner *p)
     return p->peak_limit_mb;
 }
 
+dyn_status plan_reset_costs(dyn_planner *p, double states_mb, dyn_error *err)
+{
+    double avail = p->opt.memory_limit_mb - states_mb;
+    if (!(avail > 0))
+        return dyn_error_set(err, DYN_ERR_INFEASIBLE,
+                             "model states need %.1f MB per device, at or over the memory limit %.1f MB", states_mb,
+                             p->opt.memory_limit_mb);
+    size_t n_rows = (size_t)p->n_len * (p->kind == DYN_MODEL_T5 ? (size_t)p->n_len : 1);
+    for (size_t i = 0; i < n_rows; i++) {
+        if (p->rows[i]) {
+            free(p->rows[i]->time);
+            free(p->rows[i]->cost);
+            free(p->rows[i]->amin);
+        }
+        free(p->rows[i]);
+        p->rows[i] = NULL;
+    }
+    p->states_mb = states_mb;
+    p->stored_limit_mb = avail / p->opt.stages;
+    p->peak_limit_mb = isinf(avail) ? avail : avail - (p->opt.stages - 1) * p->stored_limit_mb;
+    p->alone_limit_mb = avail;
+    return DYN_OK;
+}
+
 /* ---- micro-batch costs ------------------------------------------------- */
 
 dyn_status plan_mb_cost(const dyn_planner *p, const dyn_mb_shape *shape, dyn_mb_cost *out,
                                int *fits, dyn_error *err)
 {
+    out->sum_ms = 0.0;
     dyn_status st = p->fn(p->ctx, shape, out, err);
     if (st != DYN_OK) return st;
+    if (!(out->sum_ms > 0.0)) out->sum_ms = out->time_ms;
     *fits = (out->stored_mb <= p->stored_limit_mb && out->peak_mb <= p->peak_limit_mb) ||
             (shape->rows == 1 && out->peak_mb <= p->alone_limit_mb);
     return DYN_OK;
@@ -230,7 +262,8 @@ static dyn_status row_ensure(dyn_planner *p, int32_t ei, int32_t di, int32_t wan
     if (row->n < want && row->cap < 0) {
         if (want > row->alloc) {
             size_t c = (size_t)row->alloc; /* both grow alike (dyn_reserve) */
-            if (DYN_RESERVE(row->time, (size_t){c}, want) != 0 || DYN_RESERVE(row->amin, c, want) != 0)
+            if (DYN_RESERVE(row->time, (size_t){c}, want) != 0 || DYN_RESERVE(row->cost, (size_t){c}, want) != 0 ||
+                DYN_RESERVE(row->amin, c, want) != 0)
                 return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory growing the cost cache");
             row->alloc = c > INT32_MAX ? INT32_MAX : (int32_t)c;
         }
@@ -247,8 +280,9 @@ static dyn_status row_ensure(dyn_planner *p, int32_t ei, int32_t di, int32_t wan
                 row->cap = row->n;
                 break;
             }
-            double per = c.time_ms / sh.rows;
+            double per = c.sum_ms / sh.rows;
             row->amin[row->n] = row->n > 0 && row->amin[row->n - 1] < per ? row->amin[row->n - 1] : per;
+            row->cost[row->n] = c.sum_ms;
             row->time[row->n++] = c.time_ms;
         }
     }
@@ -268,6 +302,7 @@ static dyn_status scratch_ensure(dyn_planner *p, int32_t n, dyn_error *err)
     if (DYN_RESERVE(p->perm, c, need) != 0 || DYN_RESERVE(p->width, (size_t){old}, need) != 0 ||
         DYN_RESERVE(p->run_len, (size_t){old}, need) != 0 || DYN_RESERVE(p->perm2, (size_t){old}, need) != 0 ||
         DYN_RESERVE(p->run_len2, (size_t){old}, need) != 0 || DYN_RESERVE(p->time, (size_t){old}, need) != 0 ||
+        DYN_RESERVE(p->cost, (size_t){old}, need) != 0 ||
         DYN_RESERVE(p->shared, (size_t){old}, need) != 0 || DYN_RESERVE(p->pe, (size_t){old}, need) != 0 ||
         DYN_RESERVE(p->pd, (size_t){old}, need) != 0 ||
         DYN_RESERVE(p->seg_start, (size_t){p->seg_start ? old + 1 : 0}, need + 1) != 0)
@@ -280,7 +315,8 @@ static dyn_status band_ensure(dyn_planner *p, int64_t need, dyn_error *err)
 {
     if (need <= p->band_alloc) return DYN_OK;
     size_t old = (size_t)p->band_alloc, c = old, want = need < 4096 ? 4096 : (size_t)need;
-    if (DYN_RESERVE(p->band, c, want) != 0 || DYN_RESERVE(p->seg_k, (size_t){old}, want) != 0 ||
+    if (DYN_RESERVE(p->band, c, want) != 0 || DYN_RESERVE(p->cband, (size_t){old}, want) != 0 ||
+        DYN_RESERVE(p->seg_k, (size_t){old}, want) != 0 ||
         DYN_RESERVE(p->seg_key, (size_t){old}, want) != 0 || DYN_RESERVE(p->seg_beta, (size_t){old}, want) != 0)
         return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for the DP band");
     p->band_alloc = (int64_t)c;
@@ -380,7 +416,7 @@ static dyn_status build_gpt(dyn_planner *p, const dyn_sample *s, int32_t n, cons
         if (avail < 1) return infeasible_sample(p, x, err);
         p->width[j] = avail;
         p->perm2[j] = li;
-        cap_sum += row->time[0];
+        cap_sum += row->cost[0];
         if (row->time[0] > cap_max) cap_max = row->time[0];
     }
     double lb = 0.0, tau_cap = INFINITY;
@@ -398,6 +434,7 @@ static dyn_status build_gpt(dyn_planner *p, const dyn_sample *s, int32_t n, cons
     for (int32_t j = 0; j < n; j++) {
         const double *t = p->rows[p->perm2[j]]->time;
         p->time[j] = t;
+        p->cost[j] = p->rows[p->perm2[j]]->cost;
         if (t[p->width[j] - 1] > tau_cap) {
             int32_t lo = 1, hi = p->width[j]; /* t[lo-1] <= cap < t[hi-1] */
             while (hi - lo > 1) {
@@ -434,10 +471,10 @@ static int32_t count_le_row(const double *row, int32_t len, double cap)
 static double segment_slope(plan_cost_row *R, int32_t ka, int32_t kb)
 {
     if (kb - ka + 1 < PLAN_SEG_MIN || R->n < 2) return NAN;
-    double beta = R->time[1] - R->time[0], t1 = R->time[0];
+    double beta = R->cost[1] - R->cost[0], t1 = R->cost[0];
     while (R->aff_n < kb && !R->aff_bad && R->aff_n < R->n) {
         int32_t k = R->aff_n + 1;
-        if (fabs(R->time[k - 1] - t1 - beta * (double)(k - 1)) > 0.5e-13 * R->time[k - 1])
+        if (fabs(R->cost[k - 1] - t1 - beta * (double)(k - 1)) > 0.5e-13 * R->cost[k - 1])
             R->aff_bad = 1;
         else
             R->aff_n = k;
@@ -471,7 +508,7 @@ static dyn_status chunk_value(dyn_planner *p, const dyn_sample *s, int32_t n, co
             if (avail < len) return DYN_OK; /* m does not fit: larger m will not either */
             double t = row->time[len - 1];
             if (t > tmax) tmax = t;
-            tsum += t;
+            tsum += row->cost[len - 1];
         }
         double v = plan_objective_ms(p->opt.stages, p->opt.chunks, p->opt.dp, tmax, tsum);
         if (v < *value) *value = v;
@@ -499,7 +536,7 @@ static dyn_status t5_singles(dyn_planner *p, const dyn_sample *s, int32_t n, con
         if (avail < 1) return infeasible_sample(p, x, err);
         double t = row->time[0], per;
         if (t > *single_max) *single_max = t;
-        *single_sum += t;
+        *single_sum += row->cost[0];
         if (p->opt.stages > 1 && !p->use_naive_dp) {
             st = lower_bound_row(p, grid_floor(e + 1) - 1, grid_floor(d + 1) - 1, n, &per, err);
             if (st != DYN_OK) return st;
@@ -581,6 +618,7 @@ static dyn_status t5_band_walk(dyn_planner *p, int32_t j, int64_t off, double ta
         if (c == 0 && k == 1) c = 1; /* a single always stays */
         if (c == 0) break;
         memcpy(p->band + off + k - 1, row->time + (k - 1), (size_t)c * sizeof(double));
+        memcpy(p->cband + off + k - 1, row->cost + (k - 1), (size_t)c * sizeof(double));
         if (*in_group) {
             if (e != own_e || d != own_d) *in_group = 0;
             for (int32_t q = k; q < k + c && *in_group; q++)
@@ -662,8 +700,10 @@ static dyn_status build_t5(dyn_planner *p, const dyn_sample *s, int32_t n, const
     for (int32_t j = 0; j < n; j++) {
         if (p->shared[j] >= 0) {
             p->time[j] = p->rows[p->shared[j]]->time;
+            p->cost[j] = p->rows[p->shared[j]]->cost;
         } else {
             p->time[j] = p->band + off;
+            p->cost[j] = p->cband + off;
             off += p->width[j];
         }
     }
@@ -677,7 +717,7 @@ static dyn_status solve_order(dyn_planner *p, const dyn_sample *s, int32_t n, co
                                              : build_t5(p, s, n, perm, known_ms, err);
     if (st != DYN_OK) return st;
     plan_dp_problem pb = {n, p->width, p->time, p->opt.stages, p->opt.chunks, p->opt.dp, 1, known_ms,
-                         NULL, NULL, NULL, NULL};
+                         NULL, NULL, NULL, NULL, (const double *const *)p->cost};
     if (p->kind == DYN_MODEL_T5 && p->seg_on && !p->use_naive_dp) {
         pb.seg_start = p->seg_start;
         pb.seg_k = p->seg_k;
@@ -959,11 +999,11 @@ static dyn_status cost_groups(const dyn_planner *p, const dyn_sample *s, int32_t
         mb->time_ms = c.time_ms;
         mb->stored_mb = c.stored_mb;
         mb->peak_mb = c.peak_mb;
-        a->load[g] = c.time_ms;
+        a->load[g] = c.sum_ms; /* the sum term: what a replica's steady state adds up */
         if (c.time_ms > sum->tmax) sum->tmax = c.time_ms;
         if (c.stored_mb > sum->max_stored) sum->max_stored = c.stored_mb;
         if (c.peak_mb > sum->max_peak) sum->max_peak = c.peak_mb;
-        sum->tsum += c.time_ms;
+        sum->tsum += c.sum_ms;
         pos += group_len[g];
     }
     if (pos != n) return dyn_error_set(err, DYN_ERR_INTERNAL, "plan covers %d of %d samples", pos, n);
