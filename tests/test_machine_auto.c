@@ -242,12 +242,13 @@ static void test_key_and_path(void **state)
     assert_non_null(strstr(k5, "ranks=2"));
     assert_string_equal(k0, k1); /* below 1 counts as 1 */
     assert_true(strcmp(k1, k2) != 0 && strcmp(k1, k3) != 0 && strcmp(k1, k4) != 0 && strcmp(k1, k5) != 0);
-    /* the joint fit (DYN_MACHINE_FIT=joint) is another machine */
+    /* the two-step fit (DYN_MACHINE_FIT=products) is another machine */
     char kj[512];
-    setenv("DYN_MACHINE_FIT", "joint", 1);
+    setenv("DYN_MACHINE_FIT", "products", 1);
     dyn_machine_auto_key(&a, 1, 1, DYN_MACHINE_MEASURE_FULL, kj, sizeof kj, NULL, NULL);
     unsetenv("DYN_MACHINE_FIT");
-    assert_non_null(strstr(kj, "|fit=joint"));
+    assert_non_null(strstr(kj, "|fit=products"));
+    assert_null(strstr(k1, "|fit="));
     assert_true(strcmp(k1, kj) != 0);
     char p1[600], p2[600], p1b[600];
     assert_int_equal(dyn_machine_auto_path("/c", k1, p1, sizeof p1, NULL), DYN_OK);
@@ -299,20 +300,21 @@ static void test_cache_roundtrip_and_refusals(void **state)
     assert_int_equal(dyn_machine_auto_read(path, key, &got, &gi, &err), DYN_ERR_PARSE);
     assert_non_null(strstr(err.msg, path));
 
-    /* a machine fitted the version-1 way (products and memory fitted
-     * jointly) is not reused, however valid */
+    /* a machine of an older version (version 2's default fit took the
+     * product rate from products measured alone) is not reused, however
+     * valid */
     char bad[2048];
     snprintf(bad, sizeof bad,
-             "{\"format\": \"dynapipe-machine-auto\", \"version\": 1, \"key\": \"%s\", \"machine\": "
+             "{\"format\": \"dynapipe-machine-auto\", \"version\": 2, \"key\": \"%s\", \"machine\": "
              "{\"base\": \"cpu\"}}",
              key);
     assert_int_equal(dyn_file_write_atomic(path, bad, strlen(bad), NULL), DYN_OK);
     assert_int_equal(dyn_machine_auto_read(path, key, &got, &gi, &err), DYN_ERR_PARSE);
-    assert_non_null(strstr(err.msg, "not a version 2 cache file"));
+    assert_non_null(strstr(err.msg, "not a version 3 cache file"));
 
     m.matmul_gflops = -1; /* written by hand: the machine inside must be valid */
     snprintf(bad, sizeof bad,
-             "{\"format\": \"dynapipe-machine-auto\", \"version\": 2, \"key\": \"%s\", \"machine\": "
+             "{\"format\": \"dynapipe-machine-auto\", \"version\": 3, \"key\": \"%s\", \"machine\": "
              "{\"base\": \"cpu\", \"matmul_gflops\": -1}}",
              key);
     assert_int_equal(dyn_file_write_atomic(path, bad, strlen(bad), NULL), DYN_OK);
