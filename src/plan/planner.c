@@ -148,9 +148,9 @@ dyn_planner *dyn_planner_create_custom(dyn_model_kind kind, dyn_mb_cost_fn fn, v
     return p;
 }
 
-void dyn_planner_free(dyn_planner *p)
+/* Empty the cost cache: every row freed, its slot NULL. */
+static void rows_clear(dyn_planner *p)
 {
-    if (p == NULL) return;
     size_t n_rows = (size_t)p->n_len * (p->kind == DYN_MODEL_T5 ? (size_t)p->n_len : 1);
     for (size_t i = 0; i < n_rows; i++) {
         if (p->rows[i]) {
@@ -159,7 +159,14 @@ void dyn_planner_free(dyn_planner *p)
             free(p->rows[i]->amin);
         }
         free(p->rows[i]);
+        p->rows[i] = NULL;
     }
+}
+
+void dyn_planner_free(dyn_planner *p)
+{
+    if (p == NULL) return;
+    rows_clear(p);
     free(p->rows);
     free(p->cost);
     free(p->cband);
@@ -214,16 +221,7 @@ dyn_status plan_reset_costs(dyn_planner *p, double states_mb, dyn_error *err)
         return dyn_error_set(err, DYN_ERR_INFEASIBLE,
                              "model states need %.1f MB per device, at or over the memory limit %.1f MB", states_mb,
                              p->opt.memory_limit_mb);
-    size_t n_rows = (size_t)p->n_len * (p->kind == DYN_MODEL_T5 ? (size_t)p->n_len : 1);
-    for (size_t i = 0; i < n_rows; i++) {
-        if (p->rows[i]) {
-            free(p->rows[i]->time);
-            free(p->rows[i]->cost);
-            free(p->rows[i]->amin);
-        }
-        free(p->rows[i]);
-        p->rows[i] = NULL;
-    }
+    rows_clear(p);
     p->states_mb = states_mb;
     p->stored_limit_mb = avail / p->opt.stages;
     p->peak_limit_mb = isinf(avail) ? avail : avail - (p->opt.stages - 1) * p->stored_limit_mb;
