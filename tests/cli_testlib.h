@@ -48,6 +48,26 @@ static int cli_run(const char *sub, const char *args)
     return WEXITSTATUS(st);
 }
 
+/* The environment of every `dynapipe train` a test starts: Open MPI's
+ * consent to run as root (CI runs as root), and no LeakSanitizer report
+ * (Open MPI's own allocations are not ours). */
+#define CLI_TRAIN_ENV "ASAN_OPTIONS=detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+
+/* Run `$DYN_CLI train <args>` in CLI_TRAIN_ENV, under timeout (a hung rank
+ * ends the test); returns its exit code. */
+static inline int cli_train(const char *args)
+{
+    const char *cli = getenv("DYN_CLI");
+    assert_non_null(cli);
+    char cmd[12288];
+    int w = snprintf(cmd, sizeof cmd, CLI_TRAIN_ENV " timeout 300 '%s' train %s >'%s' 2>'%s'", cli, args, out_path,
+                     err_path);
+    assert_true(w > 0 && (size_t)w < sizeof cmd);
+    int st = system(cmd);
+    assert_true(WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
 /* A file's whole text (the caller frees it). */
 static char *slurp(const char *path)
 {

@@ -68,16 +68,14 @@ static int run_on(const char *host, const char *train_args)
     assert_true(w > 0 && (size_t)w < sizeof inner);
     if (host == NULL) {
         w = snprintf(cmd, sizeof cmd,
-                     "ASAN_OPTIONS=detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                     "timeout 300 %s >'%s' 2>'%s'",
+                     CLI_TRAIN_ENV " timeout 300 %s >'%s' 2>'%s'",
                      inner, out_path, err_path);
     } else {
         const char *agent = getenv("DYN_NETNS_AGENT"), *subnet = getenv("DYN_NETNS_SUBNET");
         assert_non_null(agent);
         assert_non_null(subnet);
         w = snprintf(cmd, sizeof cmd,
-                     "ASAN_OPTIONS=detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                     "OMPI_MCA_plm_rsh_agent='%s' OMPI_MCA_btl_tcp_if_include=%s OMPI_MCA_oob_tcp_if_include=%s "
+                     CLI_TRAIN_ENV " OMPI_MCA_plm_rsh_agent='%s' OMPI_MCA_btl_tcp_if_include=%s OMPI_MCA_oob_tcp_if_include=%s "
                      "timeout 300 '%s' %s \"%s\" >'%s' 2>'%s'",
                      agent, subnet, subnet, agent, host, inner, out_path, err_path);
     }

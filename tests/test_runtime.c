@@ -141,21 +141,15 @@ static dyn_model *reference(dyn_model_kind kind, int layers)
 /* Run `dynapipe train` with timeout; returns its exit code. */
 static int train(const char *args)
 {
-    const char *cli = getenv("DYN_CLI");
-    assert_non_null(cli);
-    char cmd[4096];
     /* the built-in data unless the case gives its own (--samples is the
      * built-in data's flag: refused with a file) */
     const char *data = strstr(args, "--data ") ? "" : "--samples 2000 --data builtin:3 ";
-    snprintf(cmd, sizeof cmd,
-             "ASAN_OPTIONS=detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 '%s' "
-             "train --steps 1 "
-             "%s--global-batch-tokens %d --max-seqlen %d --lr 0.001 --warmup 0 --adam-eps 1 "
-             "--quiet %s >'%s' 2>'%s'",
-             cli, data, GBT, SEQ, args, out_path, err_path);
-    int st = system(cmd);
-    assert_true(WIFEXITED(st));
-    return WEXITSTATUS(st);
+    char a[4096];
+    int w = snprintf(a, sizeof a,
+                     "--steps 1 %s--global-batch-tokens %d --max-seqlen %d --lr 0.001 --warmup 0 --adam-eps 1 --quiet %s",
+                     data, GBT, SEQ, args);
+    assert_true(w > 0 && (size_t)w < sizeof a);
+    return cli_train(a);
 }
 
 /* Largest |a - b| over a tensor relative to the tensor's largest |a|, at

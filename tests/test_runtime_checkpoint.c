@@ -47,22 +47,13 @@
 #define T5 "--model t5 --model-config t5-tiny --layers 2 --dec-layers 2 --stages 2 --schedule 1f1b"
 #define LLAMA "--model llama --model-config llama-tiny --layers 4 --stages 2 --schedule zb"
 
-static const char *env_prefix(void)
-{
-    return "ASAN_OPTIONS=detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1";
-}
-
 /* `dynapipe train COMMON args` under timeout; its exit code. */
 static int train(const char *args)
 {
-    const char *cli = getenv("DYN_CLI");
-    assert_non_null(cli);
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s timeout 300 '%s' train " COMMON " %s >'%s' 2>'%s'", env_prefix(), cli, args, out_path,
-             err_path);
-    int st = system(cmd);
-    assert_true(WIFEXITED(st));
-    return WEXITSTATUS(st);
+    char a[8192];
+    int w = snprintf(a, sizeof a, COMMON " %s", args);
+    assert_true(w > 0 && (size_t)w < sizeof a);
+    return cli_train(a);
 }
 
 static void train_ok(const char *args)
@@ -154,7 +145,7 @@ static int run_and_kill(const char *args, const char *save, unsigned seed, int w
 {
     const char *cli = getenv("DYN_CLI");
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s exec timeout 300 '%s' train " COMMON " %s >'%s' 2>'%s'", env_prefix(), cli, args,
+    snprintf(cmd, sizeof cmd, "%s exec timeout 300 '%s' train " COMMON " %s >'%s' 2>'%s'", CLI_TRAIN_ENV, cli, args,
              out_path, err_path);
     pid_t child = fork();
     assert_true(child >= 0);
@@ -283,7 +274,7 @@ static void test_sigterm_saves(void **state)
      * periodic save, so the only checkpoint is the signal's */
     snprintf(cmd, sizeof cmd, "%s exec timeout 300 '%s' train --threads 1 --samples 2000 --data builtin:3 "
              "--global-batch-tokens 2048 --max-seqlen 128 %s --steps 100000 --save '%s' >'%s' 2>'%s'",
-             env_prefix(), cli, GPT, ck, out_path, err_path);
+             CLI_TRAIN_ENV, cli, GPT, ck, out_path, err_path);
     pid_t child = fork();
     assert_true(child >= 0);
     if (child == 0) {

@@ -73,18 +73,14 @@ static int setup(void **state)
  * name: the schedule each line must report. */
 static void expect_predicted_memory(const char *schedule, const char *name)
 {
-    const char *cli = getenv("DYN_CLI");
-    assert_non_null(cli);
-    char metrics[700], cmd[4096];
+    char metrics[700], args[4096];
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
-    snprintf(cmd, sizeof cmd,
-             "ASAN_OPTIONS=detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 '%s' "
-             "train --model gpt --cost-model '%s' --stages %d %s --steps %d --samples 2000 --data builtin:3 "
-             "--global-batch-tokens 2048 --no-calibrate --quiet --metrics '%s' >'%s' 2>'%s'",
-             cli, table, RANKS, schedule, STEPS, metrics, out_path, err_path);
-    int st = system(cmd);
-    assert_true(WIFEXITED(st));
-    if (WEXITSTATUS(st) != 0) fail_msg("dynapipe train %s: exit %d: %s", schedule, WEXITSTATUS(st), slurp(err_path));
+    snprintf(args, sizeof args,
+             "--model gpt --cost-model '%s' --stages %d %s --steps %d --samples 2000 --data builtin:3 "
+             "--global-batch-tokens 2048 --no-calibrate --quiet --metrics '%s'",
+             table, RANKS, schedule, STEPS, metrics);
+    int code = cli_train(args);
+    if (code != 0) fail_msg("dynapipe train %s: exit %d: %s", schedule, code, slurp(err_path));
     char *text = slurp(metrics);
     int lines = 0;
     double worst_over = 0;
