@@ -283,6 +283,15 @@ dyn_status dyn_pipeline_tune(const dyn_cost_model *cm, const dyn_plan_options *o
  * micro-batches if it changes the split. The weights are kept only if
  * their mean simulated iteration time over the batches is lower than the
  * starting split's (infeasible under the memory limit counts as slower).
+ * dynapipe with enable_packing (its candidates, dyn_pipeline_plan) also
+ * tries the splits its candidate baselines' own tuning ends with: for each
+ * of them (packing-docmask, padding, token) at each value of the knob
+ * sequence dyn_pipeline_tune tries, that baseline's tuned split (this
+ * function on it) is simulated for dynapipe, each distinct split once, and
+ * the fastest of all is kept. Under a baseline's split dynapipe's
+ * candidates include that baseline at every knob value, so on these
+ * batches dynapipe's tuned mean is never above a candidate baseline's
+ * tuned (knob, split) mean.
  * Deterministic: the same inputs give the same weights (no timing). */
 #define DYN_SPLIT_TUNE_ROUNDS 2
 
@@ -290,8 +299,12 @@ typedef struct dyn_split_tune_result {
     int32_t kept;        /* 1: weight is the split to use (faster); 0: keep opt's */
     double weight[DYN_LAYER_KIND_COUNT]; /* kept ? the tuned weights : opt's split_weight */
     double base_ms;      /* mean simulated iteration time with opt's split, ms */
-    double tuned_ms;     /* the best tuned round's mean (INFINITY: no round planned every batch) */
-    int32_t n_rounds;    /* tuned splits simulated, 0..DYN_SPLIT_TUNE_ROUNDS */
+    double tuned_ms;     /* the best tuned split's mean (INFINITY: none planned every batch) */
+    int32_t n_rounds;    /* own tuned splits simulated, 0..DYN_SPLIT_TUNE_ROUNDS */
+    int32_t n_candidate_splits; /* dynapipe: its baselines' distinct splits simulated for it */
+    dyn_batching source; /* kept: whose micro-batches the split was balanced for (opt's
+                            method, or for dynapipe one of its candidate baselines) */
+    int64_t source_knob; /* that baseline's knob value; 0 when source is opt's method */
 } dyn_split_tune_result;
 
 /* Tune the split for opt (its knob as it will run: tune the knob first) on

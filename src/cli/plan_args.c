@@ -695,11 +695,15 @@ int plan_tune_split(const char *cmd, plan_inputs *in, dyn_plan_options *opt, int
                 dyn_tune_knob_set(opt, 0);
                 retune = 1;
             }
+            char whose[96] = "the sample's"; /* dynapipe may keep a candidate baseline's split */
+            if (t.kept && t.source != opt->method)
+                snprintf(whose, sizeof whose, "%s's (--%s %lld)", dyn_batching_name(t.source),
+                         dyn_tune_knob_name(t.source), (long long)t.source_knob);
             if (report && t.kept)
                 fprintf(report,
-                        "%s: stage split: balanced for the sample's micro-batches: layers per stage %s%s, "
+                        "%s: stage split: balanced for %s micro-batches: layers per stage %s%s, "
                         "simulated %.1f ms against %.1f ms for a max-length row's %s\n",
-                        dyn_batching_name(opt->method), tuned, blocks, t.tuned_ms, t.base_ms, base);
+                        dyn_batching_name(opt->method), whose, tuned, blocks, t.tuned_ms, t.base_ms, base);
             else if (report && t.n_rounds > 0) {
                 char other[64];
                 if (isfinite(t.tuned_ms)) snprintf(other, sizeof other, "%.1f ms", t.tuned_ms);

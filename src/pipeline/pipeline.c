@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/pipeline_internal.h" /* defines: pipe_knob_seq_* */
+#include "pipeline/pipeline_internal.h" /* defines: pipe_knob_seq_*, pipe_candidate_baseline */
 #include "sim/sim_internal.h"           /* defines: sim_stage_costs_permute */
 #include "util/util.h"                  /* defines: dyn_calloc, DYN_RESERVE */
 
@@ -472,12 +472,6 @@ static dyn_status try_candidate(dyn_pipeline *p, cand_search *cs, int method, in
     return DYN_OK;
 }
 
-/* The baselines dynapipe's candidates come from. Plain packing is left
- * out: it attends across documents, so it computes a different model
- * (and the document-masked rows, the same rows with less attention, are
- * never slower in the cost model). */
-static const dyn_batching CANDIDATE_BASELINES[] = {DYN_BATCH_PACKING_DOCMASK, DYN_BATCH_PADDING, DYN_BATCH_TOKEN};
-
 dyn_status dyn_pipeline_plan(dyn_pipeline *p, const dyn_sample *samples, int32_t n,
                              dyn_pipeline_result *out, dyn_error *err)
 {
@@ -508,11 +502,11 @@ dyn_status dyn_pipeline_plan(dyn_pipeline *p, const dyn_sample *samples, int32_t
     if (p->alt && (st == DYN_OK || st == DYN_ERR_INFEASIBLE)) /* BOTH: the DP over the run's split */
         st = try_candidate(p, &cs, -2, 0, samples, n, &single, err);
     const dyn_plan_options *po = dyn_planner_options(p->planner);
-    for (size_t b = 0; b < sizeof CANDIDATE_BASELINES / sizeof CANDIDATE_BASELINES[0]; b++) {
+    for (int b = 0; b < PIPE_N_CANDIDATE_BASELINES; b++) { /* pipeline_internal.h */
         if (st != DYN_OK && st != DYN_ERR_INFEASIBLE) break;
         st = DYN_OK;
         dyn_plan_options bo = *po;
-        bo.method = CANDIDATE_BASELINES[b];
+        bo.method = pipe_candidate_baseline(b);
         pipe_knob_seq seq;
         pipe_knob_seq_init(&seq, p->cm, &bo, p->fit_rows);
         for (int64_t v; (v = pipe_knob_seq_next(&seq)) != 0;) {

@@ -56,6 +56,20 @@ static inline int64_t pipe_knob_seq_next(pipe_knob_seq *q)
     return v;
 }
 
+/* The baselines dynapipe's candidates come from (dyn_pipeline_plan), and
+ * whose own tuned splits dynapipe's split tuning also tries
+ * (dyn_pipeline_tune_split). Plain packing is left out: it attends across
+ * documents, so it computes a different model (and the document-masked
+ * rows, the same rows with less attention, are never slower in the cost
+ * model). i in [0, PIPE_N_CANDIDATE_BASELINES). */
+#define PIPE_N_CANDIDATE_BASELINES 3
+static inline dyn_batching pipe_candidate_baseline(int i)
+{
+    static const dyn_batching list[PIPE_N_CANDIDATE_BASELINES] = {DYN_BATCH_PACKING_DOCMASK, DYN_BATCH_PADDING,
+                                                                   DYN_BATCH_TOKEN};
+    return list[i];
+}
+
 /* fwd + bwd of every layer of the model (ms) on `rows` rows of shape sh
  * (sh.rows is ignored), no recompute: a micro-batch's work summed over all
  * pipeline stages, whatever the split (bound.c). */
