@@ -32,7 +32,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 C="--threads 1 --samples 2000 --data builtin:3 --global-batch-tokens 2048 --max-seqlen 128 --quiet --seed 1 --machine cpu --no-calibrate"
 G="--model gpt --model-config gpt-tiny --layers 4 --stages 2 --schedule auto"
 T="--model t5 --model-config t5-tiny --layers 2 --dec-layers 2 --stages 2 --schedule 1f1b"
-run() { "$B/dynapipe" train $C "$@" 2> >(grep -v '^dynapipe train: note: the checkpoint was trained on' >&2); }
+# every run under timeout: a hung rank ends the script (RUN_TIMEOUT, default 900 s)
+run() { timeout "${RUN_TIMEOUT:-900}" "$B/dynapipe" train $C "$@" 2> >(grep -v '^dynapipe train: note: the checkpoint was trained on' >&2); }
 run $G --steps 3 --save "$O/gpt" --metrics "$O/gpt.jsonl" --eval-every 2
 run $G --steps 3 --save "$O/gpt.safetensors" --metrics "$O/gpt_file.jsonl"
 run $T --steps 3 --save "$O/t5" --metrics "$O/t5.jsonl"

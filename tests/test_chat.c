@@ -425,10 +425,7 @@ static void test_train_on_messages(void **state)
              "--machine cpu --no-calibrate --quiet --max-seqlen 256 --global-batch-tokens 512 --seed 3 --steps 3 "
              "--save '%s'",
              g_jsonl, g_toy[0], ck);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
-    int rc = cli_run("train", args);
+    int rc = cli_train(args);
     if (rc != 0) fail_msg("train %s: exit %d: %s", args, rc, slurp(err_path));
     /* the checkpoint records the chat template; eval reads the data as train did */
     char state_path[900];
