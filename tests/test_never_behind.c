@@ -212,7 +212,7 @@ static void check_baseline_wins(const char *preset, int32_t L, int64_t tokens, i
 static void test_padding_wins_gpt(void **state)
 {
     (void)state;
-    check_baseline_wins("gpt-tiny", 2048, 16384, 0, 2);
+    check_baseline_wins("gpt-tiny", 2048, 16384, 3, 2);
 }
 
 static void test_token_wins_t5(void **state)
@@ -249,7 +249,7 @@ static void test_docmask_rows_win_gpt(void **state)
 {
     (void)state;
     fixture f;
-    fixture_open(&f, "gpt-tiny", 2048, 16384, 2);
+    fixture_open(&f, "gpt-tiny", 2048, 32768, 4);
     const int32_t S = 2;
     dyn_plan_options o;
     options(&f, &o, DYN_BATCH_DYNAPIPE, S);

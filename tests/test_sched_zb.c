@@ -5,7 +5,8 @@
  * (with and without memory limits and in-flight caps): valid plans, never
  * slower than 1F1B on the same order with zero communication cost, peak
  * within the limit, in-flight count within the cap; an uneven case worked by
- * hand where greedy's "ready B before ready F" decides the makespan.
+ * hand where greedy's "ready B before ready F" decides the makespan; one
+ * where running ahead of S in flight does.
  * Makespans come from the reference simulator in sched_testlib.h, not from
  * the generator. */
 #include <setjmp.h>
@@ -98,7 +99,8 @@ static void test_zb_h1_order_s4_m8(void **state)
  * count on all stages), so the static peak is 10 S + 1 MB on every rank and
  * the peak over ranks equals 1F1B's (its first rank). Counted up to B
  * instead of W (the memory B frees in practice), rank r holds S - r, as in
- * 1F1B. */
+ * 1F1B. All with the in-flight cap at S (ZB-H1's regime); uncapped, zb
+ * (whose run-ahead candidate may hold more) is never above the form. */
 static void test_zb_h1_closed_form(void **state)
 {
     (void)state;
@@ -123,7 +125,14 @@ static void test_zb_h1_closed_form(void **state)
                 dyn_sched_options_default(&o);
                 o.n_ranks = S;
                 dyn_exec_plan z, q;
+                /* uncapped, the run-ahead candidate may beat ZB-H1 */
                 tl_build_ok(DYN_SCHEDULE_ZB, &c, &o, &z);
+                if (tl_simulate(&z, &c, 0) > want + 1e-9)
+                    fail_msg("S=%d M=%d: zb uncapped %.6f above ZB-H1's %.6f", S, M, tl_simulate(&z, &c, 0), want);
+                dyn_exec_plan_free(&z);
+                o.max_in_flight = S; /* ZB-H1's own regime */
+                tl_build_ok(DYN_SCHEDULE_ZB, &c, &o, &z);
+                o.max_in_flight = 0;
                 tl_build_ok(DYN_SCHEDULE_1F1B, &c, &o, &q);
                 double t = tl_simulate(&z, &c, 0), t1 = tl_simulate(&q, &c, 0);
                 if (fabs(t - want) > 1e-9)
@@ -199,7 +208,7 @@ static void test_zb_random_never_slower(void **state)
         for (int32_t r = 0; r < S; r++) {
             if (mode == 1 && peak[r] > o.memory_limit_mb + 1e-9)
                 fail_msg("rank %d peak %.3f over limit %.3f", r, peak[r], o.memory_limit_mb);
-            int32_t cap = mode == 2 ? o.max_in_flight : S;
+            int32_t cap = mode == 2 ? o.max_in_flight : M; /* uncapped: the run-ahead candidate */
             if (max_in_flight(&z, r) > cap)
                 fail_msg("rank %d holds %d micro-batches, cap %d", r, max_in_flight(&z, r), cap);
         }
@@ -298,6 +307,58 @@ static void test_zb_greedy_ready_b_first(void **state)
     dyn_stage_costs_free(&c);
 }
 
+/* Running ahead past S in flight, worked by hand. S = 2, M = 4, the same
+ * costs on both stages, zero communication:
+ *            F  B  W
+ *   mb 0     1  1  1
+ *   mb 1     3  3  3
+ *   mb 2     1  1  1
+ *   mb 3     1  1  1
+ * [start, end) per unit of the run-ahead greedy (W at most S = 2 behind B):
+ *   rank 0: F0[0,1] F1[1,4] b0[4,5] F2[5,6] F3[6,7] w0[7,8] b1[10,13]
+ *           b2[13,14] w1[14,17] b3[17,18] w2[18,19] w3[19,20]
+ *   rank 1: F0[1,2] b0[2,3] w0[3,4] F1[4,7] b1[7,10] F2[10,11] b2[11,12]
+ *           w1[12,15] F3[15,16] b3[16,17] w2[17,18] w3[18,19]     -> 20
+ * Rank 0 holds four micro-batches at once (F3 before w0). Capped at S in
+ * flight it cannot forward F2 and F3 while rank 1 runs the long F1 and b1,
+ * and every capped candidate ends later (checked: > 20). */
+static void test_zb_run_ahead_by_hand(void **state)
+{
+    (void)state;
+    const double fbw[4][3] = {{1, 1, 1}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}};
+    dyn_stage_costs c;
+    tl_equal_costs(&c, 4, 2, 1, 2);
+    for (int m = 0; m < 4; m++)
+        for (int s = 0; s < 2; s++) {
+            size_t k = (size_t)m * 2 + s;
+            c.fwd_ms[k] = fbw[m][0];
+            c.bwd_input_ms[k] = fbw[m][1];
+            c.bwd_weight_ms[k] = fbw[m][2];
+            c.bwd_ms[k] = fbw[m][1] + fbw[m][2];
+        }
+    dyn_sched_options o;
+    dyn_sched_options_default(&o);
+    o.n_ranks = 2;
+    dyn_exec_plan p;
+    tl_build_ok(DYN_SCHEDULE_ZB, &c, &o, &p);
+    const char *want[2] = {"F0 F1 b0 F2 F3 w0 b1 b2 w1 b3 w2 w3", "F0 b0 w0 F1 b1 F2 b2 w1 F3 b3 w2 w3"};
+    char buf[256];
+    for (int r = 0; r < 2; r++) {
+        tl_order(&p, r, buf, sizeof buf);
+        if (strcmp(buf, want[r]) != 0) fail_msg("rank %d: '%s', want '%s'", r, buf, want[r]);
+    }
+    double t = tl_simulate(&p, &c, 0);
+    if (fabs(t - 20.0) > 1e-9) fail_msg("zb makespan %.4f, want 20", t);
+    assert_int_equal(max_in_flight(&p, 0), 4);
+    dyn_exec_plan_free(&p);
+    o.max_in_flight = 2;
+    tl_build_ok(DYN_SCHEDULE_ZB, &c, &o, &p);
+    double capped = tl_simulate(&p, &c, 0);
+    if (capped <= 20.0 + 1e-9) fail_msg("capped at S in flight: %.4f, want > 20", capped);
+    dyn_exec_plan_free(&p);
+    dyn_stage_costs_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -306,6 +367,7 @@ int main(void)
         cmocka_unit_test(test_zb_random_never_slower),
         cmocka_unit_test(test_zb_uneven_keeps_1f1b),
         cmocka_unit_test(test_zb_greedy_ready_b_first),
+        cmocka_unit_test(test_zb_run_ahead_by_hand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -177,7 +177,8 @@ typedef struct dyn_sched_options {
     int32_t max_in_flight;   /* per rank: micro-batches forwarded and not yet backwarded
                                 (interleaved: chunk-stage forwards; zb: until their
                                 BACKWARD_WEIGHT); <= 0: schedule default (1f1b S - r,
-                                zb S, cyclic unlimited) */
+                                zb S, and its run-ahead candidate unlimited; cyclic
+                                unlimited) */
     dyn_recompute recompute; /* recorded on compute instructions */
     int32_t replica;         /* recorded in the plan */
 } dyn_sched_options;

@@ -15,6 +15,7 @@
 typedef struct arena {
     double arena_mb;         /* largest stored + working memory held */
     double keep_mb;          /* largest split-backward kept buffer */
+    double key;              /* largest rt_arena_key held */
     int32_t mb, stage;       /* what it holds now */
     int used;
 } arena;
@@ -113,12 +114,12 @@ static const dyn_stage_assignment *assign_of(rt_alloc *a, int32_t n_stages, dyn_
     return &a->assign[i].a;
 }
 
-/* The first free arena (a new one when none is), as acts_get does. */
-static int32_t arena_take(rank_pool *p, int32_t mb, int32_t stage, dyn_error *err)
+/* The best-fitting free arena (a new one when none is), as acts_get does. */
+static int32_t arena_take(rank_pool *p, int32_t mb, int32_t stage, double key, dyn_error *err)
 {
     int32_t f = -1;
-    for (int32_t i = 0; i < p->n && f < 0; i++)
-        if (!p->ar[i].used) f = i;
+    for (int32_t i = 0; i < p->n; i++)
+        if (!p->ar[i].used && (f < 0 || rt_arena_prefer(key, p->ar[i].key, p->ar[f].key))) f = i;
     if (f < 0) {
         if (p->n == p->cap) {
             size_t c = (size_t)p->cap;
@@ -129,8 +130,9 @@ static int32_t arena_take(rank_pool *p, int32_t mb, int32_t stage, dyn_error *er
             p->cap = (int32_t)c;
         }
         f = p->n++;
-        p->ar[f].arena_mb = p->ar[f].keep_mb = 0;
+        p->ar[f].arena_mb = p->ar[f].keep_mb = p->ar[f].key = 0;
     }
+    if (key > p->ar[f].key) p->ar[f].key = key;
     p->ar[f].used = 1;
     p->ar[f].mb = mb;
     p->ar[f].stage = stage;
@@ -188,7 +190,7 @@ static dyn_status pool_replay(rt_alloc *a, rank_pool *p, const dyn_rank_plan *rk
         dyn_status st = DYN_OK;
         switch (in->op) {
         case DYN_OP_FORWARD:
-            if ((f = arena_take(p, in->microbatch, in->stage, err)) < 0) return err->code;
+            if ((f = arena_take(p, in->microbatch, in->stage, rt_arena_key(&in->shape), err)) < 0) return err->code;
             if (c->stored_mb[k] + c->peak_mb[k] > p->ar[f].arena_mb) p->ar[f].arena_mb = c->stored_mb[k] + c->peak_mb[k];
             st = slot_grow(p, in, err);
             break;

@@ -3,8 +3,8 @@
  * measured `peak_mem_mb` of `dynapipe train` (predicted_peak_mem_mb).
  *
  * The interpreter's memory is pools that only grow: an activation arena
- * per (micro-batch, stage) in flight, taken from a pool (the first free
- * one) at FORWARD and given back after the last backward part, each
+ * per (micro-batch, stage) in flight, taken from a pool at FORWARD (best
+ * fit, rt_arena_prefer) and given back after the last backward part, each
  * growing to the largest stored + working memory it ever held, with a
  * second buffer for what a split backward keeps from B to W; and a buffer
  * per slot index growing to the largest tensor it held. So a rank's
@@ -23,6 +23,28 @@
 #include "dynapipe/pipeline.h"
 
 typedef struct rt_alloc rt_alloc;
+
+/* The size key of a micro-batch's arena: its padded tokens. Activations
+ * grow linearly with them (attention keeps a row log-sum-exp, not scores),
+ * so the arena that held the most tokens is the largest. */
+static inline double rt_arena_key(const dyn_mb_shape *s)
+{
+    return (double)s->rows * ((double)s->enc_len + (double)s->dec_len);
+}
+
+/* Which free arena a FORWARD takes, by the largest key each has held: 1
+ * when one that held a is preferred to one that held b. Best fit: the
+ * smallest that already held `key` (no growth), else the largest (the
+ * least growth). Why not the first free one: with many micro-batches in
+ * flight (zero-bubble schedules run ahead) first-free hands large shapes
+ * to small arenas, and every arena regrows (freshly faulted pages) each
+ * iteration. exec.c and the model of it here must choose alike. */
+static inline int rt_arena_prefer(double key, double a, double b)
+{
+    int fa = a >= key, fb = b >= key;
+    if (fa != fb) return fa;
+    return fa ? a < b : a > b;
+}
 
 /* cm (borrowed, must outlive the handle): the planner's cost model;
  * n_ranks pipeline ranks, dp replicas; split_weight: the run's

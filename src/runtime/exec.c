@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/alloc.h" /* defines: rt_arena_key, rt_arena_prefer */
 #include "util/util.h"
 
 enum { TAG_ACT = 1, TAG_GRAD = 2 }; /* one tag per message kind */
@@ -20,6 +21,7 @@ typedef struct rt_slot {
 typedef struct rt_acts {
     int32_t mb, stage; /* owner while in use */
     int used;
+    double key;        /* largest rt_arena_key held (alloc.h) */
     dyn_model_acts *acts;
 } rt_acts;
 
@@ -186,8 +188,10 @@ static dyn_status slot_read(rt_exec *x, int32_t k, rt_slot **out, dyn_error *err
 }
 
 /* Activation arena of (mb, stage): a free one is reused (its memory grows
- * to the largest shape seen), else a new one. */
-static dyn_status acts_get(rt_exec *x, int32_t mb, int32_t stage, int create, dyn_model_acts **out, dyn_error *err)
+ * to the largest shape seen; the best fit for key, alloc.h), else a new
+ * one. key: rt_arena_key of the micro-batch (read when create). */
+static dyn_status acts_get(rt_exec *x, int32_t mb, int32_t stage, int create, double key, dyn_model_acts **out,
+                           dyn_error *err)
 {
     for (int32_t i = 0; i < x->n_acts; i++)
         if (x->acts[i].used && x->acts[i].mb == mb && x->acts[i].stage == stage) {
@@ -197,8 +201,8 @@ static dyn_status acts_get(rt_exec *x, int32_t mb, int32_t stage, int create, dy
     if (!create)
         return dyn_error_set(err, DYN_ERR_INTERNAL, "no activations of micro-batch %d stage %d", mb, stage);
     int32_t f = -1;
-    for (int32_t i = 0; i < x->n_acts && f < 0; i++)
-        if (!x->acts[i].used) f = i;
+    for (int32_t i = 0; i < x->n_acts; i++)
+        if (!x->acts[i].used && (f < 0 || rt_arena_prefer(key, x->acts[i].key, x->acts[f].key))) f = i;
     if (f < 0) {
         if (DYN_RESERVE(x->acts, x->cap_acts, (size_t)x->n_acts + 1) != 0)
             return dyn_error_set(err, DYN_ERR_NOMEM, "out of memory for activation arenas");
@@ -209,6 +213,7 @@ static dyn_status acts_get(rt_exec *x, int32_t mb, int32_t stage, int create, dy
         x->n_acts++;
     }
     x->acts[f].used = 1;
+    if (key > x->acts[f].key) x->acts[f].key = key;
     x->acts[f].mb = mb;
     x->acts[f].stage = stage;
     *out = x->acts[f].acts;
@@ -384,7 +389,7 @@ static dyn_status h_forward(rt_exec *x, int32_t i, dyn_error *err)
         nout = dyn_model_boundary_floats(m, ll, mb);
         st = slot_take(x, in->buf_out, nout, err);
     }
-    if (st == DYN_OK) st = acts_get(x, in->microbatch, in->stage, 1, &a, err);
+    if (st == DYN_OK) st = acts_get(x, in->microbatch, in->stage, 1, rt_arena_key(&in->shape), &a, err);
     if (st != DYN_OK) return st;
     double t0 = dyn_time_ms(), loss = 0;
     st = dyn_model_stage_forward(m, a, mb, lf, ll, src ? src->data : NULL,
@@ -411,7 +416,7 @@ static dyn_status backward(rt_exec *x, int32_t i, int whole, dyn_error *err)
     dyn_status st = mb_get(x, in->microbatch, &mb, err);
     if (st == DYN_OK && ll < x->env.n_layers) st = slot_read(x, in->buf_in, &dout, err);
     if (st == DYN_OK && lf > 0) st = slot_take(x, in->buf_out, dyn_model_boundary_floats(m, lf, mb), err);
-    if (st == DYN_OK) st = acts_get(x, in->microbatch, in->stage, 0, &a, err);
+    if (st == DYN_OK) st = acts_get(x, in->microbatch, in->stage, 0, 0, &a, err);
     if (st != DYN_OK) return st;
     double t0 = dyn_time_ms();
     const float *g = dout ? dout->data : NULL;
@@ -437,7 +442,7 @@ static dyn_status h_backward_weight(rt_exec *x, int32_t i, dyn_error *err)
     dyn_model_microbatch *mb;
     dyn_model_acts *a = NULL;
     dyn_status st = mb_get(x, in->microbatch, &mb, err);
-    if (st == DYN_OK) st = acts_get(x, in->microbatch, in->stage, 0, &a, err);
+    if (st == DYN_OK) st = acts_get(x, in->microbatch, in->stage, 0, 0, &a, err);
     if (st != DYN_OK) return st;
     double t0 = dyn_time_ms();
     st = dyn_model_stage_backward_weight(x->env.model_of(x->env.model_ctx, in->stage), a, mb, lf, ll, err);

@@ -7,7 +7,7 @@
  * nobody waits for), so W can be deferred into time a rank would otherwise
  * sit idle. A micro-batch's stored activations live until its W.
  *
- * The generator builds three candidate orders and keeps the one with the
+ * The generator builds four candidate orders and keeps the one with the
  * smallest makespan when timed on the actual per-micro-batch costs (zero
  * communication cost; ties go to the earlier candidate):
  *
@@ -35,8 +35,18 @@
  *     candidates is what makes the chosen order never slower than 1F1B on the
  *     same micro-batch order, memory limit and cap (with zero communication
  *     cost: the choice does not see the link).
+ *  4. Run ahead: the greedy of candidate 2 with the in-flight cap raised
+ *     from S to max_in_flight (M when unset; the memory limit still
+ *     applies), and W passes no more than S behind B (a W due runs before
+ *     anything else). With uneven micro-batches, one long micro-batch holds
+ *     rank r + 1 while rank r, capped at S, would idle; running ahead it
+ *     forwards the next ones, and its W passes fill the cool-down. The lag
+ *     bound is for real caches, not the model: W reads the activations and
+ *     the kept gradients B left, and deferring every W to the end measured
+ *     12-18 % slower compute (gpt-mini, 4096 tokens) against 0-2 % with the
+ *     lag at S. Only built when max_in_flight allows more than S.
  *
- * Cost: each candidate is O(units) to build (the greedy O(units * S)) and
+ * Cost: each candidate is O(units) to build (the greedies O(units * S)) and
  * O(units) to time with a worklist evaluation of the per-rank orders. */
 #include <math.h>
 #include <stdlib.h>
@@ -185,14 +195,21 @@ typedef struct zb_rank {
 } zb_rank;
 
 /* Decide what rank r of the greedy runs next and when (see the top of the
- * file). It reads only r's own state and what ranks r - 1 (activations) and
- * r + 1 (gradients) produced, so after a step only those three change. */
+ * file): cap bounds the micro-batches in flight (forwarded, W not run),
+ * lag the W passes pending after their B. It reads only r's own state and
+ * what ranks r - 1 (activations) and r + 1 (gradients) produced, so after
+ * a step only those three change. */
 static void greedy_decide(const dyn_stage_costs *c, zb_rank *rk, int32_t r, int32_t S, int32_t M,
-                          int32_t cap, double limit, const double *fdone, const double *bdone)
+                          int32_t cap, int32_t lag, double limit, const double *fdone, const double *bdone)
 {
     zb_rank *x = &rk[r];
     double b_ready = INFINITY, f_ready = INFINITY;
     x->mem_need = 0;
+    if (x->nb - x->nw >= lag) { /* a W due: deferred no further than lag */
+        x->when = x->t;
+        x->kind = UNIT_BW;
+        return;
+    }
     if (x->nb < x->nf) {
         size_t k = (size_t)x->nb * S + r;
         double d = r == S - 1 ? fdone[k] : bdone[k + 1];
@@ -258,12 +275,12 @@ static void greedy_run_unit(const dyn_stage_costs *c, zb_rank *x, int32_t r, int
     }
 }
 
-/* Candidate 2: greedy list scheduling (see the top of the file). Ranks
+/* Candidates 2 and 4: greedy list scheduling (see the top of the file). Ranks
  * decide in time order (the earliest decision first, ties to the lower
  * rank), so a decision at time t sees every arrival up to t. Each step
  * re-decides three ranks and scans S cached times: O(units * S) with a
  * small constant. */
-static dyn_status order_greedy(const dyn_stage_costs *c, int32_t S, int32_t cap, double limit,
+static dyn_status order_greedy(const dyn_stage_costs *c, int32_t S, int32_t cap, int32_t lag, double limit,
                                zb_work *w, sched_orders *o, double *makespan, dyn_error *err)
 {
     int32_t M = c->n_microbatches;
@@ -281,7 +298,7 @@ static dyn_status order_greedy(const dyn_stage_costs *c, int32_t S, int32_t cap,
         for (int32_t m = 0; m < M; m++)
             if (sched_peak(c, m, r) > rk[r].maxpeak) rk[r].maxpeak = sched_peak(c, m, r);
     }
-    for (int32_t r = 0; r < S; r++) greedy_decide(c, rk, r, S, M, cap, limit, fdone, bdone);
+    for (int32_t r = 0; r < S; r++) greedy_decide(c, rk, r, S, M, cap, lag, limit, fdone, bdone);
     for (int64_t remaining = 3 * (int64_t)M * S; remaining > 0; remaining--) {
         int32_t best = -1;
         double best_time = INFINITY;
@@ -299,7 +316,7 @@ static dyn_status order_greedy(const dyn_stage_costs *c, int32_t S, int32_t cap,
         greedy_run_unit(c, &rk[best], best, S, best_time, fdone, bdone, &u);
         if ((st = sched_orders_push(o, best, u.kind, u.mb, u.stage, err)) != DYN_OK) break;
         for (int32_t r = best - 1; r <= best + 1; r++)
-            if (r >= 0 && r < S) greedy_decide(c, rk, r, S, M, cap, limit, fdone, bdone);
+            if (r >= 0 && r < S) greedy_decide(c, rk, r, S, M, cap, lag, limit, fdone, bdone);
     }
     /* each unit started as early as its order allowed: these are the
      * order's timed completion times, no need to time it again */
@@ -311,7 +328,7 @@ static dyn_status order_greedy(const dyn_stage_costs *c, int32_t S, int32_t cap,
     return st;
 }
 
-enum { CAND_H1 = 0, CAND_GREEDY = 1, CAND_SPLIT_1F1B = 2, N_CAND = 3 };
+enum { CAND_H1 = 0, CAND_GREEDY = 1, CAND_SPLIT_1F1B = 2, CAND_AHEAD = 3, N_CAND = 4 };
 
 /* The candidate orders: have[k] when candidate k was built (and fits);
  * the first infeasible one's status and error, kept for when none does. */
@@ -319,6 +336,7 @@ typedef struct zb_cands {
     sched_orders cand[N_CAND];
     int have[N_CAND];
     double greedy_ms; /* the greedy's makespan, timed as it was built */
+    double ahead_ms;  /* the run-ahead greedy's, likewise */
     dyn_status first_fail;
     dyn_error fail_err;
 } zb_cands;
@@ -327,13 +345,16 @@ typedef struct zb_cands {
 static dyn_status zb_build_candidates(zb_cands *z, const dyn_stage_costs *c, const dyn_sched_options *opt,
                                       int32_t cap, double limit, zb_work *w, dyn_error *err)
 {
-    int32_t S = opt->n_ranks;
+    int32_t S = opt->n_ranks, M = c->n_microbatches;
+    int32_t ahead = opt->max_in_flight > 0 && opt->max_in_flight < M ? opt->max_in_flight : M;
     for (int k = 0; k < N_CAND; k++) {
         dyn_error e;
         dyn_error_clear(&e);
         dyn_status st;
+        if (k == CAND_AHEAD && ahead <= cap) continue; /* no further ahead than candidate 2 */
         if (k == CAND_H1) st = order_h1(c, S, cap, &z->cand[k], &e);
-        else if (k == CAND_GREEDY) st = order_greedy(c, S, cap, limit, w, &z->cand[k], &z->greedy_ms, &e);
+        else if (k == CAND_GREEDY) st = order_greedy(c, S, cap, INT32_MAX, limit, w, &z->cand[k], &z->greedy_ms, &e);
+        else if (k == CAND_AHEAD) st = order_greedy(c, S, ahead, S, limit, w, &z->cand[k], &z->ahead_ms, &e);
         else st = sched_order_1f1b(c, opt, 1, "zb", &z->cand[k], &e);
         if (st == DYN_ERR_INFEASIBLE) {
             if (z->first_fail == DYN_OK) {
@@ -363,7 +384,7 @@ static int zb_best_candidate(zb_cands *z, const dyn_stage_costs *c, zb_work *w)
     double best_ms = INFINITY;
     for (int k = 0; k < N_CAND; k++) {
         if (!z->have[k]) continue;
-        double ms = k == CAND_GREEDY ? z->greedy_ms : orders_makespan(&z->cand[k], c, w);
+        double ms = k == CAND_GREEDY ? z->greedy_ms : k == CAND_AHEAD ? z->ahead_ms : orders_makespan(&z->cand[k], c, w);
         if (best < 0 || ms < best_ms) {
             best = k;
             best_ms = ms;
@@ -387,7 +408,7 @@ dyn_status sched_build_zb(const dyn_stage_costs *c, const dyn_mb_shape *shapes,
     zb_work w;
     st = zb_work_init(&w, S, M, err);
     if (st != DYN_OK) return st;
-    zb_cands z = {.greedy_ms = INFINITY, .first_fail = DYN_OK};
+    zb_cands z = {.greedy_ms = INFINITY, .ahead_ms = INFINITY, .first_fail = DYN_OK};
     dyn_error_clear(&z.fail_err);
     if ((st = zb_build_candidates(&z, c, opt, cap, limit, &w, err)) == DYN_OK) {
         int best = zb_best_candidate(&z, c, &w);

@@ -154,6 +154,13 @@ double sim_makespan_lower_bound(const dyn_stage_costs *c, int k, int32_t S, sim_
     return lb;
 }
 
+/* 1 when a candidate with lower bound lb cannot beat (or tie) an
+ * incumbent of best_ms. The bound and a makespan add the same times in
+ * different orders, so a bound that a schedule reaches (zero bubble: the
+ * run-ahead zb order often does) can come out an ulp above that
+ * schedule's makespan; the margin keeps such a candidate. */
+static int lb_cannot_win(double lb, double best_ms) { return lb > best_ms + 1e-9 * best_ms; }
+
 /* The running best of an auto search: owns its plan and costs. */
 typedef struct auto_best {
     int have;
@@ -312,8 +319,7 @@ static dyn_status phase1_list(auto_run *a, uint32_t mask, phase1_cand *cand, int
 /* Phase 1: every schedule under every recompute mode, in the planner's
  * order. Unless ao->no_prune the candidates are tried in order of their
  * lower bound, so that a good incumbent comes early, and one whose bound
- * cannot beat the incumbent (ties: the earlier in tie-break order wins) is
- * skipped. */
+ * is above the incumbent's makespan (lb_cannot_win) is skipped. */
 static dyn_status phase1(auto_run *a, uint32_t mask, dyn_error *err)
 {
     phase1_cand cand[DYN_RECOMPUTE_COUNT * DYN_SCHEDULE_COUNT];
@@ -324,8 +330,7 @@ static dyn_status phase1(auto_run *a, uint32_t mask, dyn_error *err)
     if (!no_prune) qsort(cand, (size_t)n_cand, sizeof *cand, phase1_cand_cmp);
     for (int i = 0; i < n_cand; i++) {
         const phase1_cand *c = &cand[i];
-        if (!no_prune && a->best.have &&
-            (c->lb > a->choice->makespan_ms || (c->lb == a->choice->makespan_ms && c->rank > a->best.rank))) {
+        if (!no_prune && a->best.have && lb_cannot_win(c->lb, a->choice->makespan_ms)) {
             a->choice->n_pruned++;
             continue;
         }
@@ -337,8 +342,7 @@ static dyn_status phase1(auto_run *a, uint32_t mask, dyn_error *err)
 
 /* Phase 2: the order search on the best of phase 1. Pruned: the planner's
  * order (phase 1's winner) is not simulated again, and the search is
- * skipped when no order can beat it (its makespan is already the lower
- * bound). */
+ * skipped when no order can beat it (lb_cannot_win). */
 static dyn_status phase2(auto_run *a, dyn_error *err)
 {
     const dyn_auto_options *ao = a->ao;
@@ -350,7 +354,7 @@ static dyn_status phase2(auto_run *a, dyn_error *err)
     const dyn_stage_costs *cf = NULL;
     dyn_status st = a->costs_fn(a->costs_ctx, v, (dyn_recompute)first_rc, &cf, err);
     if (st != DYN_OK) return st;
-    if (!ao->no_prune && sim_makespan_lower_bound(cf, first, ao->n_ranks, a->jobs) >= first_ms) {
+    if (!ao->no_prune && lb_cannot_win(sim_makespan_lower_bound(cf, first, ao->n_ranks, a->jobs), first_ms)) {
         a->choice->n_pruned++;
         return DYN_OK;
     }
