@@ -89,7 +89,8 @@ static void test_alloc_1f1b_hand_worked(void **state)
 }
 
 /* The optimizer step: the analytic model's 36 bytes per parameter over the
- * machine's memory bandwidth. */
+ * machine's memory bandwidth, or the machine's measured rate per million
+ * parameters when it has one. */
 static void test_optimizer_ms_analytic(void **state)
 {
     (void)state;
@@ -103,6 +104,20 @@ static void test_optimizer_ms_analytic(void **state)
     assert_true(fabs(dyn_cost_optimizer_ms(cm, 2e6) - want) < 1e-12 * want);
     assert_true(dyn_cost_optimizer_ms(cm, 0) == 0.0);
     dyn_cost_model_free(cm);
+    /* a machine that measured its step (--machine auto) is priced at that */
+    dyn_machine mm = *m;
+    mm.optimizer_ms_per_mparam = 4.5;
+    cm = dyn_cost_model_create_analytic(&cfg, &mm, &err);
+    assert_non_null(cm);
+    assert_true(fabs(dyn_cost_optimizer_ms(cm, 2e6) - 9.0) < 1e-12);
+    dyn_cost_model_free(cm);
+    /* and a machine file carries it, negative refused */
+    assert_int_equal(dyn_machine_parse("{\"base\": \"cpu\", \"optimizer_ms_per_mparam\": 4.5}", "m.json", &mm, &err),
+                     DYN_OK);
+    assert_true(mm.optimizer_ms_per_mparam == 4.5);
+    assert_int_equal(dyn_machine_parse("{\"base\": \"cpu\", \"optimizer_ms_per_mparam\": -1}", "m.json", &mm, &err),
+                     DYN_ERR_PARSE);
+    assert_non_null(strstr(err.msg, "optimizer_ms_per_mparam"));
 }
 
 /* Per-rank time scales multiply each rank's stages' times, not memory. */

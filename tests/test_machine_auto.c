@@ -102,6 +102,7 @@ static void test_fit_recovers_machine(void **state)
         assert_rel(fit.mem_gbps, truth.mem_gbps, 1e-6);
         assert_rel(fit.layer_overhead_ms, truth.layer_overhead_ms, 1e-6);
         assert_true(st.n == 2 * n + 1 && st.worst_err < 1e-6);
+        assert_rel(fit.optimizer_ms_per_mparam, opt_ms / params * 1e6, 1e-12); /* carried as measured */
         /* one time slowed five-fold by other work, and every other one by
          * up to 2 % either way: the fit stays near the machine */
         for (int i = 0; i < n; i++) o[i].fwd_ms *= 1.0 + 0.02 * ((i * 7) % 5 - 2) / 2.0;
@@ -275,6 +276,7 @@ static void test_cache_roundtrip_and_refusals(void **state)
     m.attn_gflops = 1.0 / 3.0;
     m.gemm_n_half = 17.5;
     m.layer_overhead_ms = 0.0123;
+    m.optimizer_ms_per_mparam = 4.0 / 3.0;
     dyn_machine_auto_info info;
     memset(&info, 0, sizeof info);
     snprintf(info.key, sizeof info.key, "%s", key);
@@ -310,11 +312,11 @@ static void test_cache_roundtrip_and_refusals(void **state)
              key);
     assert_int_equal(dyn_file_write_atomic(path, bad, strlen(bad), NULL), DYN_OK);
     assert_int_equal(dyn_machine_auto_read(path, key, &got, &gi, &err), DYN_ERR_PARSE);
-    assert_non_null(strstr(err.msg, "not a version 3 cache file"));
+    assert_non_null(strstr(err.msg, "not a version 4 cache file"));
 
     m.matmul_gflops = -1; /* written by hand: the machine inside must be valid */
     snprintf(bad, sizeof bad,
-             "{\"format\": \"dynapipe-machine-auto\", \"version\": 3, \"key\": \"%s\", \"machine\": "
+             "{\"format\": \"dynapipe-machine-auto\", \"version\": 4, \"key\": \"%s\", \"machine\": "
              "{\"base\": \"cpu\", \"matmul_gflops\": -1}}",
              key);
     assert_int_equal(dyn_file_write_atomic(path, bad, strlen(bad), NULL), DYN_OK);

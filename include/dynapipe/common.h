@@ -157,6 +157,10 @@ typedef struct dyn_machine {
      * weight-gradient backward each pay it once -- for kernel launches,
      * thread fork-join and framework dispatch, whatever the size. */
     double layer_overhead_ms; /* ms, >= 0 */
+    /* The optimizer step (gradient norm, AdamW with clipping, zeroing the
+     * gradients) measured per million parameters, ms; 0: priced as the
+     * bytes it reads and writes at mem_gbps (dyn_cost_optimizer_ms). */
+    double optimizer_ms_per_mparam; /* >= 0 */
 } dyn_machine;
 
 /* Shape of one micro-batch as the cost model and the schedules see it.

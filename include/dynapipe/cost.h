@@ -173,8 +173,10 @@ dyn_status dyn_cost_table_write_profile(const char *path, const dyn_model_config
 /* Predicted time of one optimizer step (gradient norm, AdamW, zeroing
  * the gradients) over n_params parameters, ms: a table's measured
  * `optimizer_ms_per_mparam` (profile line) when it has one, else the
- * machine's memory bandwidth over the bytes the step reads and writes
- * (DYN_OPTIMIZER_BYTES_PER_PARAM per parameter). 0 for n_params <= 0. */
+ * machine's measured one (dyn_machine.optimizer_ms_per_mparam, set by
+ * `--machine auto`), else the machine's memory bandwidth over the bytes
+ * the step reads and writes (DYN_OPTIMIZER_BYTES_PER_PARAM per
+ * parameter). 0 for n_params <= 0. */
 #define DYN_OPTIMIZER_BYTES_PER_PARAM 36.0
 double dyn_cost_optimizer_ms(const dyn_cost_model *cm, double n_params);
 

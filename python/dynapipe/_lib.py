@@ -97,7 +97,7 @@ class DynMachine(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char * 64), ("matmul_gflops", f64), ("attn_gflops", f64),
                 ("mem_gbps", f64), ("bytes_per_elem", i32), ("device_memory_mb", f64),
                 ("link_latency_ms", f64), ("link_gbps", f64), ("dp_link_gbps", f64),
-                ("gemm_n_half", f64), ("layer_overhead_ms", f64)]
+                ("gemm_n_half", f64), ("layer_overhead_ms", f64), ("optimizer_ms_per_mparam", f64)]
 
 
 class DynMbShape(ctypes.Structure):

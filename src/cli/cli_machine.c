@@ -244,9 +244,10 @@ char **cli_rank_argv(int argc, char **argv, const dyn_machine *m, int measured, 
                      "{\"name\": \"%s\", \"matmul_gflops\": %.17g, \"attn_gflops\": %.17g, \"mem_gbps\": %.17g, "
                      "\"bytes_per_elem\": %d, \"device_memory_mb\": %.17g, \"link_latency_ms\": %.17g, "
                      "\"link_gbps\": %.17g, \"dp_link_gbps\": %.17g, \"gemm_n_half\": %.17g, "
-                     "\"layer_overhead_ms\": %.17g}",
+                     "\"layer_overhead_ms\": %.17g, \"optimizer_ms_per_mparam\": %.17g}",
                      m->name, m->matmul_gflops, m->attn_gflops, m->mem_gbps, m->bytes_per_elem, m->device_memory_mb,
-                     m->link_latency_ms, m->link_gbps, m->dp_link_gbps, m->gemm_n_half, m->layer_overhead_ms);
+                     m->link_latency_ms, m->link_gbps, m->dp_link_gbps, m->gemm_n_half, m->layer_overhead_ms,
+                     m->optimizer_ms_per_mparam);
     if (w < 0 || (size_t)w >= sizeof json) return NULL;
     char **av = calloc((size_t)argc + 3, sizeof *av);
     if (av == NULL) return NULL;

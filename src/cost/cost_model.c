@@ -109,11 +109,10 @@ dyn_status dyn_cost_model_set_time_scale(dyn_cost_model *cm, dyn_layer_kind kind
 double dyn_cost_optimizer_ms(const dyn_cost_model *cm, double n_params)
 {
     if (!(n_params > 0)) return 0.0;
-    double ms = cm->is_table && cm->has_meta && cm->meta.optimizer_ms_per_mparam > 0
-                    ? n_params * 1e-6 * cm->meta.optimizer_ms_per_mparam
-                    : cm->machine.mem_gbps > 0 ? n_params * DYN_OPTIMIZER_BYTES_PER_PARAM / (cm->machine.mem_gbps * 1e6)
-                                               : 0.0;
-    return ms;
+    if (cm->is_table && cm->has_meta && cm->meta.optimizer_ms_per_mparam > 0)
+        return n_params * 1e-6 * cm->meta.optimizer_ms_per_mparam;
+    if (cm->machine.optimizer_ms_per_mparam > 0) return n_params * 1e-6 * cm->machine.optimizer_ms_per_mparam;
+    return cm->machine.mem_gbps > 0 ? n_params * DYN_OPTIMIZER_BYTES_PER_PARAM / (cm->machine.mem_gbps * 1e6) : 0.0;
 }
 
 double dyn_cost_layer_states_mb(const dyn_cost_model *cm, dyn_layer_kind kind)

@@ -108,6 +108,7 @@ dyn_status dyn_machine_validate(const dyn_machine *m, dyn_error *err)
         {"link_latency_ms", m->link_latency_ms},
         {"gemm_n_half", m->gemm_n_half},
         {"layer_overhead_ms", m->layer_overhead_ms},
+        {"optimizer_ms_per_mparam", m->optimizer_ms_per_mparam},
     };
     for (size_t i = 0; i < sizeof nonneg / sizeof nonneg[0]; i++)
         if (!(nonneg[i].v >= 0) || !isfinite(nonneg[i].v))
@@ -115,6 +116,9 @@ dyn_status dyn_machine_validate(const dyn_machine *m, dyn_error *err)
                                  nonneg[i].name, nonneg[i].v);
     /* the two latencies are added once per message or layer along a run:
      * the cost inputs' bound keeps those sums finite */
+    if (m->optimizer_ms_per_mparam > DYN_COST_VALUE_MAX)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "machine %s: optimizer_ms_per_mparam = %g is too large (at most %s)",
+                             m->name, m->optimizer_ms_per_mparam, DYN_COST_VALUE_MAX_TEXT);
     if (m->link_latency_ms > DYN_COST_VALUE_MAX || m->layer_overhead_ms > DYN_COST_VALUE_MAX)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "machine %s: %s = %g is too large (at most %s)", m->name,
                              m->link_latency_ms > DYN_COST_VALUE_MAX ? "link_latency_ms" : "layer_overhead_ms",
@@ -132,7 +136,7 @@ static dyn_status machine_keys_check(const cJSON *root, const char *where, dyn_e
     static const char *const KEYS[] = {"base", "name", "matmul_gflops", "attn_gflops", "mem_gbps",
                                        "bytes_per_elem", "device_memory_mb", "link_latency_ms",
                                        "link_gbps", "dp_link_gbps", "gemm_n_half", "layer_overhead_ms",
-                                       NULL};
+                                       "optimizer_ms_per_mparam", NULL};
     for (const cJSON *it = root->child; it; it = it->next) {
         int known = 0;
         for (int k = 0; KEYS[k]; k++) known |= strcmp(it->string, KEYS[k]) == 0;
@@ -179,7 +183,7 @@ static dyn_status machine_numbers(const cJSON *root, const char *where, int have
         {"mem_gbps", &m->mem_gbps, 0},                 {"device_memory_mb", &m->device_memory_mb, 0},
         {"link_latency_ms", &m->link_latency_ms, 0},   {"link_gbps", &m->link_gbps, 0},
         {"dp_link_gbps", &m->dp_link_gbps, 0},         {"gemm_n_half", &m->gemm_n_half, 1},
-        {"layer_overhead_ms", &m->layer_overhead_ms, 1},
+        {"layer_overhead_ms", &m->layer_overhead_ms, 1}, {"optimizer_ms_per_mparam", &m->optimizer_ms_per_mparam, 1},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, f[i].key);
@@ -255,4 +259,5 @@ void dyn_machine_share_cores(dyn_machine *m, double share)
     m->attn_gflops *= share;
     m->mem_gbps *= share;
     m->layer_overhead_ms /= share;
+    m->optimizer_ms_per_mparam /= share;
 }

@@ -333,9 +333,10 @@ static void table_write_header(FILE *fp, const dyn_model_config *cfg, const dyn_
     fprintf(fp, "\n");
     fprintf(fp, "machine name=%s matmul_gflops=%.17g attn_gflops=%.17g mem_gbps=%.17g bytes_per_elem=%d "
                 "device_memory_mb=%.17g link_latency_ms=%.17g link_gbps=%.17g dp_link_gbps=%.17g "
-                "gemm_n_half=%.17g layer_overhead_ms=%.17g\n",
+                "gemm_n_half=%.17g layer_overhead_ms=%.17g optimizer_ms_per_mparam=%.17g\n",
             m->name, m->matmul_gflops, m->attn_gflops, m->mem_gbps, m->bytes_per_elem, m->device_memory_mb,
-            m->link_latency_ms, m->link_gbps, m->dp_link_gbps, m->gemm_n_half, m->layer_overhead_ms);
+            m->link_latency_ms, m->link_gbps, m->dp_link_gbps, m->gemm_n_half, m->layer_overhead_ms,
+            m->optimizer_ms_per_mparam);
     if (meta != NULL) {
         char host[64], cpu[64], dtype[64];
         meta_word(host, sizeof host, meta->host);
@@ -619,8 +620,9 @@ static dyn_status parse_machine_line(table_parse *tp, char **tok, int ntok)
                      * load with 0 (a table's times are measured, so
                      * the table model never reads them) */
                     {"gemm_n_half", 'o', &m->gemm_n_half},
-                    {"layer_overhead_ms", 'o', &m->layer_overhead_ms}};
-    dyn_status st = parse_kv(tp->r, tok + 1, ntok - 1, f, 11, "machine");
+                    {"layer_overhead_ms", 'o', &m->layer_overhead_ms},
+                    {"optimizer_ms_per_mparam", 'o', &m->optimizer_ms_per_mparam}};
+    dyn_status st = parse_kv(tp->r, tok + 1, ntok - 1, f, 12, "machine");
     if (st != DYN_OK) return st;
     dyn_error e2;
     if (dyn_machine_validate(m, &e2) != DYN_OK) return rd_fail(tp->r, e2.msg, NULL);

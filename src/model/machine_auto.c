@@ -20,7 +20,7 @@
 
 #define N_TERMS 5 /* 1/mm, n_half/mm, 1/attn, 1/bw, overhead */
 #define CACHE_FORMAT "dynapipe-machine-auto"
-#define CACHE_VERSION 3 /* 3: the joint fit by default again (2: the product rate from products alone) */
+#define CACHE_VERSION 4 /* 4: the optimizer step's measured rate in the machine; 3: the joint fit by default again (2: the product rate from products alone) */
 #define OFF_RATE 1e12
 #define ROBUST_ITERATIONS 3 /* refits with far-off times weighted down */ /* a rate that makes its term vanish while the coefficients are taken */
 
@@ -338,6 +338,10 @@ dyn_status dyn_machine_fit(const dyn_model_config *cfg, const dyn_machine *base,
     if (st == DYN_OK) st = fit_steps(&f, g_rows, p, err);
     if (st == DYN_OK) {
         dyn_machine m = fit_machine(base, p);
+        /* the step itself is priced at its measured rate: its row above
+         * only informs mem_gbps, which prices it 6-13x short (AdamW's
+         * sqrt and divide per parameter, not just bytes) */
+        if (with_opt) m.optimizer_ms_per_mparam = opt_ms / opt_params * 1e6;
         st = dyn_machine_validate(&m, err);
         if (st == DYN_OK) {
             *out = m;
@@ -566,11 +570,11 @@ dyn_status dyn_machine_auto_write(const char *path, const dyn_machine *m, const 
                      "  \"machine\": {\"name\": \"%s\", \"matmul_gflops\": %.17g, \"attn_gflops\": %.17g, "
                      "\"mem_gbps\": %.17g, \"bytes_per_elem\": %d, \"device_memory_mb\": %.17g, "
                      "\"link_latency_ms\": %.17g, \"link_gbps\": %.17g, \"dp_link_gbps\": %.17g, "
-                     "\"gemm_n_half\": %.17g, \"layer_overhead_ms\": %.17g}\n}\n",
+                     "\"gemm_n_half\": %.17g, \"layer_overhead_ms\": %.17g, \"optimizer_ms_per_mparam\": %.17g}\n}\n",
                      CACHE_FORMAT, CACHE_VERSION, info->key, info->measure_s, info->optimizer_ms_per_mparam,
                      info->fit.n, info->fit.median_err, info->fit.worst_err, m->name, m->matmul_gflops,
                      m->attn_gflops, m->mem_gbps, m->bytes_per_elem, m->device_memory_mb, m->link_latency_ms,
-                     m->link_gbps, m->dp_link_gbps, m->gemm_n_half, m->layer_overhead_ms);
+                     m->link_gbps, m->dp_link_gbps, m->gemm_n_half, m->layer_overhead_ms, m->optimizer_ms_per_mparam);
     if (w < 0 || (size_t)w >= sizeof text)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "machine cache: entry too long");
     /* the key is written inside quotes: it must not hold any */
@@ -620,6 +624,7 @@ dyn_status dyn_machine_auto_read(const char *path, const char *key, dyn_machine 
                 {"link_latency_ms", &got.link_latency_ms}, {"link_gbps", &got.link_gbps},
                 {"dp_link_gbps", &got.dp_link_gbps},   {"gemm_n_half", &got.gemm_n_half},
                 {"layer_overhead_ms", &got.layer_overhead_ms},
+                {"optimizer_ms_per_mparam", &got.optimizer_ms_per_mparam},
             };
             for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) *f[i].dst = num_or(mach, f[i].key, *f[i].dst);
             *m = got;

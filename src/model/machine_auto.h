@@ -86,7 +86,9 @@ typedef struct dyn_machine_fit_stats {
  * 99 GFLOP/s from two measurements of one machine). The products alone
  * pin the first two. With n_gemm == 0 all five are fitted jointly.
  *
- * Every other field comes from base; the name is "auto". A term the fit
+ * The optimizer step's rate, opt_ms / opt_params per million parameters,
+ * goes into optimizer_ms_per_mparam as measured (0 without one). Every
+ * other field comes from base; the name is "auto". A term the fit
  * leaves at zero gets a rate of DYN_MACHINE_AUTO_RATE_CAP (it costs nothing
  * on these shapes). stats (may be NULL) is over every time fitted.
  * DYN_ERR_INVALID_ARG when nothing can be fitted (no matrix products
