@@ -2,8 +2,8 @@
 # Simulated throughput of every batching method under every schedule, on the
 # built-in FLAN-like workload (seed 1, 65,536-token global batches, 4 global
 # batches), for GPT and T5, max length 2048 and 4096, S = 4 and 8, on the
-# "cpu" machine and on the A100 description (docs/performance.md, section
-# "Simulated throughput"), and a summary table of dynapipe's speed-ups. Prints
+# "cpu" machine and on the A100 description (docs/performance.md points to
+# it), and a summary table of dynapipe's speed-ups. Prints
 # markdown. Usage: scripts/sim_perf.sh [BUILD_DIR]; SIM_FLAGS: more simulate flags
 # (e.g. "--stage-objective bottleneck").
 set -euo pipefail
