@@ -116,14 +116,15 @@ dyn_status dyn_machine_validate(const dyn_machine *m, dyn_error *err)
                                  nonneg[i].name, nonneg[i].v);
     /* the two latencies are added once per message or layer along a run:
      * the cost inputs' bound keeps those sums finite */
-    if (m->optimizer_ms_per_mparam > DYN_COST_VALUE_MAX)
-        return dyn_error_set(err, DYN_ERR_INVALID_ARG, "machine %s: optimizer_ms_per_mparam = %g is too large (at most %s)",
-                             m->name, m->optimizer_ms_per_mparam, DYN_COST_VALUE_MAX_TEXT);
     if (m->link_latency_ms > DYN_COST_VALUE_MAX || m->layer_overhead_ms > DYN_COST_VALUE_MAX)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "machine %s: %s = %g is too large (at most %s)", m->name,
                              m->link_latency_ms > DYN_COST_VALUE_MAX ? "link_latency_ms" : "layer_overhead_ms",
                              m->link_latency_ms > DYN_COST_VALUE_MAX ? m->link_latency_ms : m->layer_overhead_ms,
                              DYN_COST_VALUE_MAX_TEXT);
+    if (m->optimizer_ms_per_mparam > DYN_COST_VALUE_MAX)
+        return dyn_error_set(err, DYN_ERR_INVALID_ARG,
+                             "machine %s: optimizer_ms_per_mparam = %g is too large (at most %s)", m->name,
+                             m->optimizer_ms_per_mparam, DYN_COST_VALUE_MAX_TEXT);
     if (m->bytes_per_elem != 2 && m->bytes_per_elem != 4)
         return dyn_error_set(err, DYN_ERR_INVALID_ARG, "machine %s: bytes_per_elem = %d must be 2 or 4",
                              m->name, m->bytes_per_elem);
@@ -183,7 +184,8 @@ static dyn_status machine_numbers(const cJSON *root, const char *where, int have
         {"mem_gbps", &m->mem_gbps, 0},                 {"device_memory_mb", &m->device_memory_mb, 0},
         {"link_latency_ms", &m->link_latency_ms, 0},   {"link_gbps", &m->link_gbps, 0},
         {"dp_link_gbps", &m->dp_link_gbps, 0},         {"gemm_n_half", &m->gemm_n_half, 1},
-        {"layer_overhead_ms", &m->layer_overhead_ms, 1}, {"optimizer_ms_per_mparam", &m->optimizer_ms_per_mparam, 1},
+        {"layer_overhead_ms", &m->layer_overhead_ms, 1},
+        {"optimizer_ms_per_mparam", &m->optimizer_ms_per_mparam, 1},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, f[i].key);
