@@ -25,6 +25,7 @@ STAGES=${STAGES:-2}
 GBT=${GBT:-8192}
 MAXLEN=${MAXLEN:-2048}
 SVG=${SVG:-}
+RUN_TIMEOUT=${RUN_TIMEOUT:-1800} # seconds each train may run: a hung run ends the benchmark
 GPT_SHAPE=${GPT_SHAPE:-"--model-config gpt-tiny --layers 4 --hidden 128 --heads 4 --head-dim 32 --ffn 512"}
 T5_SHAPE=${T5_SHAPE:-"--model-config t5-tiny --layers 2 --dec-layers 2 --hidden 128 --heads 4 --head-dim 32 --ffn 512"}
 scripts/build.sh >/dev/null
@@ -42,7 +43,7 @@ for model in $MODELS; do
             tag="$model-$m-r$rep"
             echo "== $tag" >&2
             # shellcheck disable=SC2086
-            build/dynapipe train --model "$model" $shape --data builtin --max-seqlen "$MAXLEN" \
+            timeout "$RUN_TIMEOUT" build/dynapipe train --model "$model" $shape --data builtin --max-seqlen "$MAXLEN" \
                 --global-batch-tokens "$GBT" --stages "$STAGES" --steps "$STEPS" --warmup 1 \
                 --method "$m" $extra --schedule auto --metrics "$OUT/$tag.jsonl" \
                 ${TRAIN_FLAGS:-} >"$OUT/$tag.log" 2>&1 || { echo "failed: $tag (see $OUT/$tag.log)" >&2; exit 1; }

@@ -23,7 +23,7 @@ printf '%-12s %14s %14s %14s %14s\n' run before_med% before_worst% after_med% af
 for mode in plain calibrate; do
   extra=(--no-calibrate)
   [ "$mode" = calibrate ] && extra=(--calibrate)
-  "$BIN" train --model gpt --steps "$STEPS" --cost-model "$COST" --metrics "$tmp/m.jsonl" \
+  timeout "${RUN_TIMEOUT:-900}" "$BIN" train --model gpt --steps "$STEPS" --cost-model "$COST" --metrics "$tmp/m.jsonl" \
     "${extra[@]}" "$@" > "$tmp/log" 2>&1 &
   run=$!
   while kill -0 "$run" 2>/dev/null && ! grep -q "^step $SWITCH/" "$tmp/log"; do sleep 0.05; done

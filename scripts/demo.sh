@@ -14,13 +14,14 @@ OUT=out/demo
 rm -rf "$OUT"
 mkdir -p "$OUT"
 STEPS=${STEPS:-8}
+RUN_TIMEOUT=${RUN_TIMEOUT:-900} # seconds each train may run: a hung run ends with an error
 shape=(--model gpt --model-config gpt-tiny --layers 4 --hidden 128 --heads 4 --head-dim 32 --ffn 512
        --data builtin --max-seqlen 2048 --global-batch-tokens 8192 --stages 2 --steps "$STEPS" --warmup 1
        --schedule auto)
 echo "== dynapipe"
-build/dynapipe train "${shape[@]}" --method dynapipe --dp-packing --metrics "$OUT/gpt-dynapipe-r1.jsonl" "$@" \
+timeout "$RUN_TIMEOUT" build/dynapipe train "${shape[@]}" --method dynapipe --dp-packing --metrics "$OUT/gpt-dynapipe-r1.jsonl" "$@" \
     | tee "$OUT/gpt-dynapipe-r1.log"
 echo "== packing (tuned)"
-build/dynapipe train "${shape[@]}" --method packing --metrics "$OUT/gpt-packing-r1.jsonl" "$@" 2>&1 \
+timeout "$RUN_TIMEOUT" build/dynapipe train "${shape[@]}" --method packing --metrics "$OUT/gpt-packing-r1.jsonl" "$@" 2>&1 \
     | tee "$OUT/gpt-packing-r1.log"
 python3 bench/train_report.py "$OUT"

@@ -32,7 +32,7 @@ printf '%-9s %-7s %8s %8s %10s %10s %9s %8s %9s\n' method schedule pred_ms meas_
   plan_ms wait_ms
 for m in $METHODS; do
   for s in $SCHEDULES; do
-    "$BIN" train --model "$MODEL" --steps "$STEPS" --method "$m" --schedule "$s" --cost-model "$COST" \
+    timeout "${RUN_TIMEOUT:-900}" "$BIN" train --model "$MODEL" --steps "$STEPS" --method "$m" --schedule "$s" --cost-model "$COST" \
       --metrics "$tmp/m.jsonl" --quiet --no-calibrate "$@" > "$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
     if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$tmp/m.jsonl" "$KEEP/$m-$s.jsonl"; fi
     python3 - "$tmp/m.jsonl" "$m" "$s" "$tmp/runs" <<'PY'
