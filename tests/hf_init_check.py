@@ -202,7 +202,9 @@ def write_t5_folder(d, tensors, cfg=None):
 
 
 def run(cli, args):
-    p = subprocess.run([cli] + args, capture_output=True, text=True, env=ENV, timeout=300)
+    # coreutils timeout ends the process group: `train` starts mpirun, which
+    # a killed dynapipe would leave running with the pipes open
+    p = subprocess.run(["timeout", "300", cli] + args, capture_output=True, text=True, env=ENV, timeout=330)
     return p.returncode, p.stdout, p.stderr
 
 

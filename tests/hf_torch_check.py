@@ -191,7 +191,9 @@ def t5_loss(cfg, w, inp, tgt):
 def run(cmd):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                ASAN_OPTIONS="detect_leaks=0")
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    # coreutils timeout ends the process group: `train` starts mpirun, which
+    # a killed dynapipe would leave running with the pipes open
+    p = subprocess.run(["timeout", "300"] + cmd, capture_output=True, text=True, env=env, timeout=330)
     if p.returncode != 0:
         sys.exit("%s: exit %d: %s" % (" ".join(cmd), p.returncode, p.stderr))
     return p.stdout

@@ -65,8 +65,11 @@ class Guides(unittest.TestCase):
         with Scratch() as tmp:
             for k, (lang, code, expected) in enumerate(examples):
                 self.assertEqual(lang, "sh")
-                r = subprocess.run(["bash", "-c", "set -eo pipefail\n" + code], cwd=tmp, env=env,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+                # coreutils timeout ends the block's whole process group (a
+                # `dynapipe train` in it starts mpirun, which would outlive a
+                # killed bash and hold the pipe open); Python's is a backstop
+                r = subprocess.run(["timeout", "300", "bash", "-c", "set -eo pipefail\n" + code], cwd=tmp, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=330)
                 self.assertEqual(r.returncode, 0, f"{guide} example {k} failed:\n{code}\n{r.stdout}")
                 self.check_output(guide, k, expected, r.stdout)
 
