@@ -1,7 +1,7 @@
 /* sched_testlib.h — helpers the schedule tests share: random stage costs, a
  * small reference simulator of an execution plan written independently of
  * src/sim (max-plus over each rank's instruction list), and extraction of a
- * rank's compute order as text. Header-only so each test stays one file.
+ * rank's compute order as text (and a check of every rank's). Header-only so each test stays one file.
  * Include it after <cmocka.h>: tl_build_ok fails the running test. */
 #ifndef DYN_SCHED_TESTLIB_H
 #define DYN_SCHED_TESTLIB_H
@@ -181,6 +181,17 @@ static inline void tl_build_ok(dyn_schedule kind, const dyn_stage_costs *c, cons
         fail_msg("%s: %s", dyn_schedule_name(kind), err.msg);
     if (dyn_exec_plan_validate(p, &err) != DYN_OK)
         fail_msg("%s: %s", dyn_schedule_name(kind), err.msg);
+}
+
+/* Every rank r's compute order (tl_order) is want[r]; fails the running
+ * test naming the rank and both orders otherwise. */
+static inline void tl_expect_orders(const dyn_exec_plan *p, const char *const *want)
+{
+    char buf[1024];
+    for (int32_t r = 0; r < p->n_ranks; r++) {
+        tl_order(p, r, buf, sizeof buf);
+        if (strcmp(buf, want[r]) != 0) fail_msg("rank %d: '%s', want '%s'", r, buf, want[r]);
+    }
 }
 
 #endif

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "dynapipe/sim.h"  /* defines: dyn_sim_run (the simulator's predicted peaks) */
-#include "sched_testlib.h" /* defines: tl_build_ok, tl_random_costs, tl_order, tl_simulate */
+#include "sched_testlib.h" /* defines: tl_build_ok, tl_expect_orders, tl_random_costs, tl_order, tl_simulate */
 
 static void test_1f1b_order_s4_m8(void **state)
 {
@@ -34,11 +34,7 @@ static void test_1f1b_order_s4_m8(void **state)
     o.n_ranks = 4;
     dyn_exec_plan p;
     tl_build_ok(DYN_SCHEDULE_1F1B, &c, &o, &p);
-    char buf[1024];
-    for (int r = 0; r < 4; r++) {
-        tl_order(&p, r, buf, sizeof buf);
-        assert_string_equal(buf, want[r]);
-    }
+    tl_expect_orders(&p, want);
     /* Equal micro-batches, zero communication: (M + S - 1) * (f + b). */
     assert_true(fabs(tl_simulate(&p, &c, 0) - (8 + 4 - 1) * 3.0) < 1e-9);
     dyn_exec_plan_free(&p);
@@ -95,11 +91,7 @@ static void test_interleaved_order_s2_v2_m4(void **state)
     o.chunks = 2;
     dyn_exec_plan p;
     tl_build_ok(DYN_SCHEDULE_INTERLEAVED, &c, &o, &p);
-    char buf[1024];
-    for (int r = 0; r < 2; r++) {
-        tl_order(&p, r, buf, sizeof buf);
-        assert_string_equal(buf, want[r]);
-    }
+    tl_expect_orders(&p, want);
     dyn_exec_plan_free(&p);
     dyn_stage_costs_free(&c);
 }
@@ -375,11 +367,7 @@ static void test_zb_memory_by_hand(void **state)
     dyn_exec_plan p;
     tl_build_ok(DYN_SCHEDULE_ZB, &c, &o, &p);
     const char *want[2] = {"F0 F1 b0 w0 F2 b1 w1 b2 w2", "F0 b0 F1 b1 w0 F2 b2 w1 w2"};
-    char buf[256];
-    for (int r = 0; r < 2; r++) {
-        tl_order(&p, r, buf, sizeof buf);
-        assert_string_equal(buf, want[r]);
-    }
+    tl_expect_orders(&p, want);
     expect_peaks(&p, &c, (const double[]){121, 221}, 2);
     dyn_exec_plan_free(&p);
     dyn_stage_costs_free(&c);

@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sched_testlib.h" /* defines: tl_build_ok, tl_equal_costs, tl_random_costs, tl_order, tl_simulate */
+#include "sched_testlib.h" /* defines: tl_build_ok, tl_equal_costs, tl_expect_orders, tl_random_costs, tl_simulate */
 
 /* Equal costs f, b (B), w (W) per unit; stored 10 MB, peak 1 MB, no states. */
 static void split_costs(dyn_stage_costs *c, int32_t M, int32_t S, double f, double b, double w)
@@ -28,6 +28,20 @@ static void split_costs(dyn_stage_costs *c, int32_t M, int32_t S, double f, doub
         c->bwd_input_ms[k] = b;
         c->bwd_weight_ms[k] = w;
     }
+}
+
+/* Two stages with the same costs per micro-batch m: fbw[m] = {F, B, W}. */
+static void two_stage_costs(dyn_stage_costs *c, int32_t M, const double (*fbw)[3])
+{
+    tl_equal_costs(c, M, 2, 1, 2);
+    for (int32_t m = 0; m < M; m++)
+        for (int32_t s = 0; s < 2; s++) {
+            size_t k = (size_t)m * 2 + (size_t)s;
+            c->fwd_ms[k] = fbw[m][0];
+            c->bwd_input_ms[k] = fbw[m][1];
+            c->bwd_weight_ms[k] = fbw[m][2];
+            c->bwd_ms[k] = fbw[m][1] + fbw[m][2];
+        }
 }
 
 /* Largest number of micro-batches a rank holds: forwarded, and not yet
@@ -79,11 +93,7 @@ static void test_zb_h1_order_s4_m8(void **state)
     o.n_ranks = 4;
     dyn_exec_plan p;
     tl_build_ok(DYN_SCHEDULE_ZB, &c, &o, &p);
-    char buf[1024];
-    for (int r = 0; r < 4; r++) {
-        tl_order(&p, r, buf, sizeof buf);
-        assert_string_equal(buf, want[r]);
-    }
+    tl_expect_orders(&p, want);
     double zb = tl_simulate(&p, &c, 0);
     if (fabs(zb - 27.0) > 1e-9) fail_msg("zb makespan %.4f, want 27", zb);
     dyn_exec_plan_free(&p);
@@ -281,26 +291,14 @@ static void test_zb_greedy_ready_b_first(void **state)
     (void)state;
     const double fbw[3][3] = {{1, 1, 1}, {3, 1, 1}, {1, 1, 2}};
     dyn_stage_costs c;
-    tl_equal_costs(&c, 3, 2, 1, 2);
-    for (int m = 0; m < 3; m++)
-        for (int s = 0; s < 2; s++) {
-            size_t k = (size_t)m * 2 + s;
-            c.fwd_ms[k] = fbw[m][0];
-            c.bwd_input_ms[k] = fbw[m][1];
-            c.bwd_weight_ms[k] = fbw[m][2];
-            c.bwd_ms[k] = fbw[m][1] + fbw[m][2];
-        }
+    two_stage_costs(&c, 3, fbw);
     dyn_sched_options o;
     dyn_sched_options_default(&o);
     o.n_ranks = 2;
     dyn_exec_plan p;
     tl_build_ok(DYN_SCHEDULE_ZB, &c, &o, &p);
     const char *want[2] = {"F0 F1 b0 w0 F2 b1 w1 b2 w2", "F0 b0 w0 F1 b1 F2 b2 w1 w2"};
-    char buf[256];
-    for (int r = 0; r < 2; r++) {
-        tl_order(&p, r, buf, sizeof buf);
-        if (strcmp(buf, want[r]) != 0) fail_msg("rank %d: '%s', want '%s'", r, buf, want[r]);
-    }
+    tl_expect_orders(&p, want);
     double t = tl_simulate(&p, &c, 0);
     if (fabs(t - 13.0) > 1e-9) fail_msg("zb makespan %.4f, want 13", t);
     dyn_exec_plan_free(&p);
@@ -327,26 +325,14 @@ static void test_zb_run_ahead_by_hand(void **state)
     (void)state;
     const double fbw[4][3] = {{1, 1, 1}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}};
     dyn_stage_costs c;
-    tl_equal_costs(&c, 4, 2, 1, 2);
-    for (int m = 0; m < 4; m++)
-        for (int s = 0; s < 2; s++) {
-            size_t k = (size_t)m * 2 + s;
-            c.fwd_ms[k] = fbw[m][0];
-            c.bwd_input_ms[k] = fbw[m][1];
-            c.bwd_weight_ms[k] = fbw[m][2];
-            c.bwd_ms[k] = fbw[m][1] + fbw[m][2];
-        }
+    two_stage_costs(&c, 4, fbw);
     dyn_sched_options o;
     dyn_sched_options_default(&o);
     o.n_ranks = 2;
     dyn_exec_plan p;
     tl_build_ok(DYN_SCHEDULE_ZB, &c, &o, &p);
     const char *want[2] = {"F0 F1 b0 F2 F3 w0 b1 b2 w1 b3 w2 w3", "F0 b0 w0 F1 b1 F2 b2 w1 F3 b3 w2 w3"};
-    char buf[256];
-    for (int r = 0; r < 2; r++) {
-        tl_order(&p, r, buf, sizeof buf);
-        if (strcmp(buf, want[r]) != 0) fail_msg("rank %d: '%s', want '%s'", r, buf, want[r]);
-    }
+    tl_expect_orders(&p, want);
     double t = tl_simulate(&p, &c, 0);
     if (fabs(t - 20.0) > 1e-9) fail_msg("zb makespan %.4f, want 20", t);
     assert_int_equal(max_in_flight(&p, 0), 4);

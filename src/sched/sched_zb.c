@@ -331,12 +331,12 @@ static dyn_status order_greedy(const dyn_stage_costs *c, int32_t S, int32_t cap,
 enum { CAND_H1 = 0, CAND_GREEDY = 1, CAND_SPLIT_1F1B = 2, CAND_AHEAD = 3, N_CAND = 4 };
 
 /* The candidate orders: have[k] when candidate k was built (and fits);
- * the first infeasible one's status and error, kept for when none does. */
+ * built_ms[k] its makespan when timed as it was built (the greedies), else
+ * NAN; the first infeasible one's status and error, kept for when none does. */
 typedef struct zb_cands {
     sched_orders cand[N_CAND];
     int have[N_CAND];
-    double greedy_ms; /* the greedy's makespan, timed as it was built */
-    double ahead_ms;  /* the run-ahead greedy's, likewise */
+    double built_ms[N_CAND];
     dyn_status first_fail;
     dyn_error fail_err;
 } zb_cands;
@@ -353,8 +353,8 @@ static dyn_status zb_build_candidates(zb_cands *z, const dyn_stage_costs *c, con
         dyn_status st;
         if (k == CAND_AHEAD && ahead <= cap) continue; /* no further ahead than candidate 2 */
         if (k == CAND_H1) st = order_h1(c, S, cap, &z->cand[k], &e);
-        else if (k == CAND_GREEDY) st = order_greedy(c, S, cap, INT32_MAX, limit, w, &z->cand[k], &z->greedy_ms, &e);
-        else if (k == CAND_AHEAD) st = order_greedy(c, S, ahead, S, limit, w, &z->cand[k], &z->ahead_ms, &e);
+        else if (k == CAND_GREEDY) st = order_greedy(c, S, cap, INT32_MAX, limit, w, &z->cand[k], &z->built_ms[k], &e);
+        else if (k == CAND_AHEAD) st = order_greedy(c, S, ahead, S, limit, w, &z->cand[k], &z->built_ms[k], &e);
         else st = sched_order_1f1b(c, opt, 1, "zb", &z->cand[k], &e);
         if (st == DYN_ERR_INFEASIBLE) {
             if (z->first_fail == DYN_OK) {
@@ -384,7 +384,7 @@ static int zb_best_candidate(zb_cands *z, const dyn_stage_costs *c, zb_work *w)
     double best_ms = INFINITY;
     for (int k = 0; k < N_CAND; k++) {
         if (!z->have[k]) continue;
-        double ms = k == CAND_GREEDY ? z->greedy_ms : k == CAND_AHEAD ? z->ahead_ms : orders_makespan(&z->cand[k], c, w);
+        double ms = isnan(z->built_ms[k]) ? orders_makespan(&z->cand[k], c, w) : z->built_ms[k];
         if (best < 0 || ms < best_ms) {
             best = k;
             best_ms = ms;
@@ -408,7 +408,8 @@ dyn_status sched_build_zb(const dyn_stage_costs *c, const dyn_mb_shape *shapes,
     zb_work w;
     st = zb_work_init(&w, S, M, err);
     if (st != DYN_OK) return st;
-    zb_cands z = {.greedy_ms = INFINITY, .ahead_ms = INFINITY, .first_fail = DYN_OK};
+    zb_cands z = {.first_fail = DYN_OK};
+    for (int k = 0; k < N_CAND; k++) z.built_ms[k] = NAN;
     dyn_error_clear(&z.fail_err);
     if ((st = zb_build_candidates(&z, c, opt, cap, limit, &w, err)) == DYN_OK) {
         int best = zb_best_candidate(&z, c, &w);
