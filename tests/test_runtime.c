@@ -361,18 +361,48 @@ static void test_gpt_six_steps_lr_schedule(void **state)
     dyn_model_free(ref);
 }
 
+/* The trace's compute events of rank `tid`: their predicted_ms summed
+ * (Forward and Backward carry the plan's times, others 0), and 1 in *shaped
+ * when every one names its micro-batch's shape (rows, len > 0). */
+static double trace_predicted(const cJSON *trace, int tid, int *shaped)
+{
+    double sum = 0;
+    *shaped = 1;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(trace, "traceEvents"))
+    {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "tid"), *a = cJSON_GetObjectItemCaseSensitive(e, "args");
+        const cJSON *op = cJSON_GetObjectItemCaseSensitive(a, "op");
+        if (!cJSON_IsNumber(t) || t->valueint != tid || !cJSON_IsString(op)) continue;
+        double pred = cJSON_GetObjectItemCaseSensitive(a, "predicted_ms")->valuedouble;
+        int compute = strcmp(op->valuestring, "F") == 0 || strcmp(op->valuestring, "B") == 0;
+        if (compute) {
+            sum += pred;
+            *shaped &= cJSON_GetObjectItemCaseSensitive(a, "rows")->valueint > 0 &&
+                       cJSON_GetObjectItemCaseSensitive(a, "len")->valueint > 0;
+        } else if (pred != 0) {
+            *shaped = 0;
+        }
+    }
+    return sum;
+}
+
 /* The metrics' per-rank compute records (what --calibrate learns from):
  * one measured and one predicted figure per rank, both positive; each rank's
  * instructions run inside its plan interpretation, so no rank's measured
  * compute exceeds exec_ms (the slowest rank's); predicted_ms is the
- * makespan plus the optimizer step. */
+ * makespan plus the optimizer step. The trace's per-instruction
+ * predictions (written from each event, not from the metrics' sums) add
+ * up to the same per-rank figure. */
 static void test_metrics_compute(void **state)
 {
     (void)state;
-    char metrics[700], args[1024];
+    char metrics[700], trace[700], args[2048];
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
+    snprintf(trace, sizeof trace, "%s/trace.json", dir);
     snprintf(args, sizeof args,
-             "--model gpt --model-config gpt-tiny --layers 4 --stages 2 --schedule 1f1b --metrics '%s'", metrics);
+             "--model gpt --model-config gpt-tiny --layers 4 --stages 2 --schedule 1f1b --metrics '%s' --trace '%s'",
+             metrics, trace);
     int rc = train(args);
     if (rc != 0) fail_msg("dynapipe train %s: exit %d: %s", args, rc, slurp(err_path));
     char *text = slurp(metrics);
@@ -394,6 +424,17 @@ static void test_metrics_compute(void **state)
         assert_true(p <= makespan);
     }
     assert_true(predicted > makespan);
+    char *tt = slurp(trace);
+    cJSON *tj = tt ? cJSON_Parse(tt) : NULL;
+    if (tj == NULL) fail_msg("the trace does not parse");
+    for (int r = 0; r < 2; r++) {
+        int shaped = 0;
+        double p = cJSON_GetArrayItem(pred, r)->valuedouble, t = trace_predicted(tj, r, &shaped);
+        if (!shaped || !(fabs(t - p) <= 1e-3 * p + 0.01))
+            fail_msg("rank %d: trace predictions sum to %.4f ms, metrics say %.4f (shapes named: %d)", r, t, p, shaped);
+    }
+    cJSON_Delete(tj);
+    free(tt);
     cJSON_Delete(j);
     free(text);
 }

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "dynapipe/sim.h"  /* defines: dyn_sim_run (the simulator's predicted peaks) */
+#include "sched/sched_internal.h" /* defines: SCHED_SEND_SLACK */
 #include "sched_testlib.h" /* defines: tl_build_ok, tl_expect_orders, tl_random_costs, tl_order, tl_simulate */
 
 static void test_1f1b_order_s4_m8(void **state)
@@ -133,11 +134,43 @@ static void test_cyclic_order_and_barriers(void **state)
 
 /* Every schedule validates for random instances, and wait-free cyclic is
  * never slower than cyclic on the same order. */
+/* Every SEND_*_FINISH of rank r that comes before the rank's last compute
+ * instruction is emitted while more than SCHED_SEND_SLACK of its sends are
+ * in flight (the sender does not wait on a receiver that is only a few
+ * sends behind); the final ones may finish with fewer. Returns the number
+ * of early finishes seen. */
+static int expect_send_slack(const dyn_exec_plan *p, int32_t r)
+{
+    const dyn_rank_plan *rp = &p->ranks[r];
+    int32_t last_compute = -1;
+    for (int32_t i = 0; i < rp->n_instrs; i++) {
+        int op = rp->instrs[i].op;
+        if (op == DYN_OP_FORWARD || op == DYN_OP_BACKWARD || op == DYN_OP_BACKWARD_INPUT ||
+            op == DYN_OP_BACKWARD_WEIGHT)
+            last_compute = i;
+    }
+    int in_flight = 0, early = 0;
+    for (int32_t i = 0; i < rp->n_instrs; i++) {
+        int op = rp->instrs[i].op;
+        if (op == DYN_OP_SEND_ACT_START || op == DYN_OP_SEND_GRAD_START) in_flight++;
+        if (op != DYN_OP_SEND_ACT_FINISH && op != DYN_OP_SEND_GRAD_FINISH) continue;
+        if (i < last_compute) {
+            if (in_flight <= SCHED_SEND_SLACK)
+                fail_msg("rank %d instruction %d finishes a send with %d in flight", r, i, in_flight);
+            early++;
+        }
+        in_flight--;
+    }
+    assert_int_equal(in_flight, 0);
+    return early;
+}
+
 static void test_random_instances_validate(void **state)
 {
     (void)state;
     dyn_rng rng;
     dyn_rng_seed(&rng, 2311);
+    int early = 0; /* sends finished before the end: the slack check saw some */
     for (int iter = 0; iter < 400; iter++) {
         int32_t S = 1 + (int32_t)dyn_rng_below(&rng, 8);
         int32_t M = 1 + (int32_t)dyn_rng_below(&rng, 16);
@@ -155,6 +188,7 @@ static void test_random_instances_validate(void **state)
             tl_build_ok((dyn_schedule)k, &c, &o, &p);
             double t = tl_simulate(&p, &c, 0.05);
             assert_true(t > 0);
+            for (int32_t r = 0; r < S; r++) early += expect_send_slack(&p, r);
             if (k == DYN_SCHEDULE_CYCLIC) {
                 dyn_exec_plan q;
                 tl_build_ok(DYN_SCHEDULE_WAIT_FREE_CYCLIC, &c, &o, &q);
@@ -177,6 +211,7 @@ static void test_random_instances_validate(void **state)
             dyn_stage_costs_free(&c);
         }
     }
+    assert_true(early > 0);
 }
 
 /* Under a memory limit between "one micro-batch" and "unthrottled", every

@@ -626,8 +626,19 @@ static dyn_status record(rt_exec *x, int32_t i, double t0, double t1, dyn_error 
         x->cap_ev = (int64_t)c;
     }
     const dyn_instr *in = &x->rp->instrs[i];
-    double useful = in->microbatch >= 0 && in->microbatch < x->w->n_mb && x->w->useful ? x->w->useful[in->microbatch] : 1.0;
-    x->ev[x->n_ev++] = (rt_event){in->op, in->microbatch, in->stage, i, t0 - x->epoch_ms, t1 - x->epoch_ms, useful};
+    const dyn_rt_work *w = x->w;
+    rt_event e = {in->op, in->microbatch, in->stage, i, t0 - x->epoch_ms, t1 - x->epoch_ms, 1.0, 0.0, 0, 0};
+    if (in->microbatch >= 0 && in->microbatch < w->n_mb) {
+        if (w->useful) e.useful = w->useful[in->microbatch];
+        e.rows = w->plan.mb_shape[in->microbatch].rows;
+        e.len = w->plan.mb_shape[in->microbatch].enc_len;
+        if (in->stage >= 0 && in->stage < w->n_stages) {
+            size_t k = (size_t)in->microbatch * (size_t)w->n_stages + (size_t)in->stage;
+            if (in->op == DYN_OP_FORWARD) e.pred_ms = w->fwd_ms[k];
+            else if (in->op == DYN_OP_BACKWARD || in->op == DYN_OP_BACKWARD_INPUT) e.pred_ms = w->bwd_ms[k];
+        }
+    }
+    x->ev[x->n_ev++] = e;
     return DYN_OK;
 }
 

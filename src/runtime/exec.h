@@ -56,6 +56,9 @@ typedef struct rt_event {
     int32_t op, microbatch, stage, instr;
     double t0_ms, t1_ms;
     double useful; /* the micro-batch's useful fraction (work.h), 1 when it has none */
+    double pred_ms; /* the plan's predicted time: Forward, or the whole backward at Backward and
+                     * BackwardInput (BackwardWeight 0); 0 for other instructions */
+    int32_t rows, len; /* the micro-batch's shape (len: padded encoder length); 0 when none */
 } rt_event;
 
 /* Per-iteration measurements of this rank. */

@@ -200,10 +200,10 @@ dyn_status rt_report_trace(const char *path, const rt_exec *x, const dyn_rt_grou
                 for (int64_t i = 0; i < ne; i++)
                     fprintf(f, ",\n{\"name\":\"%s%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,"
                                "\"dur\":%.3f,\"args\":{\"op\":\"%s\",\"instr\":%d,\"microbatch\":%d,\"stage\":%d,"
-                               "\"useful\":%.4f}}",
+                               "\"useful\":%.4f,\"predicted_ms\":%.4f,\"rows\":%d,\"len\":%d}}",
                             dyn_sim_op_label(e[i].op), e[i].microbatch, dyn_sim_op_category(e[i].op), w, e[i].t0_ms * 1e3,
                             (e[i].t1_ms - e[i].t0_ms) * 1e3, dyn_sim_op_label(e[i].op), e[i].instr, e[i].microbatch,
-                            e[i].stage, e[i].useful);
+                            e[i].stage, e[i].useful, e[i].pred_ms, e[i].rows, e[i].len);
             }
             fprintf(f, "\n]}\n");
             if (ferror(f)) {

@@ -10,7 +10,8 @@
  *   - SEND_*_START right after the producing compute, SEND_*_FINISH and the
  *     FREE_BUFFER of the sent slot lazily, just before the sender's second
  *     compute unit after the producer (or at the end), so the transfer
- *     overlaps one full compute unit; in the timed order also not before a
+ *     overlaps one full compute unit, and only while more than
+ *     SCHED_SEND_SLACK sends are in flight; in the timed order also not before a
  *     unit that starts before the receiver posted the receive (else, with
  *     rendezvous sends, the sender would stall on a receiver still busy),
  *     so with zero link cost the plan runs exactly as timed;
@@ -238,16 +239,18 @@ static void slot_free(sched_emitter *e, int32_t r, int32_t slot, int32_t mb, int
     e->free_stack[r][e->n_free[r]++] = slot;
 }
 
-/* Finish sends on rank r whose due compute index has come (all if force).
- * In a timed emission a send also waits until its receive has been posted by
- * the time the next unit starts: the receiver posts it only after the unit it
- * was running when the send started, and finishing before that would stall
- * the sender on the rendezvous for time the costs do not show. */
+/* Finish sends on rank r whose due compute index has come, past the
+ * SCHED_SEND_SLACK kept in flight (all if force). In a timed emission a send also
+ * waits until its receive has been posted by the time the next unit starts:
+ * the receiver posts it only after the unit it was running when the send
+ * started, and finishing before that would stall the sender on the
+ * rendezvous for time the costs do not show. */
 static void flush_sends(sched_emitter *e, int32_t r, int force)
 {
     while (e->p_head[r] < e->p_tail[r]) {
         pending_send *p = &e->pend[r][e->p_head[r]];
-        if (!force && (p->due > e->n_compute[r] || p->ready_at > e->now)) break;
+        int kept = e->p_tail[r] - e->p_head[r] <= SCHED_SEND_SLACK;
+        if (!force && (kept || p->due > e->n_compute[r] || p->ready_at > e->now)) break;
         dyn_instr *in = put(e, r, p->op, p->mb, p->stage);
         in->peer = p->peer;
         in->buf_in = p->slot;
