@@ -1,6 +1,7 @@
 /* test_util.c — error records, the RNG's determinism and distribution,
- * array growth (dyn_reserve), huge-page allocation (dyn_calloc_huge) and
- * atomic file writes. */
+ * array growth (dyn_reserve), huge-page allocation (dyn_calloc_huge), the
+ * allocator keeping freed memory (dyn_alloc_keep_freed) and atomic file
+ * writes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,12 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "util/json.h" /* defines: dyn_json_parse */
 #include "util/rng.h"  /* defines: dyn_rng_* */
-#include "util/util.h" /* defines: dyn_file_*, dyn_atomic_*, DYN_RESERVE, dyn_calloc_huge */
+#include "util/util.h" /* defines: dyn_file_*, dyn_atomic_*, DYN_RESERVE, dyn_calloc_huge, dyn_alloc_keep_freed */
 
 static void test_error_set_formats_and_returns_code(void **state)
 {
@@ -267,6 +271,30 @@ static void test_calloc_huge_aligned_and_zeroed(void **state)
     assert_non_null(strstr(err.msg, "too many floats"));
 }
 
+/* dyn_alloc_keep_freed (glibc; not under AddressSanitizer, whose allocator
+ * replaces glibc's): a 64 MB block, which glibc would otherwise map on its
+ * own and unmap on free, comes from the heap, and once freed stays there
+ * as free heap memory for the next allocation. */
+static void test_alloc_keep_freed(void **state)
+{
+    (void)state;
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
+    dyn_alloc_keep_freed();
+    size_t n = (size_t)64 << 20;
+    unsigned char *p = malloc(n);
+    assert_non_null(p);
+    memset(p, 1, n);
+    struct mallinfo2 held = mallinfo2();
+    assert_int_equal(held.hblks, 0); /* no block of its own mapping */
+    free(p);
+    struct mallinfo2 after = mallinfo2();
+    if (!(after.fordblks >= n)) fail_msg("%zu bytes free in the heap after freeing %zu", after.fordblks, n);
+    assert_true(after.arena >= n); /* not trimmed */
+#else
+    skip();
+#endif
+}
+
 static void test_json_strict_text(void **state)
 {
     (void)state;
@@ -309,6 +337,7 @@ int main(void)
         cmocka_unit_test(test_json_strict_text),
         cmocka_unit_test(test_reserve_grows_doubling_and_keeps_contents),
         cmocka_unit_test(test_calloc_huge_aligned_and_zeroed),
+        cmocka_unit_test(test_alloc_keep_freed),
         cmocka_unit_test(test_rng_same_seed_same_stream),
         cmocka_unit_test(test_rng_uniform_and_below_are_unbiased),
         cmocka_unit_test(test_rng_skip_normals_matches_drawing),

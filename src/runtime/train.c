@@ -732,6 +732,7 @@ static void die_with_parent(void)
 int dyn_train_rank_main(const dyn_train_options *o, int *argc, char ***argv)
 {
     die_with_parent();
+    dyn_alloc_keep_freed(); /* the pools below grow while shapes vary */
     rt_run R;
     memset(&R, 0, sizeof R);
     R.o = *o;

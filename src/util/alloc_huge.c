@@ -14,13 +14,31 @@
  * aligned region. Where the request fails or does not exist the memory is
  * ordinary pages: the call is a hint, never an error. The memset commits
  * the pages at once, where calloc would leave them to first use: these
- * arrays are all used, and the cost is paid once per allocation. */
+ * arrays are all used, and the cost is paid once per allocation.
+ *
+ * Why dyn_alloc_keep_freed: glibc serves blocks from 128 KB to 32 MB (its
+ * threshold grows) and always above from fresh mmap and unmaps them on
+ * free, and it trims the heap's free top. A training rank's activation
+ * arenas grow while shapes vary (a zero-bubble plan with 30-40 micro-
+ * batches of 24-2,048 tokens grows some arenas in each of its first
+ * iterations): each growth freed the old block to the system and faulted
+ * a new one in. A fresh page costs 2-3 us on the 2-core Xeon VM, 12 us as
+ * a first-touched huge page (against 0.6 us once the process has held
+ * it). gpt-mini on 2 stages at max length 2048 faulted 122,000 fresh
+ * pages in about 6 iterations of zero-bubble plans after the first
+ * (document-masked packing, whose shapes are fixed: none), and its first
+ * iteration's compute ran 1.73x its prediction on rank 0. Kept in the
+ * process, a freed block serves the next allocation that fits it: the same
+ * run faulted 13,000 and the first iteration ran 1.07x. */
 #define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE (not POSIX) */
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "util/util.h" /* defines: dyn_calloc, dyn_calloc_huge */
 
@@ -44,4 +62,13 @@ void *dyn_calloc_huge(size_t n, size_t size, const char *what, dyn_error *err)
     }
 #endif
     return dyn_calloc(n, size, what, err);
+}
+
+void dyn_alloc_keep_freed(void)
+{
+#ifdef __GLIBC__
+    /* Both are hints to the allocator: a refusal leaves its defaults. */
+    (void)mallopt(M_MMAP_MAX, 0);
+    (void)mallopt(M_TRIM_THRESHOLD, -1);
+#endif
 }

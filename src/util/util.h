@@ -30,6 +30,14 @@ void *dyn_calloc(size_t n, size_t size, const char *what, dyn_error *err);
  * with free(). */
 void *dyn_calloc_huge(size_t n, size_t size, const char *what, dyn_error *err);
 
+/* From now on memory this process frees stays in it for its next
+ * allocations instead of going back to the system (glibc: no mmap for large
+ * blocks, no trimming of the heap; elsewhere nothing). For processes whose
+ * pools grow and are replaced while they run, where a page handed back and
+ * taken again is faulted in and zeroed anew (alloc_huge.c says what that
+ * costs). Call it before the pools are allocated. */
+void dyn_alloc_keep_freed(void);
+
 /* Growth of an array, the one way the project grows one. *p points to room
  * for *cap elements of elem bytes (NULL and 0 at first). When need > *cap,
  * *p is reallocated to max(need, 2 * *cap) elements (contents kept, the new
