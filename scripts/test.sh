@@ -12,7 +12,11 @@ cd "${BUILD_DIR:-build}"
 # of the suite silently.
 ctest -N -R '^(install_setup|test_install|test_headers|test_python)$' | grep -q '^Total Tests: 4$' ||
   { echo "test.sh: the install, header or Python tests are not registered with ctest" >&2; exit 1; }
-ctest --output-on-failure -j "$(nproc)"
+# Every mpirun a test starts runs under coreutils `timeout` (tests/cli_testlib.h,
+# the Python checks); --timeout is the backstop for a test that hangs
+# elsewhere (a test without its own TIMEOUT property: at most 15 minutes; the
+# longest, test_runtime under ASan, takes about 3).
+ctest --output-on-failure --timeout 900 -j "$(nproc)"
 # A short run of the fuzz harnesses (tests/fuzz, scripts/fuzz.sh) when clang
 # with libFuzzer is available; it says "skipped" otherwise. Once per CI run:
 # the harnesses carry their own sanitizers, so the sanitizer pass skips them.

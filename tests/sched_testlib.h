@@ -1,8 +1,9 @@
 /* sched_testlib.h — helpers the schedule tests share: random stage costs, a
  * small reference simulator of an execution plan written independently of
  * src/sim (max-plus over each rank's instruction list), and extraction of a
- * rank's compute order as text (and a check of every rank's). Header-only so each test stays one file.
- * Include it after <cmocka.h>: tl_build_ok fails the running test. */
+ * rank's compute order as text (and a check of every rank's). Header-only
+ * so each test stays one file. Include it after <cmocka.h>: tl_build_ok and
+ * tl_expect_orders fail the running test. */
 #ifndef DYN_SCHED_TESTLIB_H
 #define DYN_SCHED_TESTLIB_H
 

@@ -132,8 +132,6 @@ static void test_cyclic_order_and_barriers(void **state)
     dyn_stage_costs_free(&c);
 }
 
-/* Every schedule validates for random instances, and wait-free cyclic is
- * never slower than cyclic on the same order. */
 /* Every SEND_*_FINISH of rank r that comes before the rank's last compute
  * instruction is emitted while more than SCHED_SEND_SLACK of its sends are
  * in flight (the sender does not wait on a receiver that is only a few
@@ -165,6 +163,9 @@ static int expect_send_slack(const dyn_exec_plan *p, int32_t r)
     return early;
 }
 
+/* Every schedule validates for random instances, keeps SCHED_SEND_SLACK
+ * sends in flight, and wait-free cyclic is never slower than cyclic on the
+ * same order. */
 static void test_random_instances_validate(void **state)
 {
     (void)state;

@@ -361,17 +361,25 @@ static int model_recompute(uint8_t rc)
 
 static void busy_add(rt_exec *x, double t0) { x->st->busy_ms += dyn_time_ms() - t0; }
 
-/* Measured vs predicted compute for the online calibration (calibrate.h):
- * dir 0 forward, 1 backward. The prediction of a whole backward is counted
- * at BACKWARD or at the input half (BACKWARD_INPUT), the weight half adds
- * only its measured time, so split and fused backward compare alike. */
-static void calib_add(rt_exec *x, const dyn_instr *in, int dir, int count_pred, double t0)
+/* The plan's predicted time of compute instruction `in`: the forward at
+ * FORWARD, the whole backward at BACKWARD or at its input half
+ * (BACKWARD_INPUT); 0 at the weight half and for other instructions, so
+ * split and fused backward add up alike. */
+static double instr_pred_ms(const dyn_rt_work *w, const dyn_instr *in)
 {
-    double ms = dyn_time_ms() - t0;
-    const dyn_rt_work *w = x->w;
+    if (in->microbatch < 0 || in->microbatch >= w->n_mb || in->stage < 0 || in->stage >= w->n_stages) return 0;
     size_t k = (size_t)in->microbatch * (size_t)w->n_stages + (size_t)in->stage;
-    x->st->meas_ms[dir] += ms;
-    if (count_pred) x->st->pred_ms[dir] += dir == 0 ? w->fwd_ms[k] : w->bwd_ms[k];
+    if (in->op == DYN_OP_FORWARD) return w->fwd_ms[k];
+    if (in->op == DYN_OP_BACKWARD || in->op == DYN_OP_BACKWARD_INPUT) return w->bwd_ms[k];
+    return 0;
+}
+
+/* Measured vs predicted compute for the online calibration (calibrate.h):
+ * dir 0 forward, 1 backward (the weight half adds only its measured time). */
+static void calib_add(rt_exec *x, const dyn_instr *in, int dir, double t0)
+{
+    x->st->meas_ms[dir] += dyn_time_ms() - t0;
+    x->st->pred_ms[dir] += instr_pred_ms(x->w, in);
 }
 
 static dyn_status h_forward(rt_exec *x, int32_t i, dyn_error *err)
@@ -396,7 +404,7 @@ static dyn_status h_forward(rt_exec *x, int32_t i, dyn_error *err)
                                  ll < x->env.n_layers ? x->slots[in->buf_out].data : NULL,
                                  model_recompute(in->recompute), ll == x->env.n_layers ? &loss : NULL, NULL, err);
     busy_add(x, t0);
-    calib_add(x, in, 0, 1, t0);
+    calib_add(x, in, 0, t0);
     if (st == DYN_OK && ll == x->env.n_layers) {
         x->st->loss_sum += loss;
         x->st->target_tokens += mb->n_target_tokens;
@@ -424,7 +432,7 @@ static dyn_status backward(rt_exec *x, int32_t i, int whole, dyn_error *err)
     st = whole ? dyn_model_stage_backward(m, a, mb, lf, ll, g, din, x->dloss, err)
                : dyn_model_stage_backward_input(m, a, mb, lf, ll, g, din, x->dloss, err);
     busy_add(x, t0);
-    calib_add(x, in, 1, 1, t0);
+    calib_add(x, in, 1, t0);
     if (whole) acts_put(x, in->microbatch, in->stage);
     return st;
 }
@@ -447,7 +455,7 @@ static dyn_status h_backward_weight(rt_exec *x, int32_t i, dyn_error *err)
     double t0 = dyn_time_ms();
     st = dyn_model_stage_backward_weight(x->env.model_of(x->env.model_ctx, in->stage), a, mb, lf, ll, err);
     busy_add(x, t0);
-    calib_add(x, in, 1, 0, t0);
+    calib_add(x, in, 1, t0);
     acts_put(x, in->microbatch, in->stage);
     return st;
 }
@@ -627,16 +635,12 @@ static dyn_status record(rt_exec *x, int32_t i, double t0, double t1, dyn_error 
     }
     const dyn_instr *in = &x->rp->instrs[i];
     const dyn_rt_work *w = x->w;
-    rt_event e = {in->op, in->microbatch, in->stage, i, t0 - x->epoch_ms, t1 - x->epoch_ms, 1.0, 0.0, 0, 0};
+    rt_event e = {in->op, in->microbatch, in->stage, i, t0 - x->epoch_ms, t1 - x->epoch_ms, 1.0,
+                  instr_pred_ms(w, in), 0, 0};
     if (in->microbatch >= 0 && in->microbatch < w->n_mb) {
         if (w->useful) e.useful = w->useful[in->microbatch];
         e.rows = w->plan.mb_shape[in->microbatch].rows;
         e.len = w->plan.mb_shape[in->microbatch].enc_len;
-        if (in->stage >= 0 && in->stage < w->n_stages) {
-            size_t k = (size_t)in->microbatch * (size_t)w->n_stages + (size_t)in->stage;
-            if (in->op == DYN_OP_FORWARD) e.pred_ms = w->fwd_ms[k];
-            else if (in->op == DYN_OP_BACKWARD || in->op == DYN_OP_BACKWARD_INPUT) e.pred_ms = w->bwd_ms[k];
-        }
     }
     x->ev[x->n_ev++] = e;
     return DYN_OK;
